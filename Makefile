@@ -1,0 +1,33 @@
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DATA ?= ./.data
+
+.PHONY: run test lint bench clean
+
+$(PY):
+	python3 -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m deploy.run_local --store $(DATA)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check protocol namesrv broker client tests deploy
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)
+	$(VENV)/bin/mqbench producer -n 127.0.0.1:9876 -t BenchTopic -s 1024 -b 32 -c 200000
+	$(VENV)/bin/mqbench consumer -n 127.0.0.1:9876 -t BenchTopic -c 200000
+
+clean:
+	rm -rf $(VENV) $(DATA)

@@ -1,0 +1,173 @@
+"""Message model: Message, MessageExt, MessageQueue and RocketMQ's property keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class MessageConst:
+    """Property names, as in RocketMQ's MessageConst."""
+
+    PROPERTY_KEYS = "KEYS"
+    PROPERTY_TAGS = "TAGS"
+    PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+    PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+    PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+    PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+    PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+    PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+    PROPERTY_PRODUCER_GROUP = "PGROUP"
+    PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+    PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+    PROPERTY_BUYER_ID = "BUYER_ID"
+    PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+    PROPERTY_TRANSFER_FLAG = "TRANSFER_FLAG"
+    PROPERTY_CORRECTION_FLAG = "CORRECTION_FLAG"
+    PROPERTY_MQ2_FLAG = "MQ2_FLAG"
+    PROPERTY_RECONSUME_TIME = "RECONSUME_TIME"
+    PROPERTY_MSG_REGION = "MSG_REGION"
+    PROPERTY_TRACE_SWITCH = "TRACE_ON"
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+    PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+    PROPERTY_CONSUME_START_TIMESTAMP = "CONSUME_START_TIME"
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+    PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+    PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+    PROPERTY_SHARDING_KEY = "SHARDING_KEY"
+
+    KEY_SEPARATOR = " "
+
+
+# Short aliases used across the code base.
+PROPERTY_KEYS = MessageConst.PROPERTY_KEYS
+PROPERTY_TAGS = MessageConst.PROPERTY_TAGS
+PROPERTY_UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+
+def properties_to_string(props: dict[str, str]) -> str:
+    """RocketMQ's property encoding: ``key\\x01value\\x02`` per entry."""
+    if not props:
+        return ""
+    return "".join(f"{k}\x01{v}\x02" for k, v in props.items())
+
+
+def string_to_properties(text: str) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if not text:
+        return props
+    for item in text.split(PROPERTY_SEPARATOR):
+        if not item:
+            continue
+        key, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+        if sep:
+            props[key] = value
+    return props
+
+
+def check_property_text(value: str, what: str) -> None:
+    """Properties may not contain the two separator characters."""
+    if NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in value:
+        raise ValueError(f"{what} may not contain \\x01 or \\x02: {value!r}")
+
+
+@dataclass(slots=True)
+class Message:
+    """A message to send. Tags and keys live in ``properties`` as in RocketMQ."""
+
+    topic: str
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes | str,
+        tags: str | None = None,
+        keys: str | list[str] | tuple[str, ...] | None = None,
+        properties: dict[str, str] | None = None,
+        flag: int = 0,
+    ) -> None:
+        self.topic = topic
+        self.body = body.encode() if isinstance(body, str) else bytes(body)
+        self.properties = dict(properties) if properties else {}
+        self.flag = flag
+        if tags:
+            self.properties[PROPERTY_TAGS] = tags
+        if keys:
+            if not isinstance(keys, str):
+                keys = MessageConst.KEY_SEPARATOR.join(keys)
+            self.properties[PROPERTY_KEYS] = keys
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def delay_time_level(self) -> int:
+        return int(self.properties.get(MessageConst.PROPERTY_DELAY_TIME_LEVEL, "0"))
+
+    @delay_time_level.setter
+    def delay_time_level(self, level: int) -> None:
+        self.properties[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(level)
+
+    def put_user_property(self, name: str, value: str) -> None:
+        self.properties[name] = value
+
+    def get_property(self, name: str) -> str | None:
+        return self.properties.get(name)
+
+
+@dataclass(slots=True)
+class MessageExt:
+    """A stored message as decoded from a commit-log record."""
+
+    topic: str
+    body: bytes
+    properties: dict[str, str]
+    flag: int = 0
+    queue_id: int = 0
+    queue_offset: int = 0
+    commit_log_offset: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = ""
+    store_timestamp: int = 0
+    store_host: str = ""
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+    msg_id: str = ""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    def get_property(self, name: str) -> str | None:
+        return self.properties.get(name)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class MessageQueue:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        return f"MessageQueue[topic={self.topic}, brokerName={self.broker_name}, queueId={self.queue_id}]"

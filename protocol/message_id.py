@@ -1,0 +1,61 @@
+"""Client-side unique message ids (the ``UNIQ_KEY`` property).
+
+Layout, 16 bytes shown as 32 upper-case hex digits, as RocketMQ's
+MessageClientIDSetter: IPv4 (4) + pid (2) + random (4) | ms since the start of
+the month (4) + counter (2).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import random
+import socket
+import struct
+import threading
+import time
+
+_COUNTER = struct.Struct(">iH")
+
+
+def _local_ip() -> bytes:
+    try:
+        return socket.inet_aton(socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        return b"\x7f\x00\x00\x01"
+
+
+def _month_start_ms(now_ms: int) -> int:
+    now = _dt.datetime.fromtimestamp(now_ms / 1000)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return int(start.timestamp() * 1000)
+
+
+class UniqIdGenerator:
+    """Thread-safe generator of ``UNIQ_KEY`` values."""
+
+    def __init__(self) -> None:
+        prefix = _local_ip() + struct.pack(">H", os.getpid() & 0xFFFF)
+        prefix += random.getrandbits(32).to_bytes(4, "big")
+        self._prefix = prefix.hex().upper()
+        self._lock = threading.Lock()
+        self._counter = 0
+        self._month_start = 0
+        self._next_month = 0
+
+    def next_id(self) -> str:
+        now = int(time.time() * 1000)
+        with self._lock:
+            if now >= self._next_month:
+                self._month_start = _month_start_ms(now)
+                self._next_month = self._month_start + 28 * 86400 * 1000
+            self._counter = (self._counter + 1) & 0xFFFF
+            tail = _COUNTER.pack((now - self._month_start) & 0x7FFFFFFF, self._counter)
+        return self._prefix + tail.hex().upper()
+
+
+_default = UniqIdGenerator()
+
+
+def create_uniq_id() -> str:
+    return _default.next_id()

@@ -1,0 +1,286 @@
+"""The commit-log record codec, RocketMQ 4.x layout (IPv4 hosts).
+
+    offset size field
+    0      4    TOTALSIZE
+    4      4    MAGICCODE      0xdaa320a7 (message) / 0xcbd43194 (BLANK pad)
+    8      4    BODYCRC        crc32(body) & 0x7fffffff
+    12     4    QUEUEID
+    16     4    FLAG
+    20     8    QUEUEOFFSET
+    28     8    PHYSICALOFFSET
+    36     4    SYSFLAG
+    40     8    BORNTIMESTAMP  (ms)
+    48     8    BORNHOST       IPv4 (4) + port (4)
+    56     8    STORETIMESTAMP (ms)
+    64     8    STOREHOST      IPv4 (4) + port (4)
+    72     4    RECONSUMETIMES
+    76     8    PREPARED TRANSACTION OFFSET
+    84     4+n  BODY
+    ..     1+n  TOPIC
+    ..     2+n  PROPERTIES     key\\x01value\\x02...
+
+All integers are big-endian, signed as in Java. A pull response body is a
+concatenation of these records, exactly as the store holds them.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from dataclasses import dataclass
+from enum import Enum
+from functools import lru_cache
+
+from protocol.errors import CorruptRecordError
+from protocol.message import MessageExt, string_to_properties
+
+MESSAGE_MAGIC_CODE = 0xDAA320A7
+BLANK_MAGIC_CODE = 0xCBD43194
+
+# TOTALSIZE .. BODY length, 88 bytes.
+RECORD_HEAD = struct.Struct(">iIiiiqqiq8sq8siqi")
+RECORD_HEAD_SIZE = RECORD_HEAD.size
+# A BLANK pad: TOTALSIZE + MAGICCODE, the rest of the file end is filler.
+BLANK_HEAD = struct.Struct(">iI")
+BLANK_MIN_SIZE = BLANK_HEAD.size
+
+OFF_TOTAL_SIZE = 0
+OFF_MAGIC = 4
+OFF_BODY_CRC = 8
+OFF_QUEUE_ID = 12
+OFF_QUEUE_OFFSET = 20
+OFF_PHYSICAL_OFFSET = 28
+OFF_SYS_FLAG = 36
+OFF_STORE_TIMESTAMP = 56
+OFF_STORE_HOST = 64
+OFF_BODY_LEN = 84
+
+# SYSFLAG bits.
+FLAG_COMPRESSED = 0x1
+FLAG_MULTI_TAGS = 0x2
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+
+MAX_TOPIC_BYTES = 127
+MAX_PROPERTIES_BYTES = 32767
+
+
+def body_crc(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+@lru_cache(maxsize=4096)
+def pack_host(addr: str) -> bytes:
+    """``"1.2.3.4:5678"`` -> 8 bytes (IPv4 + port)."""
+    host, _, port = addr.rpartition(":")
+    try:
+        ip = socket.inet_aton(host or "0.0.0.0")
+    except OSError:
+        ip = b"\x00\x00\x00\x00"
+    return ip + struct.pack(">i", int(port or 0))
+
+
+@lru_cache(maxsize=4096)
+def unpack_host(data: bytes) -> str:
+    (port,) = struct.unpack(">i", data[4:8])
+    return f"{socket.inet_ntoa(data[:4])}:{port}"
+
+
+def record_size(body_len: int, topic_len: int, props_len: int) -> int:
+    return RECORD_HEAD_SIZE + body_len + 1 + topic_len + 2 + props_len
+
+
+def encode_record(
+    *,
+    topic: bytes,
+    queue_id: int,
+    flag: int,
+    body: bytes,
+    properties: bytes,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: bytes,
+    store_timestamp: int,
+    store_host: bytes,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+    queue_offset: int,
+    physical_offset: int,
+    crc: int | None = None,
+) -> bytes:
+    """One record's bytes. ``topic`` and ``properties`` are already UTF-8."""
+    if len(topic) > MAX_TOPIC_BYTES:
+        raise ValueError(f"topic longer than {MAX_TOPIC_BYTES} bytes")
+    if len(properties) > MAX_PROPERTIES_BYTES:
+        raise ValueError(f"properties longer than {MAX_PROPERTIES_BYTES} bytes")
+    total = RECORD_HEAD_SIZE + len(body) + 1 + len(topic) + 2 + len(properties)
+    head = RECORD_HEAD.pack(
+        total,
+        MESSAGE_MAGIC_CODE,
+        body_crc(body) if crc is None else crc,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_timestamp,
+        born_host,
+        store_timestamp,
+        store_host,
+        reconsume_times,
+        prepared_transaction_offset,
+        len(body),
+    )
+    return b"".join(
+        (head, body, bytes((len(topic),)), topic, struct.pack(">h", len(properties)), properties)
+    )
+
+
+def encode_blank(size: int) -> bytes:
+    """A BLANK pad of ``size`` bytes (at least 8) for the end of a file."""
+    return BLANK_HEAD.pack(size, BLANK_MAGIC_CODE) + bytes(size - BLANK_MIN_SIZE)
+
+
+def encode_msg_id(store_host: bytes, commit_log_offset: int) -> str:
+    """RocketMQ's offset msgId: hex(store host 8 bytes + commit-log offset 8 bytes)."""
+    return (store_host + struct.pack(">q", commit_log_offset)).hex().upper()
+
+
+def decode_msg_id(msg_id: str) -> tuple[str, int]:
+    """Offset msgId -> (store address, commit-log offset). Raises ValueError."""
+    if len(msg_id) != 32:
+        raise ValueError(f"not an offset message id: {msg_id!r}")
+    raw = bytes.fromhex(msg_id)
+    return unpack_host(raw[:8]), struct.unpack(">q", raw[8:])[0]
+
+
+class RecordStatus(Enum):
+    """What ``check_record`` found at a position."""
+
+    MESSAGE = "message"
+    BLANK = "blank"
+    END = "end"  # zeroed bytes or no room for a header: the data stops here
+    CORRUPT = "corrupt"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordCheck:
+    status: RecordStatus
+    size: int
+    reason: str = ""
+
+
+def check_record(buf: bytes | bytearray | memoryview, pos: int, limit: int, verify_crc: bool = True) -> RecordCheck:
+    """Validate the record at ``pos`` (the readable data ends at ``limit``).
+
+    Used by recovery scans: magic code, every length field and the body CRC.
+    """
+    room = limit - pos
+    if room < BLANK_MIN_SIZE:
+        return RecordCheck(RecordStatus.END, 0)
+    total, magic = BLANK_HEAD.unpack_from(buf, pos)
+    if total == 0 and magic == 0:
+        return RecordCheck(RecordStatus.END, 0)
+    if magic == BLANK_MAGIC_CODE:
+        if total < BLANK_MIN_SIZE or total > room:
+            return RecordCheck(RecordStatus.CORRUPT, 0, f"bad BLANK size {total}")
+        return RecordCheck(RecordStatus.BLANK, total)
+    if magic != MESSAGE_MAGIC_CODE:
+        return RecordCheck(RecordStatus.CORRUPT, 0, f"bad magic code {magic:#x}")
+    if total < RECORD_HEAD_SIZE + 3 or total > room:
+        return RecordCheck(RecordStatus.CORRUPT, 0, f"bad total size {total}")
+    (body_len,) = struct.unpack_from(">i", buf, pos + OFF_BODY_LEN)
+    p = pos + RECORD_HEAD_SIZE + body_len
+    if body_len < 0 or p + 1 > pos + total:
+        return RecordCheck(RecordStatus.CORRUPT, 0, f"bad body length {body_len}")
+    topic_len = buf[p]
+    p += 1 + topic_len
+    if p + 2 > pos + total:
+        return RecordCheck(RecordStatus.CORRUPT, 0, f"bad topic length {topic_len}")
+    (props_len,) = struct.unpack_from(">h", buf, p)
+    if props_len < 0 or p + 2 + props_len != pos + total:
+        return RecordCheck(RecordStatus.CORRUPT, 0, "sizes do not add up to the total")
+    if verify_crc:
+        (crc,) = struct.unpack_from(">i", buf, pos + OFF_BODY_CRC)
+        start = pos + RECORD_HEAD_SIZE
+        if body_crc(bytes(buf[start : start + body_len])) != crc:
+            return RecordCheck(RecordStatus.CORRUPT, 0, "body CRC mismatch")
+    return RecordCheck(RecordStatus.MESSAGE, total)
+
+
+def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, verify_crc: bool = False) -> MessageExt:
+    """Decode the message record at ``pos``. Raises CorruptRecordError."""
+    try:
+        (
+            total,
+            magic,
+            crc,
+            queue_id,
+            flag,
+            queue_offset,
+            physical_offset,
+            sys_flag,
+            born_ts,
+            born_host,
+            store_ts,
+            store_host,
+            reconsume,
+            prepared,
+            body_len,
+        ) = RECORD_HEAD.unpack_from(buf, pos)
+    except struct.error as exc:
+        raise CorruptRecordError(f"truncated record at {pos}") from exc
+    if magic != MESSAGE_MAGIC_CODE:
+        raise CorruptRecordError(f"bad magic code {magic:#x} at {pos}")
+    end = pos + total
+    if total < RECORD_HEAD_SIZE + 3 or end > len(buf) or body_len < 0:
+        raise CorruptRecordError(f"bad record size {total} at {pos}")
+    p = pos + RECORD_HEAD_SIZE
+    body = bytes(buf[p : p + body_len])
+    p += body_len
+    if p + 1 > end:
+        raise CorruptRecordError(f"bad body length at {pos}")
+    topic_len = buf[p]
+    topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
+    p += 1 + topic_len
+    (props_len,) = struct.unpack_from(">h", buf, p)
+    p += 2
+    if p + props_len != end:
+        raise CorruptRecordError(f"record sizes do not add up at {pos}")
+    if verify_crc and body_crc(body) != crc:
+        raise CorruptRecordError(f"body CRC mismatch at {pos}")
+    props = string_to_properties(bytes(buf[p:end]).decode()) if props_len else {}
+    return MessageExt(
+        topic=topic,
+        body=body,
+        properties=props,
+        flag=flag,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        commit_log_offset=physical_offset,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=unpack_host(born_host),
+        store_timestamp=store_ts,
+        store_host=unpack_host(store_host),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body_crc=crc,
+        store_size=total,
+        msg_id=encode_msg_id(store_host, physical_offset),
+    )
+
+
+def decode_records(buf: bytes | bytearray | memoryview, verify_crc: bool = False) -> list[MessageExt]:
+    """Decode a concatenation of message records (a pull response body)."""
+    out: list[MessageExt] = []
+    pos = 0
+    end = len(buf)
+    while pos < end:
+        msg = decode_record(buf, pos, verify_crc)
+        out.append(msg)
+        pos += msg.store_size
+    return out

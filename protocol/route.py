@@ -1,0 +1,172 @@
+"""Route data exchanged between brokers, name servers and clients.
+
+Each type converts to and from a plain dict (camelCase keys, as RocketMQ's
+JSON) so it travels in a msgpack body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import RemoteProtocolError
+
+# Permission bits, as RocketMQ's PermName.
+PERM_PRIORITY = 0x8
+PERM_READ = 0x4
+PERM_WRITE = 0x2
+PERM_INHERIT = 0x1
+PERM_RW = PERM_READ | PERM_WRITE
+
+MASTER_ID = 0
+
+
+def is_readable(perm: int) -> bool:
+    return bool(perm & PERM_READ)
+
+
+def is_writeable(perm: int) -> bool:
+    return bool(perm & PERM_WRITE)
+
+
+def perm_to_string(perm: int) -> str:
+    return ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-") + (
+        "X" if perm & PERM_INHERIT else "-"
+    )
+
+
+def _get(d: Any, key: str, typ: type, default: Any = None) -> Any:
+    if not isinstance(d, dict):
+        raise RemoteProtocolError("expected a map")
+    value = d.get(key, default)
+    if value is None and default is None:
+        raise RemoteProtocolError(f"missing field {key!r}")
+    if typ is int and type(value) is bool:
+        raise RemoteProtocolError(f"field {key!r}: expected int")
+    if not isinstance(value, typ):
+        raise RemoteProtocolError(f"field {key!r}: expected {typ.__name__}")
+    return value
+
+
+@dataclass(slots=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = PERM_RW
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topicName": self.topic_name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": self.topic_filter_type,
+            "topicSysFlag": self.topic_sys_flag,
+            "order": self.order,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TopicConfig:
+        return cls(
+            topic_name=_get(d, "topicName", str),
+            read_queue_nums=_get(d, "readQueueNums", int, 16),
+            write_queue_nums=_get(d, "writeQueueNums", int, 16),
+            perm=_get(d, "perm", int, PERM_RW),
+            topic_filter_type=_get(d, "topicFilterType", str, "SINGLE_TAG"),
+            topic_sys_flag=_get(d, "topicSysFlag", int, 0),
+            order=_get(d, "order", bool, False),
+        )
+
+
+@dataclass(slots=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "brokerName": self.broker_name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicSysFlag": self.topic_sys_flag,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> QueueData:
+        return cls(
+            broker_name=_get(d, "brokerName", str),
+            read_queue_nums=_get(d, "readQueueNums", int),
+            write_queue_nums=_get(d, "writeQueueNums", int),
+            perm=_get(d, "perm", int),
+            topic_sys_flag=_get(d, "topicSysFlag", int, 0),
+        )
+
+
+@dataclass(slots=True)
+class BrokerData:
+    cluster: str
+    broker_name: str
+    broker_addrs: dict[int, str] = field(default_factory=dict)
+
+    def master_addr(self) -> str | None:
+        return self.broker_addrs.get(MASTER_ID)
+
+    def select_addr(self) -> str | None:
+        """The master's address, or any slave's when there is no master."""
+        addr = self.broker_addrs.get(MASTER_ID)
+        if addr is None and self.broker_addrs:
+            addr = self.broker_addrs[min(self.broker_addrs)]
+        return addr
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "brokerName": self.broker_name,
+            "brokerAddrs": dict(self.broker_addrs),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> BrokerData:
+        addrs = _get(d, "brokerAddrs", dict, {})
+        out: dict[int, str] = {}
+        for k, v in addrs.items():
+            if not isinstance(v, str):
+                raise RemoteProtocolError("broker address must be a string")
+            try:
+                out[int(k)] = v
+            except (TypeError, ValueError) as exc:
+                raise RemoteProtocolError(f"bad broker id {k!r}") from exc
+        return cls(_get(d, "cluster", str), _get(d, "brokerName", str), out)
+
+
+@dataclass(slots=True)
+class TopicRouteData:
+    queue_datas: list[QueueData] = field(default_factory=list)
+    broker_datas: list[BrokerData] = field(default_factory=list)
+    order_topic_conf: str | None = None
+    filter_server_table: dict[str, list[str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "orderTopicConf": self.order_topic_conf,
+            "queueDatas": [q.to_dict() for q in self.queue_datas],
+            "brokerDatas": [b.to_dict() for b in self.broker_datas],
+            "filterServerTable": self.filter_server_table,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> TopicRouteData:
+        return cls(
+            queue_datas=[QueueData.from_dict(q) for q in _get(d, "queueDatas", list, [])],
+            broker_datas=[BrokerData.from_dict(b) for b in _get(d, "brokerDatas", list, [])],
+            order_topic_conf=d.get("orderTopicConf"),
+            filter_server_table=_get(d, "filterServerTable", dict, {}),
+        )
