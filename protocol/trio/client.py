@@ -1,0 +1,111 @@
+"""RemotingClient: a pool of connections, one per address, opened on demand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+import trio
+
+from protocol.command import RemotingCommand
+from protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from protocol.trio.connection import HandlerTable, RemotingConnection
+from protocol.trio.errors import RemotingConnectError
+
+log = structlog.get_logger("remoting.client")
+
+DEFAULT_CONNECT_TIMEOUT = 3.0
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"address must be host:port, got {addr!r}")
+    return host, int(port)
+
+
+class RemotingClient:
+    """Connections to many peers. Use as ``async with RemotingClient() as c``.
+
+    Connections live in the client's nursery; requests from peers (e.g.
+    NOTIFY_CONSUMER_IDS_CHANGED) are served with ``handlers``.
+    """
+
+    def __init__(
+        self,
+        handlers: HandlerTable | None = None,
+        *,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self.handlers = handlers or HandlerTable()
+        self.connect_timeout = connect_timeout
+        self.max_frame_size = max_frame_size
+        self._conns: dict[str, RemotingConnection] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._nursery: trio.Nursery | None = None
+        self._nursery_cm: Any = None
+
+    async def __aenter__(self) -> RemotingClient:
+        self._nursery_cm = trio.open_nursery()
+        self._nursery = await self._nursery_cm.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        self.close()
+        assert self._nursery_cm is not None
+        return await self._nursery_cm.__aexit__(*exc)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        for conn in list(self._conns.values()):
+            conn.close()
+        self._conns.clear()
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+
+    def close_connection(self, addr: str) -> None:
+        conn = self._conns.pop(addr, None)
+        if conn is not None:
+            conn.close()
+
+    async def get_connection(self, addr: str) -> RemotingConnection:
+        """The open connection to ``addr``, connecting if needed.
+
+        Raises RemotingConnectError.
+        """
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._locks.setdefault(addr, trio.Lock())
+        async with lock:
+            conn = self._conns.get(addr)
+            if conn is not None and not conn.closed:
+                return conn
+            if self._nursery is None:
+                raise RemotingConnectError("client is not started")
+            host, port = split_addr(addr)
+            try:
+                with trio.fail_after(self.connect_timeout):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError) as exc:
+                raise RemotingConnectError(f"connect to {addr} failed: {exc}") from exc
+            stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
+            conn = RemotingConnection(
+                stream, self.handlers, remote_addr=addr, max_frame_size=self.max_frame_size
+            )
+            conn.on_close(lambda c: self._forget(addr, c))
+            await self._nursery.start(conn.run)
+            self._conns[addr] = conn
+            return conn
+
+    def _forget(self, addr: str, conn: RemotingConnection) -> None:
+        if self._conns.get(addr) is conn:
+            del self._conns[addr]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        conn = await self.get_connection(addr)
+        return await conn.invoke(cmd, timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        conn = await self.get_connection(addr)
+        await conn.invoke_oneway(cmd)

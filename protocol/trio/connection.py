@@ -1,0 +1,296 @@
+"""RemotingConnection: symmetric framed RPC over one trio stream.
+
+Either side may send requests; responses are matched by opaque; many requests
+are in flight at once. Outgoing frames are queued without an await and a
+writer task sends everything that is ready in one ``send_all``; the reader
+takes large chunks and handles every complete frame in them.
+
+Handlers are registered per request code. A plain function runs inline in the
+reader loop and returns the response (or None to answer later through
+``send_response``, e.g. a held long poll or a sync-flush wait); an ``async``
+function is started as a task of the connection.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+import trio
+
+from protocol.codes import RequestCode, ResponseCode, code_name
+from protocol.command import RemotingCommand, peek_opaque
+from protocol.errors import ProtocolError, RemoteProtocolError
+from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
+from protocol.trio.errors import (
+    RemotingConnectError,
+    RemotingSendRequestError,
+    RemotingTimeoutError,
+)
+
+SyncHandler = Callable[["RemotingConnection", RemotingCommand], RemotingCommand | None]
+AsyncHandler = Callable[["RemotingConnection", RemotingCommand], Awaitable[RemotingCommand | None]]
+Handler = SyncHandler | AsyncHandler
+
+RECEIVE_CHUNK = 256 * 1024
+# Above this many queued outgoing bytes, invoke() waits for the writer.
+HIGH_WATER = 8 * 1024 * 1024
+
+log = structlog.get_logger("remoting")
+
+
+class HandlerTable:
+    """Request handlers keyed by request code."""
+
+    def __init__(self) -> None:
+        self._sync: dict[int, SyncHandler] = {}
+        self._async: dict[int, AsyncHandler] = {}
+
+    def register(self, code: int, handler: Handler) -> None:
+        if inspect.iscoroutinefunction(handler):
+            self._async[int(code)] = handler
+        else:
+            self._sync[int(code)] = handler  # type: ignore[assignment]
+
+    def lookup(self, code: int) -> tuple[SyncHandler | None, AsyncHandler | None]:
+        return self._sync.get(code), self._async.get(code)
+
+
+class _Pending:
+    __slots__ = ("event", "response")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.response: RemotingCommand | None = None
+
+
+class RemotingConnection:
+    """One connection. Call ``run()`` in a nursery; it returns when the peer goes."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        handlers: HandlerTable | None = None,
+        *,
+        remote_addr: str = "?",
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self.stream = stream
+        self.handlers = handlers or HandlerTable()
+        self.remote_addr = remote_addr
+        self.max_frame_size = max_frame_size
+        self.attrs: dict[str, Any] = {}
+        self.closed = False
+        self._decoder = FrameDecoder(max_frame_size)
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._wake: trio.Event | None = None
+        self._drained = trio.Event()
+        self._pending: dict[int, _Pending] = {}
+        self._nursery: trio.Nursery | None = None
+        self._close_callbacks: list[Callable[[RemotingConnection], None]] = []
+        self._log = log.bind(peer=remote_addr)
+
+    # ---- lifecycle -----------------------------------------------------------
+
+    def on_close(self, callback: Callable[[RemotingConnection], None]) -> None:
+        self._close_callbacks.append(callback)
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._writer)
+                task_status.started()
+                await self._reader()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._shutdown()
+            with trio.CancelScope(shield=True):
+                with trio.move_on_after(1):
+                    await self.stream.aclose()
+
+    def close(self) -> None:
+        """Ask the connection to stop; ``run()`` returns soon after."""
+        if self._nursery is not None:
+            self._nursery.cancel_scope.cancel()
+        self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for pending in self._pending.values():
+            pending.event.set()
+        self._pending.clear()
+        self._drained.set()
+        for cb in self._close_callbacks:
+            try:
+                cb(self)
+            except Exception:
+                self._log.exception("close callback failed")
+
+    def spawn(self, async_fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run a task for as long as the connection lives."""
+        if self._nursery is None or self.closed:
+            raise RemotingConnectError("connection is closed")
+        self._nursery.start_soon(async_fn, *args)
+
+    # ---- sending -------------------------------------------------------------
+
+    def _enqueue(self, cmd: RemotingCommand) -> None:
+        if self.closed:
+            raise RemotingSendRequestError(f"connection to {self.remote_addr} is closed")
+        frame = encode_frame(cmd.encode(), self.max_frame_size)
+        self._out.append(frame)
+        self._out_bytes += len(frame)
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+
+    def send_response(self, response: RemotingCommand) -> None:
+        """Queue a response (or any command) without waiting. Dropped if closed."""
+        if not self.closed:
+            self._enqueue(response)
+
+    async def _writer(self) -> None:
+        stream = self.stream
+        while True:
+            if not self._out:
+                wake = self._wake = trio.Event()
+                await wake.wait()
+                continue
+            data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+            self._out.clear()
+            self._out_bytes = 0
+            self._drained.set()
+            self._drained = trio.Event()
+            try:
+                await stream.send_all(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._log.info("connection write failed", error=str(exc))
+                self.close()
+                return
+
+    async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request and wait for its response.
+
+        Raises RemotingTimeoutError, RemotingConnectError, RemotingSendRequestError.
+        """
+        if self._out_bytes > HIGH_WATER:
+            await self._drained.wait()
+        pending = _Pending()
+        self._pending[cmd.opaque] = pending
+        try:
+            self._enqueue(cmd)
+            with trio.move_on_after(timeout if timeout > 0 else math.inf):
+                await pending.event.wait()
+        finally:
+            self._pending.pop(cmd.opaque, None)
+        if pending.response is not None:
+            return pending.response
+        if self.closed:
+            raise RemotingConnectError(f"connection to {self.remote_addr} closed")
+        raise RemotingTimeoutError(
+            f"no response from {self.remote_addr} within {timeout:.3f}s "
+            f"({code_name(cmd.code, False)})"
+        )
+
+    async def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        cmd.flag |= 0x2
+        if self._out_bytes > HIGH_WATER:
+            await self._drained.wait()
+        self._enqueue(cmd)
+
+    # ---- receiving -----------------------------------------------------------
+
+    async def _reader(self) -> None:
+        stream = self.stream
+        while True:
+            try:
+                data = await stream.receive_some(RECEIVE_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                self._log.debug("connection read failed", error=str(exc))
+                return
+            if not data:
+                return
+            try:
+                frames = self._decoder.feed(data)
+            except ProtocolError as exc:
+                self._log.warning("protocol error, closing connection", error=str(exc))
+                return
+            for payload in frames:
+                if not self._handle_frame(payload):
+                    return
+
+    def _handle_frame(self, payload: bytes) -> bool:
+        """Handle one frame; False means the connection must close."""
+        try:
+            cmd = RemotingCommand.decode(payload)
+        except RemoteProtocolError as exc:
+            ident = peek_opaque(payload)
+            if ident is None:
+                self._log.warning("undecodable frame, closing connection", error=str(exc))
+                return False
+            bad = RemotingCommand(code=ident[0], opaque=ident[1])
+            self.send_response(
+                bad.response(ResponseCode.SYSTEM_ERROR, f"malformed request: {exc}")
+            )
+            return True
+        if cmd.is_response:
+            pending = self._pending.get(cmd.opaque)
+            if pending is not None:
+                pending.response = cmd
+                pending.event.set()
+            return True
+        self._dispatch(cmd)
+        return True
+
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        sync_handler, async_handler = self.handlers.lookup(cmd.code)
+        if sync_handler is not None:
+            try:
+                response = sync_handler(self, cmd)
+            except Exception as exc:
+                response = self._error_response(cmd, exc)
+            if response is not None and not cmd.is_oneway:
+                self.send_response(response)
+        elif async_handler is not None:
+            assert self._nursery is not None
+            self._nursery.start_soon(self._run_async, async_handler, cmd)
+        elif not cmd.is_oneway:
+            self.send_response(
+                cmd.response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f"request code {cmd.code} not supported",
+                )
+            )
+
+    async def _run_async(self, handler: AsyncHandler, cmd: RemotingCommand) -> None:
+        try:
+            response = await handler(self, cmd)
+        except Exception as exc:
+            response = self._error_response(cmd, exc)
+        if response is not None and not cmd.is_oneway:
+            self.send_response(response)
+
+    def _error_response(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        if isinstance(exc, ProtocolError):
+            remark = f"bad request: {exc}"
+        else:
+            self._log.exception(
+                "request handler failed", code=_request_name(cmd.code)
+            )
+            remark = f"{type(exc).__name__}: {exc}"
+        return cmd.response(ResponseCode.SYSTEM_ERROR, remark)
+
+
+def _request_name(code: int) -> str:
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return str(code)
