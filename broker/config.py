@@ -7,13 +7,12 @@ forms of the keys.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import socket
 from dataclasses import dataclass, field
-from enum import Enum, StrEnum
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+
+from protocol.config import ConfigError, PropertiesConfig, load_properties
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -33,19 +32,8 @@ class BrokerRole(StrEnum):
     SLAVE = "SLAVE"
 
 
-class ConfigError(ValueError):
-    """A configuration key or value is not valid."""
-
-
-def _default_ip() -> str:
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
-
-
 @dataclass(slots=True)
-class BrokerConfig:
+class BrokerConfig(PropertiesConfig):
     # identity
     broker_cluster_name: str = "DefaultCluster"
     broker_name: str = "broker-a"
@@ -97,68 +85,5 @@ class BrokerConfig:
     def store_path(self, *parts: str) -> Path:
         return Path(self.store_path_root_dir).joinpath(*parts)
 
-    # ---- properties files ------------------------------------------------
 
-    @staticmethod
-    def key_of(attr: str) -> str:
-        head, *rest = attr.split("_")
-        return head + "".join(p[:1].upper() + p[1:] for p in rest)
-
-    def to_properties(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, Enum):
-                value = value.value
-            elif isinstance(value, bool):
-                value = "true" if value else "false"
-            out[self.key_of(f.name)] = str(value)
-        return out
-
-    def update(self, props: dict[str, Any]) -> None:
-        """Apply RocketMQ keys (camelCase) or attribute names. Raises ConfigError."""
-        by_key = {self.key_of(f.name): f for f in dataclasses.fields(self)}
-        by_attr = {f.name: f for f in dataclasses.fields(self)}
-        for key, raw in props.items():
-            f = by_key.get(key) or by_attr.get(key)
-            if f is None:
-                raise ConfigError(f"unknown broker config key: {key}")
-            setattr(self, f.name, _convert(f.name, getattr(self, f.name), raw))
-
-    @classmethod
-    def from_properties(cls, props: dict[str, Any]) -> BrokerConfig:
-        cfg = cls()
-        cfg.update(props)
-        return cfg
-
-
-def _convert(name: str, current: Any, raw: Any) -> Any:
-    if not isinstance(raw, str):
-        return raw
-    text = raw.strip()
-    try:
-        if isinstance(current, Enum):
-            return type(current)(text)
-        if isinstance(current, bool):
-            if text.lower() not in ("true", "false"):
-                raise ValueError(text)
-            return text.lower() == "true"
-        if isinstance(current, int):
-            return int(text)
-    except ValueError as exc:
-        raise ConfigError(f"bad value for {name}: {raw!r}") from exc
-    return text
-
-
-def load_properties(path: str | Path) -> dict[str, str]:
-    """Parse a Java-style properties file (``key=value``, ``#`` comments)."""
-    props: dict[str, str] = {}
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        m = re.match(r"([^=:\s]+)\s*[=:]?\s*(.*)$", line)
-        if not m:
-            raise ConfigError(f"{path}:{lineno}: cannot parse {line!r}")
-        props[m.group(1)] = m.group(2)
-    return props
+__all__ = ["BrokerConfig", "BrokerRole", "ConfigError", "FlushDiskType", "load_properties"]

@@ -1,0 +1,101 @@
+"""RocketMQ-style properties files and typed config objects built from them.
+
+A config is a dataclass whose attribute names are the snake_case forms of
+RocketMQ's keys (``listenPort`` <-> ``listen_port``). ``PropertiesConfig``
+gives it loading, updating and printing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from enum import Enum
+from pathlib import Path
+from typing import Any, Self
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is not valid."""
+
+
+# Keys whose RocketMQ spelling is not plain camelCase.
+_SPECIAL_KEYS = {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2"}
+
+
+def key_of(attr: str) -> str:
+    if attr in _SPECIAL_KEYS:
+        return _SPECIAL_KEYS[attr]
+    head, *rest = attr.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Parse a Java-style properties file (``key=value``, ``#`` comments).
+
+    Raises ConfigError on a line it cannot read, OSError if unreadable.
+    """
+    props: dict[str, str] = {}
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        m = re.match(r"([^=:\s]+)\s*[=:]?\s*(.*)$", line)
+        if not m:
+            raise ConfigError(f"{path}:{lineno}: cannot parse {line!r}")
+        props[m.group(1)] = m.group(2).strip()
+    return props
+
+
+def _convert(name: str, current: Any, raw: Any) -> Any:
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    try:
+        if isinstance(current, Enum):
+            return type(current)(text)
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if isinstance(current, int):
+            return int(text)
+        if isinstance(current, float):
+            return float(text)
+    except ValueError as exc:
+        raise ConfigError(f"bad value for {key_of(name)}: {raw!r}") from exc
+    return text
+
+
+class PropertiesConfig:
+    """Mixin for config dataclasses keyed by RocketMQ property names."""
+
+    def to_properties(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, Enum):
+                value = value.value
+            elif isinstance(value, bool):
+                value = "true" if value else "false"
+            out[key_of(f.name)] = str(value)
+        return out
+
+    def update(self, props: dict[str, Any]) -> None:
+        """Apply RocketMQ keys (camelCase) or attribute names. Raises ConfigError."""
+        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        by_key = {key_of(f.name).lower(): f for f in fields}
+        by_attr = {f.name: f for f in fields}
+        for key, raw in props.items():
+            f = by_key.get(key.lower()) or by_attr.get(key)
+            if f is None:
+                raise ConfigError(f"unknown config key: {key}")
+            setattr(self, f.name, _convert(f.name, getattr(self, f.name), raw))
+
+    @classmethod
+    def from_properties(cls, props: dict[str, Any]) -> Self:
+        cfg = cls()
+        cfg.update(props)
+        return cfg
+
+    def render(self) -> str:
+        return "\n".join(f"{k}={v}" for k, v in self.to_properties().items())
