@@ -46,7 +46,7 @@ class FrameDecoder:
         """Bytes held that do not yet form a complete frame."""
         return len(self._buf) - self._pos
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         if self._broken:
             raise FrameTooLargeError("decoder already saw an oversize frame")
         buf = self._buf

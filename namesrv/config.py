@@ -1,0 +1,18 @@
+"""NamesrvConfig: the name server's settings, with RocketMQ's key names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.config import PropertiesConfig
+
+
+@dataclass(slots=True)
+class NamesrvConfig(PropertiesConfig):
+    listen_ip: str = "127.0.0.1"
+    listen_port: int = 9876
+    # ms between liveness scans
+    scan_not_active_broker_interval: int = 10_000
+    # ms of silence after which a broker is dropped
+    broker_channel_expired_time: int = 120_000
+    max_frame_size: int = 16 * 1024 * 1024

@@ -1,0 +1,52 @@
+"""NamesrvController: the RPC server plus the liveness scan, as trio tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+import trio
+
+from namesrv.config import NamesrvConfig
+from namesrv.processor import NamesrvProcessor
+from namesrv.route_info import RouteInfoManager
+from protocol.trio.connection import RemotingConnection
+from protocol.trio.server import RemotingServer
+
+log = structlog.get_logger("namesrv")
+
+
+class NamesrvController:
+    def __init__(self, config: NamesrvConfig) -> None:
+        self.config = config
+        self.routes = RouteInfoManager()
+        self.processor = NamesrvProcessor(self.routes, trio.current_time)
+        self.server = RemotingServer(
+            self.processor.handler_table(),
+            config.listen_ip,
+            config.listen_port,
+            max_frame_size=config.max_frame_size,
+        )
+        self.server.on_connection_closed(self._on_connection_closed)
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    def _on_connection_closed(self, conn: RemotingConnection) -> None:
+        self.routes.on_connection_destroyed(conn)
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled. Reports the bound port once listening."""
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(self.server.serve)
+            nursery.start_soon(self.scan_loop)
+            log.info("name server started", port=port)
+            task_status.started(port)
+
+    async def scan_loop(self) -> None:
+        interval = self.config.scan_not_active_broker_interval / 1000
+        expired = self.config.broker_channel_expired_time / 1000
+        while True:
+            await trio.sleep(interval)
+            self.routes.scan_not_active_broker(trio.current_time(), expired)

@@ -1,0 +1,100 @@
+"""Request handlers of the name server, keyed by request code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from namesrv.route_info import DataVersion, RouteInfoManager
+from protocol.body import pack_body, unpack_body
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import RemoteProtocolError
+from protocol.headers import (
+    DeleteTopicRequestHeader,
+    GetRouteInfoRequestHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnRegisterBrokerRequestHeader,
+    WipeWritePermOfBrokerRequestHeader,
+    WipeWritePermOfBrokerResponseHeader,
+)
+from protocol.route import TopicConfig
+from protocol.trio.connection import HandlerTable, RemotingConnection
+
+
+class NamesrvProcessor:
+    """Handlers over one RouteInfoManager; ``clock`` gives seconds (trio time)."""
+
+    def __init__(self, routes: RouteInfoManager, clock: Callable[[], float]) -> None:
+        self.routes = routes
+        self.clock = clock
+
+    def handler_table(self) -> HandlerTable:
+        table = HandlerTable()
+        table.register(RequestCode.REGISTER_BROKER, self.register_broker)
+        table.register(RequestCode.UNREGISTER_BROKER, self.unregister_broker)
+        table.register(RequestCode.GET_ROUTEINFO_BY_TOPIC, self.get_route_info)
+        table.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.get_cluster_info)
+        table.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topic_list)
+        table.register(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm)
+        table.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
+        return table
+
+    def register_broker(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = RegisterBrokerRequestHeader.from_fields(cmd.ext_fields)
+        topics: dict[str, TopicConfig] = {}
+        version = DataVersion()
+        if cmd.body:
+            body = unpack_body(cmd.body)
+            if not isinstance(body, dict):
+                raise RemoteProtocolError("register body must be a map")
+            table = body.get("topicConfigTable") or {}
+            if not isinstance(table, dict):
+                raise RemoteProtocolError("topicConfigTable must be a map")
+            topics = {name: TopicConfig.from_dict(cfg) for name, cfg in table.items()}
+            version = DataVersion.from_dict(body.get("dataVersion"))
+        result = self.routes.register_broker(
+            h.cluster_name,
+            h.broker_addr,
+            h.broker_name,
+            h.broker_id,
+            h.ha_server_addr,
+            topics,
+            version,
+            conn,
+            self.clock(),
+        )
+        out = RegisterBrokerResponseHeader(result.ha_server_addr, result.master_addr)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=out.to_fields())
+
+    def unregister_broker(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = UnRegisterBrokerRequestHeader.from_fields(cmd.ext_fields)
+        self.routes.unregister_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def get_route_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetRouteInfoRequestHeader.from_fields(cmd.ext_fields)
+        route = self.routes.pickup_topic_route_data(h.topic)
+        if route is None:
+            return cmd.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}"
+            )
+        return cmd.response(ResponseCode.SUCCESS, body=pack_body(route.to_dict()))
+
+    def get_cluster_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(ResponseCode.SUCCESS, body=pack_body(self.routes.get_all_cluster_info()))
+
+    def get_all_topic_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        body = {"topicList": self.routes.get_all_topic_list()}
+        return cmd.response(ResponseCode.SUCCESS, body=pack_body(body))
+
+    def wipe_write_perm(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = WipeWritePermOfBrokerRequestHeader.from_fields(cmd.ext_fields)
+        count = self.routes.wipe_write_perm_of_broker(h.broker_name)
+        out = WipeWritePermOfBrokerResponseHeader(count)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=out.to_fields())
+
+    def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = DeleteTopicRequestHeader.from_fields(cmd.ext_fields)
+        self.routes.delete_topic(h.topic)
+        return cmd.response(ResponseCode.SUCCESS)
