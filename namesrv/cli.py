@@ -47,7 +47,7 @@ def main(
     configure_logging(log_level)
     controller = NamesrvController(config)
     try:
-        trio.run(run_until_signal, controller.run)
+        trio.run(run_until_signal, controller)
     except OSError as exc:
         log.error("name server failed to start", error=str(exc))
         sys.exit(1)

@@ -28,6 +28,7 @@ class NamesrvController:
             max_frame_size=config.max_frame_size,
         )
         self.server.on_connection_closed(self._on_connection_closed)
+        self._stop = trio.Event()
 
     @property
     def port(self) -> int:
@@ -43,6 +44,11 @@ class NamesrvController:
             nursery.start_soon(self.scan_loop)
             log.info("name server started", port=port)
             task_status.started(port)
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+
+    def request_shutdown(self) -> None:
+        self._stop.set()
 
     async def scan_loop(self) -> None:
         interval = self.config.scan_not_active_broker_interval / 1000

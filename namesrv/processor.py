@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from namesrv.route_info import DataVersion, RouteInfoManager
+from namesrv.route_info import RouteInfoManager
 from protocol.body import pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -18,7 +18,7 @@ from protocol.headers import (
     WipeWritePermOfBrokerRequestHeader,
     WipeWritePermOfBrokerResponseHeader,
 )
-from protocol.route import TopicConfig
+from protocol.route import DataVersion, TopicConfig
 from protocol.trio.connection import HandlerTable, RemotingConnection
 
 

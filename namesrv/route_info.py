@@ -15,28 +15,13 @@ from protocol.route import (
     MASTER_ID,
     PERM_WRITE,
     BrokerData,
+    DataVersion,
     QueueData,
     TopicConfig,
     TopicRouteData,
 )
 
 log = structlog.get_logger("namesrv.route")
-
-
-@dataclass(slots=True)
-class DataVersion:
-    timestamp: int = 0
-    counter: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return {"timestamp": self.timestamp, "counter": self.counter}
-
-    @classmethod
-    def from_dict(cls, d: Any) -> DataVersion:
-        if not isinstance(d, dict):
-            return cls()
-        ts, counter = d.get("timestamp", 0), d.get("counter", 0)
-        return cls(ts if isinstance(ts, int) else 0, counter if isinstance(counter, int) else 0)
 
 
 @dataclass(slots=True)

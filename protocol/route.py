@@ -170,3 +170,25 @@ class TopicRouteData:
             order_topic_conf=d.get("orderTopicConf"),
             filter_server_table=_get(d, "filterServerTable", dict, {}),
         )
+
+
+@dataclass(slots=True)
+class DataVersion:
+    """Changes whenever a table changes, so name servers and slaves notice."""
+
+    timestamp: int = 0
+    counter: int = 0
+
+    def next_version(self, now_ms: int) -> None:
+        self.timestamp = now_ms
+        self.counter += 1
+
+    def to_dict(self) -> dict[str, int]:
+        return {"timestamp": self.timestamp, "counter": self.counter}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> DataVersion:
+        if not isinstance(d, dict):
+            return cls()
+        ts, counter = d.get("timestamp", 0), d.get("counter", 0)
+        return cls(ts if type(ts) is int else 0, counter if type(counter) is int else 0)

@@ -1,10 +1,9 @@
-"""Running a daemon's main task until SIGINT or SIGTERM."""
+"""Running a daemon until SIGINT or SIGTERM, with an orderly shutdown."""
 
 from __future__ import annotations
 
 import signal
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -12,17 +11,31 @@ import trio
 log = structlog.get_logger("daemon")
 
 
-async def run_until_signal(main_task: Callable[..., Awaitable[Any]]) -> None:
-    """Run ``main_task`` until a signal arrives, then cancel it and let it clean up."""
+class Daemon(Protocol):
+    async def run(self, task_status: Any = ...) -> None: ...
+
+    def request_shutdown(self) -> None: ...
+
+
+async def run_until_signal(daemon: Daemon) -> None:
+    """Run ``daemon`` until it returns; the first signal asks it to shut down
+    cleanly, a second one cancels it."""
     async with trio.open_nursery() as nursery:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
 
             async def _main() -> None:
-                await main_task()
+                await daemon.run()
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(_main)
+            first = True
             async for signum in signals:
-                log.info("signal received, shutting down", signal=signal.Signals(signum).name)
-                nursery.cancel_scope.cancel()
-                break
+                name = signal.Signals(signum).name
+                if first:
+                    log.info("signal received, shutting down", signal=name)
+                    daemon.request_shutdown()
+                    first = False
+                else:
+                    log.warning("second signal, stopping at once", signal=name)
+                    nursery.cancel_scope.cancel()
+                    break

@@ -1,0 +1,72 @@
+"""AdminBrokerProcessor: topic administration and statistics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.topic_validator import is_system_topic, validate_topic
+from protocol.body import pack_body
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+)
+from protocol.route import TopicConfig
+from protocol.trio.connection import RemotingConnection
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+
+class AdminBrokerProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.controller = controller
+
+    def update_and_create_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = CreateTopicRequestHeader.from_fields(cmd.ext_fields)
+        reason = validate_topic(h.topic)
+        if reason is None and is_system_topic(h.topic):
+            reason = f"the topic {h.topic!r} is a reserved system topic"
+        if reason is not None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
+        if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be within 1..1024")
+        cfg = TopicConfig(
+            h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
+            h.topic_filter_type, h.topic_sys_flag, h.order,
+        )
+        self.controller.topic_config_manager.update(cfg)
+        self.controller.trigger_register()
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = DeleteTopicRequestHeader.from_fields(cmd.ext_fields)
+        self.controller.delete_topic(h.topic)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def get_topic_stats_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetTopicStatsInfoRequestHeader.from_fields(cmd.ext_fields)
+        cfg = self.controller.topic_config_manager.get(h.topic)
+        if cfg is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        store = self.controller.message_store
+        name = self.controller.config.broker_name
+        table = []
+        for qid in range(cfg.write_queue_nums):
+            max_off = store.get_max_offset_in_queue(h.topic, qid)
+            last = store.get_message_store_timestamp(h.topic, qid, max_off - 1) if max_off > 0 else 0
+            table.append({
+                "brokerName": name,
+                "queueId": qid,
+                "minOffset": store.get_min_offset_in_queue(h.topic, qid),
+                "maxOffset": max_off,
+                "lastUpdateTimestamp": last,
+            })
+        return cmd.response(ResponseCode.SUCCESS, body=pack_body({"offsetTable": table}))
+
+    def get_all_topic_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        return cmd.response(
+            ResponseCode.SUCCESS, body=pack_body(self.controller.topic_config_manager.to_wire())
+        )

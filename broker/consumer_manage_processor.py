@@ -1,0 +1,52 @@
+"""Consumer offsets and queue offsets: QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import (
+    GetMaxOffsetRequestHeader,
+    GetMinOffsetRequestHeader,
+    OffsetResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from protocol.trio.connection import RemotingConnection
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+
+class ConsumerManageProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.controller = controller
+
+    def query_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = QueryConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
+        offset = self.controller.consumer_offset_manager.query_offset(
+            h.consumer_group, h.topic, h.queue_id
+        )
+        if offset < 0:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())
+
+    def update_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = UpdateConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
+        if h.commit_offset < 0:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "commitOffset must not be negative")
+        self.controller.consumer_offset_manager.commit_offset(
+            h.consumer_group, h.topic, h.queue_id, h.commit_offset
+        )
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def get_max_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetMaxOffsetRequestHeader.from_fields(cmd.ext_fields)
+        offset = self.controller.message_store.get_max_offset_in_queue(h.topic, h.queue_id)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())
+
+    def get_min_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetMinOffsetRequestHeader.from_fields(cmd.ext_fields)
+        offset = self.controller.message_store.get_min_offset_in_queue(h.topic, h.queue_id)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())

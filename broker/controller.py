@@ -1,0 +1,150 @@
+"""BrokerController: wires config, managers, store, processors and services.
+
+Every background service is a task in the controller's nursery. ``run()``
+returns after an orderly shutdown (``request_shutdown``): unregister from the
+name servers, stop serving, persist managers, flush and close the store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+import trio
+
+from broker.admin_processor import AdminBrokerProcessor
+from broker.config import BrokerConfig
+from broker.consumer_manage_processor import ConsumerManageProcessor
+from broker.consumer_offset_manager import ConsumerOffsetManager
+from broker.out_api import BrokerOuterAPI
+from broker.pull_processor import PullMessageProcessor
+from broker.send_processor import SendMessageProcessor
+from broker.store import DefaultMessageStore
+from broker.topic_config_manager import TopicConfigManager
+from protocol.codes import RequestCode
+from protocol.trio.client import RemotingClient
+from protocol.trio.connection import HandlerTable
+from protocol.trio.server import RemotingServer
+
+
+class BrokerController:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.log = structlog.get_logger("broker").bind(broker=config.broker_name)
+        self.topic_config_manager = TopicConfigManager(config)
+        self.consumer_offset_manager = ConsumerOffsetManager(config)
+        self.message_store = DefaultMessageStore(config)
+        self.send_processor = SendMessageProcessor(self)
+        self.pull_processor = PullMessageProcessor(self)
+        self.consumer_manage_processor = ConsumerManageProcessor(self)
+        self.admin_processor = AdminBrokerProcessor(self)
+        self.server = RemotingServer(
+            self._handler_table(), "0.0.0.0" if config.broker_ip1 != "127.0.0.1" else "127.0.0.1",
+            config.listen_port, max_frame_size=config.max_frame_size,
+        )
+        self.outer_api: BrokerOuterAPI | None = None
+        self._register_event = trio.Event()
+        self._stop = trio.Event()
+        self.started = False
+
+    def _handler_table(self) -> HandlerTable:
+        t = HandlerTable()
+        t.register(RequestCode.SEND_MESSAGE, self.send_processor.send_message)
+        t.register(RequestCode.SEND_BATCH_MESSAGE, self.send_processor.send_batch_message)
+        t.register(RequestCode.PULL_MESSAGE, self.pull_processor.pull_message)
+        cm = self.consumer_manage_processor
+        t.register(RequestCode.QUERY_CONSUMER_OFFSET, cm.query_consumer_offset)
+        t.register(RequestCode.UPDATE_CONSUMER_OFFSET, cm.update_consumer_offset)
+        t.register(RequestCode.GET_MAX_OFFSET, cm.get_max_offset)
+        t.register(RequestCode.GET_MIN_OFFSET, cm.get_min_offset)
+        ad = self.admin_processor
+        t.register(RequestCode.UPDATE_AND_CREATE_TOPIC, ad.update_and_create_topic)
+        t.register(RequestCode.DELETE_TOPIC_IN_BROKER, ad.delete_topic)
+        t.register(RequestCode.GET_TOPIC_STATS_INFO, ad.get_topic_stats_info)
+        t.register(RequestCode.GET_ALL_TOPIC_CONFIG, ad.get_all_topic_config)
+        return t
+
+    # ---- actions used by processors ---------------------------------------------
+
+    def is_internal_topic(self, topic: str) -> bool:
+        """Topics the broker itself writes (none yet from producers)."""
+        return False
+
+    def trigger_register(self) -> None:
+        """Register with the name servers soon (topics changed)."""
+        self._register_event.set()
+
+    def delete_topic(self, topic: str) -> None:
+        self.topic_config_manager.delete(topic)
+        self.consumer_offset_manager.remove_topic(topic)
+        self.message_store.delete_topics({topic})
+        self.trigger_register()
+
+    def request_shutdown(self) -> None:
+        self._stop.set()
+
+    # ---- lifecycle ---------------------------------------------------------------
+
+    def _load(self) -> None:
+        self.topic_config_manager.load()
+        self.consumer_offset_manager.load()
+        if not self.message_store.load():
+            raise RuntimeError("message store failed to load")
+        self.message_store.start()
+
+    def _persist_and_close(self) -> None:
+        try:
+            self.consumer_offset_manager.dirty = True
+            self.consumer_offset_manager.persist()
+            self.topic_config_manager.persist()
+        finally:
+            self.message_store.shutdown()
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``request_shutdown``; reports the bound port when ready."""
+        await trio.to_thread.run_sync(self._load)
+        try:
+            async with RemotingClient() as client:
+                self.outer_api = BrokerOuterAPI(self.config, client)
+                async with trio.open_nursery() as nursery:
+                    port = await nursery.start(self.server.serve)
+                    self.config.listen_port = port
+                    self.topic_config_manager.persist()
+                    await self.register_broker_all()
+                    nursery.start_soon(self._register_loop)
+                    nursery.start_soon(self._flush_loop, self.message_store.flush_commit_log,
+                                       self.config.flush_interval_commit_log)
+                    nursery.start_soon(self._flush_loop, self.message_store.flush_consume_queues,
+                                       self.config.flush_interval_consume_queue)
+                    nursery.start_soon(self._flush_loop, self.consumer_offset_manager.persist,
+                                       self.config.flush_consumer_offset_interval)
+                    self.started = True
+                    self.log.info("broker started", addr=self.config.broker_addr,
+                                  namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value)
+                    task_status.started(port)
+                    await self._stop.wait()
+                    self.log.info("broker shutting down")
+                    with trio.move_on_after(5):
+                        await self.outer_api.unregister_broker_all()
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._persist_and_close)
+            self.log.info("broker stopped")
+
+    async def register_broker_all(self) -> None:
+        assert self.outer_api is not None
+        await self.outer_api.register_broker_all(self.topic_config_manager.to_wire())
+
+    async def _register_loop(self) -> None:
+        interval = self.config.register_broker_interval_ms / 1000
+        while True:
+            with trio.move_on_after(interval):
+                await self._register_event.wait()
+            self._register_event = trio.Event()
+            await self.register_broker_all()
+
+    async def _flush_loop(self, flush: Any, interval_ms: int) -> None:
+        while True:
+            await trio.sleep(interval_ms / 1000)
+            await trio.to_thread.run_sync(flush)

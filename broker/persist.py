@@ -1,0 +1,48 @@
+"""Atomic JSON persistence for the broker's managers (ConfigManager in RocketMQ).
+
+Write a temp file, fsync it, keep the previous file as ``.bak``, rename the
+temp file into place, fsync the directory. Loading falls back to ``.bak`` when
+the main file is missing or unreadable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+log = structlog.get_logger("broker.persist")
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(obj, indent=2, sort_keys=True).encode()
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    if path.exists():
+        bak = path.with_name(path.name + ".bak")
+        os.replace(path, bak)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def load_json(path: Path) -> Any | None:
+    """The file's content, or its ``.bak``'s, or None when neither is readable."""
+    for candidate in (path, path.with_name(path.name + ".bak")):
+        try:
+            return json.loads(candidate.read_text())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:
+            log.warning("config file unreadable, trying backup", path=str(candidate), error=str(exc))
+    return None

@@ -1,0 +1,84 @@
+"""PullMessageProcessor: PULL_MESSAGE.
+
+The response body is the stored records, concatenated as they are on disk.
+Long polling comes later; an empty pull is answered at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from broker.store import GetMessageStatus
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.filter import parse_sub_expression, tag_codes
+from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from protocol.route import MASTER_ID, is_readable
+from protocol.trio.connection import RemotingConnection
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+# sysFlag bits of a pull request, as RocketMQ's PullSysFlag.
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+GET_STATUS_TO_CODE: dict[GetMessageStatus, int] = {
+    GetMessageStatus.FOUND: ResponseCode.SUCCESS,
+    GetMessageStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.NO_MESSAGE_IN_QUEUE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+class PullMessageProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.controller = controller
+        self.config = controller.config
+
+    def pull_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = PullMessageRequestHeader.from_fields(cmd.ext_fields)
+        if not is_readable(self.config.broker_permission):
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                f"the broker[{self.config.broker_name}] pulling message is forbidden")
+        cfg = self.controller.topic_config_manager.get(h.topic)
+        if cfg is None:
+            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
+                                f"topic[{h.topic}] not exist, apply first please!")
+        if not is_readable(cfg.perm):
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                f"the topic[{h.topic}] pulling message is forbidden")
+        if h.queue_id < 0 or h.queue_id >= cfg.read_queue_nums:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"queueId[{h.queue_id}] is illegal, topic {h.topic} has "
+                                f"{cfg.read_queue_nums} read queues")
+        if h.max_msg_nums <= 0:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "maxMsgNums must be positive")
+        try:
+            tags = parse_sub_expression(h.subscription)
+        except ValueError as exc:
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        store = self.controller.message_store
+        result = store.get_message(
+            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_codes(tags)
+        )
+        if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            self.controller.consumer_offset_manager.commit_offset(
+                h.consumer_group, h.topic, h.queue_id, h.commit_offset
+            )
+        code = GET_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
+        header = PullMessageResponseHeader(
+            suggest_which_broker_id=MASTER_ID,
+            next_begin_offset=result.next_begin_offset,
+            min_offset=result.min_offset,
+            max_offset=result.max_offset,
+        )
+        body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else None
+        remark = None if code == ResponseCode.SUCCESS else result.status.name
+        return cmd.response(code, remark, ext_fields=header.to_fields(), body=body)

@@ -1,0 +1,183 @@
+"""SendMessageProcessor: SEND_MESSAGE and SEND_BATCH_MESSAGE.
+
+Runs inline in the connection's reader loop: every check and the store append
+are synchronous, so a send costs no await on the broker.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
+from broker.topic_validator import check_user_topic
+from protocol.body import unpack_body
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import RemoteProtocolError
+from protocol.hashing import tags_hash_code
+from protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, string_to_properties
+from protocol.route import TopicConfig, is_writeable
+from protocol.trio.connection import RemotingConnection
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = structlog.get_logger("broker.send")
+
+PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout"),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, "flush slave timeout"),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, "slave not available"),
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (ResponseCode.SYSTEM_ERROR, "create mapped file failed"),
+    PutMessageStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal"),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message properties are longer than 32767 bytes",
+    ),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "the message store is not writable",
+    ),
+    PutMessageStatus.OS_PAGECACHE_BUSY: (ResponseCode.SYSTEM_BUSY, "the page cache is busy"),
+    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "unknown store error"),
+}
+
+
+class SendMessageProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.controller = controller
+        self.config = controller.config
+
+    # ---- checks ----------------------------------------------------------------
+
+    def _check(
+        self, cmd: RemotingCommand, h: SendMessageRequestHeader
+    ) -> tuple[RemotingCommand | None, TopicConfig | None]:
+        """The topic config, or an error response (RocketMQ's msgCheck)."""
+        if not is_writeable(self.config.broker_permission):
+            return self._fail(cmd, ResponseCode.NO_PERMISSION,
+                              f"the broker[{self.config.broker_name}] sending message is forbidden"), None
+        reason = check_user_topic(h.topic) if not self.controller.is_internal_topic(h.topic) else None
+        if reason is not None:
+            return self._fail(cmd, ResponseCode.MESSAGE_ILLEGAL, reason), None
+        topics = self.controller.topic_config_manager
+        cfg = topics.get(h.topic)
+        if cfg is None and self.config.auto_create_topic_enable:
+            cfg = topics.create_topic_in_send_message_method(
+                h.topic, h.default_topic, h.default_topic_queue_nums
+            )
+            if cfg is not None:
+                self.controller.trigger_register()
+        if cfg is None:
+            return self._fail(cmd, ResponseCode.TOPIC_NOT_EXIST,
+                              f"topic[{h.topic}] not exist, apply first please!"), None
+        if not is_writeable(cfg.perm):
+            return self._fail(cmd, ResponseCode.NO_PERMISSION,
+                              f"the topic[{h.topic}] sending message is forbidden"), None
+        if h.queue_id >= cfg.write_queue_nums:
+            return self._fail(cmd, ResponseCode.SYSTEM_ERROR,
+                              f"request queueId[{h.queue_id}] is illegal, topic {h.topic} "
+                              f"has {cfg.write_queue_nums} write queues"), None
+        return None, cfg
+
+    def _check_body(self, cmd: RemotingCommand, body: Any) -> RemotingCommand | None:
+        if not isinstance(body, bytes) or not body:
+            return self._fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
+        if len(body) > self.config.max_message_size:
+            return self._fail(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"the message body size {len(body)} exceeds maxMessageSize "
+                f"{self.config.max_message_size}",
+            )
+        return None
+
+    @staticmethod
+    def _fail(cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        return cmd.response(code, remark)
+
+    # ---- handlers --------------------------------------------------------------
+
+    def _inner(
+        self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
+        props_text: str, born_host: str,
+    ) -> MessageExtBrokerInner:
+        props = string_to_properties(props_text)
+        return MessageExtBrokerInner(
+            topic=h.topic,
+            queue_id=queue_id,
+            flag=flag,
+            body=body,
+            properties_string=props_text,
+            tags_code=tags_hash_code(props.get(PROPERTY_TAGS)),
+            keys=props.get(PROPERTY_KEYS),
+            uniq_key=props.get(PROPERTY_UNIQ_KEY),
+            sys_flag=h.sys_flag,
+            born_timestamp=h.born_timestamp or int(time.time() * 1000),
+            born_host=born_host,
+            reconsume_times=h.reconsume_times,
+            prepared_transaction_offset=0,
+        )
+
+    def _queue_id(self, h: SendMessageRequestHeader, cfg: TopicConfig) -> int:
+        return h.queue_id if h.queue_id >= 0 else random.randrange(cfg.write_queue_nums)
+
+    def send_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = SendMessageRequestHeader.from_fields(cmd.ext_fields)
+        err, cfg = self._check(cmd, h)
+        if err is not None:
+            return err
+        assert cfg is not None
+        err = self._check_body(cmd, cmd.body)
+        if err is not None:
+            return err
+        assert cmd.body is not None
+        inner = self._inner(h, self._queue_id(h, cfg), h.flag, cmd.body, h.properties, conn.remote_addr)
+        result = self.controller.message_store.put_message(inner)
+        return self._response(cmd, result, inner.queue_id)
+
+    def send_batch_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = SendMessageRequestHeader.from_fields(cmd.ext_fields)
+        err, cfg = self._check(cmd, h)
+        if err is not None:
+            return err
+        assert cfg is not None
+        items = unpack_body(cmd.body)
+        if not isinstance(items, list) or not items:
+            raise RemoteProtocolError("batch body must be a non-empty array")
+        queue_id = self._queue_id(h, cfg)
+        inners = []
+        for item in items:
+            if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int
+                    and isinstance(item[2], str)):
+                raise RemoteProtocolError("batch entries must be [flag, body, properties]")
+            err = self._check_body(cmd, item[1])
+            if err is not None:
+                return err
+            inners.append(self._inner(h, queue_id, item[0], item[1], item[2], conn.remote_addr))
+        result = self.controller.message_store.put_messages(inners)
+        return self._response(cmd, result, queue_id)
+
+    def _response(
+        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int
+    ) -> RemotingCommand:
+        code, remark = PUT_STATUS_TO_CODE.get(
+            result.put_message_status, (ResponseCode.SYSTEM_ERROR, "unknown store status")
+        )
+        ar = result.append_result
+        if code != ResponseCode.SUCCESS and code not in (
+            ResponseCode.FLUSH_DISK_TIMEOUT,
+            ResponseCode.FLUSH_SLAVE_TIMEOUT,
+            ResponseCode.SLAVE_NOT_AVAILABLE,
+        ):
+            return cmd.response(code, remark)
+        if ar is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "store returned no append result")
+        header = SendMessageResponseHeader(ar.msg_id, queue_id, ar.logics_offset)
+        return cmd.response(code, remark, ext_fields=header.to_fields())

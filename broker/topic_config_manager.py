@@ -1,0 +1,88 @@
+"""TopicConfigManager: the broker's topics, persisted to config/topics.json."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from broker.config import BrokerConfig
+from broker.persist import atomic_write_json, load_json
+from broker.topic_validator import AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC
+from protocol.route import PERM_INHERIT, PERM_RW, DataVersion, TopicConfig
+
+
+class TopicConfigManager:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion(int(time.time() * 1000))
+        self.path: Path = config.store_path("config", "topics.json")
+        self.log = structlog.get_logger("broker.topics").bind(broker=config.broker_name)
+        self._add_system_topics()
+
+    def _add_system_topics(self) -> None:
+        self.table[SELF_TEST_TOPIC] = TopicConfig(SELF_TEST_TOPIC, 1, 1)
+        if self.config.auto_create_topic_enable:
+            n = self.config.default_topic_queue_nums
+            self.table[AUTO_CREATE_TOPIC_KEY_TOPIC] = TopicConfig(
+                AUTO_CREATE_TOPIC_KEY_TOPIC, n, n, PERM_RW | PERM_INHERIT
+            )
+        for name in (self.config.broker_cluster_name, self.config.broker_name):
+            self.table[name] = TopicConfig(name, 1, 1, PERM_INHERIT)
+
+    def load(self) -> None:
+        data = load_json(self.path)
+        if not data:
+            return
+        for name, cfg in (data.get("topicConfigTable") or {}).items():
+            self.table[name] = TopicConfig.from_dict(cfg)
+        self.data_version = DataVersion.from_dict(data.get("dataVersion"))
+        if not self.config.auto_create_topic_enable:
+            self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
+        self.log.info("topics loaded", count=len(self.table))
+
+    def persist(self) -> None:
+        atomic_write_json(self.path, self.to_wire())
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "topicConfigTable": {n: c.to_dict() for n, c in self.table.items()},
+            "dataVersion": self.data_version.to_dict(),
+        }
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def update(self, cfg: TopicConfig) -> None:
+        old = self.table.get(cfg.topic_name)
+        self.table[cfg.topic_name] = cfg
+        self.log.info("topic created" if old is None else "topic updated", topic=cfg.topic_name,
+                      read=cfg.read_queue_nums, write=cfg.write_queue_nums, perm=cfg.perm)
+        self.data_version.next_version(int(time.time() * 1000))
+        self.persist()
+
+    def delete(self, topic: str) -> bool:
+        if self.table.pop(topic, None) is None:
+            return False
+        self.log.info("topic deleted", topic=topic)
+        self.data_version.next_version(int(time.time() * 1000))
+        self.persist()
+        return True
+
+    def create_topic_in_send_message_method(
+        self, topic: str, default_topic: str, queue_nums: int
+    ) -> TopicConfig | None:
+        """Auto-create ``topic`` from ``default_topic``'s config, as RocketMQ does."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        default = self.table.get(default_topic)
+        if default is None or not default.perm & PERM_INHERIT:
+            return None
+        n = max(1, min(queue_nums, default.write_queue_nums))
+        cfg = TopicConfig(topic, n, n, default.perm & ~PERM_INHERIT)
+        self.update(cfg)
+        return cfg

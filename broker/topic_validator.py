@@ -1,0 +1,56 @@
+"""TopicValidator: topic name rules and the system topics."""
+
+from __future__ import annotations
+
+import re
+
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+RMQ_SYS_BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+
+SYSTEM_TOPICS = frozenset(
+    {
+        AUTO_CREATE_TOPIC_KEY_TOPIC,
+        SELF_TEST_TOPIC,
+        RMQ_SYS_SCHEDULE_TOPIC,
+        RMQ_SYS_TRANS_HALF_TOPIC,
+        RMQ_SYS_TRANS_OP_HALF_TOPIC,
+        RMQ_SYS_TRACE_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+
+TOPIC_MAX_LENGTH = 127
+_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def validate_topic(topic: str) -> str | None:
+    """None if ``topic`` is a legal name, else the reason it is not."""
+    if not topic:
+        return "the topic name is empty"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"the topic name is longer than {TOPIC_MAX_LENGTH} characters"
+    if not _VALID.match(topic):
+        return f"the topic name {topic!r} contains characters other than [%|a-zA-Z0-9_-]"
+    return None
+
+
+def is_system_topic(topic: str) -> bool:
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
+def check_user_topic(topic: str) -> str | None:
+    """Reason a producer may not send to ``topic``, or None."""
+    reason = validate_topic(topic)
+    if reason is None and is_system_topic(topic):
+        reason = f"the topic {topic!r} is a reserved system topic"
+    return reason
