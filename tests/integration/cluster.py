@@ -1,0 +1,139 @@
+"""Real mqnamesrv / mqbroker processes on 127.0.0.1 for integration tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def free_port(span: int = 2) -> int:
+    """A port p such that p .. p+span-1 were free a moment ago on 127.0.0.1."""
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port + span > 65535:
+            continue
+        ok = True
+        for extra in range(1, span):
+            with socket.socket() as s2:
+                try:
+                    s2.bind(("127.0.0.1", port + extra))
+                except OSError:
+                    ok = False
+        if ok:
+            return port
+    raise RuntimeError("no free port")
+
+
+def wait_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {port} after {timeout}s")
+
+
+@dataclass
+class Daemon:
+    name: str
+    args: list[str]
+    port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        log.close()
+        wait_port(self.port, proc=self.proc)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait: an orderly shutdown. Returns the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def freeze(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class Cluster:
+    root: Path
+    daemons: list[Daemon] = field(default_factory=list)
+
+    def namesrv(self, **props: object) -> Daemon:
+        port = free_port(1)
+        conf = self.root / f"namesrv-{port}.properties"
+        props = {"listenPort": port, **props}
+        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        d = Daemon(f"namesrv-{port}", [str(BIN / "mqnamesrv"), "-c", str(conf)], port,
+                   self.root / f"namesrv-{port}.log")
+        d.start()
+        self.daemons.append(d)
+        return d
+
+    def broker(self, name: str, namesrv: str, start: bool = True, **props: object) -> Daemon:
+        port = free_port(2)
+        store = self.root / f"store-{name}"
+        conf = self.root / f"{name}.properties"
+        base: dict[str, object] = {
+            "brokerName": name,
+            "listenPort": port,
+            "storePathRootDir": store,
+            "namesrvAddr": namesrv,
+        }
+        base.update(props)
+        conf.write_text("".join(f"{k}={v}\n" for k, v in base.items()))
+        d = Daemon(name, [str(BIN / "mqbroker"), "-c", str(conf)], port, self.root / f"{name}.log")
+        if start:
+            d.start()
+        self.daemons.append(d)
+        return d
+
+    def close(self) -> None:
+        for d in reversed(self.daemons):
+            if d.proc is not None and d.proc.poll() is None:
+                try:
+                    d.stop(10)
+                except subprocess.TimeoutExpired:
+                    pass
