@@ -1,0 +1,187 @@
+"""MQAdmin: the admin API behind ``mqadmin`` (RocketMQ's MQAdminExt), on trio."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from protocol.body import unpack_body
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import (
+    CreateTopicRequestHeader,
+    DeleteTopicRequestHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicStatsInfoRequestHeader,
+    WipeWritePermOfBrokerRequestHeader,
+)
+from protocol.route import PERM_RW, BrokerData, TopicRouteData
+from protocol.trio.client import RemotingClient
+from protocol.trio.errors import RemotingError
+
+log = structlog.get_logger("client.admin")
+
+DEFAULT_TIMEOUT = 5.0
+
+
+class MQAdminError(Exception):
+    """An admin request failed; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_update_timestamp: int
+
+
+class MQAdmin:
+    """Admin operations against a name-server list. Use ``async with MQAdmin(addr)``."""
+
+    def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.namesrv_list = [a.strip() for a in re.split(r"[;,]", namesrv_addr) if a.strip()]
+        if not self.namesrv_list:
+            raise MQAdminError("no name server address given")
+        self.timeout = timeout
+        self._client = RemotingClient()
+
+    async def __aenter__(self) -> MQAdmin:
+        await self._client.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self._client.__aexit__(*exc)
+
+    # ---- plumbing ----------------------------------------------------------------
+
+    async def _invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+        try:
+            return await self._client.invoke(addr, cmd, self.timeout)
+        except RemotingError as exc:
+            raise MQAdminError(f"{addr}: {exc}") from exc
+
+    async def _invoke_namesrv(self, cmd_factory: Any) -> RemotingCommand:
+        errors = []
+        for addr in self.namesrv_list:
+            try:
+                return await self._invoke(addr, cmd_factory())
+            except MQAdminError as exc:
+                errors.append(str(exc))
+        raise MQAdminError("no name server answered: " + "; ".join(errors))
+
+    @staticmethod
+    def _check(resp: RemotingCommand, what: str) -> RemotingCommand:
+        if resp.code != ResponseCode.SUCCESS:
+            name = ResponseCode(resp.code).name if resp.code in ResponseCode._value2member_map_ else resp.code
+            raise MQAdminError(f"{what} failed: {name}: {resp.remark or ''}".rstrip(": "))
+        return resp
+
+    # ---- name server queries -----------------------------------------------------
+
+    async def cluster_info(self) -> dict[str, Any]:
+        resp = await self._invoke_namesrv(
+            lambda: RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+        )
+        body = unpack_body(self._check(resp, "clusterList").body)
+        return {
+            "brokerAddrTable": {
+                n: BrokerData.from_dict(b) for n, b in body.get("brokerAddrTable", {}).items()
+            },
+            "clusterAddrTable": body.get("clusterAddrTable", {}),
+        }
+
+    async def master_addrs(self, cluster: str) -> dict[str, str]:
+        """brokerName -> master address of every broker in ``cluster``."""
+        info = await self.cluster_info()
+        names = info["clusterAddrTable"].get(cluster)
+        if not names:
+            raise MQAdminError(f"cluster {cluster!r} has no broker registered")
+        out = {}
+        for name in names:
+            bd = info["brokerAddrTable"].get(name)
+            if bd is not None and bd.master_addr():
+                out[name] = bd.master_addr()
+        return out
+
+    async def topic_list(self) -> list[str]:
+        resp = await self._invoke_namesrv(
+            lambda: RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+        )
+        return list(unpack_body(self._check(resp, "topicList").body).get("topicList", []))
+
+    async def topic_route(self, topic: str) -> TopicRouteData:
+        fields = GetRouteInfoRequestHeader(topic).to_fields()
+        resp = await self._invoke_namesrv(
+            lambda: RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, dict(fields))
+        )
+        return TopicRouteData.from_dict(unpack_body(self._check(resp, "topicRoute").body))
+
+    # ---- topics --------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        topic: str,
+        *,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+        read_queue_nums: int = 8,
+        write_queue_nums: int = 8,
+        perm: int = PERM_RW,
+        order: bool = False,
+    ) -> list[str]:
+        """Create or update ``topic`` on one broker or every master of a cluster.
+
+        Returns the broker addresses updated. Raises MQAdminError.
+        """
+        if broker_addr:
+            addrs = [broker_addr]
+        elif cluster:
+            addrs = sorted((await self.master_addrs(cluster)).values())
+        else:
+            raise MQAdminError("give a cluster (-c) or a broker address (-b)")
+        fields = CreateTopicRequestHeader(
+            topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums,
+            perm=perm, order=order,
+        ).to_fields()
+        for addr in addrs:
+            cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, dict(fields))
+            self._check(await self._invoke(addr, cmd), f"updateTopic on {addr}")
+        return addrs
+
+    async def delete_topic(self, topic: str, cluster: str) -> None:
+        fields = DeleteTopicRequestHeader(topic).to_fields()
+        for addr in sorted((await self.master_addrs(cluster)).values()):
+            cmd = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, dict(fields))
+            self._check(await self._invoke(addr, cmd), f"deleteTopic on {addr}")
+        for addr in self.namesrv_list:
+            cmd = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, dict(fields))
+            self._check(await self._invoke(addr, cmd), f"deleteTopic on name server {addr}")
+
+    async def topic_status(self, topic: str) -> list[QueueStatus]:
+        route = await self.topic_route(topic)
+        fields = GetTopicStatsInfoRequestHeader(topic).to_fields()
+        out: list[QueueStatus] = []
+        for bd in route.broker_datas:
+            addr = bd.select_addr()
+            if addr is None:
+                continue
+            cmd = RemotingCommand.request(RequestCode.GET_TOPIC_STATS_INFO, dict(fields))
+            body = unpack_body(self._check(await self._invoke(addr, cmd), f"topicStatus on {addr}").body)
+            for row in body.get("offsetTable", []):
+                out.append(QueueStatus(row["brokerName"], row["queueId"], row["minOffset"],
+                                       row["maxOffset"], row["lastUpdateTimestamp"]))
+        return sorted(out, key=lambda q: (q.broker_name, q.queue_id))
+
+    async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
+        fields = WipeWritePermOfBrokerRequestHeader(broker_name).to_fields()
+        out = {}
+        for addr in self.namesrv_list:
+            cmd = RemotingCommand.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, dict(fields))
+            resp = self._check(await self._invoke(addr, cmd), f"wipeWritePerm on {addr}")
+            out[addr] = int(resp.ext_fields.get("wipeTopicCount", 0))
+        return out

@@ -1,0 +1,223 @@
+"""``mqadmin``: RocketMQ's admin commands, with the same names and option letters."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+import trio
+
+from client.admin import MQAdmin, MQAdminError
+from protocol.route import perm_to_string
+
+NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
+
+
+def _run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    try:
+        return trio.run(fn, *args)
+    except MQAdminError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except Exception as exc:  # client errors from the SDK
+        if type(exc).__module__.startswith(("client", "protocol")):
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+        raise
+
+
+def _fmt_ts(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return _dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Administer trio-rocketmq name servers and brokers."""
+
+
+@cli.command("updateTopic")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-c", "--clusterName", "cluster", default=None, help="Create on every master of the cluster.")
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Create on this broker only.")
+@click.option("-t", "--topic", required=True)
+@click.option("-r", "--readQueueNums", "read", type=int, default=8, show_default=True)
+@click.option("-w", "--writeQueueNums", "write", type=int, default=8, show_default=True)
+@click.option("-p", "--perm", type=int, default=6, show_default=True, help="2 write, 4 read, 6 both.")
+@click.option("-o", "--order", type=bool, default=False, show_default=True)
+def update_topic(namesrv: str, cluster: str | None, broker_addr: str | None, topic: str,
+                 read: int, write: int, perm: int, order: bool) -> None:
+    """Create or update a topic."""
+
+    async def go() -> list[str]:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.create_topic(topic, cluster=cluster, broker_addr=broker_addr,
+                                            read_queue_nums=read, write_queue_nums=write,
+                                            perm=perm, order=order)
+
+    for addr in _run(go):
+        click.echo(f"create topic to {addr} success.")
+    click.echo(f"TopicConfig [topicName={topic}, readQueueNums={read}, writeQueueNums={write}, "
+               f"perm={perm_to_string(perm)}, order={str(order).lower()}]")
+
+
+@cli.command("deleteTopic")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-c", "--clusterName", "cluster", required=True)
+@click.option("-t", "--topic", required=True)
+def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
+    """Delete a topic from a cluster's brokers and the name servers."""
+
+    async def go() -> None:
+        async with MQAdmin(namesrv) as admin:
+            await admin.delete_topic(topic, cluster)
+
+    _run(go)
+    click.echo(f"delete topic [{topic}] from cluster [{cluster}] success.")
+
+
+@cli.command("topicList")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+def topic_list(namesrv: str) -> None:
+    """List every topic the name servers know."""
+
+    async def go() -> list[str]:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.topic_list()
+
+    for topic in _run(go):
+        click.echo(topic)
+
+
+@cli.command("topicRoute")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", required=True)
+def topic_route(namesrv: str, topic: str) -> None:
+    """Show a topic's route: brokers and queues."""
+    import json
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.topic_route(topic)
+
+    click.echo(json.dumps(_run(go).to_dict(), indent=2, sort_keys=True))
+
+
+@cli.command("topicStatus")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", required=True)
+def topic_status(namesrv: str, topic: str) -> None:
+    """Min and max offset of every queue of a topic."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.topic_status(topic)
+
+    rows = _run(go)
+    click.echo(f"{'#Broker Name':<24}{'#QID':<6}{'#Min Offset':<14}{'#Max Offset':<14}#Last Updated")
+    for r in rows:
+        click.echo(f"{r.broker_name:<24}{r.queue_id:<6}{r.min_offset:<14}{r.max_offset:<14}"
+                   f"{_fmt_ts(r.last_update_timestamp)}")
+
+
+@cli.command("clusterList")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+def cluster_list(namesrv: str) -> None:
+    """Clusters, their brokers and addresses."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.cluster_info()
+
+    info = _run(go)
+    click.echo(f"{'#Cluster Name':<20}{'#Broker Name':<24}{'#BID':<6}#Addr")
+    for cluster, names in sorted(info["clusterAddrTable"].items()):
+        for name in sorted(names):
+            bd = info["brokerAddrTable"].get(name)
+            if bd is None:
+                continue
+            for bid, addr in sorted(bd.broker_addrs.items()):
+                click.echo(f"{cluster:<20}{name:<24}{bid:<6}{addr}")
+
+
+@cli.command("sendMessage")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", required=True)
+@click.option("-p", "--body", required=True, help="Message body (UTF-8).")
+@click.option("-k", "--keys", default=None)
+@click.option("-c", "--tags", default=None)
+@click.option("-b", "--broker", "broker_name", default=None, help="Send to this broker name.")
+@click.option("-i", "--qid", "queue_id", type=int, default=None, help="Send to this queue id.")
+def send_message(namesrv: str, topic: str, body: str, keys: str | None, tags: str | None,
+                 broker_name: str | None, queue_id: int | None) -> None:
+    """Send one message and print where it went."""
+    from client import Message, Producer
+    from protocol.message import MessageQueue
+
+    async def go() -> Any:
+        async with Producer("TOOLS_PRODUCER", namesrv_addr=namesrv) as producer:
+            msg = Message(topic, body.encode(), tags=tags, keys=keys)
+            if broker_name is not None or queue_id is not None:
+                if broker_name is None or queue_id is None:
+                    raise click.UsageError("-b and -i go together")
+                return await producer.send(msg, MessageQueue(topic, broker_name, queue_id))
+            return await producer.send(msg)
+
+    r = _run(go)
+    click.echo(f"{'#Broker Name':<24}{'#QID':<6}{'#Send Result':<14}#MsgId")
+    click.echo(f"{r.message_queue.broker_name:<24}{r.message_queue.queue_id:<6}"
+               f"{r.send_status.name:<14}{r.msg_id}")
+
+
+@cli.command("consumeMessage")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", required=True)
+@click.option("-g", "--consumerGroup", "group", default="TOOLS_CONSUMER", show_default=True)
+@click.option("-b", "--brokerName", "broker_name", default=None, help="Only this broker's queues.")
+@click.option("-i", "--queueId", "queue_id", type=int, default=None, help="Only this queue.")
+@click.option("-o", "--offset", type=int, default=None, help="Start offset (default: the queue's min).")
+@click.option("-c", "--messageCount", "count", type=int, default=128, show_default=True,
+              help="Stop after this many messages.")
+@click.option("-s", "--subExpression", "expression", default="*", show_default=True)
+def consume_message(namesrv: str, topic: str, group: str, broker_name: str | None,
+                    queue_id: int | None, offset: int | None, count: int, expression: str) -> None:
+    """Print the messages of a topic (queue by queue, from the oldest)."""
+    from client import PullConsumer, PullStatus
+
+    async def go() -> None:
+        printed = 0
+        async with PullConsumer(group, namesrv_addr=namesrv) as consumer:
+            queues = await consumer.fetch_subscribe_message_queues(topic)
+            for mq in queues:
+                if broker_name is not None and mq.broker_name != broker_name:
+                    continue
+                if queue_id is not None and mq.queue_id != queue_id:
+                    continue
+                pos = offset if offset is not None else await consumer.min_offset(mq)
+                while printed < count:
+                    r = await consumer.pull(mq, expression, pos, min(32, count - printed))
+                    for m in r.msg_found_list:
+                        click.echo(
+                            f"MSGID: {m.msg_id} QUEUE: {mq.broker_name}:{mq.queue_id} "
+                            f"OFFSET: {m.queue_offset} TAGS: {m.tags or ''} KEYS: {m.keys or ''} "
+                            f"STORE: {_fmt_ts(m.store_timestamp)} BODY: "
+                            f"{m.body.decode(errors='replace')}"
+                        )
+                        printed += 1
+                    if r.pull_status not in (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG):
+                        break
+                    pos = r.next_begin_offset
+                if printed >= count:
+                    break
+        click.echo(f"{printed} message(s)")
+
+    _run(go)
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""``mqbench``: throughput and latency of producers and consumers.
+
+    mqbench producer -n 127.0.0.1:9876 -t BenchTopic -s 1024 -b 32 -c 200000 -w 8
+    mqbench consumer -n 127.0.0.1:9876 -t BenchTopic -c 200000
+
+Counts are bounded; every run stops by itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import click
+import trio
+
+NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
+
+
+def percentiles(samples: Sequence[float], points: Sequence[float] = (50, 90, 99, 99.9)) -> dict[float, float]:
+    """Nearest-rank percentiles of ``samples`` (seconds), as a dict point -> value."""
+    if not samples:
+        return {p: 0.0 for p in points}
+    ordered = sorted(samples)
+    n = len(ordered)
+    return {p: ordered[min(n - 1, max(0, int(round(p / 100 * n + 0.5)) - 1))] for p in points}
+
+
+def report(kind: str, count: int, nbytes: int, elapsed: float, latencies: Sequence[float]) -> str:
+    tps = count / elapsed if elapsed > 0 else 0.0
+    mb = nbytes / elapsed / 1e6 if elapsed > 0 else 0.0
+    pct = percentiles(latencies)
+    lat = " ".join(f"p{p:g}={v * 1e3:.3f}ms" for p, v in pct.items())
+    return (f"{kind}: {count} msgs in {elapsed:.2f}s = {tps:,.0f} msg/s ({mb:.1f} MB/s); "
+            f"latency per request {lat}")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Benchmark producers and consumers against a running cluster."""
+
+
+@cli.command()
+@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
+@click.option("-s", "--messageSize", "size", type=int, default=1024, show_default=True)
+@click.option("-b", "--batchSize", "batch", type=int, default=1, show_default=True,
+              help="Messages per send (1 = single sends).")
+@click.option("-c", "--count", type=int, default=200_000, show_default=True, help="Messages in all.")
+@click.option("-w", "--concurrency", type=int, default=16, show_default=True,
+              help="Sends in flight at once.")
+@click.option("-p", "--producers", type=int, default=1, show_default=True,
+              help="Producer instances (separate connections).")
+def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concurrency: int,
+             producers: int) -> None:
+    """Send COUNT messages of SIZE bytes and report msg/s and latency."""
+    from client import Message, Producer
+
+    body = b"x" * size
+    latencies: list[float] = []
+    sent = 0
+
+    async def worker(p: Producer, quota: list[int]) -> None:
+        nonlocal sent
+        while quota[0] > 0:
+            n = min(batch, quota[0])
+            quota[0] -= n
+            t0 = time.perf_counter()
+            if batch == 1:
+                await p.send(Message(topic, body))
+            else:
+                await p.send_batch([Message(topic, body) for _ in range(n)])
+            latencies.append(time.perf_counter() - t0)
+            sent += n
+
+    async def go() -> float:
+        quota = [count]
+        ps = [Producer(f"BENCH_PRODUCER_{i}", namesrv_addr=namesrv) for i in range(producers)]
+        for p in ps:
+            await p.start()
+        try:
+            # warm up: routes and connections
+            for p in ps:
+                await p.send(Message(topic, body))
+            t0 = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for i in range(concurrency):
+                    nursery.start_soon(worker, ps[i % producers], quota)
+            return time.perf_counter() - t0
+        finally:
+            for p in ps:
+                await p.shutdown()
+
+    elapsed = trio.run(go)
+    click.echo(report("produce", sent, sent * size, elapsed, latencies))
+
+
+@cli.command()
+@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
+@click.option("-g", "--group", default="BENCH_CONSUMER", show_default=True)
+@click.option("-c", "--count", type=int, default=200_000, show_default=True,
+              help="Stop after this many messages (or when every queue is drained).")
+@click.option("-m", "--pullBatchSize", "pull_batch", type=int, default=32, show_default=True)
+@click.option("--from-start/--from-group", default=True, show_default=True,
+              help="Start at each queue's min offset, or at the group's committed offset.")
+def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
+             from_start: bool) -> None:
+    """Pull messages from every queue until COUNT or the end; report msg/s."""
+    from client import PullConsumer, PullStatus
+
+    latencies: list[float] = []
+    got = 0
+    nbytes = 0
+
+    async def go() -> float:
+        nonlocal got, nbytes
+        async with PullConsumer(group, namesrv_addr=namesrv) as c:
+            queues = await c.fetch_subscribe_message_queues(topic)
+            starts = {}
+            for mq in queues:
+                off = -1 if from_start else await c.fetch_consume_offset(mq)
+                starts[mq] = off if off >= 0 else await c.min_offset(mq)
+
+            async def drain(mq: object) -> None:
+                nonlocal got, nbytes
+                pos = starts[mq]
+                while got < count:
+                    t0 = time.perf_counter()
+                    r = await c.pull(mq, "*", pos, pull_batch)
+                    latencies.append(time.perf_counter() - t0)
+                    if r.pull_status != PullStatus.FOUND:
+                        break
+                    got += len(r.msg_found_list)
+                    nbytes += sum(len(m.body) for m in r.msg_found_list)
+                    pos = r.next_begin_offset
+                if not from_start:
+                    await c.update_consume_offset(mq, pos)
+
+            t0 = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for mq in queues:
+                    nursery.start_soon(drain, mq)
+            return time.perf_counter() - t0
+
+    elapsed = trio.run(go)
+    click.echo(report("consume", got, nbytes, elapsed, latencies))
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()
