@@ -1,0 +1,239 @@
+"""The blocking facade: Producer and PullConsumer for plain (non-trio) Python.
+
+    from client.blocking import Producer, Message
+
+    with Producer("my_group", "127.0.0.1:9876") as producer:
+        result = producer.send(Message("TopicTest", b"hello"))
+
+Same constructor arguments and methods as the async classes, as plain
+functions. All blocking objects of a process share one trio loop on a
+background daemon thread (started with the first object, stopped and joined
+when the last one shuts down); every call runs in it with
+``trio.from_thread.run``. Objects may be used from several threads. Do not
+call them from inside a send callback (that runs on the loop thread).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import threading
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+from client.errors import MQBrokerError, MQClientError
+from client.loop_thread import LoopThread, acquire_loop, release_loop
+from client.producer import Producer as AsyncProducer
+from client.pull_consumer import PullConsumer as AsyncPullConsumer
+from client.pull_result import PullResult, PullStatus
+from client.send_future import SendCallback
+from client.send_result import SendResult, SendStatus
+from protocol.message import Message, MessageExt, MessageQueue
+
+__all__ = [
+    "MQBrokerError",
+    "MQClientError",
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "Producer",
+    "PullConsumer",
+    "PullResult",
+    "PullStatus",
+    "SendResult",
+    "SendStatus",
+]
+
+T = TypeVar("T")
+
+
+class _BlockingClient:
+    """start / shutdown / ``with`` around an async client object run in the shared loop."""
+
+    _impl: AsyncProducer | AsyncPullConsumer
+
+    def __init__(self) -> None:
+        self._loop: LoopThread | None = None
+        self._lock = threading.Lock()
+        self._started = False
+
+    def start(self) -> None:
+        """Start the object in the shared loop thread (starting the thread if
+        needed). Raises MQClientError if already started or the start fails."""
+        with self._lock:
+            if self._started:
+                raise MQClientError(f"{type(self).__name__} can be started once")
+            self._started = True
+            loop = acquire_loop()
+            try:
+                loop.run(self._impl.start)
+            except BaseException:
+                release_loop()
+                raise
+            self._loop = loop
+
+    def shutdown(self) -> None:
+        """Shut down; the last blocking object stops the loop thread. Idempotent."""
+        with self._lock:
+            self._started = True
+            loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            loop.run(self._impl.shutdown)
+        finally:
+            release_loop()
+
+    def __enter__(self: T) -> T:
+        self.start()  # type: ignore[attr-defined]
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def _run(self, afn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        loop = self._loop
+        if loop is None:
+            raise MQClientError(f"the {type(self).__name__.lower()} is not running")
+        if kwargs:
+            return loop.run(functools.partial(afn, *args, **kwargs))
+        return loop.run(afn, *args)
+
+
+class Producer(_BlockingClient):
+    """Blocking producer; arguments as ``client.producer.Producer``."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str = "127.0.0.1:9876",
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        self._impl = self._producer = AsyncProducer(group, namesrv_addr, **options)
+
+    @property
+    def group(self) -> str:
+        return self._producer.group
+
+    def send(
+        self, msg: Message, mq: MessageQueue | None = None, *, timeout: float | None = None
+    ) -> SendResult:
+        """Send and wait for the result. Raises MQClientError / MQBrokerError."""
+        return self._run(self._producer.send, msg, mq, timeout=timeout)
+
+    def send_batch(
+        self,
+        msgs: Iterable[Message],
+        mq: MessageQueue | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send messages of one topic in one request. Raises as ``send``."""
+        return self._run(self._producer.send_batch, list(msgs), mq, timeout=timeout)
+
+    def send_oneway(self, msg: Message, mq: MessageQueue | None = None) -> None:
+        """Send without waiting for an answer. Raises MQClientError."""
+        self._run(self._producer.send_oneway, msg, mq)
+
+    def send_async(
+        self,
+        msg: Message,
+        callback: SendCallback | None = None,
+        *,
+        mq: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future[SendResult]:
+        """Queue a send; returns a ``concurrent.futures.Future`` of its SendResult.
+
+        ``callback(result, exc)`` is called on the loop thread when it finishes
+        (keep it short; do not call blocking client methods in it). Raises
+        MQClientError at once for an invalid message or a stopped producer.
+        """
+        future, done = _bridge(callback)
+        self._run(self._producer.send_async, msg, done, mq=mq, timeout=timeout)
+        return future
+
+    def send_batch_async(
+        self,
+        msgs: Iterable[Message],
+        callback: SendCallback | None = None,
+        *,
+        mq: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future[SendResult]:
+        """``send_batch`` asynchronously; see ``send_async``."""
+        future, done = _bridge(callback)
+        self._run(self._producer.send_batch_async, list(msgs), done, mq=mq, timeout=timeout)
+        return future
+
+    def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
+        """The writable queues of ``topic``. Raises MQClientError."""
+        return self._run(self._producer.fetch_publish_message_queues, topic)
+
+
+class PullConsumer(_BlockingClient):
+    """Blocking pull consumer; arguments as ``client.pull_consumer.PullConsumer``."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str = "127.0.0.1:9876",
+        **options: Any,
+    ) -> None:
+        super().__init__()
+        self._impl = self._consumer = AsyncPullConsumer(group, namesrv_addr, **options)
+
+    @property
+    def group(self) -> str:
+        return self._consumer.group
+
+    def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
+        """Readable queues of ``topic``, sorted. Raises MQClientError."""
+        return self._run(self._consumer.fetch_subscribe_message_queues, topic)
+
+    def pull(
+        self,
+        mq: MessageQueue,
+        sub_expression: str | None,
+        offset: int,
+        max_nums: int,
+        timeout: float | None = None,
+    ) -> PullResult:
+        """Pull up to ``max_nums`` messages from ``offset``. Raises MQClientError /
+        MQBrokerError."""
+        return self._run(self._consumer.pull, mq, sub_expression, offset, max_nums, timeout)
+
+    def update_consume_offset(self, mq: MessageQueue, offset: int) -> None:
+        """Store the group's offset of ``mq`` on the broker."""
+        self._run(self._consumer.update_consume_offset, mq, offset)
+
+    def fetch_consume_offset(self, mq: MessageQueue) -> int:
+        """The group's stored offset of ``mq``, -1 if none."""
+        return self._run(self._consumer.fetch_consume_offset, mq)
+
+    def max_offset(self, mq: MessageQueue) -> int:
+        """The queue's max offset (next to be written)."""
+        return self._run(self._consumer.max_offset, mq)
+
+    def min_offset(self, mq: MessageQueue) -> int:
+        """The queue's min offset."""
+        return self._run(self._consumer.min_offset, mq)
+
+
+def _bridge(
+    callback: SendCallback | None,
+) -> tuple[concurrent.futures.Future[SendResult], SendCallback]:
+    future: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
+    future.set_running_or_notify_cancel()
+
+    def done(result: SendResult | None, exc: BaseException | None) -> None:
+        if exc is not None:
+            future.set_exception(exc)
+        else:
+            assert result is not None
+            future.set_result(result)
+        if callback is not None:
+            callback(result, exc)
+
+    return future, done

@@ -1,0 +1,511 @@
+"""MQClientInstance: the per-process connection hub for one name-server list.
+
+As RocketMQ's MQClientInstance: producers and consumers of a process that use
+the same name servers share one instance (``acquire`` / ``release``, with
+reference counting; the registry is per trio run). It owns:
+
+- a ``RemotingClient`` (one connection per broker or name server address);
+- the name-server list (``"a:9876;b:9876"``), tried in turn: a request goes
+  to the current name server and moves on to the next one when it cannot be
+  reached, and the next request starts from the one that answered;
+- the route cache: topic -> TopicRouteData, the publish info (writable
+  queues) and subscribe queues derived from it, and broker name -> addresses.
+  Routes are refreshed every ``poll_name_server_interval`` seconds by a
+  background task and on demand;
+- the ``TBW102`` fallback for publishing to a topic the name server does not
+  know yet (the broker auto-creates it on the first send).
+
+Every request is bounded by a timeout (``request_timeout``, 3 s default).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+import trio
+
+from client.errors import MQBrokerError, MQClientError
+from client.publish_info import TopicPublishInfo
+from client.route_info import default_topic_route, publish_queues, subscribe_queues
+from client.service import ServiceNursery
+from client.validators import AUTO_CREATE_TOPIC_KEY
+from protocol.body import unpack_body
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import ProtocolError
+from protocol.headers import GetRouteInfoRequestHeader
+from protocol.message import MessageQueue
+from protocol.route import MASTER_ID, TopicRouteData
+from protocol.trio import HandlerTable, RemotingClient, RemotingError, split_addr
+from protocol.trio.connection import RemotingConnection
+from protocol.trio.errors import RemotingTimeoutError
+
+log = structlog.get_logger("client.instance")
+
+DEFAULT_REQUEST_TIMEOUT = 3.0
+DEFAULT_POLL_NAME_SERVER_INTERVAL = 30.0
+DEFAULT_TOPIC_QUEUE_NUMS = 4
+
+_INSTANCES: trio.lowlevel.RunVar[dict[str, MQClientInstance]] = trio.lowlevel.RunVar(
+    "mq_client_instances"
+)
+
+
+def parse_namesrv_addr(namesrv_addr: str) -> list[str]:
+    """``"a:9876;b:9876"`` -> ``["a:9876", "b:9876"]``. Raises MQClientError."""
+    if not isinstance(namesrv_addr, str):
+        raise MQClientError("the name server address must be a string like 'host:9876;host2:9876'")
+    addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
+    if not addrs:
+        raise MQClientError("no name server address given")
+    for addr in addrs:
+        try:
+            split_addr(addr)
+        except ValueError as exc:
+            raise MQClientError(f"bad name server address {addr!r}: {exc}") from exc
+    return addrs
+
+
+def _local_ip() -> str:
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+class _Flight:
+    """One route update in progress; concurrent callers wait for it."""
+
+    __slots__ = ("event", "result", "error", "finished")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.result: TopicRouteData | None = None
+        self.error: Exception | None = None
+        self.finished = False
+
+
+class MQClientInstance:
+    """Shared client state for one name-server list. Get one with ``acquire``."""
+
+    def __init__(
+        self,
+        namesrv_addr: str,
+        *,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
+        handlers: HandlerTable | None = None,
+    ) -> None:
+        self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
+        self.namesrv_addr = ";".join(self.namesrv_addrs)
+        if request_timeout <= 0:
+            raise MQClientError("request_timeout must be positive")
+        if poll_name_server_interval <= 0:
+            raise MQClientError("poll_name_server_interval must be positive")
+        self.request_timeout = request_timeout
+        self.poll_name_server_interval = poll_name_server_interval
+        self.handlers = handlers or HandlerTable()
+        self.client_id = f"{_local_ip()}@{os.getpid()}"
+        self._namesrv_index = int.from_bytes(os.urandom(2), "big") % len(self.namesrv_addrs)
+        self._service = ServiceNursery(f"MQClientInstance[{self.namesrv_addr}]")
+        self._remoting: RemotingClient | None = None
+        self._state = "created"
+        self._started = trio.Event()
+        self._refs = 0
+        # Route cache.
+        self._routes: dict[str, TopicRouteData] = {}
+        self._default_routes: dict[str, TopicRouteData] = {}
+        self._publish: dict[str, TopicPublishInfo] = {}
+        self._subscribe: dict[str, list[MessageQueue]] = {}
+        self._broker_addrs: dict[str, dict[int, str]] = {}
+        self._flights: dict[tuple[str, int | None], _Flight] = {}
+        self._log = log.bind(namesrv=self.namesrv_addr, client_id=self.client_id)
+
+    # ---- registry ---------------------------------------------------------------
+
+    @classmethod
+    async def acquire(cls, namesrv_addr: str, **options: Any) -> MQClientInstance:
+        """The running instance for ``namesrv_addr`` in this trio run, created and
+        started if needed; adds a reference (``release`` it). ``options`` apply only
+        when the instance is created. Raises MQClientError for a bad address."""
+        key = ";".join(parse_namesrv_addr(namesrv_addr))
+        try:
+            table = _INSTANCES.get()
+        except LookupError:
+            table = {}
+            _INSTANCES.set(table)
+        inst = table.get(key)
+        if inst is not None and inst._state in ("created", "starting", "running"):
+            inst._refs += 1
+            try:
+                await inst._started.wait()
+            except BaseException:
+                inst._refs -= 1
+                raise
+            if inst._state != "running":
+                inst._refs -= 1
+                raise MQClientError(f"client instance for {key} failed to start")
+            return inst
+        inst = cls(key, **options)
+        table[key] = inst
+        inst._refs = 1
+        try:
+            await inst.start()
+        except BaseException:
+            inst._refs = 0
+            if table.get(key) is inst:
+                del table[key]
+            raise
+        return inst
+
+    async def release(self) -> None:
+        """Drop one reference; the last one shuts the instance down."""
+        self._refs -= 1
+        if self._refs > 0:
+            return
+        try:
+            table = _INSTANCES.get()
+        except LookupError:
+            table = {}
+        if table.get(self.namesrv_addr) is self:
+            del table[self.namesrv_addr]
+        await self.shutdown()
+
+    # ---- lifecycle --------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    async def start(self) -> None:
+        """Open the remoting client and start the route refresh task."""
+        if self._state != "created":
+            raise MQClientError(f"client instance is {self._state}, it can be started once")
+        self._state = "starting"
+        try:
+            await self._service.start()
+            self._remoting = await self._service.start_task(self._run_remoting)
+            self._service.start_soon(self._refresh_loop)
+        except BaseException:
+            self._state = "failed"
+            self._started.set()
+            with trio.CancelScope(shield=True):
+                await self._service.stop()
+            raise
+        self._state = "running"
+        self._started.set()
+        self._log.info("client instance started")
+
+    async def shutdown(self) -> None:
+        """Stop the refresh task and close every connection. Idempotent."""
+        if self._state in ("shutdown", "created"):
+            self._state = "shutdown"
+            return
+        self._state = "shutdown"
+        self._started.set()
+        with trio.CancelScope(shield=True):
+            await self._service.stop()
+        self._remoting = None
+        self._log.info("client instance shut down")
+
+    async def _run_remoting(self, task_status: trio.TaskStatus[RemotingClient]) -> None:
+        async with RemotingClient(self.handlers, connect_timeout=self.request_timeout) as rc:
+            task_status.started(rc)
+            await trio.sleep_forever()
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await trio.sleep(self.poll_name_server_interval)
+            await self.refresh_routes()
+
+    # ---- requests ---------------------------------------------------------------
+
+    def _client(self) -> RemotingClient:
+        rc = self._remoting
+        if rc is None or self._state != "running":
+            raise MQClientError("the client instance is not running (start the producer/consumer)")
+        return rc
+
+    async def _connection(self, addr: str, deadline: float) -> RemotingConnection:
+        rc = self._client()
+        with trio.move_on_at(deadline) as scope:
+            return await rc.get_connection(addr)
+        assert scope.cancelled_caught
+        raise RemotingTimeoutError(f"connect to {addr} timed out")
+
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout: float | None = None
+    ) -> RemotingCommand:
+        """Send ``cmd`` to ``addr`` and wait for the response, connecting if needed;
+        the whole call is bounded by ``timeout`` (default ``request_timeout``).
+
+        Raises RemotingError (connect failure, timeout, connection lost) and
+        MQClientError when the instance is not running.
+        """
+        if timeout is None:
+            timeout = self.request_timeout
+        deadline = trio.current_time() + timeout
+        conn = await self._connection(addr, deadline)
+        return await conn.invoke(cmd, max(deadline - trio.current_time(), 1e-3))
+
+    async def invoke_oneway(
+        self, addr: str, cmd: RemotingCommand, timeout: float | None = None
+    ) -> None:
+        """Send ``cmd`` without waiting for a response. Raises RemotingError."""
+        if timeout is None:
+            timeout = self.request_timeout
+        conn = await self._connection(addr, trio.current_time() + timeout)
+        await conn.invoke_oneway(cmd)
+
+    async def invoke_namesrv(
+        self, make_cmd: Callable[[], RemotingCommand], timeout: float | None = None
+    ) -> tuple[str, RemotingCommand]:
+        """Send a request to a name server, moving on to the next one while they
+        cannot be reached. Returns (address, response). Each name server gets
+        ``timeout``. Raises MQClientError when none answers."""
+        addrs = self.namesrv_addrs
+        errors: list[str] = []
+        for i in range(len(addrs)):
+            idx = (self._namesrv_index + i) % len(addrs)
+            addr = addrs[idx]
+            try:
+                response = await self.invoke(addr, make_cmd(), timeout)
+            except RemotingError as exc:
+                errors.append(f"{addr}: {exc}")
+                self._log.warning("name server request failed", addr=addr, error=str(exc))
+                continue
+            self._namesrv_index = idx
+            return addr, response
+        self._namesrv_index = (self._namesrv_index + 1) % len(addrs)
+        raise MQClientError("no name server could be reached: " + "; ".join(errors))
+
+    # ---- routes -----------------------------------------------------------------
+
+    async def fetch_route_from_namesrv(
+        self, topic: str, timeout: float | None = None
+    ) -> TopicRouteData | None:
+        """GET_ROUTEINFO_BY_TOPIC; None when the name server says TOPIC_NOT_EXIST.
+
+        Raises MQBrokerError for another error code, MQClientError when no name
+        server answers or the route body cannot be decoded.
+        """
+
+        def make_cmd() -> RemotingCommand:
+            return RemotingCommand.request(
+                RequestCode.GET_ROUTEINFO_BY_TOPIC, GetRouteInfoRequestHeader(topic).to_fields()
+            )
+
+        addr, response = await self.invoke_namesrv(make_cmd, timeout)
+        if response.code == ResponseCode.SUCCESS:
+            try:
+                return TopicRouteData.from_dict(unpack_body(response.body))
+            except (ProtocolError, ValueError, TypeError, AttributeError) as exc:
+                raise MQClientError(f"bad route data for topic {topic} from {addr}: {exc}") from exc
+        if response.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        raise MQBrokerError(
+            response.code, response.remark, addr, context=f"get route of topic {topic}"
+        )
+
+    async def update_topic_route(
+        self, topic: str, *, default_topic_queue_nums: int | None = None
+    ) -> TopicRouteData | None:
+        """Fetch ``topic``'s route from the name servers and update the cache.
+
+        With ``default_topic_queue_nums`` (producers), a topic the name server
+        does not know gets a publish-only route built from ``TBW102``'s. Returns
+        the route, or None when the topic has none (the cache keeps what it had).
+        Concurrent calls for the same topic share one request.
+        Raises MQClientError / MQBrokerError as ``fetch_route_from_namesrv``.
+        """
+        key = (topic, default_topic_queue_nums)
+        while True:
+            flight = self._flights.get(key)
+            if flight is None:
+                break
+            await flight.event.wait()
+            if flight.finished:
+                if flight.error is not None:
+                    raise flight.error
+                return flight.result
+            # The task doing the update was cancelled: try ourselves.
+        flight = self._flights[key] = _Flight()
+        try:
+            flight.result = await self._update_topic_route(topic, default_topic_queue_nums)
+            flight.finished = True
+            return flight.result
+        except Exception as exc:
+            flight.error = exc
+            flight.finished = True
+            raise
+        finally:
+            del self._flights[key]
+            flight.event.set()
+
+    async def _update_topic_route(
+        self, topic: str, default_topic_queue_nums: int | None
+    ) -> TopicRouteData | None:
+        route = await self.fetch_route_from_namesrv(topic)
+        if route is not None:
+            self._set_route(topic, route)
+            return route
+        if default_topic_queue_nums is None:
+            self._log.debug("topic has no route", topic=topic)
+            return None
+        default = await self.fetch_route_from_namesrv(AUTO_CREATE_TOPIC_KEY)
+        if default is None:
+            self._log.warning("topic has no route and there is no TBW102 route", topic=topic)
+            return None
+        route = default_topic_route(default, default_topic_queue_nums)
+        self._set_default_route(topic, route)
+        return route
+
+    def _remember_brokers(self, route: TopicRouteData) -> None:
+        for bd in route.broker_datas:
+            self._broker_addrs[bd.broker_name] = dict(bd.broker_addrs)
+
+    def _set_publish(self, topic: str, route: TopicRouteData, is_default: bool) -> None:
+        old = self._publish.get(topic)
+        self._publish[topic] = TopicPublishInfo(
+            topic,
+            publish_queues(topic, route),
+            is_default=is_default,
+            start_index=None if old is None else old.next_index,
+        )
+
+    def _set_route(self, topic: str, route: TopicRouteData) -> None:
+        old = self._routes.get(topic)
+        self._remember_brokers(route)
+        if old == route and topic in self._publish and topic not in self._default_routes:
+            return
+        self._routes[topic] = route
+        self._default_routes.pop(topic, None)
+        self._set_publish(topic, route, False)
+        self._subscribe[topic] = subscribe_queues(topic, route)
+        self._log.info(
+            "topic route updated",
+            topic=topic,
+            brokers=sorted(b.broker_name for b in route.broker_datas),
+            publish_queues=len(self._publish[topic].queues),
+            subscribe_queues=len(self._subscribe[topic]),
+        )
+
+    def _set_default_route(self, topic: str, route: TopicRouteData) -> None:
+        self._remember_brokers(route)
+        if topic in self._routes:
+            return  # a real route is known; keep it
+        old = self._default_routes.get(topic)
+        self._default_routes[topic] = route
+        if old == route and topic in self._publish:
+            return
+        self._set_publish(topic, route, True)
+        self._log.info(
+            "using TBW102 route for a new topic",
+            topic=topic,
+            publish_queues=len(self._publish[topic].queues),
+        )
+
+    async def refresh_routes(self) -> None:
+        """Refresh every cached topic's route once (what the periodic task does).
+        Failures are logged, not raised."""
+        topics = sorted(set(self._routes) | set(self._default_routes))
+        for topic in topics:
+            try:
+                await self.update_topic_route(topic)
+            except MQClientError as exc:
+                self._log.warning("route refresh failed", topic=topic, error=str(exc))
+
+    def topic_route(self, topic: str) -> TopicRouteData | None:
+        """The cached route of ``topic`` (not a TBW102-based one), or None."""
+        return self._routes.get(topic)
+
+    def publish_info(self, topic: str) -> TopicPublishInfo | None:
+        """The cached publish info of ``topic``, or None."""
+        return self._publish.get(topic)
+
+    async def find_publish_info(
+        self, topic: str, default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS
+    ) -> TopicPublishInfo:
+        """The publish info of ``topic``, fetching the route (with the TBW102
+        fallback) when it is not cached or has no writable queue.
+
+        Raises MQClientError when the topic has no writable queue.
+        """
+        info = self._publish.get(topic)
+        if info is not None and info.queues:
+            return info
+        await self.update_topic_route(topic, default_topic_queue_nums=default_topic_queue_nums)
+        info = self._publish.get(topic)
+        if info is not None and info.queues:
+            return info
+        raise MQClientError(
+            f"no route info of topic {topic}: it has no writable queue on the name servers "
+            f"{self.namesrv_addr} and no TBW102 route to auto-create it"
+        )
+
+    def subscribe_queues(self, topic: str) -> list[MessageQueue] | None:
+        """The cached readable queues of ``topic`` (sorted), or None."""
+        queues = self._subscribe.get(topic)
+        return None if queues is None else list(queues)
+
+    async def fetch_subscribe_queues(self, topic: str) -> list[MessageQueue]:
+        """Fetch ``topic``'s route now and return its readable queues, sorted.
+
+        Raises MQClientError when the topic does not exist or has no readable
+        queue (the TBW102 fallback never applies to consuming).
+        """
+        route = await self.update_topic_route(topic)
+        if route is None:
+            raise MQClientError(
+                f"topic {topic} does not exist on the name servers {self.namesrv_addr}"
+            )
+        queues = self._subscribe.get(topic) or []
+        if not queues:
+            raise MQClientError(f"topic {topic} has no readable queue")
+        return list(queues)
+
+    # ---- brokers ----------------------------------------------------------------
+
+    def find_broker_addr(self, broker_name: str) -> str | None:
+        """The master address of ``broker_name`` from cached routes, or None."""
+        addrs = self._broker_addrs.get(broker_name)
+        return None if addrs is None else addrs.get(MASTER_ID)
+
+    def find_broker_addr_for_read(
+        self, broker_name: str, broker_id: int = MASTER_ID
+    ) -> tuple[str, int] | None:
+        """(address, broker id) to read from: ``broker_id`` if known, else the
+        master, else the lowest-numbered slave. None when the broker is unknown."""
+        addrs = self._broker_addrs.get(broker_name)
+        if not addrs:
+            return None
+        for bid in (broker_id, MASTER_ID):
+            addr = addrs.get(bid)
+            if addr is not None:
+                return addr, bid
+        bid = min(addrs)
+        return addrs[bid], bid
+
+    async def require_broker_addr(
+        self, broker_name: str, topic: str, *, master_only: bool = True, broker_id: int = MASTER_ID
+    ) -> tuple[str, int]:
+        """Like ``find_broker_addr`` / ``find_broker_addr_for_read``, fetching
+        ``topic``'s route once when the broker is not known.
+        Raises MQClientError when it still cannot be found."""
+        for attempt in range(2):
+            if master_only:
+                addr = self.find_broker_addr(broker_name)
+                if addr is not None:
+                    return addr, MASTER_ID
+            else:
+                found = self.find_broker_addr_for_read(broker_name, broker_id)
+                if found is not None:
+                    return found
+            if attempt == 0:
+                await self.update_topic_route(topic)
+        what = "master of broker" if master_only else "broker"
+        raise MQClientError(f"the {what} {broker_name} (topic {topic}) is not in any route")

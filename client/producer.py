@@ -1,0 +1,555 @@
+"""Producer: sync, async, oneway and batch sends (RocketMQ's DefaultMQProducer).
+
+Queue selection is round robin over every writable queue of every broker of
+the topic; a send that fails (connection error, timeout, or a retryable
+response code such as SYSTEM_BUSY) is retried up to
+``retry_times_when_send_failed`` times on a queue of another broker, all
+within ``send_msg_timeout`` (as RocketMQ's MQFaultStrategy with latency fault
+tolerance off). Responses FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT and
+SLAVE_NOT_AVAILABLE are not errors: the message is stored and the
+SendResult's ``send_status`` says what did not finish.
+
+``send_async`` does not start a task per message: it validates and encodes
+the message, puts it on a bounded queue and returns a ``SendFuture``; a fixed
+pool of worker tasks sends from the queue (up to ``async_send_workers``
+requests in flight, ``async_send_backlog`` messages queued; ``send_async``
+waits when the queue is full).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import msgpack
+import structlog
+import trio
+
+from client.errors import MQBrokerError, MQClientError
+from client.instance import (
+    DEFAULT_POLL_NAME_SERVER_INTERVAL,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_TOPIC_QUEUE_NUMS,
+    MQClientInstance,
+)
+from client.publish_info import TopicPublishInfo
+from client.send_future import SendCallback, SendFuture
+from client.send_result import SEND_STATUS_BY_CODE, SendResult
+from client.service import ServiceNursery
+from client.validators import (
+    AUTO_CREATE_TOPIC_KEY,
+    DEFAULT_MAX_MESSAGE_SIZE,
+    TopicChecker,
+    check_body,
+    check_group,
+    encode_properties,
+)
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import ProtocolError
+from protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from protocol.message import Message, MessageConst, MessageQueue
+from protocol.message_id import create_uniq_id
+from protocol.trio import RemotingError
+
+log = structlog.get_logger("client.producer")
+
+DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+_UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+_DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
+
+# Broker answers worth trying on another broker (RocketMQ's retryResponseCodes + SYSTEM_BUSY).
+RETRY_RESPONSE_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.NO_PERMISSION,
+    }
+)
+
+
+class _State(Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A validated message or batch: request code, header fields (no queueId), body."""
+
+    code: int
+    topic: str
+    fields: dict[str, Any]
+    body: bytes
+    msg_id: str
+
+
+@dataclass(slots=True)
+class _AsyncJob:
+    prepared: _Prepared
+    mq: MessageQueue | None
+    deadline: float
+    future: SendFuture
+
+
+class Producer:
+    """A message producer on trio.
+
+    Use ``async with Producer("group", "ns1:9876;ns2:9876") as p:`` or call
+    ``await start()`` / ``await shutdown()``. Producers of one trio run with
+    the same name servers share one MQClientInstance (connections, routes).
+
+    Args:
+        group: producer group name (``^[%|a-zA-Z0-9_-]+$``).
+        namesrv_addr: name servers, ``;``-separated.
+        send_msg_timeout: seconds for a whole send, retries included.
+        retry_times_when_send_failed: extra attempts (on another broker).
+        max_message_size: largest body (and encoded batch) accepted, bytes.
+        default_topic_queue_nums: queues per broker for an auto-created topic.
+        poll_name_server_interval: seconds between route refreshes.
+        async_send_workers: concurrent requests used by ``send_async``.
+        async_send_backlog: ``send_async`` messages queued before it waits.
+
+    Raises MQClientError for an invalid group name or setting.
+    """
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str = "127.0.0.1:9876",
+        *,
+        send_msg_timeout: float = 3.0,
+        retry_times_when_send_failed: int = 2,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
+        poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
+        async_send_workers: int = 64,
+        async_send_backlog: int = 10_000,
+    ) -> None:
+        check_group(group, DEFAULT_PRODUCER_GROUP)
+        if send_msg_timeout <= 0:
+            raise MQClientError("send_msg_timeout must be positive")
+        if retry_times_when_send_failed < 0:
+            raise MQClientError("retry_times_when_send_failed must be >= 0")
+        if max_message_size <= 0:
+            raise MQClientError("max_message_size must be positive")
+        if default_topic_queue_nums <= 0:
+            raise MQClientError("default_topic_queue_nums must be positive")
+        if async_send_workers <= 0 or async_send_backlog < 0:
+            raise MQClientError("async_send_workers must be positive, async_send_backlog >= 0")
+        self.group = group
+        self.namesrv_addr = namesrv_addr
+        self.send_msg_timeout = send_msg_timeout
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        self.max_message_size = max_message_size
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.poll_name_server_interval = poll_name_server_interval
+        self.async_send_workers = async_send_workers
+        self.async_send_backlog = async_send_backlog
+        self._state = _State.CREATED
+        self._instance: MQClientInstance | None = None
+        self._service: ServiceNursery | None = None
+        self._async_tx: trio.MemorySendChannel[_AsyncJob] | None = None
+        self._async_rx: trio.MemoryReceiveChannel[_AsyncJob] | None = None
+        self._workers_left = 0
+        self._workers_done: trio.Event | None = None
+        self._topics = TopicChecker()
+        self._log = log.bind(group=group, namesrv=namesrv_addr)
+
+    # ---- lifecycle --------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect to the shared client instance. Raises MQClientError if the
+        producer was already started or the name-server address is invalid."""
+        if self._state is not _State.CREATED:
+            raise MQClientError(f"the producer is {self._state.value}; it can be started once")
+        self._instance = await MQClientInstance.acquire(
+            self.namesrv_addr,
+            request_timeout=DEFAULT_REQUEST_TIMEOUT,
+            poll_name_server_interval=self.poll_name_server_interval,
+        )
+        try:
+            self._service = ServiceNursery(f"Producer[{self.group}] async senders")
+            await self._service.start()
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._instance.release()
+            raise
+        self._state = _State.RUNNING
+        self._log.info("producer started")
+
+    async def shutdown(self) -> None:
+        """Stop: queued async sends are given up to ``send_msg_timeout`` to finish
+        (the rest fail with MQClientError), then the client instance is released.
+        Idempotent; safe to call from a cancelled task."""
+        if self._state is not _State.RUNNING:
+            self._state = _State.SHUTDOWN
+            return
+        self._state = _State.SHUTDOWN
+        with trio.CancelScope(shield=True):
+            if self._async_tx is not None:
+                self._async_tx.close()
+                if self._workers_done is not None:
+                    with trio.move_on_after(self.send_msg_timeout + 1.0):
+                        await self._workers_done.wait()
+            if self._service is not None:
+                await self._service.stop()
+            if self._async_rx is not None:
+                self._fail_queued_jobs(self._async_rx)
+            if self._instance is not None:
+                await self._instance.release()
+        self._log.info("producer shut down")
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.shutdown()
+
+    def _running_instance(self) -> MQClientInstance:
+        if self._state is not _State.RUNNING or self._instance is None:
+            raise MQClientError(f"the producer is not running ({self._state.value})")
+        return self._instance
+
+    # ---- message preparation ----------------------------------------------------
+
+    def _header(self, topic: str, flag: int, properties: str, batch: bool) -> dict[str, Any]:
+        return SendMessageRequestHeader(
+            producer_group=self.group,
+            topic=topic,
+            queue_id=0,
+            sys_flag=0,
+            born_timestamp=int(time.time() * 1000),
+            flag=flag,
+            properties=properties,
+            reconsume_times=0,
+            default_topic=AUTO_CREATE_TOPIC_KEY,
+            default_topic_queue_nums=self.default_topic_queue_nums,
+            batch=batch,
+        ).to_fields()
+
+    def _prepare_message(self, msg: Message) -> _Prepared:
+        if not isinstance(msg, Message):
+            raise MQClientError(f"expected a Message, got {type(msg).__name__}")
+        self._topics.check(msg.topic)
+        check_body(msg, self.max_message_size)
+        props = msg.properties
+        uniq = props.get(_UNIQ_KEY)
+        if not uniq:
+            uniq = props[_UNIQ_KEY] = create_uniq_id()
+        fields = self._header(msg.topic, msg.flag, encode_properties(props), False)
+        return _Prepared(RequestCode.SEND_MESSAGE, msg.topic, fields, bytes(msg.body), uniq)
+
+    def _prepare_batch(self, msgs: Iterable[Message]) -> _Prepared:
+        batch = list(msgs)
+        if not batch:
+            raise MQClientError("a batch needs at least one message")
+        first = batch[0]
+        if not isinstance(first, Message):
+            raise MQClientError(f"expected Messages, got {type(first).__name__}")
+        topic = first.topic
+        self._topics.check(topic)
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise MQClientError("retry group topics are not supported for batching")
+        max_size = self.max_message_size
+        items: list[tuple[int, bytes, str]] = []
+        ids: list[str] = []
+        for msg in batch:
+            if not isinstance(msg, Message):
+                raise MQClientError(f"expected Messages, got {type(msg).__name__}")
+            if msg.topic != topic:
+                raise MQClientError(
+                    f"the topic of every message of a batch must be the same ({topic!r} != {msg.topic!r})"
+                )
+            check_body(msg, max_size)
+            props = msg.properties
+            if props.get(_DELAY, "0") != "0":
+                raise MQClientError("delay levels are not supported for batching")
+            uniq = props.get(_UNIQ_KEY)
+            if not uniq:
+                uniq = props[_UNIQ_KEY] = create_uniq_id()
+            ids.append(uniq)
+            items.append((msg.flag, bytes(msg.body), encode_properties(props)))
+        body = msgpack.packb(items, use_bin_type=True)
+        if len(body) > max_size:
+            raise MQClientError(
+                f"the encoded batch of {len(batch)} messages is {len(body)} bytes, "
+                f"over the maximum {max_size}; split it"
+            )
+        fields = self._header(topic, 0, "", True)
+        return _Prepared(RequestCode.SEND_BATCH_MESSAGE, topic, fields, body, ",".join(ids))
+
+    # ---- sending ----------------------------------------------------------------
+
+    async def _publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
+        instance = self._running_instance()
+        info = instance.publish_info(topic)
+        if info is not None and info.queues:
+            return info
+        with trio.move_on_at(deadline):
+            return await instance.find_publish_info(topic, self.default_topic_queue_nums)
+        raise MQClientError(f"timed out looking up the route of topic {topic}")
+
+    async def _broker_addr(self, instance: MQClientInstance, mq: MessageQueue) -> str:
+        addr = instance.find_broker_addr(mq.broker_name)
+        if addr is None:
+            addr, _ = await instance.require_broker_addr(mq.broker_name, mq.topic)
+        return addr
+
+    async def _send_kernel(
+        self, prepared: _Prepared, mq: MessageQueue, deadline: float
+    ) -> SendResult:
+        instance = self._running_instance()
+        addr = await self._broker_addr(instance, mq)
+        fields = dict(prepared.fields)
+        fields["queueId"] = mq.queue_id
+        cmd = RemotingCommand.request(prepared.code, fields, prepared.body)
+        remaining = deadline - trio.current_time()
+        if remaining <= 0:
+            raise MQClientError(f"send to {mq} timed out")
+        response = await instance.invoke(addr, cmd, remaining)
+        status = SEND_STATUS_BY_CODE.get(response.code)
+        if status is None:
+            raise MQBrokerError(response.code, response.remark, addr, context=f"send to {mq}")
+        try:
+            header = SendMessageResponseHeader.from_fields(response.ext_fields)
+        except ProtocolError as exc:
+            raise MQClientError(f"bad send response from {addr}: {exc}") from exc
+        return SendResult(
+            send_status=status,
+            msg_id=prepared.msg_id,
+            message_queue=MessageQueue(mq.topic, mq.broker_name, header.queue_id),
+            queue_offset=header.queue_offset,
+            offset_msg_id=header.msg_id,
+            transaction_id=header.transaction_id,
+        )
+
+    async def _send(
+        self, prepared: _Prepared, mq: MessageQueue | None, deadline: float
+    ) -> SendResult:
+        """Send with retries on other brokers until ``deadline``."""
+        if mq is not None:
+            if mq.topic != prepared.topic:
+                raise MQClientError(
+                    f"the message topic {prepared.topic!r} is not the queue's topic {mq.topic!r}"
+                )
+            try:
+                return await self._send_kernel(prepared, mq, deadline)
+            except RemotingError as exc:
+                raise MQClientError(f"send to {mq} failed: {exc}") from exc
+        info = await self._publish_info(prepared.topic, deadline)
+        attempts = 1 + self.retry_times_when_send_failed
+        last_broker: str | None = None
+        last_exc: Exception | None = None
+        done = 0
+        for _ in range(attempts):
+            if trio.current_time() >= deadline:
+                break
+            mq = info.select(last_broker)
+            done += 1
+            try:
+                return await self._send_kernel(prepared, mq, deadline)
+            except MQBrokerError as exc:
+                if exc.response_code not in RETRY_RESPONSE_CODES:
+                    raise
+                last_exc = exc
+            except (RemotingError, MQClientError) as exc:
+                last_exc = exc
+            last_broker = mq.broker_name
+            self._log.warning(
+                "send failed, trying another broker",
+                topic=prepared.topic,
+                broker=mq.broker_name,
+                attempt=done,
+                error=str(last_exc),
+            )
+            instance = self._running_instance()
+            info = instance.publish_info(prepared.topic) or info
+        what = f"send to topic {prepared.topic} failed after {done} attempt(s)"
+        if trio.current_time() >= deadline and done < attempts:
+            what += f" (timed out, send_msg_timeout={self.send_msg_timeout}s)"
+        if isinstance(last_exc, MQBrokerError):
+            raise MQBrokerError(
+                last_exc.response_code, last_exc.remark, last_exc.addr, context=what
+            ) from last_exc
+        raise MQClientError(f"{what}: {last_exc}") from last_exc
+
+    async def send(
+        self, msg: Message, mq: MessageQueue | None = None, *, timeout: float | None = None
+    ) -> SendResult:
+        """Send one message and wait for the broker's answer (one RPC, plus retries).
+
+        With ``mq`` the message goes to that queue and is not retried elsewhere.
+        Sets the ``UNIQ_KEY`` property if absent; its value is ``msg_id``.
+
+        Raises:
+            MQClientError: invalid message, producer not running, no route,
+                connection failures/timeouts after every retry.
+            MQBrokerError: a non-retryable error response (e.g. MESSAGE_ILLEGAL),
+                or the last retryable one when every attempt failed.
+        """
+        prepared = self._prepare_message(msg)
+        self._running_instance()
+        deadline = trio.current_time() + (self.send_msg_timeout if timeout is None else timeout)
+        return await self._send(prepared, mq, deadline)
+
+    async def send_batch(
+        self,
+        msgs: Iterable[Message],
+        mq: MessageQueue | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> SendResult:
+        """Send messages of one topic to one queue in a single request.
+
+        ``msg_id`` and ``offset_msg_id`` of the result are comma-joined ids;
+        ``queue_offset`` is the first message's. Raises as ``send``; also
+        MQClientError for mixed topics, delay levels or an encoded batch over
+        ``max_message_size``.
+        """
+        prepared = self._prepare_batch(msgs)
+        self._running_instance()
+        deadline = trio.current_time() + (self.send_msg_timeout if timeout is None else timeout)
+        return await self._send(prepared, mq, deadline)
+
+    async def send_oneway(self, msg: Message, mq: MessageQueue | None = None) -> None:
+        """Send without waiting for an answer: no result, no retry.
+
+        Raises MQClientError for an invalid message, no route or a connection
+        failure; broker-side failures are not reported.
+        """
+        prepared = self._prepare_message(msg)
+        instance = self._running_instance()
+        deadline = trio.current_time() + self.send_msg_timeout
+        if mq is None:
+            mq = (await self._publish_info(prepared.topic, deadline)).select()
+        elif mq.topic != prepared.topic:
+            raise MQClientError(
+                f"the message topic {prepared.topic!r} is not the queue's topic {mq.topic!r}"
+            )
+        addr = await self._broker_addr(instance, mq)
+        fields = dict(prepared.fields)
+        fields["queueId"] = mq.queue_id
+        cmd = RemotingCommand.request(prepared.code, fields, prepared.body, oneway=True)
+        try:
+            await instance.invoke_oneway(addr, cmd, max(deadline - trio.current_time(), 1e-3))
+        except RemotingError as exc:
+            raise MQClientError(f"oneway send to {mq} failed: {exc}") from exc
+
+    async def send_async(
+        self,
+        msg: Message,
+        callback: SendCallback | None = None,
+        *,
+        mq: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> SendFuture:
+        """Queue a message for sending and return its ``SendFuture`` at once.
+
+        ``await fut.wait()`` gives the SendResult (or raises); ``callback(result,
+        exc)``, if given, is called in the trio thread when the send finishes.
+        The timeout counts from this call. Waits only when the async backlog
+        is full.
+
+        Raises MQClientError at once for an invalid message or a producer that
+        is not running; send failures go to the future and the callback.
+        """
+        return await self._submit(self._prepare_message(msg), callback, mq, timeout)
+
+    async def send_batch_async(
+        self,
+        msgs: Iterable[Message],
+        callback: SendCallback | None = None,
+        *,
+        mq: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> SendFuture:
+        """``send_batch`` through the async workers; see ``send_async``."""
+        return await self._submit(self._prepare_batch(msgs), callback, mq, timeout)
+
+    async def _submit(
+        self,
+        prepared: _Prepared,
+        callback: SendCallback | None,
+        mq: MessageQueue | None,
+        timeout: float | None,
+    ) -> SendFuture:
+        self._running_instance()
+        tx = self._async_tx if self._async_tx is not None else self._start_workers()
+        future = SendFuture()
+        if callback is not None:
+            future.add_done_callback(callback)
+        deadline = trio.current_time() + (self.send_msg_timeout if timeout is None else timeout)
+        try:
+            await tx.send(_AsyncJob(prepared, mq, deadline, future))
+        except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
+            raise MQClientError("the producer is shut down") from exc
+        return future
+
+    async def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
+        """The writable queues of ``topic`` (fetching its route if needed).
+        Raises MQClientError when it has none."""
+        info = await self._running_instance().find_publish_info(
+            topic, self.default_topic_queue_nums
+        )
+        return list(info.queues)
+
+    # ---- async workers ----------------------------------------------------------
+
+    def _start_workers(self) -> trio.MemorySendChannel[_AsyncJob]:
+        assert self._service is not None
+        tx, rx = trio.open_memory_channel[_AsyncJob](self.async_send_backlog)
+        self._async_tx, self._async_rx = tx, rx
+        self._workers_left = self.async_send_workers
+        self._workers_done = trio.Event()
+        for _ in range(self.async_send_workers):
+            self._service.start_soon(self._async_worker, rx.clone())
+        return tx
+
+    async def _async_worker(self, rx: trio.MemoryReceiveChannel[_AsyncJob]) -> None:
+        try:
+            async with rx:
+                async for job in rx:
+                    await self._run_job(job)
+        finally:
+            self._workers_left -= 1
+            if self._workers_left == 0 and self._workers_done is not None:
+                self._workers_done.set()
+
+    async def _run_job(self, job: _AsyncJob) -> None:
+        future = job.future
+        try:
+            result = await self._send(job.prepared, job.mq, job.deadline)
+        except MQClientError as exc:
+            future.set_exception(exc)
+        except Exception as exc:
+            self._log.exception("async send failed unexpectedly")
+            future.set_exception(MQClientError(f"send failed: {exc!r}"))
+        except BaseException:
+            future.set_exception(MQClientError("the producer shut down before the send finished"))
+            raise
+        else:
+            future.set_result(result)
+
+    def _fail_queued_jobs(self, rx: trio.MemoryReceiveChannel[_AsyncJob]) -> None:
+        failed = 0
+        while True:
+            try:
+                job = rx.receive_nowait()
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            job.future.set_exception(
+                MQClientError("the producer shut down before the send started")
+            )
+            failed += 1
+        rx.close()
+        if failed:
+            self._log.warning("async sends dropped at shutdown", count=failed)

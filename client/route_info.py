@@ -1,0 +1,64 @@
+"""Pure conversions of a TopicRouteData into the queues a client uses.
+
+As RocketMQ's MQClientInstance.topicRouteData2TopicPublishInfo /
+topicRouteData2TopicSubscribeInfo: queue data sorted by broker name; a
+writable queue data whose broker has a master gives ``writeQueueNums``
+publish queues, a readable one gives ``readQueueNums`` subscribe queues.
+"""
+
+from __future__ import annotations
+
+from protocol.message import MessageQueue
+from protocol.route import (
+    MASTER_ID,
+    BrokerData,
+    QueueData,
+    TopicRouteData,
+    is_readable,
+    is_writeable,
+)
+
+
+def publish_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
+    """Writable queues of ``topic``, brokers in name order, queue ids ascending."""
+    masters = {
+        b.broker_name for b in route.broker_datas if b.broker_addrs.get(MASTER_ID) is not None
+    }
+    out: list[MessageQueue] = []
+    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        if not is_writeable(qd.perm) or qd.broker_name not in masters:
+            continue
+        out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
+    return out
+
+
+def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
+    """Readable queues of ``topic``, sorted."""
+    out: list[MessageQueue] = []
+    for qd in route.queue_datas:
+        if is_readable(qd.perm):
+            out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
+    out.sort()
+    return out
+
+
+def default_topic_route(default_route: TopicRouteData, queue_nums: int) -> TopicRouteData:
+    """A route for a not-yet-created topic built from ``TBW102``'s route.
+
+    Each broker gets min(``queue_nums``, TBW102's read queue count) queues,
+    as RocketMQ's producer does before the broker auto-creates the topic.
+    """
+    queue_datas = []
+    for qd in default_route.queue_datas:
+        n = min(queue_nums, qd.read_queue_nums)
+        queue_datas.append(QueueData(qd.broker_name, n, n, qd.perm, qd.topic_sys_flag))
+    broker_datas = [
+        BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs))
+        for b in default_route.broker_datas
+    ]
+    return TopicRouteData(
+        queue_datas=queue_datas,
+        broker_datas=broker_datas,
+        order_topic_conf=default_route.order_topic_conf,
+        filter_server_table=dict(default_route.filter_server_table),
+    )
