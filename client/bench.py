@@ -107,7 +107,7 @@ def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concur
 def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
              from_start: bool) -> None:
     """Pull messages from every queue until COUNT or the end; report msg/s."""
-    from client import PullConsumer, PullStatus
+    from client import MessageQueue, PullConsumer, PullStatus
 
     latencies: list[float] = []
     got = 0
@@ -122,7 +122,7 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
                 off = -1 if from_start else await c.fetch_consume_offset(mq)
                 starts[mq] = off if off >= 0 else await c.min_offset(mq)
 
-            async def drain(mq: object) -> None:
+            async def drain(mq: MessageQueue) -> None:
                 nonlocal got, nbytes
                 pos = starts[mq]
                 while got < count:

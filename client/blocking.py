@@ -22,12 +22,18 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 from client.errors import MQBrokerError, MQClientError
+from client.instance import (
+    DEFAULT_POLL_NAME_SERVER_INTERVAL,
+    DEFAULT_REQUEST_TIMEOUT,
+    DEFAULT_TOPIC_QUEUE_NUMS,
+)
 from client.loop_thread import LoopThread, acquire_loop, release_loop
 from client.producer import Producer as AsyncProducer
 from client.pull_consumer import PullConsumer as AsyncPullConsumer
 from client.pull_result import PullResult, PullStatus
 from client.send_future import SendCallback
 from client.send_result import SendResult, SendStatus
+from client.validators import DEFAULT_MAX_MESSAGE_SIZE
 from protocol.message import Message, MessageExt, MessageQueue
 
 __all__ = [
@@ -101,16 +107,33 @@ class _BlockingClient:
 
 
 class Producer(_BlockingClient):
-    """Blocking producer; arguments as ``client.producer.Producer``."""
+    """Blocking producer; arguments and errors as ``client.producer.Producer``."""
 
     def __init__(
         self,
         group: str,
         namesrv_addr: str = "127.0.0.1:9876",
-        **options: Any,
+        *,
+        send_msg_timeout: float = 3.0,
+        retry_times_when_send_failed: int = 2,
+        max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+        default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
+        poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
+        async_send_workers: int = 64,
+        async_send_backlog: int = 10_000,
     ) -> None:
         super().__init__()
-        self._impl = self._producer = AsyncProducer(group, namesrv_addr, **options)
+        self._impl = self._producer = AsyncProducer(
+            group,
+            namesrv_addr,
+            send_msg_timeout=send_msg_timeout,
+            retry_times_when_send_failed=retry_times_when_send_failed,
+            max_message_size=max_message_size,
+            default_topic_queue_nums=default_topic_queue_nums,
+            poll_name_server_interval=poll_name_server_interval,
+            async_send_workers=async_send_workers,
+            async_send_backlog=async_send_backlog,
+        )
 
     @property
     def group(self) -> str:
@@ -173,16 +196,25 @@ class Producer(_BlockingClient):
 
 
 class PullConsumer(_BlockingClient):
-    """Blocking pull consumer; arguments as ``client.pull_consumer.PullConsumer``."""
+    """Blocking pull consumer; arguments and errors as ``client.pull_consumer.PullConsumer``."""
 
     def __init__(
         self,
         group: str,
         namesrv_addr: str = "127.0.0.1:9876",
-        **options: Any,
+        *,
+        pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
     ) -> None:
         super().__init__()
-        self._impl = self._consumer = AsyncPullConsumer(group, namesrv_addr, **options)
+        self._impl = self._consumer = AsyncPullConsumer(
+            group,
+            namesrv_addr,
+            pull_timeout=pull_timeout,
+            request_timeout=request_timeout,
+            poll_name_server_interval=poll_name_server_interval,
+        )
 
     @property
     def group(self) -> str:

@@ -113,6 +113,8 @@ class MQClientInstance:
         self._namesrv_index = int.from_bytes(os.urandom(2), "big") % len(self.namesrv_addrs)
         self._service = ServiceNursery(f"MQClientInstance[{self.namesrv_addr}]")
         self._remoting: RemotingClient | None = None
+        # Open connections by address (RemotingClient's pool, without an await per lookup).
+        self._conns: dict[str, RemotingConnection] = {}
         self._state = "created"
         self._started = trio.Event()
         self._refs = 0
@@ -210,6 +212,7 @@ class MQClientInstance:
         with trio.CancelScope(shield=True):
             await self._service.stop()
         self._remoting = None
+        self._conns.clear()
         self._log.info("client instance shut down")
 
     async def _run_remoting(self, task_status: trio.TaskStatus[RemotingClient]) -> None:
@@ -232,9 +235,12 @@ class MQClientInstance:
 
     async def _connection(self, addr: str, deadline: float) -> RemotingConnection:
         rc = self._client()
-        with trio.move_on_at(deadline) as scope:
-            return await rc.get_connection(addr)
-        assert scope.cancelled_caught
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        with trio.move_on_at(deadline):
+            conn = self._conns[addr] = await rc.get_connection(addr)
+            return conn
         raise RemotingTimeoutError(f"connect to {addr} timed out")
 
     async def invoke(

@@ -62,6 +62,9 @@ RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 _UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
 
+# send_async yields to the scheduler once per this many queued messages.
+ASYNC_YIELD_EVERY = 64
+
 # Broker answers worth trying on another broker (RocketMQ's retryResponseCodes + SYSTEM_BUSY).
 RETRY_RESPONSE_CODES = frozenset(
     {
@@ -77,6 +80,7 @@ RETRY_RESPONSE_CODES = frozenset(
 class _State(Enum):
     CREATED = "created"
     RUNNING = "running"
+    STOPPING = "stopping"  # no new sends; queued async sends still go out
     SHUTDOWN = "shutdown"
 
 
@@ -161,6 +165,8 @@ class Producer:
         self._workers_left = 0
         self._workers_done: trio.Event | None = None
         self._topics = TopicChecker()
+        self._header_templates: dict[tuple[str, bool], dict[str, Any]] = {}
+        self._submits_since_yield = 0
         self._log = log.bind(group=group, namesrv=namesrv_addr)
 
     # ---- lifecycle --------------------------------------------------------------
@@ -192,13 +198,14 @@ class Producer:
         if self._state is not _State.RUNNING:
             self._state = _State.SHUTDOWN
             return
-        self._state = _State.SHUTDOWN
+        self._state = _State.STOPPING
         with trio.CancelScope(shield=True):
             if self._async_tx is not None:
                 self._async_tx.close()
                 if self._workers_done is not None:
                     with trio.move_on_after(self.send_msg_timeout + 1.0):
                         await self._workers_done.wait()
+            self._state = _State.SHUTDOWN
             if self._service is not None:
                 await self._service.stop()
             if self._async_rx is not None:
@@ -214,27 +221,51 @@ class Producer:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.shutdown()
 
+    def _deadline(self, timeout: float | None) -> float:
+        if timeout is None:
+            timeout = self.send_msg_timeout
+        elif not timeout > 0:
+            raise MQClientError(f"timeout must be positive, got {timeout}")
+        return trio.current_time() + timeout
+
     def _running_instance(self) -> MQClientInstance:
+        """The instance, for a new send: only while running."""
         if self._state is not _State.RUNNING or self._instance is None:
+            raise MQClientError(f"the producer is not running ({self._state.value})")
+        return self._instance
+
+    def _sending_instance(self) -> MQClientInstance:
+        """The instance, for a send under way: also while draining at shutdown."""
+        if self._state not in (_State.RUNNING, _State.STOPPING) or self._instance is None:
             raise MQClientError(f"the producer is not running ({self._state.value})")
         return self._instance
 
     # ---- message preparation ----------------------------------------------------
 
     def _header(self, topic: str, flag: int, properties: str, batch: bool) -> dict[str, Any]:
-        return SendMessageRequestHeader(
-            producer_group=self.group,
-            topic=topic,
-            queue_id=0,
-            sys_flag=0,
-            born_timestamp=int(time.time() * 1000),
-            flag=flag,
-            properties=properties,
-            reconsume_times=0,
-            default_topic=AUTO_CREATE_TOPIC_KEY,
-            default_topic_queue_nums=self.default_topic_queue_nums,
-            batch=batch,
-        ).to_fields()
+        """SendMessageRequestHeader fields; the constant part is built once per topic."""
+        template = self._header_templates.get((topic, batch))
+        if template is None:
+            if len(self._header_templates) > 1024:
+                self._header_templates.clear()
+            template = self._header_templates[topic, batch] = SendMessageRequestHeader(
+                producer_group=self.group,
+                topic=topic,
+                queue_id=0,
+                sys_flag=0,
+                born_timestamp=0,
+                flag=0,
+                properties="",
+                reconsume_times=0,
+                default_topic=AUTO_CREATE_TOPIC_KEY,
+                default_topic_queue_nums=self.default_topic_queue_nums,
+                batch=batch,
+            ).to_fields()
+        fields = template.copy()
+        fields["bornTimestamp"] = int(time.time() * 1000)
+        fields["flag"] = flag
+        fields["properties"] = properties
+        return fields
 
     def _prepare_message(self, msg: Message) -> _Prepared:
         if not isinstance(msg, Message):
@@ -290,7 +321,7 @@ class Producer:
     # ---- sending ----------------------------------------------------------------
 
     async def _publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
-        instance = self._running_instance()
+        instance = self._sending_instance()
         info = instance.publish_info(topic)
         if info is not None and info.queues:
             return info
@@ -307,7 +338,7 @@ class Producer:
     async def _send_kernel(
         self, prepared: _Prepared, mq: MessageQueue, deadline: float
     ) -> SendResult:
-        instance = self._running_instance()
+        instance = self._sending_instance()
         addr = await self._broker_addr(instance, mq)
         fields = dict(prepared.fields)
         fields["queueId"] = mq.queue_id
@@ -365,21 +396,24 @@ class Producer:
                 last_exc = exc
             last_broker = mq.broker_name
             self._log.warning(
-                "send failed, trying another broker",
+                "send attempt failed",
                 topic=prepared.topic,
                 broker=mq.broker_name,
                 attempt=done,
+                attempts=attempts,
                 error=str(last_exc),
             )
-            instance = self._running_instance()
+            instance = self._sending_instance()
             info = instance.publish_info(prepared.topic) or info
         what = f"send to topic {prepared.topic} failed after {done} attempt(s)"
         if trio.current_time() >= deadline and done < attempts:
-            what += f" (timed out, send_msg_timeout={self.send_msg_timeout}s)"
+            what += " (timed out)"
         if isinstance(last_exc, MQBrokerError):
             raise MQBrokerError(
                 last_exc.response_code, last_exc.remark, last_exc.addr, context=what
             ) from last_exc
+        if last_exc is None:
+            raise MQClientError(what)
         raise MQClientError(f"{what}: {last_exc}") from last_exc
 
     async def send(
@@ -398,7 +432,7 @@ class Producer:
         """
         prepared = self._prepare_message(msg)
         self._running_instance()
-        deadline = trio.current_time() + (self.send_msg_timeout if timeout is None else timeout)
+        deadline = self._deadline(timeout)
         return await self._send(prepared, mq, deadline)
 
     async def send_batch(
@@ -417,7 +451,7 @@ class Producer:
         """
         prepared = self._prepare_batch(msgs)
         self._running_instance()
-        deadline = trio.current_time() + (self.send_msg_timeout if timeout is None else timeout)
+        deadline = self._deadline(timeout)
         return await self._send(prepared, mq, deadline)
 
     async def send_oneway(self, msg: Message, mq: MessageQueue | None = None) -> None:
@@ -487,11 +521,28 @@ class Producer:
         future = SendFuture()
         if callback is not None:
             future.add_done_callback(callback)
-        deadline = trio.current_time() + (self.send_msg_timeout if timeout is None else timeout)
+        deadline = self._deadline(timeout)
+        job = _AsyncJob(prepared, mq, deadline, future)
+        # trio's checkpoint discipline: a cancelled caller's message is not queued.
+        await trio.lowlevel.checkpoint_if_cancelled()
         try:
-            await tx.send(_AsyncJob(prepared, mq, deadline, future))
+            tx.send_nowait(job)
+        except trio.WouldBlock:
+            self._submits_since_yield = 0
+            try:
+                await tx.send(job)
+            except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
+                raise MQClientError("the producer is shut down") from exc
+            return future
         except (trio.ClosedResourceError, trio.BrokenResourceError) as exc:
             raise MQClientError("the producer is shut down") from exc
+        # Queued without waiting. Yield only every ASYNC_YIELD_EVERY calls, so a
+        # task submitting in a loop hands the workers many jobs per scheduler
+        # round (their frames then go out in one write).
+        self._submits_since_yield += 1
+        if self._submits_since_yield >= ASYNC_YIELD_EVERY:
+            self._submits_since_yield = 0
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return future
 
     async def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:

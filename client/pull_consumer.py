@@ -174,6 +174,8 @@ class PullConsumer:
             raise MQClientError(f"offset must be >= 0, got {offset}")
         if max_nums <= 0:
             raise MQClientError(f"max_nums must be > 0, got {max_nums}")
+        if timeout is not None and not timeout > 0:
+            raise MQClientError(f"timeout must be positive, got {timeout}")
         try:
             sub = build_subscription(mq.topic, sub_expression)
         except ValueError as exc:

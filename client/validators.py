@@ -17,6 +17,7 @@ TOPIC_MAX_LENGTH = 127
 GROUP_MAX_LENGTH = 255
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+_BYTES_TYPES = (bytes, bytearray, memoryview)
 
 
 def check_topic(topic: str) -> None:
@@ -51,7 +52,7 @@ def check_group(group: str, reserved: str | None = None) -> None:
 
 def check_body(msg: Message, max_message_size: int) -> None:
     body = msg.body
-    if not isinstance(body, bytes | bytearray | memoryview):
+    if not isinstance(body, _BYTES_TYPES):
         raise MQClientError("the message body must be bytes")
     if not body:
         raise MQClientError("the message body length is zero")
@@ -67,8 +68,14 @@ def encode_properties(props: dict[str, str]) -> str:
     Raises MQClientError for a key or value holding ``\\x01``/``\\x02`` or an
     encoding over 32767 bytes.
     """
-    text = properties_to_string(props)
     n = len(props)
+    if not n:
+        return ""
+    try:
+        # Same text as properties_to_string, without a Python-level loop.
+        text = "\x02".join(map("\x01".join, props.items())) + "\x02"
+    except TypeError:  # a non-str key or value: let the generic encoder str() it
+        text = properties_to_string(props)
     if text.count("\x01") != n or text.count("\x02") != n:
         raise MQClientError("message property names and values may not contain \\x01 or \\x02")
     if len(text) > MAX_PROPERTIES_BYTES // 4 and len(text.encode()) > MAX_PROPERTIES_BYTES:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import trio
-from fakes import FakeCluster
+
+from tests.client.fakes import FakeCluster
 
 
 @pytest.fixture

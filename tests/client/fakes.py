@@ -228,8 +228,12 @@ class FakeBroker:
         h = QueryConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
         offset = self.consumer_offsets.get((h.consumer_group, h.topic, h.queue_id))
         if offset is None:
-            return cmd.response(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
-        return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())
+            return cmd.response(
+                ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first"
+            )
+        return cmd.response(
+            ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields()
+        )
 
     def _update_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         self.requests.append(cmd)
@@ -242,13 +246,17 @@ class FakeBroker:
         h = GetMaxOffsetRequestHeader.from_fields(cmd.ext_fields)
         key = (h.topic, h.queue_id)
         offset = self.min_offsets.get(key, 0) + len(self.queues.get(key, []))
-        return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())
+        return cmd.response(
+            ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields()
+        )
 
     def _min_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         self.requests.append(cmd)
         h = GetMinOffsetRequestHeader.from_fields(cmd.ext_fields)
         offset = self.min_offsets.get((h.topic, h.queue_id), 0)
-        return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())
+        return cmd.response(
+            ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields()
+        )
 
 
 BrokerRef = FakeBroker | tuple[str, str]
@@ -286,7 +294,9 @@ class FakeNameServer:
         bds: list[BrokerData] = []
         for ref in brokers:
             name, addr = (ref.name, ref.addr) if isinstance(ref, FakeBroker) else ref
-            qds.append(QueueData(name, queues if read_queues is None else read_queues, queues, perm))
+            qds.append(
+                QueueData(name, queues if read_queues is None else read_queues, queues, perm)
+            )
             addrs = {0: addr} if addr else {}
             if slaves and name in slaves:
                 addrs[1] = slaves[name]
@@ -301,7 +311,8 @@ class FakeNameServer:
         route = self.routes.get(topic)
         if route is None:
             return cmd.response(
-                ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {topic}"
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic}",
             )
         return cmd.response(ResponseCode.SUCCESS, body=pack_body(route.to_dict()))
 

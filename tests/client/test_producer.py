@@ -1,0 +1,448 @@
+"""Producer against the fake name server and brokers."""
+
+from __future__ import annotations
+
+import time
+
+import msgpack
+import pytest
+import trio
+
+from client import (
+    Message,
+    MessageQueue,
+    MQBrokerError,
+    MQClientError,
+    Producer,
+    PullConsumer,
+    SendResult,
+    SendStatus,
+)
+from client.instance import MQClientInstance
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import FLAG_ONEWAY
+from protocol.message import PROPERTY_UNIQ_KEY, string_to_properties
+from protocol.record import decode_msg_id
+from tests.client.fakes import FakeBroker, FakeCluster, closed_port_addr
+
+TOPIC = FakeCluster.TOPIC
+
+
+def make_producer(cluster: FakeCluster, **options: object) -> Producer:
+    return Producer("test_producer_group", cluster.namesrv_addr, **options)  # type: ignore[arg-type]
+
+
+def sends(broker: FakeBroker) -> list:
+    return broker.requests_of(RequestCode.SEND_MESSAGE)
+
+
+async def test_send_round_robin_over_all_brokers(cluster: FakeCluster) -> None:
+    async with make_producer(cluster) as producer:
+        results = [await producer.send(Message(TOPIC, b"m%d" % i)) for i in range(16)]
+    queues = sorted(MessageQueue(TOPIC, b.name, q) for b in cluster.brokers for q in range(4))
+    positions = [queues.index(r.message_queue) for r in results]
+    # Each send takes the next queue in [a0..a3, b0..b3], wrapping around.
+    assert all((b - a) % 8 == 1 for a, b in zip(positions, positions[1:], strict=False))
+    assert sorted(positions) == sorted(list(range(8)) * 2)
+    assert all(r.send_status is SendStatus.SEND_OK for r in results)
+    assert len(sends(cluster.brokers[0])) == len(sends(cluster.brokers[1])) == 8
+
+
+async def test_send_header_uniq_key_and_ids(cluster: FakeCluster) -> None:
+    msg = Message(TOPIC, b"hello", tags="TagA", keys=["k1", "k2"], flag=7)
+    before = int(time.time() * 1000)
+    async with make_producer(cluster) as producer:
+        result = await producer.send(msg)
+    (req,) = sends(cluster.broker(result.message_queue.broker_name))
+    h = req.ext_fields
+    assert h["producerGroup"] == "test_producer_group"
+    assert h["topic"] == TOPIC
+    assert h["queueId"] == result.message_queue.queue_id
+    assert h["sysFlag"] == 0
+    assert h["flag"] == 7
+    assert before <= h["bornTimestamp"] <= int(time.time() * 1000)
+    assert h["defaultTopic"] == "TBW102"
+    assert h["defaultTopicQueueNums"] == 4
+    assert req.body == b"hello"
+    props = string_to_properties(h["properties"])
+    assert props["TAGS"] == "TagA"
+    assert props["KEYS"] == "k1 k2"
+    uniq = props[PROPERTY_UNIQ_KEY]
+    assert len(uniq) == 32
+    assert msg.properties[PROPERTY_UNIQ_KEY] == uniq == result.msg_id
+    # offset_msg_id is the broker's: store host + commit-log offset.
+    assert result.offset_msg_id is not None
+    store_addr, phys = decode_msg_id(result.offset_msg_id)
+    assert store_addr == cluster.broker(result.message_queue.broker_name).addr
+    assert phys == 0
+    assert result.queue_offset == 0
+
+
+async def test_existing_uniq_key_is_kept(cluster: FakeCluster) -> None:
+    msg = Message(TOPIC, b"x", properties={PROPERTY_UNIQ_KEY: "MY-ID"})
+    async with make_producer(cluster) as producer:
+        result = await producer.send(msg)
+    assert result.msg_id == "MY-ID"
+
+
+async def test_send_to_explicit_queue(cluster: FakeCluster) -> None:
+    mq = MessageQueue(TOPIC, "broker-b", 3)
+    async with make_producer(cluster) as producer:
+        for _ in range(3):
+            result = await producer.send(Message(TOPIC, b"x"), mq)
+            assert result.message_queue == mq
+        with pytest.raises(MQClientError, match="not the queue's topic"):
+            await producer.send(Message("Other", b"x"), mq)
+    assert [r.ext_fields["queueId"] for r in sends(cluster.broker("broker-b"))] == [3, 3, 3]
+    assert sends(cluster.broker("broker-a")) == []
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        (ResponseCode.SUCCESS, SendStatus.SEND_OK),
+        (ResponseCode.FLUSH_DISK_TIMEOUT, SendStatus.FLUSH_DISK_TIMEOUT),
+        (ResponseCode.FLUSH_SLAVE_TIMEOUT, SendStatus.FLUSH_SLAVE_TIMEOUT),
+        (ResponseCode.SLAVE_NOT_AVAILABLE, SendStatus.SLAVE_NOT_AVAILABLE),
+    ],
+)
+async def test_send_status_mapping(
+    cluster: FakeCluster, code: ResponseCode, status: SendStatus
+) -> None:
+    for b in cluster.brokers:
+        b.send_code = code
+    async with make_producer(cluster) as producer:
+        result = await producer.send(Message(TOPIC, b"x"))
+    assert result.send_status is status
+    # Stored: no retry.
+    assert sum(len(sends(b)) for b in cluster.brokers) == 1
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.TOPIC_NOT_EXIST,
+    ],
+)
+async def test_retry_on_another_broker_after_error_code(
+    cluster: FakeCluster, code: ResponseCode
+) -> None:
+    busy, good = cluster.brokers
+    busy.send_code = code
+    async with make_producer(cluster) as producer:
+        results = [await producer.send(Message(TOPIC, b"x")) for _ in range(8)]
+    assert {r.message_queue.broker_name for r in results} == {good.name}
+    # Round robin reached the refusing broker; every refusal was retried on the other one.
+    assert 1 <= len(sends(busy)) <= 8
+    assert len(sends(good)) == 8
+
+
+async def test_retry_on_another_broker_when_port_closed(cluster: FakeCluster) -> None:
+    good = cluster.broker("broker-b")
+    cluster.namesrv.set_route(TOPIC, [("broker-a", closed_port_addr()), good])
+    async with make_producer(cluster) as producer:
+        results = [await producer.send(Message(TOPIC, b"x")) for _ in range(8)]
+    assert {r.message_queue.broker_name for r in results} == {"broker-b"}
+    assert len(sends(good)) == 8
+
+
+async def test_all_attempts_fail_raises_broker_error(cluster: FakeCluster) -> None:
+    for b in cluster.brokers:
+        b.send_code = ResponseCode.SYSTEM_BUSY
+        b.send_remark = "too busy, try later"
+    async with make_producer(cluster, retry_times_when_send_failed=2) as producer:
+        with pytest.raises(MQBrokerError) as info:
+            await producer.send(Message(TOPIC, b"x"))
+    err = info.value
+    assert err.response_code is ResponseCode.SYSTEM_BUSY
+    assert err.remark == "too busy, try later"
+    assert "SYSTEM_BUSY" in str(err) and "too busy, try later" in str(err)
+    assert "3 attempt" in str(err)
+    assert sum(len(sends(b)) for b in cluster.brokers) == 3
+    # Attempts alternate brokers.
+    assert len(sends(cluster.brokers[0])) in (1, 2)
+
+
+async def test_non_retryable_code_raises_at_once(cluster: FakeCluster) -> None:
+    for b in cluster.brokers:
+        b.send_code = ResponseCode.MESSAGE_ILLEGAL
+        b.send_remark = "the message is illegal"
+    async with make_producer(cluster) as producer:
+        with pytest.raises(MQBrokerError, match="MESSAGE_ILLEGAL") as info:
+            await producer.send(Message(TOPIC, b"x"))
+    assert info.value.response_code is ResponseCode.MESSAGE_ILLEGAL
+    assert sum(len(sends(b)) for b in cluster.brokers) == 1
+
+
+async def test_connection_failures_everywhere_raise_client_error(cluster: FakeCluster) -> None:
+    cluster.namesrv.set_route(
+        TOPIC, [("broker-a", closed_port_addr()), ("broker-b", closed_port_addr())]
+    )
+    async with make_producer(cluster) as producer:
+        with pytest.raises(MQClientError, match="failed after 3 attempt") as info:
+            await producer.send(Message(TOPIC, b"x"))
+    assert not isinstance(info.value, MQBrokerError)
+
+
+async def test_send_timeout_is_bounded(cluster: FakeCluster) -> None:
+    for b in cluster.brokers:
+        b.silent = True
+    async with make_producer(cluster, send_msg_timeout=0.3) as producer:
+        t0 = trio.current_time()
+        with pytest.raises(MQClientError, match="timed out"):
+            await producer.send(Message(TOPIC, b"x"))
+        assert trio.current_time() - t0 < 1.5
+
+
+async def test_tbw102_fallback_for_new_topic(cluster: FakeCluster) -> None:
+    a, b = cluster.brokers
+    cluster.namesrv.set_route("TBW102", [a], queues=8)
+    tbw = cluster.namesrv.set_route("TBW102", [a, b], queues=8)
+    tbw.queue_datas[1].read_queue_nums = tbw.queue_datas[1].write_queue_nums = 2
+    tbw.queue_datas[0].perm = 7
+    async with make_producer(cluster) as producer:
+        queues = await producer.fetch_publish_message_queues("NewTopic")
+        # min(defaultTopicQueueNums=4, TBW102's queue count) per broker.
+        assert queues == [MessageQueue("NewTopic", "broker-a", i) for i in range(4)] + [
+            MessageQueue("NewTopic", "broker-b", i) for i in range(2)
+        ]
+        result = await producer.send(Message("NewTopic", b"x"))
+        assert result.message_queue.topic == "NewTopic"
+    assert cluster.namesrv.route_requests[:2] == ["NewTopic", "TBW102"]
+    req = (sends(a) + sends(b))[0]
+    assert req.ext_fields["topic"] == "NewTopic"
+    assert req.ext_fields["defaultTopic"] == "TBW102"
+    # The fallback is for publishing only.
+    async with PullConsumer("test_consumer_group", cluster.namesrv_addr) as consumer:
+        with pytest.raises(MQClientError, match="does not exist"):
+            await consumer.fetch_subscribe_message_queues("NewTopic")
+
+
+async def test_no_route_and_no_tbw102(cluster: FakeCluster) -> None:
+    async with make_producer(cluster) as producer:
+        with pytest.raises(MQClientError, match="no route info of topic Nowhere"):
+            await producer.send(Message("Nowhere", b"x"))
+
+
+@pytest.mark.parametrize(
+    ("msg", "match"),
+    [
+        (Message("bad topic!", b"x"), "illegal characters"),
+        (Message("", b"x"), "blank"),
+        (Message("t" * 128, b"x"), "longer than 127"),
+        (Message("TBW102", b"x"), "reserved"),
+        (Message(TOPIC, b""), "length is zero"),
+        (Message(TOPIC, b"x" * 1025), "exceeds the maximum 1024"),
+        (Message(TOPIC, b"x", properties={"k": "a\x01b"}), "may not contain"),
+    ],
+)
+async def test_client_side_validation(cluster: FakeCluster, msg: Message, match: str) -> None:
+    async with make_producer(cluster, max_message_size=1024) as producer:
+        with pytest.raises(MQClientError, match=match):
+            await producer.send(msg)
+        with pytest.raises(MQClientError, match=match):
+            await producer.send_oneway(msg)
+        with pytest.raises(MQClientError, match=match):
+            await producer.send_async(msg)
+        with pytest.raises(MQClientError, match=match):
+            await producer.send_batch([msg])
+    assert all(b.requests == [] for b in cluster.brokers)
+    assert cluster.namesrv.route_requests == []
+
+
+async def test_non_positive_timeout_is_refused(cluster: FakeCluster) -> None:
+    async with make_producer(cluster) as producer:
+        for bad in (0, -1.0):
+            with pytest.raises(MQClientError, match="timeout must be positive"):
+                await producer.send(Message(TOPIC, b"x"), timeout=bad)
+            with pytest.raises(MQClientError, match="timeout must be positive"):
+                await producer.send_async(Message(TOPIC, b"x"), timeout=bad)
+    assert all(b.requests == [] for b in cluster.brokers)
+
+
+def test_bad_producer_settings() -> None:
+    with pytest.raises(MQClientError, match="illegal characters"):
+        Producer("bad group")
+    with pytest.raises(MQClientError, match="reserved"):
+        Producer("DEFAULT_PRODUCER")
+    with pytest.raises(MQClientError, match="send_msg_timeout"):
+        Producer("g", send_msg_timeout=0)
+
+
+async def test_bad_namesrv_addr() -> None:
+    with pytest.raises(MQClientError, match="bad name server address"):
+        await Producer("g", "nohost").start()
+
+
+async def test_send_batch_encoding(cluster: FakeCluster) -> None:
+    msgs = [Message(TOPIC, f"body{i}".encode(), tags=f"T{i}", flag=i) for i in range(5)]
+    async with make_producer(cluster) as producer:
+        result = await producer.send_batch(msgs)
+    broker = cluster.broker(result.message_queue.broker_name)
+    (req,) = broker.requests_of(RequestCode.SEND_BATCH_MESSAGE)
+    assert req.ext_fields["batch"] is True
+    assert req.ext_fields["topic"] == TOPIC
+    assert req.ext_fields["queueId"] == result.message_queue.queue_id
+    items = msgpack.unpackb(req.body, raw=False)
+    assert [(f, body) for f, body, _ in items] == [(i, f"body{i}".encode()) for i in range(5)]
+    props = [string_to_properties(p) for _, _, p in items]
+    assert [p["TAGS"] for p in props] == [f"T{i}" for i in range(5)]
+    uniq = [p[PROPERTY_UNIQ_KEY] for p in props]
+    assert len(set(uniq)) == 5
+    assert result.msg_id == ",".join(uniq)
+    assert result.offset_msg_id is not None and len(result.offset_msg_id.split(",")) == 5
+    assert result.queue_offset == 0
+    assert len(broker.queues[(TOPIC, result.message_queue.queue_id)]) == 5
+
+
+async def test_send_batch_rules(cluster: FakeCluster) -> None:
+    async with make_producer(cluster, max_message_size=1000) as producer:
+        with pytest.raises(MQClientError, match="at least one"):
+            await producer.send_batch([])
+        with pytest.raises(MQClientError, match="same"):
+            await producer.send_batch([Message(TOPIC, b"x"), Message("Other", b"x")])
+        delayed = Message(TOPIC, b"x")
+        delayed.delay_time_level = 3
+        with pytest.raises(MQClientError, match="delay"):
+            await producer.send_batch([delayed])
+        with pytest.raises(MQClientError, match="encoded batch"):
+            await producer.send_batch([Message(TOPIC, b"x" * 600), Message(TOPIC, b"y" * 600)])
+    assert all(b.requests == [] for b in cluster.brokers)
+
+
+async def test_send_batch_retries_on_another_broker(cluster: FakeCluster) -> None:
+    cluster.brokers[0].send_code = ResponseCode.SYSTEM_BUSY
+    async with make_producer(cluster) as producer:
+        for _ in range(4):
+            result = await producer.send_batch([Message(TOPIC, b"a"), Message(TOPIC, b"b")])
+            assert result.message_queue.broker_name == "broker-b"
+
+
+async def wait_for(predicate: object, timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not predicate():  # type: ignore[operator]
+            await trio.sleep(0.005)
+
+
+async def test_send_oneway(cluster: FakeCluster) -> None:
+    async with make_producer(cluster) as producer:
+        for i in range(4):
+            await producer.send_oneway(Message(TOPIC, b"o%d" % i))
+        await wait_for(lambda: sum(len(sends(b)) for b in cluster.brokers) == 4)
+    reqs = sends(cluster.brokers[0]) + sends(cluster.brokers[1])
+    assert all(r.flag & FLAG_ONEWAY for r in reqs)
+    assert sorted(r.body for r in reqs) == [b"o0", b"o1", b"o2", b"o3"]
+
+
+async def test_send_async_many_in_flight_from_one_task(cluster: FakeCluster) -> None:
+    done: list[tuple[SendResult | None, BaseException | None]] = []
+    async with make_producer(cluster, async_send_workers=16) as producer:
+        futures = [
+            await producer.send_async(Message(TOPIC, b"a%d" % i), lambda r, e: done.append((r, e)))
+            for i in range(2000)
+        ]
+        results = [await f.wait() for f in futures]
+    assert len(done) == 2000 and all(e is None for _, e in done)
+    assert all(r.send_status is SendStatus.SEND_OK for r in results)
+    assert len({r.msg_id for r in results}) == 2000
+    stored = sum(len(q) for b in cluster.brokers for q in b.queues.values())
+    assert stored == 2000
+
+
+async def test_cancelled_send_async_is_not_queued(cluster: FakeCluster) -> None:
+    calls: list[object] = []
+    async with make_producer(cluster) as producer:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await producer.send_async(Message(TOPIC, b"never"), lambda r, e: calls.append(e))
+        assert scope.cancelled_caught
+        await producer.send(Message(TOPIC, b"after"))
+    bodies = [r.body for b in cluster.brokers for r in sends(b)]
+    assert bodies == [b"after"]
+    assert calls == []
+
+
+async def test_send_async_failure_goes_to_callback_and_future(cluster: FakeCluster) -> None:
+    for b in cluster.brokers:
+        b.send_code = ResponseCode.SYSTEM_BUSY
+    seen: list[BaseException | None] = []
+    async with make_producer(cluster) as producer:
+        fut = await producer.send_async(Message(TOPIC, b"x"), lambda r, e: seen.append(e))
+        with pytest.raises(MQBrokerError, match="SYSTEM_BUSY"):
+            await fut.wait()
+    assert fut.done()
+    assert isinstance(fut.exception(), MQBrokerError)
+    assert len(seen) == 1 and isinstance(seen[0], MQBrokerError)
+
+
+async def test_send_batch_async(cluster: FakeCluster) -> None:
+    async with make_producer(cluster) as producer:
+        futures = [
+            await producer.send_batch_async([Message(TOPIC, b"x%d" % j) for j in range(32)])
+            for _ in range(20)
+        ]
+        results = [await f.wait() for f in futures]
+    assert all(len(r.msg_id.split(",")) == 32 for r in results)
+    assert sum(len(q) for b in cluster.brokers for q in b.queues.values()) == 640
+
+
+async def test_shutdown_drains_queued_async_sends(cluster: FakeCluster) -> None:
+    producer = make_producer(cluster, async_send_workers=2)
+    await producer.start()
+    futures = [await producer.send_async(Message(TOPIC, b"x")) for _ in range(50)]
+    await producer.shutdown()
+    assert all(f.done() for f in futures)
+    assert all(f.exception() is None for f in futures)
+
+
+async def test_shutdown_with_unresponsive_broker_is_bounded(cluster: FakeCluster) -> None:
+    for b in cluster.brokers:
+        b.silent = True
+    producer = make_producer(cluster, async_send_workers=2, send_msg_timeout=0.3)
+    await producer.start()
+    futures = [await producer.send_async(Message(TOPIC, b"x")) for _ in range(20)]
+    t0 = trio.current_time()
+    await producer.shutdown()
+    assert trio.current_time() - t0 < 2.0
+    assert all(f.done() and isinstance(f.exception(), MQClientError) for f in futures)
+
+
+async def test_lifecycle_errors(cluster: FakeCluster) -> None:
+    producer = make_producer(cluster)
+    with pytest.raises(MQClientError, match="not running"):
+        await producer.send(Message(TOPIC, b"x"))
+    await producer.start()
+    with pytest.raises(MQClientError, match="started once"):
+        await producer.start()
+    await producer.shutdown()
+    await producer.shutdown()  # idempotent
+    with pytest.raises(MQClientError, match="not running"):
+        await producer.send(Message(TOPIC, b"x"))
+    with pytest.raises(MQClientError, match="not running"):
+        await producer.send_async(Message(TOPIC, b"x"))
+
+
+async def test_producers_share_one_client_instance(cluster: FakeCluster) -> None:
+    p1 = make_producer(cluster)
+    p2 = Producer("other_group", cluster.namesrv_addr)
+    await p1.start()
+    await p2.start()
+    assert p1._instance is p2._instance
+    instance = p1._instance
+    assert isinstance(instance, MQClientInstance)
+    await p1.send(Message(TOPIC, b"x"))
+    await p2.send(Message(TOPIC, b"x"))
+    # One route lookup for both.
+    assert cluster.namesrv.route_requests == [TOPIC]
+    await p1.shutdown()
+    assert instance.running
+    await p2.shutdown()
+    assert not instance.running
+    p3 = make_producer(cluster)
+    await p3.start()
+    assert p3._instance is not instance
+    await p3.shutdown()
