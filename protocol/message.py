@@ -59,8 +59,6 @@ def string_to_properties(text: str) -> dict[str, str]:
     if not text:
         return props
     for item in text.split(PROPERTY_SEPARATOR):
-        if not item:
-            continue
         key, sep, value = item.partition(NAME_VALUE_SEPARATOR)
         if sep:
             props[key] = value

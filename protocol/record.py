@@ -211,6 +211,10 @@ def check_record(buf: bytes | bytearray | memoryview, pos: int, limit: int, veri
     return RecordCheck(RecordStatus.MESSAGE, total)
 
 
+_SHORT = struct.Struct(">h")
+_MSG_ID_TAIL = struct.Struct(">q")
+
+
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, verify_crc: bool = False) -> MessageExt:
     """Decode the message record at ``pos``. Raises CorruptRecordError."""
     try:
@@ -231,46 +235,46 @@ def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, verify_crc:
             prepared,
             body_len,
         ) = RECORD_HEAD.unpack_from(buf, pos)
-    except struct.error as exc:
-        raise CorruptRecordError(f"truncated record at {pos}") from exc
-    if magic != MESSAGE_MAGIC_CODE:
-        raise CorruptRecordError(f"bad magic code {magic:#x} at {pos}")
-    end = pos + total
-    if total < RECORD_HEAD_SIZE + 3 or end > len(buf) or body_len < 0:
-        raise CorruptRecordError(f"bad record size {total} at {pos}")
-    p = pos + RECORD_HEAD_SIZE
-    body = bytes(buf[p : p + body_len])
-    p += body_len
-    if p + 1 > end:
-        raise CorruptRecordError(f"bad body length at {pos}")
-    topic_len = buf[p]
-    topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
-    p += 1 + topic_len
-    (props_len,) = struct.unpack_from(">h", buf, p)
-    p += 2
-    if p + props_len != end:
-        raise CorruptRecordError(f"record sizes do not add up at {pos}")
-    if verify_crc and body_crc(body) != crc:
-        raise CorruptRecordError(f"body CRC mismatch at {pos}")
-    props = string_to_properties(bytes(buf[p:end]).decode()) if props_len else {}
+        if magic != MESSAGE_MAGIC_CODE:
+            raise CorruptRecordError(f"bad magic code {magic:#x} at {pos}")
+        end = pos + total
+        if total < RECORD_HEAD_SIZE + 3 or end > len(buf) or body_len < 0:
+            raise CorruptRecordError(f"bad record size {total} at {pos}")
+        p = pos + RECORD_HEAD_SIZE
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        if p + 3 > end:
+            raise CorruptRecordError(f"bad body length at {pos}")
+        topic_len = buf[p]
+        topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
+        p += 1 + topic_len
+        (props_len,) = _SHORT.unpack_from(buf, p)
+        p += 2
+        if p + props_len != end:
+            raise CorruptRecordError(f"record sizes do not add up at {pos}")
+        if verify_crc and body_crc(body) != crc:
+            raise CorruptRecordError(f"body CRC mismatch at {pos}")
+        props = string_to_properties(bytes(buf[p:end]).decode()) if props_len else {}
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise CorruptRecordError(f"undecodable record at {pos}: {exc}") from exc
     return MessageExt(
-        topic=topic,
-        body=body,
-        properties=props,
-        flag=flag,
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        commit_log_offset=physical_offset,
-        sys_flag=sys_flag,
-        born_timestamp=born_ts,
-        born_host=unpack_host(born_host),
-        store_timestamp=store_ts,
-        store_host=unpack_host(store_host),
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
-        body_crc=crc,
-        store_size=total,
-        msg_id=encode_msg_id(store_host, physical_offset),
+        topic,
+        body,
+        props,
+        flag,
+        queue_id,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+        unpack_host(born_host),
+        store_ts,
+        unpack_host(store_host),
+        reconsume,
+        prepared,
+        crc,
+        total,
+        (store_host + _MSG_ID_TAIL.pack(physical_offset)).hex().upper(),
     )
 
 
