@@ -10,6 +10,7 @@ import click
 import trio
 
 from client.admin import MQAdmin, MQAdminError
+from protocol.logs import configure_logging
 from protocol.route import perm_to_string
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
@@ -216,6 +217,7 @@ def consume_message(namesrv: str, topic: str, group: str, broker_name: str | Non
 
 
 def main() -> None:
+    configure_logging("WARNING")
     cli()
 
 

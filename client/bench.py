@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import click
 import trio
 
+from protocol.logs import configure_logging
+
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
 
 
@@ -148,6 +150,7 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
 
 
 def main() -> None:
+    configure_logging("WARNING")
     cli()
 
 

@@ -25,15 +25,19 @@ concatenation of these records, exactly as the store holds them.
 
 from __future__ import annotations
 
+import mmap
 import socket
 import struct
 import zlib
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
+from typing import TypeAlias
 
 from protocol.errors import CorruptRecordError
 from protocol.message import MessageExt, string_to_properties
+
+Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 
 MESSAGE_MAGIC_CODE = 0xDAA320A7
 BLANK_MAGIC_CODE = 0xCBD43194
@@ -173,7 +177,7 @@ class RecordCheck:
     reason: str = ""
 
 
-def check_record(buf: bytes | bytearray | memoryview, pos: int, limit: int, verify_crc: bool = True) -> RecordCheck:
+def check_record(buf: Buffer, pos: int, limit: int, verify_crc: bool = True) -> RecordCheck:
     """Validate the record at ``pos`` (the readable data ends at ``limit``).
 
     Used by recovery scans: magic code, every length field and the body CRC.
@@ -215,7 +219,7 @@ _SHORT = struct.Struct(">h")
 _MSG_ID_TAIL = struct.Struct(">q")
 
 
-def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, verify_crc: bool = False) -> MessageExt:
+def decode_record(buf: Buffer, pos: int = 0, verify_crc: bool = False) -> MessageExt:
     """Decode the message record at ``pos``. Raises CorruptRecordError."""
     try:
         (
@@ -278,7 +282,7 @@ def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0, verify_crc:
     )
 
 
-def decode_records(buf: bytes | bytearray | memoryview, verify_crc: bool = False) -> list[MessageExt]:
+def decode_records(buf: Buffer, verify_crc: bool = False) -> list[MessageExt]:
     """Decode a concatenation of message records (a pull response body)."""
     out: list[MessageExt] = []
     pos = 0

@@ -1,0 +1,231 @@
+"""CommitLog: every topic's messages in one append-only log.
+
+Records use RocketMQ 4.x's layout (protocol/record.py). A record that does not
+fit in the rest of a file is preceded by a BLANK record filling that rest, and
+goes to the next file; a file always ends full or with a BLANK of >= 8 bytes.
+Queue offsets come from ``topic_queue_table`` ("topic-queueId" -> next offset).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from broker.store.mapped_file import MappedFile
+from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.status import (
+    AppendMessageResult,
+    AppendMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+)
+from protocol.record import (
+    BLANK_MIN_SIZE,
+    MAX_PROPERTIES_BYTES,
+    MAX_TOPIC_BYTES,
+    RecordStatus,
+    body_crc,
+    check_record,
+    encode_blank,
+    encode_msg_id,
+    encode_record,
+    pack_host,
+    record_size,
+)
+
+log = structlog.get_logger("store.commitlog")
+
+# A file must always keep room for a BLANK header at its end.
+END_FILE_MIN_BLANK_LENGTH = BLANK_MIN_SIZE
+
+
+@dataclass(slots=True)
+class MessageExtBrokerInner:
+    """A message on its way into the commit log."""
+
+    topic: str
+    queue_id: int
+    flag: int
+    body: bytes
+    properties_string: str
+    tags_code: int = 0
+    keys: str | None = None
+    uniq_key: str | None = None
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: str = "127.0.0.1:0"
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+
+@dataclass(slots=True)
+class DispatchRequest:
+    """What the indexes need to know of one stored record."""
+
+    topic: str
+    queue_id: int
+    commit_log_offset: int
+    msg_size: int
+    tags_code: int
+    store_timestamp: int
+    consume_queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+
+
+class CommitLog:
+    def __init__(self, store_dir: Path, file_size: int, store_host: str,
+                 max_message_size: int) -> None:
+        self.mapped_file_queue = MappedFileQueue(store_dir, file_size)
+        self.file_size = file_size
+        self.store_host = pack_host(store_host)
+        self.max_message_size = max_message_size
+        self.topic_queue_table: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    # ---- append ----------------------------------------------------------------
+
+    def put_messages(
+        self, msgs: list[MessageExtBrokerInner]
+    ) -> tuple[PutMessageResult, list[DispatchRequest]]:
+        """Append one message, or a batch (one topic and queue, one file)."""
+        encoded = []
+        total = 0
+        for m in msgs:
+            topic_b = m.topic.encode()
+            props_b = m.properties_string.encode()
+            if len(props_b) > MAX_PROPERTIES_BYTES:
+                return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED), []
+            if len(topic_b) > MAX_TOPIC_BYTES or len(m.body) > self.max_message_size:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
+            size = record_size(len(m.body), len(topic_b), len(props_b))
+            encoded.append((m, topic_b, props_b, size, body_crc(m.body)))
+            total += size
+        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
+        with self._lock:
+            mf = self.mapped_file_queue.last_for_append()
+            if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+                if mf.remaining > 0:
+                    mf.append(encode_blank(mf.remaining))
+                mf = self.mapped_file_queue.last_for_append()
+            return self._append(mf, encoded, total)
+
+    def _append(self, mf: MappedFile, encoded: list, total: int
+                ) -> tuple[PutMessageResult, list[DispatchRequest]]:
+        now = int(time.time() * 1000)
+        first = encoded[0][0]
+        key = f"{first.topic}-{first.queue_id}"
+        queue_offset = self.topic_queue_table.get(key, 0)
+        wrote_offset = mf.file_from_offset + mf.wrote_position
+        phys = wrote_offset
+        parts = []
+        dispatches = []
+        ids = []
+        for m, topic_b, props_b, size, crc in encoded:
+            parts.append(encode_record(
+                topic=topic_b, queue_id=m.queue_id, flag=m.flag, body=m.body,
+                properties=props_b, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
+                born_host=pack_host(m.born_host), store_timestamp=now,
+                store_host=self.store_host, reconsume_times=m.reconsume_times,
+                prepared_transaction_offset=m.prepared_transaction_offset,
+                queue_offset=queue_offset, physical_offset=phys, crc=crc,
+            ))
+            dispatches.append(DispatchRequest(
+                m.topic, m.queue_id, phys, size, m.tags_code, now, queue_offset,
+                m.keys, m.uniq_key, m.sys_flag,
+            ))
+            ids.append(encode_msg_id(self.store_host, phys))
+            phys += size
+            queue_offset += 1
+        mf.append(b"".join(parts) if len(parts) > 1 else parts[0])
+        mf.store_timestamp = now
+        self.topic_queue_table[key] = queue_offset
+        result = AppendMessageResult(
+            AppendMessageStatus.PUT_OK, wrote_offset, total, ",".join(ids), now,
+            dispatches[0].consume_queue_offset, len(dispatches),
+        )
+        return PutMessageResult(PutMessageStatus.PUT_OK, result), dispatches
+
+    # ---- read ------------------------------------------------------------------
+
+    def get_data(self, offset: int, size: int) -> bytes | None:
+        mf = self.mapped_file_queue.find_by_offset(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return mf.read(pos, size)
+
+    @property
+    def min_offset(self) -> int:
+        return self.mapped_file_queue.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.mapped_file_queue.max_offset
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # ---- flush -----------------------------------------------------------------
+
+    def flush(self) -> bool:
+        return self.mapped_file_queue.flush()
+
+    # ---- recovery --------------------------------------------------------------
+
+    def load(self) -> None:
+        self.mapped_file_queue.load()
+
+    def recover(self, abnormal: bool) -> int:
+        """Find the end of valid data, cut everything after it; returns that offset.
+
+        Normal recovery checks the last 3 files, abnormal recovery every file,
+        validating magic code, sizes and body CRC of each record.
+        """
+        files = self.mapped_file_queue.files
+        if not files:
+            return 0
+        start_idx = 0 if abnormal else max(0, len(files) - 3)
+        t0 = time.monotonic()
+        end = files[start_idx].file_from_offset
+        for mf in files[start_idx:]:
+            pos, complete = self._scan_file(mf)
+            end = mf.file_from_offset + pos
+            if not complete:
+                break
+        self.mapped_file_queue.truncate_dirty_files(end)
+        log.info("commit log recovered", abnormal=abnormal, end_offset=end,
+                 files=len(self.mapped_file_queue.files),
+                 seconds=round(time.monotonic() - t0, 3))
+        return end
+
+    def _scan_file(self, mf: MappedFile) -> tuple[int, bool]:
+        """(end of valid data in the file, whether the file is complete)."""
+        buf = mf.mm
+        pos = 0
+        limit = mf.file_size
+        while True:
+            check = check_record(buf, pos, limit, verify_crc=True)
+            if check.status is RecordStatus.MESSAGE:
+                pos += check.size
+                if pos == limit:
+                    return pos, True
+            elif check.status is RecordStatus.BLANK:
+                return limit, True
+            elif check.status is RecordStatus.END:
+                return pos, False
+            else:
+                log.warning("corrupt record, truncating", file=mf.path.name, pos=pos,
+                            reason=check.reason)
+                return pos, False
+
+    def close(self) -> None:
+        self.mapped_file_queue.close()

@@ -1,0 +1,162 @@
+"""ConsumeQueue: the index of one topic/queue into the commit log.
+
+    +--------------------------+-------------+----------------+
+    | commit-log offset (8)    | size (4)    | tag hash (8)   |   20 bytes per entry
+    +--------------------------+-------------+----------------+
+
+Entry n sits at byte n * 20 of the queue's log (files named by byte offset).
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.status import StoreError
+
+CQ_STORE_UNIT_SIZE = 20
+CQ_ENTRY = struct.Struct(">qiq")
+
+
+class ConsumeQueue:
+    def __init__(self, topic: str, queue_id: int, root: Path, file_size: int) -> None:
+        if file_size % CQ_STORE_UNIT_SIZE:
+            raise StoreError(f"consume-queue file size {file_size} is not a multiple of 20")
+        self.topic = topic
+        self.queue_id = queue_id
+        self.store_dir = root / topic / str(queue_id)
+        self.mapped_file_queue = MappedFileQueue(self.store_dir, file_size)
+        self.file_size = file_size
+        self.min_logic_offset = 0  # byte offset of the first live entry
+        self.max_physic_offset = 0  # end of the last indexed commit-log record
+
+    # ---- offsets (in entries) -----------------------------------------------------
+
+    @property
+    def max_offset_in_queue(self) -> int:
+        return self.mapped_file_queue.max_offset // CQ_STORE_UNIT_SIZE
+
+    @property
+    def min_offset_in_queue(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    # ---- write ---------------------------------------------------------------------
+
+    def put_entry(self, phys_offset: int, size: int, tags_code: int, cq_index: int) -> bool:
+        """Write entry ``cq_index``; duplicates are ignored, gaps zero-filled."""
+        mfq = self.mapped_file_queue
+        expected = cq_index * CQ_STORE_UNIT_SIZE
+        current = mfq.max_offset
+        if not mfq.files:
+            current = expected - expected % self.file_size
+            mfq.last_for_append(current)
+            self.min_logic_offset = expected
+        if expected < current:
+            return False  # already indexed (replayed during recovery)
+        while current < expected:  # a hole: keep entry n at byte n * 20
+            mf = mfq.last_for_append()
+            n = min(expected - current, mf.remaining)
+            mf.append(bytes(n))
+            current += n
+        mf = mfq.last_for_append()
+        mf.append(CQ_ENTRY.pack(phys_offset, size, tags_code))
+        self.max_physic_offset = phys_offset + size
+        return True
+
+    # ---- read ----------------------------------------------------------------------
+
+    def get_entries(self, index: int, max_count: int) -> list[tuple[int, int, int]]:
+        """Up to ``max_count`` entries from ``index``, within one file."""
+        offset = index * CQ_STORE_UNIT_SIZE
+        mf = self.mapped_file_queue.find_by_offset(offset)
+        if mf is None:
+            return []
+        pos = offset - mf.file_from_offset
+        n = min(max_count, (mf.wrote_position - pos) // CQ_STORE_UNIT_SIZE)
+        if n <= 0:
+            return []
+        data = mf.read(pos, n * CQ_STORE_UNIT_SIZE)
+        return list(CQ_ENTRY.iter_unpack(data))
+
+    def get_entry(self, index: int) -> tuple[int, int, int] | None:
+        entries = self.get_entries(index, 1)
+        return entries[0] if entries else None
+
+    # ---- recovery -------------------------------------------------------------------
+
+    def load(self) -> None:
+        self.mapped_file_queue.load()
+
+    def recover(self) -> None:
+        """Find the last valid entry in the last files (entries with size > 0)."""
+        files = self.mapped_file_queue.files
+        if not files:
+            return
+        end = files[0].file_from_offset
+        for mf in files[max(0, len(files) - 3):]:
+            end = mf.file_from_offset
+            data = mf.read(0, mf.file_size)
+            pos = 0
+            last_valid = 0
+            for phys, size, _tag in CQ_ENTRY.iter_unpack(data):
+                pos += CQ_STORE_UNIT_SIZE
+                if phys >= 0 and size > 0:
+                    last_valid = pos
+                    self.max_physic_offset = phys + size
+                elif phys == 0 and size == 0:
+                    # a zero entry: end of data, unless a filled hole follows
+                    continue
+                else:
+                    break
+            end = mf.file_from_offset + last_valid
+            if last_valid < mf.file_size:
+                break
+        self.mapped_file_queue.truncate_dirty_files(end)
+        self._correct_min_offset()
+
+    def _correct_min_offset(self) -> None:
+        files = self.mapped_file_queue.files
+        self.min_logic_offset = files[0].file_from_offset if files else 0
+        # skip zero-filled holes at the head
+        while self.min_logic_offset < self.mapped_file_queue.max_offset:
+            entry = self.get_entry(self.min_logic_offset // CQ_STORE_UNIT_SIZE)
+            if entry is None or entry[1] > 0:
+                break
+            self.min_logic_offset += CQ_STORE_UNIT_SIZE
+
+    def truncate_dirty_logic_files(self, phys_offset: int) -> None:
+        """Drop entries pointing at or past ``phys_offset`` (the commit-log end)."""
+        mfq = self.mapped_file_queue
+        while mfq.files:
+            last = mfq.files[-1]
+            if last.wrote_position == 0:
+                last.destroy()
+                mfq.files.pop()
+                continue
+            cut = None
+            for i in range(last.wrote_position // CQ_STORE_UNIT_SIZE - 1, -1, -1):
+                phys, size, _ = CQ_ENTRY.unpack_from(last.mm, i * CQ_STORE_UNIT_SIZE)
+                if size > 0 and phys + size <= phys_offset:
+                    cut = (i + 1) * CQ_STORE_UNIT_SIZE
+                    self.max_physic_offset = phys + size
+                    break
+            if cut is None:
+                last.destroy()
+                mfq.files.pop()
+                continue
+            if cut < last.wrote_position:
+                last.truncate(cut)
+            break
+        if not mfq.files:
+            self.max_physic_offset = 0
+        self._correct_min_offset()
+
+    def flush(self) -> bool:
+        return self.mapped_file_queue.flush()
+
+    def destroy(self) -> None:
+        self.mapped_file_queue.delete_all()
+
+    def close(self) -> None:
+        self.mapped_file_queue.close()

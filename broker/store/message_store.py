@@ -1,0 +1,333 @@
+"""DefaultMessageStore: the storage engine the broker talks to.
+
+Synchronous and free of trio: the broker calls ``put_message`` and
+``get_message`` from its event loop and runs the blocking ``flush_*`` methods
+in worker threads.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from broker.config import BrokerConfig
+from broker.store.commit_log import CommitLog, DispatchRequest, MessageExtBrokerInner
+from broker.store.consume_queue import ConsumeQueue
+from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
+from broker.store.status import (
+    GetMessageResult,
+    GetMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+    StoreError,
+)
+from broker.store.store_checkpoint import StoreCheckpoint
+from protocol.errors import CorruptRecordError
+from protocol.hashing import tags_hash_code
+from protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageExt
+from protocol.record import (
+    OFF_STORE_TIMESTAMP,
+    Buffer,
+    RecordStatus,
+    check_record,
+    decode_record,
+)
+
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+
+DispatchListener = Callable[[str, int, int], None]
+
+
+class DefaultMessageStore:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        root = Path(config.store_path_root_dir)
+        self.root = root
+        self.log = structlog.get_logger("store").bind(broker=config.broker_name)
+        self.commit_log = CommitLog(
+            root / "commitlog", config.maped_file_size_commit_log, config.broker_addr,
+            config.max_message_size,
+        )
+        self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
+        self.checkpoint = StoreCheckpoint(root / "checkpoint")
+        self.abort_file = root / "abort"
+        self.dispatchers: list[CommitLogDispatcher] = [CommitLogDispatcherBuildConsumeQueue(self)]
+        self.dispatch_listeners: list[DispatchListener] = []
+        self.running = False
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def load(self) -> bool:
+        """Open the files and recover to a consistent state. True on success."""
+        abnormal = self.abort_file.exists()
+        t0 = time.monotonic()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.commit_log.load()
+        self._load_consume_queues()
+        end = self.commit_log.recover(abnormal)
+        cqs = list(self._all_consume_queues())
+        for cq in cqs:
+            cq.recover()
+            cq.truncate_dirty_logic_files(end)
+        reput_from = max([cq.max_physic_offset for cq in cqs], default=0)
+        reput_from = max(reput_from, self.commit_log.min_offset)
+        replayed = self.dispatch_from(reput_from)
+        self.commit_log.topic_queue_table = {
+            f"{cq.topic}-{cq.queue_id}": cq.max_offset_in_queue for cq in self._all_consume_queues()
+        }
+        self.log.info("store loaded", abnormal=abnormal, commit_log_end=end,
+                      consume_queues=len(cqs), replayed=replayed,
+                      seconds=round(time.monotonic() - t0, 3))
+        return True
+
+    def _load_consume_queues(self) -> None:
+        cq_root = self.root / "consumequeue"
+        if not cq_root.exists():
+            return
+        for topic_dir in sorted(cq_root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                if qdir.is_dir() and qdir.name.isdigit():
+                    cq = self.find_consume_queue(topic_dir.name, int(qdir.name))
+                    cq.load()
+
+    def start(self) -> None:
+        self.abort_file.parent.mkdir(parents=True, exist_ok=True)
+        self.abort_file.touch()
+        self.running = True
+
+    def shutdown(self) -> None:
+        """Flush everything, close the files, remove the abort file."""
+        if not self.running:
+            return
+        self.running = False
+        self.flush_commit_log()
+        self.flush_consume_queues()
+        self.commit_log.close()
+        for cq in self._all_consume_queues():
+            cq.close()
+        self.abort_file.unlink(missing_ok=True)
+
+    # ---- consume queues --------------------------------------------------------------
+
+    def _all_consume_queues(self) -> list[ConsumeQueue]:
+        return [cq for qs in self.consume_queue_table.values() for cq in qs.values()]
+
+    def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        queues = self.consume_queue_table.setdefault(topic, {})
+        cq = queues.get(queue_id)
+        if cq is None:
+            cq = ConsumeQueue(topic, queue_id, self.root / "consumequeue",
+                              self.config.maped_file_size_consume_queue)
+            queues[queue_id] = cq
+        return cq
+
+    def _existing_cq(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self.consume_queue_table.get(topic, {}).get(queue_id)
+
+    # ---- put -------------------------------------------------------------------------
+
+    def put_message(self, msg: MessageExtBrokerInner) -> PutMessageResult:
+        return self.put_messages([msg])
+
+    def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
+        """Append one message or a batch (one topic and queue) and index it."""
+        if not self.running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        first = msgs[0]
+        if any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        try:
+            result, dispatches = self.commit_log.put_messages(msgs)
+        except OSError as exc:
+            self.log.error("commit log append failed", error=str(exc))
+            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+        for req in dispatches:
+            self.do_dispatch(req)
+        if dispatches:
+            last = dispatches[-1]
+            for listener in self.dispatch_listeners:
+                listener(last.topic, last.queue_id, last.consume_queue_offset + 1)
+        return result
+
+    def do_dispatch(self, req: DispatchRequest) -> None:
+        for d in self.dispatchers:
+            d.dispatch(req)
+
+    def dispatch_from(self, offset: int) -> int:
+        """Re-index every record from ``offset`` to the end of the commit log."""
+        count = 0
+        mfq = self.commit_log.mapped_file_queue
+        end = mfq.max_offset
+        while offset < end:
+            mf = mfq.find_by_offset(offset)
+            if mf is None:
+                break
+            pos = offset - mf.file_from_offset
+            check = check_record(mf.mm, pos, mf.wrote_position, verify_crc=False)
+            if check.status is RecordStatus.MESSAGE:
+                self.do_dispatch(self._dispatch_request(mf.mm, pos))
+                offset += check.size
+                count += 1
+            elif check.status is RecordStatus.BLANK or pos >= mf.wrote_position:
+                offset = mf.file_from_offset + mf.file_size
+            else:
+                raise StoreError(f"cannot re-dispatch at commit-log offset {offset}: {check.reason}")
+        return count
+
+    @staticmethod
+    def _dispatch_request(buf: Buffer, pos: int) -> DispatchRequest:
+        m = decode_record(buf, pos)
+        return DispatchRequest(
+            m.topic, m.queue_id, m.commit_log_offset, m.store_size,
+            tags_hash_code(m.properties.get(PROPERTY_TAGS)), m.store_timestamp, m.queue_offset,
+            m.properties.get(PROPERTY_KEYS), m.properties.get(PROPERTY_UNIQ_KEY), m.sys_flag,
+        )
+
+    # ---- get -------------------------------------------------------------------------
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        tag_codes: set[int] | None,
+    ) -> GetMessageResult:
+        """Up to ``max_nums`` raw records of a queue from ``offset`` (RocketMQ's rules)."""
+        cq = self._existing_cq(topic, queue_id)
+        if cq is None:  # nothing was ever written to this queue
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        min_off, max_off = cq.min_offset_in_queue, cq.max_offset_in_queue
+        if max_off == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_off, max_off)
+        if offset < min_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_off, min_off, max_off)
+        if offset == max_off:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_off, max_off)
+        if offset > max_off:
+            nxt = min_off if min_off == 0 else max_off
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, min_off, max_off)
+
+        max_count = min(max_nums, self.config.max_transfer_count_on_message_in_memory)
+        max_bytes = self.config.max_transfer_bytes_on_message_in_memory
+        # scan more entries than we return, so a tag filter can skip unmatched ones
+        entries = cq.get_entries(offset, max(max_count, 16) if tag_codes is None else 400)
+        if not entries:
+            nxt = self.commit_log.roll_next_file(offset * 20) // 20
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, nxt, min_off, max_off)
+        buffers: list[bytes] = []
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        total = 0
+        scanned = 0
+        cl_min = self.commit_log.min_offset
+        get_data = self.commit_log.get_data
+        for phys, size, tag in entries:
+            if buffers and (len(buffers) >= max_count or total + size > max_bytes):
+                break
+            scanned += 1
+            if size <= 0:
+                continue
+            if tag_codes is not None and tag not in tag_codes:
+                continue
+            if phys < cl_min:
+                status = GetMessageStatus.MESSAGE_WAS_REMOVING if not buffers else status
+                continue
+            data = get_data(phys, size)
+            if data is None:
+                if not buffers:
+                    status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                continue
+            buffers.append(data)
+            total += size
+            status = GetMessageStatus.FOUND
+        return GetMessageResult(status, offset + scanned, min_off, max_off, buffers)
+
+    # ---- queries ---------------------------------------------------------------------
+
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._existing_cq(topic, queue_id)
+        return cq.max_offset_in_queue if cq else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self._existing_cq(topic, queue_id)
+        return cq.min_offset_in_queue if cq else 0
+
+    def get_commit_log_offset_in_queue(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self._existing_cq(topic, queue_id)
+        entry = cq.get_entry(offset) if cq else None
+        return entry[0] if entry else 0
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self._existing_cq(topic, queue_id)
+        entry = cq.get_entry(offset) if cq else None
+        if entry is None:
+            return -1
+        data = self.commit_log.get_data(entry[0] + OFF_STORE_TIMESTAMP, 8)
+        return _LONG.unpack(data)[0] if data else -1
+
+    def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
+        head = self.commit_log.get_data(commit_log_offset, 4)
+        if head is None:
+            return None
+        size = _INT.unpack(head)[0]
+        data = self.commit_log.get_data(commit_log_offset, size) if size > 0 else None
+        if data is None:
+            return None
+        try:
+            return decode_record(data, 0, verify_crc=True)
+        except CorruptRecordError:
+            return None
+
+    def get_max_phy_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    def get_min_phy_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    # ---- admin -----------------------------------------------------------------------
+
+    def delete_topics(self, topics: set[str]) -> int:
+        deleted = 0
+        for topic in topics:
+            queues = self.consume_queue_table.pop(topic, {})
+            for cq in queues.values():
+                cq.destroy()
+                self.commit_log.topic_queue_table.pop(f"{topic}-{cq.queue_id}", None)
+                deleted += 1
+            topic_dir = self.root / "consumequeue" / topic
+            if topic_dir.exists():
+                for qdir in topic_dir.iterdir():
+                    if qdir.is_dir():
+                        qdir.rmdir() if not any(qdir.iterdir()) else None
+                if not any(topic_dir.iterdir()):
+                    topic_dir.rmdir()
+        return deleted
+
+    # ---- flush -----------------------------------------------------------------------
+
+    def flush_commit_log(self) -> bool:
+        """fsync the commit log (blocking: run it in a worker thread)."""
+        flushed = self.commit_log.flush()
+        if flushed:
+            self.checkpoint.physic_msg_timestamp = int(time.time() * 1000)
+            self.checkpoint.flush()
+        return flushed
+
+    def flush_consume_queues(self) -> bool:
+        flushed = False
+        for cq in self._all_consume_queues():
+            flushed = cq.flush() or flushed
+        if flushed:
+            self.checkpoint.logics_msg_timestamp = int(time.time() * 1000)
+            self.checkpoint.flush()
+        return flushed
