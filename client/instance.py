@@ -210,6 +210,10 @@ class MQClientInstance:
         self._state = "shutdown"
         self._started.set()
         with trio.CancelScope(shield=True):
+            if self._remoting is not None:
+                # oneway requests still queued must reach the wire before we close
+                with trio.move_on_after(2):
+                    await self._remoting.drain()
             await self._service.stop()
         self._remoting = None
         self._conns.clear()

@@ -52,6 +52,9 @@ class RemotingClient:
         return self
 
     async def __aexit__(self, *exc: Any) -> bool | None:
+        if exc[0] is None:
+            with trio.move_on_after(2):
+                await self.drain()
         self.close()
         assert self._nursery_cm is not None
         return await self._nursery_cm.__aexit__(*exc)  # type: ignore[no-any-return]
@@ -62,6 +65,11 @@ class RemotingClient:
         self._conns.clear()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
+
+    async def drain(self) -> None:
+        """Wait until every connection has written what is queued (bound it with a timeout)."""
+        for conn in list(self._conns.values()):
+            await conn.drain()
 
     def close_connection(self, addr: str) -> None:
         conn = self._conns.pop(addr, None)

@@ -89,6 +89,8 @@ class RemotingConnection:
         self._out_bytes = 0
         self._wake: trio.Event | None = None
         self._drained = trio.Event()
+        self._sending = False
+        self._idle = trio.Event()
         self._pending: dict[int, _Pending] = {}
         self._nursery: trio.Nursery | None = None
         self._close_callbacks: list[Callable[[RemotingConnection], None]] = []
@@ -127,6 +129,7 @@ class RemotingConnection:
             pending.event.set()
         self._pending.clear()
         self._drained.set()
+        self._idle.set()
         for cb in self._close_callbacks:
             try:
                 cb(self)
@@ -161,9 +164,12 @@ class RemotingConnection:
         stream = self.stream
         while True:
             if not self._out:
+                self._idle.set()
                 wake = self._wake = trio.Event()
                 await wake.wait()
                 continue
+            if self._idle.is_set():
+                self._idle = trio.Event()
             data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
             self._out.clear()
             self._out_bytes = 0
@@ -175,6 +181,12 @@ class RemotingConnection:
                 self._log.info("connection write failed", error=str(exc))
                 self.close()
                 return
+
+    async def drain(self) -> None:
+        """Wait until every queued frame has been written (or the connection closed)."""
+        while not self.closed and (self._out or not self._idle.is_set()):
+            await self._idle.wait()
+            await trio.lowlevel.checkpoint()
 
     async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request and wait for its response.
