@@ -64,6 +64,23 @@ class ConsumeQueue:
         self.max_physic_offset = phys_offset + size
         return True
 
+    def put_entries(self, entries: list[tuple[int, int, int]], first_index: int) -> None:
+        """Write consecutive entries from ``first_index`` (one append when they fit)."""
+        mfq = self.mapped_file_queue
+        last = mfq.last()
+        blob_size = len(entries) * CQ_STORE_UNIT_SIZE
+        if (
+            last is not None
+            and mfq.max_offset == first_index * CQ_STORE_UNIT_SIZE
+            and last.remaining >= blob_size
+        ):
+            pack = CQ_ENTRY.pack
+            last.append(b"".join([pack(p, s, t) for p, s, t in entries]))
+            self.max_physic_offset = entries[-1][0] + entries[-1][1]
+            return
+        for i, (phys, size, tag) in enumerate(entries):
+            self.put_entry(phys, size, tag, first_index + i)
+
     # ---- read ----------------------------------------------------------------------
 
     def get_entries(self, index: int, max_count: int) -> list[tuple[int, int, int]]:

@@ -150,9 +150,9 @@ class DefaultMessageStore:
         except OSError as exc:
             self.log.error("commit log append failed", error=str(exc))
             return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
-        for req in dispatches:
-            self.do_dispatch(req)
         if dispatches:
+            for d in self.dispatchers:
+                d.dispatch_batch(dispatches)
             last = dispatches[-1]
             for listener in self.dispatch_listeners:
                 listener(last.topic, last.queue_id, last.consume_queue_offset + 1)
