@@ -129,7 +129,7 @@ def _last_file(root: Path) -> Path:
 def test_abort_recovery_truncates_torn_tail(tmp_path: Path) -> None:
     cfg = make_config(tmp_path, cl_size=1 << 16, cq_entries=100)
     store = open_store(cfg)
-    for i in range(20):
+    for _ in range(20):
         store.put_message(inner("T", 0, b"z" * 200))
     good_end = store.get_max_phy_offset()
     store.put_message(inner("T", 0, b"torn" * 50))
