@@ -8,14 +8,12 @@ the month (4) + counter (2).
 from __future__ import annotations
 
 import datetime as _dt
+import itertools
 import os
 import random
 import socket
 import struct
-import threading
 import time
-
-_COUNTER = struct.Struct(">iH")
 
 
 def _local_ip() -> bytes:
@@ -32,26 +30,24 @@ def _month_start_ms(now_ms: int) -> int:
 
 
 class UniqIdGenerator:
-    """Thread-safe generator of ``UNIQ_KEY`` values."""
+    """Generator of ``UNIQ_KEY`` values; safe to share between threads
+    (``next()`` on an itertools counter is atomic under the GIL)."""
 
     def __init__(self) -> None:
         prefix = _local_ip() + struct.pack(">H", os.getpid() & 0xFFFF)
         prefix += random.getrandbits(32).to_bytes(4, "big")
         self._prefix = prefix.hex().upper()
-        self._lock = threading.Lock()
-        self._counter = 0
+        self._counter = itertools.count(random.getrandbits(16))
         self._month_start = 0
-        self._next_month = 0
+        self._next_check = 0
 
     def next_id(self) -> str:
-        now = int(time.time() * 1000)
-        with self._lock:
-            if now >= self._next_month:
-                self._month_start = _month_start_ms(now)
-                self._next_month = self._month_start + 28 * 86400 * 1000
-            self._counter = (self._counter + 1) & 0xFFFF
-            tail = _COUNTER.pack((now - self._month_start) & 0x7FFFFFFF, self._counter)
-        return self._prefix + tail.hex().upper()
+        now = time.time_ns() // 1_000_000
+        if now >= self._next_check:
+            self._month_start = _month_start_ms(now)
+            self._next_check = now + 3_600_000  # re-check the month every hour
+        diff = (now - self._month_start) & 0x7FFFFFFF
+        return f"{self._prefix}{diff:08X}{next(self._counter) & 0xFFFF:04X}"
 
 
 _default = UniqIdGenerator()
