@@ -1,0 +1,162 @@
+"""Frames, commands and records: byte-by-byte feeding, round trips, fuzzing."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.command import RemotingCommand
+from protocol.errors import CorruptRecordError, FrameTooLargeError, ProtocolError, RemoteProtocolError
+from protocol.frame import FrameDecoder, encode_frame
+from protocol.hashing import java_string_hash
+from protocol.message import properties_to_string, string_to_properties
+from protocol.record import (
+    RecordStatus,
+    check_record,
+    decode_msg_id,
+    decode_record,
+    decode_records,
+    encode_blank,
+    encode_msg_id,
+    encode_record,
+    pack_host,
+)
+
+
+def record(i: int, body: bytes = b"body", props: dict[str, str] | None = None, topic: str = "Tôpic") -> bytes:
+    return encode_record(
+        topic=topic.encode(), queue_id=i % 4, flag=7, body=body,
+        properties=properties_to_string(props or {"TAGS": "TagA", "KEYS": "k1 k2"}).encode(),
+        sys_flag=0, born_timestamp=1000 + i, born_host=pack_host("10.0.0.1:5555"),
+        store_timestamp=2000 + i, store_host=pack_host("127.0.0.1:10911"), reconsume_times=1,
+        prepared_transaction_offset=0, queue_offset=i, physical_offset=i * 1000,
+    )
+
+
+def test_frames_fed_one_byte_at_a_time() -> None:
+    payloads = [b"", b"a", b"hello" * 100, bytes(range(256))]
+    stream = b"".join(encode_frame(p) for p in payloads)
+    dec = FrameDecoder()
+    out: list[bytes] = []
+    for i in range(len(stream)):
+        out.extend(dec.feed(stream[i : i + 1]))
+    assert out == payloads and dec.buffered == 0
+
+
+@given(st.lists(st.binary(max_size=300), max_size=10), st.lists(st.integers(1, 50), max_size=30))
+def test_frames_any_split(payloads: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(encode_frame(p) for p in payloads)
+    dec = FrameDecoder()
+    out: list[bytes] = []
+    pos = 0
+    for c in cuts:
+        out.extend(dec.feed(stream[pos : pos + c]))
+        pos += c
+    out.extend(dec.feed(stream[pos:]))
+    assert out == payloads and dec.buffered == 0
+
+
+def test_oversize_frame() -> None:
+    dec = FrameDecoder(max_frame_size=10)
+    assert dec.feed(encode_frame(b"x" * 10)) == [b"x" * 10]
+    with pytest.raises(FrameTooLargeError):
+        dec.feed((11).to_bytes(4, "big"))
+    with pytest.raises(ProtocolError):
+        encode_frame(b"x" * 11, max_frame_size=10)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200))
+def test_garbage_only_raises_protocol_errors(data: bytes) -> None:
+    dec = FrameDecoder(max_frame_size=64)
+    try:
+        for payload in dec.feed(data):
+            RemotingCommand.decode(payload)
+    except ProtocolError:
+        pass
+
+
+@given(
+    st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1), st.integers(0, 3),
+    st.none() | st.text(max_size=20),
+    st.dictionaries(st.text(max_size=8), st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8) | st.booleans(), max_size=5),
+    st.none() | st.binary(max_size=64),
+)
+def test_command_round_trip(code: int, opaque: int, flag: int, remark: str | None,
+                            ext: dict[str, object], body: bytes | None) -> None:
+    cmd = RemotingCommand(code, opaque, flag, remark, ext, body)
+    assert RemotingCommand.decode(cmd.encode()) == cmd
+
+
+def test_command_rejects_wrong_shapes() -> None:
+    import msgpack
+    for obj in ([1, 2], {"a": 1}, [1, 2, 3, 4, "notamap", None, 1], ["x", 1, 0, None, {}, None, 1],
+                [1, 1, 0, None, {}, "text-body", 1]):
+        with pytest.raises(RemoteProtocolError):
+            RemotingCommand.decode(msgpack.packb(obj))
+
+
+def test_record_round_trip_and_msg_id() -> None:
+    data = record(5, body=b"\x00\xffpayload", props={"TAGS": "TagA", "KEYS": "a b", "ü": "€"})
+    m = decode_record(data, 0, verify_crc=True)
+    assert (m.topic, m.body, m.queue_id, m.flag, m.queue_offset, m.commit_log_offset) == (
+        "Tôpic", b"\x00\xffpayload", 1, 7, 5, 5000)
+    assert m.properties == {"TAGS": "TagA", "KEYS": "a b", "ü": "€"}
+    assert (m.born_host, m.store_host, m.reconsume_times) == ("10.0.0.1:5555", "127.0.0.1:10911", 1)
+    assert m.store_size == len(data) and m.tags == "TagA"
+    assert decode_msg_id(m.msg_id) == ("127.0.0.1:10911", 5000)
+    assert m.msg_id == encode_msg_id(pack_host("127.0.0.1:10911"), 5000)
+    assert len(m.msg_id) == 32
+
+
+def test_record_concatenation_and_checks() -> None:
+    recs = [record(i, body=bytes([i]) * i) for i in range(1, 20)]
+    buf = b"".join(recs)
+    assert [m.queue_offset for m in decode_records(buf)] == list(range(1, 20))
+    assert check_record(buf, 0, len(buf)).status is RecordStatus.MESSAGE
+    assert check_record(bytes(64), 0, 64).status is RecordStatus.END
+    blank = encode_blank(100)
+    assert check_record(blank, 0, 100).status is RecordStatus.BLANK
+    bad_crc = bytearray(recs[4])
+    bad_crc[90] ^= 0xFF  # inside the body
+    assert check_record(bytes(bad_crc), 0, len(bad_crc)).status is RecordStatus.CORRUPT
+    bad_magic = b"\x00\x00\x00\x30" + b"\x12\x34\x56\x78" + bytes(40)
+    assert check_record(bad_magic, 0, len(bad_magic)).status is RecordStatus.CORRUPT
+    torn = recs[3][:-5]
+    assert check_record(torn, 0, len(torn)).status is RecordStatus.CORRUPT
+    with pytest.raises(CorruptRecordError):
+        decode_record(torn)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300))
+def test_record_decoders_fuzz(data: bytes) -> None:
+    try:
+        decode_records(data, verify_crc=True)
+    except CorruptRecordError:
+        pass
+    assert check_record(data, 0, len(data)).status in RecordStatus
+
+
+def test_properties_codec() -> None:
+    props = {"TAGS": "A", "KEYS": "x y", "empty": ""}
+    assert string_to_properties(properties_to_string(props)) == props
+    assert properties_to_string({}) == "" and string_to_properties("") == {}
+
+
+def _java_hash_reference(s: str) -> int:
+    h = 0
+    units = s.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[i : i + 2], "big")) % 2**32
+    return h - 2**32 if h >= 2**31 else h
+
+
+def test_java_string_hash() -> None:
+    assert java_string_hash("") == 0
+    assert java_string_hash("hello") == 99162322
+    assert java_string_hash("TagA") == 2598919
+    for s in ("TagA", "a-much-longer-tag-that-overflows-32-bits", "标签", "😀emoji"):
+        assert java_string_hash(s) == _java_hash_reference(s)
+    assert java_string_hash("a-much-longer-tag-that-overflows-32-bits") < 2**31
