@@ -7,7 +7,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.command import RemotingCommand
-from protocol.errors import CorruptRecordError, FrameTooLargeError, ProtocolError, RemoteProtocolError
+from protocol.errors import (
+    CorruptRecordError,
+    FrameTooLargeError,
+    ProtocolError,
+    RemoteProtocolError,
+)
 from protocol.frame import FrameDecoder, encode_frame
 from protocol.hashing import java_string_hash
 from protocol.message import properties_to_string, string_to_properties
