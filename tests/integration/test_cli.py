@@ -1,0 +1,77 @@
+"""mqadmin, mqbroker -p, mqnamesrv -p and the blocking client against real daemons."""
+
+from __future__ import annotations
+
+import subprocess
+
+from client.blocking import Message, Producer, PullConsumer
+from client.pull_result import PullStatus
+from tests.integration.cluster import BIN, Cluster
+
+
+def mqadmin(*args: str) -> str:
+    out = subprocess.run([str(BIN / "mqadmin"), *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_print_config() -> None:
+    out = subprocess.run([str(BIN / "mqbroker"), "-p", "-n", "a:1;b:2", "-o", "brokerName=bx"],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    assert "namesrvAddr=a:1;b:2" in out.stdout and "brokerName=bx" in out.stdout
+    assert "mapedFileSizeCommitLog=1073741824" in out.stdout
+    bad = subprocess.run([str(BIN / "mqbroker"), "-p", "-o", "nope=1"], capture_output=True,
+                         text=True, timeout=30)
+    assert bad.returncode != 0 and "unknown config key" in bad.stderr
+    out = subprocess.run([str(BIN / "mqnamesrv"), "-p"], capture_output=True, text=True, timeout=30)
+    assert "listenPort=9876" in out.stdout
+
+
+def test_mqadmin_commands_and_blocking_client(cluster: Cluster) -> None:
+    ns = cluster.namesrv()
+    cluster.broker("broker-a", ns.addr)
+    n = ns.addr
+    out = mqadmin("updateTopic", "-n", n, "-c", "DefaultCluster", "-t", "CliTopic", "-r", "2", "-w", "2")
+    assert "success" in out
+    assert "CliTopic" in mqadmin("topicList", "-n", n).split()
+    assert '"writeQueueNums": 2' in mqadmin("topicRoute", "-n", n, "-t", "CliTopic")
+    assert "broker-a" in mqadmin("clusterList", "-n", n)
+    out = mqadmin("sendMessage", "-n", n, "-t", "CliTopic", "-p", "hello-cli", "-k", "key1", "-c", "TagA")
+    assert "SEND_OK" in out
+    mqadmin("sendMessage", "-n", n, "-t", "CliTopic", "-p", "other", "-c", "TagB", "-b", "broker-a", "-i", "1")
+    status = mqadmin("topicStatus", "-n", n, "-t", "CliTopic")
+    assert sum(int(line.split()[3]) for line in status.splitlines()[1:]) == 2
+    out = mqadmin("consumeMessage", "-n", n, "-t", "CliTopic")
+    assert "hello-cli" in out and "other" in out and "2 message(s)" in out
+    out = mqadmin("consumeMessage", "-n", n, "-t", "CliTopic", "-s", "TagB")
+    assert "other" in out and "hello-cli" not in out
+
+    with Producer("blocking-producer", namesrv_addr=n) as producer:
+        r = producer.send(Message("CliTopic", b"blocking", tags="TagC"))
+        fut = producer.send_async(Message("CliTopic", b"blocking-async"))
+        assert fut.result(timeout=10).queue_offset >= 0
+        producer.send_batch([Message("CliTopic", b"b%d" % i) for i in range(10)])
+    with PullConsumer("blocking-consumer", namesrv_addr=n) as consumer:
+        queues = consumer.fetch_subscribe_message_queues("CliTopic")
+        bodies = []
+        for mq in queues:
+            offset = 0
+            while True:
+                res = consumer.pull(mq, "*", offset, 32)
+                if res.pull_status != PullStatus.FOUND:
+                    break
+                bodies += [m.body for m in res.msg_found_list]
+                offset = res.next_begin_offset
+        assert sorted(bodies) == sorted([b"hello-cli", b"other", b"blocking", b"blocking-async"]
+                                        + [b"b%d" % i for i in range(10)])
+        mq = r.message_queue
+        consumer.update_consume_offset(mq, 1)
+        assert consumer.fetch_consume_offset(mq) == 1
+
+    out = mqadmin("deleteTopic", "-n", n, "-c", "DefaultCluster", "-t", "CliTopic")
+    assert "success" in out
+    assert "CliTopic" not in mqadmin("topicList", "-n", n).split()
+    failed = subprocess.run([str(BIN / "mqadmin"), "topicRoute", "-n", n, "-t", "CliTopic"],
+                            capture_output=True, text=True, timeout=60)
+    assert failed.returncode != 0 and "TOPIC_NOT_EXIST" in failed.stderr
