@@ -65,7 +65,7 @@ class MappedFile:
     def flush(self) -> int:
         """fsync what was written so far (safe to call from a worker thread)."""
         wrote = self.wrote_position
-        if wrote > self.flushed_position:
+        if wrote > self.flushed_position and self.fd >= 0:
             os.fsync(self.fd)
             self.flushed_position = wrote
         return self.flushed_position

@@ -8,6 +8,7 @@ in worker threads.
 from __future__ import annotations
 
 import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,8 @@ class DefaultMessageStore:
         self.dispatchers: list[CommitLogDispatcher] = [CommitLogDispatcherBuildConsumeQueue(self)]
         self.dispatch_listeners: list[DispatchListener] = []
         self.running = False
+        # Held by flushes (worker threads) and by anything that closes files.
+        self._file_lock = threading.Lock()
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -109,15 +112,18 @@ class DefaultMessageStore:
         self.running = False
         self.flush_commit_log()
         self.flush_consume_queues()
-        self.commit_log.close()
-        for cq in self._all_consume_queues():
-            cq.close()
+        with self._file_lock:
+            self.commit_log.close()
+            for cq in self._all_consume_queues():
+                cq.close()
         self.abort_file.unlink(missing_ok=True)
 
     # ---- consume queues --------------------------------------------------------------
 
     def _all_consume_queues(self) -> list[ConsumeQueue]:
-        return [cq for qs in self.consume_queue_table.values() for cq in qs.values()]
+        # list() of a dict is one C call, so this is safe from a flush thread
+        # while the event loop adds queues.
+        return [cq for qs in list(self.consume_queue_table.values()) for cq in list(qs.values())]
 
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         queues = self.consume_queue_table.setdefault(topic, {})
@@ -301,7 +307,8 @@ class DefaultMessageStore:
         for topic in topics:
             queues = self.consume_queue_table.pop(topic, {})
             for cq in queues.values():
-                cq.destroy()
+                with self._file_lock:
+                    cq.destroy()
                 self.commit_log.topic_queue_table.pop(f"{topic}-{cq.queue_id}", None)
                 deleted += 1
             topic_dir = self.root / "consumequeue" / topic
@@ -317,7 +324,8 @@ class DefaultMessageStore:
 
     def flush_commit_log(self) -> bool:
         """fsync the commit log (blocking: run it in a worker thread)."""
-        flushed = self.commit_log.flush()
+        with self._file_lock:
+            flushed = self.commit_log.flush()
         if flushed:
             self.checkpoint.physic_msg_timestamp = int(time.time() * 1000)
             self.checkpoint.flush()
@@ -326,7 +334,8 @@ class DefaultMessageStore:
     def flush_consume_queues(self) -> bool:
         flushed = False
         for cq in self._all_consume_queues():
-            flushed = cq.flush() or flushed
+            with self._file_lock:
+                flushed = cq.flush() or flushed
         if flushed:
             self.checkpoint.logics_msg_timestamp = int(time.time() * 1000)
             self.checkpoint.flush()
