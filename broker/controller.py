@@ -66,10 +66,6 @@ class BrokerController:
 
     # ---- actions used by processors ---------------------------------------------
 
-    def is_internal_topic(self, topic: str) -> bool:
-        """Topics the broker itself writes (none yet from producers)."""
-        return False
-
     def trigger_register(self) -> None:
         """Register with the name servers soon (topics changed)."""
         self._register_event.set()

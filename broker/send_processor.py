@@ -63,7 +63,7 @@ class SendMessageProcessor:
         if not is_writeable(self.config.broker_permission):
             return self._fail(cmd, ResponseCode.NO_PERMISSION,
                               f"the broker[{self.config.broker_name}] sending message is forbidden"), None
-        reason = check_user_topic(h.topic) if not self.controller.is_internal_topic(h.topic) else None
+        reason = check_user_topic(h.topic)
         if reason is not None:
             return self._fail(cmd, ResponseCode.MESSAGE_ILLEGAL, reason), None
         topics = self.controller.topic_config_manager
