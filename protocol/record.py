@@ -93,6 +93,21 @@ def unpack_host(data: bytes) -> str:
     return f"{socket.inet_ntoa(data[:4])}:{port}"
 
 
+_CRC_AND_BODY_LEN = struct.Struct(">i")
+
+
+def record_crc_ok(record: bytes) -> bool:
+    """Whether one whole message record's body matches its BODYCRC field."""
+    if len(record) < RECORD_HEAD_SIZE:
+        return False
+    (crc,) = _CRC_AND_BODY_LEN.unpack_from(record, OFF_BODY_CRC)
+    (body_len,) = _CRC_AND_BODY_LEN.unpack_from(record, OFF_BODY_LEN)
+    if body_len < 0 or RECORD_HEAD_SIZE + body_len > len(record):
+        return False
+    view = memoryview(record)[RECORD_HEAD_SIZE : RECORD_HEAD_SIZE + body_len]
+    return (zlib.crc32(view) & 0x7FFFFFFF) == crc
+
+
 def record_size(body_len: int, topic_len: int, props_len: int) -> int:
     return RECORD_HEAD_SIZE + body_len + 1 + topic_len + 2 + props_len
 

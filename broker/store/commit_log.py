@@ -8,6 +8,7 @@ Queue offsets come from ``topic_queue_table`` ("topic-queueId" -> next offset).
 
 from __future__ import annotations
 
+import struct
 import threading
 import time
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from protocol.record import (
     BLANK_MIN_SIZE,
     MAX_PROPERTIES_BYTES,
     MAX_TOPIC_BYTES,
+    OFF_STORE_TIMESTAMP,
     RecordStatus,
     body_crc,
     check_record,
@@ -41,6 +43,7 @@ log = structlog.get_logger("store.commitlog")
 
 # A file must always keep room for a BLANK header at its end.
 END_FILE_MIN_BLANK_LENGTH = BLANK_MIN_SIZE
+_LONG = struct.Struct(">q")
 
 
 @dataclass(slots=True)
@@ -184,28 +187,58 @@ class CommitLog:
     def load(self) -> None:
         self.mapped_file_queue.load()
 
-    def recover(self, abnormal: bool) -> int:
-        """Find the end of valid data, cut everything after it; returns that offset.
+    def recover(self, abnormal: bool, checkpoint_ms: int = 0) -> tuple[int, int]:
+        """Find the end of valid data and cut everything after it.
 
-        Normal recovery checks the last 3 files, abnormal recovery every file,
-        validating magic code, sizes and body CRC of each record.
+        Normal recovery checks the last 3 files. Abnormal recovery starts at the
+        newest file whose first record was stored at or before ``checkpoint_ms``
+        (everything before it was flushed). Every record's magic code, sizes and
+        body CRC are checked. Returns (scan start offset, end offset).
         """
         files = self.mapped_file_queue.files
         if not files:
-            return 0
-        start_idx = 0 if abnormal else max(0, len(files) - 3)
+            return 0, 0
+        if abnormal:
+            start_idx = self._abnormal_start(checkpoint_ms)
+        else:
+            start_idx = max(0, len(files) - 3)
         t0 = time.monotonic()
-        end = files[start_idx].file_from_offset
-        for mf in files[start_idx:]:
+        start = end = files[start_idx].file_from_offset
+        for n, mf in enumerate(files[start_idx:], 1):
+            if n % 4 == 0:
+                log.info("recovering commit log", file=mf.path.name, scanned_files=n)
             pos, complete = self._scan_file(mf)
             end = mf.file_from_offset + pos
             if not complete:
                 break
         self.mapped_file_queue.truncate_dirty_files(end)
-        log.info("commit log recovered", abnormal=abnormal, end_offset=end,
+        log.info("commit log recovered", abnormal=abnormal, start_offset=start, end_offset=end,
                  files=len(self.mapped_file_queue.files),
                  seconds=round(time.monotonic() - t0, 3))
-        return end
+        return start, end
+
+    def _abnormal_start(self, checkpoint_ms: int) -> int:
+        files = self.mapped_file_queue.files
+        for idx in range(len(files) - 1, -1, -1):
+            mf = files[idx]
+            check = check_record(mf.mm, 0, mf.file_size, verify_crc=False)
+            if check.status is not RecordStatus.MESSAGE:
+                continue
+            (stored,) = _LONG.unpack_from(mf.mm, OFF_STORE_TIMESTAMP)
+            if checkpoint_ms and stored <= checkpoint_ms:
+                log.info("abnormal recovery starts at the checkpoint's file", file=mf.path.name)
+                return idx
+        return 0
+
+    @property
+    def flushed_where(self) -> int:
+        return self.mapped_file_queue.flushed_where
+
+    def preallocate_next(self) -> None:
+        """Create and reserve the next file once the current one is half full."""
+        last = self.mapped_file_queue.last()
+        if last is not None and last.wrote_position * 2 >= self.file_size:
+            self.mapped_file_queue.preallocate_next()
 
     def _scan_file(self, mf: MappedFile) -> tuple[int, bool]:
         """(end of valid data in the file, whether the file is complete)."""

@@ -42,6 +42,13 @@ class MappedFile:
         self.flushed_position = 0
         self.store_timestamp = 0
 
+    def allocate(self) -> None:
+        """Reserve the file's disk blocks now, so appends never wait for them."""
+        try:
+            os.posix_fallocate(self.fd, 0, self.file_size)
+        except OSError:
+            pass  # not supported by every file system; appends still work
+
     @property
     def remaining(self) -> int:
         return self.file_size - self.wrote_position

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import structlog
@@ -20,6 +21,8 @@ class MappedFileQueue:
         self.file_size = file_size
         self.files: list[MappedFile] = []
         self.flushed_where = 0
+        self._next: MappedFile | None = None  # created ahead by preallocate_next
+        self._create_lock = threading.Lock()
 
     def load(self) -> None:
         """Open every file (sorted by name); positions are set by recovery."""
@@ -49,11 +52,21 @@ class MappedFileQueue:
         last = self.last()
         if last is not None and not last.is_full():
             return last
+        with self._create_lock:
+            return self._create_next(last, start_offset)
+
+    def _create_next(self, last: MappedFile | None, start_offset: int) -> MappedFile:
         if last is None:
             start = start_offset - start_offset % self.file_size
         else:
             start = last.file_from_offset + self.file_size
-        mf = MappedFile(self.store_dir / offset_to_file_name(start), self.file_size)
+        ready, self._next = self._next, None
+        if ready is not None and ready.file_from_offset == start:
+            mf = ready
+        else:
+            if ready is not None:
+                ready.destroy()
+            mf = MappedFile(self.store_dir / offset_to_file_name(start), self.file_size)
         self.files.append(mf)
         return mf
 
@@ -78,14 +91,30 @@ class MappedFileQueue:
     # ---- flush and repair ------------------------------------------------------
 
     def flush(self) -> bool:
-        """fsync every file with unflushed data. True if anything was flushed."""
+        """fsync every file with unflushed data. True if anything was flushed.
+
+        ``flushed_where`` becomes the log end seen *before* the fsyncs: bytes
+        appended meanwhile are not promised to be on disk.
+        """
+        target = self.max_offset
         flushed = False
         for mf in list(self.files):
             if mf.wrote_position > mf.flushed_position:
                 mf.flush()
                 flushed = True
-        self.flushed_where = self.max_offset
+        self.flushed_where = max(self.flushed_where, target)
         return flushed
+
+    def preallocate_next(self) -> None:
+        """Create the file after the last one ahead of need (run in a worker thread)."""
+        with self._create_lock:
+            last = self.last()
+            if last is None or self._next is not None:
+                return
+            start = last.file_from_offset + self.file_size
+            mf = MappedFile(self.store_dir / offset_to_file_name(start), self.file_size)
+            mf.allocate()
+            self._next = mf
 
     def truncate_dirty_files(self, offset: int) -> None:
         """Make ``offset`` the end of the log: later files go, the last is cut."""
@@ -110,3 +139,6 @@ class MappedFileQueue:
     def close(self) -> None:
         for mf in self.files:
             mf.close()
+        if self._next is not None:
+            self._next.close()
+            self._next = None

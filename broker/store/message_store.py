@@ -36,6 +36,7 @@ from protocol.record import (
     RecordStatus,
     check_record,
     decode_record,
+    record_crc_ok,
 )
 
 _INT = struct.Struct(">i")
@@ -72,12 +73,16 @@ class DefaultMessageStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.commit_log.load()
         self._load_consume_queues()
-        end = self.commit_log.recover(abnormal)
+        scan_start, end = self.commit_log.recover(abnormal, self.checkpoint.min_timestamp)
         cqs = list(self._all_consume_queues())
         for cq in cqs:
             cq.recover()
             cq.truncate_dirty_logic_files(end)
-        reput_from = max([cq.max_physic_offset for cq in cqs], default=0)
+        if abnormal:
+            # consume queues may lag anywhere after the checkpoint: rebuild from there
+            reput_from = scan_start
+        else:
+            reput_from = max([cq.max_physic_offset for cq in cqs], default=0)
         reput_from = max(reput_from, self.commit_log.min_offset)
         replayed = self.dispatch_from(reput_from)
         self.commit_log.topic_queue_table = {
@@ -253,6 +258,10 @@ class DefaultMessageStore:
                 if not buffers:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 continue
+            if not record_crc_ok(data):
+                self.log.error("record fails its CRC, not served", topic=topic,
+                               queue_id=queue_id, commit_log_offset=phys)
+                continue
             buffers.append(data)
             total += size
             status = GetMessageStatus.FOUND
@@ -322,21 +331,28 @@ class DefaultMessageStore:
 
     # ---- flush -----------------------------------------------------------------------
 
-    def flush_commit_log(self) -> bool:
-        """fsync the commit log (blocking: run it in a worker thread)."""
+    def flush_commit_log(self) -> int:
+        """fsync the commit log (blocking: run it in a worker thread).
+
+        Returns the commit-log offset known to be on disk.
+        """
+        before = int(time.time() * 1000)  # every record stored before this is covered
         with self._file_lock:
             flushed = self.commit_log.flush()
+            if self.running:
+                self.commit_log.preallocate_next()
         if flushed:
-            self.checkpoint.physic_msg_timestamp = int(time.time() * 1000)
+            self.checkpoint.physic_msg_timestamp = before
             self.checkpoint.flush()
-        return flushed
+        return self.commit_log.flushed_where
 
     def flush_consume_queues(self) -> bool:
+        before = int(time.time() * 1000)
         flushed = False
         for cq in self._all_consume_queues():
             with self._file_lock:
                 flushed = cq.flush() or flushed
         if flushed:
-            self.checkpoint.logics_msg_timestamp = int(time.time() * 1000)
+            self.checkpoint.logics_msg_timestamp = before
             self.checkpoint.flush()
         return flushed

@@ -27,6 +27,11 @@ class StoreCheckpoint:
                 self.index_msg_timestamp,
             ) = CHECKPOINT.unpack(path.read_bytes()[: CHECKPOINT.size])
 
+    @property
+    def min_timestamp(self) -> int:
+        """Everything stored before this was flushed (commit log and queues)."""
+        return min(self.physic_msg_timestamp, self.logics_msg_timestamp)
+
     def flush(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         data = CHECKPOINT.pack(

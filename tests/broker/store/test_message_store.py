@@ -238,3 +238,44 @@ def test_store_time_and_lookup_by_offset(tmp_path: Path) -> None:
     assert m is not None and m.body == b"look"
     assert store.look_message_by_offset(10**9) is None
     store.shutdown()
+
+
+def test_record_with_bad_crc_is_never_served(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, cl_size=1 << 16, cq_entries=100)
+    store = open_store(cfg)
+    for i in range(3):
+        store.put_message(inner("T", 0, b"payload-%d" % i))
+    bad = store.get_commit_log_offset_in_queue("T", 0, 1)
+    mf = store.commit_log.mapped_file_queue.find_by_offset(bad)
+    assert mf is not None
+    mf.mm[bad + 90] ^= 0xFF  # flip a body byte in place
+    bodies = [m.body for m in pull_all(store, "T", 0)]
+    assert bodies == [b"payload-0", b"payload-2"]
+    store.shutdown()
+
+
+def test_abnormal_recovery_starts_at_checkpoint_file(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, cl_size=4096, cq_entries=100)
+    store = open_store(cfg)
+    for _ in range(40):
+        store.put_message(inner("T", 0, b"a" * 300))
+    store.flush_commit_log()
+    store.flush_consume_queues()
+    for _ in range(10):
+        store.put_message(inner("T", 0, b"b" * 300))
+    end = store.get_max_phy_offset()
+    files_before = len(store.commit_log.mapped_file_queue.files)
+    store.commit_log.close()
+    for cq in store._all_consume_queues():
+        cq.close()
+    # the queue lost its last entries, the commit log kept everything
+    cq_file = sorted((tmp_path / "consumequeue" / "T" / "0").iterdir())[-1]
+    data = bytearray(cq_file.read_bytes())
+    data[42 * 20 : 50 * 20] = bytes(8 * 20)
+    cq_file.write_bytes(bytes(data))
+    store = open_store(cfg)
+    assert store.get_max_phy_offset() == end
+    assert len(store.commit_log.mapped_file_queue.files) == files_before
+    assert store.get_max_offset_in_queue("T", 0) == 50
+    assert [m.body[:1] for m in pull_all(store, "T", 0)] == [b"a"] * 40 + [b"b"] * 10
+    store.shutdown()
