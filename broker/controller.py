@@ -13,9 +13,10 @@ import structlog
 import trio
 
 from broker.admin_processor import AdminBrokerProcessor
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, FlushDiskType
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
+from broker.group_commit import GroupCommitService
 from broker.out_api import BrokerOuterAPI
 from broker.pull_processor import PullMessageProcessor
 from broker.send_processor import SendMessageProcessor
@@ -43,6 +44,11 @@ class BrokerController:
             config.listen_port, max_frame_size=config.max_frame_size,
         )
         self.outer_api: BrokerOuterAPI | None = None
+        self.group_commit: GroupCommitService | None = None
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.group_commit = GroupCommitService(
+                self.message_store.flush_commit_log, config.sync_flush_timeout, config.broker_name
+            )
         self._register_event = trio.Event()
         self._stop = trio.Event()
         self.started = False
@@ -108,8 +114,11 @@ class BrokerController:
                     self.topic_config_manager.persist()
                     await self.register_broker_all()
                     nursery.start_soon(self._register_loop)
-                    nursery.start_soon(self._flush_loop, self.message_store.flush_commit_log,
-                                       self.config.flush_interval_commit_log)
+                    if self.group_commit is not None:
+                        await nursery.start(self.group_commit.run)
+                    else:
+                        nursery.start_soon(self._flush_loop, self.message_store.flush_commit_log,
+                                           self.config.flush_interval_commit_log)
                     nursery.start_soon(self._flush_loop, self.message_store.flush_consume_queues,
                                        self.config.flush_interval_consume_queue)
                     nursery.start_soon(self._flush_loop, self.consumer_offset_manager.persist,

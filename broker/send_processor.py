@@ -128,7 +128,7 @@ class SendMessageProcessor:
     def _queue_id(self, h: SendMessageRequestHeader, cfg: TopicConfig) -> int:
         return h.queue_id if h.queue_id >= 0 else random.randrange(cfg.write_queue_nums)
 
-    def send_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+    def send_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         h = SendMessageRequestHeader.from_fields(cmd.ext_fields)
         err, cfg = self._check(cmd, h)
         if err is not None:
@@ -140,9 +140,11 @@ class SendMessageProcessor:
         assert cmd.body is not None
         inner = self._inner(h, self._queue_id(h, cfg), h.flag, cmd.body, h.properties, conn.remote_addr)
         result = self.controller.message_store.put_message(inner)
-        return self._response(cmd, result, inner.queue_id)
+        return self._reply(conn, self._response(cmd, result, inner.queue_id), result)
 
-    def send_batch_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+    def send_batch_message(
+        self, conn: RemotingConnection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
         h = SendMessageRequestHeader.from_fields(cmd.ext_fields)
         err, cfg = self._check(cmd, h)
         if err is not None:
@@ -162,7 +164,7 @@ class SendMessageProcessor:
                 return err
             inners.append(self._inner(h, queue_id, item[0], item[1], item[2], conn.remote_addr))
         result = self.controller.message_store.put_messages(inners)
-        return self._response(cmd, result, queue_id)
+        return self._reply(conn, self._response(cmd, result, queue_id), result)
 
     def _response(
         self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int
@@ -181,3 +183,14 @@ class SendMessageProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "store returned no append result")
         header = SendMessageResponseHeader(ar.msg_id, queue_id, ar.logics_offset)
         return cmd.response(code, remark, ext_fields=header.to_fields())
+
+    def _reply(
+        self, conn: RemotingConnection, response: RemotingCommand, result: PutMessageResult
+    ) -> RemotingCommand | None:
+        """The response now, or None when SYNC_FLUSH answers it after the fsync."""
+        commit = self.controller.group_commit
+        ar = result.append_result
+        if commit is None or response.code != ResponseCode.SUCCESS or ar is None:
+            return response
+        commit.submit(conn, response, ar.wrote_offset + ar.wrote_bytes)
+        return None

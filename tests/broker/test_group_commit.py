@@ -1,0 +1,80 @@
+"""SYNC_FLUSH group commit, in virtual time."""
+
+from __future__ import annotations
+
+import threading
+
+import trio
+import trio.testing
+
+from broker.group_commit import GroupCommitService
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+
+
+class FakeConn:
+    def __init__(self) -> None:
+        self.sent: list[RemotingCommand] = []
+
+    def send_response(self, cmd: RemotingCommand) -> None:
+        self.sent.append(cmd)
+
+
+class FakeLog:
+    """A log whose flush reaches whatever was written when it started."""
+
+    def __init__(self) -> None:
+        self.written = 0
+        self.flushes = 0
+        self.gate: threading.Event | None = None
+
+    def flush(self) -> int:
+        target = self.written
+        if self.gate is not None:
+            self.gate.wait(10)
+        self.flushes += 1
+        return target
+
+
+def ok_response(i: int) -> RemotingCommand:
+    return RemotingCommand.request(10).response(ResponseCode.SUCCESS, ext_fields={"i": i})
+
+
+async def test_one_fsync_covers_every_waiting_put() -> None:
+    log = FakeLog()
+    svc = GroupCommitService(log.flush, 5000, "b")
+    conn = FakeConn()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        for i in range(200):
+            log.written += 100
+            svc.submit(conn, ok_response(i), log.written)  # type: ignore[arg-type]
+        with trio.fail_after(10):
+            while len(conn.sent) < 200:
+                await trio.sleep(0.001)
+        assert [c.ext_fields["i"] for c in conn.sent] == list(range(200))
+        assert all(c.code == ResponseCode.SUCCESS for c in conn.sent)
+        assert log.flushes <= 2
+        nursery.cancel_scope.cancel()
+
+
+async def test_unflushed_put_times_out(autojump_clock: trio.testing.MockClock) -> None:
+    log = FakeLog()
+    log.gate = threading.Event()
+    svc = GroupCommitService(log.flush, 5000, "b")
+    conn = FakeConn()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        log.written = 100
+        svc.submit(conn, ok_response(0), 100)  # type: ignore[arg-type]
+        start = trio.current_time()
+        await trio.sleep(4.9)
+        assert conn.sent == []
+        await trio.sleep(0.2)
+        assert len(conn.sent) == 1 and conn.sent[0].code == ResponseCode.FLUSH_DISK_TIMEOUT
+        assert conn.sent[0].ext_fields == {"i": 0}  # the send result still travels
+        assert trio.current_time() - start < 5.2
+        log.gate.set()
+        await trio.sleep(1)
+        assert len(conn.sent) == 1  # never answered twice
+        nursery.cancel_scope.cancel()
