@@ -73,7 +73,8 @@ class MappedFile:
         """fsync what was written so far (safe to call from a worker thread)."""
         wrote = self.wrote_position
         if wrote > self.flushed_position and self.fd >= 0:
-            os.fsync(self.fd)
+            # data only: the file's size never changes, mtime need not be durable
+            os.fdatasync(self.fd)
             self.flushed_position = wrote
         return self.flushed_position
 
