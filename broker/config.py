@@ -64,9 +64,13 @@ class BrokerConfig(PropertiesConfig):
     max_transfer_bytes_on_message_in_memory: int = 256 * KiB
     max_transfer_count_on_message_in_memory: int = 32
     # cleanup
-    delete_when: str = "04"
-    file_reserved_time: int = 72
-    disk_max_used_space_ratio: int = 75
+    delete_when: str = "04"  # hour(s) of the day to delete expired files, e.g. "04" or "04;05"
+    file_reserved_time: int = 72  # hours a commit-log file is kept
+    disk_max_used_space_ratio: int = 75  # % used: past this, expired files go at once
+    disk_space_clean_forcibly_ratio: int = 85  # % used: past this, oldest files go even if young
+    disk_space_warning_level_ratio: int = 90  # % used: past this, writes are refused
+    clean_resource_interval: int = 10_000  # ms between cleanup runs
+    delete_files_batch_max: int = 10  # files deleted per run at most
     # consumer offsets
     flush_consumer_offset_interval: int = 5000
     # pull

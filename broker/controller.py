@@ -7,6 +7,7 @@ name servers, stop serving, persist managers, flush and close the store.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import structlog
@@ -123,6 +124,7 @@ class BrokerController:
                                        self.config.flush_interval_consume_queue)
                     nursery.start_soon(self._flush_loop, self.consumer_offset_manager.persist,
                                        self.config.flush_consumer_offset_interval)
+                    nursery.start_soon(self._clean_loop)
                     self.started = True
                     self.log.info("broker started", addr=self.config.broker_addr,
                                   namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value)
@@ -148,6 +150,13 @@ class BrokerController:
                 await self._register_event.wait()
             self._register_event = trio.Event()
             await self.register_broker_all()
+
+    async def _clean_loop(self) -> None:
+        # In the event loop, not a thread: files are closed here while pulls read them.
+        while True:
+            await trio.sleep(self.config.clean_resource_interval / 1000)
+            now = time.time()
+            self.message_store.clean_expired_files(int(now * 1000), time.localtime(now).tm_hour)
 
     async def _flush_loop(self, flush: Any, interval_ms: int) -> None:
         while True:

@@ -230,6 +230,21 @@ class CommitLog:
                 return idx
         return 0
 
+    def delete_expired_files(self, expired_ms: int, now_ms: int, force: bool, max_files: int) -> int:
+        """Delete the oldest files last modified more than ``expired_ms`` ago (any
+        age when ``force``), never the file being written. Returns how many."""
+        files = self.mapped_file_queue.files
+        deleted = 0
+        while len(files) > 1 and deleted < max_files:
+            mf = files[0]
+            if not force and mf.last_modified_ms() + expired_ms > now_ms:
+                break
+            log.info("deleting commit-log file", file=mf.path.name, forced=force)
+            mf.destroy()
+            files.pop(0)
+            deleted += 1
+        return deleted
+
     @property
     def flushed_where(self) -> int:
         return self.mapped_file_queue.flushed_where

@@ -169,6 +169,29 @@ class ConsumeQueue:
             self.max_physic_offset = 0
         self._correct_min_offset()
 
+    def delete_expired(self, min_phys_offset: int) -> int:
+        """Drop files whose entries all point below the commit log's min offset,
+        then move the min offset to the first entry still in the log."""
+        files = self.mapped_file_queue.files
+        deleted = 0
+        while len(files) > 1:
+            mf = files[0]
+            phys, size, _ = CQ_ENTRY.unpack_from(mf.mm, mf.file_size - CQ_STORE_UNIT_SIZE)
+            if phys + size > min_phys_offset:
+                break
+            mf.destroy()
+            files.pop(0)
+            deleted += 1
+        if files:
+            self.min_logic_offset = max(self.min_logic_offset, files[0].file_from_offset)
+            max_off = self.mapped_file_queue.max_offset
+            while self.min_logic_offset < max_off:
+                entry = self.get_entry(self.min_logic_offset // CQ_STORE_UNIT_SIZE)
+                if entry is None or (entry[1] > 0 and entry[0] >= min_phys_offset):
+                    break
+                self.min_logic_offset += CQ_STORE_UNIT_SIZE
+        return deleted
+
     def flush(self) -> bool:
         return self.mapped_file_queue.flush()
 

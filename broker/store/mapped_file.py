@@ -49,6 +49,12 @@ class MappedFile:
         except OSError:
             pass  # not supported by every file system; appends still work
 
+    def last_modified_ms(self) -> int:
+        try:
+            return int(os.stat(self.path).st_mtime * 1000)
+        except OSError:
+            return 0
+
     @property
     def remaining(self) -> int:
         return self.file_size - self.wrote_position

@@ -7,6 +7,7 @@ in worker threads.
 
 from __future__ import annotations
 
+import shutil
 import struct
 import threading
 import time
@@ -43,6 +44,13 @@ _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 
 DispatchListener = Callable[[str, int, int], None]
+DiskUsage = Callable[[Path], float]
+
+
+def disk_used_ratio(path: Path) -> float:
+    """Fraction (0..1) of the file system holding ``path`` that is in use."""
+    usage = shutil.disk_usage(path)
+    return (usage.total - usage.free) / usage.total if usage.total else 0.0
 
 
 class DefaultMessageStore:
@@ -63,6 +71,9 @@ class DefaultMessageStore:
         self.running = False
         # Held by flushes (worker threads) and by anything that closes files.
         self._file_lock = threading.Lock()
+        # Replaceable (tests); past diskSpaceWarningLevelRatio writes are refused.
+        self.disk_usage: DiskUsage = disk_used_ratio
+        self.disk_full = False
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -78,6 +89,7 @@ class DefaultMessageStore:
         for cq in cqs:
             cq.recover()
             cq.truncate_dirty_logic_files(end)
+            cq.delete_expired(self.commit_log.min_offset)
         if abnormal:
             # consume queues may lag anywhere after the checkpoint: rebuild from there
             reput_from = scan_start
@@ -149,7 +161,7 @@ class DefaultMessageStore:
 
     def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
         """Append one message or a batch (one topic and queue) and index it."""
-        if not self.running:
+        if not self.running or self.disk_full:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
@@ -327,6 +339,51 @@ class DefaultMessageStore:
                         qdir.rmdir() if not any(qdir.iterdir()) else None
                 if not any(topic_dir.iterdir()):
                     topic_dir.rmdir()
+        return deleted
+
+    # ---- cleanup ---------------------------------------------------------------------
+
+    def check_disk(self) -> float:
+        """Re-read disk usage; refuse or accept writes accordingly. Returns the ratio."""
+        ratio = self.disk_usage(self.root)
+        full = ratio * 100 >= self.config.disk_space_warning_level_ratio
+        if full != self.disk_full:
+            if full:
+                self.log.error("disk full, refusing writes", used=round(ratio, 3))
+            else:
+                self.log.info("disk space back, accepting writes", used=round(ratio, 3))
+        self.disk_full = full
+        return ratio
+
+    def clean_expired_files(self, now_ms: int, hour: int, manual: bool = False) -> int:
+        """One cleanup round (RocketMQ's CleanCommitLogService + CleanConsumeQueueService).
+
+        Commit-log files older than ``fileReservedTime`` hours go at the
+        ``deleteWhen`` hour, or at once when disk use passes
+        ``diskMaxUsedSpaceRatio``; past ``diskSpaceCleanForciblyRatio`` the
+        oldest go whatever their age. Never the file being written. Consume
+        queues follow. Returns how many commit-log files were deleted.
+        """
+        ratio = self.check_disk()
+        cfg = self.config
+        hours = {int(h) for h in cfg.delete_when.replace(",", ";").split(";") if h.strip().isdigit()}
+        time_up = hour in hours
+        space_full = ratio * 100 >= cfg.disk_max_used_space_ratio
+        force = ratio * 100 >= cfg.disk_space_clean_forcibly_ratio
+        if not (time_up or space_full or manual):
+            return 0
+        with self._file_lock:
+            deleted = self.commit_log.delete_expired_files(
+                cfg.file_reserved_time * 3_600_000, now_ms, force, cfg.delete_files_batch_max
+            )
+            if deleted:
+                min_phys = self.commit_log.min_offset
+                for cq in self._all_consume_queues():
+                    cq.delete_expired(min_phys)
+        if deleted:
+            self.log.info("expired files deleted", commit_log_files=deleted, used=round(ratio, 3),
+                          forced=force, min_offset=self.commit_log.min_offset)
+            self.check_disk()
         return deleted
 
     # ---- flush -----------------------------------------------------------------------
