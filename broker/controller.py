@@ -20,6 +20,7 @@ from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.group_commit import GroupCommitService
 from broker.out_api import BrokerOuterAPI
 from broker.pull_processor import PullMessageProcessor
+from broker.query_processor import QueryMessageProcessor
 from broker.send_processor import SendMessageProcessor
 from broker.store import DefaultMessageStore
 from broker.topic_config_manager import TopicConfigManager
@@ -40,6 +41,7 @@ class BrokerController:
         self.pull_processor = PullMessageProcessor(self)
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
+        self.query_processor = QueryMessageProcessor(self)
         self.server = RemotingServer(
             self._handler_table(), "0.0.0.0" if config.broker_ip1 != "127.0.0.1" else "127.0.0.1",
             config.listen_port, max_frame_size=config.max_frame_size,
@@ -69,6 +71,9 @@ class BrokerController:
         t.register(RequestCode.DELETE_TOPIC_IN_BROKER, ad.delete_topic)
         t.register(RequestCode.GET_TOPIC_STATS_INFO, ad.get_topic_stats_info)
         t.register(RequestCode.GET_ALL_TOPIC_CONFIG, ad.get_all_topic_config)
+        qp = self.query_processor
+        t.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, qp.search_offset_by_timestamp)
+        t.register(RequestCode.VIEW_MESSAGE_BY_ID, qp.view_message_by_id)
         return t
 
     # ---- actions used by processors ---------------------------------------------

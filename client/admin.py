@@ -16,8 +16,13 @@ from protocol.headers import (
     DeleteTopicRequestHeader,
     GetRouteInfoRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    QueryMessageRequestHeader,
+    SearchOffsetRequestHeader,
+    ViewMessageRequestHeader,
     WipeWritePermOfBrokerRequestHeader,
 )
+from protocol.message import MessageExt
+from protocol.record import decode_msg_id, decode_records
 from protocol.route import PERM_RW, BrokerData, TopicRouteData
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
@@ -176,6 +181,53 @@ class MQAdmin:
                 out.append(QueueStatus(row["brokerName"], row["queueId"], row["minOffset"],
                                        row["maxOffset"], row["lastUpdateTimestamp"]))
         return sorted(out, key=lambda q: (q.broker_name, q.queue_id))
+
+    # ---- messages ------------------------------------------------------------------
+
+    async def broker_addr(self, topic: str, broker_name: str) -> str:
+        route = await self.topic_route(topic)
+        for bd in route.broker_datas:
+            if bd.broker_name == broker_name and bd.select_addr():
+                return bd.select_addr()  # type: ignore[return-value]
+        raise MQAdminError(f"broker {broker_name!r} not in the route of {topic!r}")
+
+    async def search_offset(self, topic: str, broker_name: str, queue_id: int, timestamp_ms: int) -> int:
+        """First offset of a queue whose store time is at or after ``timestamp_ms``."""
+        addr = await self.broker_addr(topic, broker_name)
+        fields = SearchOffsetRequestHeader(topic, queue_id, timestamp_ms).to_fields()
+        cmd = RemotingCommand.request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields)
+        resp = self._check(await self._invoke(addr, cmd), "searchOffset")
+        return int(resp.ext_fields["offset"])
+
+    async def view_message(self, msg_id: str) -> MessageExt:
+        """The message with an offset msgId (store host + commit-log offset)."""
+        try:
+            addr, offset = decode_msg_id(msg_id)
+        except ValueError as exc:
+            raise MQAdminError(f"bad message id {msg_id!r}: {exc}") from exc
+        cmd = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID,
+                                      ViewMessageRequestHeader(offset).to_fields())
+        resp = self._check(await self._invoke(addr, cmd), f"queryMsgById on {addr}")
+        return decode_records(resp.body or b"", verify_crc=True)[0]
+
+    async def query_by_key(self, topic: str, key: str, max_num: int = 64,
+                           begin_ms: int = 0, end_ms: int = 2**62) -> list[MessageExt]:
+        """Messages of ``topic`` indexed under ``key`` (KEYS or UNIQ_KEY), newest first."""
+        route = await self.topic_route(topic)
+        fields = QueryMessageRequestHeader(topic, key, max_num, begin_ms, end_ms).to_fields()
+        out: list[MessageExt] = []
+        for bd in route.broker_datas:
+            addr = bd.select_addr()
+            if addr is None:
+                continue
+            cmd = RemotingCommand.request(RequestCode.QUERY_MESSAGE, dict(fields))
+            resp = await self._invoke(addr, cmd)
+            if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                continue
+            self._check(resp, f"queryMsgByKey on {addr}")
+            out += decode_records(resp.body or b"", verify_crc=True)
+        out.sort(key=lambda m: m.store_timestamp, reverse=True)
+        return out[:max_num]
 
     async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
         fields = WipeWritePermOfBrokerRequestHeader(broker_name).to_fields()

@@ -216,6 +216,111 @@ def consume_message(namesrv: str, topic: str, group: str, broker_name: str | Non
     _run(go)
 
 
+def _print_message(m: Any) -> None:
+    click.echo(f"OffsetID:            {m.msg_id}")
+    click.echo(f"Topic:               {m.topic}")
+    click.echo(f"Tags:                [{m.tags or ''}]")
+    click.echo(f"Keys:                [{m.keys or ''}]")
+    click.echo(f"Queue ID:            {m.queue_id}")
+    click.echo(f"Queue Offset:        {m.queue_offset}")
+    click.echo(f"CommitLog Offset:    {m.commit_log_offset}")
+    click.echo(f"Reconsume Times:     {m.reconsume_times}")
+    click.echo(f"Born Timestamp:      {_fmt_ts(m.born_timestamp)}")
+    click.echo(f"Store Timestamp:     {_fmt_ts(m.store_timestamp)}")
+    click.echo(f"Born Host:           {m.born_host}")
+    click.echo(f"Store Host:          {m.store_host}")
+    click.echo(f"Properties:          {m.properties}")
+    click.echo(f"Message Body:        {m.body.decode(errors='replace')}")
+    click.echo("")
+
+
+@cli.command("queryMsgById")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id (32 hex digits).")
+def query_msg_by_id(namesrv: str, msg_id: str) -> None:
+    """Show a message by its offset msgId."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.view_message(msg_id)
+
+    _print_message(_run(go))
+
+
+@cli.command("queryMsgByKey")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", required=True)
+@click.option("-k", "--msgKey", "key", required=True)
+@click.option("-m", "--maxNum", "max_num", type=int, default=64, show_default=True)
+def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int) -> None:
+    """Messages of a topic with a key, newest first."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.query_by_key(topic, key, max_num)
+
+    msgs = _run(go)
+    click.echo(f"{'#Message ID':<34}{'#QID':<6}#Offset")
+    for m in msgs:
+        click.echo(f"{m.msg_id:<34}{m.queue_id:<6}{m.queue_offset}")
+
+
+@cli.command("queryMsgByUniqueKey")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", required=True)
+@click.option("-i", "--msgId", "uniq", required=True, help="The UNIQ_KEY the producer returned.")
+def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str) -> None:
+    """Show the message(s) with a producer msgId (UNIQ_KEY)."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return [m for m in await admin.query_by_key(topic, uniq, 32) if m.uniq_key == uniq]
+
+    msgs = _run(go)
+    if not msgs:
+        raise click.ClickException(f"no message with unique key {uniq} in {topic}")
+    for m in msgs:
+        _print_message(m)
+
+
+@cli.command("queryMsgByOffset")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", required=True)
+@click.option("-b", "--brokerName", "broker_name", required=True)
+@click.option("-i", "--queueId", "queue_id", type=int, required=True)
+@click.option("-o", "--offset", type=int, required=True)
+def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: int, offset: int) -> None:
+    """Show the message at a queue offset."""
+    from client import PullConsumer, PullStatus
+    from protocol.message import MessageQueue
+
+    async def go() -> Any:
+        async with PullConsumer("TOOLS_CONSUMER", namesrv_addr=namesrv) as c:
+            r = await c.pull(MessageQueue(topic, broker_name, queue_id), "*", offset, 1)
+            if r.pull_status != PullStatus.FOUND or r.msg_found_list[0].queue_offset != offset:
+                raise click.ClickException(f"no message at offset {offset}: {r.pull_status.name}")
+            return r.msg_found_list[0]
+
+    _print_message(_run(go))
+
+
+@cli.command("searchOffsetByTime")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", required=True)
+@click.option("-b", "--brokerName", "broker_name", required=True)
+@click.option("-i", "--queueId", "queue_id", type=int, required=True)
+@click.option("-s", "--timestamp", type=int, required=True, help="Milliseconds since the epoch.")
+def search_offset_by_time(namesrv: str, topic: str, broker_name: str, queue_id: int,
+                          timestamp: int) -> None:
+    """First offset of a queue stored at or after a time."""
+
+    async def go() -> int:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.search_offset(topic, broker_name, queue_id, timestamp)
+
+    click.echo(str(_run(go)))
+
+
 def main() -> None:
     configure_logging("WARNING")
     cli()

@@ -232,3 +232,33 @@ class WipeWritePermOfBrokerRequestHeader(Header):
 @dataclass(slots=True)
 class WipeWritePermOfBrokerResponseHeader(Header):
     wipe_topic_count: int
+
+
+# ---- queries --------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class SearchOffsetRequestHeader(Header):
+    topic: str
+    queue_id: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ViewMessageRequestHeader(Header):
+    offset: int
+
+
+@dataclass(slots=True)
+class QueryMessageRequestHeader(Header):
+    topic: str
+    key: str
+    max_num: int
+    begin_timestamp: int
+    end_timestamp: int
+
+
+@dataclass(slots=True)
+class QueryMessageResponseHeader(Header):
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int

@@ -302,6 +302,24 @@ class DefaultMessageStore:
         data = self.commit_log.get_data(entry[0] + OFF_STORE_TIMESTAMP, 8)
         return _LONG.unpack(data)[0] if data else -1
 
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset whose store time is at or after ``timestamp_ms``
+        (the max offset when every message is older). Binary search."""
+        cq = self._existing_cq(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+        while lo < hi:
+            mid = (lo + hi) // 2
+            stored = self.get_message_store_timestamp(topic, queue_id, mid)
+            if stored < 0:  # entry gone (cleaned): search above it
+                lo = mid + 1
+            elif stored < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         head = self.commit_log.get_data(commit_log_offset, 4)
         if head is None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 from client.blocking import Message, Producer, PullConsumer
 from client.pull_result import PullStatus
+from protocol.message import MessageQueue
 from tests.integration.cluster import BIN, Cluster
 
 
@@ -68,6 +70,23 @@ def test_mqadmin_commands_and_blocking_client(cluster: Cluster) -> None:
         mq = r.message_queue
         consumer.update_consume_offset(mq, 1)
         assert consumer.fetch_consume_offset(mq) == 1
+
+    # queries: by offset msgId, by queue offset, offset by time
+    sent = mqadmin("sendMessage", "-n", n, "-t", "CliTopic", "-p", "findme", "-b", "broker-a", "-i", "0")
+    offset_id = sent.split()[-1]
+    with PullConsumer("q", namesrv_addr=n) as consumer:
+        res = consumer.pull(MessageQueue("CliTopic", "broker-a", 0), "*", 0, 32)
+        found = [m for m in res.msg_found_list if m.body == b"findme"][0]
+    assert found.properties["UNIQ_KEY"] == offset_id  # sendMessage prints the producer msgId
+    out = mqadmin("queryMsgById", "-n", n, "-i", found.msg_id)
+    assert "findme" in out and "CliTopic" in out
+    out = mqadmin("queryMsgByOffset", "-n", n, "-t", "CliTopic", "-b", "broker-a", "-i", "0",
+                  "-o", str(found.queue_offset))
+    assert "findme" in out
+    ts = found.store_timestamp
+    search = ["searchOffsetByTime", "-n", n, "-t", "CliTopic", "-b", "broker-a", "-i", "0", "-s"]
+    assert int(mqadmin(*search, str(ts))) <= found.queue_offset
+    assert int(mqadmin(*search, str(int(time.time() * 1000) + 60_000))) == found.queue_offset + 1
 
     out = mqadmin("deleteTopic", "-n", n, "-c", "DefaultCluster", "-t", "CliTopic")
     assert "success" in out

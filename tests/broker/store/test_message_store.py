@@ -279,3 +279,21 @@ def test_abnormal_recovery_starts_at_checkpoint_file(tmp_path: Path) -> None:
     assert store.get_max_offset_in_queue("T", 0) == 50
     assert [m.body[:1] for m in pull_all(store, "T", 0)] == [b"a"] * 40 + [b"b"] * 10
     store.shutdown()
+
+
+def test_search_offset_by_time(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import broker.store.commit_log as cl
+
+    clock = {"ms": 1_000_000}
+    monkeypatch.setattr(cl.time, "time", lambda: clock["ms"] / 1000)
+    store = open_store(make_config(tmp_path, cl_size=1 << 16, cq_entries=100))
+    stamps = []
+    for i in range(50):
+        clock["ms"] += 10 if i % 5 else 0  # runs of equal store times
+        stamps.append(clock["ms"])
+        store.put_message(inner("T", 0, b"t%d" % i))
+    for ts in (0, stamps[0], stamps[7], stamps[7] + 1, stamps[-1], stamps[-1] + 1):
+        want = next((i for i, s in enumerate(stamps) if s >= ts), len(stamps))
+        assert store.get_offset_in_queue_by_time("T", 0, ts) == want, ts
+    assert store.get_offset_in_queue_by_time("Nope", 0, 5) == 0
+    store.shutdown()
