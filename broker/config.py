@@ -63,6 +63,10 @@ class BrokerConfig(PropertiesConfig):
     sync_flush_timeout: int = 5000
     max_transfer_bytes_on_message_in_memory: int = 256 * KiB
     max_transfer_count_on_message_in_memory: int = 32
+    # index
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
     # cleanup
     delete_when: str = "04"  # hour(s) of the day to delete expired files, e.g. "04" or "04;05"
     file_reserved_time: int = 72  # hours a commit-log file is kept

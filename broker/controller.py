@@ -74,6 +74,7 @@ class BrokerController:
         qp = self.query_processor
         t.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, qp.search_offset_by_timestamp)
         t.register(RequestCode.VIEW_MESSAGE_BY_ID, qp.view_message_by_id)
+        t.register(RequestCode.QUERY_MESSAGE, qp.query_message)
         return t
 
     # ---- actions used by processors ---------------------------------------------

@@ -8,6 +8,7 @@ from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import (
     OffsetResponseHeader,
+    QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
@@ -29,6 +30,16 @@ class QueryMessageProcessor:
             h.topic, h.queue_id, h.timestamp
         )
         return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())
+
+    def query_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = QueryMessageRequestHeader.from_fields(cmd.ext_fields)
+        store = self.controller.message_store
+        max_num = max(1, min(h.max_num, 64))
+        records = store.query_message(h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp)
+        if not records:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND,
+                                f"no message with key {h.key!r} in topic {h.topic!r}")
+        return cmd.response(ResponseCode.SUCCESS, body=b"".join(records))
 
     def view_message_by_id(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = ViewMessageRequestHeader.from_fields(cmd.ext_fields)

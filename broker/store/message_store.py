@@ -20,6 +20,7 @@ from broker.config import BrokerConfig
 from broker.store.commit_log import CommitLog, DispatchRequest, MessageExtBrokerInner
 from broker.store.consume_queue import ConsumeQueue
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
+from broker.store.index_service import IndexService
 from broker.store.status import (
     GetMessageResult,
     GetMessageStatus,
@@ -67,6 +68,11 @@ class DefaultMessageStore:
         self.checkpoint = StoreCheckpoint(root / "checkpoint")
         self.abort_file = root / "abort"
         self.dispatchers: list[CommitLogDispatcher] = [CommitLogDispatcherBuildConsumeQueue(self)]
+        self.index_service: IndexService | None = None
+        if config.message_index_enable:
+            self.index_service = IndexService(root / "index", config.max_hash_slot_num,
+                                              config.max_index_num)
+            self.dispatchers.append(self.index_service)
         self.dispatch_listeners: list[DispatchListener] = []
         self.running = False
         # Held by flushes (worker threads) and by anything that closes files.
@@ -84,12 +90,16 @@ class DefaultMessageStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.commit_log.load()
         self._load_consume_queues()
+        if self.index_service is not None:
+            self.index_service.load()
         scan_start, end = self.commit_log.recover(abnormal, self.checkpoint.min_timestamp)
         cqs = list(self._all_consume_queues())
         for cq in cqs:
             cq.recover()
             cq.truncate_dirty_logic_files(end)
             cq.delete_expired(self.commit_log.min_offset)
+        if self.index_service is not None:
+            self.index_service.truncate(end)
         if abnormal:
             # consume queues may lag anywhere after the checkpoint: rebuild from there
             reput_from = scan_start
@@ -133,6 +143,8 @@ class DefaultMessageStore:
             self.commit_log.close()
             for cq in self._all_consume_queues():
                 cq.close()
+            if self.index_service is not None:
+                self.index_service.close()
         self.abort_file.unlink(missing_ok=True)
 
     # ---- consume queues --------------------------------------------------------------
@@ -320,6 +332,25 @@ class DefaultMessageStore:
                 hi = mid
         return lo
 
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int,
+                      end_ms: int) -> list[bytes]:
+        """Raw records of ``topic`` indexed under ``key``, newest first."""
+        if self.index_service is None:
+            return []
+        out = []
+        for phy in self.index_service.query_offset(topic, key, max_num, begin_ms, end_ms):
+            head = self.commit_log.get_data(phy, 4)
+            size = _INT.unpack(head)[0] if head else 0
+            data = self.commit_log.get_data(phy, size) if size > 0 else None
+            if data is None or not record_crc_ok(data):
+                continue
+            m = decode_record(data)
+            keys = (m.properties.get(PROPERTY_KEYS) or "").split(" ")
+            # different keys can share a hash: keep only real matches
+            if m.topic == topic and (key in keys or m.properties.get(PROPERTY_UNIQ_KEY) == key):
+                out.append(data)
+        return out
+
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         head = self.commit_log.get_data(commit_log_offset, 4)
         if head is None:
@@ -398,6 +429,8 @@ class DefaultMessageStore:
                 min_phys = self.commit_log.min_offset
                 for cq in self._all_consume_queues():
                     cq.delete_expired(min_phys)
+                if self.index_service is not None:
+                    self.index_service.delete_expired(min_phys)
         if deleted:
             self.log.info("expired files deleted", commit_log_files=deleted, used=round(ratio, 3),
                           forced=force, min_offset=self.commit_log.min_offset)
@@ -427,6 +460,9 @@ class DefaultMessageStore:
         for cq in self._all_consume_queues():
             with self._file_lock:
                 flushed = cq.flush() or flushed
+        if self.index_service is not None:
+            with self._file_lock:
+                self.index_service.flush()
         if flushed:
             self.checkpoint.logics_msg_timestamp = before
             self.checkpoint.flush()

@@ -84,6 +84,10 @@ def test_mqadmin_commands_and_blocking_client(cluster: Cluster) -> None:
                   "-o", str(found.queue_offset))
     assert "findme" in out
     ts = found.store_timestamp
+    out = mqadmin("queryMsgByKey", "-n", n, "-t", "CliTopic", "-k", "key1")
+    assert len(out.strip().splitlines()) == 2  # header + the one message sent with -k key1
+    out = mqadmin("queryMsgByUniqueKey", "-n", n, "-t", "CliTopic", "-i", offset_id)
+    assert "findme" in out
     search = ["searchOffsetByTime", "-n", n, "-t", "CliTopic", "-b", "broker-a", "-i", "0", "-s"]
     assert int(mqadmin(*search, str(ts))) <= found.queue_offset
     assert int(mqadmin(*search, str(int(time.time() * 1000) + 60_000))) == found.queue_offset + 1

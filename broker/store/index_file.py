@@ -1,0 +1,142 @@
+"""IndexFile: a hash index from message keys to commit-log offsets.
+
+    header (40 bytes)
+    +----------------+--------------+-----------------+---------------+-----------+------------+
+    | beginTimestamp | endTimestamp | beginPhyOffset  | endPhyOffset  | hashSlots | indexCount |
+    | 8              | 8            | 8               | 8             | 4         | 4          |
+    +----------------+--------------+-----------------+---------------+-----------+------------+
+    slots: hashSlotNum x 4 bytes, the newest entry index of the slot (0 = empty)
+    entries: indexNum x 20 bytes
+    +--------------+---------------+--------------------------+----------------+
+    | keyHash (4)  | phyOffset (8) | timeDiff s since begin (4)| prevIndex (4)  |
+    +--------------+---------------+--------------------------+----------------+
+
+Entry 0 is never used, so a slot or ``prevIndex`` of 0 ends a chain. The file
+is named after its creation time (yyyyMMddHHmmssSSS), as RocketMQ's.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+from broker.store.mapped_file import MappedFile
+from protocol.hashing import java_string_hash
+
+INDEX_HEADER = struct.Struct(">qqqqii")
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_ENTRY = struct.Struct(">iqii")
+INDEX_ENTRY_SIZE = 20
+_SLOT = struct.Struct(">i")
+
+
+def key_hash(key: str) -> int:
+    h = java_string_hash(key)
+    return 0 if h == -(2**31) else abs(h)
+
+
+def index_file_name(now_ms: int) -> str:
+    t = time.localtime(now_ms / 1000)
+    return time.strftime("%Y%m%d%H%M%S", t) + f"{now_ms % 1000:03d}"
+
+
+class IndexFile:
+    def __init__(self, path: Path, hash_slot_num: int, index_num: int) -> None:
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+        existed = path.exists() and path.stat().st_size == size
+        self.file = _IndexMappedFile(path, size)
+        self.path = path
+        if existed:
+            (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+             self.end_phy_offset, self.hash_slot_count, self.index_count) = INDEX_HEADER.unpack_from(
+                self.file.mm, 0)
+        else:
+            self.begin_timestamp = self.end_timestamp = 0
+            self.begin_phy_offset = self.end_phy_offset = 0
+            self.hash_slot_count = 0
+            self.index_count = 1
+        self._entries_at = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
+        """Add one key; False when the file is full."""
+        if self.is_full():
+            return False
+        mm = self.file.mm
+        h = key_hash(key)
+        slot_pos = INDEX_HEADER_SIZE + (h % self.hash_slot_num) * HASH_SLOT_SIZE
+        (prev,) = _SLOT.unpack_from(mm, slot_pos)
+        if prev <= 0 or prev >= self.index_count:
+            prev = 0
+        if self.index_count == 1:
+            self.begin_timestamp = store_timestamp_ms
+            self.begin_phy_offset = phy_offset
+        diff = max(0, (store_timestamp_ms - self.begin_timestamp) // 1000)
+        INDEX_ENTRY.pack_into(mm, self._entries_at + self.index_count * INDEX_ENTRY_SIZE,
+                              h, phy_offset, min(diff, 2**31 - 1), prev)
+        _SLOT.pack_into(mm, slot_pos, self.index_count)
+        if prev == 0:
+            self.hash_slot_count += 1
+        self.index_count += 1
+        self.end_timestamp = store_timestamp_ms
+        self.end_phy_offset = phy_offset
+        INDEX_HEADER.pack_into(mm, 0, self.begin_timestamp, self.end_timestamp,
+                               self.begin_phy_offset, self.end_phy_offset,
+                               self.hash_slot_count, self.index_count)
+        return True
+
+    def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
+        return self.begin_timestamp <= end_ms and self.end_timestamp >= begin_ms
+
+    def select_phy_offsets(self, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Offsets of ``key`` stored within [begin, end], newest first."""
+        mm = self.file.mm
+        h = key_hash(key)
+        (idx,) = _SLOT.unpack_from(mm, INDEX_HEADER_SIZE + (h % self.hash_slot_num) * HASH_SLOT_SIZE)
+        out: list[int] = []
+        while 0 < idx < self.index_count and len(out) < max_num:
+            eh, phy, diff, prev = INDEX_ENTRY.unpack_from(mm, self._entries_at + idx * INDEX_ENTRY_SIZE)
+            stored = self.begin_timestamp + diff * 1000
+            # timeDiff has second granularity: widen the window by a second
+            if eh == h and begin_ms - 1000 < stored <= end_ms + 1000:
+                out.append(phy)
+            if prev >= idx:
+                break
+            idx = prev
+        return out
+
+    def flush(self) -> None:
+        self.file.wrote_position = self.file.file_size
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+    def destroy(self) -> None:
+        self.file.destroy()
+
+
+class _IndexMappedFile(MappedFile):
+    """A MappedFile whose name is a timestamp rather than a log offset."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        import mmap
+        import os
+
+        self.path = path
+        self.file_size = size
+        self.file_from_offset = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if os.fstat(self.fd).st_size != size:
+            os.ftruncate(self.fd, size)
+        self.mm = mmap.mmap(self.fd, size)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        self.store_timestamp = 0

@@ -1,0 +1,117 @@
+"""IndexService: keys ``topic#key`` for every KEYS entry and UNIQ_KEY, across index files."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import structlog
+
+from broker.store.commit_log import DispatchRequest
+from broker.store.index_file import IndexFile, index_file_name
+
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_ROLLBACK_TYPE = 0xC
+
+log = structlog.get_logger("store.index")
+
+
+class IndexService:
+    def __init__(self, store_dir: Path, hash_slot_num: int = 5_000_000,
+                 index_num: int = 20_000_000) -> None:
+        self.store_dir = store_dir
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.files: list[IndexFile] = []
+        self._indexed_to = -1  # highest commit-log offset indexed: replays are skipped
+
+    def load(self) -> None:
+        if not self.store_dir.exists():
+            return
+        for path in sorted(p for p in self.store_dir.iterdir() if p.name.isdigit()):
+            self.files.append(IndexFile(path, self.hash_slot_num, self.index_num))
+        self._indexed_to = self.max_phy_offset if self.max_phy_offset or self._has_entries() else -1
+
+    def _has_entries(self) -> bool:
+        return any(f.index_count > 1 for f in self.files)
+
+    def _writable(self, now_ms: int) -> IndexFile:
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full():
+            return last
+        name = index_file_name(now_ms)
+        while self.files and name <= self.files[-1].path.name:
+            now_ms += 1
+            name = index_file_name(now_ms)
+        f = IndexFile(self.store_dir / name, self.hash_slot_num, self.index_num)
+        self.files.append(f)
+        return f
+
+    def _put(self, key: str, req: DispatchRequest) -> None:
+        f = self._writable(req.store_timestamp)
+        if not f.put_key(key, req.commit_log_offset, req.store_timestamp):
+            f = self._writable(int(time.time() * 1000))
+            f.put_key(key, req.commit_log_offset, req.store_timestamp)
+
+    def dispatch(self, req: DispatchRequest) -> None:
+        if req.commit_log_offset <= self._indexed_to:
+            return  # already indexed (re-dispatch after recovery)
+        self._indexed_to = req.commit_log_offset
+        tx = req.sys_flag & TRANSACTION_TYPE_MASK
+        if tx in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return
+        prefix = req.topic + "#"
+        if req.keys:
+            for key in req.keys.split(" "):
+                if key:
+                    self._put(prefix + key, req)
+        if req.uniq_key:
+            self._put(prefix + req.uniq_key, req)
+
+    def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
+        for req in requests:
+            self.dispatch(req)
+
+    def query_offset(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
+        """Commit-log offsets of ``topic#key``, newest first, at most ``max_num``."""
+        out: list[int] = []
+        full_key = f"{topic}#{key}"
+        for f in reversed(self.files):
+            if len(out) >= max_num:
+                break
+            if f.index_count > 1 and f.is_time_matched(begin_ms, end_ms):
+                for phy in f.select_phy_offsets(full_key, max_num, begin_ms, end_ms):
+                    if phy not in out and len(out) < max_num:
+                        out.append(phy)
+        return out
+
+    @property
+    def max_phy_offset(self) -> int:
+        for f in reversed(self.files):
+            if f.index_count > 1:
+                return f.end_phy_offset
+        return 0
+
+    def truncate(self, phy_offset: int) -> None:
+        """Drop index files that start at or past ``phy_offset`` (recovery)."""
+        while self.files and self.files[-1].index_count > 1 and self.files[-1].begin_phy_offset >= phy_offset:
+            self.files.pop().destroy()
+        # entries of a kept file past the end point at nothing; queries verify offsets
+        self._indexed_to = min(self._indexed_to, phy_offset - 1)
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """Drop files whose entries all point below the commit log's min offset."""
+        deleted = 0
+        while len(self.files) > 1 and self.files[0].end_phy_offset < min_phy_offset:
+            self.files.pop(0).destroy()
+            deleted += 1
+        return deleted
+
+    def flush(self) -> None:
+        for f in list(self.files):
+            f.flush()
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()

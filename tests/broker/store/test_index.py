@@ -1,0 +1,76 @@
+"""IndexFile/IndexService with forced collisions and several files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.store.commit_log import DispatchRequest
+from broker.store.index_file import key_hash
+from broker.store.index_service import IndexService
+from protocol.hashing import java_string_hash
+from tests.broker.store.helpers import inner, make_config, open_store
+
+
+def req(i: int, keys: str | None, uniq: str | None, ts: int, sys_flag: int = 0) -> DispatchRequest:
+    return DispatchRequest("T", 0, i * 100, 100, 0, ts, i, keys, uniq, sys_flag)
+
+
+def test_collisions_and_many_files(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path / "index", hash_slot_num=4, index_num=50)
+    expect: dict[str, list[int]] = {}
+    for i in range(300):
+        keys = f"k{i % 17} order-{i}"
+        svc.dispatch(req(i, keys, f"U{i}", 1_000_000 + i * 1000))
+        for k in (f"k{i % 17}", f"order-{i}", f"U{i}"):
+            expect.setdefault(k, []).append(i * 100)
+    assert len(svc.files) > 10
+    for k, offs in expect.items():
+        assert svc.query_offset("T", k, 1000, 0, 2**62) == list(reversed(offs)), k
+    assert svc.query_offset("T", "k3", 2, 0, 2**62) == list(reversed(expect["k3"]))[:2]
+    assert svc.query_offset("Other", "k3", 10, 0, 2**62) == []
+    # time window (second granularity, widened by a second either side)
+    got = svc.query_offset("T", "k1", 1000, 1_000_000 + 100_000, 1_000_000 + 200_000)
+    assert got and all(9_800 <= o <= 20_200 for o in got)
+    svc.flush()
+    svc.close()
+    again = IndexService(tmp_path / "index", hash_slot_num=4, index_num=50)
+    again.load()
+    assert again.query_offset("T", "order-7", 10, 0, 2**62) == [700]
+    # replays of already indexed offsets are ignored
+    again.dispatch(req(7, "order-7", None, 1_007_000))
+    assert again.query_offset("T", "order-7", 10, 0, 2**62) == [700]
+    again.close()
+
+
+def test_prepared_transactions_not_indexed(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path / "index", hash_slot_num=8, index_num=100)
+    svc.dispatch(req(1, "tx", None, 1000, sys_flag=0x4))
+    svc.dispatch(req(2, "rolled", None, 1000, sys_flag=0xC))
+    svc.dispatch(req(3, "done", None, 1000, sys_flag=0x8))
+    assert svc.query_offset("T", "tx", 10, 0, 2**62) == []
+    assert svc.query_offset("T", "rolled", 10, 0, 2**62) == []
+    assert svc.query_offset("T", "done", 10, 0, 2**62) == [300]
+
+
+def test_key_hash_is_javas() -> None:
+    assert key_hash("T#hello") == abs(java_string_hash("T#hello"))
+    assert java_string_hash("polygenelubricants") == -(2**31)
+    assert key_hash("polygenelubricants") == 0
+
+
+def test_store_query_by_key_across_restart(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, cl_size=1 << 16, cq_entries=100)
+    cfg.max_hash_slot_num, cfg.max_index_num = 4, 20
+    store = open_store(cfg)
+    for i in range(60):
+        store.put_message(inner("T", i % 3, b"m%d" % i, keys=f"k{i % 5} id{i}"))
+    recs = store.query_message("T", "k2", 100, 0, 2**62)
+    assert len(recs) == 12
+    store.shutdown()
+    store = open_store(cfg)
+    from protocol.record import decode_record
+    bodies = [decode_record(r).body for r in store.query_message("T", "k2", 100, 0, 2**62)]
+    assert bodies == [b"m%d" % i for i in range(57, -1, -5)]
+    assert [decode_record(r).body for r in store.query_message("T", "id33", 5, 0, 2**62)] == [b"m33"]
+    assert store.query_message("T", "nope", 5, 0, 2**62) == []
+    store.shutdown()
