@@ -3,6 +3,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from broker.store import GetMessageStatus, PutMessageStatus
 from protocol.hashing import tags_hash_code
 from protocol.record import RecordStatus, check_record, decode_records
@@ -296,4 +298,35 @@ def test_search_offset_by_time(tmp_path: Path, monkeypatch) -> None:  # type: ig
         want = next((i for i, s in enumerate(stamps) if s >= ts), len(stamps))
         assert store.get_offset_in_queue_by_time("T", 0, ts) == want, ts
     assert store.get_offset_in_queue_by_time("Nope", 0, 5) == 0
+    store.shutdown()
+
+
+@pytest.mark.parametrize("abort", [False, True])
+@pytest.mark.parametrize("damage", ["torn", "bad_crc", "zeroed"])
+def test_hand_corrupted_tail(tmp_path: Path, abort: bool, damage: str) -> None:
+    cfg = make_config(tmp_path, cl_size=1 << 16, cq_entries=100)
+    store = open_store(cfg)
+    for i in range(10):
+        store.put_message(inner("T", 0, b"r%d-" % i + b"x" * 200))
+    last = store.get_commit_log_offset_in_queue("T", 0, 9)
+    end = store.get_max_phy_offset()
+    store.shutdown()
+    f = _last_file(tmp_path)
+    data = bytearray(f.read_bytes())
+    if damage == "torn":  # the last record was only partly written
+        data[last + 100 : end] = bytes(end - last - 100)
+    elif damage == "bad_crc":
+        data[last + 95] ^= 0x55
+    else:  # its header zeroed
+        data[last : last + 20] = bytes(20)
+    f.write_bytes(bytes(data))
+    if abort:
+        (tmp_path / "abort").touch()
+    store = open_store(cfg)
+    assert store.get_max_phy_offset() == last
+    assert store.get_max_offset_in_queue("T", 0) == 9
+    r = store.put_message(inner("T", 0, b"fresh"))
+    assert r.append_result is not None and r.append_result.wrote_offset == last
+    assert r.append_result.logics_offset == 9
+    assert [m.body[:3] for m in pull_all(store, "T", 0)] == [b"r%d-" % i for i in range(9)] + [b"fre"]
     store.shutdown()
