@@ -12,7 +12,7 @@ from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from protocol.config import ConfigError, load_properties
 from protocol.logs import configure_logging
-from protocol.trio.daemon import run_until_signal
+from protocol.trio.daemon import first_leaf, run_until_signal
 
 log = structlog.get_logger("broker")
 
@@ -50,8 +50,11 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
     controller = BrokerController(config)
     try:
         trio.run(run_until_signal, controller)
-    except (OSError, RuntimeError) as exc:
-        log.error("broker failed", error=str(exc))
+    except (OSError, RuntimeError, BaseExceptionGroup) as exc:
+        leaf = first_leaf(exc)
+        if not isinstance(leaf, (OSError, RuntimeError)):
+            raise
+        log.error("broker failed", error=f"{type(leaf).__name__}: {leaf}")
         sys.exit(1)
 
 

@@ -12,6 +12,7 @@ import trio
 from client.admin import MQAdmin, MQAdminError
 from protocol.logs import configure_logging
 from protocol.route import perm_to_string
+from protocol.trio.daemon import first_leaf
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
 
@@ -19,11 +20,14 @@ NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
 def _run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
     try:
         return trio.run(fn, *args)
-    except MQAdminError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except Exception as exc:  # client errors from the SDK
-        if type(exc).__module__.startswith(("client", "protocol")):
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from exc
+    except (Exception, BaseExceptionGroup) as exc:
+        leaf = first_leaf(exc)
+        if isinstance(leaf, click.ClickException):
+            raise leaf from None
+        if isinstance(leaf, MQAdminError):
+            raise click.ClickException(str(leaf)) from None
+        if type(leaf).__module__.startswith(("client", "protocol")):  # SDK errors
+            raise click.ClickException(f"{type(leaf).__name__}: {leaf}") from None
         raise
 
 

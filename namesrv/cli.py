@@ -12,7 +12,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from protocol.config import ConfigError, load_properties
 from protocol.logs import configure_logging
-from protocol.trio.daemon import run_until_signal
+from protocol.trio.daemon import first_leaf, run_until_signal
 
 log = structlog.get_logger("namesrv")
 
@@ -48,8 +48,11 @@ def main(
     controller = NamesrvController(config)
     try:
         trio.run(run_until_signal, controller)
-    except OSError as exc:
-        log.error("name server failed to start", error=str(exc))
+    except (OSError, BaseExceptionGroup) as exc:
+        leaf = first_leaf(exc)
+        if not isinstance(leaf, OSError):
+            raise
+        log.error("name server failed to start", error=f"{type(leaf).__name__}: {leaf}")
         sys.exit(1)
     log.info("name server stopped")
 

@@ -39,3 +39,10 @@ async def run_until_signal(daemon: Daemon) -> None:
                     log.warning("second signal, stopping at once", signal=name)
                     nursery.cancel_scope.cancel()
                     break
+
+
+def first_leaf(exc: BaseException) -> BaseException:
+    """The first non-group exception inside (nested) exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
