@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from operator import mul
+
+_MAX_FAST = 512
+# 31**k mod 2**32, highest power first for a string of _MAX_FAST units
+_POWERS = [pow(31, k, 2**32) for k in range(_MAX_FAST - 1, -1, -1)]
+
 
 def java_string_hash(text: str) -> int:
     """Java ``String.hashCode``: signed 32-bit, over UTF-16 code units."""
-    h = 0
     if text.isascii():
-        for ch in text.encode():
-            h = (31 * h + ch) & 0xFFFFFFFF
+        units: bytes | list[int] = text.encode()
     else:
         data = text.encode("utf-16-be")
-        for i in range(0, len(data), 2):
-            h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+        units = [(data[i] << 8) | data[i + 1] for i in range(0, len(data), 2)]
+    n = len(units)
+    if n <= _MAX_FAST:
+        # sum of unit * 31**(n-1-i), done in C by map/sum
+        h = sum(map(mul, units, _POWERS[_MAX_FAST - n :])) & 0xFFFFFFFF
+    else:
+        h = 0
+        for unit in units:
+            h = (31 * h + unit) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
 
 

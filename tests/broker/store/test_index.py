@@ -7,7 +7,6 @@ from pathlib import Path
 from broker.store.commit_log import DispatchRequest
 from broker.store.index_file import key_hash
 from broker.store.index_service import IndexService
-from protocol.hashing import java_string_hash
 from tests.broker.store.helpers import inner, make_config, open_store
 
 
@@ -52,10 +51,10 @@ def test_prepared_transactions_not_indexed(tmp_path: Path) -> None:
     assert svc.query_offset("T", "done", 10, 0, 2**62) == [300]
 
 
-def test_key_hash_is_javas() -> None:
-    assert key_hash("T#hello") == abs(java_string_hash("T#hello"))
-    assert java_string_hash("polygenelubricants") == -(2**31)
-    assert key_hash("polygenelubricants") == 0
+def test_key_hash_is_31_bit_crc() -> None:
+    import zlib
+    assert key_hash("T#hello") == zlib.crc32(b"T#hello") & 0x7FFFFFFF
+    assert all(0 <= key_hash(f"k{i}") < 2**31 for i in range(1000))
 
 
 def test_store_query_by_key_across_restart(tmp_path: Path) -> None:
