@@ -49,7 +49,7 @@ class IndexFile:
         self.index_num = index_num
         size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
         existed = path.exists() and path.stat().st_size == size
-        self.file = _IndexMappedFile(path, size)
+        self.file = MappedFile(path, size, file_from_offset=0)  # named by time, not offset
         self.path = path
         if existed:
             (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
@@ -131,23 +131,3 @@ class IndexFile:
 
     def destroy(self) -> None:
         self.file.destroy()
-
-
-class _IndexMappedFile(MappedFile):
-    """A MappedFile whose name is a timestamp rather than a log offset."""
-
-    def __init__(self, path: Path, size: int) -> None:
-        import mmap
-        import os
-
-        self.path = path
-        self.file_size = size
-        self.file_from_offset = 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self.fd).st_size != size:
-            os.ftruncate(self.fd, size)
-        self.mm = mmap.mmap(self.fd, size)
-        self.wrote_position = 0
-        self.flushed_position = 0
-        self.store_timestamp = 0

@@ -22,11 +22,12 @@ def offset_to_file_name(offset: int) -> str:
 
 
 class MappedFile:
-    def __init__(self, path: Path, file_size: int) -> None:
+    def __init__(self, path: Path, file_size: int, file_from_offset: int | None = None) -> None:
+        """Open or create ``path``; its name is its start offset unless given."""
         self.path = path
         self.file_size = file_size
         try:
-            self.file_from_offset = int(path.name)
+            self.file_from_offset = int(path.name) if file_from_offset is None else file_from_offset
         except ValueError as exc:
             raise StoreError(f"not a log file name: {path}") from exc
         path.parent.mkdir(parents=True, exist_ok=True)
