@@ -79,6 +79,7 @@ class BrokerConfig(PropertiesConfig):
     flush_consumer_offset_interval: int = 5000
     # pull
     long_polling_enable: bool = True
+    long_polling_max_suspend_millis: int = 15_000
     # housekeeping
     channel_expired_timeout: int = 120_000
 

@@ -18,6 +18,7 @@ from broker.config import BrokerConfig, FlushDiskType
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.group_commit import GroupCommitService
+from broker.long_polling import PullRequestHoldService
 from broker.out_api import BrokerOuterAPI
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
@@ -42,6 +43,10 @@ class BrokerController:
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
+        self.pull_hold_service = PullRequestHoldService(self.pull_processor.retry_held)
+        self.message_store.dispatch_listeners.append(
+            self.pull_hold_service.notify_message_arriving
+        )
         self.server = RemotingServer(
             self._handler_table(), "0.0.0.0" if config.broker_ip1 != "127.0.0.1" else "127.0.0.1",
             config.listen_port, max_frame_size=config.max_frame_size,
@@ -131,6 +136,7 @@ class BrokerController:
                     nursery.start_soon(self._flush_loop, self.consumer_offset_manager.persist,
                                        self.config.flush_consumer_offset_interval)
                     nursery.start_soon(self._clean_loop)
+                    await nursery.start(self.pull_hold_service.run)
                     self.started = True
                     self.log.info("broker started", addr=self.config.broker_addr,
                                   namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value)

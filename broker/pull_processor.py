@@ -1,7 +1,7 @@
 """PullMessageProcessor: PULL_MESSAGE.
 
 The response body is the stored records, concatenated as they are on disk.
-Long polling comes later; an empty pull is answered at once.
+A pull with the suspend flag that finds nothing is held (long polling).
 """
 
 from __future__ import annotations
@@ -37,12 +37,30 @@ GET_STATUS_TO_CODE: dict[GetMessageStatus, int] = {
 }
 
 
+# Answers that mean "nothing for you yet": a held pull waits on these.
+_EMPTY = (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY)
+
+
 class PullMessageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.controller = controller
         self.config = controller.config
 
-    def pull_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+    def pull_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
+        return self.process(conn, cmd, allow_suspend=True)
+
+    def retry_held(
+        self, conn: RemotingConnection, cmd: RemotingCommand, final: bool
+    ) -> RemotingCommand | None:
+        """Re-run a held pull: its response, or None to keep holding it."""
+        response = self.process(conn, cmd, allow_suspend=False)
+        if not final and response is not None and response.code in _EMPTY:
+            return None
+        return response
+
+    def process(
+        self, conn: RemotingConnection, cmd: RemotingCommand, allow_suspend: bool
+    ) -> RemotingCommand | None:
         h = PullMessageRequestHeader.from_fields(cmd.ext_fields)
         if not is_readable(self.config.broker_permission):
             return cmd.response(ResponseCode.NO_PERMISSION,
@@ -73,6 +91,18 @@ class PullMessageProcessor:
                 h.consumer_group, h.topic, h.queue_id, h.commit_offset
             )
         code = GET_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
+        if (
+            allow_suspend
+            and code in _EMPTY
+            and h.sys_flag & FLAG_SUSPEND
+            and h.suspend_timeout_millis > 0
+            and self.config.long_polling_enable
+        ):
+            timeout_ms = min(h.suspend_timeout_millis, self.config.long_polling_max_suspend_millis)
+            self.controller.pull_hold_service.suspend(
+                h.topic, h.queue_id, h.queue_offset, conn, cmd, timeout_ms / 1000
+            )
+            return None
         header = PullMessageResponseHeader(
             suggest_which_broker_id=MASTER_ID,
             next_begin_offset=result.next_begin_offset,
