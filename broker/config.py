@@ -75,6 +75,9 @@ class BrokerConfig(PropertiesConfig):
     disk_space_warning_level_ratio: int = 90  # % used: past this, writes are refused
     clean_resource_interval: int = 10_000  # ms between cleanup runs
     delete_files_batch_max: int = 10  # files deleted per run at most
+    # delay and retry
+    schedule_tick_millis: int = 100
+    max_reconsume_times: int = 16
     # consumer offsets
     flush_consumer_offset_interval: int = 5000
     # pull
@@ -82,6 +85,20 @@ class BrokerConfig(PropertiesConfig):
     long_polling_max_suspend_millis: int = 15_000
     # housekeeping
     channel_expired_timeout: int = 120_000
+
+    def delay_level_table(self) -> dict[int, int]:
+        """Delay level (1-based) -> milliseconds, from ``messageDelayLevel``.
+
+        Raises ConfigError for an entry that is not a number with s/m/h/d.
+        """
+        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+        table = {}
+        for level, item in enumerate(self.message_delay_level.split(), 1):
+            unit = units.get(item[-1:])
+            if unit is None or not item[:-1].isdigit():
+                raise ConfigError(f"bad messageDelayLevel entry {item!r}")
+            table[level] = int(item[:-1]) * unit
+        return table
 
     @property
     def broker_addr(self) -> str:

@@ -22,6 +22,7 @@ from broker.long_polling import PullRequestHoldService
 from broker.out_api import BrokerOuterAPI
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
+from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.store import DefaultMessageStore
 from broker.topic_config_manager import TopicConfigManager
@@ -43,6 +44,7 @@ class BrokerController:
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
+        self.schedule_service = ScheduleMessageService(self)
         self.pull_hold_service = PullRequestHoldService(self.pull_processor.retry_held)
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving
@@ -65,6 +67,7 @@ class BrokerController:
         t = HandlerTable()
         t.register(RequestCode.SEND_MESSAGE, self.send_processor.send_message)
         t.register(RequestCode.SEND_BATCH_MESSAGE, self.send_processor.send_batch_message)
+        t.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_processor.consumer_send_msg_back)
         t.register(RequestCode.PULL_MESSAGE, self.pull_processor.pull_message)
         cm = self.consumer_manage_processor
         t.register(RequestCode.QUERY_CONSUMER_OFFSET, cm.query_consumer_offset)
@@ -102,6 +105,7 @@ class BrokerController:
     def _load(self) -> None:
         self.topic_config_manager.load()
         self.consumer_offset_manager.load()
+        self.schedule_service.load()
         if not self.message_store.load():
             raise RuntimeError("message store failed to load")
         self.message_store.start()
@@ -137,6 +141,7 @@ class BrokerController:
                                        self.config.flush_consumer_offset_interval)
                     nursery.start_soon(self._clean_loop)
                     await nursery.start(self.pull_hold_service.run)
+                    await nursery.start(self.schedule_service.run)
                     self.started = True
                     self.log.info("broker started", addr=self.config.broker_addr,
                                   namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value)

@@ -12,22 +12,41 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from broker.schedule_service import DELAY, to_schedule
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
-from broker.topic_validator import check_user_topic
+from broker.topic_validator import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    check_user_topic,
+)
 from protocol.body import unpack_body
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
 from protocol.hashing import tags_hash_code
-from protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
-from protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, string_to_properties
-from protocol.route import TopicConfig, is_writeable
+from protocol.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
+from protocol.message import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    MessageConst,
+    properties_to_string,
+    string_to_properties,
+)
+from protocol.route import PERM_RW, PERM_WRITE, TopicConfig, is_writeable
 from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 log = structlog.get_logger("broker.send")
+
+RETRY_TOPIC = MessageConst.PROPERTY_RETRY_TOPIC
+ORIGIN_MESSAGE_ID = MessageConst.PROPERTY_ORIGIN_MESSAGE_ID
 
 PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
@@ -139,8 +158,65 @@ class SendMessageProcessor:
             return err
         assert cmd.body is not None
         inner = self._inner(h, self._queue_id(h, cfg), h.flag, cmd.body, h.properties, conn.remote_addr)
+        props = string_to_properties(h.properties)
+        if props.get(DELAY, "0") not in ("0", ""):
+            try:
+                level = int(props[DELAY])
+            except ValueError:
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad delay level {props[DELAY]!r}")
+            if level > 0:
+                to_schedule(inner, props, self.controller.schedule_service.max_level)
         result = self.controller.message_store.put_message(inner)
         return self._reply(conn, self._response(cmd, result, inner.queue_id), result)
+
+    def consumer_send_msg_back(
+        self, conn: RemotingConnection, cmd: RemotingCommand
+    ) -> RemotingCommand | None:
+        """A consumer gives a message back: retry topic with a delay, or the DLQ."""
+        h = ConsumerSendMsgBackRequestHeader.from_fields(cmd.ext_fields)
+        store = self.controller.message_store
+        msg = store.look_message_by_offset(h.offset)
+        if msg is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"look message by offset failed, {h.offset}")
+        topics = self.controller.topic_config_manager
+        props = dict(msg.properties)
+        props.setdefault(RETRY_TOPIC, msg.topic)
+        if h.origin_msg_id:
+            props.setdefault(ORIGIN_MESSAGE_ID, h.origin_msg_id)
+        reconsume = msg.reconsume_times  # failures so far, before this one
+        max_times = h.max_reconsume_times if h.max_reconsume_times is not None else self.config.max_reconsume_times
+        if reconsume >= max_times or h.delay_level < 0:
+            topic = DLQ_GROUP_TOPIC_PREFIX + h.group
+            cfg = topics.create_topic_in_send_back(topic, 1, PERM_WRITE)
+            queue_id = 0
+            level = 0
+        else:
+            topic = RETRY_GROUP_TOPIC_PREFIX + h.group
+            cfg = topics.create_topic_in_send_back(topic, 1, PERM_RW)
+            queue_id = 0
+            level = h.delay_level or 3 + reconsume
+        if cfg is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] could not be created")
+        self.controller.trigger_register()
+        inner = MessageExtBrokerInner(
+            topic=topic, queue_id=queue_id, flag=msg.flag, body=msg.body,
+            properties_string="", tags_code=tags_hash_code(props.get(PROPERTY_TAGS)),
+            keys=props.get(PROPERTY_KEYS), uniq_key=props.get(PROPERTY_UNIQ_KEY),
+            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+            reconsume_times=reconsume + 1,
+        )
+        if level > 0:
+            props[DELAY] = str(level)
+            to_schedule(inner, props, self.controller.schedule_service.max_level)
+        else:
+            props.pop(DELAY, None)
+            inner.properties_string = properties_to_string(props)
+        result = store.put_message(inner)
+        response = self._response(cmd, result, queue_id)
+        if response.code == ResponseCode.SUCCESS:
+            response.ext_fields = {}
+        return self._reply(conn, response, result)
 
     def send_batch_message(
         self, conn: RemotingConnection, cmd: RemotingCommand

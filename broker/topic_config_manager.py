@@ -72,6 +72,15 @@ class TopicConfigManager:
         self.persist()
         return True
 
+    def create_topic_in_send_back(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        """The retry or dead-letter topic of a group, created on first use."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        cfg = TopicConfig(topic, queue_nums, queue_nums, perm)
+        self.update(cfg)
+        return cfg
+
     def create_topic_in_send_message_method(
         self, topic: str, default_topic: str, queue_nums: int
     ) -> TopicConfig | None:

@@ -262,3 +262,14 @@ class QueryMessageRequestHeader(Header):
 class QueryMessageResponseHeader(Header):
     index_last_update_timestamp: int
     index_last_update_phyoffset: int
+
+
+@dataclass(slots=True)
+class ConsumerSendMsgBackRequestHeader(Header):
+    offset: int
+    group: str
+    delay_level: int
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    unit_mode: bool = False
+    max_reconsume_times: int | None = None

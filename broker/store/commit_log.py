@@ -43,6 +43,7 @@ log = structlog.get_logger("store.commitlog")
 
 # A file must always keep room for a BLANK header at its end.
 END_FILE_MIN_BLANK_LENGTH = BLANK_MIN_SIZE
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 _LONG = struct.Struct(">q")
 
 
@@ -83,7 +84,10 @@ class DispatchRequest:
 
 class CommitLog:
     def __init__(self, store_dir: Path, file_size: int, store_host: str,
-                 max_message_size: int) -> None:
+                 max_message_size: int, delay_levels: dict[int, int] | None = None) -> None:
+        # SCHEDULE_TOPIC_XXXX queue n holds delay level n + 1; its consume-queue
+        # tag field carries the delivery time instead of a tag hash (as RocketMQ).
+        self.delay_levels = delay_levels or {}
         self.mapped_file_queue = MappedFileQueue(store_dir, file_size)
         self.file_size = file_size
         self.store_host = pack_host(store_host)
@@ -139,8 +143,11 @@ class CommitLog:
                 prepared_transaction_offset=m.prepared_transaction_offset,
                 queue_offset=queue_offset, physical_offset=phys, crc=crc,
             ))
+            tags_code = m.tags_code
+            if m.topic == SCHEDULE_TOPIC:
+                tags_code = now + self.delay_levels.get(m.queue_id + 1, 0)
             dispatches.append(DispatchRequest(
-                m.topic, m.queue_id, phys, size, m.tags_code, now, queue_offset,
+                m.topic, m.queue_id, phys, size, tags_code, now, queue_offset,
                 m.keys, m.uniq_key, m.sys_flag,
             ))
             ids.append(encode_msg_id(self.store_host, phys))

@@ -17,7 +17,12 @@ from pathlib import Path
 import structlog
 
 from broker.config import BrokerConfig
-from broker.store.commit_log import CommitLog, DispatchRequest, MessageExtBrokerInner
+from broker.store.commit_log import (
+    SCHEDULE_TOPIC,
+    CommitLog,
+    DispatchRequest,
+    MessageExtBrokerInner,
+)
 from broker.store.consume_queue import ConsumeQueue
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
 from broker.store.index_service import IndexService
@@ -62,7 +67,7 @@ class DefaultMessageStore:
         self.log = structlog.get_logger("store").bind(broker=config.broker_name)
         self.commit_log = CommitLog(
             root / "commitlog", config.maped_file_size_commit_log, config.broker_addr,
-            config.max_message_size,
+            config.max_message_size, config.delay_level_table(),
         )
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self.checkpoint = StoreCheckpoint(root / "checkpoint")
@@ -218,12 +223,15 @@ class DefaultMessageStore:
                 raise StoreError(f"cannot re-dispatch at commit-log offset {offset}: {check.reason}")
         return count
 
-    @staticmethod
-    def _dispatch_request(buf: Buffer, pos: int) -> DispatchRequest:
+    def _dispatch_request(self, buf: Buffer, pos: int) -> DispatchRequest:
         m = decode_record(buf, pos)
+        if m.topic == SCHEDULE_TOPIC:
+            tags_code = m.store_timestamp + self.commit_log.delay_levels.get(m.queue_id + 1, 0)
+        else:
+            tags_code = tags_hash_code(m.properties.get(PROPERTY_TAGS))
         return DispatchRequest(
             m.topic, m.queue_id, m.commit_log_offset, m.store_size,
-            tags_hash_code(m.properties.get(PROPERTY_TAGS)), m.store_timestamp, m.queue_offset,
+            tags_code, m.store_timestamp, m.queue_offset,
             m.properties.get(PROPERTY_KEYS), m.properties.get(PROPERTY_UNIQ_KEY), m.sys_flag,
         )
 
