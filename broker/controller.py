@@ -14,6 +14,8 @@ import structlog
 import trio
 
 from broker.admin_processor import AdminBrokerProcessor
+from broker.client_manage_processor import ClientManageProcessor
+from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, FlushDiskType
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
@@ -28,7 +30,7 @@ from broker.store import DefaultMessageStore
 from broker.topic_config_manager import TopicConfigManager
 from protocol.codes import RequestCode
 from protocol.trio.client import RemotingClient
-from protocol.trio.connection import HandlerTable
+from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.server import RemotingServer
 
 
@@ -45,6 +47,10 @@ class BrokerController:
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
         self.schedule_service = ScheduleMessageService(self)
+        self.consumer_manager = ClientGroups("consumer")
+        self.producer_manager = ClientGroups("producer")
+        self.lock_manager = RebalanceLockManager()
+        self.client_manage_processor = ClientManageProcessor(self)
         self.pull_hold_service = PullRequestHoldService(self.pull_processor.retry_held)
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving
@@ -53,6 +59,7 @@ class BrokerController:
             self._handler_table(), "0.0.0.0" if config.broker_ip1 != "127.0.0.1" else "127.0.0.1",
             config.listen_port, max_frame_size=config.max_frame_size,
         )
+        self.server.on_connection_closed(self._on_connection_closed)
         self.outer_api: BrokerOuterAPI | None = None
         self.group_commit: GroupCommitService | None = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
@@ -79,6 +86,12 @@ class BrokerController:
         t.register(RequestCode.DELETE_TOPIC_IN_BROKER, ad.delete_topic)
         t.register(RequestCode.GET_TOPIC_STATS_INFO, ad.get_topic_stats_info)
         t.register(RequestCode.GET_ALL_TOPIC_CONFIG, ad.get_all_topic_config)
+        cmp = self.client_manage_processor
+        t.register(RequestCode.HEART_BEAT, cmp.heart_beat)
+        t.register(RequestCode.UNREGISTER_CLIENT, cmp.unregister_client)
+        t.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, cmp.get_consumer_list_by_group)
+        t.register(RequestCode.LOCK_BATCH_MQ, cmp.lock_batch_mq)
+        t.register(RequestCode.UNLOCK_BATCH_MQ, cmp.unlock_batch_mq)
         qp = self.query_processor
         t.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, qp.search_offset_by_timestamp)
         t.register(RequestCode.VIEW_MESSAGE_BY_ID, qp.view_message_by_id)
@@ -140,6 +153,7 @@ class BrokerController:
                     nursery.start_soon(self._flush_loop, self.consumer_offset_manager.persist,
                                        self.config.flush_consumer_offset_interval)
                     nursery.start_soon(self._clean_loop)
+                    nursery.start_soon(self._housekeeping_loop)
                     await nursery.start(self.pull_hold_service.run)
                     await nursery.start(self.schedule_service.run)
                     self.started = True
@@ -167,6 +181,21 @@ class BrokerController:
                 await self._register_event.wait()
             self._register_event = trio.Event()
             await self.register_broker_all()
+
+    def _on_connection_closed(self, conn: RemotingConnection) -> None:
+        self.producer_manager.connection_closed(conn)
+        for group in self.consumer_manager.connection_closed(conn):
+            self.client_manage_processor.notify_consumer_ids_changed(group)
+
+    async def _housekeeping_loop(self) -> None:
+        """Drop producers and consumers silent for channelExpiredTimeout ms."""
+        expired = self.config.channel_expired_timeout / 1000
+        while True:
+            await trio.sleep(10)
+            now = trio.current_time()
+            self.producer_manager.scan_not_active(now, expired)
+            for group in self.consumer_manager.scan_not_active(now, expired):
+                self.client_manage_processor.notify_consumer_ids_changed(group)
 
     async def _clean_loop(self) -> None:
         # In the event loop, not a thread: files are closed here while pulls read them.
