@@ -8,6 +8,7 @@ from broker.topic_validator import is_system_topic, validate_topic
 from protocol.body import pack_body
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
+from protocol.errors import RemoteProtocolError
 from protocol.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
@@ -65,6 +66,48 @@ class AdminBrokerProcessor:
                 "lastUpdateTimestamp": last,
             })
         return cmd.response(ResponseCode.SUCCESS, body=pack_body({"offsetTable": table}))
+
+    def get_consume_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """Per queue of the group's topics: broker offset, consumer offset, lag."""
+        group = cmd.ext_fields.get("consumerGroup")
+        if not isinstance(group, str):
+            raise RemoteProtocolError("GET_CONSUME_STATS needs consumerGroup")
+        only = cmd.ext_fields.get("topic")
+        c = self.controller
+        topics = {t for t in c.topic_config_manager.table
+                  if group in c.consumer_offset_manager.groups_of_topic(t)}
+        info = c.consumer_manager.groups.get(group)
+        if info is not None:
+            topics |= {t for t in info.subscriptions if t in c.topic_config_manager.table}
+        if isinstance(only, str) and only:
+            topics &= {only}
+        store = c.message_store
+        rows = []
+        for topic in sorted(topics):
+            cfg = c.topic_config_manager.table[topic]
+            for qid in range(cfg.read_queue_nums):
+                broker_off = store.get_max_offset_in_queue(topic, qid)
+                consumer_off = c.consumer_offset_manager.query_offset(group, topic, qid)
+                last = (store.get_message_store_timestamp(topic, qid, consumer_off - 1)
+                        if consumer_off > 0 else 0)
+                rows.append({"topic": topic, "brokerName": c.config.broker_name, "queueId": qid,
+                             "brokerOffset": broker_off, "consumerOffset": max(consumer_off, 0),
+                             "lastTimestamp": last})
+        return cmd.response(ResponseCode.SUCCESS, body=pack_body({"offsetTable": rows}))
+
+    def get_consumer_connection_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.ext_fields.get("consumerGroup")
+        info = self.controller.consumer_manager.groups.get(group) if isinstance(group, str) else None
+        if info is None:
+            return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        body = {
+            "connectionSet": [{"clientId": ch.client_id, "clientAddr": ch.conn.remote_addr}
+                              for ch in info.clients.values()],
+            "subscriptionTable": info.subscriptions,
+            "consumeType": info.consume_type, "messageModel": info.message_model,
+            "consumeFromWhere": info.consume_from_where,
+        }
+        return cmd.response(ResponseCode.SUCCESS, body=pack_body(body))
 
     def get_all_topic_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(

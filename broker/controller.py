@@ -86,6 +86,8 @@ class BrokerController:
         t.register(RequestCode.DELETE_TOPIC_IN_BROKER, ad.delete_topic)
         t.register(RequestCode.GET_TOPIC_STATS_INFO, ad.get_topic_stats_info)
         t.register(RequestCode.GET_ALL_TOPIC_CONFIG, ad.get_all_topic_config)
+        t.register(RequestCode.GET_CONSUME_STATS, ad.get_consume_stats)
+        t.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, ad.get_consumer_connection_list)
         cmp = self.client_manage_processor
         t.register(RequestCode.HEART_BEAT, cmp.heart_beat)
         t.register(RequestCode.UNREGISTER_CLIENT, cmp.unregister_client)

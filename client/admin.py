@@ -229,6 +229,54 @@ class MQAdmin:
         out.sort(key=lambda m: m.store_timestamp, reverse=True)
         return out[:max_num]
 
+    # ---- consumers -----------------------------------------------------------------
+
+    async def _cluster_masters(self) -> list[str]:
+        info = await self.cluster_info()
+        return sorted({bd.master_addr() for bd in info["brokerAddrTable"].values() if bd.master_addr()})
+
+    async def consume_stats(self, group: str, topic: str | None = None) -> list[dict[str, Any]]:
+        """Per queue: brokerOffset, consumerOffset, lag (brokerOffset - consumerOffset)."""
+        rows: list[dict[str, Any]] = []
+        fields: dict[str, Any] = {"consumerGroup": group}
+        if topic:
+            fields["topic"] = topic
+        for addr in await self._cluster_masters():
+            cmd = RemotingCommand.request(RequestCode.GET_CONSUME_STATS, dict(fields))
+            body = unpack_body(self._check(await self._invoke(addr, cmd), f"consumerProgress on {addr}").body)
+            for row in body.get("offsetTable", []):
+                row["lag"] = row["brokerOffset"] - row["consumerOffset"]
+                rows.append(row)
+        return sorted(rows, key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
+
+    async def consumer_connection(self, group: str) -> list[dict[str, Any]]:
+        out = []
+        for addr in await self._cluster_masters():
+            cmd = RemotingCommand.request(RequestCode.GET_CONSUMER_CONNECTION_LIST,
+                                          {"consumerGroup": group})
+            resp = await self._invoke(addr, cmd)
+            if resp.code == ResponseCode.SUCCESS:
+                body = unpack_body(resp.body)
+                out.append({"broker": addr, **body})
+        if not out:
+            raise MQAdminError(f"the consumer group {group} is not online")
+        return out
+
+    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int) -> list[tuple[str, int, int]]:
+        """Set the group's offsets of every queue of ``topic`` to the first message
+        stored at or after ``timestamp_ms``. Returns (broker, queue, offset) rows."""
+        route = await self.topic_route(topic)
+        rows = []
+        for qd in route.queue_datas:
+            for qid in range(qd.read_queue_nums):
+                offset = await self.search_offset(topic, qd.broker_name, qid, timestamp_ms)
+                addr = await self.broker_addr(topic, qd.broker_name)
+                fields = {"consumerGroup": group, "topic": topic, "queueId": qid, "commitOffset": offset}
+                cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+                self._check(await self._invoke(addr, cmd), "resetOffsetByTime")
+                rows.append((qd.broker_name, qid, offset))
+        return rows
+
     async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
         fields = WipeWritePermOfBrokerRequestHeader(broker_name).to_fields()
         out = {}

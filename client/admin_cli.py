@@ -325,6 +325,65 @@ def search_offset_by_time(namesrv: str, topic: str, broker_name: str, queue_id: 
     click.echo(str(_run(go)))
 
 
+@cli.command("consumerProgress")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-g", "--groupName", "group", required=True)
+@click.option("-t", "--topicName", "topic", default=None)
+def consumer_progress(namesrv: str, group: str, topic: str | None) -> None:
+    """Per queue: broker offset, consumer offset, lag; and totals."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.consume_stats(group, topic)
+
+    rows = _run(go)
+    click.echo(f"{'#Topic':<32}{'#Broker Name':<20}{'#QID':<6}{'#Broker Offset':<16}"
+               f"{'#Consumer Offset':<18}{'#Diff':<10}#LastTime")
+    for r in rows:
+        click.echo(f"{r['topic']:<32}{r['brokerName']:<20}{r['queueId']:<6}{r['brokerOffset']:<16}"
+                   f"{r['consumerOffset']:<18}{r['lag']:<10}{_fmt_ts(r['lastTimestamp'])}")
+    click.echo(f"\nConsume TPS: -\nDiff Total: {sum(r['lag'] for r in rows)}")
+
+
+@cli.command("consumerConnection")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-g", "--consumerGroup", "group", required=True)
+def consumer_connection(namesrv: str, group: str) -> None:
+    """The clients of a consumer group and their subscriptions."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.consumer_connection(group)
+
+    for b in _run(go):
+        click.echo(f"Broker {b['broker']}: {b['messageModel']} {b['consumeType']} {b['consumeFromWhere']}")
+        for c in b["connectionSet"]:
+            click.echo(f"  {c['clientId']:<40}{c['clientAddr']}")
+        for topic, sub in sorted(b["subscriptionTable"].items()):
+            click.echo(f"  subscription {topic}: {sub.get('subString', '*')}")
+
+
+@cli.command("resetOffsetByTime")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-g", "--group", required=True)
+@click.option("-t", "--topic", required=True)
+@click.option("-s", "--timestamp", required=True,
+              help="Milliseconds since the epoch, or 'now'.")
+def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: str) -> None:
+    """Move a group's offsets to the first message stored at or after a time."""
+    import time as _time
+
+    ts = int(_time.time() * 1000) if timestamp == "now" else int(timestamp)
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.reset_offset_by_time(group, topic, ts)
+
+    click.echo(f"{'#Broker Name':<20}{'#QID':<6}#Offset")
+    for broker_name, qid, offset in _run(go):
+        click.echo(f"{broker_name:<20}{qid:<6}{offset}")
+
+
 def main() -> None:
     configure_logging("WARNING")
     cli()
