@@ -54,17 +54,26 @@ class Daemon:
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    # a log line printed once the daemon is fully up (a broker: after registering)
+    ready_marker: str | None = None
 
     @property
     def addr(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    def start(self) -> None:
+    def start(self, timeout: float = 20.0) -> None:
+        seen = self.log_text().count(self.ready_marker) if self.ready_marker and self.log_path.exists() else 0
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         log.close()
-        wait_port(self.port, proc=self.proc)
+        wait_port(self.port, timeout, proc=self.proc)
+        if self.ready_marker:
+            deadline = time.monotonic() + timeout
+            while self.log_text().count(self.ready_marker) <= seen:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} did not become ready:\n{self.log_text()[-2000:]}")
+                time.sleep(0.02)
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM and wait: an orderly shutdown. Returns the exit code."""
@@ -124,7 +133,8 @@ class Cluster:
         }
         base.update(props)
         conf.write_text("".join(f"{k}={v}\n" for k, v in base.items()))
-        d = Daemon(name, [str(BIN / "mqbroker"), "-c", str(conf)], port, self.root / f"{name}.log")
+        d = Daemon(name, [str(BIN / "mqbroker"), "-c", str(conf)], port, self.root / f"{name}.log",
+                   ready_marker="broker started")
         if start:
             d.start()
         self.daemons.append(d)

@@ -49,6 +49,8 @@ async def test_delay_survives_restart_and_is_never_early(cluster: Cluster) -> No
         assert [m.body for m in await pull_queue(consumer, mq)] == [b"now"]
     broker.stop()  # restart while the message waits
     broker.start()
+    async with MQAdmin(ns.addr) as admin:  # listening comes before registering
+        await wait_for(lambda: _routed(admin, TOPIC), 10, "routed again")
     async with PullConsumer("delay-consumer", ns.addr) as consumer:
         async def delivered() -> list:  # type: ignore[type-arg]
             return [m for m in await pull_queue(consumer, mq) if m.body == b"later"]
