@@ -13,7 +13,7 @@ from protocol.message import MessageQueue
 from protocol.trio import RemotingClient
 from tests.integration.cluster import Cluster
 from tests.integration.test_cli import mqadmin
-from tests.integration.test_end_to_end import wait_for
+from tests.integration.waits import routed, wait_for
 
 TOPIC = "ProgressTopic"
 
@@ -23,7 +23,7 @@ async def test_progress_reset_and_connections(cluster: Cluster) -> None:
     broker = cluster.broker("broker-a", ns.addr)
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=2, write_queue_nums=2)
-        await wait_for(lambda: _routed(admin), 10, "routed")
+        await wait_for(routed(admin, TOPIC), 10, "routed")
     async with Producer("progress-producer", ns.addr) as producer:
         for i in range(10):
             await producer.send(Message(TOPIC, b"m%d" % i), MessageQueue(TOPIC, "broker-a", i % 2))
@@ -49,11 +49,3 @@ async def test_progress_reset_and_connections(cluster: Cluster) -> None:
         await rc.invoke(broker.addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=pack_body(hb)), 3)
         out = mqadmin("consumerConnection", "-n", ns.addr, "-g", "pg")
         assert "client-x" in out and "TagA || TagB" in out and "CONSUME_FROM_FIRST_OFFSET" in out
-
-
-async def _routed(admin: MQAdmin) -> bool:
-    try:
-        await admin.topic_route(TOPIC)
-        return True
-    except Exception:
-        return False

@@ -14,7 +14,7 @@ from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
 from protocol.record import RecordStatus, check_record, decode_record
 from tests.integration.cluster import Cluster
-from tests.integration.test_end_to_end import wait_for
+from tests.integration.waits import at_least, routed, wait_for
 
 TOPIC = "CrashTopic"
 
@@ -61,7 +61,7 @@ async def test_kill_9_under_load(cluster: Cluster, flush: str) -> None:
                             mapedFileSizeConsumeQueue=20 * 2000)
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=4, write_queue_nums=4)
-        await wait_for(lambda: _routed(admin), 10, "topic routed")
+        await wait_for(routed(admin, TOPIC), 10, "topic routed")
 
     acked: dict[bytes, tuple[int, int]] = {}
     stop = trio.Event()
@@ -89,14 +89,14 @@ async def test_kill_9_under_load(cluster: Cluster, flush: str) -> None:
     async with trio.open_nursery() as nursery:
         for pid in range(4):
             nursery.start_soon(producer, pid)
-        await wait_for(_at_least(acked, 3000), 30, "load running")
+        await wait_for(at_least(lambda: len(acked), 3000), 30, "load running")
         broker.kill()  # SIGKILL while sends are in flight
         stop.set()
     assert (Path(cluster.root) / "store-broker-a" / "abort").exists()
 
     broker.start()
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(lambda: _routed(admin), 10, "broker back")
+        await wait_for(routed(admin, TOPIC), 10, "broker back")
     pulled: dict[bytes, tuple[int, int]] = {}
     async with PullConsumer("crash-check", ns.addr) as consumer:
         for mq in await consumer.fetch_subscribe_message_queues(TOPIC):
@@ -115,17 +115,3 @@ async def test_kill_9_under_load(cluster: Cluster, flush: str) -> None:
         assert pulled[body] == where
     broker.stop()
     assert store_consistency(Path(cluster.root) / "store-broker-a") == len(pulled)
-
-
-def _at_least(d: dict[bytes, tuple[int, int]], n: int):  # type: ignore[no-untyped-def]
-    async def check() -> bool:
-        return len(d) >= n
-    return check
-
-
-async def _routed(admin: MQAdmin) -> bool:
-    try:
-        await admin.topic_route(TOPIC)
-        return True
-    except Exception:
-        return False

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import trio
-
 from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
 from protocol.message import MessageQueue
 from tests.integration.cluster import Cluster
+from tests.integration.waits import wait_for
 
 TOPIC = "E2ETopic"
 TAGS = ("TagA", "TagB", "TagC")
@@ -36,16 +35,6 @@ async def pull_all(consumer: PullConsumer, queues: list[MessageQueue], expressio
             offset = r.next_begin_offset
         out[mq] = msgs
     return out
-
-
-async def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):  # type: ignore[no-untyped-def]
-    with trio.move_on_after(timeout):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await trio.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 async def test_produce_pull_restart(cluster: Cluster) -> None:

@@ -9,7 +9,7 @@ import trio
 from client import Message, Producer
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster
-from tests.integration.test_end_to_end import wait_for
+from tests.integration.waits import wait_for
 
 TOPIC = "LiveTopic"
 

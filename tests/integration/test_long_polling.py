@@ -15,7 +15,7 @@ from protocol.headers import PullMessageRequestHeader
 from protocol.record import decode_records
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster
-from tests.integration.test_end_to_end import wait_for
+from tests.integration.waits import routed, wait_for
 
 TOPIC = "PollTopic"
 
@@ -32,7 +32,7 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
     broker = cluster.broker("broker-a", ns.addr)
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1, write_queue_nums=1)
-        await wait_for(lambda: _routed(admin), 10, "topic routed")
+        await wait_for(routed(admin, TOPIC), 10, "topic routed")
     async with RemotingClient() as rc, Producer("poll-producer", ns.addr) as producer:
         conn = await rc.get_connection(broker.addr)
         # nothing arrives: answered empty at the (short) suspend timeout, not before
@@ -73,11 +73,3 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
         tagged = got["tagged"]
         assert isinstance(tagged, RemotingCommand) and tagged.code == ResponseCode.SUCCESS
         assert [m.body for m in decode_records(tagged.body or b"")] == [b"mine"]
-
-
-async def _routed(admin: MQAdmin) -> bool:
-    try:
-        await admin.topic_route(TOPIC)
-        return True
-    except Exception:
-        return False

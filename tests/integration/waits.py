@@ -1,0 +1,40 @@
+"""Waiting on conditions in integration tests: bounded polls, never fixed sleeps."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from client.admin import MQAdmin, MQAdminError
+
+
+async def wait_for(predicate: Callable[[], Awaitable[Any]], timeout: float, what: str,
+                   interval: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` s."""
+    with trio.move_on_after(timeout):
+        while True:
+            value = await predicate()
+            if value:
+                return value
+            await trio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def routed(admin: MQAdmin, topic: str) -> Callable[[], Awaitable[bool]]:
+    """A predicate: the name servers have a route for ``topic``."""
+    async def check() -> bool:
+        try:
+            await admin.topic_route(topic)
+            return True
+        except MQAdminError:
+            return False
+    return check
+
+
+def at_least(count: Callable[[], int], n: int) -> Callable[[], Awaitable[bool]]:
+    """A predicate: ``count()`` has reached ``n``."""
+    async def check() -> bool:
+        return count() >= n
+    return check
