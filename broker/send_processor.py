@@ -158,7 +158,8 @@ class SendMessageProcessor:
             return err
         assert cmd.body is not None
         inner = self._inner(h, self._queue_id(h, cfg), h.flag, cmd.body, h.properties, conn.remote_addr)
-        props = string_to_properties(h.properties)
+        # most sends have no delay: skip a second parse of the properties for them
+        props = string_to_properties(h.properties) if DELAY + "\x01" in h.properties else {}
         if props.get(DELAY, "0") not in ("0", ""):
             try:
                 level = int(props[DELAY])
