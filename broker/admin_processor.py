@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.subscription_group_manager import SubscriptionGroupConfig
 from broker.topic_validator import is_system_topic, validate_topic
-from protocol.body import pack_body
+from protocol.body import pack_body, unpack_body
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
@@ -40,6 +41,36 @@ class AdminBrokerProcessor:
         )
         self.controller.topic_config_manager.update(cfg)
         self.controller.trigger_register()
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def update_and_create_subscription_group(
+        self, conn: RemotingConnection, cmd: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            cfg = SubscriptionGroupConfig.from_dict(unpack_body(cmd.body))
+        except ValueError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group: {exc}")
+        reason = validate_topic(cfg.group_name)
+        if reason is not None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, reason.replace("topic", "group"))
+        self.controller.subscription_group_manager.update(cfg)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def get_all_subscription_group(
+        self, conn: RemotingConnection, cmd: RemotingCommand
+    ) -> RemotingCommand:
+        wire = self.controller.subscription_group_manager.to_wire()
+        return cmd.response(ResponseCode.SUCCESS, body=pack_body(wire))
+
+    def delete_subscription_group(
+        self, conn: RemotingConnection, cmd: RemotingCommand
+    ) -> RemotingCommand:
+        group = cmd.ext_fields.get("groupName")
+        if not isinstance(group, str) or not group:
+            raise RemoteProtocolError("DELETE_SUBSCRIPTIONGROUP needs groupName")
+        if not self.controller.subscription_group_manager.delete(group):
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group {group} does not exist")
         return cmd.response(ResponseCode.SUCCESS)
 
     def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -6,10 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from broker.topic_validator import RETRY_GROUP_TOPIC_PREFIX
 from protocol.body import pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
+from protocol.route import PERM_RW
 from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
@@ -46,10 +48,29 @@ class ClientManageProcessor:
         for p in body.get("producerDataSet") or []:
             if isinstance(p, dict) and isinstance(p.get("groupName"), str):
                 c.producer_manager.register(p["groupName"], cid, conn, now)
+        refused: list[str] = []
         for d in body.get("consumerDataSet") or []:
-            if isinstance(d, dict) and isinstance(d.get("groupName"), str):
-                if c.consumer_manager.register(d["groupName"], cid, conn, now, d):
-                    self.notify_consumer_ids_changed(d["groupName"])
+            if not (isinstance(d, dict) and isinstance(d.get("groupName"), str)):
+                continue
+            group = d["groupName"]
+            sub_cfg = c.subscription_group_manager.find(group)
+            if sub_cfg is None:
+                refused.append(f"subscription group {group} does not exist")
+                continue
+            if d.get("messageModel") == "BROADCASTING" and not sub_cfg.consume_broadcast_enable:
+                refused.append(f"subscription group {group} does not allow broadcasting")
+                continue
+            if d.get("messageModel", "CLUSTERING") == "CLUSTERING":
+                # the group's retry topic exists before its first failure, so it has a route
+                retry = RETRY_GROUP_TOPIC_PREFIX + group
+                if c.topic_config_manager.get(retry) is None:
+                    c.topic_config_manager.create_topic_in_send_back(
+                        retry, max(1, sub_cfg.retry_queue_nums), PERM_RW)
+                    c.trigger_register()
+            if c.consumer_manager.register(group, cid, conn, now, d):
+                self.notify_consumer_ids_changed(group)
+        if refused:
+            return cmd.response(ResponseCode.NO_PERMISSION, "; ".join(refused))
         return cmd.response(ResponseCode.SUCCESS)
 
     def unregister_client(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -47,6 +47,7 @@ class BrokerConfig(PropertiesConfig):
     register_broker_timeout_ms: int = 6_000
     # topics
     auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 4
     broker_permission: int = 6
     # messages

@@ -27,6 +27,7 @@ from broker.query_processor import QueryMessageProcessor
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.store import DefaultMessageStore
+from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
 from protocol.codes import RequestCode
 from protocol.trio.client import RemotingClient
@@ -40,6 +41,7 @@ class BrokerController:
         self.log = structlog.get_logger("broker").bind(broker=config.broker_name)
         self.topic_config_manager = TopicConfigManager(config)
         self.consumer_offset_manager = ConsumerOffsetManager(config)
+        self.subscription_group_manager = SubscriptionGroupManager(config)
         self.message_store = DefaultMessageStore(config)
         self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
@@ -88,6 +90,9 @@ class BrokerController:
         t.register(RequestCode.GET_ALL_TOPIC_CONFIG, ad.get_all_topic_config)
         t.register(RequestCode.GET_CONSUME_STATS, ad.get_consume_stats)
         t.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, ad.get_consumer_connection_list)
+        t.register(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, ad.update_and_create_subscription_group)
+        t.register(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, ad.get_all_subscription_group)
+        t.register(RequestCode.DELETE_SUBSCRIPTIONGROUP, ad.delete_subscription_group)
         cmp = self.client_manage_processor
         t.register(RequestCode.HEART_BEAT, cmp.heart_beat)
         t.register(RequestCode.UNREGISTER_CLIENT, cmp.unregister_client)
@@ -112,6 +117,10 @@ class BrokerController:
         self.message_store.delete_topics({topic})
         self.trigger_register()
 
+    def _persist_configs(self) -> None:
+        self.consumer_offset_manager.persist()
+        self.subscription_group_manager.persist()
+
     def request_shutdown(self) -> None:
         self._stop.set()
 
@@ -120,6 +129,7 @@ class BrokerController:
     def _load(self) -> None:
         self.topic_config_manager.load()
         self.consumer_offset_manager.load()
+        self.subscription_group_manager.load()
         self.schedule_service.load()
         if not self.message_store.load():
             raise RuntimeError("message store failed to load")
@@ -129,6 +139,7 @@ class BrokerController:
         try:
             self.consumer_offset_manager.dirty = True
             self.consumer_offset_manager.persist()
+            self.subscription_group_manager.persist()
             self.topic_config_manager.persist()
         finally:
             self.message_store.shutdown()
@@ -152,7 +163,7 @@ class BrokerController:
                                            self.config.flush_interval_commit_log)
                     nursery.start_soon(self._flush_loop, self.message_store.flush_consume_queues,
                                        self.config.flush_interval_consume_queue)
-                    nursery.start_soon(self._flush_loop, self.consumer_offset_manager.persist,
+                    nursery.start_soon(self._flush_loop, self._persist_configs,
                                        self.config.flush_consumer_offset_interval)
                     nursery.start_soon(self._clean_loop)
                     nursery.start_soon(self._housekeeping_loop)

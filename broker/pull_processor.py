@@ -65,6 +65,13 @@ class PullMessageProcessor:
         if not is_readable(self.config.broker_permission):
             return cmd.response(ResponseCode.NO_PERMISSION,
                                 f"the broker[{self.config.broker_name}] pulling message is forbidden")
+        group_cfg = self.controller.subscription_group_manager.find(h.consumer_group)
+        if group_cfg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group [{h.consumer_group}] does not exist")
+        if not group_cfg.consume_enable:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                f"subscription group [{h.consumer_group}] has consumption disabled")
         cfg = self.controller.topic_config_manager.get(h.topic)
         if cfg is None:
             return cmd.response(ResponseCode.TOPIC_NOT_EXIST,

@@ -180,13 +180,18 @@ class SendMessageProcessor:
         if msg is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"look message by offset failed, {h.offset}")
+        group_cfg = self.controller.subscription_group_manager.find(h.group)
+        if group_cfg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group {h.group} does not exist")
         topics = self.controller.topic_config_manager
         props = dict(msg.properties)
         props.setdefault(RETRY_TOPIC, msg.topic)
         if h.origin_msg_id:
             props.setdefault(ORIGIN_MESSAGE_ID, h.origin_msg_id)
         reconsume = msg.reconsume_times  # failures so far, before this one
-        max_times = h.max_reconsume_times if h.max_reconsume_times is not None else self.config.max_reconsume_times
+        max_times = (h.max_reconsume_times if h.max_reconsume_times is not None
+                     else group_cfg.retry_max_times)
         if reconsume >= max_times or h.delay_level < 0:
             topic = DLQ_GROUP_TOPIC_PREFIX + h.group
             cfg = topics.create_topic_in_send_back(topic, 1, PERM_WRITE)
@@ -194,8 +199,8 @@ class SendMessageProcessor:
             level = 0
         else:
             topic = RETRY_GROUP_TOPIC_PREFIX + h.group
-            cfg = topics.create_topic_in_send_back(topic, 1, PERM_RW)
-            queue_id = 0
+            cfg = topics.create_topic_in_send_back(topic, max(1, group_cfg.retry_queue_nums), PERM_RW)
+            queue_id = random.randrange(cfg.write_queue_nums) if cfg.write_queue_nums > 0 else 0
             level = h.delay_level or 3 + reconsume
         if cfg is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] could not be created")

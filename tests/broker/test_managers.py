@@ -90,3 +90,39 @@ def test_consumer_offsets_round_trip(tmp_path: Path) -> None:
     assert again.groups_of_topic("T") == {"g", "h"}
     again.remove_topic("T")
     assert again.query_offset("g", "T", 0) == -1
+
+
+def test_subscription_groups_auto_create_persist_and_reload(tmp_path: Path) -> None:
+    from broker.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
+
+    cfg = BrokerConfig(store_path_root_dir=str(tmp_path), max_reconsume_times=5)
+    m = SubscriptionGroupManager(cfg)
+    g = m.find("g1")
+    assert g is not None and g.consume_enable and g.retry_max_times == 5 and g.retry_queue_nums == 1
+    m.update(SubscriptionGroupConfig("g2", consume_enable=False, retry_queue_nums=3, retry_max_times=2))
+    m.persist()
+    data = json.loads((tmp_path / "config" / "subscriptionGroup.json").read_text())
+    assert data["subscriptionGroupTable"]["g2"]["retryQueueNums"] == 3
+    assert data["subscriptionGroupTable"]["g2"]["consumeEnable"] is False
+    again = SubscriptionGroupManager(cfg)
+    again.load()
+    assert again.table["g2"] == m.table["g2"] and "g1" in again.table
+    assert again.data_version == m.data_version
+    assert again.delete("g1") and not again.delete("g1")
+
+    off = SubscriptionGroupManager(BrokerConfig(store_path_root_dir=str(tmp_path / "x"),
+                                                auto_create_subscription_group=False))
+    assert off.find("nobody") is None and not off.table
+
+
+def test_subscription_group_config_rejects_bad_maps() -> None:
+    from broker.subscription_group_manager import SubscriptionGroupConfig
+
+    with pytest.raises(ValueError, match="groupName"):
+        SubscriptionGroupConfig.from_dict({"consumeEnable": True})
+    with pytest.raises(ValueError, match="consumeEnable"):
+        SubscriptionGroupConfig.from_dict({"groupName": "g", "consumeEnable": "yes"})
+    with pytest.raises(ValueError, match="retryMaxTimes"):
+        SubscriptionGroupConfig.from_dict({"groupName": "g", "retryMaxTimes": -1})
+    ok = SubscriptionGroupConfig.from_dict({"groupName": "g", "retryMaxTimes": 3, "extra": 1})
+    assert ok.retry_max_times == 3 and SubscriptionGroupConfig.from_dict(ok.to_dict()) == ok

@@ -1,0 +1,135 @@
+"""SubscriptionGroupManager: consumer groups' settings, persisted to config/subscriptionGroup.json.
+
+As RocketMQ's: a group gets a config the first time it is seen (heartbeat,
+pull, send-back) when ``autoCreateSubscriptionGroup`` is on; an admin can
+create or change one with ``UPDATE_AND_CREATE_SUBSCRIPTIONGROUP``. The
+settings the broker acts on: ``consumeEnable`` (pulls refused when off),
+``consumeBroadcastEnable`` (broadcasting consumers refused when off),
+``retryQueueNums`` (queues of ``%RETRY%<group>``) and ``retryMaxTimes``
+(reconsume attempts before ``%DLQ%<group>``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from broker.config import BrokerConfig
+from broker.persist import atomic_write_json, load_json
+from protocol.route import DataVersion
+
+_WIRE = {
+    "group_name": "groupName",
+    "consume_enable": "consumeEnable",
+    "consume_from_min_enable": "consumeFromMinEnable",
+    "consume_broadcast_enable": "consumeBroadcastEnable",
+    "retry_queue_nums": "retryQueueNums",
+    "retry_max_times": "retryMaxTimes",
+    "broker_id": "brokerId",
+    "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
+    "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
+}
+
+
+@dataclass(slots=True)
+class SubscriptionGroupConfig:
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {_WIRE[f.name]: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SubscriptionGroupConfig:
+        """Raises ValueError for a map without a group name or with wrong types."""
+        if not isinstance(data, dict) or not isinstance(data.get("groupName"), str):
+            raise ValueError("a subscription group needs groupName")
+        if not data["groupName"]:
+            raise ValueError("groupName is empty")
+        out = cls(data["groupName"])
+        for f in fields(cls):
+            key = _WIRE[f.name]
+            if key not in data or f.name == "group_name":
+                continue
+            value = data[key]
+            default = getattr(out, f.name)
+            if isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise ValueError(f"{key} must be true or false")
+            elif type(value) is not int or value < 0:
+                raise ValueError(f"{key} must be a non-negative integer")
+            setattr(out, f.name, value)
+        return out
+
+
+class SubscriptionGroupManager:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+        self.data_version = DataVersion(int(time.time() * 1000))
+        self.path: Path = config.store_path("config", "subscriptionGroup.json")
+        self.dirty = False
+        self.log = structlog.get_logger("broker.subscription_groups").bind(
+            broker=config.broker_name
+        )
+
+    def find(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config, created with defaults when auto-creation is on."""
+        cfg = self.table.get(group)
+        if cfg is None and self.config.auto_create_subscription_group:
+            cfg = SubscriptionGroupConfig(group, retry_max_times=self.config.max_reconsume_times)
+            self.table[group] = cfg
+            self._changed()
+            self.log.info("subscription group created", group=group)
+        return cfg
+
+    def update(self, cfg: SubscriptionGroupConfig) -> None:
+        self.table[cfg.group_name] = cfg
+        self._changed()
+        self.log.info("subscription group updated", group=cfg.group_name, config=cfg.to_dict())
+
+    def delete(self, group: str) -> bool:
+        if self.table.pop(group, None) is None:
+            return False
+        self._changed()
+        self.log.info("subscription group deleted", group=group)
+        return True
+
+    def _changed(self) -> None:
+        self.data_version.next_version(int(time.time() * 1000))
+        self.dirty = True
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "subscriptionGroupTable": {n: c.to_dict() for n, c in sorted(self.table.items())},
+            "dataVersion": self.data_version.to_dict(),
+        }
+
+    def load(self) -> None:
+        data = load_json(self.path)
+        if not data:
+            return
+        for name, raw in (data.get("subscriptionGroupTable") or {}).items():
+            try:
+                self.table[name] = SubscriptionGroupConfig.from_dict(raw)
+            except ValueError as exc:
+                self.log.warning("bad subscription group skipped", group=name, error=str(exc))
+        self.data_version = DataVersion.from_dict(data.get("dataVersion"))
+        self.log.info("subscription groups loaded", count=len(self.table))
+
+    def persist(self) -> None:
+        if not self.dirty:
+            return
+        self.dirty = False
+        atomic_write_json(self.path, self.to_wire())
