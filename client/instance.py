@@ -15,6 +15,16 @@ reference counting; the registry is per trio run). It owns:
 - the ``TBW102`` fallback for publishing to a topic the name server does not
   know yet (the broker auto-creates it on the first send).
 
+It also drives the consumers registered with it (``register_consumer``):
+heartbeats to every broker every ``heartbeat_broker_interval`` s (30) and at
+once when a consumer starts, a rebalance every ``rebalance_interval`` s (20)
+and at once when a broker sends ``NOTIFY_CONSUMER_IDS_CHANGED``, and offset
+persistence every ``persist_consumer_offset_interval`` s (5).
+
+The client id is ``<ip>@<instance name>``; the instance name defaults to the
+process id, so two processes on one host are two clients. Give consumers in
+one process different ``instance_name``s to make them different clients.
+
 Every request is bounded by a timeout (``request_timeout``, 3 s default).
 """
 
@@ -23,7 +33,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -33,7 +43,7 @@ from client.publish_info import TopicPublishInfo
 from client.route_info import default_topic_route, publish_queues, subscribe_queues
 from client.service import ServiceNursery
 from client.validators import AUTO_CREATE_TOPIC_KEY
-from protocol.body import unpack_body
+from protocol.body import pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
@@ -49,6 +59,25 @@ log = structlog.get_logger("client.instance")
 DEFAULT_REQUEST_TIMEOUT = 3.0
 DEFAULT_POLL_NAME_SERVER_INTERVAL = 30.0
 DEFAULT_TOPIC_QUEUE_NUMS = 4
+DEFAULT_HEARTBEAT_BROKER_INTERVAL = 30.0
+DEFAULT_REBALANCE_INTERVAL = 20.0
+DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL = 5.0
+
+
+class ConsumerInner(Protocol):
+    """What the instance needs of a consumer it drives."""
+
+    group: str
+
+    def consumer_data(self) -> dict[str, Any]:
+        """The consumer's entry in a heartbeat's ``consumerDataSet``."""
+        ...
+
+    def subscribed_topics(self) -> set[str]: ...
+
+    async def do_rebalance(self) -> None: ...
+
+    async def persist_consumer_offset(self) -> None: ...
 
 _INSTANCES: trio.lowlevel.RunVar[dict[str, MQClientInstance]] = trio.lowlevel.RunVar(
     "mq_client_instances"
@@ -68,6 +97,10 @@ def parse_namesrv_addr(namesrv_addr: str) -> list[str]:
         except ValueError as exc:
             raise MQClientError(f"bad name server address {addr!r}: {exc}") from exc
     return addrs
+
+
+def _registry_key(namesrv_addr: str, instance_name: str | None) -> str:
+    return ";".join(parse_namesrv_addr(namesrv_addr)) + "|" + (instance_name or str(os.getpid()))
 
 
 def _local_ip() -> str:
@@ -99,6 +132,10 @@ class MQClientInstance:
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
         handlers: HandlerTable | None = None,
+        instance_name: str | None = None,
+        heartbeat_broker_interval: float = DEFAULT_HEARTBEAT_BROKER_INTERVAL,
+        rebalance_interval: float = DEFAULT_REBALANCE_INTERVAL,
+        persist_consumer_offset_interval: float = DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
     ) -> None:
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self.namesrv_addr = ";".join(self.namesrv_addrs)
@@ -108,8 +145,21 @@ class MQClientInstance:
             raise MQClientError("poll_name_server_interval must be positive")
         self.request_timeout = request_timeout
         self.poll_name_server_interval = poll_name_server_interval
+        for name, value in (("heartbeat_broker_interval", heartbeat_broker_interval),
+                            ("rebalance_interval", rebalance_interval),
+                            ("persist_consumer_offset_interval", persist_consumer_offset_interval)):
+            if not value > 0:
+                raise MQClientError(f"{name} must be positive")
+        self.heartbeat_broker_interval = heartbeat_broker_interval
+        self.rebalance_interval = rebalance_interval
+        self.persist_consumer_offset_interval = persist_consumer_offset_interval
         self.handlers = handlers or HandlerTable()
-        self.client_id = f"{_local_ip()}@{os.getpid()}"
+        self.handlers.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+        self.instance_name = instance_name or str(os.getpid())
+        self.client_id = f"{_local_ip()}@{self.instance_name}"
+        self._consumers: dict[str, ConsumerInner] = {}
+        self._producer_groups: set[str] = set()
+        self._rebalance_event = trio.Event()
         self._namesrv_index = int.from_bytes(os.urandom(2), "big") % len(self.namesrv_addrs)
         self._service = ServiceNursery(f"MQClientInstance[{self.namesrv_addr}]")
         self._remoting: RemotingClient | None = None
@@ -134,7 +184,7 @@ class MQClientInstance:
         """The running instance for ``namesrv_addr`` in this trio run, created and
         started if needed; adds a reference (``release`` it). ``options`` apply only
         when the instance is created. Raises MQClientError for a bad address."""
-        key = ";".join(parse_namesrv_addr(namesrv_addr))
+        key = _registry_key(namesrv_addr, options.get("instance_name"))
         try:
             table = _INSTANCES.get()
         except LookupError:
@@ -152,7 +202,7 @@ class MQClientInstance:
                 inst._refs -= 1
                 raise MQClientError(f"client instance for {key} failed to start")
             return inst
-        inst = cls(key, **options)
+        inst = cls(namesrv_addr, **options)
         table[key] = inst
         inst._refs = 1
         try:
@@ -173,8 +223,9 @@ class MQClientInstance:
             table = _INSTANCES.get()
         except LookupError:
             table = {}
-        if table.get(self.namesrv_addr) is self:
-            del table[self.namesrv_addr]
+        key = _registry_key(self.namesrv_addr, self.instance_name)
+        if table.get(key) is self:
+            del table[key]
         await self.shutdown()
 
     # ---- lifecycle --------------------------------------------------------------
@@ -192,6 +243,9 @@ class MQClientInstance:
             await self._service.start()
             self._remoting = await self._service.start_task(self._run_remoting)
             self._service.start_soon(self._refresh_loop)
+            self._service.start_soon(self._heartbeat_loop)
+            self._service.start_soon(self._rebalance_loop)
+            self._service.start_soon(self._persist_loop)
         except BaseException:
             self._state = "failed"
             self._started.set()
@@ -420,10 +474,12 @@ class MQClientInstance:
         )
 
     async def refresh_routes(self) -> None:
-        """Refresh every cached topic's route once (what the periodic task does).
-        Failures are logged, not raised."""
-        topics = sorted(set(self._routes) | set(self._default_routes))
-        for topic in topics:
+        """Refresh every cached or subscribed topic's route once (what the
+        periodic task does). Failures are logged, not raised."""
+        topics = set(self._routes) | set(self._default_routes)
+        for consumer in list(self._consumers.values()):
+            topics |= consumer.subscribed_topics()
+        for topic in sorted(topics):
             try:
                 await self.update_topic_route(topic)
             except MQClientError as exc:
@@ -519,3 +575,108 @@ class MQClientInstance:
                 await self.update_topic_route(topic)
         what = "master of broker" if master_only else "broker"
         raise MQClientError(f"the {what} {broker_name} (topic {topic}) is not in any route")
+
+    # ---- consumers, producers, heartbeats -------------------------------------------
+
+    def register_consumer(self, consumer: ConsumerInner) -> None:
+        """Drive ``consumer`` (heartbeats, rebalance, offset persistence).
+        Raises MQClientError when its group already has a consumer here."""
+        if consumer.group in self._consumers:
+            raise MQClientError(
+                f"the consumer group {consumer.group} already has a consumer in client "
+                f"{self.client_id}; use another group or another instance_name"
+            )
+        self._consumers[consumer.group] = consumer
+
+    async def unregister_consumer(self, group: str) -> None:
+        """Stop driving the group's consumer and tell every broker it left."""
+        if self._consumers.pop(group, None) is not None:
+            await self._unregister_client({"consumerGroup": group})
+
+    def register_producer(self, group: str) -> None:
+        self._producer_groups.add(group)
+
+    async def unregister_producer(self, group: str) -> None:
+        if group in self._producer_groups:
+            self._producer_groups.discard(group)
+            await self._unregister_client({"producerGroup": group})
+
+    def _broker_addr_list(self) -> list[str]:
+        return sorted({a for addrs in self._broker_addrs.values() for a in addrs.values()})
+
+    async def _unregister_client(self, fields: dict[str, Any]) -> None:
+        async def one(addr: str) -> None:
+            cmd = RemotingCommand.request(
+                RequestCode.UNREGISTER_CLIENT, {"clientID": self.client_id, **fields})
+            try:
+                await self.invoke(addr, cmd)
+            except (RemotingError, MQClientError) as exc:
+                self._log.warning("unregister client failed", broker=addr, error=str(exc))
+
+        if self._state != "running":
+            return
+        async with trio.open_nursery() as nursery:
+            for addr in self._broker_addr_list():
+                nursery.start_soon(one, addr)
+
+    def heartbeat_data(self) -> dict[str, Any]:
+        return {
+            "clientID": self.client_id,
+            "producerDataSet": [{"groupName": g} for g in sorted(self._producer_groups)],
+            "consumerDataSet": [c.consumer_data() for c in self._consumers.values()],
+        }
+
+    async def send_heartbeat_to_all_brokers(self) -> None:
+        """HEART_BEAT to every known broker. Failures and refusals are logged."""
+        if not self._consumers and not self._producer_groups:
+            return
+        body = pack_body(self.heartbeat_data())
+
+        async def one(addr: str) -> None:
+            cmd = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body=body)
+            try:
+                response = await self.invoke(addr, cmd)
+            except (RemotingError, MQClientError) as exc:
+                self._log.warning("heartbeat failed", broker=addr, error=str(exc))
+                return
+            if response.code != ResponseCode.SUCCESS:
+                self._log.warning("heartbeat refused", broker=addr, code=response.code,
+                                  remark=response.remark)
+
+        async with trio.open_nursery() as nursery:
+            for addr in self._broker_addr_list():
+                nursery.start_soon(one, addr)
+
+    def rebalance_immediately(self) -> None:
+        self._rebalance_event.set()
+
+    def _on_ids_changed(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        self._log.info("consumer ids changed", group=cmd.ext_fields.get("consumerGroup"),
+                       broker=conn.remote_addr)
+        self.rebalance_immediately()
+
+    async def do_rebalance(self) -> None:
+        """Rebalance every registered consumer once. Failures are logged."""
+        for consumer in list(self._consumers.values()):
+            try:
+                await consumer.do_rebalance()
+            except (MQClientError, MQBrokerError, RemotingError) as exc:
+                self._log.warning("rebalance failed", group=consumer.group, error=str(exc))
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await trio.sleep(self.heartbeat_broker_interval)
+            await self.send_heartbeat_to_all_brokers()
+
+    async def _rebalance_loop(self) -> None:
+        while True:
+            with trio.move_on_after(self.rebalance_interval):
+                await self._rebalance_event.wait()
+            self._rebalance_event = trio.Event()
+            await self.do_rebalance()
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await trio.sleep(self.persist_consumer_offset_interval)
+            for consumer in list(self._consumers.values()):
+                await consumer.persist_consumer_offset()

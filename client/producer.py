@@ -188,6 +188,7 @@ class Producer:
             with trio.CancelScope(shield=True):
                 await self._instance.release()
             raise
+        self._instance.register_producer(self.group)
         self._state = _State.RUNNING
         self._log.info("producer started")
 
@@ -211,6 +212,8 @@ class Producer:
             if self._async_rx is not None:
                 self._fail_queued_jobs(self._async_rx)
             if self._instance is not None:
+                with trio.move_on_after(self._instance.request_timeout):
+                    await self._instance.unregister_producer(self.group)
                 await self._instance.release()
         self._log.info("producer shut down")
 

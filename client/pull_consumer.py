@@ -10,43 +10,26 @@ broker for the group.
 
 from __future__ import annotations
 
-import zlib
 from enum import Enum
 
 import structlog
 import trio
 
-from client.errors import MQBrokerError, MQClientError
+from client.consumer_api import ConsumerAPI
+from client.errors import MQClientError
 from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
     MQClientInstance,
 )
-from client.pull_result import PULL_STATUS_BY_CODE, PullResult, PullStatus
+from client.pull_result import PullResult
 from client.subscription import build_subscription
 from client.validators import check_group
-from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
-from protocol.errors import ProtocolError
-from protocol.headers import (
-    GetMaxOffsetRequestHeader,
-    GetMinOffsetRequestHeader,
-    OffsetResponseHeader,
-    PullMessageRequestHeader,
-    PullMessageResponseHeader,
-    QueryConsumerOffsetRequestHeader,
-    UpdateConsumerOffsetRequestHeader,
-)
-from protocol.message import MessageConst, MessageExt, MessageQueue
-from protocol.record import FLAG_COMPRESSED, decode_records
-from protocol.route import MASTER_ID
-from protocol.trio import RemotingError
+from protocol.message import MessageQueue
 
 log = structlog.get_logger("client.pull_consumer")
 
 DEFAULT_CONSUMER_GROUP = "DEFAULT_CONSUMER"
-_MIN_OFFSET = MessageConst.PROPERTY_MIN_OFFSET
-_MAX_OFFSET = MessageConst.PROPERTY_MAX_OFFSET
 
 
 class _State(Enum):
@@ -90,8 +73,7 @@ class PullConsumer:
         self.poll_name_server_interval = poll_name_server_interval
         self._state = _State.CREATED
         self._instance: MQClientInstance | None = None
-        # Which broker id to pull each queue from next (the broker's suggestion).
-        self._pull_from: dict[MessageQueue, int] = {}
+        self._api: ConsumerAPI | None = None
         self._log = log.bind(group=group, namesrv=namesrv_addr)
 
     # ---- lifecycle --------------------------------------------------------------
@@ -106,6 +88,7 @@ class PullConsumer:
             request_timeout=self.request_timeout,
             poll_name_server_interval=self.poll_name_server_interval,
         )
+        self._api = ConsumerAPI(self._instance, self.group)
         self._state = _State.RUNNING
         self._log.info("pull consumer started")
 
@@ -132,13 +115,10 @@ class PullConsumer:
             raise MQClientError(f"the consumer is not running ({self._state.value})")
         return self._instance
 
-    async def _invoke(
-        self, addr: str, cmd: RemotingCommand, timeout: float, what: str
-    ) -> RemotingCommand:
-        try:
-            return await self._running_instance().invoke(addr, cmd, timeout)
-        except RemotingError as exc:
-            raise MQClientError(f"{what} failed: {exc}") from exc
+    def _running_api(self) -> ConsumerAPI:
+        if self._state is not _State.RUNNING or self._api is None:
+            raise MQClientError(f"the consumer is not running ({self._state.value})")
+        return self._api
 
     # ---- queues -----------------------------------------------------------------
 
@@ -169,7 +149,7 @@ class PullConsumer:
             MQBrokerError: a response code other than the four pull outcomes
                 (e.g. TOPIC_NOT_EXIST, NO_PERMISSION, SUBSCRIPTION_PARSE_FAILED).
         """
-        instance = self._running_instance()
+        api = self._running_api()
         if offset < 0:
             raise MQClientError(f"offset must be >= 0, got {offset}")
         if max_nums <= 0:
@@ -180,71 +160,9 @@ class PullConsumer:
             sub = build_subscription(mq.topic, sub_expression)
         except ValueError as exc:
             raise MQClientError(str(exc)) from exc
-        addr, broker_id = await instance.require_broker_addr(
-            mq.broker_name,
-            mq.topic,
-            master_only=False,
-            broker_id=self._pull_from.get(mq, MASTER_ID),
+        return await api.pull(
+            mq, sub, offset, max_nums, timeout=self.pull_timeout if timeout is None else timeout
         )
-        header = PullMessageRequestHeader(
-            consumer_group=self.group,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            queue_offset=offset,
-            max_msg_nums=max_nums,
-            sys_flag=0,
-            commit_offset=0,
-            suspend_timeout_millis=0,
-            subscription=sub.sub_string,
-            sub_version=0,
-            expression_type="TAG",
-        )
-        cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
-        response = await self._invoke(
-            addr, cmd, self.pull_timeout if timeout is None else timeout, f"pull from {mq}"
-        )
-        status = PULL_STATUS_BY_CODE.get(response.code)
-        if status is None:
-            raise MQBrokerError(response.code, response.remark, addr, context=f"pull from {mq}")
-        try:
-            rh = PullMessageResponseHeader.from_fields(response.ext_fields)
-        except ProtocolError as exc:
-            raise MQClientError(f"bad pull response from {addr}: {exc}") from exc
-        self._pull_from[mq] = rh.suggest_which_broker_id
-        msgs: list[MessageExt] = []
-        if status is PullStatus.FOUND and response.body:
-            try:
-                decoded = decode_records(response.body)
-            except ProtocolError as exc:
-                raise MQClientError(f"undecodable pull body from {addr}: {exc}") from exc
-            tags = sub.tags_set
-            min_text = str(rh.min_offset)
-            max_text = str(rh.max_offset)
-            for msg in decoded:
-                if tags is not None and msg.properties.get(MessageConst.PROPERTY_TAGS) not in tags:
-                    continue
-                if msg.sys_flag & FLAG_COMPRESSED:
-                    self._uncompress(msg)
-                props = msg.properties
-                props[_MIN_OFFSET] = min_text
-                props[_MAX_OFFSET] = max_text
-                msgs.append(msg)
-        elif status is PullStatus.OFFSET_ILLEGAL:
-            self._log.info(
-                "pull offset illegal",
-                mq=str(mq),
-                offset=offset,
-                next_begin_offset=rh.next_begin_offset,
-                min_offset=rh.min_offset,
-                max_offset=rh.max_offset,
-            )
-        return PullResult(status, rh.next_begin_offset, rh.min_offset, rh.max_offset, msgs)
-
-    def _uncompress(self, msg: MessageExt) -> None:
-        try:
-            msg.body = zlib.decompress(msg.body)
-        except zlib.error as exc:
-            self._log.warning("cannot uncompress message body", error=str(exc))
 
     # ---- offsets ----------------------------------------------------------------
 
@@ -253,61 +171,24 @@ class PullConsumer:
 
         Raises MQClientError (no master, connection failure, negative offset) or
         MQBrokerError (the broker refused)."""
-        if offset < 0:
-            raise MQClientError(f"offset must be >= 0, got {offset}")
-        instance = self._running_instance()
-        addr, _ = await instance.require_broker_addr(mq.broker_name, mq.topic)
-        header = UpdateConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id, offset)
-        cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_fields())
-        response = await self._invoke(
-            addr, cmd, self.request_timeout, f"update consume offset of {mq}"
-        )
-        if response.code != ResponseCode.SUCCESS:
-            raise MQBrokerError(
-                response.code, response.remark, addr, context=f"update consume offset of {mq}"
-            )
+        await self._running_api().update_consume_offset(mq, offset, self.request_timeout)
 
     async def fetch_consume_offset(self, mq: MessageQueue) -> int:
         """The group's stored offset of ``mq``, or -1 when the broker has none
         (QUERY_NOT_FOUND). Reads the master, or a slave when there is no master.
         Raises MQClientError / MQBrokerError."""
-        instance = self._running_instance()
-        addr, _ = await instance.require_broker_addr(mq.broker_name, mq.topic, master_only=False)
-        header = QueryConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id)
-        cmd = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.to_fields())
-        what = f"query consume offset of {mq}"
-        response = await self._invoke(addr, cmd, self.request_timeout, what)
-        if response.code == ResponseCode.QUERY_NOT_FOUND:
-            return -1
-        return self._offset_of(response, addr, what)
+        return await self._running_api().fetch_consume_offset(mq)
 
     async def max_offset(self, mq: MessageQueue) -> int:
         """The queue's max offset (the next offset to be written). Raises
         MQClientError / MQBrokerError."""
-        return await self._queue_offset(mq, RequestCode.GET_MAX_OFFSET, "max")
+        return await self._running_api().max_offset(mq)
 
     async def min_offset(self, mq: MessageQueue) -> int:
         """The queue's smallest offset still stored. Raises MQClientError / MQBrokerError."""
-        return await self._queue_offset(mq, RequestCode.GET_MIN_OFFSET, "min")
+        return await self._running_api().min_offset(mq)
 
-    async def _queue_offset(self, mq: MessageQueue, code: RequestCode, which: str) -> int:
-        instance = self._running_instance()
-        addr, _ = await instance.require_broker_addr(mq.broker_name, mq.topic)
-        header: GetMaxOffsetRequestHeader | GetMinOffsetRequestHeader
-        if code == RequestCode.GET_MAX_OFFSET:
-            header = GetMaxOffsetRequestHeader(mq.topic, mq.queue_id)
-        else:
-            header = GetMinOffsetRequestHeader(mq.topic, mq.queue_id)
-        cmd = RemotingCommand.request(code, header.to_fields())
-        what = f"get {which} offset of {mq}"
-        response = await self._invoke(addr, cmd, self.request_timeout, what)
-        return self._offset_of(response, addr, what)
-
-    @staticmethod
-    def _offset_of(response: RemotingCommand, addr: str, what: str) -> int:
-        if response.code != ResponseCode.SUCCESS:
-            raise MQBrokerError(response.code, response.remark, addr, context=what)
-        try:
-            return OffsetResponseHeader.from_fields(response.ext_fields).offset
-        except ProtocolError as exc:
-            raise MQClientError(f"{what}: bad response from {addr}: {exc}") from exc
+    async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
+        """The first offset of ``mq`` stored at or after ``timestamp_ms``. Raises
+        MQClientError / MQBrokerError."""
+        return await self._running_api().search_offset(mq, timestamp_ms)

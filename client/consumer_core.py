@@ -1,0 +1,510 @@
+"""ConsumerCore: what push and lite-pull consumers share (RocketMQ's
+RebalanceImpl plus the pull half of DefaultMQPushConsumerImpl).
+
+- Subscriptions (topic -> expression) and the process-queue table: one
+  ProcessQueue and one pull task per queue the consumer owns.
+- Rebalance: clustering consumers split each topic's queues among the
+  group's members with an allocation strategy (``client.rebalance``);
+  broadcasting consumers take every queue. A queue dropped from this member
+  stops being pulled, its offset is persisted and forgotten (orderly: after
+  the running batch finishes, then the broker lock is released); a new queue
+  starts from the stored offset or, for a new group, from
+  ``consume_from_where``.
+- Pull tasks: long polling (the broker holds an empty pull up to 15 s), the
+  group's offset piggybacked on each pull, flow control (pause a queue above
+  ``pull_threshold_for_queue`` cached messages, ``pull_threshold_size_for_queue``
+  MiB or a span of ``consume_concurrently_max_span`` offsets), 3 s back-off
+  after an error.
+
+Subclasses say what happens to pulled messages (``_on_pulled``).
+"""
+
+from __future__ import annotations
+
+import os
+from abc import abstractmethod
+from collections.abc import Sequence
+from enum import Enum
+from typing import Any
+
+import structlog
+import trio
+
+from client.consumer_api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND, ConsumerAPI
+from client.consumer_types import ConsumeFromWhere, MessageModel, parse_consume_timestamp
+from client.errors import MQBrokerError, MQClientError
+from client.instance import (
+    DEFAULT_HEARTBEAT_BROKER_INTERVAL,
+    DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
+    DEFAULT_POLL_NAME_SERVER_INTERVAL,
+    DEFAULT_REBALANCE_INTERVAL,
+    DEFAULT_REQUEST_TIMEOUT,
+    MQClientInstance,
+)
+from client.offset_store import (
+    LocalFileOffsetStore,
+    OffsetStore,
+    ReadOffsetType,
+    RemoteBrokerOffsetStore,
+)
+from client.process_queue import ProcessQueue
+from client.pull_result import PullStatus
+from client.rebalance import AllocateStrategy, allocate_averagely
+from client.service import ServiceNursery
+from client.subscription import SubscriptionData, build_subscription
+from client.validators import check_group
+from protocol.message import MessageExt, MessageQueue
+
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+BROKER_SUSPEND_MAX_TIME_MILLIS = 15_000
+CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0
+PULL_TIME_DELAY_WHEN_EXCEPTION = 3.0
+PULL_TIME_DELAY_WHEN_FLOW_CONTROL = 0.05
+MiB = 1024 * 1024
+
+
+class ConsumerState(Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    SHUTDOWN = "shutdown"
+
+
+class ConsumerCore:
+    consume_type = "CONSUME_PASSIVELY"
+    orderly = False
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        *,
+        message_model: MessageModel,
+        consume_from_where: ConsumeFromWhere,
+        consume_timestamp: Any,
+        allocate_strategy: AllocateStrategy | None,
+        instance_name: str | None,
+        pull_batch_size: int,
+        pull_threshold_for_queue: int,
+        pull_threshold_size_for_queue: int,
+        consume_concurrently_max_span: int,
+        request_timeout: float,
+        poll_name_server_interval: float,
+        heartbeat_broker_interval: float,
+        rebalance_interval: float,
+        persist_consumer_offset_interval: float,
+        offset_store_dir: str | os.PathLike[str] | None,
+        logger_name: str,
+    ) -> None:
+        check_group(group, "DEFAULT_CONSUMER")
+        if not isinstance(message_model, MessageModel):
+            raise MQClientError("message_model must be a MessageModel")
+        if not isinstance(consume_from_where, ConsumeFromWhere):
+            raise MQClientError("consume_from_where must be a ConsumeFromWhere")
+        for name, value in (("pull_batch_size", pull_batch_size),
+                            ("pull_threshold_for_queue", pull_threshold_for_queue),
+                            ("pull_threshold_size_for_queue", pull_threshold_size_for_queue),
+                            ("consume_concurrently_max_span", consume_concurrently_max_span)):
+            if type(value) is not int or value < 1:
+                raise MQClientError(f"{name} must be a positive integer, got {value!r}")
+        if pull_batch_size > 1024:
+            raise MQClientError("pull_batch_size must be at most 1024")
+        if request_timeout <= 0:
+            raise MQClientError("request_timeout must be positive")
+        self.group = group
+        self.namesrv_addr = namesrv_addr
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        self.consume_timestamp_ms = parse_consume_timestamp(consume_timestamp)
+        self.allocate_strategy: AllocateStrategy = allocate_strategy or allocate_averagely
+        self.instance_name = instance_name
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.request_timeout = request_timeout
+        self.poll_name_server_interval = poll_name_server_interval
+        self.heartbeat_broker_interval = heartbeat_broker_interval
+        self.rebalance_interval = rebalance_interval
+        self.persist_consumer_offset_interval = persist_consumer_offset_interval
+        self.offset_store_dir = offset_store_dir
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
+        self._state = ConsumerState.CREATED
+        self._instance: MQClientInstance | None = None
+        self._api: ConsumerAPI | None = None
+        self._offset_store: OffsetStore | None = None
+        self._service: ServiceNursery | None = None
+        self._space: dict[MessageQueue, trio.Event] = {}
+        self._rebalance_lock = trio.Lock()
+        self._log = structlog.get_logger(logger_name).bind(group=group, namesrv=namesrv_addr)
+
+    # ---- defaults shared by subclasses' signatures --------------------------------
+
+    DEFAULTS: dict[str, Any] = {
+        "request_timeout": DEFAULT_REQUEST_TIMEOUT,
+        "poll_name_server_interval": DEFAULT_POLL_NAME_SERVER_INTERVAL,
+        "heartbeat_broker_interval": DEFAULT_HEARTBEAT_BROKER_INTERVAL,
+        "rebalance_interval": DEFAULT_REBALANCE_INTERVAL,
+        "persist_consumer_offset_interval": DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
+    }
+
+    # ---- subscriptions ----------------------------------------------------------
+
+    def _subscribe(self, topic: str, sub_expression: str | None) -> None:
+        if not isinstance(topic, str) or not topic:
+            raise MQClientError("topic must be a non-empty string")
+        try:
+            self.subscriptions[topic] = build_subscription(topic, sub_expression)
+        except ValueError as exc:
+            raise MQClientError(f"bad subscription expression {sub_expression!r}: {exc}") from exc
+
+    @property
+    def retry_topic(self) -> str:
+        return RETRY_GROUP_TOPIC_PREFIX + self.group
+
+    def subscribed_topics(self) -> set[str]:
+        return set(self.subscriptions)
+
+    def consumer_data(self) -> dict[str, Any]:
+        return {
+            "groupName": self.group,
+            "consumeType": self.consume_type,
+            "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from_where.value,
+            "unitMode": False,
+            "subscriptionDataSet": [
+                {
+                    "topic": s.topic,
+                    "subString": s.sub_string,
+                    "tagsSet": sorted(s.tags_set or ()),
+                    "codeSet": sorted(s.code_set or ()),
+                    "expressionType": "TAG",
+                    "subVersion": 0,
+                }
+                for s in self.subscriptions.values()
+            ],
+        }
+
+    # ---- lifecycle --------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._state is ConsumerState.RUNNING
+
+    @property
+    def client_id(self) -> str:
+        return self._running_instance().client_id
+
+    def _running_instance(self) -> MQClientInstance:
+        if self._instance is None or self._state is not ConsumerState.RUNNING:
+            raise MQClientError(f"the consumer is not running ({self._state.value})")
+        return self._instance
+
+    def _check_start(self) -> None:
+        if self._state is not ConsumerState.CREATED:
+            raise MQClientError(f"the consumer is {self._state.value}; it can be started once")
+
+    async def _start_core(self) -> None:
+        self._instance = await MQClientInstance.acquire(
+            self.namesrv_addr,
+            request_timeout=self.request_timeout,
+            poll_name_server_interval=self.poll_name_server_interval,
+            instance_name=self.instance_name,
+            heartbeat_broker_interval=self.heartbeat_broker_interval,
+            rebalance_interval=self.rebalance_interval,
+            persist_consumer_offset_interval=self.persist_consumer_offset_interval,
+        )
+        instance = self._instance
+        self._log = self._log.bind(client_id=instance.client_id)
+        try:
+            self._api = ConsumerAPI(instance, self.group)
+            if self.message_model is MessageModel.BROADCASTING:
+                path = LocalFileOffsetStore.default_path(
+                    self.offset_store_dir, instance.client_id, self.group)
+                self._offset_store = LocalFileOffsetStore(self.group, path)
+            else:
+                self._offset_store = RemoteBrokerOffsetStore(self._api, self.request_timeout)
+            await self._offset_store.load()
+            self._service = ServiceNursery(f"consumer[{self.group}]")
+            await self._service.start()
+            instance.register_consumer(self)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                if self._service is not None:
+                    await self._service.stop()
+                await instance.release()
+            self._state = ConsumerState.SHUTDOWN
+            raise
+        self._state = ConsumerState.RUNNING
+        for topic in sorted(self.subscriptions):
+            try:
+                await instance.update_topic_route(topic)
+            except (MQClientError, MQBrokerError) as exc:
+                self._log.warning("no route for subscribed topic yet", topic=topic, error=str(exc))
+        await instance.send_heartbeat_to_all_brokers()
+        await self.do_rebalance()
+
+    async def _shutdown_core(self) -> None:
+        """Stop pulling and consuming, persist offsets, leave the group."""
+        self._state = ConsumerState.STOPPING
+        with trio.CancelScope(shield=True):
+            for pq in self.process_queue_table.values():
+                pq.dropped = True
+            if self._service is not None:
+                await self._service.stop()
+            await self._before_leave()
+            if self._offset_store is not None:
+                with trio.move_on_after(self.request_timeout + 1):
+                    await self._offset_store.persist_all(set(self.process_queue_table))
+            self.process_queue_table.clear()
+            if self._instance is not None:
+                with trio.move_on_after(self.request_timeout + 1):
+                    await self._instance.unregister_consumer(self.group)
+                await self._instance.release()
+        self._state = ConsumerState.SHUTDOWN
+
+    async def _before_leave(self) -> None:
+        """Hook: after pulling stopped, before offsets are persisted."""
+
+    # ---- rebalance ---------------------------------------------------------------
+
+    async def do_rebalance(self) -> None:
+        """One rebalance of every subscribed topic (the instance calls this
+        every ``rebalance_interval`` s and on NOTIFY_CONSUMER_IDS_CHANGED)."""
+        if self._state is not ConsumerState.RUNNING:
+            return
+        async with self._rebalance_lock:
+            for topic in sorted(self.subscriptions):
+                await self._rebalance_topic(topic)
+            for mq in [mq for mq in self.process_queue_table if mq.topic not in self.subscriptions]:
+                await self._drop_queue(mq, "topic no longer subscribed")
+
+    async def _rebalance_topic(self, topic: str) -> None:
+        instance = self._running_instance()
+        mqs = instance.subscribe_queues(topic)
+        if not mqs:
+            try:
+                await instance.update_topic_route(topic)
+            except (MQClientError, MQBrokerError) as exc:
+                self._log.warning("rebalance: route lookup failed", topic=topic, error=str(exc))
+            mqs = instance.subscribe_queues(topic)
+            if not mqs:
+                if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                    self._log.warning("rebalance: topic has no readable queue", topic=topic)
+                return
+        if self.message_model is MessageModel.BROADCASTING:
+            allocated = set(mqs)
+        else:
+            assert self._api is not None
+            cids = await self._api.consumer_ids(topic)
+            if not cids:
+                self._log.warning("rebalance: no consumer id list from the brokers", topic=topic)
+                return
+            if instance.client_id not in cids:
+                # The brokers have not seen our heartbeat yet; the next round will.
+                self._log.info("rebalance: this client is not in the group yet", topic=topic)
+                return
+            try:
+                allocated = set(self.allocate_strategy(instance.client_id, mqs, cids))
+            except Exception as exc:
+                self._log.error("allocation strategy failed", topic=topic, error=str(exc))
+                return
+        await self._update_process_queue_table(topic, allocated)
+
+    async def _update_process_queue_table(self, topic: str, allocated: set[MessageQueue]) -> None:
+        changed = False
+        for mq in [mq for mq in self.process_queue_table if mq.topic == topic]:
+            if mq not in allocated and await self._drop_queue(mq, "not allocated any more"):
+                changed = True
+        for mq in sorted(allocated):
+            pq = self.process_queue_table.get(mq)
+            if pq is not None and pq.dropped:
+                # a release that could not finish earlier: finish it, then take it again
+                if not await self._drop_queue(mq, "released before taking it again"):
+                    continue
+                pq = None
+            if pq is None and await self._add_queue(mq):
+                changed = True
+        if changed:
+            self._log.info(
+                "rebalance changed the queues", topic=topic,
+                queues=sorted(f"{m.broker_name}:{m.queue_id}" for m in self.process_queue_table
+                              if m.topic == topic),
+            )
+
+    async def _add_queue(self, mq: MessageQueue, offset: int | None = None) -> bool:
+        assert self._offset_store is not None
+        if not await self._prepare_queue(mq):
+            return False
+        if offset is None:
+            self._offset_store.remove_offset(mq)
+            try:
+                offset = await self.compute_pull_from_where(mq)
+            except (MQClientError, MQBrokerError) as exc:
+                self._log.warning("cannot compute where to pull from", mq=str(mq), error=str(exc))
+                return False
+        pq = ProcessQueue()
+        if self._needs_lock():
+            # _prepare_queue locked it on the broker
+            pq.locked = True
+            pq.last_lock_time = trio.current_time()
+        self.process_queue_table[mq] = pq
+        self._offset_store.update_offset(mq, offset)
+        assert self._service is not None
+        self._service.start_soon(self._pull_loop, mq, pq, offset)
+        self._log.debug("queue added", mq=str(mq), offset=offset)
+        return True
+
+    async def _prepare_queue(self, mq: MessageQueue) -> bool:
+        """Hook before a queue is taken (orderly: lock it on the broker)."""
+        return True
+
+    def _needs_lock(self) -> bool:
+        """Whether queues are locked on the broker before they are consumed."""
+        return False
+
+    async def _drop_queue(self, mq: MessageQueue, why: str) -> bool:
+        """Stop pulling ``mq``; persist and forget its offset. False when it
+        cannot be released yet (orderly: a batch is still being consumed)."""
+        pq = self.process_queue_table.get(mq)
+        if pq is None:
+            return True
+        pq.dropped = True
+        if not await self._release_queue(mq, pq):
+            return False
+        self.process_queue_table.pop(mq, None)
+        pq.clear()
+        self._log.info("queue dropped", mq=str(mq), why=why)
+        return True
+
+    async def _release_queue(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        assert self._offset_store is not None
+        await self._offset_store.persist(mq)
+        self._offset_store.remove_offset(mq)
+        return True
+
+    async def compute_pull_from_where(self, mq: MessageQueue) -> int:
+        """The stored offset, or where a new group starts (``consume_from_where``;
+        a retry topic always from 0)."""
+        assert self._offset_store is not None and self._api is not None
+        last = await self._offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
+        if last >= 0:
+            return last
+        if mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return 0
+        cfw = self.consume_from_where
+        if cfw is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
+            return 0
+        if cfw is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
+            return await self._api.search_offset(mq, self.consume_timestamp_ms)
+        return await self._api.max_offset(mq)
+
+    async def persist_consumer_offset(self) -> None:
+        if self._offset_store is not None and self._state is ConsumerState.RUNNING:
+            await self._offset_store.persist_all(set(self.process_queue_table))
+
+    # ---- pulling -------------------------------------------------------------------
+
+    def _flow_controlled(self, pq: ProcessQueue) -> str | None:
+        if pq.msg_count > self.pull_threshold_for_queue:
+            return "count"
+        if pq.msg_size > self.pull_threshold_size_for_queue * MiB:
+            return "size"
+        if not self.orderly and pq.max_span > self.consume_concurrently_max_span:
+            return "span"
+        return None
+
+    def _wake_puller(self, mq: MessageQueue) -> None:
+        ev = self._space.pop(mq, None)
+        if ev is not None:
+            ev.set()
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        assert self._api is not None and self._offset_store is not None
+        api = self._api
+        store = self._offset_store
+        clustering = self.message_model is MessageModel.CLUSTERING
+        paused = 0
+        while not pq.dropped and self._state is ConsumerState.RUNNING:
+            why = self._flow_controlled(pq)
+            if why is not None:
+                if paused % 1000 == 0:
+                    self._log.info("flow control: pulling paused", mq=str(mq), why=why,
+                                   cached=pq.msg_count, cached_mib=round(pq.msg_size / MiB, 1))
+                paused += 1
+                ev = self._space.setdefault(mq, trio.Event())
+                with trio.move_on_after(1.0):
+                    await ev.wait()
+                continue
+            if not pq.locked and self._needs_lock():
+                await trio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION)
+                continue
+            sub = self.subscriptions.get(mq.topic)
+            if sub is None:
+                return
+            commit_offset = store.table.get(mq, 0) if clustering else 0
+            sys_flag = PULL_FLAG_SUSPEND | (PULL_FLAG_COMMIT_OFFSET if commit_offset > 0 else 0)
+            try:
+                result = await api.pull(
+                    mq, sub, offset, self.pull_batch_size,
+                    timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND, sys_flag=sys_flag,
+                    commit_offset=commit_offset,
+                    suspend_timeout_millis=BROKER_SUSPEND_MAX_TIME_MILLIS,
+                )
+            except (MQClientError, MQBrokerError) as exc:
+                if not pq.dropped:
+                    self._log.warning("pull failed", mq=str(mq), offset=offset, error=str(exc))
+                    await trio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION)
+                continue
+            if pq.dropped:
+                return
+            pq.last_pull_time = trio.current_time()
+            status = result.pull_status
+            if status is PullStatus.FOUND:
+                offset = result.next_begin_offset
+                if result.msg_found_list:
+                    self._on_pulled(mq, pq, result.msg_found_list)
+                elif pq.is_empty():
+                    store.update_offset(mq, offset, increase_only=True)
+            elif status is PullStatus.OFFSET_ILLEGAL:
+                self._log.warning("pull offset illegal, moving on", mq=str(mq), offset=offset,
+                                  next_offset=result.next_begin_offset,
+                                  min_offset=result.min_offset, max_offset=result.max_offset)
+                offset = result.next_begin_offset
+                pq.clear()
+                store.update_offset(mq, offset)
+                await store.persist(mq)
+            else:  # NO_NEW_MSG, NO_MATCHED_MSG
+                offset = result.next_begin_offset
+                if pq.is_empty():
+                    store.update_offset(mq, offset, increase_only=True)
+            await trio.lowlevel.checkpoint()
+
+    @abstractmethod
+    def _on_pulled(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """Pulled messages of ``mq`` (never empty)."""
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _reset_retry_topic(self, msgs: Sequence[MessageExt]) -> None:
+        """Messages from the group's retry topic show their original topic."""
+        retry = self.retry_topic
+        for msg in msgs:
+            if msg.topic == retry:
+                origin = msg.properties.get("RETRY_TOPIC")
+                if origin:
+                    msg.topic = origin
+
+    def _commit_offset(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        if offset >= 0 and not pq.dropped and self._offset_store is not None:
+            self._offset_store.update_offset(mq, offset, increase_only=True)
+
+    def offset_table(self) -> dict[MessageQueue, int]:
+        """The offsets this consumer holds in memory now (a copy)."""
+        return {} if self._offset_store is None else dict(self._offset_store.table)
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        """The queues this consumer pulls now, sorted."""
+        return sorted(self.process_queue_table)
+
