@@ -1,4 +1,4 @@
-"""The blocking facade: Producer and PullConsumer for plain (non-trio) Python.
+"""The blocking facade: producer and consumers for plain (non-trio) Python.
 
     from client.blocking import Producer, Message
 
@@ -11,6 +11,9 @@ background daemon thread (started with the first object, stopped and joined
 when the last one shuts down); every call runs in it with
 ``trio.from_thread.run``. Objects may be used from several threads. Do not
 call them from inside a send callback (that runs on the loop thread).
+
+A PushConsumer's listener is a plain function run in a worker thread (at
+most ``consume_thread_max`` at once), so it may block.
 """
 
 from __future__ import annotations
@@ -21,22 +24,40 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+from client.consumer_types import (
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    ConsumeOrderlyContext,
+    ConsumeOrderlyStatus,
+    MessageModel,
+)
 from client.errors import MQBrokerError, MQClientError
 from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_TOPIC_QUEUE_NUMS,
 )
+from client.lite_pull_consumer import LitePullConsumer as AsyncLitePullConsumer
 from client.loop_thread import LoopThread, acquire_loop, release_loop
 from client.producer import Producer as AsyncProducer
 from client.pull_consumer import PullConsumer as AsyncPullConsumer
 from client.pull_result import PullResult, PullStatus
+from client.push_consumer import PushConsumer as AsyncPushConsumer
 from client.send_future import SendCallback
 from client.send_result import SendResult, SendStatus
 from client.validators import DEFAULT_MAX_MESSAGE_SIZE
 from protocol.message import Message, MessageExt, MessageQueue
 
 __all__ = [
+    "ConsumeConcurrentlyContext",
+    "ConsumeConcurrentlyStatus",
+    "ConsumeFromWhere",
+    "ConsumeOrderlyContext",
+    "ConsumeOrderlyStatus",
+    "LitePullConsumer",
+    "MessageModel",
+    "PushConsumer",
     "MQBrokerError",
     "MQClientError",
     "Message",
@@ -56,7 +77,7 @@ T = TypeVar("T")
 class _BlockingClient:
     """start / shutdown / ``with`` around an async client object run in the shared loop."""
 
-    _impl: AsyncProducer | AsyncPullConsumer
+    _impl: AsyncProducer | AsyncPullConsumer | AsyncPushConsumer | AsyncLitePullConsumer
 
     def __init__(self) -> None:
         self._loop: LoopThread | None = None
@@ -251,6 +272,95 @@ class PullConsumer(_BlockingClient):
     def min_offset(self, mq: MessageQueue) -> int:
         """The queue's min offset."""
         return self._run(self._consumer.min_offset, mq)
+
+
+class PushConsumer(_BlockingClient):
+    """Blocking push consumer; arguments as ``client.push_consumer.PushConsumer``.
+    The listener is a plain function, run in worker threads."""
+
+    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
+        super().__init__()
+        self._impl = self._consumer = AsyncPushConsumer(group, namesrv_addr, **options)
+
+    @property
+    def group(self) -> str:
+        return self._consumer.group
+
+    def subscribe(self, topic: str, sub_expression: str | None = "*") -> None:
+        """Subscribe before ``start`` (or while running). Raises MQClientError."""
+        if self._loop is None:
+            self._consumer.subscribe(topic, sub_expression)
+        else:
+            self._run(_call_async, self._consumer.subscribe, topic, sub_expression)
+
+    def register_message_listener(
+        self, listener: Callable[[list[MessageExt], Any], Any], *, orderly: bool = False
+    ) -> None:
+        """``listener(msgs, context)`` -> ConsumeConcurrentlyStatus (or
+        ConsumeOrderlyStatus with ``orderly=True``), called in a worker thread."""
+        if not callable(listener):
+            raise MQClientError("the message listener must be callable")
+        limit = self._consumer.consume_thread_max
+        holder: list[Any] = []
+
+        async def in_thread(msgs: list[MessageExt], ctx: Any) -> Any:
+            import trio
+
+            if not holder:
+                holder.append(trio.CapacityLimiter(limit))
+            return await trio.to_thread.run_sync(listener, msgs, ctx, limiter=holder[0])
+
+        self._consumer.register_message_listener(in_thread, orderly=orderly)
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        return self._consumer.assigned_queues()
+
+
+class LitePullConsumer(_BlockingClient):
+    """Blocking lite pull consumer; arguments and methods as
+    ``client.lite_pull_consumer.LitePullConsumer``."""
+
+    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
+        super().__init__()
+        self._impl = self._consumer = AsyncLitePullConsumer(group, namesrv_addr, **options)
+
+    @property
+    def group(self) -> str:
+        return self._consumer.group
+
+    def subscribe(self, topic: str, sub_expression: str | None = "*") -> None:
+        if self._loop is None:
+            self._consumer.subscribe(topic, sub_expression)
+        else:
+            self._run(_call_async, self._consumer.subscribe, topic, sub_expression)
+
+    def assign(self, mqs: list[MessageQueue], sub_expression: str | None = "*") -> None:
+        if self._loop is None:
+            self._consumer.set_assignment(mqs, sub_expression)
+        else:
+            self._run(self._consumer.assign, mqs, sub_expression)
+
+    def poll(self, timeout: float = 5.0) -> list[MessageExt]:
+        return self._run(self._consumer.poll, timeout)
+
+    def seek(self, mq: MessageQueue, offset: int) -> None:
+        self._run(self._consumer.seek, mq, offset)
+
+    def commit_sync(self) -> None:
+        self._run(self._consumer.commit_sync)
+
+    def committed(self, mq: MessageQueue) -> int:
+        return self._run(self._consumer.committed, mq)
+
+    def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
+        return self._run(self._consumer.fetch_message_queues, topic)
+
+    def assigned_queues(self) -> list[MessageQueue]:
+        return self._consumer.assigned_queues()
+
+
+async def _call_async(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
 
 
 def _bridge(

@@ -465,7 +465,7 @@ class ConsumerCore:
                 offset = result.next_begin_offset
                 if result.msg_found_list:
                     self._on_pulled(mq, pq, result.msg_found_list)
-                elif pq.is_empty():
+                elif pq.is_empty() and self._advance_when_idle():
                     store.update_offset(mq, offset, increase_only=True)
             elif status is PullStatus.OFFSET_ILLEGAL:
                 self._log.warning("pull offset illegal, moving on", mq=str(mq), offset=offset,
@@ -477,9 +477,13 @@ class ConsumerCore:
                 await store.persist(mq)
             else:  # NO_NEW_MSG, NO_MATCHED_MSG
                 offset = result.next_begin_offset
-                if pq.is_empty():
+                if pq.is_empty() and self._advance_when_idle():
                     store.update_offset(mq, offset, increase_only=True)
             await trio.lowlevel.checkpoint()
+
+    def _advance_when_idle(self) -> bool:
+        """Whether a queue with nothing cached may commit past filtered-out messages."""
+        return True
 
     @abstractmethod
     def _on_pulled(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
