@@ -249,8 +249,9 @@ class ConsumerCore:
         """Stop pulling and consuming, persist offsets, leave the group."""
         self._state = ConsumerState.STOPPING
         with trio.CancelScope(shield=True):
-            for pq in self.process_queue_table.values():
-                pq.dropped = True
+            async with self._rebalance_lock:  # let a running rebalance finish first
+                for pq in self.process_queue_table.values():
+                    pq.dropped = True
             if self._service is not None:
                 await self._service.stop()
             await self._before_leave()
@@ -283,7 +284,9 @@ class ConsumerCore:
     async def _rebalance_topic(self, topic: str) -> None:
         instance = self._running_instance()
         mqs = instance.subscribe_queues(topic)
-        if not mqs:
+        if not mqs or topic == self.retry_topic:
+            # a retry topic appears broker by broker as members heartbeat or
+            # send back: look it up every round
             try:
                 await instance.update_topic_route(topic)
             except (MQClientError, MQBrokerError) as exc:
@@ -298,6 +301,10 @@ class ConsumerCore:
         else:
             assert self._api is not None
             cids = await self._api.consumer_ids(topic)
+            if instance.client_id not in cids:
+                # a broker we had not heartbeated yet (new subscription or route)
+                await instance.send_heartbeat_to_all_brokers()
+                cids = await self._api.consumer_ids(topic)
             if not cids:
                 self._log.warning("rebalance: no consumer id list from the brokers", topic=topic)
                 return
@@ -344,6 +351,8 @@ class ConsumerCore:
             except (MQClientError, MQBrokerError) as exc:
                 self._log.warning("cannot compute where to pull from", mq=str(mq), error=str(exc))
                 return False
+        if self._state is not ConsumerState.RUNNING:
+            return False
         pq = ProcessQueue()
         if self._needs_lock():
             # _prepare_queue locked it on the broker
@@ -421,6 +430,17 @@ class ConsumerCore:
             ev.set()
 
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+        try:
+            await self._pull_queue(mq, pq, offset)
+        except Exception:
+            # A bug must not take the consumer's other tasks down: this queue
+            # stops being pulled and is taken again at the next rebalance.
+            self._log.exception("pull task failed", mq=str(mq))
+            pq.dropped = True
+            if self.process_queue_table.get(mq) is pq:
+                self.process_queue_table.pop(mq, None)
+
+    async def _pull_queue(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         assert self._api is not None and self._offset_store is not None
         api = self._api
         store = self._offset_store

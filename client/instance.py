@@ -662,6 +662,8 @@ class MQClientInstance:
                 await consumer.do_rebalance()
             except (MQClientError, MQBrokerError, RemotingError) as exc:
                 self._log.warning("rebalance failed", group=consumer.group, error=str(exc))
+            except Exception:
+                self._log.exception("rebalance failed", group=consumer.group)
 
     async def _heartbeat_loop(self) -> None:
         while True:
@@ -679,4 +681,7 @@ class MQClientInstance:
         while True:
             await trio.sleep(self.persist_consumer_offset_interval)
             for consumer in list(self._consumers.values()):
-                await consumer.persist_consumer_offset()
+                try:
+                    await consumer.persist_consumer_offset()
+                except Exception:
+                    self._log.exception("persisting offsets failed", group=consumer.group)

@@ -170,17 +170,20 @@ class PushConsumer(ConsumerCore):
             raise MQClientError("subscribe to at least one topic before start()")
         if self.message_model is MessageModel.CLUSTERING:
             self._subscribe(self.retry_topic, "*")
-        await self._start_core()
-        assert self._service is not None
-        if not self.orderly:
-            tx, rx = trio.open_memory_channel[tuple[MessageQueue, ProcessQueue, list[MessageExt]]](
-                float("inf"))
-            self._consume_tx = tx
-            for _ in range(self.consume_thread_max):
-                self._service.start_soon(self._consume_worker, rx.clone())
+        # pulled batches wait here until the consume tasks start
+        tx, rx = trio.open_memory_channel[tuple[MessageQueue, ProcessQueue, list[MessageExt]]](
+            float("inf"))
+        self._consume_tx = tx
+        try:
+            await self._start_core()
+            assert self._service is not None
+            if not self.orderly:
+                for _ in range(self.consume_thread_max):
+                    self._service.start_soon(self._consume_worker, rx.clone())
+            elif self.message_model is MessageModel.CLUSTERING:
+                self._service.start_soon(self._lock_loop)
+        finally:
             rx.close()
-        elif self.message_model is MessageModel.CLUSTERING:
-            self._service.start_soon(self._lock_loop)
         self._log.info("push consumer started", orderly=self.orderly,
                        model=self.message_model.value, topics=sorted(self.subscriptions))
 
@@ -238,10 +241,15 @@ class PushConsumer(ConsumerCore):
         async with rx:
             async for mq, pq, msgs in rx:
                 size = self.consume_message_batch_max_size
-                for i in range(0, len(msgs), size):
-                    if pq.dropped:
-                        break
-                    await self._consume_concurrently(mq, pq, msgs[i:i + size])
+                try:
+                    for i in range(0, len(msgs), size):
+                        if pq.dropped:
+                            break
+                        await self._consume_concurrently(mq, pq, msgs[i:i + size])
+                except Exception:
+                    # a bug here must not stop the consumer; the messages stay
+                    # uncommitted and come back after a restart or rebalance
+                    self._log.exception("consume task failed", mq=str(mq))
 
     async def _consume_concurrently(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
@@ -289,6 +297,10 @@ class PushConsumer(ConsumerCore):
         try:
             with trio.fail_after(self.request_timeout + 1):
                 await self._api.send_back(msg, mq.broker_name, delay_level, max_times)
+            if MessageQueue(self.retry_topic, mq.broker_name, 0) not in self.process_queue_table:
+                # the retry queue may be new on that broker: pick it up now
+                assert self._instance is not None
+                self._instance.rebalance_immediately()
             return True
         except (MQClientError, MQBrokerError, trio.TooSlowError) as exc:
             self._log.warning("send back failed, will consume again locally",
