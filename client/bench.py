@@ -2,6 +2,8 @@
 
     mqbench producer -n 127.0.0.1:9876 -t BenchTopic -s 1024 -b 32 -c 200000 -w 8
     mqbench consumer -n 127.0.0.1:9876 -t BenchTopic -c 200000
+    mqbench push -n 127.0.0.1:9876 -t BenchTopic -c 200000 -i 3
+    mqbench latency -n 127.0.0.1:9876 -t LatencyTopic -r 2000 -d 10
 
 Counts are bounded; every run stops by itself.
 """
@@ -147,6 +149,149 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
 
     elapsed = trio.run(go)
     click.echo(report("consume", got, nbytes, elapsed, latencies))
+
+
+@cli.command()
+@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
+@click.option("-g", "--group", default=None, help="Consumer group (default: a new one per run).")
+@click.option("-c", "--count", type=int, default=200_000, show_default=True,
+              help="Messages to consume in all.")
+@click.option("-i", "--instances", type=int, default=1, show_default=True,
+              help="Push consumers, each in its own process.")
+@click.option("-b", "--batch", type=int, default=32, show_default=True,
+              help="consume_message_batch_max_size (messages per listener call).")
+@click.option("--timeout", type=float, default=120.0, show_default=True)
+@click.option("--member", type=int, default=None, hidden=True)
+def push(namesrv: str, topic: str, group: str | None, count: int, instances: int, batch: int,
+         timeout: float, member: int | None) -> None:
+    """Consume COUNT messages with push consumers of one new group (clustering,
+    from the first offset); report msg/s over all of them."""
+    import subprocess
+    import sys
+    import uuid
+
+    if member is not None:
+        assert group is not None
+        first, last, got = _push_member(namesrv, topic, group, count, batch, timeout, member)
+        click.echo(f"{got} {first!r} {last!r}")
+        return
+    group = group or f"BENCH_PUSH_{uuid.uuid4().hex[:8]}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "client.bench", "push", "-n", namesrv, "-t", topic, "-g", group,
+             "-c", str(count), "-b", str(batch), "--timeout", str(timeout), "--member", str(i)],
+            stdout=subprocess.PIPE, text=True)
+        for i in range(instances)
+    ]
+    rows = []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout + 30)
+        fields = out.split()[-3:]
+        rows.append((int(fields[0]), float(fields[1]), float(fields[2])))
+    total = sum(r[0] for r in rows)
+    active = [r for r in rows if r[0]]
+    elapsed = max(r[2] for r in active) - min(r[1] for r in active) if active else 0.0
+    per = ", ".join(str(r[0]) for r in rows)
+    tps = total / elapsed if elapsed > 0 else 0.0
+    click.echo(f"push consume: {total} msgs in {elapsed:.2f}s = {tps:,.0f} msg/s "
+               f"({instances} consumers: {per})")
+
+
+def _push_member(namesrv: str, topic: str, group: str, count: int, batch: int, timeout: float,
+                 member: int) -> tuple[float, float, int]:
+    from client import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
+
+    got = 0
+    first = last = 0.0
+    ok = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+
+    async def go() -> None:
+        nonlocal got, first, last
+
+        def listener(msgs: list, ctx: object) -> ConsumeConcurrentlyStatus:  # type: ignore[type-arg]
+            nonlocal got, first, last
+            now = time.time()
+            if not got:
+                first = now
+            got += len(msgs)
+            last = now
+            return ok
+
+        c = PushConsumer(group, namesrv, instance_name=f"bench-{member}-{uuid_hex()}",
+                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                         consume_message_batch_max_size=batch, rebalance_interval=2.0)
+        c.subscribe(topic, "*")
+        c.register_message_listener(listener)
+        async with c:
+            deadline = trio.current_time() + timeout
+            seen = -1
+            while trio.current_time() < deadline:
+                await trio.sleep(2.0)
+                if got and got == seen:
+                    break  # idle for 2 s after consuming: the others have the rest
+                seen = got
+
+    trio.run(go)
+    return first, last, got
+
+
+def uuid_hex() -> str:
+    import uuid
+
+    return uuid.uuid4().hex[:6]
+
+
+@cli.command()
+@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", default="LatencyTopic", show_default=True)
+@click.option("-r", "--rate", type=int, default=2000, show_default=True, help="Messages per second.")
+@click.option("-d", "--duration", type=float, default=10.0, show_default=True, help="Seconds.")
+@click.option("-s", "--messageSize", "size", type=int, default=1024, show_default=True)
+def latency(namesrv: str, topic: str, rate: int, duration: float, size: int) -> None:
+    """End-to-end latency, send to listener, at a steady RATE (one process:
+    a producer and a push consumer of a new group)."""
+    from client import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
+
+    samples: list[float] = []
+    ok = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+    total = int(rate * duration)
+
+    def listener(msgs: list, ctx: object) -> ConsumeConcurrentlyStatus:  # type: ignore[type-arg]
+        now = time.perf_counter()
+        for m in msgs:
+            sent = m.properties.get("BENCH_T")
+            if sent is not None:  # not the warm-up message
+                samples.append(now - float(sent))
+        return ok
+
+    async def go() -> None:
+        c = PushConsumer(f"BENCH_LATENCY_{uuid_hex()}", namesrv)
+        c.subscribe(topic, "*")
+        c.register_message_listener(listener)
+        async with c, Producer("BENCH_LATENCY_PRODUCER", namesrv) as p:
+            await p.send(Message(topic, b"warm-up"))  # routes, connections, topic
+            await trio.sleep(1.0)
+            samples.clear()
+            body = b"x" * size
+            interval = 1.0 / rate
+            start = trio.current_time()
+            for i in range(total):
+                target = start + i * interval
+                delay = target - trio.current_time()
+                if delay > 0:
+                    await trio.sleep(delay)
+                msg = Message(topic, body)
+                msg.put_user_property("BENCH_T", repr(time.perf_counter()))
+                await p.send_oneway(msg)
+            with trio.move_on_after(10):
+                while len(samples) < total:
+                    await trio.sleep(0.05)
+
+    trio.run(go)
+    pct = percentiles(samples)
+    lat = " ".join(f"p{p:g}={v * 1e3:.2f}ms" for p, v in pct.items())
+    click.echo(f"end-to-end: {len(samples)}/{total} msgs at {rate}/s; latency {lat}")
 
 
 def main() -> None:
