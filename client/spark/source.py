@@ -1,0 +1,271 @@
+"""The ``rocketmq`` PySpark data source (batch and streaming reads).
+
+    from client.spark import register
+    register(spark)
+    df = (spark.read.format("rocketmq")
+          .option("namesrv", "127.0.0.1:9876").option("topic", "Orders").load())
+
+The driver asks the brokers for each queue's offsets and plans one input
+partition per queue range with data; each executor task opens its own
+connection (lazily, in ``read``) with the blocking client and pulls its
+range. In streaming, Spark's checkpoint holds the offsets; ``commit``
+also records them as the consumer group's offsets on the brokers, so
+``mqadmin consumerProgress`` shows the job's lag.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from client.spark.offsets import (
+    DataLossError,
+    Offsets,
+    QueueRange,
+    QueueState,
+    SourceOptions,
+    check_data_loss,
+    limit_offsets,
+    parse_options,
+    plan_ranges,
+    queue_key,
+    resolve_offsets,
+    with_new_queues,
+)
+
+log = logging.getLogger("client.spark")
+
+SCHEMA = (
+    "topic string, brokerName string, queueId int, queueOffset long, msgId string, "
+    "keys string, tags string, body binary, bornTimestamp timestamp, "
+    "storeTimestamp timestamp, properties map<string,string>"
+)
+_HIDDEN_PROPS = ("MIN_OFFSET", "MAX_OFFSET")
+_UTC = UTC
+
+
+@dataclass(frozen=True)
+class RangePartition(InputPartition):  # type: ignore[misc]
+    """Everything an executor needs to read one queue range."""
+
+    namesrv: str
+    group: str
+    expression: str
+    batch_size: int
+    fail_on_data_loss: bool
+    range: QueueRange
+
+
+class _Brokers:
+    """Driver-side queries (blocking client), opened on first use."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._consumer: Any = None
+
+    def consumer(self) -> Any:
+        if self._consumer is None:
+            from client.blocking import PullConsumer
+
+            c = PullConsumer(self.opts.consumer_group, self.opts.namesrv)
+            c.start()
+            self._consumer = c
+        return self._consumer
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.shutdown()
+            self._consumer = None
+
+    def queues(self, with_group: bool = False) -> dict[str, dict[str, QueueState]]:
+        c = self.consumer()
+        out: dict[str, dict[str, QueueState]] = {}
+        for topic in self.opts.topics:
+            out[topic] = {}
+            for mq in c.fetch_subscribe_message_queues(topic):
+                out[topic][queue_key(mq.broker_name, mq.queue_id)] = QueueState(
+                    c.min_offset(mq), c.max_offset(mq),
+                    c.fetch_consume_offset(mq) if with_group else -1)
+        return out
+
+    def commit(self, offsets: Offsets) -> None:
+        from client.blocking import MessageQueue
+        from client.spark.offsets import parse_queue_key
+
+        c = self.consumer()
+        for topic, queues in offsets.items():
+            for key, offset in queues.items():
+                broker, qid = parse_queue_key(key)
+                c.update_consume_offset(MessageQueue(topic, broker, qid), offset)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"opts": self.opts, "_consumer": None}
+
+
+def _rows(part: RangePartition) -> Iterator[tuple[Any, ...]]:
+    from client.blocking import MessageQueue, PullConsumer, PullStatus
+
+    r = part.range
+    mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
+    with PullConsumer(part.group, part.namesrv) as consumer:
+        offset = check_data_loss(r.topic, queue_key(r.broker_name, r.queue_id), r.start,
+                                 consumer.min_offset(mq), part.fail_on_data_loss)
+        while offset < r.end:
+            result = consumer.pull(mq, part.expression, offset,
+                                   min(part.batch_size, r.end - offset))
+            status = result.pull_status
+            if status is PullStatus.OFFSET_ILLEGAL:
+                offset = check_data_loss(r.topic, queue_key(r.broker_name, r.queue_id), offset,
+                                         result.min_offset, part.fail_on_data_loss)
+                if offset < result.min_offset or offset >= result.max_offset:
+                    break
+                continue
+            if status is PullStatus.NO_NEW_MSG:
+                break  # the range ends at the max offset seen when planning
+            for m in result.msg_found_list:
+                if m.queue_offset >= r.end:
+                    break
+                props = m.properties
+                yield (
+                    r.topic, r.broker_name, r.queue_id, m.queue_offset,
+                    props.get("UNIQ_KEY") or m.msg_id, props.get("KEYS"), props.get("TAGS"),
+                    m.body,
+                    datetime.fromtimestamp(m.born_timestamp / 1000, _UTC),
+                    datetime.fromtimestamp(m.store_timestamp / 1000, _UTC),
+                    {k: v for k, v in props.items() if k not in _HIDDEN_PROPS},
+                )
+            if result.next_begin_offset <= offset:
+                break  # no progress: nothing more to read in this range
+            offset = result.next_begin_offset
+
+
+class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        brokers = _Brokers(opts)
+        try:
+            queues = brokers.queues(with_group=opts.starting == "group")
+        finally:
+            brokers.close()
+        self.start = resolve_offsets(opts.starting, queues)
+        ending = opts.ending if opts.ending is not None else "latest"
+        self.end = resolve_offsets(ending, queues, default="latest")
+        for topic, table in queues.items():
+            for key, st in table.items():
+                begin = self.start[topic][key]
+                self.start[topic][key] = check_data_loss(topic, key, begin, st.min_offset,
+                                                         opts.fail_on_data_loss)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [RangePartition(self.opts.namesrv, self.opts.consumer_group,
+                               self.opts.sub_expression, self.opts.pull_batch_size,
+                               self.opts.fail_on_data_loss, r)
+                for r in plan_ranges(self.start, self.end)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, RangePartition)
+        return _rows(partition)
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.brokers = _Brokers(opts)
+        self._target: Offsets | None = None
+
+    def initialOffset(self) -> dict[str, Any]:
+        queues = self.brokers.queues(with_group=self.opts.starting == "group")
+        return resolve_offsets(self.opts.starting, queues)
+
+    def _latest(self) -> Offsets:
+        queues = self.brokers.queues()
+        return {t: {k: st.max_offset for k, st in q.items()} for t, q in queues.items()}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._latest()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        latest = self._target if self._target is not None else self._latest()
+        queues = self.brokers.queues()
+        begin = with_new_queues(start, queues)  # queues that appeared start from earliest
+        latest = {t: {k: max(v, begin.get(t, {}).get(k, 0)) for k, v in q.items()}
+                  for t, q in latest.items()}
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = limit_offsets(begin, latest, cap)
+        # keep queues Spark already tracks even if a route lost them for a moment
+        for topic, table in start.items():
+            for key, offset in table.items():
+                end.setdefault(topic, {}).setdefault(key, offset)
+        return end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        queues = self.brokers.queues()
+        begin = with_new_queues(start, queues)
+        ranges = []
+        for r in plan_ranges(begin, end):
+            st = queues.get(r.topic, {}).get(queue_key(r.broker_name, r.queue_id))
+            if st is not None and r.start < st.min_offset:
+                first = check_data_loss(r.topic, queue_key(r.broker_name, r.queue_id), r.start,
+                                        st.min_offset, self.opts.fail_on_data_loss)
+                log.warning("skipping lost messages of %s %s:%d from %d to %d", r.topic,
+                            r.broker_name, r.queue_id, r.start, first)
+                if first >= r.end:
+                    continue
+                r = QueueRange(r.topic, r.broker_name, r.queue_id, first, r.end)
+            ranges.append(r)
+        return [RangePartition(self.opts.namesrv, self.opts.consumer_group,
+                               self.opts.sub_expression, self.opts.pull_batch_size,
+                               self.opts.fail_on_data_loss, r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, RangePartition)
+        return _rows(partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        try:
+            self.brokers.commit(end)
+        except Exception as exc:  # the checkpoint is the source of truth
+            log.warning("recording the group's offsets on the brokers failed: %s", exc)
+
+    def stop(self) -> None:
+        self.brokers.close()
+
+
+class RocketMQDataSource(DataSource):  # type: ignore[misc]
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return RocketMQBatchReader(parse_options(dict(self.options), streaming=False))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return RocketMQStreamReader(parse_options(dict(self.options), streaming=True))
+
+
+__all__ = ["DataLossError", "RocketMQDataSource", "SCHEMA"]
