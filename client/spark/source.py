@@ -189,6 +189,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.opts = opts
         self.brokers = _Brokers(opts)
         self._target: Offsets | None = None
+        self._committed: Offsets | None = None
 
     def initialOffset(self) -> dict[str, Any]:
         queues = self.brokers.queues(with_group=self.opts.starting == "group")
@@ -207,6 +208,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        # Spark plans the next batch only after the previous one finished, so
+        # ``start`` has been processed: record it (the last batch of a run
+        # gets no commit() call otherwise).
+        if start and start != self._committed:
+            self.commit(start)
         latest = self._target if self._target is not None else self._latest()
         queues = self.brokers.queues()
         begin = with_new_queues(start, queues)  # queues that appeared start from earliest
@@ -246,6 +252,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, Any]) -> None:
         try:
             self.brokers.commit(end)
+            self._committed = end
         except Exception as exc:  # the checkpoint is the source of truth
             log.warning("recording the group's offsets on the brokers failed: %s", exc)
 

@@ -1,0 +1,87 @@
+"""The source's offsets and options, without Spark or sockets."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from client.spark.offsets import (
+    DataLossError,
+    OptionError,
+    QueueRange,
+    QueueState,
+    check_data_loss,
+    format_offsets,
+    limit_offsets,
+    parse_offsets,
+    parse_options,
+    plan_ranges,
+    resolve_offsets,
+    with_new_queues,
+)
+
+
+def test_options_and_errors() -> None:
+    o = parse_options({"namesrv": "h:1", "topic": "A, B", "maxOffsetsPerTrigger": "10",
+                       "failOnDataLoss": "false"}, streaming=True)
+    assert o.topics == ("A", "B") and o.max_offsets_per_trigger == 10
+    assert o.starting == "latest" and o.ending is None and o.fail_on_data_loss is False
+    b = parse_options({"NAMESRV": "h:1", "topic": "A",
+                       "endingOffsets": '{"A": {"broker-a:0": 5}}'}, streaming=False)
+    assert b.starting == "earliest" and b.ending == {"A": {"broker-a:0": 5}}
+    with pytest.raises(OptionError, match="namesrv"):
+        parse_options({"topic": "A"}, streaming=False)
+    with pytest.raises(OptionError, match="topic"):
+        parse_options({"namesrv": "h:1"}, streaming=False)
+    with pytest.raises(OptionError, match="batch queries only"):
+        parse_options({"namesrv": "h:1", "topic": "A", "endingOffsets": "latest"}, streaming=True)
+    with pytest.raises(OptionError, match="positive"):
+        parse_options({"namesrv": "h:1", "topic": "A", "maxOffsetsPerTrigger": "0"}, streaming=True)
+    with pytest.raises(OptionError, match="not subscribed"):
+        parse_options({"namesrv": "h:1", "topic": "A", "startingOffsets": '{"B": {}}'},
+                      streaming=False)
+    with pytest.raises(OptionError, match="brokerName:queueId"):
+        parse_offsets('{"A": {"nocolon": 1}}', "startingOffsets")
+    with pytest.raises(OptionError, match="integer"):
+        parse_offsets('{"A": {"b:0": -1}}', "startingOffsets")
+    with pytest.raises(OptionError, match="JSON"):
+        parse_offsets("{oops", "startingOffsets")
+    assert parse_offsets(format_offsets({"A": {"b:1": 2, "b:0": 1}}), "x") == {"A": {"b:0": 1, "b:1": 2}}
+
+
+def test_resolve_and_new_queues() -> None:
+    queues = {"A": {"b:0": QueueState(2, 10, 7), "b:1": QueueState(0, 5, -1)}}
+    assert resolve_offsets("earliest", queues) == {"A": {"b:0": 2, "b:1": 0}}
+    assert resolve_offsets("latest", queues) == {"A": {"b:0": 10, "b:1": 5}}
+    assert resolve_offsets("group", queues) == {"A": {"b:0": 7, "b:1": 0}}
+    assert resolve_offsets({"A": {"b:1": 3}}, queues) == {"A": {"b:0": 2, "b:1": 3}}
+    assert with_new_queues({"A": {"b:0": 9}}, queues) == {"A": {"b:0": 9, "b:1": 0}}
+
+
+def test_data_loss() -> None:
+    assert check_data_loss("A", "b:0", 5, 3, True) == 5
+    assert check_data_loss("A", "b:0", 1, 3, False) == 3
+    with pytest.raises(DataLossError, match="failOnDataLoss"):
+        check_data_loss("A", "b:0", 1, 3, True)
+
+
+def test_limit_is_split_by_backlog() -> None:
+    start = {"A": {"b:0": 0, "b:1": 0, "b:2": 10}}
+    latest = {"A": {"b:0": 300, "b:1": 100, "b:2": 10}}
+    end = limit_offsets(start, latest, 100)
+    assert end == {"A": {"b:0": 75, "b:1": 25, "b:2": 10}}
+    assert limit_offsets(start, latest, None) == latest
+    assert limit_offsets(start, latest, 10_000) == latest
+    assert plan_ranges(start, end) == [QueueRange("A", "b", 0, 0, 75), QueueRange("A", "b", 1, 0, 25)]
+
+
+@given(st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1, max_size=12),
+       st.integers(1, 3000))
+def test_limit_reads_exactly_min_of_limit_and_backlog(pairs: list[tuple[int, int]], limit: int) -> None:
+    start = {"A": {f"b:{i}": s for i, (s, _) in enumerate(pairs)}}
+    latest = {"A": {f"b:{i}": s + n for i, (s, n) in enumerate(pairs)}}
+    end = limit_offsets(start, latest, limit)
+    taken = [end["A"][k] - start["A"][k] for k in start["A"]]
+    assert all(0 <= t <= n for t, (_, n) in zip(taken, pairs, strict=True))
+    assert sum(taken) == min(limit, sum(n for _, n in pairs))
