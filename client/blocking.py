@@ -274,13 +274,8 @@ class PullConsumer(_BlockingClient):
         return self._run(self._consumer.min_offset, mq)
 
 
-class PushConsumer(_BlockingClient):
-    """Blocking push consumer; arguments as ``client.push_consumer.PushConsumer``.
-    The listener is a plain function, run in worker threads."""
-
-    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
-        super().__init__()
-        self._impl = self._consumer = AsyncPushConsumer(group, namesrv_addr, **options)
+class _BlockingConsumer(_BlockingClient):
+    _consumer: AsyncPushConsumer | AsyncLitePullConsumer
 
     @property
     def group(self) -> str:
@@ -293,6 +288,18 @@ class PushConsumer(_BlockingClient):
         else:
             self._run(_call_async, self._consumer.subscribe, topic, sub_expression)
 
+    def assigned_queues(self) -> list[MessageQueue]:
+        return self._consumer.assigned_queues()
+
+
+class PushConsumer(_BlockingConsumer):
+    """Blocking push consumer; arguments as ``client.push_consumer.PushConsumer``.
+    The listener is a plain function, run in worker threads."""
+
+    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
+        super().__init__()
+        self._impl = self._consumer = self._push = AsyncPushConsumer(group, namesrv_addr, **options)
+
     def register_message_listener(
         self, listener: Callable[[list[MessageExt], Any], Any], *, orderly: bool = False
     ) -> None:
@@ -300,7 +307,7 @@ class PushConsumer(_BlockingClient):
         ConsumeOrderlyStatus with ``orderly=True``), called in a worker thread."""
         if not callable(listener):
             raise MQClientError("the message listener must be callable")
-        limit = self._consumer.consume_thread_max
+        limit = self._push.consume_thread_max
         holder: list[Any] = []
 
         async def in_thread(msgs: list[MessageExt], ctx: Any) -> Any:
@@ -310,53 +317,37 @@ class PushConsumer(_BlockingClient):
                 holder.append(trio.CapacityLimiter(limit))
             return await trio.to_thread.run_sync(listener, msgs, ctx, limiter=holder[0])
 
-        self._consumer.register_message_listener(in_thread, orderly=orderly)
-
-    def assigned_queues(self) -> list[MessageQueue]:
-        return self._consumer.assigned_queues()
+        self._push.register_message_listener(in_thread, orderly=orderly)
 
 
-class LitePullConsumer(_BlockingClient):
+class LitePullConsumer(_BlockingConsumer):
     """Blocking lite pull consumer; arguments and methods as
     ``client.lite_pull_consumer.LitePullConsumer``."""
 
     def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
         super().__init__()
-        self._impl = self._consumer = AsyncLitePullConsumer(group, namesrv_addr, **options)
-
-    @property
-    def group(self) -> str:
-        return self._consumer.group
-
-    def subscribe(self, topic: str, sub_expression: str | None = "*") -> None:
-        if self._loop is None:
-            self._consumer.subscribe(topic, sub_expression)
-        else:
-            self._run(_call_async, self._consumer.subscribe, topic, sub_expression)
+        self._impl = self._consumer = self._lite = AsyncLitePullConsumer(group, namesrv_addr, **options)
 
     def assign(self, mqs: list[MessageQueue], sub_expression: str | None = "*") -> None:
         if self._loop is None:
-            self._consumer.set_assignment(mqs, sub_expression)
+            self._lite.set_assignment(mqs, sub_expression)
         else:
-            self._run(self._consumer.assign, mqs, sub_expression)
+            self._run(self._lite.assign, mqs, sub_expression)
 
     def poll(self, timeout: float = 5.0) -> list[MessageExt]:
-        return self._run(self._consumer.poll, timeout)
+        return self._run(self._lite.poll, timeout)
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
-        self._run(self._consumer.seek, mq, offset)
+        self._run(self._lite.seek, mq, offset)
 
     def commit_sync(self) -> None:
-        self._run(self._consumer.commit_sync)
+        self._run(self._lite.commit_sync)
 
     def committed(self, mq: MessageQueue) -> int:
-        return self._run(self._consumer.committed, mq)
+        return self._run(self._lite.committed, mq)
 
     def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
-        return self._run(self._consumer.fetch_message_queues, topic)
-
-    def assigned_queues(self) -> list[MessageQueue]:
-        return self._consumer.assigned_queues()
+        return self._run(self._lite.fetch_message_queues, topic)
 
 
 async def _call_async(fn: Callable[..., Any], *args: Any) -> Any:

@@ -256,19 +256,25 @@ class ConsumerAPI:
                 return sorted(ids)
         return []
 
-    async def lock_batch(self, broker_name: str, topic: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
-        """LOCK_BATCH_MQ on ``broker_name``'s master; the queues now held."""
+    async def _lock_request(
+        self, code: RequestCode, broker_name: str, topic: str, mqs: list[MessageQueue]
+    ) -> tuple[str, RemotingCommand]:
         addr, _ = await self.instance.require_broker_addr(broker_name, topic)
         body = {
             "consumerGroup": self.group,
             "clientId": self.instance.client_id,
             "mqSet": [_mq_dict(mq) for mq in mqs],
         }
-        cmd = RemotingCommand.request(RequestCode.LOCK_BATCH_MQ, {}, body=pack_body(body))
-        what = f"lock queues on {broker_name}"
+        cmd = RemotingCommand.request(code, {}, body=pack_body(body))
+        what = f"{'lock' if code == RequestCode.LOCK_BATCH_MQ else 'unlock'} queues on {broker_name}"
         response = await self._invoke(addr, cmd, None, what)
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark, addr, context=what)
+        return addr, response
+
+    async def lock_batch(self, broker_name: str, topic: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ on ``broker_name``'s master; the queues now held."""
+        _, response = await self._lock_request(RequestCode.LOCK_BATCH_MQ, broker_name, topic, mqs)
         data = unpack_body(response.body)
         held = data.get("lockOKMQSet") if isinstance(data, dict) else None
         out: set[MessageQueue] = set()
@@ -279,17 +285,7 @@ class ConsumerAPI:
         return out
 
     async def unlock_batch(self, broker_name: str, topic: str, mqs: list[MessageQueue]) -> None:
-        addr, _ = await self.instance.require_broker_addr(broker_name, topic)
-        body = {
-            "consumerGroup": self.group,
-            "clientId": self.instance.client_id,
-            "mqSet": [_mq_dict(mq) for mq in mqs],
-        }
-        cmd = RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ, {}, body=pack_body(body))
-        what = f"unlock queues on {broker_name}"
-        response = await self._invoke(addr, cmd, None, what)
-        if response.code != ResponseCode.SUCCESS:
-            raise MQBrokerError(response.code, response.remark, addr, context=what)
+        await self._lock_request(RequestCode.UNLOCK_BATCH_MQ, broker_name, topic, mqs)
 
 
 def _mq_dict(mq: MessageQueue) -> dict[str, Any]:

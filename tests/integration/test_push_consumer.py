@@ -27,7 +27,7 @@ from client import (
 )
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for
+from tests.integration.waits import routed, wait_for, wait_until_sync
 
 TOPIC = "PushTopic"
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -406,9 +406,7 @@ def test_blocking_push_and_lite_pull_consumers(cluster: Cluster) -> None:
     with consumer, blocking.Producer("blocking-producer", ns.addr) as producer:
         for i in range(50):
             producer.send(Message(TOPIC, b"s%d" % i))
-        end = time.monotonic() + 15
-        while len(got) < 50 and time.monotonic() < end:
-            time.sleep(0.05)
+        wait_until_sync(lambda: len(got) >= 50, 15, "50 messages in the listener")
     assert sorted(got) == sorted(b"s%d" % i for i in range(50))
     assert threading.main_thread().name not in threads
 

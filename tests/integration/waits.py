@@ -38,3 +38,18 @@ def at_least(count: Callable[[], int], n: int) -> Callable[[], Awaitable[bool]]:
     async def check() -> bool:
         return count() >= n
     return check
+
+
+def wait_until_sync(predicate: Callable[[], Any], timeout: float, what: str,
+                    interval: float = 0.05) -> Any:
+    """``wait_for`` for plain (blocking-client) tests, outside trio."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)

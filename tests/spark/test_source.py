@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 
 from client.blocking import Message, MessageQueue, Producer, PullConsumer
+from tests.integration.waits import wait_until_sync
 from tests.spark.conftest import Pair
 
 
@@ -100,11 +100,7 @@ def test_start_below_min_offset_fails_or_skips(spark: Any, pair: Pair) -> None:
     produce(pair, topic, [b"x" * 1024 for _ in range(300)], batch=10)
     mq = MessageQueue(topic, "broker-c", 0)
     with PullConsumer("loss-check", pair.ns.addr) as c:
-        deadline = time.monotonic() + 30
-        while c.min_offset(mq) == 0 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        low = c.min_offset(mq)
-    assert low > 0, "old files were not cleaned"
+        low = wait_until_sync(lambda: c.min_offset(mq), 30, "old files to be cleaned")
     start = json.dumps({topic: {"broker-c:0": 0}})
     with pytest.raises(Exception, match="failOnDataLoss"):
         reader(spark, pair, topic, startingOffsets=start).load().collect()
