@@ -24,6 +24,8 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
+import trio
+
 from client.consumer_types import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
@@ -44,6 +46,7 @@ from client.producer import Producer as AsyncProducer
 from client.pull_consumer import PullConsumer as AsyncPullConsumer
 from client.pull_result import PullResult, PullStatus
 from client.push_consumer import PushConsumer as AsyncPushConsumer
+from client.range_reader import DEFAULT_IN_FLIGHT, OffsetMoved, RangeChunk, skip_to_min
 from client.send_future import SendCallback
 from client.send_result import SendResult, SendStatus
 from client.validators import DEFAULT_MAX_MESSAGE_SIZE
@@ -58,6 +61,8 @@ __all__ = [
     "LitePullConsumer",
     "MessageModel",
     "PushConsumer",
+    "RangeChunk",
+    "RangeReader",
     "MQBrokerError",
     "MQClientError",
     "Message",
@@ -257,6 +262,33 @@ class PullConsumer(_BlockingClient):
         MQBrokerError."""
         return self._run(self._consumer.pull, mq, sub_expression, offset, max_nums, timeout)
 
+    def read_range(
+        self,
+        mq: MessageQueue,
+        sub_expression: str | None,
+        start: int,
+        end: int,
+        *,
+        batch_size: int = 32,
+        in_flight: int = DEFAULT_IN_FLIGHT,
+        timeout: float | None = None,
+        on_offset_moved: OffsetMoved = skip_to_min,
+    ) -> RangeReader:
+        """Read offsets ``[start, end)`` of ``mq`` with ``in_flight`` pulls at
+        once (``client.range_reader``): iterate the returned RangeReader for
+        lists of undecoded RangeChunks, in offset order; close it (or use
+        ``with``) to stop early. ``on_offset_moved`` runs in the client loop
+        thread."""
+        loop = self._loop
+        if loop is None:
+            raise MQClientError("the pullconsumer is not running")
+        reader = RangeReader(loop, in_flight)
+        loop.spawn(reader.run, functools.partial(
+            self._consumer.read_range, mq, sub_expression, start, end,
+            batch_size=batch_size, in_flight=in_flight, timeout=timeout,
+            on_offset_moved=on_offset_moved))
+        return reader
+
     def update_consume_offset(self, mq: MessageQueue, offset: int) -> None:
         """Store the group's offset of ``mq`` on the broker."""
         self._run(self._consumer.update_consume_offset, mq, offset)
@@ -272,6 +304,69 @@ class PullConsumer(_BlockingClient):
     def min_offset(self, mq: MessageQueue) -> int:
         """The queue's min offset."""
         return self._run(self._consumer.min_offset, mq)
+
+
+class RangeReader:
+    """The blocking side of ``PullConsumer.read_range``: iterating yields lists
+    of the RangeChunks ready at that moment (at least one), in offset order,
+    and then raises the read's error, if any. ``reached`` is the offset the
+    read stopped at once iteration has ended."""
+
+    def __init__(self, loop: LoopThread, capacity: int) -> None:
+        self._loop = loop
+        self._send, self._receive = trio.open_memory_channel[RangeChunk](capacity)
+        self._scope = trio.CancelScope()
+        self._error: Exception | None = None
+        self.reached: int | None = None
+
+    async def run(self, read: Callable[[trio.MemorySendChannel[RangeChunk]], Awaitable[int]]
+                  ) -> None:
+        async with self._send:
+            with self._scope:
+                try:
+                    self.reached = await read(self._send)
+                except Exception as exc:
+                    self._error = exc
+
+    async def _next(self) -> list[RangeChunk]:
+        try:
+            chunks = [await self._receive.receive()]
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            return []
+        while True:
+            try:
+                chunks.append(self._receive.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                return chunks
+
+    def __iter__(self) -> RangeReader:
+        return self
+
+    def __next__(self) -> list[RangeChunk]:
+        chunks = self._loop.run(self._next)
+        if chunks:
+            return chunks
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        raise StopIteration
+
+    async def _close(self) -> None:
+        self._scope.cancel()
+        await self._receive.aclose()
+
+    def close(self) -> None:
+        """Stop the read (pulls in flight are cancelled). Idempotent."""
+        try:
+            self._loop.run(self._close)
+        except MQClientError:
+            pass  # the loop has stopped: so has the read
+
+    def __enter__(self) -> RangeReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class _BlockingConsumer(_BlockingClient):

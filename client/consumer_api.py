@@ -16,7 +16,7 @@ import structlog
 
 from client.errors import MQBrokerError, MQClientError
 from client.instance import MQClientInstance
-from client.pull_result import PULL_STATUS_BY_CODE, PullResult, PullStatus
+from client.pull_result import PULL_STATUS_BY_CODE, PullResult, PullStatus, RawPullResult
 from client.subscription import SubscriptionData
 from protocol.body import pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
@@ -72,7 +72,7 @@ class ConsumerAPI:
 
     # ---- pull -------------------------------------------------------------------
 
-    async def pull(
+    async def pull_raw(
         self,
         mq: MessageQueue,
         sub: SubscriptionData,
@@ -83,9 +83,11 @@ class ConsumerAPI:
         sys_flag: int = 0,
         commit_offset: int = 0,
         suspend_timeout_millis: int = 0,
-    ) -> PullResult:
-        """One PULL_MESSAGE. With ``PULL_FLAG_SUSPEND`` the broker holds an
-        empty pull up to ``suspend_timeout_millis``; ``timeout`` must exceed it."""
+    ) -> RawPullResult:
+        """One PULL_MESSAGE, the records left undecoded (``RawPullResult.body``;
+        the broker filtered by tag hash only). With ``PULL_FLAG_SUSPEND`` the
+        broker holds an empty pull up to ``suspend_timeout_millis``;
+        ``timeout`` must exceed it."""
         addr, _ = await self.instance.require_broker_addr(
             mq.broker_name, mq.topic, master_only=False,
             broker_id=self.pull_from.get(mq, MASTER_ID),
@@ -113,15 +115,42 @@ class ConsumerAPI:
         except ProtocolError as exc:
             raise MQClientError(f"bad pull response from {addr}: {exc}") from exc
         self.pull_from[mq] = rh.suggest_which_broker_id
+        if status is PullStatus.OFFSET_ILLEGAL:
+            self._log.info(
+                "pull offset illegal", mq=str(mq), offset=offset,
+                next_begin_offset=rh.next_begin_offset, min_offset=rh.min_offset,
+                max_offset=rh.max_offset,
+            )
+        body = response.body if status is PullStatus.FOUND and response.body else b""
+        return RawPullResult(status, rh.next_begin_offset, rh.min_offset, rh.max_offset, body,
+                             addr)
+
+    async def pull(
+        self,
+        mq: MessageQueue,
+        sub: SubscriptionData,
+        offset: int,
+        max_nums: int,
+        *,
+        timeout: float,
+        sys_flag: int = 0,
+        commit_offset: int = 0,
+        suspend_timeout_millis: int = 0,
+    ) -> PullResult:
+        """One PULL_MESSAGE, decoded, messages with unsubscribed tags dropped."""
+        raw = await self.pull_raw(
+            mq, sub, offset, max_nums, timeout=timeout, sys_flag=sys_flag,
+            commit_offset=commit_offset, suspend_timeout_millis=suspend_timeout_millis,
+        )
         msgs: list[MessageExt] = []
-        if status is PullStatus.FOUND and response.body:
+        if raw.body:
             try:
-                decoded = decode_records(response.body)
+                decoded = decode_records(raw.body)
             except ProtocolError as exc:
-                raise MQClientError(f"undecodable pull body from {addr}: {exc}") from exc
+                raise MQClientError(f"undecodable pull body from {raw.addr}: {exc}") from exc
             tags = sub.tags_set
-            min_text = str(rh.min_offset)
-            max_text = str(rh.max_offset)
+            min_text = str(raw.min_offset)
+            max_text = str(raw.max_offset)
             for msg in decoded:
                 props = msg.properties
                 if tags is not None and props.get(_TAGS) not in tags:
@@ -131,13 +160,8 @@ class ConsumerAPI:
                 props[_MIN_OFFSET] = min_text
                 props[_MAX_OFFSET] = max_text
                 msgs.append(msg)
-        elif status is PullStatus.OFFSET_ILLEGAL:
-            self._log.info(
-                "pull offset illegal", mq=str(mq), offset=offset,
-                next_begin_offset=rh.next_begin_offset, min_offset=rh.min_offset,
-                max_offset=rh.max_offset,
-            )
-        return PullResult(status, rh.next_begin_offset, rh.min_offset, rh.max_offset, msgs)
+        return PullResult(raw.pull_status, raw.next_begin_offset, raw.min_offset,
+                          raw.max_offset, msgs)
 
     def _uncompress(self, msg: MessageExt) -> None:
         try:

@@ -36,6 +36,7 @@ class LoopThread:
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop_event: trio.Event | None = None
+        self._nursery: trio.Nursery | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
 
@@ -67,9 +68,31 @@ class LoopThread:
 
     async def _async_main(self) -> None:
         self._stop_event = trio.Event()
-        self._token = trio.lowlevel.current_trio_token()
-        self._ready.set()
-        await self._stop_event.wait()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self._token = trio.lowlevel.current_trio_token()
+            self._ready.set()
+            await self._stop_event.wait()
+            nursery.cancel_scope.cancel()  # background tasks end with the loop
+
+    def spawn(self, afn: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """Start ``afn(*args)`` as a background task of the loop (cancelled
+        when the loop stops). An error it raises is logged, never propagated:
+        report failures through a channel or an attribute."""
+        token, nursery = self._token, self._nursery
+        if token is None or nursery is None:
+            raise MQClientError("the client loop thread is not running")
+
+        async def guarded() -> None:
+            try:
+                await afn(*args)
+            except Exception as exc:
+                log.error("client loop background task failed", exc_info=exc)
+
+        try:
+            trio.from_thread.run_sync(nursery.start_soon, guarded, trio_token=token)
+        except trio.RunFinishedError as exc:
+            raise MQClientError("the client loop thread has stopped") from exc
 
     def run(self, afn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``afn(*args)`` in the loop and return its result (or raise its error).

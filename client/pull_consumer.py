@@ -23,6 +23,13 @@ from client.instance import (
     MQClientInstance,
 )
 from client.pull_result import PullResult
+from client.range_reader import (
+    DEFAULT_IN_FLIGHT,
+    OffsetMoved,
+    RangeChunk,
+    read_range,
+    skip_to_min,
+)
 from client.subscription import build_subscription
 from client.validators import check_group
 from protocol.message import MessageQueue
@@ -162,6 +169,43 @@ class PullConsumer:
             raise MQClientError(str(exc)) from exc
         return await api.pull(
             mq, sub, offset, max_nums, timeout=self.pull_timeout if timeout is None else timeout
+        )
+
+    async def read_range(
+        self,
+        mq: MessageQueue,
+        sub_expression: str | None,
+        start: int,
+        end: int,
+        send: trio.MemorySendChannel[RangeChunk],
+        *,
+        batch_size: int = 32,
+        in_flight: int = DEFAULT_IN_FLIGHT,
+        timeout: float | None = None,
+        on_offset_moved: OffsetMoved = skip_to_min,
+    ) -> int:
+        """Read offsets ``[start, end)`` of ``mq`` with ``in_flight`` pulls of up
+        to ``batch_size`` at once, sending undecoded ``RangeChunk``s to ``send``
+        in offset order (``client.range_reader``). Returns the offset reading
+        stopped at: ``end``, or less when the queue ended first.
+
+        Raises MQClientError on bad arguments and whatever a pull raises
+        (MQClientError / MQBrokerError, or ``on_offset_moved``'s error)."""
+        api = self._running_api()
+        if start < 0 or end < start:
+            raise MQClientError(f"bad range [{start}, {end})")
+        if batch_size <= 0 or in_flight <= 0:
+            raise MQClientError("batch_size and in_flight must be positive")
+        if timeout is not None and not timeout > 0:
+            raise MQClientError(f"timeout must be positive, got {timeout}")
+        try:
+            sub = build_subscription(mq.topic, sub_expression)
+        except ValueError as exc:
+            raise MQClientError(str(exc)) from exc
+        return await read_range(
+            api, mq, sub, start, end, send,
+            timeout=self.pull_timeout if timeout is None else timeout,
+            batch_size=batch_size, in_flight=in_flight, on_offset_moved=on_offset_moved,
         )
 
     # ---- offsets ----------------------------------------------------------------

@@ -40,3 +40,17 @@ class PullResult:
     min_offset: int
     max_offset: int
     msg_found_list: list[MessageExt] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RawPullResult:
+    """A pull with its records undecoded: ``body`` is the concatenated
+    commit-log records (``protocol.record``), empty unless FOUND. The broker
+    filtered by tag hash only; readers re-check the tag strings."""
+
+    pull_status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    body: bytes
+    addr: str = ""

@@ -307,3 +307,107 @@ def decode_records(buf: Buffer, verify_crc: bool = False) -> list[MessageExt]:
         out.append(msg)
         pos += msg.store_size
     return out
+
+
+@dataclass(slots=True)
+class RecordColumns:
+    """Message records decoded column by column (``decode_columns``), for
+    readers that build columnar batches and never need MessageExt objects.
+
+    Bodies and property texts are memoryviews into the decoded buffer (no
+    copy); a compressed body is already uncompressed (as bytes). Property
+    texts are RocketMQ's UTF-8 ``key\\x01value\\x02...`` (``properties(i)``
+    parses one).
+    """
+
+    queue_ids: list[int]
+    queue_offsets: list[int]
+    physical_offsets: list[int]
+    born_timestamps: list[int]
+    store_timestamps: list[int]
+    store_hosts: list[bytes]
+    bodies: list[memoryview | bytes]
+    topics: list[str]
+    property_texts: list[memoryview]
+
+    def __len__(self) -> int:
+        return len(self.queue_offsets)
+
+    def offset_msg_id(self, i: int) -> str:
+        """RocketMQ's offset msgId of message ``i``."""
+        return (self.store_hosts[i] + _MSG_ID_TAIL.pack(self.physical_offsets[i])).hex().upper()
+
+    def properties(self, i: int) -> dict[str, str]:
+        return string_to_properties(bytes(self.property_texts[i]).decode())
+
+
+def empty_columns() -> RecordColumns:
+    return RecordColumns([], [], [], [], [], [], [], [], [])
+
+
+def decode_columns(buf: bytes, out: RecordColumns | None = None,
+                   stop_offset: int | None = None) -> RecordColumns:
+    """Append the message records of ``buf`` (a pull response body) to ``out``
+    (a new RecordColumns if None) and return it; with ``stop_offset``, stop at
+    the first record of queue offset >= it (a pull body is in queue-offset
+    order). The same checks as
+    ``decode_record`` but UTF-8 of the properties, which the reader checks
+    when it uses them; raises CorruptRecordError, leaving ``out`` holding the
+    records before the bad one."""
+    cols = empty_columns() if out is None else out
+    queue_ids = cols.queue_ids
+    queue_offsets = cols.queue_offsets
+    physical_offsets = cols.physical_offsets
+    born = cols.born_timestamps
+    store = cols.store_timestamps
+    hosts = cols.store_hosts
+    bodies = cols.bodies
+    topics = cols.topics
+    props = cols.property_texts
+    unpack = RECORD_HEAD.unpack_from
+    view = memoryview(buf)
+    pos = 0
+    end = len(buf)
+    last_topic = b""
+    last_topic_text = ""
+    while pos < end:
+        try:
+            (total, magic, _crc, queue_id, _flag, queue_offset, physical_offset, sys_flag,
+             born_ts, _born_host, store_ts, store_host, _reconsume, _prepared,
+             body_len) = unpack(buf, pos)
+            rec_end = pos + total
+            if magic != MESSAGE_MAGIC_CODE:
+                raise CorruptRecordError(f"bad magic code {magic:#x} at {pos}")
+            if total < RECORD_HEAD_SIZE + 3 or rec_end > end or body_len < 0:
+                raise CorruptRecordError(f"bad record size {total} at {pos}")
+            p = pos + RECORD_HEAD_SIZE + body_len
+            if p + 3 > rec_end:
+                raise CorruptRecordError(f"bad body length at {pos}")
+            body: memoryview | bytes = view[pos + RECORD_HEAD_SIZE : p]
+            topic_len = buf[p]
+            topic = buf[p + 1 : p + 1 + topic_len]
+            if topic != last_topic:
+                last_topic, last_topic_text = topic, topic.decode()
+            p += 3 + topic_len
+            if p > rec_end or p + ((buf[p - 2] << 8) | buf[p - 1]) != rec_end:
+                raise CorruptRecordError(f"record sizes do not add up at {pos}")
+            if sys_flag & FLAG_COMPRESSED:
+                try:
+                    body = zlib.decompress(body)
+                except zlib.error:
+                    pass  # as ConsumerAPI: served as stored
+        except (struct.error, IndexError, UnicodeDecodeError) as exc:
+            raise CorruptRecordError(f"undecodable record at {pos}: {exc}") from exc
+        if stop_offset is not None and queue_offset >= stop_offset:
+            break
+        queue_ids.append(queue_id)
+        queue_offsets.append(queue_offset)
+        physical_offsets.append(physical_offset)
+        born.append(born_ts)
+        store.append(store_ts)
+        hosts.append(store_host)
+        bodies.append(body)
+        topics.append(last_topic_text)
+        props.append(view[p:rec_end])
+        pos = rec_end
+    return cols

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -57,8 +56,6 @@ SCHEMA = (
     "keys string, tags string, body binary, bornTimestamp timestamp, "
     "storeTimestamp timestamp, properties map<string,string>"
 )
-_HIDDEN_PROPS = ("MIN_OFFSET", "MAX_OFFSET")
-_UTC = UTC
 
 
 @dataclass(frozen=True)
@@ -119,41 +116,56 @@ class _Brokers:
         return {"opts": self.opts, "_consumer": None}
 
 
-def _rows(part: RangePartition) -> Iterator[tuple[Any, ...]]:
-    from client.blocking import MessageQueue, PullConsumer, PullStatus
+# An Arrow batch goes to Spark once this many rows or body bytes are decoded.
+BATCH_ROWS = 8192
+BATCH_BYTES = 8 << 20
+# Pulls in flight per partition (each up to pullBatchSize messages).
+PULLS_IN_FLIGHT = 8
+
+
+def _batches(part: RangePartition) -> Iterator[Any]:
+    """Read one queue range as Arrow record batches of ``arrow.SCHEMA``."""
+    from client.blocking import MessageQueue, PullConsumer
+    from client.spark.arrow import to_record_batch
+    from client.subscription import build_subscription
+    from protocol.record import decode_columns, empty_columns
 
     r = part.range
+    key = queue_key(r.broker_name, r.queue_id)
     mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
+    tags = build_subscription(r.topic, part.expression).tags_set
+
+    def moved(offset: int, min_offset: int) -> int:
+        return check_data_loss(r.topic, key, offset, min_offset, part.fail_on_data_loss)
+
     with PullConsumer(part.group, part.namesrv) as consumer:
-        offset = check_data_loss(r.topic, queue_key(r.broker_name, r.queue_id), r.start,
-                                 consumer.min_offset(mq), part.fail_on_data_loss)
-        while offset < r.end:
-            result = consumer.pull(mq, part.expression, offset,
-                                   min(part.batch_size, r.end - offset))
-            status = result.pull_status
-            if status is PullStatus.OFFSET_ILLEGAL:
-                offset = check_data_loss(r.topic, queue_key(r.broker_name, r.queue_id), offset,
-                                         result.min_offset, part.fail_on_data_loss)
-                if offset < result.min_offset or offset >= result.max_offset:
-                    break
-                continue
-            if status is PullStatus.NO_NEW_MSG:
-                break  # the range ends at the max offset seen when planning
-            for m in result.msg_found_list:
-                if m.queue_offset >= r.end:
-                    break
-                props = m.properties
-                yield (
-                    r.topic, r.broker_name, r.queue_id, m.queue_offset,
-                    props.get("UNIQ_KEY") or m.msg_id, props.get("KEYS"), props.get("TAGS"),
-                    m.body,
-                    datetime.fromtimestamp(m.born_timestamp / 1000, _UTC),
-                    datetime.fromtimestamp(m.store_timestamp / 1000, _UTC),
-                    {k: v for k, v in props.items() if k not in _HIDDEN_PROPS},
-                )
-            if result.next_begin_offset <= offset:
-                break  # no progress: nothing more to read in this range
-            offset = result.next_begin_offset
+        start = moved(r.start, consumer.min_offset(mq))
+        if start > r.start:
+            log.warning("skipping lost messages of %s %s from %d to %d", r.topic, key,
+                        r.start, start)
+        with consumer.read_range(mq, part.expression, start, r.end,
+                                 batch_size=part.batch_size, in_flight=PULLS_IN_FLIGHT,
+                                 on_offset_moved=moved) as reader:
+            cols = empty_columns()
+            size = 0
+            for chunks in reader:
+                for chunk in chunks:
+                    for lo, hi in chunk.skipped:
+                        log.warning("skipping lost messages of %s %s from %d to %d",
+                                    r.topic, key, lo, hi)
+                    for body in chunk.bodies:
+                        decode_columns(body, cols, stop_offset=chunk.end)
+                        size += len(body)
+                if len(cols) >= BATCH_ROWS or size >= BATCH_BYTES:
+                    batch = to_record_batch(cols, r.broker_name, tags)
+                    if batch.num_rows:
+                        yield batch
+                    cols = empty_columns()
+                    size = 0
+            if len(cols):
+                batch = to_record_batch(cols, r.broker_name, tags)
+                if batch.num_rows:
+                    yield batch
 
 
 class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
@@ -181,7 +193,7 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, RangePartition)
-        return _rows(partition)
+        return _batches(partition)
 
 
 class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc]
@@ -247,7 +259,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, RangePartition)
-        return _rows(partition)
+        return _batches(partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         try:
