@@ -107,3 +107,48 @@ def test_start_below_min_offset_fails_or_skips(spark: Any, pair: Pair) -> None:
     rows = reader(spark, pair, topic, startingOffsets=start, failOnDataLoss="false").load().collect()
     assert min(r.queueOffset for r in rows) >= low and len(rows) == 300 - min(r.queueOffset for r in rows)
     broker.stop()
+
+
+def test_arrow_schema_is_sparks_own(spark: Any) -> None:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from client.spark.arrow import SCHEMA as ARROW_SCHEMA
+    from client.spark.source import SCHEMA
+
+    struct = spark.createDataFrame([], SCHEMA).schema
+    assert to_arrow_schema(struct, timezone="UTC").equals(ARROW_SCHEMA)
+
+
+def test_partition_read_in_several_arrow_batches(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    import client.spark.source as source
+    from client.spark.offsets import QueueRange
+
+    topic = "SparkArrowBatches"
+    pair.create_topic(topic, queues=1, brokers=pair.brokers[:1])
+    bodies = [b"a%d" % i for i in range(1000)]
+    produce(pair, topic, bodies, tags=["A" if i % 3 else "B" for i in range(1000)])
+    monkeypatch.setattr(source, "BATCH_ROWS", 100)
+    broker = pair.brokers[0].name
+
+    def read(start: int, end: int, expression: str = "*") -> list[Any]:
+        part = source.RangePartition(pair.ns.addr, "arrow-batches", expression, 7, True,
+                                     QueueRange(topic, broker, 0, start, end))
+        return list(source._batches(part))
+
+    batches = read(0, 1000)
+    # a batch closes once 100 rows are decoded; the chunks ready at that moment
+    # (at most in_flight + 1 of 7 offsets) may take it past 100
+    assert all(b.num_rows < 100 + 9 * 7 for b in batches) and len(batches) >= 1000 // 163
+    offsets = [o for b in batches for o in b.column("queueOffset").to_pylist()]
+    assert offsets == list(range(1000))
+    assert [x for b in batches for x in b.column("body").to_pylist()] == bodies
+
+    middle = [o for b in read(123, 456) for o in b.column("queueOffset").to_pylist()]
+    assert middle == list(range(123, 456))
+
+    tagged = [r for b in read(0, 1000, "B") for r in b.to_pylist()]
+    assert [r["queueOffset"] for r in tagged] == list(range(0, 1000, 3))
+    assert {r["tags"] for r in tagged} == {"B"}
+
+    assert [o for b in read(990, 1500) for o in b.column("queueOffset").to_pylist()] == list(
+        range(990, 1000))
