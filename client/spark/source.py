@@ -16,6 +16,7 @@ also records them as the consumer group's offsets on the brokers, so
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -123,8 +124,21 @@ BATCH_BYTES = 8 << 20
 PULLS_IN_FLIGHT = 8
 
 
+def quiet_client_logs() -> None:
+    """Unless the process configured structlog itself, log the client at
+    ``$ROCKETMQ_SPARK_LOG_LEVEL`` (WARNING): Spark's Python workers would print
+    every client start and stop of every task otherwise."""
+    import structlog
+
+    if not structlog.is_configured():
+        from protocol.logs import configure_logging
+
+        configure_logging(os.environ.get("ROCKETMQ_SPARK_LOG_LEVEL", "WARNING"))
+
+
 def _batches(part: RangePartition) -> Iterator[Any]:
     """Read one queue range as Arrow record batches of ``arrow.SCHEMA``."""
+    quiet_client_logs()
     from client.blocking import MessageQueue, PullConsumer
     from client.spark.arrow import to_record_batch
     from client.subscription import build_subscription
@@ -281,9 +295,11 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
         return SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        quiet_client_logs()
         return RocketMQBatchReader(parse_options(dict(self.options), streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        quiet_client_logs()
         return RocketMQStreamReader(parse_options(dict(self.options), streaming=True))
 
 
