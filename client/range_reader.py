@@ -51,8 +51,8 @@ class RangeChunk:
     """Offsets ``[start, end)`` of the range, read. ``bodies`` are the raw pull
     bodies in offset order; their records below ``end`` are this chunk's
     (with a tag filter the broker may return later ones too). ``next_offset``
-    is where the queue's next unread record is: ``end`` normally, less when
-    the queue ended first (``exhausted``), more when a pull skipped ahead.
+    is where reading should go on: ``end``, or less when the queue ended
+    first (``exhausted``).
     ``skipped`` holds (from, to) offsets jumped over because they were gone."""
 
     start: int
@@ -92,7 +92,9 @@ async def read_chunk(puller: RawPuller, mq: MessageQueue, sub: SubscriptionData,
             chunk.exhausted = True
             break
         offset = nxt
-    chunk.next_offset = offset
+    # a filtered pull may have scanned past ``end``: its matches there belong
+    # to the next chunk (or the next read), so never report more than ``end``
+    chunk.next_offset = min(offset, end)
     return chunk
 
 
