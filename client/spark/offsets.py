@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from client.subscription import parse_sub_expression
+
 Offsets = dict[str, dict[str, int]]
 
 EARLIEST = "earliest"
@@ -129,6 +131,11 @@ def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
     if streaming and "endingoffsets" in opts:
         raise OptionError("endingOffsets is for batch queries only")
     ending = None if streaming else offsets_option("endingOffsets", (LATEST,), LATEST)
+    sub_expression = opts.get("subexpression", "*").strip() or "*"
+    try:
+        parse_sub_expression(sub_expression)
+    except ValueError as exc:
+        raise OptionError(f"subExpression {sub_expression!r}: {exc}") from exc
     limit = opts.get("maxoffsetspertrigger")
     if limit is not None and not streaming:
         raise OptionError("maxOffsetsPerTrigger is for streaming queries only")
@@ -141,7 +148,7 @@ def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
         max_offsets_per_trigger=None if limit is None else _positive_int(limit, "maxOffsetsPerTrigger"),
         fail_on_data_loss=_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
         pull_batch_size=_positive_int(opts.get("pullbatchsize", "32"), "pullBatchSize"),
-        sub_expression=opts.get("subexpression", "*").strip() or "*",
+        sub_expression=sub_expression,
     )
 
 

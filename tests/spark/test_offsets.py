@@ -41,6 +41,12 @@ def test_options_and_errors() -> None:
     with pytest.raises(OptionError, match="not subscribed"):
         parse_options({"namesrv": "h:1", "topic": "A", "startingOffsets": '{"B": {}}'},
                       streaming=False)
+    with pytest.raises(OptionError, match="subExpression"):
+        parse_options({"namesrv": "h:1", "topic": "A", "subExpression": "||"}, streaming=False)
+    tagged = parse_options({"namesrv": "h:1", "topic": "A", "subExpression": " a || b "},
+                           streaming=True)
+    assert tagged.sub_expression == "a || b"
+    assert parse_options({"namesrv": "h:1", "topic": "A"}, streaming=True).sub_expression == "*"
     with pytest.raises(OptionError, match="brokerName:queueId"):
         parse_offsets('{"A": {"nocolon": 1}}', "startingOffsets")
     with pytest.raises(OptionError, match="integer"):
