@@ -30,7 +30,7 @@ from client.range_reader import (
     read_range,
     skip_to_min,
 )
-from client.subscription import build_subscription
+from client.subscription import SubscriptionData, build_subscription
 from client.validators import check_group
 from protocol.message import MessageQueue
 
@@ -161,15 +161,19 @@ class PullConsumer:
             raise MQClientError(f"offset must be >= 0, got {offset}")
         if max_nums <= 0:
             raise MQClientError(f"max_nums must be > 0, got {max_nums}")
+        sub, timeout = self._pull_args(mq, sub_expression, timeout)
+        return await api.pull(mq, sub, offset, max_nums, timeout=timeout)
+
+    def _pull_args(self, mq: MessageQueue, sub_expression: str | None,
+                   timeout: float | None) -> tuple[SubscriptionData, float]:
+        """The parsed expression and the pull timeout. Raises MQClientError."""
         if timeout is not None and not timeout > 0:
             raise MQClientError(f"timeout must be positive, got {timeout}")
         try:
             sub = build_subscription(mq.topic, sub_expression)
         except ValueError as exc:
             raise MQClientError(str(exc)) from exc
-        return await api.pull(
-            mq, sub, offset, max_nums, timeout=self.pull_timeout if timeout is None else timeout
-        )
+        return sub, self.pull_timeout if timeout is None else timeout
 
     async def read_range(
         self,
@@ -196,15 +200,9 @@ class PullConsumer:
             raise MQClientError(f"bad range [{start}, {end})")
         if batch_size <= 0 or in_flight <= 0:
             raise MQClientError("batch_size and in_flight must be positive")
-        if timeout is not None and not timeout > 0:
-            raise MQClientError(f"timeout must be positive, got {timeout}")
-        try:
-            sub = build_subscription(mq.topic, sub_expression)
-        except ValueError as exc:
-            raise MQClientError(str(exc)) from exc
+        sub, timeout = self._pull_args(mq, sub_expression, timeout)
         return await read_range(
-            api, mq, sub, start, end, send,
-            timeout=self.pull_timeout if timeout is None else timeout,
+            api, mq, sub, start, end, send, timeout=timeout,
             batch_size=batch_size, in_flight=in_flight, on_offset_moved=on_offset_moved,
         )
 

@@ -10,7 +10,6 @@ import concurrent.futures
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -27,21 +26,10 @@ from client.blocking import (
     SendStatus,
 )
 from protocol.codes import ResponseCode
+from tests.client.conftest import loop_threads
 from tests.client.fakes import FakeCluster, ThreadedCluster
 
 TOPIC = FakeCluster.TOPIC
-
-
-def loop_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == loop_thread.THREAD_NAME]
-
-
-@pytest.fixture
-def fakes() -> Iterator[ThreadedCluster]:
-    before = set(threading.enumerate())
-    with ThreadedCluster() as tc:
-        yield tc
-    assert set(threading.enumerate()) <= before, "threads left running"
 
 
 def test_produce_and_consume_end_to_end(fakes: ThreadedCluster) -> None:

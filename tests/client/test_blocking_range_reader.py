@@ -13,23 +13,12 @@ from client import loop_thread
 from client.blocking import MessageQueue, MQClientError, PullConsumer, RangeChunk, RangeReader
 from client.loop_thread import LoopThread
 from protocol.record import decode_columns, empty_columns
+from tests.client.conftest import loop_threads
 from tests.client.fakes import FakeCluster, ThreadedCluster
 
 TOPIC = FakeCluster.TOPIC
 GROUP = "range_reader_group"
 MQ = MessageQueue(TOPIC, "broker-a", 1)
-
-
-def loop_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == loop_thread.THREAD_NAME]
-
-
-@pytest.fixture
-def fakes() -> Iterator[ThreadedCluster]:
-    before = set(threading.enumerate())
-    with ThreadedCluster() as tc:
-        yield tc
-    assert set(threading.enumerate()) <= before, "threads left running"
 
 
 def put(fakes: ThreadedCluster, count: int, *, min_offset: int = 0,
