@@ -90,7 +90,7 @@ def test_streaming_available_now_exactly_once(spark: Any, pair: Pair, tmp_path: 
             assert c.fetch_consume_offset(mq) == c.max_offset(mq), mq
 
 
-def test_start_below_min_offset_fails_or_skips(spark: Any, pair: Pair) -> None:
+def test_start_below_min_offset_fails_or_skips(spark: Any, pair: Pair, tmp_path: Path) -> None:
     topic = "SparkLoss"
     hours = ";".join(f"{h:02d}" for h in range(24))
     broker = pair.cluster.broker("broker-c", pair.ns.addr, mapedFileSizeCommitLog=64 * 1024,
@@ -106,6 +106,23 @@ def test_start_below_min_offset_fails_or_skips(spark: Any, pair: Pair) -> None:
         reader(spark, pair, topic, startingOffsets=start).load().collect()
     rows = reader(spark, pair, topic, startingOffsets=start, failOnDataLoss="false").load().collect()
     assert min(r.queueOffset for r in rows) >= low and len(rows) == 300 - min(r.queueOffset for r in rows)
+
+    def stream(tmp: Path, **opts: str) -> Any:
+        r = (spark.readStream.format("rocketmq").option("namesrv", pair.ns.addr)
+             .option("topic", topic).option("startingOffsets", start))
+        for k, v in opts.items():
+            r = r.option(k, v)
+        q = (r.load().writeStream.format("parquet").option("path", str(tmp / "out"))
+             .option("checkpointLocation", str(tmp / "ck")).trigger(availableNow=True).start())
+        return q
+
+    q = stream(tmp_path / "fail")
+    with pytest.raises(Exception, match="failOnDataLoss"):
+        q.awaitTermination(120)
+    q = stream(tmp_path / "skip", failOnDataLoss="false")
+    q.awaitTermination(120)
+    offsets = sorted(r.queueOffset for r in spark.read.parquet(str(tmp_path / "skip" / "out")).collect())
+    assert offsets[0] >= low and offsets == list(range(offsets[0], 300))
     broker.stop()
 
 
@@ -152,3 +169,30 @@ def test_partition_read_in_several_arrow_batches(pair: Pair, monkeypatch: pytest
 
     assert [o for b in read(990, 1500) for o in b.column("queueOffset").to_pylist()] == list(
         range(990, 1000))
+
+
+def test_queues_that_appear_mid_stream_start_from_earliest(spark: Any, pair: Pair,
+                                                           tmp_path: Path) -> None:
+    topic = "SparkNewQueues"
+    pair.create_topic(topic, queues=2, brokers=pair.brokers[:1])
+    produce(pair, topic, [b"first%d" % i for i in range(100)])
+    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+
+    def run() -> None:
+        q = (spark.readStream.format("rocketmq").option("namesrv", pair.ns.addr)
+             .option("topic", topic).option("startingOffsets", "earliest").load()
+             .writeStream.format("parquet").option("path", out).option("checkpointLocation", ck)
+             .trigger(availableNow=True).start())
+        q.awaitTermination(120)
+
+    run()
+    assert spark.read.parquet(out).count() == 100
+    # the topic grows onto the second broker; its queues start from offset 0
+    pair.create_topic(topic, queues=2)
+    produce(pair, topic, [b"second%d" % i for i in range(100)], batch=10)  # round robin: every queue
+    run()
+    rows = spark.read.parquet(out).collect()
+    assert sorted(r.body for r in rows) == sorted([b"first%d" % i for i in range(100)]
+                                                  + [b"second%d" % i for i in range(100)])
+    new = [r for r in rows if r.brokerName == pair.brokers[1].name]
+    assert {r.queueId for r in new if r.queueOffset == 0} == {0, 1}
