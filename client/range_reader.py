@@ -142,9 +142,8 @@ async def read_range(
 
     async with trio.open_nursery() as nursery:
         lo = start
-        stop = False
         while True:
-            while not stop and lo < end and len(pending) < in_flight:
+            while lo < end and len(pending) < in_flight:
                 slot = _Slot(lo, min(end, lo + batch_size))
                 pending.append(slot)
                 nursery.start_soon(fetch, slot)
@@ -160,8 +159,7 @@ async def read_range(
             await send.send(slot.chunk)
             reached = slot.chunk.next_offset
             if slot.chunk.exhausted:
-                stop = True  # later chunks (maybe already in flight) are empty
-                break
+                break  # later chunks (maybe already in flight) would leave a gap
         nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure

@@ -234,6 +234,27 @@ _SHORT = struct.Struct(">h")
 _MSG_ID_TAIL = struct.Struct(">q")
 
 
+def _record_layout(buf: Buffer, pos: int, limit: int, total: int, magic: int,
+                   body_len: int) -> tuple[int, int, int]:
+    """Check the sizes of the record at ``pos`` (its head already unpacked;
+    the data ends at ``limit``) and return (topic length byte, properties,
+    end) positions. Raises CorruptRecordError (or struct.error/IndexError on
+    a buffer too short, which the callers turn into one)."""
+    if magic != MESSAGE_MAGIC_CODE:
+        raise CorruptRecordError(f"bad magic code {magic:#x} at {pos}")
+    end = pos + total
+    if total < RECORD_HEAD_SIZE + 3 or end > limit or body_len < 0:
+        raise CorruptRecordError(f"bad record size {total} at {pos}")
+    topic_at = pos + RECORD_HEAD_SIZE + body_len
+    if topic_at + 3 > end:
+        raise CorruptRecordError(f"bad body length at {pos}")
+    props_at = topic_at + 3 + buf[topic_at]
+    (props_len,) = _SHORT.unpack_from(buf, props_at - 2)
+    if props_len < 0 or props_at + props_len != end:
+        raise CorruptRecordError(f"record sizes do not add up at {pos}")
+    return topic_at, props_at, end
+
+
 def decode_record(buf: Buffer, pos: int = 0, verify_crc: bool = False) -> MessageExt:
     """Decode the message record at ``pos``. Raises CorruptRecordError."""
     try:
@@ -254,26 +275,12 @@ def decode_record(buf: Buffer, pos: int = 0, verify_crc: bool = False) -> Messag
             prepared,
             body_len,
         ) = RECORD_HEAD.unpack_from(buf, pos)
-        if magic != MESSAGE_MAGIC_CODE:
-            raise CorruptRecordError(f"bad magic code {magic:#x} at {pos}")
-        end = pos + total
-        if total < RECORD_HEAD_SIZE + 3 or end > len(buf) or body_len < 0:
-            raise CorruptRecordError(f"bad record size {total} at {pos}")
-        p = pos + RECORD_HEAD_SIZE
-        body = bytes(buf[p : p + body_len])
-        p += body_len
-        if p + 3 > end:
-            raise CorruptRecordError(f"bad body length at {pos}")
-        topic_len = buf[p]
-        topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
-        p += 1 + topic_len
-        (props_len,) = _SHORT.unpack_from(buf, p)
-        p += 2
-        if p + props_len != end:
-            raise CorruptRecordError(f"record sizes do not add up at {pos}")
+        topic_at, props_at, end = _record_layout(buf, pos, len(buf), total, magic, body_len)
+        body = bytes(buf[pos + RECORD_HEAD_SIZE : topic_at])
+        topic = bytes(buf[topic_at + 1 : props_at - 2]).decode()
         if verify_crc and body_crc(body) != crc:
             raise CorruptRecordError(f"body CRC mismatch at {pos}")
-        props = string_to_properties(bytes(buf[p:end]).decode()) if props_len else {}
+        props = string_to_properties(bytes(buf[props_at:end]).decode()) if props_at < end else {}
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise CorruptRecordError(f"undecodable record at {pos}: {exc}") from exc
     return MessageExt(
@@ -365,6 +372,7 @@ def decode_columns(buf: bytes, out: RecordColumns | None = None,
     topics = cols.topics
     props = cols.property_texts
     unpack = RECORD_HEAD.unpack_from
+    layout = _record_layout
     view = memoryview(buf)
     pos = 0
     end = len(buf)
@@ -375,22 +383,11 @@ def decode_columns(buf: bytes, out: RecordColumns | None = None,
             (total, magic, _crc, queue_id, _flag, queue_offset, physical_offset, sys_flag,
              born_ts, _born_host, store_ts, store_host, _reconsume, _prepared,
              body_len) = unpack(buf, pos)
-            rec_end = pos + total
-            if magic != MESSAGE_MAGIC_CODE:
-                raise CorruptRecordError(f"bad magic code {magic:#x} at {pos}")
-            if total < RECORD_HEAD_SIZE + 3 or rec_end > end or body_len < 0:
-                raise CorruptRecordError(f"bad record size {total} at {pos}")
-            p = pos + RECORD_HEAD_SIZE + body_len
-            if p + 3 > rec_end:
-                raise CorruptRecordError(f"bad body length at {pos}")
-            body: memoryview | bytes = view[pos + RECORD_HEAD_SIZE : p]
-            topic_len = buf[p]
-            topic = buf[p + 1 : p + 1 + topic_len]
+            topic_at, props_at, rec_end = layout(buf, pos, end, total, magic, body_len)
+            body: memoryview | bytes = view[pos + RECORD_HEAD_SIZE : topic_at]
+            topic = buf[topic_at + 1 : props_at - 2]
             if topic != last_topic:
                 last_topic, last_topic_text = topic, topic.decode()
-            p += 3 + topic_len
-            if p > rec_end or p + ((buf[p - 2] << 8) | buf[p - 1]) != rec_end:
-                raise CorruptRecordError(f"record sizes do not add up at {pos}")
             if sys_flag & FLAG_COMPRESSED:
                 try:
                     body = zlib.decompress(body)
@@ -408,6 +405,6 @@ def decode_columns(buf: bytes, out: RecordColumns | None = None,
         hosts.append(store_host)
         bodies.append(body)
         topics.append(last_topic_text)
-        props.append(view[p:rec_end])
+        props.append(view[props_at:rec_end])
         pos = rec_end
     return cols

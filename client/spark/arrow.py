@@ -73,11 +73,10 @@ def _timestamps(millis: Sequence[int]) -> pa.Array:
 
 
 def to_record_batch(cols: RecordColumns, broker_name: str,
-                    tags: Iterable[str] | None = None, end_offset: int | None = None
-                    ) -> pa.RecordBatch:
+                    tags: Iterable[str] | None = None) -> pa.RecordBatch:
     """The rows of ``cols`` as a batch of ``SCHEMA``. ``tags``: keep only
-    messages with one of these tags (None: all). ``end_offset``: drop
-    messages at or past it. Raises ValueError on bad UTF-8 in properties."""
+    messages with one of these tags (None: all). Raises ValueError on bad
+    UTF-8 in properties."""
     n = len(cols)
     props = _properties(cols.property_texts)
     uniq = pc.map_lookup(props, _UNIQ_KEY, "first")
@@ -100,11 +99,7 @@ def to_record_batch(cols: RecordColumns, broker_name: str,
         _timestamps(cols.store_timestamps),
         props,
     ], schema=SCHEMA)
-    mask = None
-    if tags is not None:
-        mask = pc.fill_null(pc.is_in(tag_col, value_set=pa.array(sorted(tags), pa.string())),
-                            False)
-    if end_offset is not None and n and cols.queue_offsets[-1] >= end_offset:
-        below = pc.less(batch.column(3), end_offset)
-        mask = below if mask is None else pc.and_(mask, below)
-    return batch if mask is None else batch.filter(mask)
+    if tags is None:
+        return batch
+    return batch.filter(pc.fill_null(
+        pc.is_in(tag_col, value_set=pa.array(sorted(tags), pa.string())), False))

@@ -152,11 +152,13 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     def moved(offset: int, min_offset: int) -> int:
         return check_data_loss(r.topic, key, offset, min_offset, part.fail_on_data_loss)
 
+    def skipped(lo: int, hi: int) -> None:
+        log.warning("skipping lost messages of %s %s from %d to %d", r.topic, key, lo, hi)
+
     with PullConsumer(part.group, part.namesrv) as consumer:
         start = moved(r.start, consumer.min_offset(mq))
         if start > r.start:
-            log.warning("skipping lost messages of %s %s from %d to %d", r.topic, key,
-                        r.start, start)
+            skipped(r.start, start)
         with consumer.read_range(mq, part.expression, start, r.end,
                                  batch_size=part.batch_size, in_flight=PULLS_IN_FLIGHT,
                                  on_offset_moved=moved) as reader:
@@ -165,8 +167,7 @@ def _batches(part: RangePartition) -> Iterator[Any]:
             for chunks in reader:
                 for chunk in chunks:
                     for lo, hi in chunk.skipped:
-                        log.warning("skipping lost messages of %s %s from %d to %d",
-                                    r.topic, key, lo, hi)
+                        skipped(lo, hi)
                     for body in chunk.bodies:
                         decode_columns(body, cols, stop_offset=chunk.end)
                         size += len(body)

@@ -3,18 +3,38 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
 import pytest
 import trio
 
 from client import loop_thread
+from client.range_reader import RangeChunk
+from protocol.message import MessageQueue
+from protocol.record import decode_columns, empty_columns
 from tests.client.fakes import FakeCluster, ThreadedCluster
 
 
 def loop_threads() -> list[threading.Thread]:
     """The blocking facade's loop threads still alive."""
     return [t for t in threading.enumerate() if t.name == loop_thread.THREAD_NAME]
+
+
+def delivered(chunks: list[RangeChunk], mq: MessageQueue,
+              tags: Collection[str] | None = None) -> list[int]:
+    """The offsets a range reader gets: each chunk's records below its end,
+    tag-checked. Bodies must be ``b"m<offset>"`` and records of ``mq``."""
+    cols = empty_columns()
+    for chunk in chunks:
+        for body in chunk.bodies:
+            decode_columns(body, cols, stop_offset=chunk.end)
+    offsets = []
+    for i, offset in enumerate(cols.queue_offsets):
+        assert bytes(cols.bodies[i]) == b"m%d" % offset
+        assert cols.topics[i] == mq.topic and cols.queue_ids[i] == mq.queue_id
+        if tags is None or cols.properties(i).get("TAGS") in tags:
+            offsets.append(offset)
+    return offsets
 
 
 @pytest.fixture

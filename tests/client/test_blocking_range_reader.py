@@ -12,8 +12,7 @@ import trio
 from client import loop_thread
 from client.blocking import MessageQueue, MQClientError, PullConsumer, RangeChunk, RangeReader
 from client.loop_thread import LoopThread
-from protocol.record import decode_columns, empty_columns
-from tests.client.conftest import loop_threads
+from tests.client.conftest import delivered, loop_threads
 from tests.client.fakes import FakeCluster, ThreadedCluster
 
 TOPIC = FakeCluster.TOPIC
@@ -37,17 +36,7 @@ def put(fakes: ThreadedCluster, count: int, *, min_offset: int = 0,
 
 
 def decode(chunks: list[RangeChunk], tags: set[str] | None = None) -> list[int]:
-    cols = empty_columns()
-    for chunk in chunks:
-        for body in chunk.bodies:
-            decode_columns(body, cols, stop_offset=chunk.end)
-    out = []
-    for i, offset in enumerate(cols.queue_offsets):
-        assert bytes(cols.bodies[i]) == b"m%d" % offset
-        assert cols.topics[i] == TOPIC and cols.queue_ids[i] == MQ.queue_id
-        if tags is None or cols.properties(i).get("TAGS") in tags:
-            out.append(offset)
-    return out
+    return delivered(chunks, MQ, tags)
 
 
 def read_all(reader: RangeReader) -> list[RangeChunk]:

@@ -13,7 +13,8 @@ from client.pull_result import PullStatus, RawPullResult
 from client.range_reader import RangeChunk, read_chunk, read_range
 from client.subscription import SubscriptionData, build_subscription
 from protocol.message import MessageQueue, properties_to_string
-from protocol.record import decode_columns, empty_columns, encode_record, pack_host
+from protocol.record import decode_columns, encode_record, pack_host
+from tests.client.conftest import delivered as delivered_from
 
 TOPIC = "RangeTopic"
 MQ = MessageQueue(TOPIC, "broker-a", 2)
@@ -139,17 +140,7 @@ def drain(receive: trio.MemoryReceiveChannel[RangeChunk]) -> list[RangeChunk]:
 
 
 def delivered(chunks: list[RangeChunk], tags: frozenset[str] | None = None) -> list[int]:
-    """The offsets a reader gets: each chunk's records below its end, tag-checked."""
-    cols = empty_columns()
-    for chunk in chunks:
-        for body in chunk.bodies:
-            decode_columns(body, cols, stop_offset=chunk.end)
-    offsets = []
-    for i, offset in enumerate(cols.queue_offsets):
-        assert bytes(cols.bodies[i]) == b"m%d" % offset
-        if tags is None or cols.properties(i).get("TAGS") in tags:
-            offsets.append(offset)
-    return offsets
+    return delivered_from(chunks, MQ, tags)
 
 
 def assert_contiguous(chunks: list[RangeChunk], start: int, batch_size: int) -> None:

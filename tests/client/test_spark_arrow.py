@@ -90,8 +90,8 @@ def rows(batch: pa.RecordBatch) -> list[dict[str, object]]:
     return out
 
 
-def batch_of(buf: bytes, **kw: object) -> pa.RecordBatch:
-    return to_record_batch(decode_columns(buf), BROKER, **kw)  # type: ignore[arg-type]
+def batch_of(buf: bytes, stop_offset: int | None = None, **kw: object) -> pa.RecordBatch:
+    return to_record_batch(decode_columns(buf, stop_offset=stop_offset), BROKER, **kw)  # type: ignore[arg-type]
 
 
 def test_schema_exact() -> None:
@@ -184,15 +184,15 @@ def test_tag_filter() -> None:
     assert rows(kept) == [expected_row(msgs[0]), expected_row(msgs[3])]
 
 
-def test_end_offset() -> None:
+def test_stop_offset() -> None:
     buf = b"".join(record(i, props_of(i, "A" if i % 2 else "B")) for i in range(10, 16))
-    assert batch_of(buf, end_offset=13).column("queueOffset").to_pylist() == [10, 11, 12]
-    assert batch_of(buf, end_offset=16).num_rows == 6
-    assert batch_of(buf, end_offset=15).column("queueOffset").to_pylist() == [10, 11, 12, 13, 14]
-    assert batch_of(buf, end_offset=10).num_rows == 0
-    both = batch_of(buf, tags={"A"}, end_offset=15)
+    assert batch_of(buf, stop_offset=13).column("queueOffset").to_pylist() == [10, 11, 12]
+    assert batch_of(buf, stop_offset=16).num_rows == 6
+    assert batch_of(buf, stop_offset=15).column("queueOffset").to_pylist() == [10, 11, 12, 13, 14]
+    assert batch_of(buf, stop_offset=10).num_rows == 0
+    both = batch_of(buf, tags={"A"}, stop_offset=15)
     assert both.column("queueOffset").to_pylist() == [11, 13]
-    assert rows(batch_of(buf, end_offset=12)) == [expected_row(m) for m in decode_records(buf)[:2]]
+    assert rows(batch_of(buf, stop_offset=12)) == [expected_row(m) for m in decode_records(buf)[:2]]
 
 
 def test_invalid_utf8_in_properties_raises() -> None:
@@ -206,7 +206,7 @@ def test_invalid_utf8_in_properties_raises() -> None:
 def test_zero_rows() -> None:
     batch = to_record_batch(empty_columns(), BROKER)
     assert batch.num_rows == 0 and batch.schema == SCHEMA
-    assert to_record_batch(empty_columns(), BROKER, tags={"A"}, end_offset=5).num_rows == 0
+    assert to_record_batch(decode_columns(b"", stop_offset=5), BROKER, tags={"A"}).num_rows == 0
     batch.validate(full=True)
 
 
