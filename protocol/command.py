@@ -21,6 +21,8 @@ from protocol.errors import RemoteProtocolError
 PROTOCOL_VERSION = 1
 FLAG_RESPONSE = 0x1
 FLAG_ONEWAY = 0x2
+# A remark is for people: never longer than this, whatever a handler put in it.
+MAX_REMARK = 1024
 
 _opaques = itertools.count(1)
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
@@ -71,7 +73,9 @@ class RemotingCommand:
         ext_fields: dict[str, Any] | None = None,
         body: bytes | None = None,
     ) -> RemotingCommand:
-        """Build the response to this request (same opaque)."""
+        """Build the response to this request (same opaque); the remark is capped."""
+        if remark is not None and len(remark) > MAX_REMARK:
+            remark = cap_remark(remark)
         return RemotingCommand(
             code=int(code),
             opaque=self.opaque,
@@ -122,6 +126,14 @@ class RemotingCommand:
         if type(version) is not int:
             raise RemoteProtocolError("version must be an integer")
         return cls(code, opaque, flag, remark, ext, body, version)
+
+
+def cap_remark(remark: str) -> str:
+    """``remark`` cut to MAX_REMARK characters, saying how much was cut."""
+    if len(remark) <= MAX_REMARK:
+        return remark
+    tail = f"... ({len(remark)} characters)"
+    return remark[: MAX_REMARK - len(tail)] + tail
 
 
 def peek_opaque(payload: bytes) -> tuple[int, int] | None:

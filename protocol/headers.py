@@ -10,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Annotated, Any, ClassVar, Self
 
+from protocol import names
 from protocol.errors import RemoteProtocolError
 
 
@@ -21,35 +23,98 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+class IntRange:
+    """Metadata of an int field: its wire width and meaning."""
+
+    __slots__ = ("lo", "hi", "meaning")
+
+    def __init__(self, lo: int, hi: int, meaning: str) -> None:
+        self.lo, self.hi, self.meaning = lo, hi, meaning
+
+
+class NameRule:
+    """Metadata of a str field holding a name: ``problem(value)`` is None when valid."""
+
+    __slots__ = ("problem",)
+
+    def __init__(self, problem: Callable[[object], str | None]) -> None:
+        self.problem = problem
+
+
+class MaxLen:
+    """Metadata of a free-text str field: its longest accepted value."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+INT32 = IntRange(-(2**31), 2**31 - 1, "a 32-bit integer")
+INT64 = IntRange(-(2**63), 2**63 - 1, "a 64-bit integer")
+UINT32 = IntRange(0, 2**31 - 1, "a non-negative 32-bit integer")
+UINT64 = IntRange(0, 2**63 - 1, "a non-negative 64-bit integer")
+# Free text (properties, keys, subscriptions) is bounded like the record's properties.
+DEFAULT_MAX_TEXT = 32767
+
+Int32 = Annotated[int, INT32]
+Int64 = Annotated[int, INT64]
+NonNegInt32 = Annotated[int, UINT32]
+NonNegInt64 = Annotated[int, UINT64]
+Topic = Annotated[str, NameRule(names.topic_problem)]
+Group = Annotated[str, NameRule(names.group_problem)]
+BrokerName = Annotated[str, NameRule(names.broker_name_problem)]
+ClusterName = Annotated[str, NameRule(names.cluster_name_problem)]
+Address = Annotated[str, NameRule(names.addr_problem)]
+
+# (attribute, wire name, type, optional, required, check)
+_Check = IntRange | NameRule | MaxLen | None
+_Field = tuple[str, str, type, bool, bool, _Check]
+
+
+def _unwrap(typ: Any) -> tuple[Any, bool, _Check]:
+    """(base type, optional, check) of an annotation such as ``Topic | None``."""
+    optional = False
+    if isinstance(typ, types.UnionType) or typing.get_origin(typ) is typing.Union:
+        args = [a for a in typing.get_args(typ) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(typ))
+        typ = args[0]
+    check: _Check = None
+    if typing.get_origin(typ) is Annotated:
+        typ, *meta = typing.get_args(typ)
+        check = meta[0]
+    if check is None:
+        if typ is int:
+            check = INT64
+        elif typ is str:
+            check = MaxLen(DEFAULT_MAX_TEXT)
+    return typ, optional, check
+
+
 class Header:
     """Base of every header dataclass."""
 
-    _wire: ClassVar[list[tuple[str, str, type, bool, bool]]]
+    _wire: ClassVar[list[_Field]]
 
     def __init_subclass__(cls, **kw: Any) -> None:
         super().__init_subclass__(**kw)
         cls._wire = []
 
     @classmethod
-    def _spec(cls) -> list[tuple[str, str, type, bool, bool]]:
+    def _spec(cls) -> list[_Field]:
         if not cls._wire:
-            hints = typing.get_type_hints(cls)
+            hints = typing.get_type_hints(cls, include_extras=True)
             for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-                typ = hints[f.name]
-                optional = False
-                if isinstance(typ, types.UnionType):
-                    args = [a for a in typ.__args__ if a is not type(None)]
-                    optional = len(args) < len(typ.__args__)
-                    typ = args[0]
+                typ, optional, check = _unwrap(hints[f.name])
                 required = (
                     f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
                 )
-                cls._wire.append((f.name, _camel(f.name), typ, optional, required))
+                cls._wire.append((f.name, _camel(f.name), typ, optional, required, check))
         return cls._wire
 
     def to_fields(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for name, wire, _typ, _opt, _req in self._spec():
+        for name, wire, _typ, _opt, _req, _check in self._spec():
             value = getattr(self, name)
             if value is not None:
                 out[wire] = value
@@ -57,18 +122,33 @@ class Header:
 
     @classmethod
     def from_fields(cls, fields: dict[str, Any]) -> Self:
+        """Decode and check every field; RemoteProtocolError names the first bad one."""
         kwargs: dict[str, Any] = {}
-        for name, wire, typ, optional, required in cls._spec():
-            if wire not in fields or fields[wire] is None:
+        for name, wire, typ, optional, required, check in cls._spec():
+            value = fields.get(wire)
+            if value is None:
                 if required and not optional:
                     raise RemoteProtocolError(f"{cls.__name__}: missing field {wire!r}")
                 continue
-            value = fields[wire]
-            if typ is int and (type(value) is bool or not isinstance(value, int)):
-                raise RemoteProtocolError(f"{cls.__name__}: field {wire!r} must be an integer")
-            if typ is not int and not isinstance(value, typ):
+            if typ is int:
+                if type(value) is not int:
+                    raise RemoteProtocolError(f"{cls.__name__}: field {wire!r} must be an integer")
+                assert isinstance(check, IntRange)
+                if not check.lo <= value <= check.hi:
+                    raise RemoteProtocolError(
+                        f"{cls.__name__}: field {wire!r} must be {check.meaning}, got {value}"
+                    )
+            elif not isinstance(value, typ):
                 raise RemoteProtocolError(
                     f"{cls.__name__}: field {wire!r} must be {typ.__name__}"
+                )
+            elif isinstance(check, NameRule):
+                problem = check.problem(value)
+                if problem is not None:
+                    raise RemoteProtocolError(f"{cls.__name__}: field {wire!r}: {problem}")
+            elif isinstance(check, MaxLen) and len(value) > check.n:
+                raise RemoteProtocolError(
+                    f"{cls.__name__}: field {wire!r} is longer than {check.n} characters"
                 )
             kwargs[name] = value
         return cls(**kwargs)
@@ -79,25 +159,25 @@ class Header:
 
 @dataclass(slots=True)
 class SendMessageRequestHeader(Header):
-    producer_group: str
+    producer_group: Group
     topic: str
-    queue_id: int
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    flag: int = 0
+    queue_id: Int32
+    sys_flag: Int32 = 0
+    born_timestamp: NonNegInt64 = 0
+    flag: Int32 = 0
     properties: str = ""
-    reconsume_times: int = 0
-    default_topic: str = "TBW102"
-    default_topic_queue_nums: int = 4
+    reconsume_times: NonNegInt32 = 0
+    default_topic: Topic = "TBW102"
+    default_topic_queue_nums: NonNegInt32 = 4
     unit_mode: bool = False
     batch: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: NonNegInt32 | None = None
 
 
 @dataclass(slots=True)
 class SendMessageResponseHeader(Header):
     msg_id: str
-    queue_id: int
+    queue_id: Int32
     queue_offset: int
     transaction_id: str | None = None
     batch_uniq_id: str | None = None
@@ -108,12 +188,12 @@ class SendMessageResponseHeader(Header):
 
 @dataclass(slots=True)
 class PullMessageRequestHeader(Header):
-    consumer_group: str
-    topic: str
-    queue_id: int
+    consumer_group: Group
+    topic: Topic
+    queue_id: Int32
     queue_offset: int
-    max_msg_nums: int
-    sys_flag: int = 0
+    max_msg_nums: Int32
+    sys_flag: Int32 = 0
     commit_offset: int = 0
     suspend_timeout_millis: int = 0
     subscription: str = "*"
@@ -131,9 +211,9 @@ class PullMessageResponseHeader(Header):
 
 @dataclass(slots=True)
 class QueryConsumerOffsetRequestHeader(Header):
-    consumer_group: str
-    topic: str
-    queue_id: int
+    consumer_group: Group
+    topic: Topic
+    queue_id: Int32
 
 
 @dataclass(slots=True)
@@ -143,22 +223,22 @@ class QueryConsumerOffsetResponseHeader(Header):
 
 @dataclass(slots=True)
 class UpdateConsumerOffsetRequestHeader(Header):
-    consumer_group: str
-    topic: str
-    queue_id: int
+    consumer_group: Group
+    topic: Topic
+    queue_id: Int32
     commit_offset: int
 
 
 @dataclass(slots=True)
 class GetMaxOffsetRequestHeader(Header):
-    topic: str
-    queue_id: int
+    topic: Topic
+    queue_id: Int32
 
 
 @dataclass(slots=True)
 class GetMinOffsetRequestHeader(Header):
-    topic: str
-    queue_id: int
+    topic: Topic
+    queue_id: Int32
 
 
 @dataclass(slots=True)
@@ -171,24 +251,24 @@ class OffsetResponseHeader(Header):
 
 @dataclass(slots=True)
 class CreateTopicRequestHeader(Header):
-    topic: str
-    default_topic: str = "TBW102"
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = 6
+    topic: Topic
+    default_topic: Topic = "TBW102"
+    read_queue_nums: Int32 = 16
+    write_queue_nums: Int32 = 16
+    perm: Int32 = 6
     topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
+    topic_sys_flag: Int32 = 0
     order: bool = False
 
 
 @dataclass(slots=True)
 class DeleteTopicRequestHeader(Header):
-    topic: str
+    topic: Topic
 
 
 @dataclass(slots=True)
 class GetTopicStatsInfoRequestHeader(Header):
-    topic: str
+    topic: Topic
 
 
 # ---- name server ----------------------------------------------------------
@@ -196,11 +276,11 @@ class GetTopicStatsInfoRequestHeader(Header):
 
 @dataclass(slots=True)
 class RegisterBrokerRequestHeader(Header):
-    broker_name: str
-    broker_addr: str
-    cluster_name: str
-    ha_server_addr: str
-    broker_id: int
+    broker_name: BrokerName
+    broker_addr: Address
+    cluster_name: ClusterName
+    ha_server_addr: Address
+    broker_id: NonNegInt64
     compressed: bool = False
     body_crc32: int = 0
 
@@ -213,20 +293,20 @@ class RegisterBrokerResponseHeader(Header):
 
 @dataclass(slots=True)
 class UnRegisterBrokerRequestHeader(Header):
-    broker_name: str
-    broker_addr: str
-    cluster_name: str
-    broker_id: int
+    broker_name: BrokerName
+    broker_addr: Address
+    cluster_name: ClusterName
+    broker_id: NonNegInt64
 
 
 @dataclass(slots=True)
 class GetRouteInfoRequestHeader(Header):
-    topic: str
+    topic: Topic
 
 
 @dataclass(slots=True)
 class WipeWritePermOfBrokerRequestHeader(Header):
-    broker_name: str
+    broker_name: BrokerName
 
 
 @dataclass(slots=True)
@@ -239,8 +319,8 @@ class WipeWritePermOfBrokerResponseHeader(Header):
 
 @dataclass(slots=True)
 class SearchOffsetRequestHeader(Header):
-    topic: str
-    queue_id: int
+    topic: Topic
+    queue_id: Int32
     timestamp: int
 
 
@@ -251,9 +331,9 @@ class ViewMessageRequestHeader(Header):
 
 @dataclass(slots=True)
 class QueryMessageRequestHeader(Header):
-    topic: str
+    topic: Topic
     key: str
-    max_num: int
+    max_num: Int32
     begin_timestamp: int
     end_timestamp: int
 
@@ -267,9 +347,9 @@ class QueryMessageResponseHeader(Header):
 @dataclass(slots=True)
 class ConsumerSendMsgBackRequestHeader(Header):
     offset: int
-    group: str
-    delay_level: int
+    group: Group
+    delay_level: Int32
     origin_msg_id: str | None = None
-    origin_topic: str | None = None
+    origin_topic: Topic | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: NonNegInt32 | None = None

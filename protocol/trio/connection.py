@@ -22,7 +22,7 @@ import structlog
 import trio
 
 from protocol.codes import RequestCode, ResponseCode, code_name
-from protocol.command import RemotingCommand, peek_opaque
+from protocol.command import FLAG_RESPONSE, RemotingCommand, peek_opaque
 from protocol.errors import ProtocolError, RemoteProtocolError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 from protocol.trio.errors import (
@@ -105,13 +105,25 @@ class RemotingConnection:
         self._close_callbacks.append(callback)
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve the connection until the peer goes or ``close()``.
+
+        A firewall: whatever a peer sends and whatever a handler raises, an
+        unexpected exception closes this connection with one logged traceback
+        and never propagates to the server (or client) running it.
+        """
+        started = False
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
                 task_status.started()
+                started = True
                 await self._reader()
                 nursery.cancel_scope.cancel()
+        except Exception:
+            self._log.exception("connection failed, closing it")
+            if not started:
+                raise
         finally:
             self._shutdown()
             with trio.CancelScope(shield=True):
@@ -147,10 +159,30 @@ class RemotingConnection:
 
     # ---- sending -------------------------------------------------------------
 
+    def _encode(self, cmd: RemotingCommand) -> bytes:
+        """The frame of ``cmd``. A response that cannot be framed (too large, or
+        holding what msgpack cannot pack) becomes a short SYSTEM_ERROR response;
+        a request that cannot be framed raises RemotingSendRequestError."""
+        try:
+            return encode_frame(cmd.encode(), self.max_frame_size)
+        except (ProtocolError, TypeError, ValueError, OverflowError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            if not cmd.flag & FLAG_RESPONSE:
+                raise RemotingSendRequestError(
+                    f"request {code_name(cmd.code, False)} cannot be framed: {reason}"
+                ) from exc
+            self._log.warning("response cannot be framed, answering an error instead",
+                              code=cmd.code, opaque=cmd.opaque, error=reason[:200])
+            error = RemotingCommand(
+                code=ResponseCode.SYSTEM_ERROR, opaque=cmd.opaque, flag=FLAG_RESPONSE,
+                remark=f"the response cannot be sent: {reason[:200]}",
+            )
+            return encode_frame(error.encode(), self.max_frame_size)
+
     def _enqueue(self, cmd: RemotingCommand) -> None:
         if self.closed:
             raise RemotingSendRequestError(f"connection to {self.remote_addr} is closed")
-        frame = encode_frame(cmd.encode(), self.max_frame_size)
+        frame = self._encode(cmd)
         if not self._out and not self._sending and not self._batching and self._raw is not None:
             # Nothing queued and the writer is idle: try the socket right away,
             # which saves a task switch per frame; the writer takes any rest.
@@ -196,9 +228,14 @@ class RemotingConnection:
         self._wake_writer()
 
     def send_response(self, response: RemotingCommand) -> None:
-        """Queue a response (or any command) without waiting. Dropped if closed."""
-        if not self.closed:
+        """Queue a response (or any command) without waiting. Dropped if closed;
+        never raises (a request that cannot be framed is logged and dropped)."""
+        if self.closed:
+            return
+        try:
             self._enqueue(response)
+        except RemotingSendRequestError as exc:
+            self._log.warning("command dropped", error=str(exc)[:300])
 
     async def _writer(self) -> None:
         stream = self.stream
@@ -313,7 +350,7 @@ class RemotingConnection:
         sync_handler, async_handler = self.handlers.lookup(cmd.code)
         if sync_handler is not None:
             try:
-                response = sync_handler(self, cmd)
+                response = self._checked(cmd, sync_handler(self, cmd))
             except Exception as exc:
                 response = self._error_response(cmd, exc)
             if response is not None and not cmd.is_oneway:
@@ -331,11 +368,17 @@ class RemotingConnection:
 
     async def _run_async(self, handler: AsyncHandler, cmd: RemotingCommand) -> None:
         try:
-            response = await handler(self, cmd)
+            response = self._checked(cmd, await handler(self, cmd))
         except Exception as exc:
             response = self._error_response(cmd, exc)
         if response is not None and not cmd.is_oneway:
             self.send_response(response)
+
+    @staticmethod
+    def _checked(cmd: RemotingCommand, response: object) -> RemotingCommand | None:
+        if response is None or isinstance(response, RemotingCommand):
+            return response
+        raise TypeError(f"the handler of {_request_name(cmd.code)} returned {type(response).__name__}")
 
     def _error_response(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
         if isinstance(exc, ProtocolError):

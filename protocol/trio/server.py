@@ -57,6 +57,15 @@ class RemotingServer:
             task_status.started(self.port)
 
     async def _handle(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted connection; nothing raised here ends the server."""
+        try:
+            await self._serve_connection(stream)
+        except Exception:
+            log.exception("connection handler failed", peer=_peer(stream))
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await stream.aclose()
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
         try:
             stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
         except OSError:
