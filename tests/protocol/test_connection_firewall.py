@@ -17,6 +17,7 @@ import trio.testing
 
 from protocol.codes import ResponseCode
 from protocol.command import MAX_REMARK, RemotingCommand
+from protocol.errors import RemoteProtocolError
 from protocol.frame import FrameDecoder, encode_frame
 from protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -24,7 +25,6 @@ from protocol.headers import (
     RegisterBrokerRequestHeader,
     SendMessageRequestHeader,
 )
-from protocol.errors import RemoteProtocolError
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.errors import RemotingSendRequestError
 
