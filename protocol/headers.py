@@ -146,7 +146,7 @@ class Header:
                 problem = check.problem(value)
                 if problem is not None:
                     raise RemoteProtocolError(f"{cls.__name__}: field {wire!r}: {problem}")
-            elif isinstance(check, MaxLen) and len(value) > check.n:
+            elif isinstance(check, MaxLen) and len(value) > check.n:  # type: ignore[arg-type]
                 raise RemoteProtocolError(
                     f"{cls.__name__}: field {wire!r} is longer than {check.n} characters"
                 )
