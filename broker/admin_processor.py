@@ -15,11 +15,22 @@ from protocol.headers import (
     DeleteTopicRequestHeader,
     GetTopicStatsInfoRequestHeader,
 )
-from protocol.route import TopicConfig
+from protocol.names import group_problem, topic_problem
+from protocol.route import PERM_MAX, TopicConfig
 from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
+
+
+def _group_field(cmd: RemotingCommand, key: str) -> str:
+    """A header field holding a group name; RemoteProtocolError unless valid."""
+    group = cmd.ext_fields.get(key)
+    problem = group_problem(group)
+    if problem is not None:
+        raise RemoteProtocolError(f"field {key!r}: {problem}")
+    assert isinstance(group, str)
+    return group
 
 
 class AdminBrokerProcessor:
@@ -33,8 +44,12 @@ class AdminBrokerProcessor:
             reason = f"the topic {h.topic!r} is a reserved system topic"
         if reason is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
-        if not (0 < h.read_queue_nums <= 1024 and 0 < h.write_queue_nums <= 1024):
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be within 1..1024")
+        limit = self.controller.config.max_queue_nums
+        if not (0 < h.read_queue_nums <= limit and 0 < h.write_queue_nums <= limit):
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"queue numbers must be within 1..{limit} (maxQueueNums)")
+        if not 0 <= h.perm <= PERM_MAX:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"perm must be within 0..{PERM_MAX}")
         cfg = TopicConfig(
             h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
             h.topic_filter_type, h.topic_sys_flag, h.order,
@@ -50,9 +65,9 @@ class AdminBrokerProcessor:
             cfg = SubscriptionGroupConfig.from_dict(unpack_body(cmd.body))
         except ValueError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group: {exc}")
-        reason = validate_topic(cfg.group_name)
+        reason = group_problem(cfg.group_name)
         if reason is not None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, reason.replace("topic", "group"))
+            return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
         self.controller.subscription_group_manager.update(cfg)
         return cmd.response(ResponseCode.SUCCESS)
 
@@ -65,9 +80,7 @@ class AdminBrokerProcessor:
     def delete_subscription_group(
         self, conn: RemotingConnection, cmd: RemotingCommand
     ) -> RemotingCommand:
-        group = cmd.ext_fields.get("groupName")
-        if not isinstance(group, str) or not group:
-            raise RemoteProtocolError("DELETE_SUBSCRIPTIONGROUP needs groupName")
+        group = _group_field(cmd, "groupName")
         if not self.controller.subscription_group_manager.delete(group):
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 f"subscription group {group} does not exist")
@@ -100,10 +113,10 @@ class AdminBrokerProcessor:
 
     def get_consume_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         """Per queue of the group's topics: broker offset, consumer offset, lag."""
-        group = cmd.ext_fields.get("consumerGroup")
-        if not isinstance(group, str):
-            raise RemoteProtocolError("GET_CONSUME_STATS needs consumerGroup")
+        group = _group_field(cmd, "consumerGroup")
         only = cmd.ext_fields.get("topic")
+        if only is not None and topic_problem(only) is not None:
+            raise RemoteProtocolError(f"GET_CONSUME_STATS: field 'topic': {topic_problem(only)}")
         c = self.controller
         topics = {t for t in c.topic_config_manager.table
                   if group in c.consumer_offset_manager.groups_of_topic(t)}
@@ -127,8 +140,8 @@ class AdminBrokerProcessor:
         return cmd.response(ResponseCode.SUCCESS, body=pack_body({"offsetTable": rows}))
 
     def get_consumer_connection_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        group = cmd.ext_fields.get("consumerGroup")
-        info = self.controller.consumer_manager.groups.get(group) if isinstance(group, str) else None
+        group = _group_field(cmd, "consumerGroup")
+        info = self.controller.consumer_manager.groups.get(group)
         if info is None:
             return cmd.response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
         body = {

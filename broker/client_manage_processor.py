@@ -6,28 +6,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker.topic_validator import RETRY_GROUP_TOPIC_PREFIX
 from protocol.body import pack_body, unpack_body
+from protocol.client_data import CLIENT_ID_MAX_LENGTH, HeartbeatData, LockBatchRequestBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
+from protocol.names import InvalidNameError, group_problem, retry_topic
 from protocol.route import PERM_RW
 from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
-
-
-def _mq_tuples(items: Any) -> list[tuple[str, str, int]]:
-    if not isinstance(items, list):
-        raise RemoteProtocolError("mqSet must be an array")
-    out = []
-    for it in items:
-        if not (isinstance(it, dict) and isinstance(it.get("topic"), str)
-                and isinstance(it.get("brokerName"), str) and type(it.get("queueId")) is int):
-            raise RemoteProtocolError("mqSet entries need topic, brokerName, queueId")
-        out.append((it["topic"], it["brokerName"], it["queueId"]))
-    return out
 
 
 def _mq_dicts(mqs: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
@@ -39,35 +28,35 @@ class ClientManageProcessor:
         self.controller = controller
 
     def heart_beat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        body = unpack_body(cmd.body)
-        if not isinstance(body, dict) or not isinstance(body.get("clientID"), str):
-            raise RemoteProtocolError("heartbeat body needs clientID")
-        cid = body["clientID"]
+        # the whole body is checked before anything is registered
+        hb = HeartbeatData.from_wire(unpack_body(cmd.body))
+        cid = hb.client_id
         now = trio.current_time()
         c = self.controller
-        for p in body.get("producerDataSet") or []:
-            if isinstance(p, dict) and isinstance(p.get("groupName"), str):
-                c.producer_manager.register(p["groupName"], cid, conn, now)
+        for group in hb.producer_groups:
+            c.producer_manager.register(group, cid, conn, now)
         refused: list[str] = []
-        for d in body.get("consumerDataSet") or []:
-            if not (isinstance(d, dict) and isinstance(d.get("groupName"), str)):
-                continue
-            group = d["groupName"]
+        for d in hb.consumers:
+            group = d.group_name
             sub_cfg = c.subscription_group_manager.find(group)
             if sub_cfg is None:
                 refused.append(f"subscription group {group} does not exist")
                 continue
-            if d.get("messageModel") == "BROADCASTING" and not sub_cfg.consume_broadcast_enable:
+            if d.message_model == "BROADCASTING" and not sub_cfg.consume_broadcast_enable:
                 refused.append(f"subscription group {group} does not allow broadcasting")
                 continue
-            if d.get("messageModel", "CLUSTERING") == "CLUSTERING":
+            if d.message_model == "CLUSTERING":
                 # the group's retry topic exists before its first failure, so it has a route
-                retry = RETRY_GROUP_TOPIC_PREFIX + group
+                try:
+                    retry = retry_topic(group)
+                except InvalidNameError as exc:
+                    refused.append(str(exc))
+                    continue
                 if c.topic_config_manager.get(retry) is None:
                     c.topic_config_manager.create_topic_in_send_back(
                         retry, max(1, sub_cfg.retry_queue_nums), PERM_RW)
                     c.trigger_register()
-            if c.consumer_manager.register(group, cid, conn, now, d):
+            if c.consumer_manager.register(group, cid, conn, now, d.to_dict()):
                 self.notify_consumer_ids_changed(group)
         if refused:
             return cmd.response(ResponseCode.NO_PERMISSION, "; ".join(refused))
@@ -76,8 +65,12 @@ class ClientManageProcessor:
     def unregister_client(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         f = cmd.ext_fields
         cid = f.get("clientID")
-        if not isinstance(cid, str):
-            raise RemoteProtocolError("UNREGISTER_CLIENT needs clientID")
+        if not isinstance(cid, str) or len(cid) > CLIENT_ID_MAX_LENGTH:
+            raise RemoteProtocolError("UNREGISTER_CLIENT needs clientID (at most "
+                                      f"{CLIENT_ID_MAX_LENGTH} characters)")
+        for key in ("producerGroup", "consumerGroup"):
+            if f.get(key) is not None and group_problem(f[key]) is not None:
+                raise RemoteProtocolError(f"UNREGISTER_CLIENT: field {key!r}: {group_problem(f[key])}")
         if isinstance(f.get("producerGroup"), str):
             self.controller.producer_manager.unregister(f["producerGroup"], cid)
         group = f.get("consumerGroup")
@@ -87,28 +80,24 @@ class ClientManageProcessor:
 
     def get_consumer_list_by_group(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         group = cmd.ext_fields.get("consumerGroup")
-        if not isinstance(group, str):
-            raise RemoteProtocolError("GET_CONSUMER_LIST_BY_GROUP needs consumerGroup")
+        if group_problem(group) is not None:
+            raise RemoteProtocolError(f"GET_CONSUMER_LIST_BY_GROUP: field 'consumerGroup': "
+                                      f"{group_problem(group)}")
+        assert isinstance(group, str)
         ids = self.controller.consumer_manager.client_ids(group)
         if not ids:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} online")
         return cmd.response(ResponseCode.SUCCESS, body=pack_body({"consumerIdList": ids}))
 
     def lock_batch_mq(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        body = unpack_body(cmd.body)
-        if not isinstance(body, dict):
-            raise RemoteProtocolError("lock body must be a map")
+        body = LockBatchRequestBody.from_wire(unpack_body(cmd.body))
         held = self.controller.lock_manager.try_lock_batch(
-            str(body.get("consumerGroup")), _mq_tuples(body.get("mqSet")),
-            str(body.get("clientId")), trio.current_time())
+            body.consumer_group, body.mq_set, body.client_id, trio.current_time())
         return cmd.response(ResponseCode.SUCCESS, body=pack_body({"lockOKMQSet": _mq_dicts(held)}))
 
     def unlock_batch_mq(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        body = unpack_body(cmd.body)
-        if not isinstance(body, dict):
-            raise RemoteProtocolError("unlock body must be a map")
-        self.controller.lock_manager.unlock_batch(
-            str(body.get("consumerGroup")), _mq_tuples(body.get("mqSet")), str(body.get("clientId")))
+        body = LockBatchRequestBody.from_wire(unpack_body(cmd.body))
+        self.controller.lock_manager.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
         return cmd.response(ResponseCode.SUCCESS)
 
     def notify_consumer_ids_changed(self, group: str) -> None:

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from protocol import names
 from protocol.config import ConfigError, PropertiesConfig, load_properties
+from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -49,6 +51,7 @@ class BrokerConfig(PropertiesConfig):
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True
     default_topic_queue_nums: int = 4
+    max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS  # most read/write queues one topic may have
     broker_permission: int = 6
     # messages
     max_message_size: int = 4 * MiB
@@ -86,6 +89,22 @@ class BrokerConfig(PropertiesConfig):
     long_polling_max_suspend_millis: int = 15_000
     # housekeeping
     channel_expired_timeout: int = 120_000
+
+    def validate(self) -> None:
+        """Names and addresses follow protocol.names; raises ConfigError naming the key."""
+        checks = [
+            ("brokerName", names.broker_name_problem(self.broker_name)),
+            ("brokerClusterName", names.cluster_name_problem(self.broker_cluster_name)),
+            ("brokerIP1", names.addr_problem(f"{self.broker_ip1}:{self.listen_port}")),
+        ]
+        checks += [("namesrvAddr", names.addr_problem(a)) for a in self.namesrv_addr_list]
+        for key, problem in checks:
+            if problem is not None:
+                raise ConfigError(f"{key}: {problem}")
+        if not 0 < self.max_queue_nums <= 65535:
+            raise ConfigError("maxQueueNums must be within 1..65535")
+        if not 0 < self.default_topic_queue_nums <= self.max_queue_nums:
+            raise ConfigError("defaultTopicQueueNums must be within 1..maxQueueNums")
 
     def delay_level_table(self) -> dict[int, int]:
         """Delay level (1-based) -> milliseconds, from ``messageDelayLevel``.

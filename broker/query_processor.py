@@ -12,6 +12,7 @@ from protocol.headers import (
     SearchOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
+from protocol.names import shown
 from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class QueryMessageProcessor:
         records = store.query_message(h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp)
         if not records:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND,
-                                f"no message with key {h.key!r} in topic {h.topic!r}")
+                                f"no message with key {shown(h.key)} in topic {h.topic}")
         return cmd.response(ResponseCode.SUCCESS, body=b"".join(records))
 
     def view_message_by_id(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -14,11 +14,7 @@ import structlog
 
 from broker.schedule_service import DELAY, to_schedule
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
-from broker.topic_validator import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
-    check_user_topic,
-)
+from broker.topic_validator import check_user_topic
 from protocol.body import unpack_body
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -37,6 +33,7 @@ from protocol.message import (
     properties_to_string,
     string_to_properties,
 )
+from protocol.names import InvalidNameError, dlq_topic, retry_topic, shown
 from protocol.route import PERM_RW, PERM_WRITE, TopicConfig, is_writeable
 from protocol.trio.connection import RemotingConnection
 
@@ -164,7 +161,7 @@ class SendMessageProcessor:
             try:
                 level = int(props[DELAY])
             except ValueError:
-                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad delay level {props[DELAY]!r}")
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad delay level {shown(props[DELAY])}")
             if level > 0:
                 to_schedule(inner, props, self.controller.schedule_service.max_level)
         result = self.controller.message_store.put_message(inner)
@@ -183,7 +180,7 @@ class SendMessageProcessor:
         group_cfg = self.controller.subscription_group_manager.find(h.group)
         if group_cfg is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group {h.group} does not exist")
+                                f"subscription group {shown(h.group)} does not exist")
         topics = self.controller.topic_config_manager
         props = dict(msg.properties)
         props.setdefault(RETRY_TOPIC, msg.topic)
@@ -192,13 +189,16 @@ class SendMessageProcessor:
         reconsume = msg.reconsume_times  # failures so far, before this one
         max_times = (h.max_reconsume_times if h.max_reconsume_times is not None
                      else group_cfg.retry_max_times)
-        if reconsume >= max_times or h.delay_level < 0:
-            topic = DLQ_GROUP_TOPIC_PREFIX + h.group
+        to_dlq = reconsume >= max_times or h.delay_level < 0
+        try:
+            topic = dlq_topic(h.group) if to_dlq else retry_topic(h.group)
+        except InvalidNameError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+        if to_dlq:
             cfg = topics.create_topic_in_send_back(topic, 1, PERM_WRITE)
             queue_id = 0
             level = 0
         else:
-            topic = RETRY_GROUP_TOPIC_PREFIX + h.group
             cfg = topics.create_topic_in_send_back(topic, max(1, group_cfg.retry_queue_nums), PERM_RW)
             queue_id = random.randrange(cfg.write_queue_nums) if cfg.write_queue_nums > 0 else 0
             level = h.delay_level or 3 + reconsume
@@ -241,6 +241,8 @@ class SendMessageProcessor:
             if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int
                     and isinstance(item[2], str)):
                 raise RemoteProtocolError("batch entries must be [flag, body, properties]")
+            if not -(2**31) <= item[0] < 2**31:
+                raise RemoteProtocolError("batch entry flag must be a 32-bit integer")
             err = self._check_body(cmd, item[1])
             if err is not None:
                 return err

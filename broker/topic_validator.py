@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-import re
+from protocol.names import (  # noqa: F401  (re-exported)
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TOPIC_MAX_LENGTH,
+    shown,
+    topic_problem,
+)
 
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
@@ -25,23 +31,12 @@ SYSTEM_TOPICS = frozenset(
     }
 )
 
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
-
-TOPIC_MAX_LENGTH = 127
-_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
 def validate_topic(topic: str) -> str | None:
-    """None if ``topic`` is a legal name, else the reason it is not."""
-    if not topic:
-        return "the topic name is empty"
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return f"the topic name is longer than {TOPIC_MAX_LENGTH} characters"
-    if not _VALID.match(topic):
-        return f"the topic name {topic!r} contains characters other than [%|a-zA-Z0-9_-]"
-    return None
+    """None if ``topic`` is a legal name, else the reason it is not (protocol.names)."""
+    return topic_problem(topic)
 
 
 def is_system_topic(topic: str) -> bool:
@@ -52,5 +47,5 @@ def check_user_topic(topic: str) -> str | None:
     """Reason a producer may not send to ``topic``, or None."""
     reason = validate_topic(topic)
     if reason is None and is_system_topic(topic):
-        reason = f"the topic {topic!r} is a reserved system topic"
+        reason = f"the topic {shown(topic)} is a reserved system topic"
     return reason

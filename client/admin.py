@@ -8,6 +8,7 @@ from typing import Any
 
 import structlog
 
+from client.route_info import usable
 from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -268,6 +269,8 @@ class MQAdmin:
         route = await self.topic_route(topic)
         rows = []
         for qd in route.queue_datas:
+            if not usable(qd):
+                continue
             for qid in range(qd.read_queue_nums):
                 offset = await self.search_offset(topic, qd.broker_name, qid, timestamp_ms)
                 addr = await self.broker_addr(topic, qd.broker_name)

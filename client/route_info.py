@@ -10,17 +10,29 @@ from __future__ import annotations
 
 from protocol.message import MessageQueue
 from protocol.route import (
+    DEFAULT_MAX_QUEUE_NUMS,
     MASTER_ID,
     BrokerData,
     QueueData,
     TopicRouteData,
     is_readable,
     is_writeable,
+    queue_counts_problem,
 )
 
 
-def publish_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
-    """Writable queues of ``topic``, brokers in name order, queue ids ascending."""
+def usable(qd: QueueData, max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS) -> bool:
+    """Whether a route's queue data is within bounds; a client ignores any other
+    (a name server could hand out 2^31 queues that no broker has)."""
+    return queue_counts_problem("", qd.read_queue_nums, qd.write_queue_nums, qd.perm,
+                                max_queue_nums) is None
+
+
+def publish_queues(topic: str, route: TopicRouteData,
+                   max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS) -> list[MessageQueue]:
+    """Writable queues of ``topic``, brokers in name order, queue ids ascending.
+
+    Queue data beyond ``max_queue_nums`` queues is ignored."""
     masters = {
         b.broker_name for b in route.broker_datas if b.broker_addrs.get(MASTER_ID) is not None
     }
@@ -28,15 +40,18 @@ def publish_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
     for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
         if not is_writeable(qd.perm) or qd.broker_name not in masters:
             continue
+        if not usable(qd, max_queue_nums):
+            continue
         out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.write_queue_nums))
     return out
 
 
-def subscribe_queues(topic: str, route: TopicRouteData) -> list[MessageQueue]:
-    """Readable queues of ``topic``, sorted."""
+def subscribe_queues(topic: str, route: TopicRouteData,
+                     max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS) -> list[MessageQueue]:
+    """Readable queues of ``topic``, sorted; queue data beyond ``max_queue_nums`` is ignored."""
     out: list[MessageQueue] = []
     for qd in route.queue_datas:
-        if is_readable(qd.perm):
+        if is_readable(qd.perm) and usable(qd, max_queue_nums):
             out.extend(MessageQueue(topic, qd.broker_name, i) for i in range(qd.read_queue_nums))
     out.sort()
     return out
@@ -50,6 +65,8 @@ def default_topic_route(default_route: TopicRouteData, queue_nums: int) -> Topic
     """
     queue_datas = []
     for qd in default_route.queue_datas:
+        if not usable(qd):
+            continue
         n = min(queue_nums, qd.read_queue_nums)
         queue_datas.append(QueueData(qd.broker_name, n, n, qd.perm, qd.topic_sys_flag))
     broker_datas = [

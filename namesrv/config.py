@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.config import PropertiesConfig
+from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 
 
 @dataclass(slots=True)
@@ -16,3 +17,5 @@ class NamesrvConfig(PropertiesConfig):
     # ms of silence after which a broker is dropped
     broker_channel_expired_time: int = 120_000
     max_frame_size: int = 16 * 1024 * 1024
+    # most read/write queues a topic may have per broker; registrations beyond it are refused
+    max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS

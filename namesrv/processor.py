@@ -18,16 +18,19 @@ from protocol.headers import (
     WipeWritePermOfBrokerRequestHeader,
     WipeWritePermOfBrokerResponseHeader,
 )
-from protocol.route import DataVersion, TopicConfig
+from protocol.names import shown
+from protocol.route import DEFAULT_MAX_QUEUE_NUMS, DataVersion, TopicConfig, topic_config_problem
 from protocol.trio.connection import HandlerTable, RemotingConnection
 
 
 class NamesrvProcessor:
     """Handlers over one RouteInfoManager; ``clock`` gives seconds (trio time)."""
 
-    def __init__(self, routes: RouteInfoManager, clock: Callable[[], float]) -> None:
+    def __init__(self, routes: RouteInfoManager, clock: Callable[[], float],
+                 max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS) -> None:
         self.routes = routes
         self.clock = clock
+        self.max_queue_nums = max_queue_nums
 
     def handler_table(self) -> HandlerTable:
         table = HandlerTable()
@@ -51,7 +54,14 @@ class NamesrvProcessor:
             table = body.get("topicConfigTable") or {}
             if not isinstance(table, dict):
                 raise RemoteProtocolError("topicConfigTable must be a map")
-            topics = {name: TopicConfig.from_dict(cfg) for name, cfg in table.items()}
+            for name, raw in table.items():
+                cfg = TopicConfig.from_dict(raw)
+                problem = (topic_config_problem(cfg, self.max_queue_nums)
+                           if cfg.topic_name == name else
+                           f"topicConfigTable key {shown(name)} differs from its topicName")
+                if problem is not None:
+                    raise RemoteProtocolError(f"REGISTER_BROKER refused: {problem}")
+                topics[name] = cfg
             version = DataVersion.from_dict(body.get("dataVersion"))
         result = self.routes.register_broker(
             h.cluster_name,

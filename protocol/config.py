@@ -90,6 +90,10 @@ class PropertiesConfig:
             if f is None:
                 raise ConfigError(f"unknown config key: {key}")
             setattr(self, f.name, _convert(f.name, getattr(self, f.name), raw))
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the settings as a whole; raises ConfigError. Subclasses extend it."""
 
     @classmethod
     def from_properties(cls, props: dict[str, Any]) -> Self:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import RemoteProtocolError
+from protocol.names import topic_problem
 
 # Permission bits, as RocketMQ's PermName.
 PERM_PRIORITY = 0x8
@@ -17,6 +18,9 @@ PERM_READ = 0x4
 PERM_WRITE = 0x2
 PERM_INHERIT = 0x1
 PERM_RW = PERM_READ | PERM_WRITE
+PERM_MAX = PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT
+# Queue counts a route may carry (name server, broker and client: maxQueueNums).
+DEFAULT_MAX_QUEUE_NUMS = 1024
 
 MASTER_ID = 0
 
@@ -80,6 +84,25 @@ class TopicConfig:
             topic_sys_flag=_get(d, "topicSysFlag", int, 0),
             order=_get(d, "order", bool, False),
         )
+
+
+def topic_config_problem(cfg: TopicConfig, max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS) -> str | None:
+    """None when ``cfg`` may enter a route table, else why not."""
+    problem = topic_problem(cfg.topic_name)
+    if problem is not None:
+        return problem
+    return queue_counts_problem(cfg.topic_name, cfg.read_queue_nums, cfg.write_queue_nums,
+                                cfg.perm, max_queue_nums)
+
+
+def queue_counts_problem(topic: str, read: int, write: int, perm: int,
+                         max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS) -> str | None:
+    if not (0 <= read <= max_queue_nums and 0 <= write <= max_queue_nums):
+        return (f"topic {topic}: queue numbers {read}/{write} are outside "
+                f"0..{max_queue_nums} (maxQueueNums)")
+    if not 0 <= perm <= PERM_MAX:
+        return f"topic {topic}: perm {perm} is outside 0..{PERM_MAX}"
+    return None
 
 
 @dataclass(slots=True)

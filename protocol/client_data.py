@@ -1,0 +1,208 @@
+"""Bodies clients send about themselves: HeartbeatData and LockBatchRequestBody.
+
+As RocketMQ's (``HeartbeatData``, ``ConsumerData``, ``SubscriptionData``,
+``LockBatchRequestBody``). ``from_wire`` checks a decoded msgpack body's shape,
+every name (protocol.names) and every bound, and raises RemoteProtocolError
+naming the offending field, so a broker keeps only what it validated: nothing
+a peer adds beyond these fields is stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol import names
+from protocol.errors import RemoteProtocolError
+
+CLIENT_ID_MAX_LENGTH = 255
+TEXT_MAX_LENGTH = 255
+SUB_STRING_MAX_LENGTH = 32767
+# Bounds on what one heartbeat can make a broker hold.
+MAX_GROUPS_PER_HEARTBEAT = 256
+MAX_SUBSCRIPTIONS_PER_CONSUMER = 1024
+MAX_TAGS_PER_SUBSCRIPTION = 1024
+MAX_QUEUES_PER_LOCK = 4096
+
+MESSAGE_MODELS = ("CLUSTERING", "BROADCASTING")
+CONSUME_TYPES = ("CONSUME_PASSIVELY", "CONSUME_ACTIVELY")
+
+
+def _fail(where: str, what: str) -> RemoteProtocolError:
+    return RemoteProtocolError(f"{where}: {what}")
+
+
+def _map(obj: Any, where: str) -> dict[str, Any]:
+    if not isinstance(obj, dict):
+        raise _fail(where, f"must be a map, not {type(obj).__name__}")
+    return obj
+
+
+def _list(obj: Any, where: str, limit: int) -> list[Any]:
+    if obj is None:
+        return []
+    if not isinstance(obj, list):
+        raise _fail(where, f"must be an array, not {type(obj).__name__}")
+    if len(obj) > limit:
+        raise _fail(where, f"holds {len(obj)} entries, at most {limit} are accepted")
+    return obj
+
+
+def _text(d: dict[str, Any], key: str, where: str, default: str | None = None,
+          limit: int = TEXT_MAX_LENGTH) -> str:
+    value = d.get(key, default)
+    if not isinstance(value, str):
+        raise _fail(f"{where}.{key}", "missing" if value is None else "must be a string")
+    if len(value) > limit:
+        raise _fail(f"{where}.{key}", f"is longer than {limit} characters")
+    return value
+
+
+def _int(d: dict[str, Any], key: str, where: str, default: int, lo: int, hi: int) -> int:
+    value = d.get(key, default)
+    if type(value) is not int or not lo <= value <= hi:
+        raise _fail(f"{where}.{key}", f"must be an integer in {lo}..{hi}")
+    return value
+
+
+def _name(problem: str | None, where: str) -> None:
+    if problem is not None:
+        raise _fail(where, problem)
+
+
+@dataclass(slots=True)
+class SubscriptionData:
+    topic: str
+    sub_string: str = "*"
+    tags_set: list[str] = field(default_factory=list)
+    code_set: list[int] = field(default_factory=list)
+    expression_type: str = "TAG"
+    sub_version: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "subString": self.sub_string, "tagsSet": self.tags_set,
+                "codeSet": self.code_set, "expressionType": self.expression_type,
+                "subVersion": self.sub_version}
+
+    @classmethod
+    def from_wire(cls, obj: Any, where: str) -> SubscriptionData:
+        d = _map(obj, where)
+        topic = d.get("topic")
+        _name(names.topic_problem(topic), f"{where}.topic")
+        assert isinstance(topic, str)
+        tags = _list(d.get("tagsSet"), f"{where}.tagsSet", MAX_TAGS_PER_SUBSCRIPTION)
+        codes = _list(d.get("codeSet"), f"{where}.codeSet", MAX_TAGS_PER_SUBSCRIPTION)
+        if not all(isinstance(t, str) and len(t) <= TEXT_MAX_LENGTH for t in tags):
+            raise _fail(f"{where}.tagsSet", f"must hold strings of at most {TEXT_MAX_LENGTH} characters")
+        if not all(type(c) is int and -(2**31) <= c < 2**31 for c in codes):
+            raise _fail(f"{where}.codeSet", "must hold 32-bit integers")
+        return cls(
+            topic=topic,
+            sub_string=_text(d, "subString", where, "*", SUB_STRING_MAX_LENGTH),
+            tags_set=list(tags),
+            code_set=list(codes),
+            expression_type=_text(d, "expressionType", where, "TAG"),
+            sub_version=_int(d, "subVersion", where, 0, -(2**63), 2**63 - 1),
+        )
+
+
+@dataclass(slots=True)
+class ConsumerData:
+    group_name: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    unit_mode: bool = False
+    subscriptions: list[SubscriptionData] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"groupName": self.group_name, "consumeType": self.consume_type,
+                "messageModel": self.message_model, "consumeFromWhere": self.consume_from_where,
+                "unitMode": self.unit_mode,
+                "subscriptionDataSet": [s.to_dict() for s in self.subscriptions]}
+
+    @classmethod
+    def from_wire(cls, obj: Any, where: str) -> ConsumerData:
+        d = _map(obj, where)
+        group = d.get("groupName")
+        _name(names.group_problem(group), f"{where}.groupName")
+        assert isinstance(group, str)
+        model = _text(d, "messageModel", where, "CLUSTERING")
+        if model not in MESSAGE_MODELS:
+            raise _fail(f"{where}.messageModel", f"must be one of {', '.join(MESSAGE_MODELS)}")
+        consume_type = _text(d, "consumeType", where, "CONSUME_PASSIVELY")
+        if consume_type not in CONSUME_TYPES:
+            raise _fail(f"{where}.consumeType", f"must be one of {', '.join(CONSUME_TYPES)}")
+        unit_mode = d.get("unitMode", False)
+        if not isinstance(unit_mode, bool):
+            raise _fail(f"{where}.unitMode", "must be true or false")
+        subs = _list(d.get("subscriptionDataSet"), f"{where}.subscriptionDataSet",
+                     MAX_SUBSCRIPTIONS_PER_CONSUMER)
+        return cls(
+            group_name=group,
+            consume_type=consume_type,
+            message_model=model,
+            consume_from_where=_text(d, "consumeFromWhere", where, "CONSUME_FROM_LAST_OFFSET"),
+            unit_mode=unit_mode,
+            subscriptions=[SubscriptionData.from_wire(s, f"{where}.subscriptionDataSet[{i}]")
+                           for i, s in enumerate(subs)],
+        )
+
+
+@dataclass(slots=True)
+class HeartbeatData:
+    client_id: str
+    producer_groups: list[str] = field(default_factory=list)
+    consumers: list[ConsumerData] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clientID": self.client_id,
+                "producerDataSet": [{"groupName": g} for g in self.producer_groups],
+                "consumerDataSet": [c.to_dict() for c in self.consumers]}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> HeartbeatData:
+        d = _map(obj, "heartbeat")
+        client_id = _text(d, "clientID", "heartbeat", None, CLIENT_ID_MAX_LENGTH)
+        producers = []
+        for i, p in enumerate(_list(d.get("producerDataSet"), "heartbeat.producerDataSet",
+                                    MAX_GROUPS_PER_HEARTBEAT)):
+            where = f"heartbeat.producerDataSet[{i}]"
+            group = _map(p, where).get("groupName")
+            _name(names.group_problem(group), f"{where}.groupName")
+            assert isinstance(group, str)
+            producers.append(group)
+        consumers = [
+            ConsumerData.from_wire(c, f"heartbeat.consumerDataSet[{i}]")
+            for i, c in enumerate(_list(d.get("consumerDataSet"), "heartbeat.consumerDataSet",
+                                        MAX_GROUPS_PER_HEARTBEAT))
+        ]
+        return cls(client_id, producers, consumers)
+
+
+@dataclass(slots=True)
+class LockBatchRequestBody:
+    consumer_group: str
+    client_id: str
+    mq_set: list[tuple[str, str, int]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"consumerGroup": self.consumer_group, "clientId": self.client_id,
+                "mqSet": [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in self.mq_set]}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> LockBatchRequestBody:
+        where = "lock body"
+        d = _map(obj, where)
+        group = d.get("consumerGroup")
+        _name(names.group_problem(group), f"{where}.consumerGroup")
+        assert isinstance(group, str)
+        client_id = _text(d, "clientId", where, None, CLIENT_ID_MAX_LENGTH)
+        mqs = []
+        for i, it in enumerate(_list(d.get("mqSet"), f"{where}.mqSet", MAX_QUEUES_PER_LOCK)):
+            at = f"{where}.mqSet[{i}]"
+            m = _map(it, at)
+            _name(names.topic_problem(m.get("topic")), f"{at}.topic")
+            _name(names.broker_name_problem(m.get("brokerName")), f"{at}.brokerName")
+            mqs.append((m["topic"], m["brokerName"], _int(m, "queueId", at, -1, 0, 2**31 - 1)))
+        return cls(group, client_id, mqs)
