@@ -9,6 +9,7 @@ import trio
 
 from protocol.command import RemotingCommand
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from protocol.names import shown
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.errors import RemotingConnectError
 
@@ -20,7 +21,7 @@ DEFAULT_CONNECT_TIMEOUT = 3.0
 def split_addr(addr: str) -> tuple[str, int]:
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
-        raise ValueError(f"address must be host:port, got {addr!r}")
+        raise ValueError(f"address must be host:port, got {shown(addr)}")
     return host, int(port)
 
 
@@ -91,7 +92,10 @@ class RemotingClient:
                 return conn
             if self._nursery is None:
                 raise RemotingConnectError("client is not started")
-            host, port = split_addr(addr)
+            try:
+                host, port = split_addr(addr)
+            except ValueError as exc:
+                raise RemotingConnectError(str(exc)) from exc
             try:
                 with trio.fail_after(self.connect_timeout):
                     stream = await trio.open_tcp_stream(host, port)
