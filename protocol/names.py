@@ -63,7 +63,14 @@ def topic_problem(topic: object) -> str | None:
     return _name_problem("topic name", topic, TOPIC_MAX_LENGTH)
 
 
+@lru_cache(maxsize=8192)
+def _cached_group_problem(group: str) -> str | None:
+    return _name_problem("group name", group, GROUP_MAX_LENGTH)
+
+
 def group_problem(group: object) -> str | None:
+    if isinstance(group, str) and len(group) <= GROUP_MAX_LENGTH:
+        return _cached_group_problem(group)
     return _name_problem("group name", group, GROUP_MAX_LENGTH)
 
 
