@@ -62,6 +62,14 @@ PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
     ),
     PutMessageStatus.OS_PAGECACHE_BUSY: (ResponseCode.SYSTEM_BUSY, "the page cache is busy"),
     PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "unknown store error"),
+    PutMessageStatus.DISK_FULL: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "disk full: the store cannot allocate a new file; writes resume once space is freed",
+    ),
+    PutMessageStatus.DISPATCH_BEHIND: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "the store cannot index stored messages yet: writes resume once it catches up",
+    ),
 }
 
 

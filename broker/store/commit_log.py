@@ -4,6 +4,11 @@ Records use RocketMQ 4.x's layout (protocol/record.py). A record that does not
 fit in the rest of a file is preceded by a BLANK record filling that rest, and
 goes to the next file; a file always ends full or with a BLANK of >= 8 bytes.
 Queue offsets come from ``topic_queue_table`` ("topic-queueId" -> next offset).
+
+A put is checked before anything is written (topic name, integer ranges,
+sizes) and its bytes are built before they are written: it either lands
+whole or leaves the log untouched. A file that cannot be allocated raises
+AllocationError (DiskFullError) with nothing written; the next put tries again.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from broker.store.status import (
     PutMessageResult,
     PutMessageStatus,
 )
+from protocol.names import topic_problem
 from protocol.record import (
     BLANK_MIN_SIZE,
     MAX_PROPERTIES_BYTES,
@@ -45,6 +51,37 @@ log = structlog.get_logger("store.commitlog")
 END_FILE_MIN_BLANK_LENGTH = BLANK_MIN_SIZE
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 _LONG = struct.Struct(">q")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _int_in(value: object, low: int, high: int) -> bool:
+    return isinstance(value, int) and low <= value <= high
+
+
+def message_problem(m: MessageExtBrokerInner) -> str | None:
+    """Why ``m`` cannot become a record (None when it can). Cheap: the topic
+    check is cached by protocol.names."""
+    problem = topic_problem(m.topic)
+    if problem is not None:
+        return problem
+    if not _int_in(m.queue_id, 0, INT32_MAX):
+        return "the queue id is out of range"
+    if not _int_in(m.flag, INT32_MIN, INT32_MAX):
+        return "the flag is out of range"
+    if not _int_in(m.sys_flag, INT32_MIN, INT32_MAX):
+        return "the sysFlag is out of range"
+    if not _int_in(m.born_timestamp, INT64_MIN, INT64_MAX):
+        return "the born timestamp is out of range"
+    if not _int_in(m.reconsume_times, 0, INT32_MAX):
+        return "the reconsume times are out of range"
+    if not _int_in(m.prepared_transaction_offset, INT64_MIN, INT64_MAX):
+        return "the prepared transaction offset is out of range"
+    if not _int_in(m.tags_code, INT64_MIN, INT64_MAX):
+        return "the tags code is out of range"
+    if not isinstance(m.body, bytes | bytearray) or not isinstance(m.properties_string, str):
+        return "the body or properties have the wrong type"
+    return None
 
 
 @dataclass(slots=True)
@@ -88,7 +125,7 @@ class CommitLog:
         # SCHEDULE_TOPIC_XXXX queue n holds delay level n + 1; its consume-queue
         # tag field carries the delivery time instead of a tag hash (as RocketMQ).
         self.delay_levels = delay_levels or {}
-        self.mapped_file_queue = MappedFileQueue(store_dir, file_size)
+        self.mapped_file_queue = MappedFileQueue(store_dir, file_size, "commit-log file")
         self.file_size = file_size
         self.store_host = pack_host(store_host)
         self.max_message_size = max_message_size
@@ -100,12 +137,23 @@ class CommitLog:
     def put_messages(
         self, msgs: list[MessageExtBrokerInner]
     ) -> tuple[PutMessageResult, list[DispatchRequest]]:
-        """Append one message, or a batch (one topic and queue, one file)."""
+        """Append one message, or a batch (one topic and queue, one file).
+
+        Raises AllocationError (DiskFullError) when the file it needs cannot
+        be created; nothing is written then.
+        """
         encoded = []
         total = 0
         for m in msgs:
+            problem = message_problem(m)
+            if problem is not None:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, detail=problem), []
+            try:
+                props_b = m.properties_string.encode()
+            except UnicodeEncodeError:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                        detail="the properties are not valid UTF-8"), []
             topic_b = m.topic.encode()
-            props_b = m.properties_string.encode()
             if len(props_b) > MAX_PROPERTIES_BYTES:
                 return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED), []
             if len(topic_b) > MAX_TOPIC_BYTES or len(m.body) > self.max_message_size:
@@ -116,20 +164,33 @@ class CommitLog:
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
         with self._lock:
-            mf = self.mapped_file_queue.last_for_append()
+            mfq = self.mapped_file_queue
+            mf = mfq.last_for_append()
+            target = mf
             if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
+                target = mfq.prepare_next()  # before the pad: a failure writes nothing
+            start = target.file_from_offset + (target.wrote_position if target is mf else 0)
+            try:
+                data, result, dispatches = self._encode(encoded, start, total)
+            except (struct.error, ValueError, OverflowError, TypeError) as exc:
+                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, detail=str(exc)), []
+            if target is not mf:
                 if mf.remaining > 0:
                     mf.append(encode_blank(mf.remaining))
-                mf = self.mapped_file_queue.last_for_append()
-            return self._append(mf, encoded, total)
+                target = mfq.last_for_append()
+            target.append(data)
+            target.store_timestamp = result.store_timestamp
+            first = encoded[0][0]
+            self.topic_queue_table[f"{first.topic}-{first.queue_id}"] = (
+                result.logics_offset + len(dispatches))
+            return PutMessageResult(PutMessageStatus.PUT_OK, result), dispatches
 
-    def _append(self, mf: MappedFile, encoded: list, total: int
-                ) -> tuple[PutMessageResult, list[DispatchRequest]]:
+    def _encode(self, encoded: list, wrote_offset: int, total: int
+                ) -> tuple[bytes, AppendMessageResult, list[DispatchRequest]]:
+        """The bytes of the records appended at ``wrote_offset`` (nothing written)."""
         now = int(time.time() * 1000)
         first = encoded[0][0]
-        key = f"{first.topic}-{first.queue_id}"
-        queue_offset = self.topic_queue_table.get(key, 0)
-        wrote_offset = mf.file_from_offset + mf.wrote_position
+        queue_offset = self.topic_queue_table.get(f"{first.topic}-{first.queue_id}", 0)
         phys = wrote_offset
         parts = []
         dispatches = []
@@ -153,14 +214,11 @@ class CommitLog:
             ids.append(encode_msg_id(self.store_host, phys))
             phys += size
             queue_offset += 1
-        mf.append(b"".join(parts) if len(parts) > 1 else parts[0])
-        mf.store_timestamp = now
-        self.topic_queue_table[key] = queue_offset
         result = AppendMessageResult(
             AppendMessageStatus.PUT_OK, wrote_offset, total, ",".join(ids), now,
             dispatches[0].consume_queue_offset, len(dispatches),
         )
-        return PutMessageResult(PutMessageStatus.PUT_OK, result), dispatches
+        return (b"".join(parts) if len(parts) > 1 else parts[0]), result, dispatches
 
     # ---- read ------------------------------------------------------------------
 

@@ -5,6 +5,11 @@
     +--------------------------+-------------+----------------+
 
 Entry n sits at byte n * 20 of the queue's log (files named by byte offset).
+
+The queue lives in ``<root>/<topic>/<queueId>``: only a valid topic name
+(protocol.names) and queue id make a path, and the directory must resolve
+inside ``root``. Anything else raises InvalidQueueError before any file
+system call.
 """
 
 from __future__ import annotations
@@ -14,19 +19,50 @@ from pathlib import Path
 
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.status import StoreError
+from protocol.names import shown, topic_problem
 
 CQ_STORE_UNIT_SIZE = 20
 CQ_ENTRY = struct.Struct(">qiq")
+MAX_QUEUE_ID = 2**31 - 1
+
+
+class InvalidQueueError(StoreError):
+    """A topic or queue id that cannot name a consume-queue directory."""
+
+
+def queue_problem(topic: object, queue_id: object) -> str | None:
+    """Why (topic, queue_id) cannot have a consume queue; None when it can."""
+    problem = topic_problem(topic)
+    if problem is not None:
+        return problem
+    if not isinstance(queue_id, int) or not 0 <= queue_id <= MAX_QUEUE_ID:
+        return f"the queue id {shown(queue_id)} is out of range"
+    return None
+
+
+def queue_dir(root: Path, topic: str, queue_id: int) -> Path:
+    """``root/topic/queueId``, checked; raises InvalidQueueError."""
+    problem = queue_problem(topic, queue_id)
+    if problem is not None:
+        raise InvalidQueueError(problem)
+    path = root / topic / str(queue_id)
+    try:
+        base, resolved = root.resolve(), path.resolve()
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
+        raise InvalidQueueError(f"the queue directory of {shown(topic)} cannot be resolved") from exc
+    if resolved == base or not resolved.is_relative_to(base):
+        raise InvalidQueueError(f"the queue directory of {shown(topic)} is outside {root}")
+    return path
 
 
 class ConsumeQueue:
     def __init__(self, topic: str, queue_id: int, root: Path, file_size: int) -> None:
         if file_size % CQ_STORE_UNIT_SIZE:
             raise StoreError(f"consume-queue file size {file_size} is not a multiple of 20")
+        self.store_dir = queue_dir(root, topic, queue_id)
         self.topic = topic
         self.queue_id = queue_id
-        self.store_dir = root / topic / str(queue_id)
-        self.mapped_file_queue = MappedFileQueue(self.store_dir, file_size)
+        self.mapped_file_queue = MappedFileQueue(self.store_dir, file_size, "consume-queue file")
         self.file_size = file_size
         self.min_logic_offset = 0  # byte offset of the first live entry
         self.max_physic_offset = 0  # end of the last indexed commit-log record

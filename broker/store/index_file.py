@@ -49,7 +49,8 @@ class IndexFile:
         self.index_num = index_num
         size = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
         existed = path.exists() and path.stat().st_size == size
-        self.file = MappedFile(path, size, file_from_offset=0)  # named by time, not offset
+        # named by time, not offset; a new file gets its blocks (or raises AllocationError)
+        self.file = MappedFile(path, size, file_from_offset=0, what="index file")
         self.path = path
         if existed:
             (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,

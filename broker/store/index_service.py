@@ -1,4 +1,9 @@
-"""IndexService: keys ``topic#key`` for every KEYS entry and UNIQ_KEY, across index files."""
+"""IndexService: keys ``topic#key`` for every KEYS entry and UNIQ_KEY, across index files.
+
+A record counts as indexed only once all its keys are in: when a new index
+file cannot be allocated the dispatch raises and a later one (the store's
+reput) indexes the record again (a key added twice is found once).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from pathlib import Path
 
 import structlog
 
+from broker.store.allocation import remove_stale_allocations
 from broker.store.commit_log import DispatchRequest
 from broker.store.index_file import IndexFile, index_file_name
 
@@ -29,7 +35,8 @@ class IndexService:
     def load(self) -> None:
         if not self.store_dir.exists():
             return
-        for path in sorted(p for p in self.store_dir.iterdir() if p.name.isdigit()):
+        remove_stale_allocations(self.store_dir)
+        for path in sorted(p for p in self.store_dir.iterdir() if p.name.isascii() and p.name.isdigit()):
             self.files.append(IndexFile(path, self.hash_slot_num, self.index_num))
         self._indexed_to = self.max_phy_offset if self.max_phy_offset or self._has_entries() else -1
 
@@ -39,6 +46,7 @@ class IndexService:
     def _writable(self, now_ms: int) -> IndexFile:
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_full():
+            last.file.ensure_allocated()  # an older broker's file may be sparse
             return last
         name = index_file_name(now_ms)
         while self.files and name <= self.files[-1].path.name:
@@ -57,17 +65,16 @@ class IndexService:
     def dispatch(self, req: DispatchRequest) -> None:
         if req.commit_log_offset <= self._indexed_to:
             return  # already indexed (re-dispatch after recovery)
-        self._indexed_to = req.commit_log_offset
         tx = req.sys_flag & TRANSACTION_TYPE_MASK
-        if tx in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-            return
-        prefix = req.topic + "#"
-        if req.keys:
-            for key in req.keys.split(" "):
-                if key:
-                    self._put(prefix + key, req)
-        if req.uniq_key:
-            self._put(prefix + req.uniq_key, req)
+        if tx not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            prefix = req.topic + "#"
+            if req.keys:
+                for key in req.keys.split(" "):
+                    if key:
+                        self._put(prefix + key, req)
+            if req.uniq_key:
+                self._put(prefix + req.uniq_key, req)
+        self._indexed_to = req.commit_log_offset
 
     def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
         for req in requests:

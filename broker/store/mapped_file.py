@@ -2,7 +2,9 @@
 
 The file is named by the log offset of its first byte, in 20 digits. Bytes
 past ``wrote_position`` are zero (a new file) or stale (cut off by recovery,
-then zeroed by ``truncate``).
+then zeroed by ``truncate``). A new file gets all its disk blocks before it is
+mapped (allocation.py); an existing one that may be sparse (an older broker's)
+gets them before its first append, so a write never meets a hole on a full disk.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import mmap
 import os
 from pathlib import Path
 
+from broker.store.allocation import allocate_existing, create_allocated, is_allocated
 from broker.store.status import StoreError
 
 FILE_NAME_DIGITS = 20
@@ -22,33 +25,46 @@ def offset_to_file_name(offset: int) -> str:
 
 
 class MappedFile:
-    def __init__(self, path: Path, file_size: int, file_from_offset: int | None = None) -> None:
-        """Open or create ``path``; its name is its start offset unless given."""
+    def __init__(self, path: Path, file_size: int, file_from_offset: int | None = None,
+                 what: str = "log file") -> None:
+        """Open ``path``, or create it with its blocks allocated; its name is its
+        start offset unless given. Raises AllocationError (DiskFullError) when
+        a new file cannot get its blocks: nothing is left behind."""
         self.path = path
         self.file_size = file_size
+        self.what = what
         try:
             self.file_from_offset = int(path.name) if file_from_offset is None else file_from_offset
         except ValueError as exc:
             raise StoreError(f"not a log file name: {path}") from exc
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        size = os.fstat(self.fd).st_size
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            size = 0
         if size == 0:
-            os.ftruncate(self.fd, file_size)
-        elif size != file_size:
+            self.fd = create_allocated(path, file_size, what)
+            self.allocated = True
+        else:
+            self.fd = os.open(path, os.O_RDWR)
+            if size != file_size:
+                os.close(self.fd)
+                raise StoreError(f"{path} has {size} bytes, expected {file_size}")
+            self.allocated = is_allocated(self.fd, file_size)
+        try:
+            self.mm = mmap.mmap(self.fd, file_size)
+        except BaseException:
             os.close(self.fd)
-            raise StoreError(f"{path} has {size} bytes, expected {file_size}")
-        self.mm = mmap.mmap(self.fd, file_size)
+            raise
         self.wrote_position = 0
         self.flushed_position = 0
         self.store_timestamp = 0
 
-    def allocate(self) -> None:
-        """Reserve the file's disk blocks now, so appends never wait for them."""
-        try:
-            os.posix_fallocate(self.fd, 0, self.file_size)
-        except OSError:
-            pass  # not supported by every file system; appends still work
+    def ensure_allocated(self) -> None:
+        """Give the file its disk blocks if it may have holes (an older
+        broker's sparse file). Raises AllocationError; nothing is written."""
+        if not self.allocated:
+            allocate_existing(self.fd, self.file_size, self.path, self.what)
+            self.allocated = True
 
     def last_modified_ms(self) -> int:
         try:
@@ -69,6 +85,8 @@ class MappedFile:
         end = pos + len(data)
         if end > self.file_size:
             raise StoreError(f"append of {len(data)} bytes overflows {self.path.name}")
+        if not self.allocated:
+            self.ensure_allocated()
         self.mm[pos:end] = data
         self.wrote_position = end
         return pos
@@ -89,15 +107,20 @@ class MappedFile:
         """Cut the data at ``pos`` and zero the stale bytes after it.
 
         The log is append-only, so stale bytes form one run from ``pos``: zero
-        chunk by chunk until a chunk that is already all zeros.
+        chunk by chunk until a chunk that is already all zeros. Only bytes up
+        to a chunk's last non-zero byte are written (a sparse file's holes
+        past the data are never touched through the mapping).
         """
         p = pos
         while p < self.file_size:
             end = min(p + _ZERO_CHUNK, self.file_size)
             chunk = self.mm[p:end]
-            if chunk.count(0) == len(chunk):
+            stale = len(chunk.rstrip(b"\0"))
+            if stale == 0:
                 break
-            self.mm[p:end] = bytes(end - p)
+            self.mm[p : p + stale] = bytes(stale)
+            if stale < len(chunk):
+                break
             p = end
         self.wrote_position = pos
         self.flushed_position = min(self.flushed_position, pos)

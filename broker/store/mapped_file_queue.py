@@ -1,4 +1,9 @@
-"""MappedFileQueue: a directory of equal-size MappedFiles forming one log."""
+"""MappedFileQueue: a directory of equal-size MappedFiles forming one log.
+
+A new file is created with its disk blocks allocated (allocation.py); when it
+cannot be, AllocationError (DiskFullError) reaches the caller and the queue
+is unchanged, so the next append simply tries again.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from pathlib import Path
 
 import structlog
 
+from broker.store.allocation import AllocationError, LogThrottle, remove_stale_allocations
 from broker.store.mapped_file import MappedFile, offset_to_file_name
 from broker.store.status import StoreError
 
@@ -14,28 +20,31 @@ log = structlog.get_logger("store.files")
 
 
 class MappedFileQueue:
-    def __init__(self, store_dir: Path, file_size: int) -> None:
+    def __init__(self, store_dir: Path, file_size: int, what: str = "log file") -> None:
         if file_size <= 0:
             raise StoreError("mapped file size must be positive")
         self.store_dir = store_dir
         self.file_size = file_size
+        self.what = what  # names the files in errors: "commit-log file", ...
         self.files: list[MappedFile] = []
         self.flushed_where = 0
         self._next: MappedFile | None = None  # created ahead by preallocate_next
         self._create_lock = threading.Lock()
+        self._preallocate_failed = LogThrottle()
 
     def load(self) -> None:
         """Open every file (sorted by name); positions are set by recovery."""
         if not self.store_dir.exists():
             return
-        names = sorted(p for p in self.store_dir.iterdir() if p.name.isdigit())
+        remove_stale_allocations(self.store_dir)
+        names = sorted(p for p in self.store_dir.iterdir() if p.name.isascii() and p.name.isdigit())
         for path in names:
             if path.stat().st_size != self.file_size:
                 raise StoreError(
                     f"{path} is {path.stat().st_size} bytes but the configured file size is "
                     f"{self.file_size}; the size cannot change once files exist"
                 )
-            mf = MappedFile(path, self.file_size)
+            mf = MappedFile(path, self.file_size, what=self.what)
             mf.wrote_position = mf.flushed_position = self.file_size
             self.files.append(mf)
         for prev, nxt in zip(self.files, self.files[1:], strict=False):
@@ -48,27 +57,44 @@ class MappedFileQueue:
         return self.files[-1] if self.files else None
 
     def last_for_append(self, start_offset: int = 0) -> MappedFile:
-        """The file to append to, creating the next one when the last is full."""
+        """The file to append to, creating the next one when the last is full.
+
+        Raises AllocationError (DiskFullError) when it cannot be created.
+        """
         last = self.last()
         if last is not None and not last.is_full():
             return last
         with self._create_lock:
-            return self._create_next(last, start_offset)
+            mf = self._next_file(self._next_start(last, start_offset))
+            self._next = None
+            self.files.append(mf)
+            return mf
 
-    def _create_next(self, last: MappedFile | None, start_offset: int) -> MappedFile:
+    def prepare_next(self) -> MappedFile:
+        """Create the file after the last one (blocks allocated) without
+        starting it: the next ``last_for_append`` after the last file fills up
+        takes it. Raises AllocationError; lets a writer make sure the next
+        file exists before it pads the current one."""
+        with self._create_lock:
+            mf = self._next_file(self._next_start(self.last(), 0))
+            self._next = mf
+            return mf
+
+    def _next_start(self, last: MappedFile | None, start_offset: int) -> int:
         if last is None:
-            start = start_offset - start_offset % self.file_size
-        else:
-            start = last.file_from_offset + self.file_size
-        ready, self._next = self._next, None
+            return start_offset - start_offset % self.file_size
+        return last.file_from_offset + self.file_size
+
+    def _next_file(self, start: int) -> MappedFile:
+        """The ready file for ``start`` or a new one (under ``_create_lock``)."""
+        ready = self._next
         if ready is not None and ready.file_from_offset == start:
-            mf = ready
-        else:
-            if ready is not None:
-                ready.destroy()
-            mf = MappedFile(self.store_dir / offset_to_file_name(start), self.file_size)
-        self.files.append(mf)
-        return mf
+            return ready
+        if ready is not None:
+            self._next = None
+            ready.destroy()
+        return MappedFile(self.store_dir / offset_to_file_name(start), self.file_size,
+                          what=self.what)
 
     def find_by_offset(self, offset: int) -> MappedFile | None:
         if not self.files:
@@ -106,15 +132,20 @@ class MappedFileQueue:
         return flushed
 
     def preallocate_next(self) -> None:
-        """Create the file after the last one ahead of need (run in a worker thread)."""
+        """Create the file after the last one ahead of need (run in a worker
+        thread). A failure (disk full) is logged, at most every 10 s, and
+        left for the writer to meet, which answers it with a status."""
         with self._create_lock:
             last = self.last()
             if last is None or self._next is not None:
                 return
             start = last.file_from_offset + self.file_size
-            mf = MappedFile(self.store_dir / offset_to_file_name(start), self.file_size)
-            mf.allocate()
-            self._next = mf
+            try:
+                self._next = MappedFile(self.store_dir / offset_to_file_name(start), self.file_size,
+                                        what=self.what)
+            except AllocationError as exc:
+                self._preallocate_failed(log, "cannot preallocate the next file", level="warning",
+                                         dir=str(self.store_dir), error=str(exc))
 
     def truncate_dirty_files(self, offset: int) -> None:
         """Make ``offset`` the end of the log: later files go, the last is cut."""

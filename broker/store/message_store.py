@@ -3,6 +3,16 @@
 Synchronous and free of trio: the broker calls ``put_message`` and
 ``get_message`` from its event loop and runs the blocking ``flush_*`` methods
 in worker threads.
+
+Dispatch (consume queues, index, long-poll wake-ups) follows a cursor,
+``reput_offset``: every commit-log byte before it is dispatched. A put
+dispatches its own records and moves the cursor; when that fails (no space
+for a consume-queue or index file) the put is still acknowledged (its record
+is in the commit log) and further puts are refused with a status until
+``reput`` dispatches everything from the cursor, which the next put and
+``check_disk`` try. Recovery dispatches through the same cursor and never
+stops at a record a client could have written (an invalid topic is logged
+and skipped).
 """
 
 from __future__ import annotations
@@ -11,19 +21,20 @@ import shutil
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import structlog
 
 from broker.config import BrokerConfig
+from broker.store.allocation import AllocationError, DiskFullError, LogThrottle
 from broker.store.commit_log import (
     SCHEDULE_TOPIC,
     CommitLog,
     DispatchRequest,
     MessageExtBrokerInner,
 )
-from broker.store.consume_queue import ConsumeQueue
+from broker.store.consume_queue import ConsumeQueue, InvalidQueueError, queue_problem
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
 from broker.store.index_service import IndexService
 from broker.store.status import (
@@ -37,6 +48,7 @@ from broker.store.store_checkpoint import StoreCheckpoint
 from protocol.errors import CorruptRecordError
 from protocol.hashing import tags_hash_code
 from protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageExt
+from protocol.names import shown, topic_problem
 from protocol.record import (
     OFF_STORE_TIMESTAMP,
     Buffer,
@@ -85,6 +97,12 @@ class DefaultMessageStore:
         # Replaceable (tests); past diskSpaceWarningLevelRatio writes are refused.
         self.disk_usage: DiskUsage = disk_used_ratio
         self.disk_full = False
+        # Commit-log offset up to which every record is dispatched (reput cursor).
+        self.reput_offset = 0
+        self.dispatch_failure: Exception | None = None  # why the cursor is behind
+        self._refusals = LogThrottle()
+        self._dispatch_failures = LogThrottle()
+        self._skipped_records = LogThrottle()
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -111,10 +129,26 @@ class DefaultMessageStore:
         else:
             reput_from = max([cq.max_physic_offset for cq in cqs], default=0)
         reput_from = max(reput_from, self.commit_log.min_offset)
-        replayed = self.dispatch_from(reput_from)
-        self.commit_log.topic_queue_table = {
+        try:
+            replayed = self.dispatch_from(reput_from)
+        except Exception as exc:  # the broker starts; puts wait for a successful reput
+            replayed = 0
+            self._dispatch_failed(exc, recovery=True)
+        table = {
             f"{cq.topic}-{cq.queue_id}": cq.max_offset_in_queue for cq in self._all_consume_queues()
         }
+        if self.dispatch_behind:
+            self.reput_offset = max(self.reput_offset, self.commit_log.min_offset)
+            # records past the cursor hold queue offsets their queues do not show yet
+            try:
+                for _next, buf, pos in self._walk(self.reput_offset):
+                    req = self._dispatchable(buf, pos) if buf is not None else None
+                    if req is not None:
+                        key = f"{req.topic}-{req.queue_id}"
+                        table[key] = max(table.get(key, 0), req.consume_queue_offset + 1)
+            except StoreError as exc:
+                self.log.error("cannot read the records past the reput cursor", error=str(exc))
+        self.commit_log.topic_queue_table = table
         self.log.info("store loaded", abnormal=abnormal, commit_log_end=end,
                       consume_queues=len(cqs), replayed=replayed,
                       seconds=round(time.monotonic() - t0, 3))
@@ -127,10 +161,21 @@ class DefaultMessageStore:
         for topic_dir in sorted(cq_root.iterdir()):
             if not topic_dir.is_dir():
                 continue
+            problem = topic_problem(topic_dir.name)
+            if problem is not None:
+                self.log.warning("skipping a consume-queue directory that is not a topic",
+                                 reason=problem)
+                continue
             for qdir in sorted(topic_dir.iterdir()):
-                if qdir.is_dir() and qdir.name.isdigit():
-                    cq = self.find_consume_queue(topic_dir.name, int(qdir.name))
-                    cq.load()
+                name = qdir.name
+                if not (qdir.is_dir() and name.isascii() and name.isdigit() and str(int(name)) == name):
+                    continue
+                try:
+                    cq = self.find_consume_queue(topic_dir.name, int(name))
+                except InvalidQueueError as exc:
+                    self.log.warning("skipping a consume-queue directory", reason=str(exc))
+                    continue
+                cq.load()
 
     def start(self) -> None:
         self.abort_file.parent.mkdir(parents=True, exist_ok=True)
@@ -160,12 +205,14 @@ class DefaultMessageStore:
         return [cq for qs in list(self.consume_queue_table.values()) for cq in list(qs.values())]
 
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        queues = self.consume_queue_table.setdefault(topic, {})
-        cq = queues.get(queue_id)
+        """The queue, created on first use; InvalidQueueError (a StoreError)
+        for a topic or queue id that cannot name a directory in the store."""
+        queues = self.consume_queue_table.get(topic)
+        cq = queues.get(queue_id) if queues is not None else None
         if cq is None:
             cq = ConsumeQueue(topic, queue_id, self.root / "consumequeue",
                               self.config.maped_file_size_consume_queue)
-            queues[queue_id] = cq
+            self.consume_queue_table.setdefault(topic, {})[queue_id] = cq
         return cq
 
     def _existing_cq(self, topic: str, queue_id: int) -> ConsumeQueue | None:
@@ -185,43 +232,146 @@ class DefaultMessageStore:
         first = msgs[0]
         if any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        if self.dispatch_behind and not self.reput():
+            return self._behind_result()
         try:
             result, dispatches = self.commit_log.put_messages(msgs)
-        except OSError as exc:
+        except DiskFullError as exc:
+            self._refusals(self.log, "disk full, put refused", error=str(exc))
+            return PutMessageResult(PutMessageStatus.DISK_FULL, detail=str(exc))
+        except (AllocationError, OSError) as exc:
             self.log.error("commit log append failed", error=str(exc))
-            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, detail=str(exc))
+        if result.put_message_status is PutMessageStatus.MESSAGE_ILLEGAL and result.detail:
+            self._refusals(self.log, "illegal message refused", level="warning",
+                           topic=shown(first.topic), reason=result.detail)
         if dispatches:
+            ar = result.append_result
+            assert ar is not None
+            self._dispatch_appended(dispatches, ar.wrote_offset + ar.wrote_bytes)
+        return result
+
+    def _dispatch_appended(self, dispatches: list[DispatchRequest], end: int) -> None:
+        """Dispatch the records a put just appended (the cursor was caught up)."""
+        try:
             for d in self.dispatchers:
                 d.dispatch_batch(dispatches)
-            last = dispatches[-1]
-            for listener in self.dispatch_listeners:
-                listener(last.topic, last.queue_id, last.consume_queue_offset + 1)
-        return result
+        except Exception as exc:  # the records are stored: a reput dispatches them
+            self._dispatch_failed(exc)
+            return
+        self.reput_offset = end
+        last = dispatches[-1]
+        for listener in self.dispatch_listeners:
+            listener(last.topic, last.queue_id, last.consume_queue_offset + 1)
+
+    @property
+    def dispatch_behind(self) -> bool:
+        """Whether stored records wait for dispatch (puts are refused meanwhile)."""
+        return self.reput_offset < self.commit_log.max_offset
+
+    def reput(self) -> bool:
+        """Dispatch every record past the cursor; True once caught up.
+
+        Called by a put while behind and by ``check_disk``; long-poll
+        listeners hear of the records it dispatches. A failure is logged (at
+        most every 10 s) and leaves the cursor at the record that failed.
+        """
+        if not self.dispatch_behind:
+            return True
+        try:
+            count = self._dispatch_to_end(notify=True)
+        except Exception as exc:
+            self._dispatch_failed(exc)
+            return False
+        self.log.info("stored records dispatched, accepting writes again", records=count,
+                      reput_offset=self.reput_offset)
+        self.dispatch_failure = None
+        return True
+
+    def _dispatch_failed(self, exc: Exception, recovery: bool = False) -> None:
+        self.dispatch_failure = exc
+        self._dispatch_failures(
+            self.log, "cannot dispatch stored records to their consume queues; puts are refused "
+            "until a retry succeeds", error=str(exc), error_type=type(exc).__name__,
+            reput_offset=self.reput_offset, commit_log_end=self.commit_log.max_offset,
+            recovery=recovery,
+        )
+
+    def _behind_result(self) -> PutMessageResult:
+        exc = self.dispatch_failure
+        if isinstance(exc, DiskFullError):
+            return PutMessageResult(PutMessageStatus.DISK_FULL, detail=str(exc))
+        detail = f"stored records wait for dispatch: {exc}" if exc else ""
+        return PutMessageResult(PutMessageStatus.DISPATCH_BEHIND, detail=detail)
 
     def do_dispatch(self, req: DispatchRequest) -> None:
         for d in self.dispatchers:
             d.dispatch(req)
 
     def dispatch_from(self, offset: int) -> int:
-        """Re-index every record from ``offset`` to the end of the commit log."""
+        """Re-index every record from ``offset`` to the end of the commit log
+        (recovery), moving the reput cursor; returns how many. Records that
+        cannot be dispatched (an invalid topic) are logged and skipped; a
+        dispatcher's error propagates with the cursor at its record."""
+        self.reput_offset = offset
+        return self._dispatch_to_end(notify=False)
+
+    def _dispatch_to_end(self, notify: bool) -> int:
         count = 0
+        arrived: dict[tuple[str, int], int] = {}
+        # files before the cursor may have been cleaned meanwhile
+        self.reput_offset = max(self.reput_offset, self.commit_log.min_offset)
+        try:
+            for nxt, buf, pos in self._walk(self.reput_offset):
+                if buf is not None:
+                    req = self._dispatchable(buf, pos)
+                    if req is not None:
+                        self.do_dispatch(req)
+                        arrived[(req.topic, req.queue_id)] = req.consume_queue_offset + 1
+                        count += 1
+                self.reput_offset = nxt
+        finally:
+            if notify:
+                for (topic, queue_id), max_offset in arrived.items():
+                    for listener in self.dispatch_listeners:
+                        listener(topic, queue_id, max_offset)
+        return count
+
+    def _walk(self, offset: int) -> Iterator[tuple[int, Buffer | None, int]]:
+        """Each step from ``offset`` to the commit-log end: (offset after the
+        step, buffer and position of a message record or None for padding)."""
         mfq = self.commit_log.mapped_file_queue
         end = mfq.max_offset
         while offset < end:
             mf = mfq.find_by_offset(offset)
             if mf is None:
-                break
+                raise StoreError(f"no commit-log file holds offset {offset}")
             pos = offset - mf.file_from_offset
             check = check_record(mf.mm, pos, mf.wrote_position, verify_crc=False)
             if check.status is RecordStatus.MESSAGE:
-                self.do_dispatch(self._dispatch_request(mf.mm, pos))
                 offset += check.size
-                count += 1
+                yield offset, mf.mm, pos
             elif check.status is RecordStatus.BLANK or pos >= mf.wrote_position:
-                offset = mf.file_from_offset + mf.file_size
+                offset = min(mf.file_from_offset + mf.file_size, end)
+                yield offset, None, 0
             else:
                 raise StoreError(f"cannot re-dispatch at commit-log offset {offset}: {check.reason}")
-        return count
+
+    def _dispatchable(self, buf: Buffer, pos: int) -> DispatchRequest | None:
+        """The dispatch request of the record at ``pos``, or None (logged) when
+        it cannot have a consume queue: a record an older broker let in."""
+        problem: str | None
+        try:
+            req = self._dispatch_request(buf, pos)
+        except (CorruptRecordError, ValueError) as exc:
+            problem = f"undecodable: {exc}"
+        else:
+            problem = queue_problem(req.topic, req.queue_id)
+            if problem is None:
+                return req
+        self._skipped_records(self.log, "record not dispatched", level="warning",
+                              reason=shown(problem, 200))
+        return None
 
     def _dispatch_request(self, buf: Buffer, pos: int) -> DispatchRequest:
         m = decode_record(buf, pos)
@@ -381,27 +531,45 @@ class DefaultMessageStore:
     # ---- admin -----------------------------------------------------------------------
 
     def delete_topics(self, topics: set[str]) -> int:
+        """Drop the consume queues of ``topics``; returns how many. Invalid names
+        are logged and skipped: nothing outside the store is ever touched."""
         deleted = 0
+        cq_root = self.root / "consumequeue"
         for topic in topics:
+            problem = topic_problem(topic)
+            if problem is not None:
+                self.log.warning("not deleting the queues of an invalid topic", reason=problem)
+                continue
             queues = self.consume_queue_table.pop(topic, {})
             for cq in queues.values():
                 with self._file_lock:
                     cq.destroy()
                 self.commit_log.topic_queue_table.pop(f"{topic}-{cq.queue_id}", None)
                 deleted += 1
-            topic_dir = self.root / "consumequeue" / topic
-            if topic_dir.exists():
-                for qdir in topic_dir.iterdir():
-                    if qdir.is_dir():
-                        qdir.rmdir() if not any(qdir.iterdir()) else None
-                if not any(topic_dir.iterdir()):
-                    topic_dir.rmdir()
+            try:
+                self._remove_empty_dirs(cq_root, cq_root / topic)
+            except OSError as exc:
+                self.log.warning("cannot remove a topic's queue directories", topic=topic,
+                                 error=str(exc))
         return deleted
+
+    @staticmethod
+    def _remove_empty_dirs(cq_root: Path, topic_dir: Path) -> None:
+        if topic_dir.is_symlink() or not topic_dir.is_dir():
+            return
+        if not topic_dir.resolve().is_relative_to(cq_root.resolve()) or topic_dir.resolve() == cq_root.resolve():
+            return
+        for qdir in topic_dir.iterdir():
+            if qdir.is_dir() and not qdir.is_symlink() and not any(qdir.iterdir()):
+                qdir.rmdir()
+        if not any(topic_dir.iterdir()):
+            topic_dir.rmdir()
 
     # ---- cleanup ---------------------------------------------------------------------
 
     def check_disk(self) -> float:
-        """Re-read disk usage; refuse or accept writes accordingly. Returns the ratio."""
+        """Re-read disk usage; refuse or accept writes accordingly, and retry a
+        failed dispatch (``reput``). Returns the ratio."""
         ratio = self.disk_usage(self.root)
         full = ratio * 100 >= self.config.disk_space_warning_level_ratio
         if full != self.disk_full:
@@ -410,6 +578,8 @@ class DefaultMessageStore:
             else:
                 self.log.info("disk space back, accepting writes", used=round(ratio, 3))
         self.disk_full = full
+        if self.running and self.dispatch_behind:
+            self.reput()
         return ratio
 
     def clean_expired_files(self, now_ms: int, hour: int, manual: bool = False) -> int:

@@ -21,6 +21,12 @@ class PutMessageStatus(Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    # No space for a new commit-log, consume-queue or index file: nothing was
+    # written; the next put tries again, so writes resume once space is back.
+    DISK_FULL = "DISK_FULL"
+    # Stored records are not all in their consume queues yet (their dispatch
+    # failed for a reason other than space): puts wait until a reput succeeds.
+    DISPATCH_BEHIND = "DISPATCH_BEHIND"
 
 
 class AppendMessageStatus(Enum):
@@ -58,6 +64,9 @@ class AppendMessageResult:
 class PutMessageResult:
     put_message_status: PutMessageStatus
     append_result: AppendMessageResult | None = None
+    # why a put was refused, e.g. "disk full: cannot allocate a new commit-log
+    # file (4194304 bytes, 1048576 bytes free)"; bounded, safe for a remark
+    detail: str = ""
 
     @property
     def ok(self) -> bool:

@@ -14,6 +14,9 @@ def make_config(root: Path, cl_size: int = 4096, cq_entries: int = 10) -> Broker
         maped_file_size_commit_log=cl_size,
         maped_file_size_consume_queue=cq_entries * 20,
         max_message_size=2048,
+        # index files are allocated for real: keep them small
+        max_hash_slot_num=1000,
+        max_index_num=4000,
     )
 
 
