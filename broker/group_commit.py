@@ -4,6 +4,10 @@ A send in SYNC_FLUSH mode is answered only once its bytes are fsynced. Sends
 queue a request; one fsync (in a worker thread) covers every request waiting
 when it starts. A request still unflushed ``syncFlushTimeout`` ms after it was
 queued is answered ``FLUSH_DISK_TIMEOUT``.
+
+A failing fsync (an I/O error) is logged, rate-limited, and tried again after
+a back-off; the requests it leaves waiting are answered FLUSH_DISK_TIMEOUT at
+their deadline. A response that cannot be sent is logged and skipped.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import trio
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.trio.connection import RemotingConnection
+from protocol.trio.service import Guard
 
 
 @dataclass(slots=True)
@@ -38,6 +43,7 @@ class GroupCommitService:
         self._wake_flusher: trio.Event | None = None
         self._wake_watcher: trio.Event | None = None
         self.log = structlog.get_logger("broker.flush").bind(broker=broker_name)
+        self.guard = Guard(self.log, "group commit")
         self.flush_count = 0
 
     def submit(self, conn: RemotingConnection, response: RemotingCommand, next_offset: int) -> None:
@@ -62,20 +68,28 @@ class GroupCommitService:
                 ev = self._wake_flusher = trio.Event()
                 await ev.wait()
                 continue
-            target = self.waiting[-1].next_offset
-            flushed = await trio.to_thread.run_sync(self.flush)
-            self.flush_count += 1
-            if flushed < target:
-                self.log.error("flush did not reach the requested offset",
-                               flushed=flushed, target=target)
-            self._answer_flushed(flushed)
+            await self.guard.run(self._flush_once)
+
+    async def _flush_once(self) -> None:
+        target = self.waiting[-1].next_offset
+        flushed = await trio.to_thread.run_sync(self.flush)
+        self.flush_count += 1
+        self._answer_flushed(flushed)
+        if flushed < target:  # logged by the guard, tried again after a back-off
+            raise RuntimeError(f"flush reached offset {flushed}, short of {target}")
+
+    def _send(self, req: GroupCommitRequest) -> None:
+        try:
+            req.conn.send_response(req.response)
+        except Exception as exc:
+            self.guard.failed(exc, "group commit response not sent", next_offset=req.next_offset)
 
     def _answer_flushed(self, flushed: int) -> None:
         while self.waiting and self.waiting[0].next_offset <= flushed:
             req = self.waiting.popleft()
             if not req.done:
                 req.done = True
-                req.conn.send_response(req.response)
+                self._send(req)
 
     async def _watcher(self) -> None:
         """Answer FLUSH_DISK_TIMEOUT for requests past their deadline."""
@@ -92,10 +106,10 @@ class GroupCommitService:
                     break
                 if not req.done:
                     req.done = True
-                    self.log.warning("flush disk timeout", next_offset=req.next_offset)
+                    self.guard.note("flush disk timeout", "timeout", next_offset=req.next_offset)
                     timeout = req.response
                     timeout.code = ResponseCode.FLUSH_DISK_TIMEOUT
                     timeout.remark = "flush disk timeout: the message is stored but not yet on disk"
-                    req.conn.send_response(timeout)
+                    self._send(req)
             while self.waiting and self.waiting[0].done:
                 self.waiting.popleft()

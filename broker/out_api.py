@@ -1,4 +1,9 @@
-"""BrokerOuterAPI: the broker's requests to name servers."""
+"""BrokerOuterAPI: the broker's requests to name servers.
+
+Registration never raises for one name server's sake: whatever fails for an
+address (connection, timeout, a refusal, a body the frame cannot carry, a
+bug) is logged, rate-limited, and the next period tries again.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +15,12 @@ from protocol.body import pack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
+from protocol.names import shown
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
+from protocol.trio.service import Guard, describe
+
+FRAME_SLACK = 64 * 1024  # room for the command's header fields around the body
 
 
 class BrokerOuterAPI:
@@ -19,12 +28,16 @@ class BrokerOuterAPI:
         self.config = config
         self.client = client
         self.log = structlog.get_logger("broker.outer").bind(broker=config.broker_name)
+        self.guard = Guard(self.log, "register")
 
     def _ha_addr(self) -> str:
         return f"{self.config.broker_ip1}:{self.config.listen_port + 1}"
 
     async def register_broker_all(self, topic_wire: dict[str, object]) -> int:
-        """Register with every name server at once; returns how many accepted."""
+        """Register with every name server at once; returns how many accepted.
+
+        Raises only when the request cannot be built (``topic_wire`` does not
+        pack); the caller logs that and retries next period."""
         header = RegisterBrokerRequestHeader(
             broker_name=self.config.broker_name,
             broker_addr=self.config.broker_addr,
@@ -33,6 +46,15 @@ class BrokerOuterAPI:
             broker_id=self.config.broker_id,
         ).to_fields()
         body = pack_body(topic_wire)
+        limit = self.config.max_frame_size - FRAME_SLACK
+        if len(body) > limit:
+            table = topic_wire.get("topicConfigTable")
+            names = sorted(table, key=len, reverse=True)[:3] if isinstance(table, dict) else []
+            self.guard.note("registration too large for a frame, not sent", "too-large",
+                            log_level="error", bytes=len(body), limit=limit,
+                            topics=len(table) if isinstance(table, dict) else None,
+                            longest_topics=[shown(n) for n in names])
+            return 0
         ok = 0
 
         async def one(addr: str) -> None:
@@ -43,13 +65,17 @@ class BrokerOuterAPI:
                     addr, cmd, self.config.register_broker_timeout_ms / 1000
                 )
             except RemotingError as exc:
-                self.log.warning("register to name server failed", namesrv=addr, error=str(exc))
+                self.guard.note("register to name server failed", ("remoting", addr),
+                                namesrv=addr, error=describe(exc))
+                return
+            except Exception as exc:  # e.g. the frame cannot carry it: logged, retried
+                self.guard.failed(exc, "register to name server failed", namesrv=addr)
                 return
             if resp.code == ResponseCode.SUCCESS:
                 ok += 1
             else:
-                self.log.warning("name server refused registration", namesrv=addr,
-                                 code=resp.code, remark=resp.remark)
+                self.guard.note("name server refused registration", ("refused", addr, resp.code),
+                                namesrv=addr, code=resp.code, remark=shown(resp.remark or "", 200))
 
         async with trio.open_nursery() as nursery:
             for addr in self.config.namesrv_addr_list:
@@ -69,8 +95,8 @@ class BrokerOuterAPI:
             try:
                 await self.client.invoke(addr, cmd, 3.0)
                 self.log.info("unregistered from name server", namesrv=addr)
-            except RemotingError as exc:
-                self.log.warning("unregister failed", namesrv=addr, error=str(exc))
+            except Exception as exc:
+                self.log.warning("unregister failed", namesrv=addr, error=describe(exc))
 
         async with trio.open_nursery() as nursery:
             for addr in self.config.namesrv_addr_list:
