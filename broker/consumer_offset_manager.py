@@ -1,7 +1,9 @@
 """ConsumerOffsetManager: committed offsets per group, topic and queue.
 
 Persisted to config/consumerOffset.json as ``{"offsetTable": {"topic@group":
-{queueId: offset}}}``, every ``flushConsumerOffsetInterval`` ms and at shutdown.
+{queueId: offset}}}``, every ``flushConsumerOffsetInterval`` ms and at shutdown:
+``snapshot()`` copies the table on the event loop, the copy is written in a
+worker thread (``ConfigSnapshot.write``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 import structlog
 
 from broker.config import BrokerConfig
-from broker.persist import atomic_write_json, load_json
+from broker.persist import ConfigSnapshot, load_json
 
 TOPIC_GROUP_SEPARATOR = "@"
 
@@ -56,6 +58,18 @@ class ConsumerOffsetManager:
             }
         }
 
+    def snapshot(self, force: bool = False) -> ConfigSnapshot | None:
+        """On the event loop: a copy of the table to write, or None when nothing
+        changed since the last snapshot (unless ``force``). Clears ``dirty``;
+        a caller whose write fails sets it again."""
+        if not (self.dirty or force):
+            return None
+        self.dirty = False
+        # the inner dicts are mutated in place by commits: copy them too (C-speed);
+        # json writes their int keys as strings
+        table = {k: dict(v) for k, v in self.offset_table.items()}
+        return ConfigSnapshot(self.path, {"offsetTable": table})
+
     def load(self) -> None:
         data = load_json(self.path)
         if not data:
@@ -64,8 +78,13 @@ class ConsumerOffsetManager:
             self.offset_table[k] = {int(q): int(o) for q, o in queues.items()}
         self.log.info("consumer offsets loaded", entries=len(self.offset_table))
 
-    def persist(self) -> None:
-        if not self.dirty:
+    def persist(self, force: bool = False) -> None:
+        """Snapshot and write now, in the caller's thread (tests, shutdown)."""
+        snap = self.snapshot(force)
+        if snap is None:
             return
-        self.dirty = False
-        atomic_write_json(self.path, self.to_wire())
+        try:
+            snap.write()
+        except BaseException:
+            self.dirty = True
+            raise

@@ -3,12 +3,18 @@
 Write a temp file, fsync it, keep the previous file as ``.bak``, rename the
 temp file into place, fsync the directory. Loading falls back to ``.bak`` when
 the main file is missing or unreadable.
+
+A manager's table is mutated by the event loop; it is never iterated by a
+worker thread. The loop takes a ``ConfigSnapshot`` (a copy that shares nothing
+mutable with the table) and the worker thread serialises and writes that.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +40,23 @@ def atomic_write_json(path: Path, obj: Any) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSnapshot:
+    """A table copied on the event loop, written from anywhere.
+
+    ``data`` holds no object the loop mutates after the snapshot (immutable
+    values may be shared); ``render`` turns it into the JSON document in the
+    writer's thread, so the loop only pays for the copy.
+    """
+
+    path: Path
+    data: Any
+    render: Callable[[Any], Any] | None = None
+
+    def write(self) -> None:
+        atomic_write_json(self.path, self.data if self.render is None else self.render(self.data))
 
 
 def load_json(path: Path) -> Any | None:

@@ -7,6 +7,10 @@ settings the broker acts on: ``consumeEnable`` (pulls refused when off),
 ``consumeBroadcastEnable`` (broadcasting consumers refused when off),
 ``retryQueueNums`` (queues of ``%RETRY%<group>``) and ``retryMaxTimes``
 (reconsume attempts before ``%DLQ%<group>``).
+
+A ``SubscriptionGroupConfig`` is immutable: a change replaces it in the table,
+so a snapshot is a shallow copy of the table taken on the event loop and
+rendered to JSON in the worker thread that writes it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 import structlog
 
 from broker.config import BrokerConfig
-from broker.persist import atomic_write_json, load_json
+from broker.persist import ConfigSnapshot, load_json
 from protocol.route import DataVersion
 
 _WIRE = {
@@ -35,7 +39,7 @@ _WIRE = {
 }
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class SubscriptionGroupConfig:
     group_name: str
     consume_enable: bool = True
@@ -57,20 +61,20 @@ class SubscriptionGroupConfig:
             raise ValueError("a subscription group needs groupName")
         if not data["groupName"]:
             raise ValueError("groupName is empty")
-        out = cls(data["groupName"])
+        defaults = cls(data["groupName"])
+        values: dict[str, Any] = {}
         for f in fields(cls):
             key = _WIRE[f.name]
             if key not in data or f.name == "group_name":
                 continue
             value = data[key]
-            default = getattr(out, f.name)
-            if isinstance(default, bool):
+            if isinstance(getattr(defaults, f.name), bool):
                 if not isinstance(value, bool):
                     raise ValueError(f"{key} must be true or false")
             elif type(value) is not int or value < 0:
                 raise ValueError(f"{key} must be a non-negative integer")
-            setattr(out, f.name, value)
-        return out
+            values[f.name] = value
+        return cls(data["groupName"], **values)
 
 
 class SubscriptionGroupManager:
@@ -111,10 +115,17 @@ class SubscriptionGroupManager:
         self.dirty = True
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "subscriptionGroupTable": {n: c.to_dict() for n, c in sorted(self.table.items())},
-            "dataVersion": self.data_version.to_dict(),
-        }
+        return _render((self.table, self.data_version.to_dict()))
+
+    def snapshot(self, force: bool = False) -> ConfigSnapshot | None:
+        """On the event loop: the table to write, or None when unchanged (unless
+        ``force``). Clears ``dirty``; a caller whose write fails sets it again."""
+        if not (self.dirty or force):
+            return None
+        self.dirty = False
+        # configs are immutable: copying the table is enough
+        return ConfigSnapshot(self.path, (dict(self.table), self.data_version.to_dict()),
+                              _render)
 
     def load(self) -> None:
         data = load_json(self.path)
@@ -128,8 +139,21 @@ class SubscriptionGroupManager:
         self.data_version = DataVersion.from_dict(data.get("dataVersion"))
         self.log.info("subscription groups loaded", count=len(self.table))
 
-    def persist(self) -> None:
-        if not self.dirty:
+    def persist(self, force: bool = False) -> None:
+        """Snapshot and write now, in the caller's thread (tests, shutdown)."""
+        snap = self.snapshot(force)
+        if snap is None:
             return
-        self.dirty = False
-        atomic_write_json(self.path, self.to_wire())
+        try:
+            snap.write()
+        except BaseException:
+            self.dirty = True
+            raise
+
+
+def _render(data: tuple[dict[str, SubscriptionGroupConfig], dict[str, int]]) -> dict[str, Any]:
+    table, version = data
+    return {
+        "subscriptionGroupTable": {n: c.to_dict() for n, c in sorted(table.items())},
+        "dataVersion": version,
+    }

@@ -1,4 +1,10 @@
-"""TopicConfigManager: the broker's topics, persisted to config/topics.json."""
+"""TopicConfigManager: the broker's topics, persisted to config/topics.json.
+
+A change is written before ``update``/``delete`` return, on the event loop:
+a topic an admin created is on disk when the admin's request is answered and
+survives a kill -9 right after. Every other reader of the table (the
+registration, the shutdown write) takes ``snapshot()`` on the event loop.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any
 import structlog
 
 from broker.config import BrokerConfig
-from broker.persist import atomic_write_json, load_json
+from broker.persist import ConfigSnapshot, load_json
 from broker.topic_validator import AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC
 from protocol.route import PERM_INHERIT, PERM_RW, DataVersion, TopicConfig
 
@@ -44,8 +50,13 @@ class TopicConfigManager:
             self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
         self.log.info("topics loaded", count=len(self.table))
 
+    def snapshot(self) -> ConfigSnapshot:
+        """On the event loop: the table to write (a copy)."""
+        return ConfigSnapshot(self.path, self.to_wire())
+
     def persist(self) -> None:
-        atomic_write_json(self.path, self.to_wire())
+        """Write the table now, in the caller's thread (fsync: durable on return)."""
+        self.snapshot().write()
 
     def to_wire(self) -> dict[str, Any]:
         return {
