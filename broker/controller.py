@@ -3,12 +3,17 @@
 Every background service is a task in the controller's nursery. ``run()``
 returns after an orderly shutdown (``request_shutdown``): unregister from the
 name servers, stop serving, persist managers, flush and close the store.
+
+No background service can kill the broker: each iteration runs under a
+``Guard`` (protocol/trio/service.py) that logs a failure once with its
+traceback, keeps repeats quiet, backs off and goes on. Persisted tables are
+snapshotted on the event loop and written in a worker thread.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -22,6 +27,7 @@ from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.group_commit import GroupCommitService
 from broker.long_polling import PullRequestHoldService
 from broker.out_api import BrokerOuterAPI
+from broker.persist import ConfigSnapshot
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
 from broker.schedule_service import ScheduleMessageService
@@ -30,9 +36,21 @@ from broker.store import DefaultMessageStore
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
 from protocol.codes import RequestCode
+from protocol.names import shown
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.server import RemotingServer
+from protocol.trio.service import Guard, describe
+
+HOUSEKEEPING_INTERVAL_S = 10.0
+
+
+class PersistedTable(Protocol):
+    """A manager whose table the persist loop writes."""
+
+    dirty: bool
+
+    def snapshot(self, force: bool = False) -> ConfigSnapshot | None: ...
 
 
 class BrokerController:
@@ -48,12 +66,16 @@ class BrokerController:
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
-        self.schedule_service = ScheduleMessageService(self)
+        self.schedule_service = ScheduleMessageService(
+            config, self.message_store, self.topic_config_manager, self.trigger_register
+        )
         self.consumer_manager = ClientGroups("consumer")
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
         self.client_manage_processor = ClientManageProcessor(self)
-        self.pull_hold_service = PullRequestHoldService(self.pull_processor.retry_held)
+        self.pull_hold_service = PullRequestHoldService(
+            self.pull_processor.retry_held, config.broker_name
+        )
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving
         )
@@ -71,6 +93,8 @@ class BrokerController:
         self._register_event = trio.Event()
         self._stop = trio.Event()
         self.started = False
+        self._register_guard = Guard(self.log, "register")
+        self._persist_guard = Guard(self.log, "persist")
 
     def _handler_table(self) -> HandlerTable:
         t = HandlerTable()
@@ -117,9 +141,27 @@ class BrokerController:
         self.message_store.delete_topics({topic})
         self.trigger_register()
 
-    def _persist_configs(self) -> None:
-        self.consumer_offset_manager.persist()
-        self.subscription_group_manager.persist()
+    def persisted_tables(self) -> list[PersistedTable]:
+        """The tables the persist loop writes every flushConsumerOffsetInterval ms."""
+        return [self.consumer_offset_manager, self.subscription_group_manager]
+
+    async def persist_configs(self) -> None:
+        """Snapshot each persisted table on the event loop, write it in a worker
+        thread. A failed write is logged and retried next period."""
+        for table in self.persisted_tables():
+            await self._persist_guard.run(self._persist_table, table,
+                                          path=str(getattr(table, "path", "")))
+
+    @staticmethod
+    async def _persist_table(table: PersistedTable) -> None:
+        snap = table.snapshot()
+        if snap is None:
+            return
+        try:
+            await trio.to_thread.run_sync(snap.write)
+        except BaseException:
+            table.dirty = True  # not on disk: the next period writes it again
+            raise
 
     def request_shutdown(self) -> None:
         self._stop.set()
@@ -135,12 +177,27 @@ class BrokerController:
             raise RuntimeError("message store failed to load")
         self.message_store.start()
 
-    def _persist_and_close(self) -> None:
+    def _shutdown_snapshots(self) -> list[ConfigSnapshot]:
+        """On the event loop, once nothing serves any more: every table, as it is."""
+        snaps = [
+            self.consumer_offset_manager.snapshot(force=True),
+            self.subscription_group_manager.snapshot(force=True),
+            self.topic_config_manager.snapshot(),
+        ]
+        return [s for s in snaps if s is not None]
+
+    def _persist_and_close(self, snapshots: list[ConfigSnapshot] | None = None) -> None:
+        """Worker thread, at shutdown: write the snapshots (taken now when none
+        are given: the caller owns the tables), close the store."""
+        if snapshots is None:
+            snapshots = self._shutdown_snapshots()
         try:
-            self.consumer_offset_manager.dirty = True
-            self.consumer_offset_manager.persist()
-            self.subscription_group_manager.persist()
-            self.topic_config_manager.persist()
+            for snap in snapshots:
+                try:
+                    snap.write()
+                except Exception as exc:
+                    self._persist_guard.failed(exc, "config not saved at shutdown",
+                                               path=str(snap.path))
         finally:
             self.message_store.shutdown()
 
@@ -159,12 +216,13 @@ class BrokerController:
                     if self.group_commit is not None:
                         await nursery.start(self.group_commit.run)
                     else:
-                        nursery.start_soon(self._flush_loop, self.message_store.flush_commit_log,
+                        nursery.start_soon(self._flush_loop, "flush commit log",
+                                           self.message_store.flush_commit_log,
                                            self.config.flush_interval_commit_log)
-                    nursery.start_soon(self._flush_loop, self.message_store.flush_consume_queues,
+                    nursery.start_soon(self._flush_loop, "flush consume queues",
+                                       self.message_store.flush_consume_queues,
                                        self.config.flush_interval_consume_queue)
-                    nursery.start_soon(self._flush_loop, self._persist_configs,
-                                       self.config.flush_consumer_offset_interval)
+                    nursery.start_soon(self._persist_loop)
                     nursery.start_soon(self._clean_loop)
                     nursery.start_soon(self._housekeeping_loop)
                     await nursery.start(self.pull_hold_service.run)
@@ -176,16 +234,29 @@ class BrokerController:
                     await self._stop.wait()
                     self.log.info("broker shutting down")
                     with trio.move_on_after(5):
-                        await self.outer_api.unregister_broker_all()
+                        try:
+                            await self.outer_api.unregister_broker_all()
+                        except Exception as exc:
+                            self._register_guard.failed(exc, "unregister failed")
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._persist_and_close)
+                # the serving nursery is gone: nothing mutates the tables any more
+                snapshots = self._shutdown_snapshots()
+                await trio.to_thread.run_sync(self._persist_and_close, snapshots)
             self.log.info("broker stopped")
 
     async def register_broker_all(self) -> None:
+        """Register with every name server. Never raises (but Cancelled): a
+        failure is logged and the next period (or topic change) tries again."""
         assert self.outer_api is not None
-        await self.outer_api.register_broker_all(self.topic_config_manager.to_wire())
+        try:
+            await self.outer_api.register_broker_all(self.topic_config_manager.to_wire())
+        except Exception as exc:
+            self._register_guard.failed(exc, "register with name servers failed",
+                                        topics=len(self.topic_config_manager.table))
+        else:
+            self._register_guard.ok()
 
     async def _register_loop(self) -> None:
         interval = self.config.register_broker_interval_ms / 1000
@@ -194,30 +265,49 @@ class BrokerController:
                 await self._register_event.wait()
             self._register_event = trio.Event()
             await self.register_broker_all()
+            # after failures, topic changes do not re-register back to back
+            await self._register_guard.pause()
 
     def _on_connection_closed(self, conn: RemotingConnection) -> None:
         self.producer_manager.connection_closed(conn)
         for group in self.consumer_manager.connection_closed(conn):
             self.client_manage_processor.notify_consumer_ids_changed(group)
 
-    async def _housekeeping_loop(self) -> None:
+    def housekeeping(self, now: float) -> None:
         """Drop producers and consumers silent for channelExpiredTimeout ms."""
         expired = self.config.channel_expired_timeout / 1000
-        while True:
-            await trio.sleep(10)
-            now = trio.current_time()
-            self.producer_manager.scan_not_active(now, expired)
-            for group in self.consumer_manager.scan_not_active(now, expired):
+        self.producer_manager.scan_not_active(now, expired)
+        for group in self.consumer_manager.scan_not_active(now, expired):
+            try:
                 self.client_manage_processor.notify_consumer_ids_changed(group)
+            except Exception as exc:
+                self.log.warning("notifying a group's consumers failed", group=shown(group),
+                                 error=describe(exc))
+
+    async def _housekeeping_loop(self) -> None:
+        guard = Guard(self.log, "housekeeping")
+        while True:
+            await trio.sleep(HOUSEKEEPING_INTERVAL_S)
+            await guard.run(self.housekeeping, trio.current_time())
+
+    def clean(self) -> None:
+        now = time.time()
+        self.message_store.clean_expired_files(int(now * 1000), time.localtime(now).tm_hour)
 
     async def _clean_loop(self) -> None:
         # In the event loop, not a thread: files are closed here while pulls read them.
+        guard = Guard(self.log, "clean expired files")
         while True:
             await trio.sleep(self.config.clean_resource_interval / 1000)
-            now = time.time()
-            self.message_store.clean_expired_files(int(now * 1000), time.localtime(now).tm_hour)
+            await guard.run(self.clean)
 
-    async def _flush_loop(self, flush: Any, interval_ms: int) -> None:
+    async def _flush_loop(self, name: str, flush: Any, interval_ms: int) -> None:
+        guard = Guard(self.log, name)
         while True:
             await trio.sleep(interval_ms / 1000)
-            await trio.to_thread.run_sync(flush)
+            await guard.run(trio.to_thread.run_sync, flush)
+
+    async def _persist_loop(self) -> None:
+        while True:
+            await trio.sleep(self.config.flush_consumer_offset_interval / 1000)
+            await self.persist_configs()

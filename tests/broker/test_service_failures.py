@@ -1,0 +1,206 @@
+"""Broker background services survive a failing item, in virtual time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from broker.config import BrokerConfig
+from broker.controller import BrokerController
+from broker.group_commit import GroupCommitService
+from broker.long_polling import PullRequestHoldService
+from broker.out_api import BrokerOuterAPI
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import LocalProtocolError
+from protocol.trio.errors import RemotingConnectError
+from tests.broker.test_guarded_service import FakeLog
+
+
+class FakeConn:
+    closed = False
+
+    def __init__(self) -> None:
+        self.sent: list[RemotingCommand] = []
+
+    def send_response(self, cmd: RemotingCommand) -> None:
+        self.sent.append(cmd)
+
+
+# ---- long polling ---------------------------------------------------------------------
+
+
+async def test_a_failing_held_pull_is_dropped_not_raised(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    def retry(conn: object, cmd: RemotingCommand, final: bool) -> RemotingCommand | None:
+        if cmd.ext_fields.get("bad"):
+            raise KeyError("queue vanished")
+        return cmd.response(ResponseCode.SUCCESS if not final else ResponseCode.PULL_NOT_FOUND)
+
+    svc = PullRequestHoldService(retry, "b")  # type: ignore[arg-type]
+    svc.guard.log = log = FakeLog()
+    good, bad = FakeConn(), FakeConn()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        svc.suspend("T", 0, 0, bad, RemotingCommand.request(11, {"bad": 1}), 5)  # type: ignore[arg-type]
+        svc.suspend("T", 0, 0, good, RemotingCommand.request(11), 5)  # type: ignore[arg-type]
+        svc.notify_message_arriving("T", 0, 1)  # the dispatcher's call does not raise
+        assert [c.code for c in bad.sent] == [ResponseCode.SYSTEM_ERROR]
+        assert [c.code for c in good.sent] == [ResponseCode.SUCCESS]
+        assert svc.held == {}
+        # the deadline task survives the same failure
+        svc.suspend("T", 1, 0, bad, RemotingCommand.request(11, {"bad": 1}), 2)  # type: ignore[arg-type]
+        svc.suspend("T", 1, 0, good, RemotingCommand.request(11), 3)  # type: ignore[arg-type]
+        await trio.sleep(4)
+        assert [c.code for c in good.sent][-1] == ResponseCode.PULL_NOT_FOUND
+        assert len(bad.sent) == 2 and svc.held == {}
+        nursery.cancel_scope.cancel()
+    assert svc.guard.failures == 2 and len(log.lines) == 1  # the same error, logged once
+
+
+# ---- group commit ---------------------------------------------------------------------
+
+
+async def test_group_commit_survives_failing_fsyncs(autojump_clock: trio.testing.MockClock) -> None:
+    state = {"fail": 3, "written": 0}
+
+    def flush() -> int:
+        if state["fail"]:
+            state["fail"] -= 1
+            raise OSError(5, "Input/output error")
+        return state["written"]
+
+    svc = GroupCommitService(flush, 5000, "b")
+    svc.guard.log = log = FakeLog()
+    conn = FakeConn()
+    ok = RemotingCommand.request(10).response(ResponseCode.SUCCESS)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        state["written"] = 100
+        svc.submit(conn, ok, 100)  # type: ignore[arg-type]
+        with trio.fail_after(10):
+            while not conn.sent:
+                await trio.sleep(0.05)
+        assert conn.sent[0].code == ResponseCode.SUCCESS
+        assert svc.guard.failures == 3 and len(log.lines) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_group_commit_times_out_while_fsync_keeps_failing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    def flush() -> int:
+        raise OSError(5, "Input/output error")
+
+    svc = GroupCommitService(flush, 1000, "b")
+    svc.guard.log = FakeLog()
+    conn = FakeConn()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        svc.submit(conn, RemotingCommand.request(10).response(ResponseCode.SUCCESS), 1)  # type: ignore[arg-type]
+        await trio.sleep(1.5)
+        assert [c.code for c in conn.sent] == [ResponseCode.FLUSH_DISK_TIMEOUT]
+        tries = svc.guard.failures
+        assert 2 <= tries <= 6  # backing off (0.1 s, 0.2 s, ...), not spinning
+        await trio.sleep(60)
+        assert svc.guard.failures == tries  # nothing waits any more: no more fsyncs
+        svc.submit(conn, RemotingCommand.request(10).response(ResponseCode.SUCCESS), 2)  # type: ignore[arg-type]
+        await trio.sleep(1.5)
+        assert len(conn.sent) == 2 and svc.guard.failures > tries  # still serving
+        nursery.cancel_scope.cancel()
+
+
+# ---- registration ---------------------------------------------------------------------
+
+
+class FakeClient:
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+        self.calls = 0
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        self.calls += 1
+        if self.error is not None:
+            raise self.error
+        return cmd.response(ResponseCode.SUCCESS)
+
+
+def config(tmp_path: Path, **kw: Any) -> BrokerConfig:
+    return BrokerConfig(store_path_root_dir=str(tmp_path), namesrv_addr="127.0.0.1:1;127.0.0.1:2",
+                        **kw)
+
+
+async def test_register_never_raises_for_a_name_server(tmp_path: Path) -> None:
+    wire = {"topicConfigTable": {"T": {"topicName": "T"}}}
+    for error in (LocalProtocolError("frame too large"), RemotingConnectError("refused"),
+                  RuntimeError("bug")):
+        client = FakeClient(error)
+        api = BrokerOuterAPI(config(tmp_path), client)  # type: ignore[arg-type]
+        api.guard.log = FakeLog()
+        assert await api.register_broker_all(wire) == 0
+        assert client.calls == 2
+    ok = FakeClient(None)
+    assert await BrokerOuterAPI(config(tmp_path), ok).register_broker_all(wire) == 2  # type: ignore[arg-type]
+
+
+async def test_a_registration_too_large_for_a_frame_is_not_sent(tmp_path: Path) -> None:
+    client = FakeClient(None)
+    api = BrokerOuterAPI(config(tmp_path, max_frame_size=200 * 1024), client)  # type: ignore[arg-type]
+    api.guard.log = log = FakeLog()
+    huge = "%RETRY%" + "g" * (300 * 1024)
+    assert await api.register_broker_all({"topicConfigTable": {huge: {"topicName": huge}}}) == 0
+    assert client.calls == 0
+    _, event, kw = log.lines[0]
+    assert event == "registration too large for a frame, not sent"
+    assert kw["topics"] == 1 and len(kw["longest_topics"][0]) < 200
+
+
+class FailingOuterAPI:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def register_broker_all(self, wire: dict[str, object]) -> int:
+        self.calls += 1
+        raise LocalProtocolError("frame of 17000000 bytes exceeds 16777216")
+
+
+async def test_register_loop_survives_and_backs_off(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    c = BrokerController(config(tmp_path))
+    c._register_guard.log = log = FakeLog()
+    api = FailingOuterAPI()
+    c.outer_api = api  # type: ignore[assignment]
+    await c.register_broker_all()  # the start-up registration: logged, not raised
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(c._register_loop)
+        for _ in range(200):  # a flood of topic changes while registration fails
+            c.trigger_register()
+            await trio.sleep(0.05)
+        await trio.sleep(120)
+        nursery.cancel_scope.cancel()
+    assert 10 <= api.calls <= 40  # at most one try per back-off, then once per period
+    assert log.lines[0][1] == "register with name servers failed"
+    assert isinstance(log.lines[0][2]["exc_info"], LocalProtocolError)
+    assert len(log.lines) <= 4
+
+
+async def test_housekeeping_survives_a_failing_notification(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    c = BrokerController(config(tmp_path))
+    calls = 0
+
+    def scan(now: float, expired: float) -> list[str]:
+        nonlocal calls
+        calls += 1
+        raise RuntimeError("table corrupted")
+
+    c.consumer_manager.scan_not_active = scan  # type: ignore[method-assign]
+    with trio.move_on_after(100):
+        await c._housekeeping_loop()
+    assert calls >= 8
