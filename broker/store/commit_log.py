@@ -53,6 +53,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 _LONG = struct.Struct(">q")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_VALID_TOPICS_MAX = 8192
 
 
 def _int_in(value: object, low: int, high: int) -> bool:
@@ -60,11 +61,15 @@ def _int_in(value: object, low: int, high: int) -> bool:
 
 
 def message_problem(m: MessageExtBrokerInner) -> str | None:
-    """Why ``m`` cannot become a record (None when it can). Cheap: the topic
-    check is cached by protocol.names."""
+    """Why ``m`` cannot become a record (None when it can): an invalid topic
+    (protocol.names), a field out of its record range, a wrong type."""
     problem = topic_problem(m.topic)
     if problem is not None:
         return problem
+    return _explain(m)
+
+
+def _explain(m: MessageExtBrokerInner) -> str | None:
     if not _int_in(m.queue_id, 0, INT32_MAX):
         return "the queue id is out of range"
     if not _int_in(m.flag, INT32_MIN, INT32_MAX):
@@ -79,9 +84,28 @@ def message_problem(m: MessageExtBrokerInner) -> str | None:
         return "the prepared transaction offset is out of range"
     if not _int_in(m.tags_code, INT64_MIN, INT64_MAX):
         return "the tags code is out of range"
-    if not isinstance(m.body, bytes | bytearray) or not isinstance(m.properties_string, str):
-        return "the body or properties have the wrong type"
+    if not isinstance(m.body, bytes | bytearray | memoryview):
+        return "the body is not bytes"
+    if not isinstance(m.properties_string, str):
+        return "the properties are not a string"
+    try:
+        m.properties_string.encode()
+    except UnicodeEncodeError:
+        return "the properties are not valid UTF-8"
+    try:
+        pack_host(m.born_host)
+    except (ValueError, TypeError, AttributeError, struct.error):
+        return "the born host is not host:port"
     return None
+
+
+def _illegal(msgs: list[MessageExtBrokerInner], exc: Exception | None = None
+             ) -> tuple[PutMessageResult, list[DispatchRequest]]:
+    """MESSAGE_ILLEGAL (the slow path: say which field is wrong)."""
+    detail = next((p for p in map(message_problem, msgs) if p is not None), None)
+    if detail is None:
+        detail = f"the message cannot be encoded: {exc}"
+    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, detail=detail), []
 
 
 @dataclass(slots=True)
@@ -131,6 +155,7 @@ class CommitLog:
         self.max_message_size = max_message_size
         self.topic_queue_table: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._valid_topics: set[str] = set()  # topics protocol.names accepted
 
     # ---- append ----------------------------------------------------------------
 
@@ -144,23 +169,31 @@ class CommitLog:
         """
         encoded = []
         total = 0
-        for m in msgs:
-            problem = message_problem(m)
-            if problem is not None:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, detail=problem), []
-            try:
+        valid_topics = self._valid_topics
+        try:
+            for m in msgs:
+                # Cheap checks here (protocol.names vets each topic once); the
+                # other integer ranges are struct's when the record is encoded.
+                if m.topic not in valid_topics:
+                    if topic_problem(m.topic) is not None:
+                        return _illegal(msgs)
+                    if len(valid_topics) >= _VALID_TOPICS_MAX:
+                        valid_topics.clear()
+                    valid_topics.add(m.topic)
+                if m.queue_id < 0 or m.reconsume_times < 0 or not (
+                        INT64_MIN <= m.tags_code <= INT64_MAX):
+                    return _illegal(msgs)
+                topic_b = m.topic.encode()
                 props_b = m.properties_string.encode()
-            except UnicodeEncodeError:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL,
-                                        detail="the properties are not valid UTF-8"), []
-            topic_b = m.topic.encode()
-            if len(props_b) > MAX_PROPERTIES_BYTES:
-                return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED), []
-            if len(topic_b) > MAX_TOPIC_BYTES or len(m.body) > self.max_message_size:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
-            size = record_size(len(m.body), len(topic_b), len(props_b))
-            encoded.append((m, topic_b, props_b, size, body_crc(m.body)))
-            total += size
+                if len(props_b) > MAX_PROPERTIES_BYTES:
+                    return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED), []
+                if len(topic_b) > MAX_TOPIC_BYTES or len(m.body) > self.max_message_size:
+                    return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
+                size = record_size(len(m.body), len(topic_b), len(props_b))
+                encoded.append((m, topic_b, props_b, size, body_crc(m.body)))
+                total += size
+        except (TypeError, ValueError, AttributeError) as exc:  # UnicodeEncodeError included
+            return _illegal(msgs, exc)
         if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
         with self._lock:
@@ -170,27 +203,26 @@ class CommitLog:
             if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
                 target = mfq.prepare_next()  # before the pad: a failure writes nothing
             start = target.file_from_offset + (target.wrote_position if target is mf else 0)
+            key = f"{encoded[0][0].topic}-{encoded[0][0].queue_id}"
             try:
-                data, result, dispatches = self._encode(encoded, start, total)
-            except (struct.error, ValueError, OverflowError, TypeError) as exc:
-                return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, detail=str(exc)), []
+                data, result, dispatches = self._encode(encoded, start, total,
+                                                        self.topic_queue_table.get(key, 0))
+            except (struct.error, ValueError, OverflowError, TypeError, AttributeError) as exc:
+                return _illegal(msgs, exc)
             if target is not mf:
                 if mf.remaining > 0:
                     mf.append(encode_blank(mf.remaining))
                 target = mfq.last_for_append()
             target.append(data)
             target.store_timestamp = result.store_timestamp
-            first = encoded[0][0]
-            self.topic_queue_table[f"{first.topic}-{first.queue_id}"] = (
-                result.logics_offset + len(dispatches))
+            self.topic_queue_table[key] = result.logics_offset + len(dispatches)
             return PutMessageResult(PutMessageStatus.PUT_OK, result), dispatches
 
-    def _encode(self, encoded: list, wrote_offset: int, total: int
+    def _encode(self, encoded: list, wrote_offset: int, total: int, queue_offset: int
                 ) -> tuple[bytes, AppendMessageResult, list[DispatchRequest]]:
-        """The bytes of the records appended at ``wrote_offset`` (nothing written)."""
+        """The bytes of the records appended at ``wrote_offset`` (nothing written).
+        Raises struct.error for an integer out of its field's range."""
         now = int(time.time() * 1000)
-        first = encoded[0][0]
-        queue_offset = self.topic_queue_table.get(f"{first.topic}-{first.queue_id}", 0)
         phys = wrote_offset
         parts = []
         dispatches = []
