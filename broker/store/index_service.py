@@ -46,7 +46,8 @@ class IndexService:
     def _writable(self, now_ms: int) -> IndexFile:
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_full():
-            last.file.ensure_allocated()  # an older broker's file may be sparse
+            if not last.file.allocated:  # an older broker's file may be sparse
+                last.file.ensure_allocated()
             return last
         name = index_file_name(now_ms)
         while self.files and name <= self.files[-1].path.name:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import structlog
 
-from broker.store.allocation import AllocationError, LogThrottle, remove_stale_allocations
+from broker.store.allocation import LogThrottle, remove_stale_allocations
 from broker.store.mapped_file import MappedFile, offset_to_file_name
 from broker.store.status import StoreError
 
@@ -143,7 +143,7 @@ class MappedFileQueue:
             try:
                 self._next = MappedFile(self.store_dir / offset_to_file_name(start), self.file_size,
                                         what=self.what)
-            except AllocationError as exc:
+            except (StoreError, OSError) as exc:  # AllocationError is a StoreError
                 self._preallocate_failed(log, "cannot preallocate the next file", level="warning",
                                          dir=str(self.store_dir), error=str(exc))
 
