@@ -101,6 +101,7 @@ class DefaultMessageStore:
         self.reput_offset = 0
         self.dispatch_failure: Exception | None = None  # why the cursor is behind
         self._refusals = LogThrottle()
+        self._illegal = LogThrottle()
         self._dispatch_failures = LogThrottle()
         self._skipped_records = LogThrottle()
 
@@ -243,8 +244,8 @@ class DefaultMessageStore:
             self.log.error("commit log append failed", error=str(exc))
             return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, detail=str(exc))
         if result.put_message_status is PutMessageStatus.MESSAGE_ILLEGAL and result.detail:
-            self._refusals(self.log, "illegal message refused", level="warning",
-                           topic=shown(first.topic), reason=result.detail)
+            self._illegal(self.log, "illegal message refused", level="warning",
+                          topic=shown(first.topic), reason=result.detail)
         if dispatches:
             ar = result.append_result
             assert ar is not None
