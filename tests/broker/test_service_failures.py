@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -65,7 +66,18 @@ async def test_a_failing_held_pull_is_dropped_not_raised(
 # ---- group commit ---------------------------------------------------------------------
 
 
-async def test_group_commit_survives_failing_fsyncs(autojump_clock: trio.testing.MockClock) -> None:
+async def inline(fn: Any, *args: Any, **kw: Any) -> Any:
+    return fn(*args)  # fsync without a worker thread: virtual time stays exact
+
+
+@pytest.fixture
+def no_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trio.to_thread, "run_sync", inline)
+
+
+async def test_group_commit_survives_failing_fsyncs(
+    autojump_clock: trio.testing.MockClock, no_threads: None
+) -> None:
     state = {"fail": 3, "written": 0}
 
     def flush() -> int:
@@ -91,7 +103,7 @@ async def test_group_commit_survives_failing_fsyncs(autojump_clock: trio.testing
 
 
 async def test_group_commit_times_out_while_fsync_keeps_failing(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, no_threads: None
 ) -> None:
     def flush() -> int:
         raise OSError(5, "Input/output error")
