@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 import structlog
-import trio
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from protocol.config import ConfigError, load_properties
 from protocol.logs import configure_logging
-from protocol.trio.daemon import first_leaf, run_until_signal
+from protocol.trio.daemon import fail, run_daemon
 
 log = structlog.get_logger("broker")
 
@@ -47,15 +44,11 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
         click.echo(config.render())
         return
     configure_logging(log_level)
-    controller = BrokerController(config)
     try:
-        trio.run(run_until_signal, controller)
-    except (OSError, RuntimeError, BaseExceptionGroup) as exc:
-        leaf = first_leaf(exc)
-        if not isinstance(leaf, (OSError, RuntimeError)):
-            raise
-        log.error("broker failed", error=f"{type(leaf).__name__}: {leaf}")
-        sys.exit(1)
+        controller = BrokerController(config)
+    except Exception as exc:
+        fail(log, "broker", exc)
+    run_daemon(controller, log, "broker")
 
 
 if __name__ == "__main__":

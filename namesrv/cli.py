@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 import structlog
-import trio
 
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from protocol.config import ConfigError, load_properties
 from protocol.logs import configure_logging
-from protocol.trio.daemon import first_leaf, run_until_signal
+from protocol.trio.daemon import fail, run_daemon
 
 log = structlog.get_logger("namesrv")
 
@@ -45,15 +42,11 @@ def main(
         click.echo(config.render())
         return
     configure_logging(log_level)
-    controller = NamesrvController(config)
     try:
-        trio.run(run_until_signal, controller)
-    except (OSError, BaseExceptionGroup) as exc:
-        leaf = first_leaf(exc)
-        if not isinstance(leaf, OSError):
-            raise
-        log.error("name server failed to start", error=f"{type(leaf).__name__}: {leaf}")
-        sys.exit(1)
+        controller = NamesrvController(config)
+    except Exception as exc:
+        fail(log, "name server", exc)
+    run_daemon(controller, log, "name server")
     log.info("name server stopped")
 
 

@@ -1,4 +1,8 @@
-"""NamesrvController: the RPC server plus the liveness scan, as trio tasks."""
+"""NamesrvController: the RPC server plus the liveness scan, as trio tasks.
+
+A failing scan is logged (a traceback once, repeats rate-limited) and the next
+period scans again: nothing in the scan can stop the name server.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.server import RemotingServer
+from protocol.trio.service import Guard
 
 log = structlog.get_logger("namesrv")
 
@@ -29,6 +34,7 @@ class NamesrvController:
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self._stop = trio.Event()
+        self._scan_guard = Guard(log, "scan not active broker")
 
     @property
     def port(self) -> int:
@@ -55,4 +61,5 @@ class NamesrvController:
         expired = self.config.broker_channel_expired_time / 1000
         while True:
             await trio.sleep(interval)
-            self.routes.scan_not_active_broker(trio.current_time(), expired)
+            await self._scan_guard.run(self.routes.scan_not_active_broker,
+                                       trio.current_time(), expired)

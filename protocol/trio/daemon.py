@@ -1,12 +1,19 @@
-"""Running a daemon until SIGINT or SIGTERM, with an orderly shutdown."""
+"""Running a daemon until SIGINT or SIGTERM, with an orderly shutdown.
+
+``run_daemon`` is what a daemon's CLI calls: a daemon that stops for any other
+reason than a signal logs why, with the traceback, and the process exits 1.
+"""
 
 from __future__ import annotations
 
 import signal
-from typing import Any, Protocol
+import sys
+from typing import Any, NoReturn, Protocol
 
 import structlog
 import trio
+
+from protocol.trio.service import describe
 
 log = structlog.get_logger("daemon")
 
@@ -46,3 +53,23 @@ def first_leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return exc
+
+
+def fail(logger: Any, what: str, exc: BaseException) -> NoReturn:
+    """Log why ``what`` (e.g. "broker") stopped, with the whole traceback, and exit 1."""
+    logger.error(f"{what} failed", error=describe(first_leaf(exc)), exc_info=exc)
+    sys.exit(1)
+
+
+def run_daemon(daemon: Daemon, logger: Any, what: str) -> None:
+    """Run ``daemon`` until a signal stops it; exit 1 (logged, with the
+    traceback) when it fails, whatever the exception."""
+    try:
+        trio.run(run_until_signal, daemon)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        logger.warning(f"{what} interrupted")
+        sys.exit(130)
+    except BaseException as exc:
+        fail(logger, what, exc)
