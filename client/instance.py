@@ -21,6 +21,10 @@ once when a consumer starts, a rebalance every ``rebalance_interval`` s (20)
 and at once when a broker sends ``NOTIFY_CONSUMER_IDS_CHANGED``, and offset
 persistence every ``persist_consumer_offset_interval`` s (5).
 
+None of these background loops can stop the instance: an iteration that fails
+is logged (a traceback once, repeats rate-limited, protocol/trio/service.py),
+backed off, and the next period runs as usual.
+
 The client id is ``<ip>@<instance name>``; the instance name defaults to the
 process id, so two processes on one host are two clients. Give consumers in
 one process different ``instance_name``s to make them different clients.
@@ -53,6 +57,7 @@ from protocol.route import MASTER_ID, TopicRouteData
 from protocol.trio import HandlerTable, RemotingClient, RemotingError, split_addr
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.errors import RemotingTimeoutError
+from protocol.trio.service import Guard
 
 log = structlog.get_logger("client.instance")
 
@@ -176,6 +181,10 @@ class MQClientInstance:
         self._broker_addrs: dict[str, dict[int, str]] = {}
         self._flights: dict[tuple[str, int | None], _Flight] = {}
         self._log = log.bind(namesrv=self.namesrv_addr, client_id=self.client_id)
+        self._refresh_guard = Guard(self._log, "route refresh")
+        self._heartbeat_guard = Guard(self._log, "heartbeat")
+        self._rebalance_guard = Guard(self._log, "rebalance")
+        self._persist_guard = Guard(self._log, "persist consumer offsets")
 
     # ---- registry ---------------------------------------------------------------
 
@@ -281,7 +290,7 @@ class MQClientInstance:
     async def _refresh_loop(self) -> None:
         while True:
             await trio.sleep(self.poll_name_server_interval)
-            await self.refresh_routes()
+            await self._refresh_guard.run(self.refresh_routes)
 
     # ---- requests ---------------------------------------------------------------
 
@@ -484,6 +493,8 @@ class MQClientInstance:
                 await self.update_topic_route(topic)
             except MQClientError as exc:
                 self._log.warning("route refresh failed", topic=topic, error=str(exc))
+            except Exception as exc:  # one topic's bug must not skip the others
+                self._refresh_guard.failed(exc, "route refresh failed", topic=topic)
 
     def topic_route(self, topic: str) -> TopicRouteData | None:
         """The cached route of ``topic`` (not a TBW102-based one), or None."""
@@ -639,6 +650,9 @@ class MQClientInstance:
             except (RemotingError, MQClientError) as exc:
                 self._log.warning("heartbeat failed", broker=addr, error=str(exc))
                 return
+            except Exception as exc:  # one broker's failure must not cancel the others
+                self._heartbeat_guard.failed(exc, "heartbeat failed", broker=addr)
+                return
             if response.code != ResponseCode.SUCCESS:
                 self._log.warning("heartbeat refused", broker=addr, code=response.code,
                                   remark=response.remark)
@@ -662,26 +676,32 @@ class MQClientInstance:
                 await consumer.do_rebalance()
             except (MQClientError, MQBrokerError, RemotingError) as exc:
                 self._log.warning("rebalance failed", group=consumer.group, error=str(exc))
-            except Exception:
-                self._log.exception("rebalance failed", group=consumer.group)
+            except Exception as exc:
+                self._rebalance_guard.failed(exc, "rebalance failed", group=consumer.group)
 
     async def _heartbeat_loop(self) -> None:
         while True:
             await trio.sleep(self.heartbeat_broker_interval)
-            await self.send_heartbeat_to_all_brokers()
+            await self._heartbeat_guard.run(self.send_heartbeat_to_all_brokers)
 
     async def _rebalance_loop(self) -> None:
         while True:
             with trio.move_on_after(self.rebalance_interval):
                 await self._rebalance_event.wait()
             self._rebalance_event = trio.Event()
-            await self.do_rebalance()
+            # a failing round backs off, however often brokers ask for a rebalance
+            await self._rebalance_guard.run(self.do_rebalance)
+
+    async def persist_consumer_offsets(self) -> None:
+        """Persist every registered consumer's offsets once. Failures are logged."""
+        for consumer in list(self._consumers.values()):
+            try:
+                await consumer.persist_consumer_offset()
+            except Exception as exc:
+                self._persist_guard.failed(exc, "persisting offsets failed",
+                                           group=consumer.group)
 
     async def _persist_loop(self) -> None:
         while True:
             await trio.sleep(self.persist_consumer_offset_interval)
-            for consumer in list(self._consumers.values()):
-                try:
-                    await consumer.persist_consumer_offset()
-                except Exception:
-                    self._log.exception("persisting offsets failed", group=consumer.group)
+            await self._persist_guard.run(self.persist_consumer_offsets)

@@ -108,6 +108,9 @@ class RemoteBrokerOffsetStore(OffsetStore):
             except (MQClientError, MQBrokerError) as exc:
                 self._log.warning("persist offset failed", mq=str(mq), offset=offset,
                                   error=str(exc))
+            except Exception:
+                # one queue's failure must not cancel the others' (nor the persist loop)
+                self._log.exception("persist offset failed", mq=str(mq), offset=offset)
 
         async with trio.open_nursery() as nursery:
             for mq, off in todo:

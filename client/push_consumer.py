@@ -47,6 +47,7 @@ from client.errors import MQBrokerError, MQClientError
 from client.process_queue import REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
 from protocol.message import MessageExt, MessageQueue
+from protocol.trio.service import Guard
 
 SEND_BACK_FAILED_RETRY_DELAY = 5.0
 _DEF = ConsumerCore.DEFAULTS
@@ -130,6 +131,8 @@ class PushConsumer(ConsumerCore):
         self.orderly = False
         self._consume_tx: trio.MemorySendChannel[tuple[MessageQueue, ProcessQueue, list[MessageExt]]] | None = None
         self._consume_locks: dict[MessageQueue, trio.Lock] = {}
+        # background tasks (lock renewal, orderly consume) survive their own bugs
+        self._guard = Guard(self._log, "push consumer")
 
     # ---- configuration ---------------------------------------------------------------
 
@@ -176,6 +179,7 @@ class PushConsumer(ConsumerCore):
         self._consume_tx = tx
         try:
             await self._start_core()
+            self._guard.log = self._log  # now bound with the client id
             assert self._service is not None
             if not self.orderly:
                 for _ in range(self.consume_thread_max):
@@ -312,7 +316,10 @@ class PushConsumer(ConsumerCore):
     ) -> None:
         await trio.sleep(SEND_BACK_FAILED_RETRY_DELAY)
         if not pq.dropped and self._consume_tx is not None:
-            self._consume_tx.send_nowait((mq, pq, msgs))
+            try:
+                self._consume_tx.send_nowait((mq, pq, msgs))
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                pass  # shutting down: the messages stay uncommitted and come back
 
     # ---- orderly ------------------------------------------------------------------------------
 
@@ -323,6 +330,22 @@ class PushConsumer(ConsumerCore):
         return lock
 
     async def _consume_orderly(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """The queue's orderly consume task. A bug in one round is logged and the
+        round starts again after a back-off, with the messages it had taken."""
+        while True:
+            try:
+                await self._consume_orderly_round(mq, pq)
+                return
+            except Exception as exc:
+                self._guard.failed(exc, "orderly consume failed", mq=str(mq))
+                if pq.consuming:
+                    pq.make_message_to_consume_again(list(pq.consuming.values()))
+                if pq.dropped or self._state is not ConsumerState.RUNNING:
+                    pq.consuming_flag = False
+                    return
+                await self._guard.pause()
+
+    async def _consume_orderly_round(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         clustering = self.message_model is MessageModel.CLUSTERING
         async with self._consume_lock(mq):
             while not pq.dropped and self._state is ConsumerState.RUNNING:
@@ -392,11 +415,15 @@ class PushConsumer(ConsumerCore):
     async def _lock_loop(self) -> None:
         while True:
             await trio.sleep(REBALANCE_LOCK_INTERVAL)
-            by_broker: dict[tuple[str, str], list[MessageQueue]] = {}
-            for mq in self.process_queue_table:
-                by_broker.setdefault((mq.broker_name, mq.topic), []).append(mq)
-            for (broker, topic), mqs in sorted(by_broker.items()):
-                await self._lock_queues(broker, topic, mqs)
+            await self._guard.run(self._lock_all)
+
+    async def _lock_all(self) -> None:
+        """Renew the locks of every queue this consumer holds (orderly, clustering)."""
+        by_broker: dict[tuple[str, str], list[MessageQueue]] = {}
+        for mq in list(self.process_queue_table):
+            by_broker.setdefault((mq.broker_name, mq.topic), []).append(mq)
+        for (broker, topic), mqs in sorted(by_broker.items()):
+            await self._lock_queues(broker, topic, mqs)
 
     async def _prepare_queue(self, mq: MessageQueue) -> bool:
         if not self._needs_lock():
