@@ -194,7 +194,7 @@ class CommitLog:
                 total += size
         except (TypeError, ValueError, AttributeError) as exc:  # UnicodeEncodeError included
             return _illegal(msgs, exc)
-        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+        if not encoded or total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
         with self._lock:
             mfq = self.mapped_file_queue
