@@ -130,6 +130,12 @@ class Cluster:
             "listenPort": port,
             "storePathRootDir": store,
             "namesrvAddr": namesrv,
+            # Store files are allocated for real: keep test brokers' disk use small
+            # (64 MiB commit-log files, 4 MiB consume-queue files, a 4 MiB index).
+            "mapedFileSizeCommitLog": 64 * 1024 * 1024,
+            "mapedFileSizeConsumeQueue": 200_000 * 20,
+            "maxHashSlotNum": 50_000,
+            "maxIndexNum": 200_000,
         }
         base.update(props)
         conf.write_text("".join(f"{k}={v}\n" for k, v in base.items()))
