@@ -264,6 +264,8 @@ class SendMessageProcessor:
         code, remark = PUT_STATUS_TO_CODE.get(
             result.put_message_status, (ResponseCode.SYSTEM_ERROR, "unknown store status")
         )
+        if result.detail and code != ResponseCode.SUCCESS:
+            remark = f"{remark}: {result.detail}"
         if self.controller.message_store.disk_full and code == ResponseCode.SERVICE_NOT_AVAILABLE:
             remark = (f"the broker[{self.config.broker_name}] disk is full (over "
                       f"{self.config.disk_space_warning_level_ratio}% used): writes refused, reads served")
