@@ -17,8 +17,8 @@ class FakeLog:
     def __init__(self) -> None:
         self.lines: list[tuple[str, str, dict[str, Any]]] = []
 
-    def _add(self, level: str, event: str, **kw: Any) -> None:
-        self.lines.append((level, event, kw))
+    def _add(self, lvl: str, event: str, /, **kw: Any) -> None:
+        self.lines.append((lvl, event, kw))
 
     def error(self, event: str, **kw: Any) -> None:
         self._add("error", event, **kw)
