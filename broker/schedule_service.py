@@ -206,7 +206,7 @@ class ScheduleMessageService:
         return ConfigSnapshot(
             self.path, {"offsetTable": {str(k): v for k, v in self.offset_table.items()}})
 
-    def persist(self, force: bool = True) -> None:
+    def persist(self, force: bool = False) -> None:
         """Snapshot and write now, in the caller's thread."""
         snap = self.snapshot(force)
         if snap is None:
