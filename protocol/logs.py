@@ -16,11 +16,16 @@ def configure_logging(level: str = "INFO", json: bool = False) -> None:
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )
+    # the console renderer prints exc_info itself; JSON needs it turned into data
+    tracebacks: list[structlog.typing.Processor] = (
+        [structlog.processors.format_exc_info] if json else []
+    )
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso"),
+            *tracebacks,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
