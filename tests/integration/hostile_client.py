@@ -59,7 +59,8 @@ def out_of_memory(exc: BaseException) -> bool:
 if __name__ == "__main__":
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
     try:
-        out = trio.run(main, *sys.argv[1:4])
+        mode, namesrv, topic = sys.argv[1:4]
+        out = trio.run(main, mode, namesrv, topic)
     except BaseException as exc:
         if not out_of_memory(exc):
             raise

@@ -68,7 +68,7 @@ CLIENT_ID = "127.0.0.1@rt-attacker"
 
 async def make_guard(cluster: Cluster, **props: object) -> Guard:
     ns = cluster.namesrv()
-    broker = cluster.broker("broker-a", ns.addr, **{**BROKER_PROPS, **props})
+    broker = cluster.broker("broker-a", ns.addr, True, **{**BROKER_PROPS, **props})  # started
     guard = Guard(cluster, ns, broker)
     await guard.seed()
     guard.begin()
@@ -401,8 +401,9 @@ async def test_fake_broker_with_2_31_queues(fresh: Guard, mode: str) -> None:
                                  write_queue_nums=2)
         await wait_for(routed(admin, topic), TIMEOUT, f"{topic} routed")
     huge = 2**31 - 1
-    cfg = ({"writeQueueNums": huge, "readQueueNums": 4} if mode == "produce"
-           else {"readQueueNums": huge, "writeQueueNums": 4})
+    cfg: dict[str, object] = (
+        {"writeQueueNums": huge, "readQueueNums": 4} if mode == "produce"
+        else {"readQueueNums": huge, "writeQueueNums": 4})
     async with RemotingClient() as fake:
         resp = await fake.invoke(fresh.ns.addr, fake_register("fake-broker", {topic: cfg}), TIMEOUT)
         # refused or not, the fake's connection stays open while a real client looks
