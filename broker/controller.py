@@ -223,6 +223,7 @@ class BrokerController:
                                        self.message_store.flush_consume_queues,
                                        self.config.flush_interval_consume_queue)
                     nursery.start_soon(self._persist_loop)
+                    nursery.start_soon(self._topic_persist_loop)
                     nursery.start_soon(self._clean_loop)
                     nursery.start_soon(self._housekeeping_loop)
                     await nursery.start(self.pull_hold_service.run)
@@ -306,6 +307,25 @@ class BrokerController:
         while True:
             await trio.sleep(interval_ms / 1000)
             await guard.run(trio.to_thread.run_sync, flush)
+
+    async def _topic_persist_loop(self) -> None:
+        """Write topics created on the fly soon after, one write per burst."""
+        topics = self.topic_config_manager
+        guard = Guard(self.log, "persist topics")
+        wake = trio.Event()
+
+        def dirty() -> None:
+            wake.set()
+
+        topics.on_dirty = dirty
+        try:
+            while True:
+                await wake.wait()
+                wake = trio.Event()
+                await guard.run(self._persist_table, topics, path=str(topics.path))
+                await guard.pause()
+        finally:
+            topics.on_dirty = lambda: None
 
     async def _persist_loop(self) -> None:
         while True:

@@ -9,7 +9,7 @@ from broker.config import BrokerConfig, BrokerRole, ConfigError, FlushDiskType
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import check_user_topic, validate_topic
-from protocol.route import PERM_READ, TopicConfig
+from protocol.route import PERM_READ, PERM_RW, TopicConfig
 
 
 def test_topic_names() -> None:
@@ -126,3 +126,43 @@ def test_subscription_group_config_rejects_bad_maps() -> None:
         SubscriptionGroupConfig.from_dict({"groupName": "g", "retryMaxTimes": -1})
     ok = SubscriptionGroupConfig.from_dict({"groupName": "g", "retryMaxTimes": 3, "extra": 1})
     assert ok.retry_max_times == 3 and SubscriptionGroupConfig.from_dict(ok.to_dict()) == ok
+
+
+def test_topics_created_on_the_fly_are_written_later_in_one_go(tmp_path: Path) -> None:
+    """Auto-created, retry and dead-letter topics wake the persist task instead of
+    each rewriting topics.json (with an fsync) on the event loop; an admin's
+    update is written before it returns."""
+    config = BrokerConfig(store_path_root_dir=str(tmp_path))
+    mgr = TopicConfigManager(config)
+    woken: list[int] = []
+    mgr.on_dirty = lambda: woken.append(1)
+    for i in range(50):
+        mgr.create_topic_in_send_back(f"%RETRY%g{i}", 1, PERM_RW)
+    assert not mgr.path.exists() and mgr.dirty and len(woken) == 50
+    snap = mgr.snapshot(force=False)
+    assert snap is not None and not mgr.dirty and mgr.snapshot(force=False) is None
+    snap.write()
+    again = TopicConfigManager(config)
+    again.load()
+    assert {f"%RETRY%g{i}" for i in range(50)} <= set(again.table)
+    mgr.update(TopicConfig("AdminTopic", 2, 2))
+    fresh = TopicConfigManager(config)
+    fresh.load()
+    assert "AdminTopic" in fresh.table
+
+
+def test_invalid_topics_in_topics_json_are_skipped(tmp_path: Path) -> None:
+    config = BrokerConfig(store_path_root_dir=str(tmp_path))
+    mgr = TopicConfigManager(config)
+    mgr.update(TopicConfig("Good", 1, 1))
+    data = json.loads(mgr.path.read_text())
+    table = data["topicConfigTable"]
+    table["%RETRY%x/../../escape"] = dict(table["Good"], topicName="%RETRY%x/../../escape")
+    table["Huge"] = dict(table["Good"], topicName="Huge", writeQueueNums=2**31 - 1)
+    table["Mismatch"] = dict(table["Good"])
+    table["Broken"] = {"readQueueNums": "x"}
+    mgr.path.write_text(json.dumps(data))
+    again = TopicConfigManager(config)
+    again.load()
+    assert "Good" in again.table
+    assert not {"%RETRY%x/../../escape", "Huge", "Mismatch", "Broken"} & set(again.table)

@@ -23,7 +23,8 @@ def store_consistency(root: Path) -> int:
     """Open the store offline; every consume-queue entry matches the commit log."""
     store = DefaultMessageStore(BrokerConfig(store_path_root_dir=str(root),
                                              maped_file_size_commit_log=256 * 1024,
-                                             maped_file_size_consume_queue=20 * 2000))
+                                             maped_file_size_consume_queue=20 * 2000,
+                                             max_hash_slot_num=50_000, max_index_num=200_000))
     assert store.load()
     by_queue: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(list)
     for mf in store.commit_log.mapped_file_queue.files:
