@@ -11,6 +11,7 @@ import trio
 
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster, Daemon
+from tests.integration.log_scan import LogWatch, report
 from tests.integration.waits import wait_for
 
 
@@ -54,7 +55,7 @@ class Pair:
 
 
 @pytest.fixture(scope="session")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+def pair_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     root: Path = tmp_path_factory.mktemp("spark-cluster")
     cluster = Cluster(root)
     try:
@@ -63,3 +64,20 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
         yield Pair(cluster, ns, brokers)
     finally:
         cluster.close()
+
+
+@pytest.fixture(scope="session")
+def pair_log_watch() -> LogWatch:
+    return LogWatch()
+
+
+@pytest.fixture
+def pair(pair_cluster: Pair, pair_log_watch: LogWatch) -> Iterator[Pair]:
+    """The session's broker pair; a test fails if a daemon logged a traceback during it."""
+    names = {d.log_path: d.name for d in pair_cluster.cluster.daemons}
+    pair_log_watch.new_tracebacks(names)  # what earlier tests logged was theirs
+    yield pair_cluster
+    names = {d.log_path: d.name for d in pair_cluster.cluster.daemons}
+    found = pair_log_watch.new_tracebacks(names)
+    if found:
+        pytest.fail(report(found, names), pytrace=False)
