@@ -47,6 +47,7 @@ class BrokerConfig(PropertiesConfig):
     # registration
     register_broker_interval_ms: int = 30_000
     register_broker_timeout_ms: int = 6_000
+    compressed_register: bool = False  # always compress (bodies over 1 MiB always are)
     # topics
     auto_create_topic_enable: bool = True
     auto_create_subscription_group: bool = True

@@ -7,11 +7,13 @@ bug) is logged, rate-limited, and the next period tries again.
 
 from __future__ import annotations
 
+import zlib
+
 import structlog
 import trio
 
 from broker.config import BrokerConfig
-from protocol.body import pack_body
+from protocol.body import compress_body, pack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
@@ -21,6 +23,7 @@ from protocol.trio.errors import RemotingError
 from protocol.trio.service import Guard, describe
 
 FRAME_SLACK = 64 * 1024  # room for the command's header fields around the body
+COMPRESS_ABOVE = 1024 * 1024  # registration bodies larger than this go compressed
 
 
 class BrokerOuterAPI:
@@ -44,8 +47,14 @@ class BrokerOuterAPI:
             cluster_name=self.config.broker_cluster_name,
             ha_server_addr=self._ha_addr(),
             broker_id=self.config.broker_id,
-        ).to_fields()
+        )
         body = pack_body(topic_wire)
+        if self.config.compressed_register or len(body) > COMPRESS_ABOVE:
+            # RocketMQ's compressed registration: retry and DLQ topic tables shrink ~10x
+            body = compress_body(body)
+            header.compressed = True
+            header.body_crc32 = zlib.crc32(body) & 0x7FFFFFFF
+        fields = header.to_fields()
         limit = self.config.max_frame_size - FRAME_SLACK
         if len(body) > limit:
             table = topic_wire.get("topicConfigTable")
@@ -59,7 +68,7 @@ class BrokerOuterAPI:
 
         async def one(addr: str) -> None:
             nonlocal ok
-            cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(header), body)
+            cmd = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(fields), body)
             try:
                 resp = await self.client.invoke(
                     addr, cmd, self.config.register_broker_timeout_ms / 1000

@@ -19,3 +19,5 @@ class NamesrvConfig(PropertiesConfig):
     max_frame_size: int = 16 * 1024 * 1024
     # most read/write queues a topic may have per broker; registrations beyond it are refused
     max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS
+    # most bytes a compressed REGISTER_BROKER body may inflate to
+    max_register_body_size: int = 64 * 1024 * 1024

@@ -25,7 +25,8 @@ class NamesrvController:
     def __init__(self, config: NamesrvConfig) -> None:
         self.config = config
         self.routes = RouteInfoManager()
-        self.processor = NamesrvProcessor(self.routes, trio.current_time, config.max_queue_nums)
+        self.processor = NamesrvProcessor(self.routes, trio.current_time, config.max_queue_nums,
+                                          config.max_register_body_size)
         self.server = RemotingServer(
             self.processor.handler_table(),
             config.listen_ip,

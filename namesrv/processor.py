@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Callable
 
 from namesrv.route_info import RouteInfoManager
-from protocol.body import pack_body, unpack_body
+from protocol.body import decompress_body, pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
@@ -27,10 +28,12 @@ class NamesrvProcessor:
     """Handlers over one RouteInfoManager; ``clock`` gives seconds (trio time)."""
 
     def __init__(self, routes: RouteInfoManager, clock: Callable[[], float],
-                 max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS) -> None:
+                 max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS,
+                 max_register_body_size: int = 64 * 1024 * 1024) -> None:
         self.routes = routes
         self.clock = clock
         self.max_queue_nums = max_queue_nums
+        self.max_register_body_size = max_register_body_size
 
     def handler_table(self) -> HandlerTable:
         table = HandlerTable()
@@ -48,7 +51,12 @@ class NamesrvProcessor:
         topics: dict[str, TopicConfig] = {}
         version = DataVersion()
         if cmd.body:
-            body = unpack_body(cmd.body)
+            raw = cmd.body
+            if h.compressed:
+                if h.body_crc32 and zlib.crc32(raw) & 0x7FFFFFFF != h.body_crc32:
+                    raise RemoteProtocolError("REGISTER_BROKER: bodyCrc32 does not match the body")
+                raw = decompress_body(raw, self.max_register_body_size)
+            body = unpack_body(raw)
             if not isinstance(body, dict):
                 raise RemoteProtocolError("register body must be a map")
             table = body.get("topicConfigTable") or {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import msgpack
@@ -21,3 +22,23 @@ def unpack_body(body: bytes | None) -> Any:
         return msgpack.unpackb(body, raw=False, strict_map_key=False)
     except Exception as exc:
         raise RemoteProtocolError(f"undecodable body: {exc}") from exc
+
+
+def compress_body(body: bytes) -> bytes:
+    """zlib (RocketMQ's compressed register body); see ``decompress_body``."""
+    return zlib.compress(body, 1)
+
+
+def decompress_body(body: bytes, max_size: int) -> bytes:
+    """Inflate a compressed body, refusing more than ``max_size`` bytes out
+    (a small body must not inflate without bound). Raises RemoteProtocolError."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(body, max_size)
+    except zlib.error as exc:
+        raise RemoteProtocolError(f"undecodable compressed body: {exc}") from exc
+    if inflater.unconsumed_tail:
+        raise RemoteProtocolError(f"compressed body inflates past {max_size} bytes")
+    if not inflater.eof:
+        raise RemoteProtocolError("compressed body is truncated")
+    return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,13 @@ from broker.controller import BrokerController
 from broker.group_commit import GroupCommitService
 from broker.long_polling import PullRequestHoldService
 from broker.out_api import BrokerOuterAPI
+from namesrv.processor import NamesrvProcessor
+from namesrv.route_info import RouteInfoManager
+from protocol.body import compress_body, decompress_body, pack_body
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import LocalProtocolError
+from protocol.errors import LocalProtocolError, RemoteProtocolError
+from protocol.route import TopicConfig
 from protocol.trio.errors import RemotingConnectError
 from tests.broker.test_guarded_service import FakeLog
 
@@ -163,12 +168,57 @@ async def test_a_registration_too_large_for_a_frame_is_not_sent(tmp_path: Path) 
     client = FakeClient(None)
     api = BrokerOuterAPI(config(tmp_path, max_frame_size=200 * 1024), client)  # type: ignore[arg-type]
     api.guard.log = log = FakeLog()
-    huge = "%RETRY%" + "g" * (300 * 1024)
+    huge = "%RETRY%" + os.urandom(300 * 1024).hex()  # incompressible
     assert await api.register_broker_all({"topicConfigTable": {huge: {"topicName": huge}}}) == 0
     assert client.calls == 0
     _, event, kw = log.lines[0]
     assert event == "registration too large for a frame, not sent"
     assert kw["topics"] == 1 and len(kw["longest_topics"][0]) < 200
+
+
+class NamesrvClient:
+    """Hands each registration to a real name-server processor."""
+
+    def __init__(self) -> None:
+        self.routes = RouteInfoManager()
+        self.table = NamesrvProcessor(self.routes, lambda: 0.0).handler_table()
+        self.sent: list[RemotingCommand] = []
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        self.sent.append(cmd)
+        handler, _ = self.table.lookup(cmd.code)
+        assert handler is not None
+        response = handler(None, cmd)  # type: ignore[arg-type]
+        assert response is not None
+        return response
+
+
+async def test_a_large_registration_goes_compressed(tmp_path: Path) -> None:
+    """Thousands of retry topics exceed the frame uncompressed: the body goes
+    compressed (RocketMQ's compressed register) and the name server routes them."""
+    client = NamesrvClient()
+    api = BrokerOuterAPI(config(tmp_path, max_frame_size=2 * 1024 * 1024), client)  # type: ignore[arg-type]
+    table = {f"%RETRY%consumer-group-{i:06d}": TopicConfig(f"%RETRY%consumer-group-{i:06d}", 1, 1)
+             .to_dict() for i in range(30_000)}
+    wire = {"topicConfigTable": table, "dataVersion": {"timestamp": 1, "counter": 1}}
+    assert len(pack_body(wire)) > 2 * 1024 * 1024
+    assert await api.register_broker_all(wire) == 2
+    cmd = client.sent[0]
+    assert cmd.ext_fields["compressed"] is True and cmd.body is not None
+    assert len(cmd.body) < 1024 * 1024
+    assert len(client.routes.topic_queue_table) == 30_000
+
+
+def test_compressed_bodies_are_bounded() -> None:
+    bomb = compress_body(bytes(64 * 1024 * 1024))
+    assert len(bomb) < 1024 * 1024
+    with pytest.raises(RemoteProtocolError, match="inflates past"):
+        decompress_body(bomb, 1024 * 1024)
+    with pytest.raises(RemoteProtocolError, match="truncated"):
+        decompress_body(compress_body(b"x" * 1000)[:-4], 1024)
+    with pytest.raises(RemoteProtocolError, match="undecodable"):
+        decompress_body(b"not zlib", 1024)
+    assert decompress_body(compress_body(b"abc"), 3) == b"abc"
 
 
 class FailingOuterAPI:
