@@ -54,8 +54,8 @@ from client.service import ServiceNursery
 from client.subscription import SubscriptionData, build_subscription
 from client.validators import check_group
 from protocol.message import MessageExt, MessageQueue
+from protocol.names import RETRY_GROUP_TOPIC_PREFIX
 
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 BROKER_SUSPEND_MAX_TIME_MILLIS = 15_000
 CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0
 PULL_TIME_DELAY_WHEN_EXCEPTION = 3.0

@@ -53,12 +53,12 @@ from protocol.errors import ProtocolError
 from protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from protocol.message import Message, MessageConst, MessageQueue
 from protocol.message_id import create_uniq_id
+from protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from protocol.trio import RemotingError
 
 log = structlog.get_logger("client.producer")
 
 DEFAULT_PRODUCER_GROUP = "DEFAULT_PRODUCER"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 _UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
 

@@ -6,46 +6,41 @@ is sent.
 
 from __future__ import annotations
 
-import re
-
 from client.errors import MQClientError
+from protocol import names
 from protocol.message import Message, properties_to_string
 from protocol.record import MAX_PROPERTIES_BYTES
 
-VALID_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-TOPIC_MAX_LENGTH = 127
-GROUP_MAX_LENGTH = 255
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 _BYTES_TYPES = (bytes, bytearray, memoryview)
 
 
+def _check_name(kind: str, name: object, max_length: int) -> None:
+    """RocketMQ's client wording over protocol.names' rules."""
+    if not isinstance(name, str) or not name:
+        raise MQClientError(f"the specified {kind} is blank")
+    if len(name) > max_length:
+        raise MQClientError(f"the specified {kind} is longer than {max_length} characters")
+    if names.VALID_NAME.fullmatch(name) is None:
+        raise MQClientError(
+            f"the specified {kind} {names.shown(name)} contains illegal characters "
+            f"(allowed: {names.VALID_CHARS})"
+        )
+
+
 def check_topic(topic: str) -> None:
     """Raise MQClientError unless ``topic`` is a valid name to send to."""
-    if not isinstance(topic, str) or not topic:
-        raise MQClientError("the specified topic is blank")
-    if len(topic) > TOPIC_MAX_LENGTH:
-        raise MQClientError(f"the specified topic is longer than {TOPIC_MAX_LENGTH} characters")
-    if not VALID_NAME.match(topic):
-        raise MQClientError(
-            f"the specified topic {topic!r} contains illegal characters "
-            f"(allowed: {VALID_NAME.pattern})"
-        )
+    if names.topic_problem(topic) is not None:
+        _check_name("topic", topic, names.TOPIC_MAX_LENGTH)
     if topic == AUTO_CREATE_TOPIC_KEY:
         raise MQClientError(f"the topic {topic} is reserved for auto-creating topics")
 
 
 def check_group(group: str, reserved: str | None = None) -> None:
     """Raise MQClientError unless ``group`` is a valid producer/consumer group name."""
-    if not isinstance(group, str) or not group:
-        raise MQClientError("the specified group is blank")
-    if len(group) > GROUP_MAX_LENGTH:
-        raise MQClientError(f"the specified group is longer than {GROUP_MAX_LENGTH} characters")
-    if not VALID_NAME.match(group):
-        raise MQClientError(
-            f"the specified group {group!r} contains illegal characters "
-            f"(allowed: {VALID_NAME.pattern})"
-        )
+    if names.group_problem(group) is not None:
+        _check_name("group", group, names.GROUP_MAX_LENGTH)
     if reserved is not None and group == reserved:
         raise MQClientError(f"the group name {group} is reserved, please specify another one")
 
