@@ -53,7 +53,6 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 _LONG = struct.Struct(">q")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_VALID_TOPICS_MAX = 8192
 
 
 def _int_in(value: object, low: int, high: int) -> bool:
@@ -155,7 +154,6 @@ class CommitLog:
         self.max_message_size = max_message_size
         self.topic_queue_table: dict[str, int] = {}
         self._lock = threading.Lock()
-        self._valid_topics: set[str] = set()  # topics protocol.names accepted
 
     # ---- append ----------------------------------------------------------------
 
@@ -169,17 +167,12 @@ class CommitLog:
         """
         encoded = []
         total = 0
-        valid_topics = self._valid_topics
         try:
             for m in msgs:
-                # Cheap checks here (protocol.names vets each topic once); the
+                # Cheap checks here (protocol.names caches its topic checks); the
                 # other integer ranges are struct's when the record is encoded.
-                if m.topic not in valid_topics:
-                    if topic_problem(m.topic) is not None:
-                        return _illegal(msgs)
-                    if len(valid_topics) >= _VALID_TOPICS_MAX:
-                        valid_topics.clear()
-                    valid_topics.add(m.topic)
+                if topic_problem(m.topic) is not None:
+                    return _illegal(msgs)
                 if m.queue_id < 0 or m.reconsume_times < 0 or not (
                         INT64_MIN <= m.tags_code <= INT64_MAX):
                     return _illegal(msgs)
