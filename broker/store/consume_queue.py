@@ -14,9 +14,11 @@ system call.
 
 from __future__ import annotations
 
+import bisect
 import struct
 from pathlib import Path
 
+from broker.store.mapped_file import MappedFile
 from broker.store.mapped_file_queue import MappedFileQueue
 from broker.store.status import StoreError
 from protocol.names import shown, topic_problem
@@ -77,6 +79,11 @@ class ConsumeQueue:
     def min_offset_in_queue(self) -> int:
         return self.min_logic_offset // CQ_STORE_UNIT_SIZE
 
+    def roll_next_file(self, index: int) -> int:
+        """The first entry of the consume-queue file after the one holding entry ``index``."""
+        per_file = self.file_size // CQ_STORE_UNIT_SIZE
+        return index + per_file - index % per_file
+
     # ---- write ---------------------------------------------------------------------
 
     def put_entry(self, phys_offset: int, size: int, tags_code: int, cq_index: int) -> bool:
@@ -123,14 +130,23 @@ class ConsumeQueue:
         """Up to ``max_count`` entries from ``index``, within one file."""
         offset = index * CQ_STORE_UNIT_SIZE
         mf = self.mapped_file_queue.find_by_offset(offset)
-        if mf is None:
-            return []
+        if mf is None or not mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+            mf = self._file_holding(offset)  # the files have a gap: look it up
+            if mf is None:
+                return []
         pos = offset - mf.file_from_offset
         n = min(max_count, (mf.wrote_position - pos) // CQ_STORE_UNIT_SIZE)
         if n <= 0:
             return []
         data = mf.read(pos, n * CQ_STORE_UNIT_SIZE)
         return list(CQ_ENTRY.iter_unpack(data))
+
+    def _file_holding(self, offset: int) -> MappedFile | None:
+        files = self.mapped_file_queue.files
+        i = bisect.bisect_right([mf.file_from_offset for mf in files], offset) - 1
+        if i >= 0 and offset < files[i].file_from_offset + self.file_size:
+            return files[i]
+        return None
 
     def get_entry(self, index: int) -> tuple[int, int, int] | None:
         entries = self.get_entries(index, 1)

@@ -45,6 +45,7 @@ from broker.store.status import (
     StoreError,
 )
 from broker.store.store_checkpoint import StoreCheckpoint
+from broker.store.store_lock import StoreLock
 from protocol.errors import CorruptRecordError
 from protocol.hashing import tags_hash_code
 from protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageExt
@@ -92,6 +93,8 @@ class DefaultMessageStore:
             self.dispatchers.append(self.index_service)
         self.dispatch_listeners: list[DispatchListener] = []
         self.running = False
+        # Held from load() to shutdown(): one broker per store directory.
+        self.store_lock = StoreLock(root)
         # Held by flushes (worker threads) and by anything that closes files.
         self._file_lock = threading.Lock()
         # Replaceable (tests); past diskSpaceWarningLevelRatio writes are refused.
@@ -108,7 +111,17 @@ class DefaultMessageStore:
     # ---- lifecycle -------------------------------------------------------------------
 
     def load(self) -> bool:
-        """Open the files and recover to a consistent state. True on success."""
+        """Lock the store directory, open the files and recover to a consistent
+        state. True on success. StoreLockedError (a StoreError) when another
+        broker holds the directory; on any failure the lock is given back."""
+        self.store_lock.acquire()
+        try:
+            return self._load()
+        except BaseException:
+            self.store_lock.release()
+            raise
+
+    def _load(self) -> bool:
         abnormal = self.abort_file.exists()
         t0 = time.monotonic()
         self.root.mkdir(parents=True, exist_ok=True)
@@ -179,24 +192,30 @@ class DefaultMessageStore:
                 cq.load()
 
     def start(self) -> None:
+        if not self.store_lock.held:
+            raise StoreError(f"the store {self.root} is started before it is loaded (and locked)")
         self.abort_file.parent.mkdir(parents=True, exist_ok=True)
         self.abort_file.touch()
         self.running = True
 
     def shutdown(self) -> None:
-        """Flush everything, close the files, remove the abort file."""
+        """Flush everything, close the files, remove the abort file, unlock."""
         if not self.running:
+            self.store_lock.release()  # loaded but never started
             return
         self.running = False
-        self.flush_commit_log()
-        self.flush_consume_queues()
-        with self._file_lock:
-            self.commit_log.close()
-            for cq in self._all_consume_queues():
-                cq.close()
-            if self.index_service is not None:
-                self.index_service.close()
-        self.abort_file.unlink(missing_ok=True)
+        try:
+            self.flush_commit_log()
+            self.flush_consume_queues()
+            with self._file_lock:
+                self.commit_log.close()
+                for cq in self._all_consume_queues():
+                    cq.close()
+                if self.index_service is not None:
+                    self.index_service.close()
+            self.abort_file.unlink(missing_ok=True)
+        finally:
+            self.store_lock.release()
 
     # ---- consume queues --------------------------------------------------------------
 
@@ -416,8 +435,8 @@ class DefaultMessageStore:
         max_bytes = self.config.max_transfer_bytes_on_message_in_memory
         # scan more entries than we return, so a tag filter can skip unmatched ones
         entries = cq.get_entries(offset, max(max_count, 16) if tag_codes is None else 400)
-        if not entries:
-            nxt = self.commit_log.roll_next_file(offset * 20) // 20
+        if not entries:  # no entry here (a missing file): go on at the queue's next file
+            nxt = cq.roll_next_file(offset)
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, nxt, min_off, max_off)
         buffers: list[bytes] = []
         status = GetMessageStatus.NO_MATCHED_MESSAGE

@@ -51,6 +51,7 @@ def store_consistency(root: Path) -> int:
     store.commit_log.close()
     for q in store._all_consume_queues():
         q.close()
+    store.store_lock.release()
     return total
 
 

@@ -141,6 +141,7 @@ def test_abort_recovery_truncates_torn_tail(tmp_path: Path) -> None:
     store.commit_log.close()
     for cq in store._all_consume_queues():
         cq.close()
+    store.store_lock.release()  # a crashed broker's lock goes with its process
     assert (tmp_path / "abort").exists()
     f = _last_file(tmp_path)
     data = bytearray(f.read_bytes())
@@ -270,6 +271,7 @@ def test_abnormal_recovery_starts_at_checkpoint_file(tmp_path: Path) -> None:
     store.commit_log.close()
     for cq in store._all_consume_queues():
         cq.close()
+    store.store_lock.release()  # a crashed broker's lock goes with its process
     # the queue lost its last entries, the commit log kept everything
     cq_file = sorted((tmp_path / "consumequeue" / "T" / "0").iterdir())[-1]
     data = bytearray(cq_file.read_bytes())
