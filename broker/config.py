@@ -2,7 +2,9 @@
 
 Keys are RocketMQ's (``brokerName``, ``mapedFileSizeCommitLog``, ...). Loaded
 from a RocketMQ-style properties file; attribute names are the snake_case
-forms of the keys.
+forms of the keys. RocketMQ keys that mean nothing here (``NO_EFFECT_KEYS``:
+thread-pool sizes, Netty tuning, page-count flush thresholds) are accepted
+and noted once in the log at start; any other unknown key is a ConfigError.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import ClassVar
 
 from protocol import names
-from protocol.config import ConfigError, PropertiesConfig, load_properties
+from protocol.config import ConfigError, PropertiesConfig, load_properties, not_a_key
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 
 KiB = 1024
@@ -34,8 +37,55 @@ class BrokerRole(StrEnum):
     SLAVE = "SLAVE"
 
 
+_THREADS = "requests are served on one trio event loop: there is no thread pool to size"
+_QUEUE = "requests are served on one trio event loop: there is no thread-pool queue to bound"
+_NETTY = "the remoting layer is trio, not Netty"
+_FLUSH = "a flush writes whatever is dirty every flushInterval* ms (no page-count threshold)"
+_FILES = "files are unmapped and deleted at once: nothing is left hanging to retry"
+
+# RocketMQ 4.x (and 3.x template) keys accepted for compatibility that change nothing here.
+NO_EFFECT_KEYS: dict[str, str] = {
+    **{k: _THREADS for k in (
+        "sendMessageThreadPoolNums", "pullMessageThreadPoolNums", "queryMessageThreadPoolNums",
+        "adminBrokerThreadPoolNums", "clientManageThreadPoolNums", "consumerManageThreadPoolNums",
+        "heartbeatThreadPoolNums", "endTransactionThreadPoolNums",
+        "processReplyMessageThreadPoolNums", "useReentrantLockWhenPutMessage",
+    )},
+    **{k: _QUEUE for k in (
+        "sendThreadPoolQueueCapacity", "pullThreadPoolQueueCapacity",
+        "queryThreadPoolQueueCapacity", "clientManagerThreadPoolQueueCapacity",
+        "consumerManagerThreadPoolQueueCapacity", "heartbeatThreadPoolQueueCapacity",
+        "endTransactionPoolQueueCapacity", "replyThreadPoolQueueCapacity",
+    )},
+    **{k: _NETTY for k in (
+        "serverWorkerThreads", "serverCallbackExecutorThreads", "serverSelectorThreads",
+        "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
+        "serverChannelMaxIdleTimeSeconds", "serverSocketSndBufSize", "serverSocketRcvBufSize",
+        "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector",
+        "clientWorkerThreads", "clientCallbackExecutorThreads", "clientOnewaySemaphoreValue",
+        "clientAsyncSemaphoreValue", "clientChannelMaxIdleTimeSeconds",
+        "clientSocketSndBufSize", "clientSocketRcvBufSize",
+        "clientPooledByteBufAllocatorEnable",
+    )},
+    **{k: _FLUSH for k in (
+        "flushCommitLogLeastPages", "flushConsumeQueueLeastPages",
+        "flushCommitLogThoroughInterval", "flushConsumeQueueThoroughInterval",
+        "flushLeastPagesWhenWarmMapedFile", "commitCommitLogLeastPages",
+        "commitCommitLogThoroughInterval", "commitIntervalCommitLog", "flushCommitLogTimed",
+    )},
+    **{k: _FILES for k in ("destroyMapedFileIntervalForcibly", "redeleteHangedFileInterval")},
+    "checkTransactionMessageEnable": "a RocketMQ 3.x switch with no counterpart here",
+    "transientStorePoolEnable": "appends go straight to the mapped file (no off-heap pool)",
+    "transientStorePoolSize": "appends go straight to the mapped file (no off-heap pool)",
+    "warmMapedFileEnable": "new files are allocated on disk when created (allocation.py)",
+    "rocketmqHome": "nothing is read from a RocketMQ installation",
+}
+
+
 @dataclass(slots=True)
 class BrokerConfig(PropertiesConfig):
+    NO_EFFECT_KEYS: ClassVar[dict[str, str]] = NO_EFFECT_KEYS
+
     # identity
     broker_cluster_name: str = "DefaultCluster"
     broker_name: str = "broker-a"
@@ -60,6 +110,12 @@ class BrokerConfig(PropertiesConfig):
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     # store
     store_path_root_dir: str = field(default_factory=lambda: str(Path.home() / "store"))
+    # where each part lives; empty: under storePathRootDir, as RocketMQ
+    store_path_commit_log: str = ""  # <root>/commitlog
+    store_path_consume_queue: str = ""  # <root>/consumequeue
+    store_path_index: str = ""  # <root>/index
+    store_checkpoint: str = ""  # <root>/checkpoint
+    abort_file: str = ""  # <root>/abort
     maped_file_size_commit_log: int = 1 * GiB
     maped_file_size_consume_queue: int = 300_000 * 20
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
@@ -90,6 +146,18 @@ class BrokerConfig(PropertiesConfig):
     long_polling_max_suspend_millis: int = 15_000
     # housekeeping
     channel_expired_timeout: int = 120_000
+    # master/slave replication (HA)
+    ha_listen_port: int = 0  # 0: listenPort + 1
+    ha_send_heartbeat_interval: int = 5000  # ms: a slave reports its offset at least this often
+    ha_housekeeping_interval: int = 20_000  # ms of silence after which an HA connection closes
+    ha_transfer_batch_size: int = 32 * KiB  # most commit-log bytes in one transfer
+    ha_master_address: str = ""  # a slave's master HA address (empty: from the name server)
+    ha_slave_fallbehind_max: int = 256 * MiB  # SYNC_MASTER: a slave further behind is not used
+    # reading from slaves
+    slave_read_enable: bool = False  # a master may suggest a slave for cold reads
+    access_message_in_memory_max_ratio: int = 40  # % of memory behind the max offset: cold
+    # RocketMQ keys seen that have no effect here (key -> value), noted at start
+    no_effect_keys: dict[str, str] = not_a_key(dict)
 
     def validate(self) -> None:
         """Names and addresses follow protocol.names; raises ConfigError naming the key."""
@@ -106,6 +174,42 @@ class BrokerConfig(PropertiesConfig):
             raise ConfigError("maxQueueNums must be within 1..65535")
         if not 0 < self.default_topic_queue_nums <= self.max_queue_nums:
             raise ConfigError("defaultTopicQueueNums must be within 1..maxQueueNums")
+        self._validate_role()
+        self._validate_ha()
+
+    def _validate_role(self) -> None:
+        """brokerId 0 is the master, > 0 a slave (ARCHITECTURE 5; RocketMQ's BrokerStartup)."""
+        if self.broker_id < 0:
+            raise ConfigError(f"brokerId must be 0 (master) or more (slave), not {self.broker_id}")
+        if self.broker_role is BrokerRole.SLAVE and self.broker_id == 0:
+            raise ConfigError("brokerRole SLAVE needs a brokerId > 0 (brokerId 0 is the master)")
+        if self.broker_role is not BrokerRole.SLAVE and self.broker_id != 0:
+            raise ConfigError(
+                f"brokerId {self.broker_id} is a slave's, but brokerRole is "
+                f"{self.broker_role.value}: a master has brokerId 0, a slave brokerRole SLAVE"
+            )
+
+    def _validate_ha(self) -> None:
+        if not 0 <= self.ha_listen_port <= 65535:
+            raise ConfigError("haListenPort must be within 1..65535 (0: listenPort + 1)")
+        if self.listen_port and self.ha_port == self.listen_port:
+            raise ConfigError(f"haListenPort {self.ha_port} is the listenPort")
+        if self.listen_port and self.ha_port > 65535:
+            raise ConfigError(f"haListenPort defaults to listenPort + 1 = {self.ha_port}, "
+                              "past 65535: set haListenPort")
+        if self.ha_master_address:
+            problem = names.addr_problem(self.ha_master_address)
+            if problem is not None:
+                raise ConfigError(f"haMasterAddress: {problem}")
+        for key, value in (("haSendHeartbeatInterval", self.ha_send_heartbeat_interval),
+                           ("haHousekeepingInterval", self.ha_housekeeping_interval),
+                           ("haTransferBatchSize", self.ha_transfer_batch_size)):
+            if value <= 0:
+                raise ConfigError(f"{key} must be positive, not {value}")
+        if self.ha_slave_fallbehind_max < 0:
+            raise ConfigError("haSlaveFallbehindMax must not be negative")
+        if not 0 <= self.access_message_in_memory_max_ratio <= 100:
+            raise ConfigError("accessMessageInMemoryMaxRatio is a percentage (0..100)")
 
     def delay_level_table(self) -> dict[int, int]:
         """Delay level (1-based) -> milliseconds, from ``messageDelayLevel``.
@@ -131,6 +235,61 @@ class BrokerConfig(PropertiesConfig):
 
     def store_path(self, *parts: str) -> Path:
         return Path(self.store_path_root_dir).joinpath(*parts)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role is BrokerRole.SLAVE
+
+    @property
+    def ha_port(self) -> int:
+        """The HA listen port: haListenPort, or listenPort + 1 when not set."""
+        return self.ha_listen_port or self.listen_port + 1
+
+    def _part(self, configured: str, default: str) -> Path:
+        return Path(configured) if configured else self.store_path(default)
+
+    @property
+    def commit_log_path(self) -> Path:
+        return self._part(self.store_path_commit_log, "commitlog")
+
+    @property
+    def consume_queue_path(self) -> Path:
+        return self._part(self.store_path_consume_queue, "consumequeue")
+
+    @property
+    def index_path(self) -> Path:
+        return self._part(self.store_path_index, "index")
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self._part(self.store_checkpoint, "checkpoint")
+
+    @property
+    def abort_path(self) -> Path:
+        return self._part(self.abort_file, "abort")
+
+    def effective_properties(self) -> dict[str, str]:
+        """``to_properties`` with derived values filled in (store paths, haListenPort)."""
+        props = self.to_properties()
+        props.update({
+            "storePathCommitLog": str(self.commit_log_path),
+            "storePathConsumeQueue": str(self.consume_queue_path),
+            "storePathIndex": str(self.index_path),
+            "storeCheckpoint": str(self.checkpoint_path),
+            "abortFile": str(self.abort_path),
+            "haListenPort": str(self.ha_port),
+        })
+        return props
+
+    def no_effect_notices(self) -> list[tuple[str, str, str]]:
+        """(key, value, reason) of each RocketMQ key given that has no effect here."""
+        return [(k, v, self.NO_EFFECT_KEYS[k]) for k, v in self.no_effect_keys.items()]
+
+    def render(self) -> str:
+        """The effective config (``mqbroker -p``); keys without effect as comments."""
+        lines = [f"{k}={v}" for k, v in self.effective_properties().items()]
+        lines += [f"# {k}={v} has no effect here: {why}" for k, v, why in self.no_effect_notices()]
+        return "\n".join(lines)
 
 
 __all__ = ["BrokerConfig", "BrokerRole", "ConfigError", "FlushDiskType", "load_properties"]

@@ -4,6 +4,9 @@ Every background service is a task in the controller's nursery. ``run()``
 returns after an orderly shutdown (``request_shutdown``): unregister from the
 name servers, stop serving, persist managers, flush and close the store.
 
+``brokerRole`` decides which services run: the schedule (delay) service only
+on a master; a SLAVE refuses sends (send_processor) and serves reads.
+
 No background service can kill the broker: each iteration runs under a
 ``Guard`` (protocol/trio/service.py) that logs a failure once with its
 traceback, keeps repeats quiet, backs off and goes on. Persisted tables are
@@ -85,6 +88,9 @@ class BrokerController:
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self.outer_api: BrokerOuterAPI | None = None
+        # The port the HA service listens on, set by it once bound (and then it
+        # triggers a registration); until then no HA address is advertised.
+        self.ha_listen_port: int | None = None
         self.group_commit: GroupCommitService | None = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(
@@ -201,8 +207,22 @@ class BrokerController:
         finally:
             self.message_store.shutdown()
 
+    @property
+    def ha_server_addr(self) -> str | None:
+        """The HA address to advertise: only once something listens on it."""
+        if self.ha_listen_port is None:
+            return None
+        return f"{self.config.broker_ip1}:{self.ha_listen_port}"
+
+    def note_config(self) -> None:
+        """One notice per RocketMQ key given that has no effect here."""
+        for key, value, reason in self.config.no_effect_notices():
+            self.log.info("config key accepted, no effect here", key=key, value=value,
+                          reason=reason)
+
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``request_shutdown``; reports the bound port when ready."""
+        self.note_config()
         await trio.to_thread.run_sync(self._load)
         try:
             async with RemotingClient() as client:
@@ -227,10 +247,12 @@ class BrokerController:
                     nursery.start_soon(self._clean_loop)
                     nursery.start_soon(self._housekeeping_loop)
                     await nursery.start(self.pull_hold_service.run)
-                    await nursery.start(self.schedule_service.run)
+                    if not self.config.is_slave:  # a slave gets its delayed messages replicated
+                        await nursery.start(self.schedule_service.run)
                     self.started = True
                     self.log.info("broker started", addr=self.config.broker_addr,
-                                  namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value)
+                                  namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value,
+                                  role=self.config.broker_role.value, broker_id=self.config.broker_id)
                     task_status.started(port)
                     await self._stop.wait()
                     self.log.info("broker shutting down")
@@ -252,7 +274,8 @@ class BrokerController:
         failure is logged and the next period (or topic change) tries again."""
         assert self.outer_api is not None
         try:
-            await self.outer_api.register_broker_all(self.topic_config_manager.to_wire())
+            await self.outer_api.register_broker_all(self.topic_config_manager.to_wire(),
+                                                     self.ha_server_addr)
         except Exception as exc:
             self._register_guard.failed(exc, "register with name servers failed",
                                         topics=len(self.topic_config_manager.table))

@@ -33,20 +33,20 @@ class BrokerOuterAPI:
         self.log = structlog.get_logger("broker.outer").bind(broker=config.broker_name)
         self.guard = Guard(self.log, "register")
 
-    def _ha_addr(self) -> str:
-        return f"{self.config.broker_ip1}:{self.config.listen_port + 1}"
-
-    async def register_broker_all(self, topic_wire: dict[str, object]) -> int:
+    async def register_broker_all(self, topic_wire: dict[str, object],
+                                  ha_server_addr: str | None = None) -> int:
         """Register with every name server at once; returns how many accepted.
 
-        Raises only when the request cannot be built (``topic_wire`` does not
-        pack); the caller logs that and retries next period."""
+        ``ha_server_addr`` is advertised only when given: a broker whose HA
+        service does not listen (yet) has none. Raises only when the request
+        cannot be built (``topic_wire`` does not pack); the caller logs that and
+        retries next period."""
         header = RegisterBrokerRequestHeader(
             broker_name=self.config.broker_name,
             broker_addr=self.config.broker_addr,
             cluster_name=self.config.broker_cluster_name,
-            ha_server_addr=self._ha_addr(),
             broker_id=self.config.broker_id,
+            ha_server_addr=ha_server_addr,
         )
         body = pack_body(topic_wire)
         if self.config.compressed_register or len(body) > COMPRESS_ABOVE:

@@ -1,7 +1,9 @@
-"""SendMessageProcessor: SEND_MESSAGE and SEND_BATCH_MESSAGE.
+"""SendMessageProcessor: SEND_MESSAGE, SEND_BATCH_MESSAGE, CONSUMER_SEND_MSG_BACK.
 
 Runs inline in the connection's reader loop: every check and the store append
-are synchronous, so a send costs no await on the broker.
+are synchronous, so a send costs no await on the broker. A SLAVE refuses all
+three with NO_PERMISSION before anything else (no topic is auto-created): the
+producer moves on to a master.
 """
 
 from __future__ import annotations
@@ -80,10 +82,21 @@ class SendMessageProcessor:
 
     # ---- checks ----------------------------------------------------------------
 
+    def _slave_refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
+        """NO_PERMISSION on a slave: it stores only what its master replicates."""
+        if not self.config.is_slave:
+            return None
+        return self._fail(cmd, ResponseCode.NO_PERMISSION,
+                          f"the broker[{self.config.broker_name}] is a slave, "
+                          "sending message is forbidden")
+
     def _check(
         self, cmd: RemotingCommand, h: SendMessageRequestHeader
     ) -> tuple[RemotingCommand | None, TopicConfig | None]:
         """The topic config, or an error response (RocketMQ's msgCheck)."""
+        refused = self._slave_refusal(cmd)
+        if refused is not None:
+            return refused, None
         if not is_writeable(self.config.broker_permission):
             return self._fail(cmd, ResponseCode.NO_PERMISSION,
                               f"the broker[{self.config.broker_name}] sending message is forbidden"), None
@@ -180,6 +193,9 @@ class SendMessageProcessor:
     ) -> RemotingCommand | None:
         """A consumer gives a message back: retry topic with a delay, or the DLQ."""
         h = ConsumerSendMsgBackRequestHeader.from_fields(cmd.ext_fields)
+        refused = self._slave_refusal(cmd)
+        if refused is not None:
+            return refused
         store = self.controller.message_store
         msg = store.look_message_by_offset(h.offset)
         if msg is None:

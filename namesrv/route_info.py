@@ -29,7 +29,7 @@ class BrokerLiveInfo:
     last_update: float
     data_version: DataVersion
     connection: object | None
-    ha_server_addr: str
+    ha_server_addr: str | None  # None: the broker listens on no HA port (yet)
 
 
 @dataclass(slots=True)
@@ -54,7 +54,7 @@ class RouteInfoManager:
         broker_addr: str,
         broker_name: str,
         broker_id: int,
-        ha_server_addr: str,
+        ha_server_addr: str | None,
         topic_configs: dict[str, TopicConfig],
         data_version: DataVersion,
         connection: object | None,

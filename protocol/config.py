@@ -3,15 +3,21 @@
 A config is a dataclass whose attribute names are the snake_case forms of
 RocketMQ's keys (``listenPort`` <-> ``listen_port``). ``PropertiesConfig``
 gives it loading, updating and printing.
+
+RocketMQ keys that mean nothing here (thread-pool sizes, ...) are listed in a
+config's ``NO_EFFECT_KEYS`` with the reason: they are accepted, remembered in
+a ``not_a_key()`` field, and the daemon logs one notice each at start. Any
+other unknown key is a ConfigError.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from enum import Enum
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 
 class ConfigError(ValueError):
@@ -66,12 +72,28 @@ def _convert(name: str, current: Any, raw: Any) -> Any:
     return text
 
 
+_NOT_A_KEY = "not_a_key"
+
+
+def not_a_key(default_factory: Any) -> Any:
+    """A dataclass field that is state, not a config key (never loaded or printed)."""
+    return dataclasses.field(default_factory=default_factory, init=False, repr=False,
+                             compare=False, metadata={_NOT_A_KEY: True})
+
+
 class PropertiesConfig:
     """Mixin for config dataclasses keyed by RocketMQ property names."""
 
+    # RocketMQ key -> why it has no effect here; accepted, noted, never an error.
+    NO_EFFECT_KEYS: ClassVar[dict[str, str]] = {}
+
+    def _key_fields(self) -> list[dataclasses.Field[Any]]:
+        return [f for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if not f.metadata.get(_NOT_A_KEY)]
+
     def to_properties(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+        for f in self._key_fields():
             value = getattr(self, f.name)
             if isinstance(value, Enum):
                 value = value.value
@@ -81,16 +103,31 @@ class PropertiesConfig:
         return out
 
     def update(self, props: dict[str, Any]) -> None:
-        """Apply RocketMQ keys (camelCase) or attribute names. Raises ConfigError."""
-        fields = dataclasses.fields(self)  # type: ignore[arg-type]
+        """Apply RocketMQ keys (camelCase) or attribute names. Raises ConfigError.
+
+        A key of ``NO_EFFECT_KEYS`` is remembered in ``no_effect_keys`` (when
+        the config has that field) and otherwise ignored."""
+        fields = self._key_fields()
         by_key = {key_of(f.name).lower(): f for f in fields}
         by_attr = {f.name: f for f in fields}
+        no_effect = {k.lower(): k for k in self.NO_EFFECT_KEYS}
         for key, raw in props.items():
             f = by_key.get(key.lower()) or by_attr.get(key)
-            if f is None:
-                raise ConfigError(f"unknown config key: {key}")
-            setattr(self, f.name, _convert(f.name, getattr(self, f.name), raw))
+            if f is not None:
+                setattr(self, f.name, _convert(f.name, getattr(self, f.name), raw))
+            elif key.lower() in no_effect:
+                seen = getattr(self, "no_effect_keys", None)
+                if isinstance(seen, dict):
+                    seen[no_effect[key.lower()]] = str(raw).strip()
+            else:
+                raise ConfigError(f"unknown config key: {key}{self._suggest(key)}")
         self.validate()
+
+    def _suggest(self, key: str) -> str:
+        known = [key_of(f.name) for f in self._key_fields()] + list(self.NO_EFFECT_KEYS)
+        by_lower = {k.lower(): k for k in known}
+        close = difflib.get_close_matches(key.lower(), list(by_lower), n=1, cutoff=0.8)
+        return f" (did you mean {by_lower[close[0]]}?)" if close else ""
 
     def validate(self) -> None:
         """Check the settings as a whole; raises ConfigError. Subclasses extend it."""

@@ -279,8 +279,8 @@ class RegisterBrokerRequestHeader(Header):
     broker_name: BrokerName
     broker_addr: Address
     cluster_name: ClusterName
-    ha_server_addr: Address
     broker_id: NonNegInt64
+    ha_server_addr: Address | None = None  # only once the broker listens on its HA port
     compressed: bool = False
     body_crc32: int = 0
 

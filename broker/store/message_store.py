@@ -77,18 +77,20 @@ class DefaultMessageStore:
         self.config = config
         root = Path(config.store_path_root_dir)
         self.root = root
+        # storePathCommitLog, storePathConsumeQueue, ...: under root unless configured
+        self.cq_root = config.consume_queue_path
         self.log = structlog.get_logger("store").bind(broker=config.broker_name)
         self.commit_log = CommitLog(
-            root / "commitlog", config.maped_file_size_commit_log, config.broker_addr,
+            config.commit_log_path, config.maped_file_size_commit_log, config.broker_addr,
             config.max_message_size, config.delay_level_table(),
         )
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
-        self.checkpoint = StoreCheckpoint(root / "checkpoint")
-        self.abort_file = root / "abort"
+        self.checkpoint = StoreCheckpoint(config.checkpoint_path)
+        self.abort_file = config.abort_path
         self.dispatchers: list[CommitLogDispatcher] = [CommitLogDispatcherBuildConsumeQueue(self)]
         self.index_service: IndexService | None = None
         if config.message_index_enable:
-            self.index_service = IndexService(root / "index", config.max_hash_slot_num,
+            self.index_service = IndexService(config.index_path, config.max_hash_slot_num,
                                               config.max_index_num)
             self.dispatchers.append(self.index_service)
         self.dispatch_listeners: list[DispatchListener] = []
@@ -125,6 +127,7 @@ class DefaultMessageStore:
         abnormal = self.abort_file.exists()
         t0 = time.monotonic()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.commit_log.mapped_file_queue.store_dir.mkdir(parents=True, exist_ok=True)
         self.commit_log.load()
         self._load_consume_queues()
         if self.index_service is not None:
@@ -169,7 +172,7 @@ class DefaultMessageStore:
         return True
 
     def _load_consume_queues(self) -> None:
-        cq_root = self.root / "consumequeue"
+        cq_root = self.cq_root
         if not cq_root.exists():
             return
         for topic_dir in sorted(cq_root.iterdir()):
@@ -230,7 +233,7 @@ class DefaultMessageStore:
         queues = self.consume_queue_table.get(topic)
         cq = queues.get(queue_id) if queues is not None else None
         if cq is None:
-            cq = ConsumeQueue(topic, queue_id, self.root / "consumequeue",
+            cq = ConsumeQueue(topic, queue_id, self.cq_root,
                               self.config.maped_file_size_consume_queue)
             self.consume_queue_table.setdefault(topic, {})[queue_id] = cq
         return cq
@@ -554,7 +557,7 @@ class DefaultMessageStore:
         """Drop the consume queues of ``topics``; returns how many. Invalid names
         are logged and skipped: nothing outside the store is ever touched."""
         deleted = 0
-        cq_root = self.root / "consumequeue"
+        cq_root = self.cq_root
         for topic in topics:
             problem = topic_problem(topic)
             if problem is not None:
@@ -590,7 +593,7 @@ class DefaultMessageStore:
     def check_disk(self) -> float:
         """Re-read disk usage; refuse or accept writes accordingly, and retry a
         failed dispatch (``reput``). Returns the ratio."""
-        ratio = self.disk_usage(self.root)
+        ratio = self.disk_usage(self.commit_log.mapped_file_queue.store_dir)
         full = ratio * 100 >= self.config.disk_space_warning_level_ratio
         if full != self.disk_full:
             if full:

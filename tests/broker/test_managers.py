@@ -26,7 +26,7 @@ def test_topic_names() -> None:
 def test_config_keys_and_types(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("# comment\nbrokerName=b1\nbrokerIP1=10.1.2.3\nlistenPort = 12000\n"
-                    "flushDiskType=SYNC_FLUSH\nbrokerRole=SLAVE\nautoCreateTopicEnable=false\n"
+                    "flushDiskType=SYNC_FLUSH\nbrokerRole=SLAVE\nbrokerId=1\nautoCreateTopicEnable=false\n"
                     "namesrvAddr=a:1;b:2\n")
     from protocol.config import load_properties
     cfg = BrokerConfig.from_properties(load_properties(conf))

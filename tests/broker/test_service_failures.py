@@ -225,7 +225,8 @@ class FailingOuterAPI:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def register_broker_all(self, wire: dict[str, object]) -> int:
+    async def register_broker_all(self, wire: dict[str, object],
+                                  ha_server_addr: str | None = None) -> int:
         self.calls += 1
         raise LocalProtocolError("frame of 17000000 bytes exceeds 16777216")
 

@@ -1,0 +1,222 @@
+"""RocketMQ broker templates load: store paths and HA keys honoured, keys that
+mean nothing here accepted with one notice each, misspelt keys refused, roles
+checked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from structlog.testing import capture_logs
+
+from broker.cli import main as mqbroker
+from broker.config import NO_EFFECT_KEYS, BrokerConfig, BrokerRole
+from broker.controller import BrokerController
+from broker.store import DefaultMessageStore, PutMessageStatus
+from protocol.config import ConfigError, key_of, load_properties
+from tests.broker.store.helpers import inner
+
+# The broker template of RocketMQ's deployment guide (the seed's 2m-2s example),
+# with its commented keys set and its paths under a test directory.
+TEMPLATE = """\
+#所属集群名字
+brokerClusterName=rocketmq-cluster
+#broker名字,注意此处不同的配置文件填写的不一样
+brokerName=broker-a
+#0表示Master,>0表示Slave
+brokerId=0
+#nameServer地址,分号分割
+namesrvAddr=192.168.1.101:9876;192.168.1.102:9876
+defaultTopicQueueNums=4
+autoCreateTopicEnable=true
+autoCreateSubscriptionGroup=true
+listenPort=10911
+deleteWhen=04
+fileReservedTime=120
+mapedFileSizeCommitLog=1073741824
+mapedFileSizeConsumeQueue=300000
+destroyMapedFileIntervalForcibly=120000
+redeleteHangedFileInterval=120000
+diskMaxUsedSpaceRatio=88
+storePathRootDir={root}/store
+storePathCommitLog={root}/disk1/commitlog
+storePathConsumeQueue={root}/disk2/consumequeue
+storePathIndex={root}/disk2/index
+storeCheckpoint={root}/meta/checkpoint
+abortFile={root}/meta/abort
+maxMessageSize=65536
+flushCommitLogLeastPages=4
+flushConsumeQueueLeastPages=2
+flushCommitLogThoroughInterval=10000
+flushConsumeQueueThoroughInterval=60000
+brokerRole=ASYNC_MASTER
+flushDiskType=ASYNC_FLUSH
+checkTransactionMessageEnable=false
+sendMessageThreadPoolNums=128
+pullMessageThreadPoolNums=128
+"""
+
+TEMPLATE_NO_EFFECT = [
+    "destroyMapedFileIntervalForcibly", "redeleteHangedFileInterval", "flushCommitLogLeastPages",
+    "flushConsumeQueueLeastPages", "flushCommitLogThoroughInterval",
+    "flushConsumeQueueThoroughInterval", "checkTransactionMessageEnable",
+    "sendMessageThreadPoolNums", "pullMessageThreadPoolNums",
+]
+
+
+def template(tmp_path: Path, extra: str = "") -> Path:
+    conf = tmp_path / "broker-a.properties"
+    conf.write_text(TEMPLATE.format(root=tmp_path) + extra)
+    return conf
+
+
+def test_seed_template_loads(tmp_path: Path) -> None:
+    cfg = BrokerConfig.from_properties(load_properties(template(tmp_path)))
+    assert (cfg.broker_cluster_name, cfg.broker_name, cfg.broker_id) == (
+        "rocketmq-cluster", "broker-a", 0)
+    assert cfg.namesrv_addr_list == ["192.168.1.101:9876", "192.168.1.102:9876"]
+    assert (cfg.file_reserved_time, cfg.disk_max_used_space_ratio, cfg.max_message_size) == (
+        120, 88, 65536)
+    assert cfg.maped_file_size_consume_queue == 300000
+    assert cfg.commit_log_path == tmp_path / "disk1" / "commitlog"
+    assert cfg.consume_queue_path == tmp_path / "disk2" / "consumequeue"
+    assert cfg.index_path == tmp_path / "disk2" / "index"
+    assert cfg.checkpoint_path == tmp_path / "meta" / "checkpoint"
+    assert cfg.abort_path == tmp_path / "meta" / "abort"
+    assert [k for k, _v, _why in cfg.no_effect_notices()] == TEMPLATE_NO_EFFECT
+    assert dict((k, v) for k, v, _why in cfg.no_effect_notices())["sendMessageThreadPoolNums"] == "128"
+
+
+def test_store_files_follow_the_configured_paths(tmp_path: Path) -> None:
+    cfg = BrokerConfig.from_properties(load_properties(template(tmp_path)))
+    cfg.update({"mapedFileSizeCommitLog": 1 << 16, "maxHashSlotNum": 100, "maxIndexNum": 400})
+    store = DefaultMessageStore(cfg)
+    assert store.load()
+    store.start()
+    assert (tmp_path / "meta" / "abort").exists()
+    r = store.put_message(inner("T", 0, b"x", keys="k"))
+    assert r.put_message_status is PutMessageStatus.PUT_OK
+    store.flush_commit_log()
+    store.flush_consume_queues()
+    assert [p.name for p in (tmp_path / "disk1" / "commitlog").iterdir()] == ["0" * 20]
+    assert (tmp_path / "disk2" / "consumequeue" / "T" / "0" / ("0" * 20)).exists()
+    assert any((tmp_path / "disk2" / "index").iterdir())
+    assert (tmp_path / "meta" / "checkpoint").exists()
+    assert (tmp_path / "store" / "lock").exists()  # the lock stays under storePathRootDir
+    assert not (tmp_path / "store" / "commitlog").exists()
+    assert not (tmp_path / "store" / "consumequeue").exists()
+    store.shutdown()
+    assert not (tmp_path / "meta" / "abort").exists()
+    again = DefaultMessageStore(cfg)  # and the store reopens from there
+    assert again.load()
+    again.start()
+    assert again.get_max_offset_in_queue("T", 0) == 1
+    assert again.query_message("T", "k", 10, 0, 2**62) != []
+    again.shutdown()
+
+
+def test_default_paths_are_under_the_root(tmp_path: Path) -> None:
+    cfg = BrokerConfig.from_properties({"storePathRootDir": str(tmp_path)})
+    assert [cfg.commit_log_path, cfg.consume_queue_path, cfg.index_path, cfg.checkpoint_path,
+            cfg.abort_path] == [tmp_path / n for n in
+                                ("commitlog", "consumequeue", "index", "checkpoint", "abort")]
+
+
+def test_ha_keys_and_their_defaults() -> None:
+    cfg = BrokerConfig.from_properties({"listenPort": "20911"})
+    assert cfg.ha_port == 20912  # listenPort + 1 when not set
+    assert (cfg.ha_send_heartbeat_interval, cfg.ha_transfer_batch_size, cfg.ha_slave_fallbehind_max,
+            cfg.ha_housekeeping_interval, cfg.ha_master_address, cfg.slave_read_enable,
+            cfg.access_message_in_memory_max_ratio) == (5000, 32768, 256 * 1024 * 1024, 20000, "",
+                                                        False, 40)
+    cfg.update({"haListenPort": "30000", "haSendHeartbeatInterval": "1000",
+                "haTransferBatchSize": "65536", "haSlaveFallbehindMax": "1024",
+                "haHousekeepingInterval": "3000", "haMasterAddress": "10.0.0.1:10912",
+                "slaveReadEnable": "true", "accessMessageInMemoryMaxRatio": "10"})
+    assert (cfg.ha_port, cfg.ha_send_heartbeat_interval, cfg.ha_transfer_batch_size,
+            cfg.ha_slave_fallbehind_max, cfg.ha_housekeeping_interval, cfg.ha_master_address,
+            cfg.slave_read_enable, cfg.access_message_in_memory_max_ratio) == (
+        30000, 1000, 65536, 1024, 3000, "10.0.0.1:10912", True, 10)
+    for bad in ({"haListenPort": "20911"}, {"haMasterAddress": "nowhere"},
+                {"haTransferBatchSize": "0"}, {"accessMessageInMemoryMaxRatio": "101"},
+                {"haListenPort": "70000"}):
+        with pytest.raises(ConfigError):
+            BrokerConfig.from_properties({"listenPort": "20911", **bad})
+    with pytest.raises(ConfigError, match="haListenPort"):
+        BrokerConfig.from_properties({"listenPort": "65535"})
+
+
+def test_misspelt_keys_are_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"storePathComitLog \(did you mean storePathCommitLog\?\)"):
+        BrokerConfig.from_properties({"storePathComitLog": "/x"})
+    with pytest.raises(ConfigError, match="sendMessageThreadPoolNum"):
+        BrokerConfig.from_properties({"sendMessageThreadPoolNum": "4"})
+    with pytest.raises(ConfigError, match="unknown config key: noSuchKey$"):
+        BrokerConfig.from_properties({"noSuchKey": "1"})
+    with pytest.raises(ConfigError):
+        BrokerConfig.from_properties(load_properties(template(tmp_path, "haListenPrt=1\n")))
+
+
+def test_no_effect_keys_are_not_fields() -> None:
+    keys = {key_of(f).lower() for f in BrokerConfig.__dataclass_fields__}
+    assert not [k for k in NO_EFFECT_KEYS if k.lower() in keys]
+    assert "noEffectKeys" not in BrokerConfig().to_properties()
+    with pytest.raises(ConfigError):
+        BrokerConfig.from_properties({"noEffectKeys": "x"})
+
+
+def test_one_notice_per_no_effect_key(tmp_path: Path) -> None:
+    cfg = BrokerConfig.from_properties(load_properties(template(tmp_path)))
+    cfg.update({"sendMessageThreadPoolNums": "64"})  # given twice (file, then -o): one notice
+    controller = BrokerController(cfg)
+    with capture_logs() as logs:
+        controller.note_config()
+    notices = [e for e in logs if e["event"] == "config key accepted, no effect here"]
+    assert [e["key"] for e in notices] == TEMPLATE_NO_EFFECT
+    send = next(e for e in notices if e["key"] == "sendMessageThreadPoolNums")
+    assert send["value"] == "64" and "thread pool" in send["reason"]
+    with capture_logs() as logs:
+        BrokerController(BrokerConfig()).note_config()
+    assert logs == []
+
+
+def test_mqbroker_print_config(tmp_path: Path) -> None:
+    result = CliRunner().invoke(mqbroker, ["-c", str(template(tmp_path)), "-p",
+                                           "-o", "listenPort=20911"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    for line in (f"storePathCommitLog={tmp_path}/disk1/commitlog",
+                 f"storePathConsumeQueue={tmp_path}/disk2/consumequeue",
+                 f"storePathIndex={tmp_path}/disk2/index",
+                 f"storeCheckpoint={tmp_path}/meta/checkpoint", f"abortFile={tmp_path}/meta/abort",
+                 "haListenPort=20912", "haSendHeartbeatInterval=5000", "haTransferBatchSize=32768",
+                 "haSlaveFallbehindMax=268435456", "haHousekeepingInterval=20000",
+                 "haMasterAddress=", "slaveReadEnable=false", "accessMessageInMemoryMaxRatio=40"):
+        assert line in lines, line
+    comments = [ln for ln in lines if ln.startswith("#")]
+    assert [c.split("=")[0][2:] for c in comments] == TEMPLATE_NO_EFFECT
+    assert "has no effect here" in comments[0]
+    # what -p prints loads again to the same settings
+    printed = tmp_path / "printed.properties"
+    printed.write_text(result.output)
+    again = BrokerConfig.from_properties(load_properties(printed))
+    assert again.effective_properties() == BrokerConfig.from_properties(
+        {**load_properties(template(tmp_path)), "listenPort": "20911"}).effective_properties()
+    bad = CliRunner().invoke(mqbroker, ["-c", str(template(tmp_path, "storePathIndx=/x\n")), "-p"])
+    assert bad.exit_code == 2 and "storePathIndx" in bad.output
+
+
+@pytest.mark.parametrize(("role", "broker_id", "ok"), [
+    ("ASYNC_MASTER", 0, True), ("SYNC_MASTER", 0, True), ("SLAVE", 1, True), ("SLAVE", 2, True),
+    ("SLAVE", 0, False), ("ASYNC_MASTER", 1, False), ("SYNC_MASTER", 3, False),
+    ("ASYNC_MASTER", -1, False),
+])
+def test_role_and_broker_id(role: str, broker_id: int, ok: bool) -> None:
+    props = {"brokerRole": role, "brokerId": str(broker_id)}
+    if ok:
+        cfg = BrokerConfig.from_properties(props)
+        assert cfg.is_slave == (cfg.broker_role is BrokerRole.SLAVE)
+    else:
+        with pytest.raises(ConfigError, match="brokerId"):
+            BrokerConfig.from_properties(props)
