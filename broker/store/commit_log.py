@@ -28,13 +28,19 @@ from broker.store.status import (
     AppendMessageStatus,
     PutMessageResult,
     PutMessageStatus,
+    StoreError,
 )
 from protocol.names import topic_problem
 from protocol.record import (
+    BLANK_HEAD,
+    BLANK_MAGIC_CODE,
     BLANK_MIN_SIZE,
     MAX_PROPERTIES_BYTES,
     MAX_TOPIC_BYTES,
+    MESSAGE_MAGIC_CODE,
     OFF_STORE_TIMESTAMP,
+    RECORD_HEAD_SIZE,
+    Buffer,
     RecordStatus,
     body_crc,
     check_record,
@@ -154,6 +160,9 @@ class CommitLog:
         self.max_message_size = max_message_size
         self.topic_queue_table: dict[str, int] = {}
         self._lock = threading.Lock()
+        # append_data: (log end, offset of the next record header) as of the
+        # last replica append; stale once anything else moves the end.
+        self._replica_mark: tuple[int, int] | None = None
 
     # ---- append ----------------------------------------------------------------
 
@@ -245,7 +254,128 @@ class CommitLog:
         )
         return (b"".join(parts) if len(parts) > 1 else parts[0]), result, dispatches
 
+    # ---- replica append (a slave writes its master's bytes) ----------------------
+
+    def append_data(self, start_offset: int, data: bytes) -> int:
+        """Write a master's commit-log bytes, unchanged, at ``start_offset``:
+        this log's end, or the start of a file when the log holds no bytes
+        (a new slave of a master whose older files are gone). Returns the new
+        end. Nothing is re-encoded: queue offsets and store times are the
+        master's.
+
+        ``data`` may end inside a record and may span file ends. Before a
+        byte is written, every record header it completes is checked: a
+        known magic code, a message that leaves room for a BLANK in its file,
+        a BLANK that ends exactly at a file end. The master's files end at
+        those offsets only when both use the same ``mapedFileSizeCommitLog``,
+        so a different file size is caught here. Raises StoreError, nothing
+        written, when the bytes do not belong at ``start_offset``; raises
+        AllocationError (DiskFullError) when a file cannot be created: the
+        bytes before that file stay written and ``max_offset`` says how far
+        the append got.
+        """
+        with self._lock:
+            mfq = self.mapped_file_queue
+            end = mfq.max_offset
+            empty = end == mfq.min_offset  # no bytes (no file, or one empty file)
+            if start_offset != end and not (empty and start_offset >= 0
+                                            and start_offset % self.file_size == 0):
+                raise StoreError(
+                    f"replica bytes for commit-log offset {start_offset} do not start at "
+                    f"this log's end {end}"
+                )
+            if not data:
+                return end
+            if empty:
+                header_at = start_offset  # a file starts with a record
+            else:
+                header_at = self._replica_header_at(end)
+            tail = self._read_tail(header_at, start_offset)
+            buf = tail + data if tail else data
+            header_at = self._check_headers(header_at, buf, start_offset - len(tail),
+                                            start_offset + len(data))
+            if empty and start_offset != end:
+                mfq.delete_all()
+            n = len(data)
+            done = 0
+            try:
+                while done < n:
+                    mf = mfq.last_for_append(start_offset)
+                    k = min(mf.remaining, n - done)
+                    mf.append(data if k == n else data[done : done + k])
+                    done += k
+            finally:
+                # after a partial write the mark is stale: recomputed next time
+                self._replica_mark = (mfq.max_offset, header_at) if done == n else None
+            return mfq.max_offset
+
+    def _read_tail(self, header_at: int, end: int) -> bytes:
+        """The bytes of a record header begun before ``end`` (at most 7)."""
+        if header_at >= end:
+            return b""
+        mf = self.mapped_file_queue.find_by_offset(header_at)
+        if mf is None:
+            raise StoreError(f"no commit-log file holds offset {header_at}")
+        return mf.read(header_at - mf.file_from_offset, end - header_at)
+
+    def _replica_header_at(self, end: int) -> int:
+        """Offset of the first record header not wholly before ``end``."""
+        mark = self._replica_mark
+        if mark is not None and mark[0] == end:
+            return mark[1]
+        # a file starts with a record: walk the last file's headers
+        last = self.mapped_file_queue.last()
+        assert last is not None
+        if last.is_full():
+            return end
+        start = last.file_from_offset
+        return self._check_headers(start, last.mm, start, end)
+
+    def _check_headers(self, pos: int, buf: Buffer, buf_start: int, stop: int) -> int:
+        """Walk the record headers from log offset ``pos`` up to ``stop``
+        (``buf`` holds the log's bytes from ``buf_start``) and return the
+        offset of the first header not complete before ``stop``. Raises
+        StoreError at a header that cannot be there."""
+        fs = self.file_size
+        unpack_from = BLANK_HEAD.unpack_from
+        while pos + BLANK_MIN_SIZE <= stop:
+            total, magic = unpack_from(buf, pos - buf_start)
+            file_end = pos - pos % fs + fs
+            if magic == BLANK_MAGIC_CODE:
+                if total < BLANK_MIN_SIZE or pos + total != file_end:
+                    raise StoreError(
+                        f"replica bytes hold a BLANK at commit-log offset {pos} of {total} bytes "
+                        f"that does not end at this log's file end {file_end}: does the master "
+                        f"use another mapedFileSizeCommitLog than {fs}?"
+                    )
+            elif magic == MESSAGE_MAGIC_CODE:
+                if total < RECORD_HEAD_SIZE + 3 or pos + total + END_FILE_MIN_BLANK_LENGTH > file_end:
+                    raise StoreError(
+                        f"replica bytes hold a record at commit-log offset {pos} of {total} bytes "
+                        f"that does not fit this log's file ending at {file_end}: does the master "
+                        f"use another mapedFileSizeCommitLog than {fs}?"
+                    )
+            else:
+                raise StoreError(
+                    f"replica bytes hold no record at commit-log offset {pos} "
+                    f"(magic code {magic & 0xFFFFFFFF:#x})"
+                )
+            pos += total
+        return pos
+
     # ---- read ------------------------------------------------------------------
+
+    def get_raw(self, offset: int, max_bytes: int) -> bytes | None:
+        """Up to ``max_bytes`` of the log from ``offset``, within the file
+        holding it (what a master sends a slave). b"" at the end of the
+        log; None when no file holds ``offset`` (before the min offset)."""
+        if offset >= self.max_offset:
+            return b"" if offset == self.max_offset else None
+        mf = self.mapped_file_queue.find_by_offset(offset)
+        if mf is None or offset < mf.file_from_offset:
+            return None
+        pos = offset - mf.file_from_offset
+        return mf.read(pos, max(0, min(max_bytes, mf.wrote_position - pos)))
 
     def get_data(self, offset: int, size: int) -> bytes | None:
         mf = self.mapped_file_queue.find_by_offset(offset)

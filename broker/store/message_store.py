@@ -37,6 +37,7 @@ from broker.store.commit_log import (
 from broker.store.consume_queue import ConsumeQueue, InvalidQueueError, queue_problem
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
 from broker.store.index_service import IndexService
+from broker.store.mapped_file import MappedFile
 from broker.store.status import (
     GetMessageResult,
     GetMessageStatus,
@@ -51,6 +52,10 @@ from protocol.hashing import tags_hash_code
 from protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageExt
 from protocol.names import shown, topic_problem
 from protocol.record import (
+    BLANK_HEAD,
+    BLANK_MAGIC_CODE,
+    BLANK_MIN_SIZE,
+    MESSAGE_MAGIC_CODE,
     OFF_STORE_TIMESTAMP,
     Buffer,
     RecordStatus,
@@ -70,6 +75,19 @@ def disk_used_ratio(path: Path) -> float:
     """Fraction (0..1) of the file system holding ``path`` that is in use."""
     usage = shutil.disk_usage(path)
     return (usage.total - usage.free) / usage.total if usage.total else 0.0
+
+
+def _cut_by_end(mf: MappedFile, pos: int, end: int) -> bool:
+    """Whether the record at ``pos`` of ``mf`` is whole but for the bytes
+    past the log's ``end``: its header is cut, or it is a message or BLANK
+    whose size fits the file but runs past ``end``."""
+    if mf.file_from_offset + mf.wrote_position != end:
+        return False
+    room = mf.wrote_position - pos
+    if room < BLANK_MIN_SIZE:
+        return room > 0
+    total, magic = BLANK_HEAD.unpack_from(mf.mm, pos)
+    return magic in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE) and room < total <= mf.file_size - pos
 
 
 class DefaultMessageStore:
@@ -306,8 +324,9 @@ class DefaultMessageStore:
         except Exception as exc:
             self._dispatch_failed(exc)
             return False
-        self.log.info("stored records dispatched, accepting writes again", records=count,
-                      reput_offset=self.reput_offset)
+        if count or self.dispatch_failure is not None:  # quiet at a replica's partial record
+            self.log.info("stored records dispatched, accepting writes again", records=count,
+                          reput_offset=self.reput_offset)
         self.dispatch_failure = None
         return True
 
@@ -354,6 +373,13 @@ class DefaultMessageStore:
                         count += 1
                 self.reput_offset = nxt
         finally:
+            # records a put did not write (a replica's, a retried dispatch's)
+            # give the next queue offsets
+            table = self.commit_log.topic_queue_table
+            for (topic, queue_id), max_offset in arrived.items():
+                key = f"{topic}-{queue_id}"
+                if table.get(key, 0) < max_offset:
+                    table[key] = max_offset
             if notify:
                 for (topic, queue_id), max_offset in arrived.items():
                     for listener in self.dispatch_listeners:
@@ -362,7 +388,9 @@ class DefaultMessageStore:
 
     def _walk(self, offset: int) -> Iterator[tuple[int, Buffer | None, int]]:
         """Each step from ``offset`` to the commit-log end: (offset after the
-        step, buffer and position of a message record or None for padding)."""
+        step, buffer and position of a message record or None for padding).
+        Stops before a record the log's end cuts (a slave's, whose master
+        sends bytes in batches that split records: the rest is to come)."""
         mfq = self.commit_log.mapped_file_queue
         end = mfq.max_offset
         while offset < end:
@@ -377,6 +405,8 @@ class DefaultMessageStore:
             elif check.status is RecordStatus.BLANK or pos >= mf.wrote_position:
                 offset = min(mf.file_from_offset + mf.file_size, end)
                 yield offset, None, 0
+            elif _cut_by_end(mf, pos, end):
+                return
             else:
                 raise StoreError(f"cannot re-dispatch at commit-log offset {offset}: {check.reason}")
 
@@ -550,6 +580,57 @@ class DefaultMessageStore:
 
     def get_min_phy_offset(self) -> int:
         return self.commit_log.min_offset
+
+    # ---- replication -----------------------------------------------------------------
+
+    def get_raw(self, offset: int, max_bytes: int) -> bytes | None:
+        """Up to ``max_bytes`` commit-log bytes from ``offset``, within one
+        file (what a master sends a slave): b"" at the end of the log, None
+        when no file holds ``offset`` any more (cleaned)."""
+        return self.commit_log.get_raw(offset, max_bytes)
+
+    def append_replica(self, start_offset: int, data: bytes) -> PutMessageResult:
+        """A slave's append of its master's commit-log bytes at ``start_offset``
+        (its own end), then the reput cursor: consume queues and the index are
+        built, and long polls woken, by the one dispatch path puts and
+        recovery use. A record the bytes cut short is dispatched once the
+        rest arrives.
+
+        PUT_OK once appended and dispatched; DISPATCH_BEHIND when appended but
+        the dispatch failed (logged; the next append or ``check_disk`` tries
+        again); SERVICE_NOT_AVAILABLE when not started; DISK_FULL or
+        CREATE_MAPEDFILE_FAILED when a commit-log file cannot be created (the
+        bytes before it stay: ``get_max_phy_offset`` says how far it got).
+        Raises StoreError, nothing written, when the bytes do not belong at
+        ``start_offset`` (see ``CommitLog.append_data``).
+        """
+        if not self.running:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if self.disk_full:
+            return PutMessageResult(PutMessageStatus.DISK_FULL,
+                                    detail="disk full: replica bytes refused")
+        refused: PutMessageResult | None = None
+        before = self.commit_log.max_offset
+        try:
+            self.commit_log.append_data(start_offset, data)
+        except DiskFullError as exc:
+            self._refusals(self.log, "disk full, replica append refused", error=str(exc))
+            refused = PutMessageResult(PutMessageStatus.DISK_FULL, detail=str(exc))
+        except (AllocationError, OSError) as exc:
+            self.log.error("replica append failed", error=str(exc))
+            refused = PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, detail=str(exc))
+        if self.commit_log.max_offset == before:
+            return refused or PutMessageResult(PutMessageStatus.PUT_OK)
+        try:
+            self._dispatch_to_end(notify=True)
+        except Exception as exc:  # the bytes are stored: a later reput dispatches them
+            self._dispatch_failed(exc)
+            return refused or PutMessageResult(
+                PutMessageStatus.DISPATCH_BEHIND, detail=f"stored, not yet dispatched: {exc}")
+        if self.dispatch_failure is not None:
+            self.log.info("stored records dispatched", reput_offset=self.reput_offset)
+            self.dispatch_failure = None
+        return refused or PutMessageResult(PutMessageStatus.PUT_OK)
 
     # ---- admin -----------------------------------------------------------------------
 
