@@ -1,0 +1,111 @@
+"""HAClient, the slave's side of replication (RocketMQ's HAService.HAClient).
+
+Pure: transfers in, reports out, time passed in. The broker's HA service
+owns the socket to the master: it feeds decoded transfers
+(``TransferDecoder``) to ``on_transfer`` and sends the offsets
+``report_due`` returns (``encode_report``). One HAClient per connection:
+a new one reports at once, so the master learns where to start.
+
+A transfer must start exactly at the slave's own end (a slave with an empty
+log also takes the start of a master file: the master's oldest). Its bytes
+go to ``store.append_replica`` unchanged, which dispatches them through the
+store's reput cursor. Anything else raises a HAProtocolError and nothing is
+appended: the connection closes and a new one resumes from the slave's end.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from broker.store.ha.ha_connection import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HOUSEKEEPING_INTERVAL
+from broker.store.ha.transfer import HAProtocolError
+from broker.store.status import PutMessageResult, PutMessageStatus, StoreError
+
+
+class TransferOffsetError(HAProtocolError):
+    """A transfer does not start at the slave's end."""
+
+
+class ReplicaAppendError(HAProtocolError):
+    """The slave could not append a transfer (refused bytes, disk full):
+    close, and resume from the slave's end once it can."""
+
+    def __init__(self, message: str, status: PutMessageStatus | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class SlaveStore(Protocol):
+    def get_max_phy_offset(self) -> int: ...
+    def get_min_phy_offset(self) -> int: ...
+    def append_replica(self, start_offset: int, data: bytes) -> PutMessageResult: ...
+
+
+class HAClient:
+    def __init__(self, store: SlaveStore,
+                 heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+                 housekeeping_interval: float = DEFAULT_HOUSEKEEPING_INTERVAL) -> None:
+        self.store = store
+        self.heartbeat_interval = heartbeat_interval
+        self.housekeeping_interval = housekeeping_interval
+        self.reported: int | None = None  # the offset last reported
+        self.last_report: float | None = None
+        self.last_heard: float | None = None  # when the master last sent anything
+        self.master_offset = 0  # how far the master has sent (its nextTransferFromWhere)
+        self.last_result: PutMessageResult | None = None  # of the latest append
+
+    def on_transfer(self, offset: int, data: bytes, now: float | None = None) -> None:
+        """Apply one transfer from the master. A heartbeat (``data`` empty)
+        appends nothing; its offset may be past our end only while our log is
+        empty. Raises TransferOffsetError (nothing appended) when the frame
+        does not start at our end, ReplicaAppendError when the store refuses
+        or cannot take all of it."""
+        if now is not None:
+            self.last_heard = now
+        end = self.store.get_max_phy_offset()
+        empty = end == self.store.get_min_phy_offset()
+        if offset != end and not (empty and offset > end):
+            kind = "heartbeat" if not data else f"transfer of {len(data)} bytes"
+            raise TransferOffsetError(
+                f"master {kind} at offset {offset}, but the slave's log ends at {end}")
+        self.master_offset = max(self.master_offset, offset + len(data))
+        if not data:
+            return
+        try:
+            result = self.store.append_replica(offset, data)
+        except StoreError as exc:
+            raise ReplicaAppendError(f"replica bytes at offset {offset} refused: {exc}") from exc
+        self.last_result = result
+        reached = self.store.get_max_phy_offset()
+        if reached != offset + len(data):
+            status = result.put_message_status
+            raise ReplicaAppendError(
+                f"replica append at offset {offset} stopped at {reached} of "
+                f"{offset + len(data)}: {status.value} {result.detail}".rstrip(), status)
+
+    def report_due(self, now: float) -> int | None:
+        """The offset to report now (and counted as reported): at once on a
+        new connection, after every append, and every ``heartbeat_interval``
+        otherwise; None when no report is due."""
+        current = self.store.get_max_phy_offset()
+        if (self.reported is None or current != self.reported or self.last_report is None
+                or now - self.last_report >= self.heartbeat_interval):
+            self.reported = current
+            self.last_report = now
+            return current
+        return None
+
+    def next_report_at(self) -> float | None:
+        """When the next heartbeat report is due (None: at once)."""
+        if self.last_report is None:
+            return None
+        return self.last_report + self.heartbeat_interval
+
+    def connected(self, now: float) -> None:
+        """Start the silence clock of a new connection."""
+        self.last_heard = now
+
+    def idle_too_long(self, now: float) -> bool:
+        """Whether the master has been silent for ``housekeeping_interval``
+        (it heartbeats every ``haSendHeartbeatInterval``): close and reconnect."""
+        return self.last_heard is not None and now - self.last_heard >= self.housekeeping_interval

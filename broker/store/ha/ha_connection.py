@@ -1,0 +1,164 @@
+"""HAConnection, the master's side of one slave (RocketMQ's HAConnection).
+
+Pure: reports in, transfers out, time passed in. The broker's HA service owns
+the socket: it feeds the slave's reports (``ReportDecoder``) to
+``on_report`` and sends what ``next_transfer`` returns (``encode_transfer``).
+
+- The first report says where the slave's log ends, so where the transfer
+  starts. A slave with an empty log (report 0) gets everything the master
+  still holds, from its oldest file (RocketMQ starts such a slave at the
+  master's last file; a full copy keeps the slave byte-identical).
+- Every report is the slave's acknowledged offset (``acked_offset``), which
+  releases SYNC_MASTER sends (``OffsetWaiters.advance``).
+- A report past the master's end ("slave log longer than master"), or below
+  the oldest offset the master still holds, makes the slave invalid: it can
+  never append at the right place, so ``on_report`` raises
+  SlaveInvalidError and the connection must close.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from broker.store.ha.transfer import HAProtocolError
+
+DEFAULT_HEARTBEAT_INTERVAL = 5.0  # haSendHeartbeatInterval, 5 s
+DEFAULT_TRANSFER_BATCH_SIZE = 32 * 1024  # haTransferBatchSize, 32 KiB
+DEFAULT_HOUSEKEEPING_INTERVAL = 20.0  # haHousekeepingInterval, 20 s
+DEFAULT_SLAVE_FALLBEHIND_MAX = 256 * 1024 * 1024  # haSlaveFallbehindMax, 256 MiB
+
+
+class SlaveInvalidError(HAProtocolError):
+    """The slave's log cannot continue the master's: refuse it."""
+
+
+class MasterStore(Protocol):
+    def get_max_phy_offset(self) -> int: ...
+    def get_min_phy_offset(self) -> int: ...
+    def get_raw(self, offset: int, max_bytes: int) -> bytes | None: ...
+
+
+class HAConnection:
+    def __init__(self, store: MasterStore, batch_size: int = DEFAULT_TRANSFER_BATCH_SIZE,
+                 heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
+                 housekeeping_interval: float = DEFAULT_HOUSEKEEPING_INTERVAL) -> None:
+        if batch_size <= 0:
+            raise ValueError("haTransferBatchSize must be positive")
+        self.store = store
+        self.batch_size = batch_size
+        self.heartbeat_interval = heartbeat_interval
+        self.housekeeping_interval = housekeeping_interval
+        self.request_offset: int | None = None  # the first report: where the slave's log ended
+        self.acked_offset = 0  # the slave's latest report
+        self.next_offset: int | None = None  # next byte to send (nextTransferFromWhere)
+        self.invalid: str | None = None  # why the slave is refused
+        self.last_sent: float | None = None  # when a transfer or heartbeat last went out
+        self.last_heard: float | None = None  # when a report last came in
+
+    # ---- reports in ------------------------------------------------------------------
+
+    def on_report(self, offset: int, now: float | None = None) -> None:
+        """The slave reports its max commit-log offset. Raises SlaveInvalidError
+        for a slave that cannot follow this master, HAProtocolError for a
+        report no slave sends (going back, or past what was sent)."""
+        if now is not None:
+            self.last_heard = now
+        if self.invalid is not None:
+            raise SlaveInvalidError(self.invalid)
+        master_max = self.store.get_max_phy_offset()
+        if offset > master_max:
+            raise self._refuse(
+                f"slave log longer than master: the slave reports offset {offset}, "
+                f"the master's log ends at {master_max}"
+            )
+        if self.next_offset is None:
+            master_min = self.store.get_min_phy_offset()
+            if offset == 0:
+                start = master_min
+            elif offset < master_min:
+                raise self._refuse(
+                    f"slave too far behind: it reports offset {offset}, the master's oldest "
+                    f"file starts at {master_min}"
+                )
+            else:
+                start = offset
+            self.request_offset = offset
+            self.next_offset = start
+        else:
+            if offset < self.acked_offset:
+                raise HAProtocolError(
+                    f"slave went back from offset {self.acked_offset} to {offset}")
+            if offset > self.next_offset:
+                raise HAProtocolError(
+                    f"slave reports offset {offset} past what was sent ({self.next_offset})")
+        self.acked_offset = offset
+
+    def _refuse(self, reason: str) -> SlaveInvalidError:
+        self.invalid = reason
+        return SlaveInvalidError(reason)
+
+    # ---- transfers out ---------------------------------------------------------------
+
+    def next_transfer(self, now: float) -> tuple[int, bytes] | None:
+        """What to send now: (offset, up to batch_size bytes within one
+        commit-log file), a heartbeat (offset, b"") when nothing went out for
+        ``heartbeat_interval``, or None (nothing yet: before the first report,
+        or idle). Raises SlaveInvalidError once the bytes to send are cleaned
+        from the master (the slave fell behind its oldest file)."""
+        nxt = self.next_offset
+        if nxt is None or self.invalid is not None:
+            return None
+        if nxt < self.store.get_max_phy_offset():
+            data = self.store.get_raw(nxt, self.batch_size)
+            if data is None:
+                raise self._refuse(
+                    f"slave too far behind: offset {nxt} is no longer on the master "
+                    f"(oldest {self.store.get_min_phy_offset()})"
+                )
+            if data:
+                self.next_offset = nxt + len(data)
+                self.last_sent = now
+                return nxt, data
+        if self.last_sent is None or now - self.last_sent >= self.heartbeat_interval:
+            self.last_sent = now
+            return nxt, b""
+        return None
+
+    def next_heartbeat_at(self) -> float | None:
+        """When an idle connection sends its next heartbeat (None: at once,
+        or not before the first report)."""
+        if self.next_offset is None or self.last_sent is None:
+            return None
+        return self.last_sent + self.heartbeat_interval
+
+    # ---- figures ---------------------------------------------------------------------
+
+    def lag(self, master_max: int) -> int:
+        """Bytes the slave has not acknowledged."""
+        return max(0, master_max - self.acked_offset)
+
+    def idle_too_long(self, now: float) -> bool:
+        """Whether the slave has been silent for ``housekeeping_interval``
+        since its last report (or since ``connected``): close the connection."""
+        return self.last_heard is not None and now - self.last_heard >= self.housekeeping_interval
+
+    def connected(self, now: float) -> None:
+        """Start the silence clock of a new connection."""
+        self.last_heard = now
+
+
+def push_to_slave_max_offset(connections: Iterable[HAConnection]) -> int:
+    """The highest offset any valid slave acknowledged (push2SlaveMaxOffset)."""
+    return max((c.acked_offset for c in connections if c.invalid is None), default=0)
+
+
+def is_slave_ok(connections: Iterable[HAConnection], master_put_where: int,
+                fallbehind_max: int = DEFAULT_SLAVE_FALLBEHIND_MAX) -> bool:
+    """RocketMQ's HAService.isSlaveOK: a slave is connected and the best one is
+    less than ``fallbehind_max`` bytes behind ``master_put_where`` (the end
+    of the message a SYNC_MASTER send waits for). False: SLAVE_NOT_AVAILABLE."""
+    valid = [c for c in connections if c.invalid is None and c.next_offset is not None]
+    if not valid:
+        return False
+    return master_put_where - push_to_slave_max_offset(valid) < fallbehind_max
