@@ -16,6 +16,7 @@ import structlog
 
 from broker.schedule_service import DELAY, to_schedule
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
+from broker.store.offset_waiters import AllDone, Waiter
 from broker.topic_validator import check_user_topic
 from protocol.body import unpack_body
 from protocol.codes import ResponseCode
@@ -49,7 +50,10 @@ ORIGIN_MESSAGE_ID = MessageConst.PROPERTY_ORIGIN_MESSAGE_ID
 
 PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
-    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout"),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        "flush disk timeout: the message is stored but not yet on disk",
+    ),
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, "flush slave timeout"),
     PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, "slave not available"),
     PutMessageStatus.CREATE_MAPEDFILE_FAILED: (ResponseCode.SYSTEM_ERROR, "create mapped file failed"),
@@ -300,10 +304,27 @@ class SendMessageProcessor:
     def _reply(
         self, conn: RemotingConnection, response: RemotingCommand, result: PutMessageResult
     ) -> RemotingCommand | None:
-        """The response now, or None when SYNC_FLUSH answers it after the fsync."""
+        """The response now, or None when it is answered once the waiters it
+        joined are done (SYNC_FLUSH: the fsync)."""
         commit = self.controller.group_commit
         ar = result.append_result
         if commit is None or response.code != ResponseCode.SUCCESS or ar is None:
             return response
-        commit.submit(conn, response, ar.wrote_offset + ar.wrote_bytes)
+        answer_when_done(conn, response, [commit.wait(ar.wrote_offset + ar.wrote_bytes)])
         return None
+
+
+def answer_when_done(conn: RemotingConnection, response: RemotingCommand,
+                     waiters: list[Waiter]) -> None:
+    """Send ``response`` once every waiter is done; the worst status decides
+    its code and remark (PUT_STATUS_TO_CODE), the send result travels anyway."""
+
+    def answer(done: AllDone) -> None:
+        status = done.status
+        if status is not None and status is not PutMessageStatus.PUT_OK:
+            code, remark = PUT_STATUS_TO_CODE.get(
+                status, (ResponseCode.SYSTEM_ERROR, "unknown store status"))
+            response.code, response.remark = int(code), remark
+        conn.send_response(response)
+
+    AllDone(waiters).on_done(answer)

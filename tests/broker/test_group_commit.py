@@ -8,9 +8,16 @@ import trio
 import trio.testing
 
 from broker.group_commit import GroupCommitService
+from broker.send_processor import answer_when_done
+from broker.store.offset_waiters import Waiter
+from broker.store.status import PutMessageStatus
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 
+
+def submit(svc: GroupCommitService, conn: object, response: RemotingCommand, offset: int) -> None:
+    """A SYNC_FLUSH send: answered once its fsync waiter is done."""
+    answer_when_done(conn, response, [svc.wait(offset)])  # type: ignore[arg-type]
 
 class FakeConn:
     def __init__(self) -> None:
@@ -48,7 +55,7 @@ async def test_one_fsync_covers_every_waiting_put() -> None:
         await nursery.start(svc.run)
         for i in range(200):
             log.written += 100
-            svc.submit(conn, ok_response(i), log.written)  # type: ignore[arg-type]
+            submit(svc, conn, ok_response(i), log.written)
         with trio.fail_after(10):
             while len(conn.sent) < 200:
                 await trio.sleep(0.001)
@@ -66,7 +73,7 @@ async def test_unflushed_put_times_out(autojump_clock: trio.testing.MockClock) -
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
         log.written = 100
-        svc.submit(conn, ok_response(0), 100)  # type: ignore[arg-type]
+        submit(svc, conn, ok_response(0), 100)
         start = trio.current_time()
         await trio.sleep(4.9)
         assert conn.sent == []
@@ -77,4 +84,22 @@ async def test_unflushed_put_times_out(autojump_clock: trio.testing.MockClock) -
         log.gate.set()
         await trio.sleep(1)
         assert len(conn.sent) == 1  # never answered twice
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_send_joining_several_waiters_gets_the_worst_status() -> None:
+    """SYNC_FLUSH and SYNC_MASTER share one wait: answered once both are done."""
+    log = FakeLog()
+    svc = GroupCommitService(log.flush, 5000, "b")
+    conn = FakeConn()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        log.written = 100
+        slave = Waiter.finished(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        answer_when_done(conn, ok_response(7), [svc.wait(100), slave])  # type: ignore[arg-type]
+        with trio.fail_after(10):
+            while not conn.sent:
+                await trio.sleep(0.001)
+        assert conn.sent[0].code == ResponseCode.SLAVE_NOT_AVAILABLE
+        assert conn.sent[0].ext_fields == {"i": 7}  # the send result still travels
         nursery.cancel_scope.cancel()

@@ -23,6 +23,7 @@ from protocol.command import RemotingCommand
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 from protocol.route import TopicConfig
 from protocol.trio.errors import RemotingConnectError
+from tests.broker.test_group_commit import submit
 from tests.broker.test_guarded_service import FakeLog
 
 
@@ -98,7 +99,7 @@ async def test_group_commit_survives_failing_fsyncs(
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
         state["written"] = 100
-        svc.submit(conn, ok, 100)  # type: ignore[arg-type]
+        submit(svc, conn, ok, 100)
         with trio.fail_after(10):
             while not conn.sent:
                 await trio.sleep(0.05)
@@ -118,14 +119,14 @@ async def test_group_commit_times_out_while_fsync_keeps_failing(
     conn = FakeConn()
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
-        svc.submit(conn, RemotingCommand.request(10).response(ResponseCode.SUCCESS), 1)  # type: ignore[arg-type]
+        submit(svc, conn, RemotingCommand.request(10).response(ResponseCode.SUCCESS), 1)
         await trio.sleep(1.5)
         assert [c.code for c in conn.sent] == [ResponseCode.FLUSH_DISK_TIMEOUT]
         tries = svc.guard.failures
         assert 2 <= tries <= 6  # backing off (0.1 s, 0.2 s, ...), not spinning
         await trio.sleep(60)
         assert svc.guard.failures == tries  # nothing waits any more: no more fsyncs
-        svc.submit(conn, RemotingCommand.request(10).response(ResponseCode.SUCCESS), 2)  # type: ignore[arg-type]
+        submit(svc, conn, RemotingCommand.request(10).response(ResponseCode.SUCCESS), 2)
         await trio.sleep(1.5)
         assert len(conn.sent) == 2 and svc.guard.failures > tries  # still serving
         nursery.cancel_scope.cancel()
