@@ -28,6 +28,7 @@ from broker.config import BrokerConfig, FlushDiskType
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.group_commit import GroupCommitService
+from broker.ha_service import HAService
 from broker.long_polling import PullRequestHoldService
 from broker.out_api import BrokerOuterAPI
 from broker.persist import ConfigSnapshot
@@ -91,6 +92,9 @@ class BrokerController:
         # The port the HA service listens on, set by it once bound (and then it
         # triggers a registration); until then no HA address is advertised.
         self.ha_listen_port: int | None = None
+        self.ha_service = HAService(config, self.message_store)
+        if not config.is_slave:  # new commit-log data wakes the writers to the slaves
+            self.message_store.dispatch_listeners.append(self.ha_service.notify_new_data)
         self.group_commit: GroupCommitService | None = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(
@@ -230,6 +234,10 @@ class BrokerController:
                 async with trio.open_nursery() as nursery:
                     port = await nursery.start(self.server.serve)
                     self.config.listen_port = port
+                    if self.config.is_slave:
+                        await nursery.start(self.ha_service.run_slave)
+                    else:
+                        self.ha_listen_port = await nursery.start(self.ha_service.run_master)
                     self.topic_config_manager.persist()
                     await self.register_broker_all()
                     nursery.start_soon(self._register_loop)
@@ -276,6 +284,8 @@ class BrokerController:
         try:
             await self.outer_api.register_broker_all(self.topic_config_manager.to_wire(),
                                                      self.ha_server_addr)
+            if self.config.is_slave:
+                self.ha_service.set_master_ha_addr(self.outer_api.master_ha_addr)
         except Exception as exc:
             self._register_guard.failed(exc, "register with name servers failed",
                                         topics=len(self.topic_config_manager.table))

@@ -16,7 +16,12 @@ from broker.config import BrokerConfig
 from protocol.body import compress_body, pack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
+from protocol.errors import RemoteProtocolError
+from protocol.headers import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnRegisterBrokerRequestHeader,
+)
 from protocol.names import shown
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
@@ -32,6 +37,8 @@ class BrokerOuterAPI:
         self.client = client
         self.log = structlog.get_logger("broker.outer").bind(broker=config.broker_name)
         self.guard = Guard(self.log, "register")
+        # a slave's master HA address, from the latest registration answer
+        self.master_ha_addr: str | None = None
 
     async def register_broker_all(self, topic_wire: dict[str, object],
                                   ha_server_addr: str | None = None) -> int:
@@ -82,6 +89,14 @@ class BrokerOuterAPI:
                 return
             if resp.code == ResponseCode.SUCCESS:
                 ok += 1
+                try:
+                    answer = RegisterBrokerResponseHeader.from_fields(resp.ext_fields)
+                except RemoteProtocolError as exc:
+                    self.guard.note("bad registration answer", ("answer", addr), namesrv=addr,
+                                    error=str(exc))
+                else:
+                    if answer.ha_server_addr:
+                        self.master_ha_addr = answer.ha_server_addr
             else:
                 self.guard.note("name server refused registration", ("refused", addr, resp.code),
                                 namesrv=addr, code=resp.code, remark=shown(resp.remark or "", 200))

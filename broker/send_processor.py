@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from broker.config import BrokerRole
 from broker.schedule_service import DELAY, to_schedule
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from broker.store.offset_waiters import AllDone, Waiter
@@ -305,12 +306,18 @@ class SendMessageProcessor:
         self, conn: RemotingConnection, response: RemotingCommand, result: PutMessageResult
     ) -> RemotingCommand | None:
         """The response now, or None when it is answered once the waiters it
-        joined are done (SYNC_FLUSH: the fsync)."""
+        joined are done (SYNC_FLUSH: the fsync; SYNC_MASTER: a slave's ack)."""
         commit = self.controller.group_commit
+        sync_master = self.config.broker_role is BrokerRole.SYNC_MASTER
         ar = result.append_result
-        if commit is None or response.code != ResponseCode.SUCCESS or ar is None:
+        if (commit is None and not sync_master) or response.code != ResponseCode.SUCCESS \
+                or ar is None:
             return response
-        answer_when_done(conn, response, [commit.wait(ar.wrote_offset + ar.wrote_bytes)])
+        end = ar.wrote_offset + ar.wrote_bytes
+        waiters = [commit.wait(end)] if commit is not None else []
+        if sync_master:  # a slave must hold it too (GroupTransferService)
+            waiters.append(self.controller.ha_service.wait_slave(end))
+        answer_when_done(conn, response, waiters)
         return None
 
 

@@ -287,8 +287,8 @@ class RegisterBrokerRequestHeader(Header):
 
 @dataclass(slots=True)
 class RegisterBrokerResponseHeader(Header):
-    ha_server_addr: str | None = None
-    master_addr: str | None = None
+    ha_server_addr: Address | None = None
+    master_addr: Address | None = None
 
 
 @dataclass(slots=True)

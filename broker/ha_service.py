@@ -1,0 +1,275 @@
+"""HAService: the trio edge of master/slave replication (RocketMQ's HAService).
+
+The cores are pure (broker/store/ha/): ``HAConnection`` decides what a master
+sends one slave, ``HAClient`` applies what a slave receives, ``transfer.py``
+frames the bytes. This module owns the sockets and the time:
+
+- Master: a listener on ``haListenPort``; per slave, a reader task (reports
+  in, ``HAConnection.on_report``; every report advances the SYNC_MASTER
+  waiters) and a writer task (``next_transfer`` out, woken by new commit-log
+  data or its heartbeat time). A slave silent for ``haHousekeepingInterval``
+  is closed.
+- Slave: one task connecting to the master's HA address (``haMasterAddress``
+  or the name server's answer), reporting its max offset at connect, after
+  every append and every ``haSendHeartbeatInterval``, and appending what
+  arrives. Any failure closes the connection, is logged, and the slave
+  reconnects after a back-off, resuming from its own max offset.
+- SYNC_MASTER: ``wait_slave(next_offset)`` returns a waiter (one
+  ``OffsetWaiters`` for every send, released by the best slave's
+  acknowledgement), or one finished SLAVE_NOT_AVAILABLE when no slave is
+  within ``haSlaveFallbehindMax``.
+
+Nothing here runs on a send's path but ``wait_slave`` and ``notify_new_data``:
+a slow or frozen slave never slows sends to an ASYNC_MASTER.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+import trio
+
+from broker.config import BrokerConfig
+from broker.store import DefaultMessageStore
+from broker.store.ha.ha_client import HAClient
+from broker.store.ha.ha_connection import HAConnection, is_slave_ok, push_to_slave_max_offset
+from broker.store.ha.transfer import (
+    ReportDecoder,
+    TransferDecoder,
+    encode_report,
+    encode_transfer,
+)
+from broker.store.offset_waiters import OffsetWaiters, Waiter
+from broker.store.status import PutMessageStatus
+from protocol.trio.client import split_addr
+from protocol.trio.service import Guard, describe
+
+RECEIVE_CHUNK = 256 * 1024
+SEND_COALESCE = 256 * 1024  # bytes of transfers gathered into one send
+RECONNECT_BACKOFF = 1.0
+
+
+class HAService:
+    def __init__(self, config: BrokerConfig, store: DefaultMessageStore) -> None:
+        self.config = config
+        self.store = store
+        self.log = structlog.get_logger("broker.ha").bind(broker=config.broker_name)
+        self.connections: set[HAConnection] = set()
+        self.waiters = OffsetWaiters(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        self.timeout = config.sync_flush_timeout / 1000
+        self.heartbeat = config.ha_send_heartbeat_interval / 1000
+        self.housekeeping = config.ha_housekeeping_interval / 1000
+        self._data = trio.Event()
+        self._wake_watcher: trio.Event | None = None
+        self._master_changed = trio.Event()
+        # a slave's master HA address: haMasterAddress, else the name server's answer
+        self.master_ha_addr: str | None = config.ha_master_address or None
+        self.client: HAClient | None = None  # a slave's current connection
+        self._appended = trio.Event()  # set by a slave's reader after an append
+        self.port: int | None = None
+
+    # ---- used by the send path and the controller -------------------------------------
+
+    def notify_new_data(self, *_: Any) -> None:
+        """The commit log grew: wake the writers (a dispatch listener)."""
+        ev, self._data = self._data, trio.Event()
+        ev.set()
+
+    def wait_slave(self, next_offset: int) -> Waiter:
+        """A SYNC_MASTER send ending at ``next_offset``: done once a slave
+        acknowledged it, FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or at once
+        SLAVE_NOT_AVAILABLE when no slave is close enough."""
+        if not is_slave_ok(self.connections, next_offset, self.config.ha_slave_fallbehind_max):
+            return Waiter.finished(PutMessageStatus.SLAVE_NOT_AVAILABLE, next_offset)
+        w = self.waiters.add(next_offset, trio.current_time() + self.timeout)
+        ev, self._wake_watcher = self._wake_watcher, None
+        if ev is not None:
+            ev.set()
+        return w
+
+    def set_master_ha_addr(self, addr: str | None) -> None:
+        """The name server told a slave its master's HA address."""
+        if self.config.ha_master_address or not addr or addr == self.master_ha_addr:
+            return
+        self.log.info("master HA address", addr=addr)
+        self.master_ha_addr = addr
+        ev, self._master_changed = self._master_changed, trio.Event()
+        ev.set()
+
+    def status(self) -> dict[str, Any]:
+        """Runtime figures for brokerStatus."""
+        master_max = self.store.get_max_phy_offset()
+        out: dict[str, Any] = {"maxOffset": master_max}
+        if self.config.is_slave:
+            out["masterHaAddress"] = self.master_ha_addr
+            out["masterOffset"] = self.client.master_offset if self.client else None
+            out["lag"] = (max(0, self.client.master_offset - master_max)
+                          if self.client else None)
+        else:
+            out["slaves"] = [{"ackedOffset": c.acked_offset, "behind": c.lag(master_max)}
+                             for c in self.connections]
+            out["waitingSends"] = len(self.waiters)
+        return out
+
+    # ---- master ----------------------------------------------------------------------
+
+    async def run_master(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on haListenPort until cancelled; reports the bound port."""
+        host = "127.0.0.1" if self.config.broker_ip1 == "127.0.0.1" else "0.0.0.0"
+        listeners = await trio.open_tcp_listeners(self.config.ha_port, host=host)
+        self.port = listeners[0].socket.getsockname()[1]
+        self.log.info("HA listening", port=self.port)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watcher)
+                await nursery.start(trio.serve_listeners, self._serve_slave, listeners)
+                task_status.started(self.port)
+        finally:
+            self.waiters.fail_all(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+
+    async def _watcher(self) -> None:
+        """End SYNC_MASTER waiters past their deadline FLUSH_SLAVE_TIMEOUT."""
+        guard = Guard(self.log, "slave ack timeouts")
+        while True:
+            deadline = self.waiters.next_deadline()
+            if deadline is None:
+                ev = self._wake_watcher = trio.Event()
+                await ev.wait()
+                continue
+            await trio.sleep_until(deadline)
+            try:
+                late = self.waiters.expire(trio.current_time())
+            except Exception as exc:  # a waiter's callback failed: logged, the rest go on
+                guard.failed(exc, "expiring slave waiters failed")
+                continue
+            if late:
+                guard.note("flush slave timeout", "timeout", sends=len(late))
+
+    async def _serve_slave(self, stream: trio.SocketStream) -> None:
+        conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
+                            self.heartbeat, self.housekeeping)
+        conn.connected(trio.current_time())
+        peer = _peer(stream)
+        self.connections.add(conn)
+        self.log.info("slave connected", slave=peer)
+        try:
+            async with stream, trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_reports, conn, stream, nursery.cancel_scope)
+                nursery.start_soon(self._write_transfers, conn, stream)
+        except Exception as exc:
+            self.log.warning("slave connection closed", slave=peer, error=describe(exc))
+        finally:
+            self.connections.discard(conn)
+            self.log.info("slave disconnected", slave=peer, acked_offset=conn.acked_offset)
+
+    async def _read_reports(self, conn: HAConnection, stream: trio.SocketStream,
+                            scope: trio.CancelScope) -> None:
+        decoder = ReportDecoder()
+        while True:
+            with trio.move_on_after(self.housekeeping):
+                data = await stream.receive_some(RECEIVE_CHUNK)
+                if not data:
+                    scope.cancel()
+                    return
+                now = trio.current_time()
+                for offset in decoder.feed(data):
+                    conn.on_report(offset, now)
+                self.waiters.advance(push_to_slave_max_offset(self.connections))
+                self.notify_new_data()  # the first report tells the writer where to start
+                continue
+            if conn.idle_too_long(trio.current_time()):
+                raise TimeoutError(f"slave silent for {self.housekeeping:.0f}s")
+
+    async def _write_transfers(self, conn: HAConnection, stream: trio.SocketStream) -> None:
+        while True:
+            data_event = self._data
+            now = trio.current_time()
+            frames: list[bytes] = []
+            size = 0
+            while size < SEND_COALESCE:
+                t = conn.next_transfer(now)
+                if t is None:
+                    break
+                frame = encode_transfer(*t)
+                frames.append(frame)
+                size += len(frame)
+                if len(frame) == 12:  # a heartbeat: nothing more to send now
+                    break
+            if frames:
+                await stream.send_all(b"".join(frames))
+                continue
+            at = conn.next_heartbeat_at()
+            with trio.move_on_at(at if at is not None else now + self.heartbeat):
+                await data_event.wait()
+
+    # ---- slave -----------------------------------------------------------------------
+
+    async def run_slave(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Follow the master until cancelled: connect, stream, reconnect."""
+        task_status.started()
+        guard = Guard(self.log, "replicate from master")
+        while True:
+            addr = self.master_ha_addr
+            if addr is None:
+                with trio.move_on_after(RECONNECT_BACKOFF):
+                    await self._master_changed.wait()
+                continue
+            await guard.run(self._follow, addr)
+            with trio.move_on_after(RECONNECT_BACKOFF):
+                await self._master_changed.wait()
+
+    async def _follow(self, addr: str) -> None:
+        host, port = split_addr(addr)
+        with trio.fail_after(3):
+            stream = await trio.open_tcp_stream(host, port)
+        client = self.client = HAClient(self.store, self.heartbeat, self.housekeeping)
+        client.connected(trio.current_time())
+        self._appended = trio.Event()
+        self.log.info("connected to master", master=addr, offset=self.store.get_max_phy_offset())
+        try:
+            async with stream, trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_transfers, client, stream, nursery.cancel_scope)
+                nursery.start_soon(self._report_loop, client, stream)
+        finally:
+            self.client = None
+
+    async def _read_transfers(self, client: HAClient, stream: trio.SocketStream,
+                              scope: trio.CancelScope) -> None:
+        decoder = TransferDecoder(max(self.config.ha_transfer_batch_size * 2, 4 << 20))
+        while True:
+            with trio.move_on_after(self.housekeeping):
+                data = await stream.receive_some(RECEIVE_CHUNK)
+                if not data:
+                    raise ConnectionError("the master closed the HA connection")
+                now = trio.current_time()
+                for offset, body in decoder.feed(data):
+                    client.on_transfer(offset, body, now)
+                self._appended.set()  # the report loop tells the master at once
+                continue
+            if client.idle_too_long(trio.current_time()):
+                scope.cancel()
+                raise TimeoutError(f"master silent for {self.housekeeping:.0f}s")
+
+    async def _report_loop(self, client: HAClient, stream: trio.SocketStream) -> None:
+        """The only sender on a slave's connection: reports at connect, after
+        appends, and every heartbeat interval."""
+        while True:
+            appended = self._appended
+            report = client.report_due(trio.current_time())
+            if report is not None:
+                await stream.send_all(encode_report(report))
+            if appended.is_set():
+                self._appended = trio.Event()
+                continue
+            at = client.next_report_at()
+            with trio.move_on_at(at if at is not None else trio.current_time() + self.heartbeat):
+                await appended.wait()
+
+
+def _peer(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+        return f"{host}:{port}"
+    except OSError:
+        return "?"
