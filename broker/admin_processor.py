@@ -153,6 +153,19 @@ class AdminBrokerProcessor:
         }
         return cmd.response(ResponseCode.SUCCESS, body=pack_body(body))
 
+    def get_all_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand
+                                ) -> RemotingCommand:
+        """Every committed offset (a slave's SlaveSynchronize)."""
+        return cmd.response(
+            ResponseCode.SUCCESS, body=pack_body(self.controller.consumer_offset_manager.to_wire()))
+
+    def get_all_delay_offset(self, conn: RemotingConnection, cmd: RemotingCommand
+                             ) -> RemotingCommand:
+        """The schedule service's progress per delay level (a slave's SlaveSynchronize)."""
+        table = self.controller.schedule_service.offset_table
+        body = {"offsetTable": {str(k): v for k, v in table.items()}}
+        return cmd.response(ResponseCode.SUCCESS, body=pack_body(body))
+
     def get_all_topic_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(
             ResponseCode.SUCCESS, body=pack_body(self.controller.topic_config_manager.to_wire())

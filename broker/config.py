@@ -151,6 +151,7 @@ class BrokerConfig(PropertiesConfig):
     ha_send_heartbeat_interval: int = 5000  # ms: a slave reports its offset at least this often
     ha_housekeeping_interval: int = 20_000  # ms of silence after which an HA connection closes
     ha_transfer_batch_size: int = 32 * KiB  # most commit-log bytes in one transfer
+    slave_sync_interval: int = 10_000  # ms between a slave's metadata copies from its master
     ha_master_address: str = ""  # a slave's master HA address (empty: from the name server)
     ha_slave_fallbehind_max: int = 256 * MiB  # SYNC_MASTER: a slave further behind is not used
     # reading from slaves

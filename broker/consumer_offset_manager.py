@@ -34,6 +34,12 @@ class ConsumerOffsetManager:
         self.offset_table.setdefault(self.key(topic, group), {})[queue_id] = offset
         self.dirty = True
 
+    def replace(self, table: dict[str, dict[int, int]]) -> None:
+        """A slave takes its master's offsets (SlaveSynchronize)."""
+        if table != self.offset_table:
+            self.offset_table = table
+            self.dirty = True
+
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group has none for the queue."""
         return self.offset_table.get(self.key(topic, group), {}).get(queue_id, -1)

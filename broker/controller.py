@@ -36,6 +36,7 @@ from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
+from broker.slave_synchronize import SlaveSynchronize
 from broker.store import DefaultMessageStore
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
@@ -93,6 +94,8 @@ class BrokerController:
         # triggers a registration); until then no HA address is advertised.
         self.ha_listen_port: int | None = None
         self.ha_service = HAService(config, self.message_store)
+        self.slave_synchronize = SlaveSynchronize(
+            self, lambda: self.outer_api.master_addr if self.outer_api else None)
         if not config.is_slave:  # new commit-log data wakes the writers to the slaves
             self.message_store.dispatch_listeners.append(self.ha_service.notify_new_data)
         self.group_commit: GroupCommitService | None = None
@@ -122,6 +125,8 @@ class BrokerController:
         t.register(RequestCode.DELETE_TOPIC_IN_BROKER, ad.delete_topic)
         t.register(RequestCode.GET_TOPIC_STATS_INFO, ad.get_topic_stats_info)
         t.register(RequestCode.GET_ALL_TOPIC_CONFIG, ad.get_all_topic_config)
+        t.register(RequestCode.GET_ALL_CONSUMER_OFFSET, ad.get_all_consumer_offset)
+        t.register(RequestCode.GET_ALL_DELAY_OFFSET, ad.get_all_delay_offset)
         t.register(RequestCode.GET_CONSUME_STATS, ad.get_consume_stats)
         t.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, ad.get_consumer_connection_list)
         t.register(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, ad.update_and_create_subscription_group)
@@ -236,6 +241,7 @@ class BrokerController:
                     self.config.listen_port = port
                     if self.config.is_slave:
                         await nursery.start(self.ha_service.run_slave)
+                        await nursery.start(self.slave_synchronize.run, client)
                     else:
                         self.ha_listen_port = await nursery.start(self.ha_service.run_master)
                     self.topic_config_manager.persist()

@@ -39,6 +39,7 @@ class BrokerOuterAPI:
         self.guard = Guard(self.log, "register")
         # a slave's master HA address, from the latest registration answer
         self.master_ha_addr: str | None = None
+        self.master_addr: str | None = None
 
     async def register_broker_all(self, topic_wire: dict[str, object],
                                   ha_server_addr: str | None = None) -> int:
@@ -97,6 +98,8 @@ class BrokerOuterAPI:
                 else:
                     if answer.ha_server_addr:
                         self.master_ha_addr = answer.ha_server_addr
+                    if answer.master_addr:
+                        self.master_addr = answer.master_addr
             else:
                 self.guard.note("name server refused registration", ("refused", addr, resp.code),
                                 namesrv=addr, code=resp.code, remark=shown(resp.remark or "", 200))

@@ -103,6 +103,13 @@ class SubscriptionGroupManager:
         self._changed()
         self.log.info("subscription group updated", group=cfg.group_name, config=cfg.to_dict())
 
+    def replace(self, table: dict[str, SubscriptionGroupConfig], version: DataVersion) -> None:
+        """A slave takes its master's groups (SlaveSynchronize)."""
+        self.table = dict(table)
+        self.data_version = version
+        self.dirty = True
+        self.log.info("subscription groups copied from the master", count=len(table))
+
     def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:
             return False

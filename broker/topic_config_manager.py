@@ -90,6 +90,14 @@ class TopicConfigManager:
             "dataVersion": self.data_version.to_dict(),
         }
 
+    def replace(self, table: dict[str, TopicConfig], version: DataVersion) -> None:
+        """A slave takes its master's table (SlaveSynchronize); written soon."""
+        self.table = dict(table)
+        self.data_version = version
+        self.log.info("topics copied from the master", count=len(table))
+        self.dirty = True
+        self.on_dirty()
+
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 

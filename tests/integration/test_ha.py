@@ -27,7 +27,8 @@ def commit_log(store: Path) -> bytes:
 
 def pair(cluster: Cluster, ns: str, role: str, **props: object) -> tuple[Daemon, Daemon]:
     common: dict[str, object] = {"mapedFileSizeCommitLog": CL_FILE,
-                                 "mapedFileSizeConsumeQueue": 20 * 1000, **props}
+                                 "mapedFileSizeConsumeQueue": 20 * 1000,
+                                 "slaveSyncInterval": 300, **props}
     master = cluster.broker("broker-a", ns, brokerRole=role, **common)
     slave = cluster.broker("broker-a-s", ns, brokerName="broker-a", brokerId=1,
                            brokerRole="SLAVE", **common)
@@ -77,6 +78,22 @@ async def test_sync_master_replicates_and_refuses_without_slave(cluster: Cluster
             assert r.send_status == SendStatus.SEND_OK, r
             bodies.append(body)
 
+        # the slave serves the same messages (its topic copied from the master)
+        from_slave = await pull_all(slave.addr, TOPIC, 0, want=len(bodies) + 1)
+        assert from_slave[-len(bodies):] == bodies
+        # consumer offsets committed on the master arrive on the slave
+        async with RemotingClient() as rc:
+            up = {"consumerGroup": "ha-group", "topic": TOPIC, "queueId": 0, "commitOffset": 42}
+            r = await rc.invoke(master.addr, RemotingCommand.request(
+                RequestCode.UPDATE_CONSUMER_OFFSET, up), 5)
+            assert r.code == ResponseCode.SUCCESS
+
+            async def offset_on_slave() -> bool:
+                q = {"consumerGroup": "ha-group", "topic": TOPIC, "queueId": 0}
+                resp = await rc.invoke(slave.addr, RemotingCommand.request(
+                    RequestCode.QUERY_CONSUMER_OFFSET, q), 5)
+                return resp.code == ResponseCode.SUCCESS and resp.ext_fields["offset"] == 42
+            await wait_for(offset_on_slave, 20, "the master's consumer offset on the slave")
         # the slave's log is the master's byte for byte
         m_log = commit_log(cluster.root / "store-broker-a")
         s_log = commit_log(cluster.root / "store-broker-a-s")
