@@ -7,6 +7,7 @@ import structlog
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
+from broker.store.store_lock import StoreLockedError
 from protocol.config import ConfigError, load_properties
 from protocol.logs import configure_logging
 from protocol.trio.daemon import fail, run_daemon
@@ -48,7 +49,7 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
         controller = BrokerController(config)
     except Exception as exc:
         fail(log, "broker", exc)
-    run_daemon(controller, log, "broker")
+    run_daemon(controller, log, "broker", (StoreLockedError, ConfigError))
 
 
 if __name__ == "__main__":

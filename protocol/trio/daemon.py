@@ -6,6 +6,7 @@ reason than a signal logs why, with the traceback, and the process exits 1.
 
 from __future__ import annotations
 
+import errno
 import signal
 import sys
 from typing import Any, NoReturn, Protocol
@@ -61,9 +62,12 @@ def fail(logger: Any, what: str, exc: BaseException) -> NoReturn:
     sys.exit(1)
 
 
-def run_daemon(daemon: Daemon, logger: Any, what: str) -> None:
+def run_daemon(daemon: Daemon, logger: Any, what: str,
+               operator_errors: tuple[type[BaseException], ...] = ()) -> None:
     """Run ``daemon`` until a signal stops it; exit 1 (logged, with the
-    traceback) when it fails, whatever the exception."""
+    traceback) when it fails, whatever the exception. An operator's mistake
+    (``operator_errors``, or a listen port already in use) is logged as one
+    line without a traceback: the message says what to fix."""
     try:
         trio.run(run_until_signal, daemon)
     except SystemExit:
@@ -72,4 +76,9 @@ def run_daemon(daemon: Daemon, logger: Any, what: str) -> None:
         logger.warning(f"{what} interrupted")
         sys.exit(130)
     except BaseException as exc:
+        leaf = first_leaf(exc)
+        if isinstance(leaf, operator_errors) or (
+                isinstance(leaf, OSError) and leaf.errno == errno.EADDRINUSE):
+            logger.error(f"{what} cannot start", error=describe(leaf))
+            sys.exit(1)
         fail(logger, what, exc)
