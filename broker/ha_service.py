@@ -35,6 +35,7 @@ from broker.store import DefaultMessageStore
 from broker.store.ha.ha_client import HAClient
 from broker.store.ha.ha_connection import HAConnection, is_slave_ok, push_to_slave_max_offset
 from broker.store.ha.transfer import (
+    HAProtocolError,
     ReportDecoder,
     TransferDecoder,
     encode_report,
@@ -43,11 +44,15 @@ from broker.store.ha.transfer import (
 from broker.store.offset_waiters import OffsetWaiters, Waiter
 from broker.store.status import PutMessageStatus
 from protocol.trio.client import split_addr
+from protocol.trio.daemon import first_leaf
 from protocol.trio.service import Guard, describe
 
 RECEIVE_CHUNK = 256 * 1024
 SEND_COALESCE = 256 * 1024  # bytes of transfers gathered into one send
 RECONNECT_BACKOFF = 1.0
+# what a network or a peer can do to an HA connection: logged without a traceback
+EXPECTED_FAILURES = (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
+                     trio.TooSlowError, HAProtocolError, ValueError)
 
 
 class HAService:
@@ -215,9 +220,21 @@ class HAService:
                 with trio.move_on_after(RECONNECT_BACKOFF):
                     await self._master_changed.wait()
                 continue
-            await guard.run(self._follow, addr)
+            await guard.run(self._follow_logged, addr)
             with trio.move_on_after(RECONNECT_BACKOFF):
                 await self._master_changed.wait()
+
+    async def _follow_logged(self, addr: str) -> None:
+        """Follow once; the network's own failures (the master gone or silent,
+        refused frames) are one warning line, anything else goes to the guard."""
+        try:
+            await self._follow(addr)
+        except Exception as exc:
+            leaf = first_leaf(exc)
+            if not isinstance(leaf, EXPECTED_FAILURES):
+                raise
+            self.log.warning("replication from the master stopped, reconnecting", master=addr,
+                             error=describe(leaf), offset=self.store.get_max_phy_offset())
 
     async def _follow(self, addr: str) -> None:
         host, port = split_addr(addr)
