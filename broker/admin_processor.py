@@ -153,6 +153,26 @@ class AdminBrokerProcessor:
         }
         return cmd.response(ResponseCode.SUCCESS, body=pack_body(body))
 
+    def get_broker_runtime_info(self, conn: RemotingConnection, cmd: RemotingCommand
+                                ) -> RemotingCommand:
+        """Runtime figures (mqadmin brokerStatus): role, offsets and, for HA, each
+        slave's acknowledged offset on a master, the master and lag on a slave."""
+        c = self.controller
+        store = c.message_store
+        table: dict[str, object] = {
+            "brokerName": c.config.broker_name,
+            "brokerId": c.config.broker_id,
+            "brokerRole": c.config.broker_role.value,
+            "flushDiskType": c.config.flush_disk_type.value,
+            "commitLogMinOffset": store.get_min_phy_offset(),
+            "commitLogMaxOffset": store.get_max_phy_offset(),
+            "topics": len(c.topic_config_manager.table),
+            "subscriptionGroups": len(c.subscription_group_manager.table),
+            "haListenPort": c.ha_listen_port,
+            "ha": c.ha_service.status(),
+        }
+        return cmd.response(ResponseCode.SUCCESS, body=pack_body({"table": table}))
+
     def get_all_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand
                                 ) -> RemotingCommand:
         """Every committed offset (a slave's SlaveSynchronize)."""

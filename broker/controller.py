@@ -126,6 +126,7 @@ class BrokerController:
         t.register(RequestCode.GET_TOPIC_STATS_INFO, ad.get_topic_stats_info)
         t.register(RequestCode.GET_ALL_TOPIC_CONFIG, ad.get_all_topic_config)
         t.register(RequestCode.GET_ALL_CONSUMER_OFFSET, ad.get_all_consumer_offset)
+        t.register(RequestCode.GET_BROKER_RUNTIME_INFO, ad.get_broker_runtime_info)
         t.register(RequestCode.GET_ALL_DELAY_OFFSET, ad.get_all_delay_offset)
         t.register(RequestCode.GET_CONSUME_STATS, ad.get_consume_stats)
         t.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, ad.get_consumer_connection_list)

@@ -89,6 +89,15 @@ class MQAdmin:
 
     # ---- name server queries -----------------------------------------------------
 
+    async def broker_runtime_info(self, addr: str) -> dict[str, Any]:
+        """A broker's runtime figures (GET_BROKER_RUNTIME_INFO)."""
+        cmd = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+        body = unpack_body(self._check(await self._invoke(addr, cmd), "brokerStatus").body)
+        table = body.get("table") if isinstance(body, dict) else None
+        if not isinstance(table, dict):
+            raise MQAdminError(f"{addr}: brokerStatus answered without a table")
+        return table
+
     async def cluster_info(self) -> dict[str, Any]:
         resp = await self._invoke_namesrv(
             lambda: RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)

@@ -133,17 +133,48 @@ def cluster_list(namesrv: str) -> None:
 
     async def go() -> Any:
         async with MQAdmin(namesrv) as admin:
-            return await admin.cluster_info()
+            info = await admin.cluster_info()
+            roles: dict[str, str] = {}
+            for bd in info["brokerAddrTable"].values():
+                for addr in bd.broker_addrs.values():
+                    try:
+                        roles[addr] = str((await admin.broker_runtime_info(addr))["brokerRole"])
+                    except (MQAdminError, KeyError):
+                        roles[addr] = "?"
+            return info, roles
 
-    info = _run(go)
-    click.echo(f"{'#Cluster Name':<20}{'#Broker Name':<24}{'#BID':<6}#Addr")
+    info, roles = _run(go)
+    click.echo(f"{'#Cluster Name':<20}{'#Broker Name':<24}{'#BID':<6}{'#Role':<14}#Addr")
     for cluster, names in sorted(info["clusterAddrTable"].items()):
         for name in sorted(names):
             bd = info["brokerAddrTable"].get(name)
             if bd is None:
                 continue
             for bid, addr in sorted(bd.broker_addrs.items()):
-                click.echo(f"{cluster:<20}{name:<24}{bid:<6}{addr}")
+                click.echo(f"{cluster:<20}{name:<24}{bid:<6}{roles.get(addr, '?'):<14}{addr}")
+
+
+@cli.command("brokerStatus")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-b", "--brokerAddr", "broker_addr", required=True, help="Broker address host:port.")
+def broker_status(namesrv: str, broker_addr: str) -> None:
+    """A broker's runtime figures; HA: each slave's acknowledged offset and lag
+    on a master, the master and lag on a slave."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.broker_runtime_info(broker_addr)
+
+    table = _run(go)
+    ha = table.pop("ha", None)
+    for key, value in sorted(table.items()):
+        click.echo(f"{key:<28}: {value}")
+    if isinstance(ha, dict):
+        for i, slave in enumerate(ha.pop("slaves", None) or []):
+            click.echo(f"{f'slave{i}AckedOffset':<28}: {slave.get('ackedOffset')}")
+            click.echo(f"{f'slave{i}BehindBytes':<28}: {slave.get('behind')}")
+        for key, value in sorted(ha.items()):
+            click.echo(f"{'ha' + key[:1].upper() + key[1:]:<28}: {value}")
 
 
 @cli.command("sendMessage")

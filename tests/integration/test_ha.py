@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import trio
@@ -119,3 +122,35 @@ async def test_sync_master_replicates_and_refuses_without_slave(cluster: Cluster
         slave.start()
         await wait_for(replicated, 30, "the slave acknowledging again")
     assert master.proc is not None and master.proc.poll() is None
+
+
+async def test_cluster_list_and_broker_status_show_roles_and_replication(
+        cluster: Cluster) -> None:
+    ns = cluster.namesrv()
+    master, slave = pair(cluster, ns.addr, "ASYNC_MASTER")
+    async with MQAdmin(ns.addr) as admin:
+        await admin.create_topic(TOPIC, broker_addr=master.addr, read_queue_nums=1,
+                                 write_queue_nums=1)
+        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        async with Producer("ha-status", ns.addr) as producer:
+            for _ in range(20):
+                await producer.send(Message(TOPIC, b"x" * 100))
+
+        async def caught_up() -> bool:
+            m = await admin.broker_runtime_info(master.addr)
+            slaves = m["ha"]["slaves"]
+            return bool(slaves) and slaves[0]["behind"] == 0 and slaves[0]["ackedOffset"] > 0
+        await wait_for(caught_up, 20, "the slave acknowledging everything")
+        s = await admin.broker_runtime_info(slave.addr)
+        assert s["brokerRole"] == "SLAVE" and s["brokerId"] == 1
+        assert s["ha"]["masterHaAddress"] is not None and s["ha"]["lag"] == 0
+
+    bin_dir = Path(sys.executable).parent
+    out = subprocess.run([str(bin_dir / "mqadmin"), "clusterList", "-n", ns.addr],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert re.search(rf"broker-a\s+0\s+ASYNC_MASTER\s+{re.escape(master.addr)}", out), out
+    assert re.search(rf"broker-a\s+1\s+SLAVE\s+{re.escape(slave.addr)}", out), out
+    out = subprocess.run([str(bin_dir / "mqadmin"), "brokerStatus", "-n", ns.addr,
+                          "-b", master.addr], capture_output=True, text=True, timeout=60,
+                         check=True).stdout
+    assert re.search(r"slave0BehindBytes\s+: 0", out), out
