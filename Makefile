@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA ?= ./.data
 
-.PHONY: run test lint bench clean
+.PHONY: run cluster test lint bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -17,6 +17,11 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(PY) -m deploy.run_local --store $(DATA)
+
+# two masters and two slaves on loopback (DEPLOY=deploy/2m-2s-sync for SYNC_MASTER)
+DEPLOY ?= deploy/2m-2s-async
+cluster: $(STAMP)
+	$(PY) -m deploy.run_cluster $(DEPLOY)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider

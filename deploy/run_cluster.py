@@ -1,0 +1,79 @@
+"""Start a name server and every broker of a deployment directory, locally.
+
+    python -m deploy.run_cluster deploy/2m-2s-async      # or: make cluster
+    python -m deploy.run_cluster deploy/2m-2s-sync -o mapedFileSizeCommitLog=67108864
+
+Each daemon runs as its own process (``mqnamesrv -c deploy/namesrv.properties``,
+``mqbroker -c <dir>/<broker>.properties``), masters first, their logs prefixed
+with the daemon's name on this terminal. SIGINT or SIGTERM stops them all
+cleanly (slaves first); if one exits on its own, the rest are stopped too.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+BIN = Path(sys.executable).parent
+
+
+def _brokers(directory: Path) -> list[Path]:
+    """Masters before slaves (``*-s.properties``), each in name order."""
+    files = sorted(directory.glob("*.properties"))
+    return sorted(files, key=lambda p: (p.stem.endswith("-s"), p.stem))
+
+
+def _pump(name: str, proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdout is not None
+    for line in iter(proc.stdout.readline, b""):
+        sys.stdout.write(f"[{name}] {line.decode(errors='replace')}")
+        sys.stdout.flush()
+
+
+@click.command()
+@click.argument("deployment", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--namesrv-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=Path("deploy/namesrv.properties"), show_default=True)
+@click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE",
+              help="Set one broker config key for every broker (repeatable).")
+def main(deployment: Path, namesrv_config: Path, options: tuple[str, ...]) -> None:
+    """Run DEPLOYMENT (e.g. deploy/2m-2s-async) with its name server until a signal."""
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def spawn(name: str, args: list[str]) -> None:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        procs.append((name, proc))
+        threading.Thread(target=_pump, args=(name, proc), daemon=True).start()
+
+    try:
+        spawn("namesrv", [str(BIN / "mqnamesrv"), "-c", str(namesrv_config)])
+        for conf in _brokers(deployment):
+            extra = [arg for opt in options for arg in ("-o", opt)]
+            spawn(conf.stem, [str(BIN / "mqbroker"), "-c", str(conf), *extra])
+        while not stop.wait(0.5):
+            if any(p.poll() is not None for _, p in procs):
+                gone = [n for n, p in procs if p.poll() is not None]
+                click.echo(f"stopping the cluster: {', '.join(gone)} exited", err=True)
+                break
+    finally:
+        for _name, proc in reversed(procs):  # slaves, then masters, then the name server
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+if __name__ == "__main__":
+    main()
