@@ -17,6 +17,7 @@ and skipped).
 
 from __future__ import annotations
 
+import os
 import shutil
 import struct
 import threading
@@ -77,6 +78,18 @@ def disk_used_ratio(path: Path) -> float:
     return (usage.total - usage.free) / usage.total if usage.total else 0.0
 
 
+def _physical_memory() -> int:
+    """Bytes of physical memory of this machine (0 when the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+# Read once, as RocketMQ's StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE.
+TOTAL_PHYSICAL_MEMORY_SIZE = _physical_memory()
+
+
 def _cut_by_end(mf: MappedFile, pos: int, end: int) -> bool:
     """Whether the record at ``pos`` of ``mf`` is whole but for the bytes
     past the log's ``end``: its header is cut, or it is a message or BLANK
@@ -119,6 +132,9 @@ class DefaultMessageStore:
         self._file_lock = threading.Lock()
         # Replaceable (tests); past diskSpaceWarningLevelRatio writes are refused.
         self.disk_usage: DiskUsage = disk_used_ratio
+        # Replaceable (tests): a pull more than accessMessageInMemoryMaxRatio % of
+        # this many bytes behind the commit log's end reads cold data.
+        self.total_physical_memory = TOTAL_PHYSICAL_MEMORY_SIZE
         self.disk_full = False
         # Commit-log offset up to which every record is dispatched (reput cursor).
         self.reput_offset = 0
@@ -477,10 +493,12 @@ class DefaultMessageStore:
         scanned = 0
         cl_min = self.commit_log.min_offset
         get_data = self.commit_log.get_data
+        last_phys = entries[0][0]
         for phys, size, tag in entries:
             if buffers and (len(buffers) >= max_count or total + size > max_bytes):
                 break
             scanned += 1
+            last_phys = phys
             if size <= 0:
                 continue
             if tag_codes is not None and tag not in tag_codes:
@@ -500,7 +518,17 @@ class DefaultMessageStore:
             buffers.append(data)
             total += size
             status = GetMessageStatus.FOUND
-        return GetMessageResult(status, offset + scanned, min_off, max_off, buffers)
+        return GetMessageResult(status, offset + scanned, min_off, max_off, buffers,
+                                suggest_pulling_from_slave=self._cold(last_phys))
+
+    def _cold(self, pulled_phys: int) -> bool:
+        """Whether a pull that got to commit-log offset ``pulled_phys`` reads cold
+        data: more than accessMessageInMemoryMaxRatio % of the machine's memory
+        lies between it and the commit log's end (RocketMQ's rule; the master
+        then suggests a slave)."""
+        behind = self.commit_log.max_offset - pulled_phys
+        memory = self.total_physical_memory * self.config.access_message_in_memory_max_ratio // 100
+        return behind > memory
 
     # ---- queries ---------------------------------------------------------------------
 
