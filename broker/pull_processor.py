@@ -2,6 +2,20 @@
 
 The response body is the stored records, concatenated as they are on disk.
 A pull with the suspend flag that finds nothing is held (long polling).
+
+Every response says which broker of the group to pull that queue from next
+(``suggestWhichBrokerId``, RocketMQ's rules, ``suggest_which_broker_id``):
+with ``slaveReadEnable`` a pull that read cold data (the store's
+``suggest_pulling_from_slave``) is sent to the subscription group's
+``whichBrokerWhenConsumeSlowly`` and any other to the group's ``brokerId``
+(the master unless configured), so a slave sends a consumer that has caught
+up back to the master; without it, always the master.
+
+A slave serves pulls (also when its master is down) but never moves a
+consumer's offset (RocketMQ's nextOffsetCorrection without offsetCheckInSlave,
+``slave_outcome``): it may simply not have the master's latest records yet, so
+"offset moved" becomes "retry" at the same offset, and offsets piggybacked on
+pulls are stored by masters only (a slave copies its master's table).
 """
 
 from __future__ import annotations
@@ -9,6 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from broker.store import GetMessageStatus
+from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.filter import parse_sub_expression, tag_codes
@@ -39,6 +54,36 @@ GET_STATUS_TO_CODE: dict[GetMessageStatus, int] = {
 
 # Answers that mean "nothing for you yet": a held pull waits on these.
 _EMPTY = (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY)
+
+# Outcomes whose next offset is where reading goes on (records were scanned);
+# the others' next offset is a correction a slave does not make.
+_SCANNED = (GetMessageStatus.FOUND, GetMessageStatus.NO_MATCHED_MESSAGE,
+            GetMessageStatus.MESSAGE_WAS_REMOVING)
+
+
+def suggest_which_broker_id(
+    slave_read_enable: bool, cold: bool, group: SubscriptionGroupConfig
+) -> int:
+    """The broker id a consumer should pull the queue from next (RocketMQ's
+    PullMessageProcessor): with ``slaveReadEnable``, the group's
+    ``whichBrokerWhenConsumeSlowly`` after a cold read, else its ``brokerId``;
+    without it, the master."""
+    if not slave_read_enable:
+        return MASTER_ID
+    return group.which_broker_when_consume_slowly if cold else group.broker_id
+
+
+def slave_outcome(
+    status: GetMessageStatus, code: int, next_begin_offset: int, requested: int
+) -> tuple[int, int]:
+    """(response code, next offset) of a slave's answer: the requested offset
+    stays where it is unless records were scanned, and "offset moved" becomes
+    "retry" (a lagging slave must not send a consumer back or forward)."""
+    if status in _SCANNED:
+        return code, next_begin_offset
+    if code == ResponseCode.PULL_OFFSET_MOVED:
+        code = ResponseCode.PULL_RETRY_IMMEDIATELY
+    return code, requested
 
 
 class PullMessageProcessor:
@@ -93,11 +138,16 @@ class PullMessageProcessor:
         result = store.get_message(
             h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_codes(tags)
         )
-        if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+        slave = self.config.is_slave
+        if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and not slave:
             self.controller.consumer_offset_manager.commit_offset(
                 h.consumer_group, h.topic, h.queue_id, h.commit_offset
             )
         code = GET_STATUS_TO_CODE.get(result.status, ResponseCode.SYSTEM_ERROR)
+        next_begin_offset = result.next_begin_offset
+        if slave:
+            code, next_begin_offset = slave_outcome(
+                result.status, code, next_begin_offset, h.queue_offset)
         if (
             allow_suspend
             and code in _EMPTY
@@ -111,8 +161,9 @@ class PullMessageProcessor:
             )
             return None
         header = PullMessageResponseHeader(
-            suggest_which_broker_id=MASTER_ID,
-            next_begin_offset=result.next_begin_offset,
+            suggest_which_broker_id=suggest_which_broker_id(
+                self.config.slave_read_enable, result.suggest_pulling_from_slave, group_cfg),
+            next_begin_offset=next_begin_offset,
             min_offset=result.min_offset,
             max_offset=result.max_offset,
         )
