@@ -5,6 +5,20 @@ Bound to a client instance and a group. Pulls decode the records and drop
 messages whose tag string is not subscribed (different tags can share a
 hash). Every call is bounded by a timeout and raises MQClientError (cannot
 reach the broker, bad response) or MQBrokerError (the broker refused).
+
+Which broker of a group (a master and its slaves) each request goes to:
+
+- pulls: the broker id the previous pull response of that queue suggested
+  (``pull_from``; a master sends cold reads to a slave, a slave sends a
+  caught-up consumer back), else the master, else the lowest-numbered slave,
+  so a queue whose master is down is read from its slave. A pull that cannot
+  reach its broker refreshes the topic's route at once, so the next one
+  follows the name servers' view (a dead master dropped, a returning one back)
+  without waiting for the periodic refresh;
+- offsets (commit, query) and queue offsets (min, max, by time): the master,
+  else a slave (RocketMQ's findBrokerAddressInAdmin): offsets committed while
+  a master is down are kept by its slave;
+- send-back and queue locks: the master only.
 """
 
 from __future__ import annotations
@@ -13,6 +27,7 @@ import zlib
 from typing import Any
 
 import structlog
+import trio
 
 from client.errors import MQBrokerError, MQClientError
 from client.instance import MQClientInstance
@@ -66,9 +81,24 @@ class ConsumerAPI:
         except RemotingError as exc:
             raise MQClientError(f"{what} failed: {exc}") from exc
 
-    async def _master(self, mq: MessageQueue) -> str:
-        addr, _ = await self.instance.require_broker_addr(mq.broker_name, mq.topic)
+    async def _admin(self, mq: MessageQueue) -> str:
+        """The master of ``mq``'s broker, else one of its slaves."""
+        addr, _ = await self.instance.require_broker_addr(
+            mq.broker_name, mq.topic, master_only=False)
         return addr
+
+    def admin_addr(self, mq: MessageQueue) -> str | None:
+        """Where ``mq``'s offsets go now (``_admin`` from the cached routes)."""
+        found = self.instance.find_broker_addr_in_admin(mq.broker_name)
+        return None if found is None else found[0]
+
+    async def _refresh_route(self, topic: str) -> None:
+        """Fetch ``topic``'s route after a broker could not be reached; errors logged."""
+        try:
+            await self.instance.update_topic_route(topic)
+        except (MQClientError, MQBrokerError) as exc:
+            self._log.warning("route refresh after a failed pull failed", topic=topic,
+                              error=str(exc))
 
     # ---- pull -------------------------------------------------------------------
 
@@ -106,7 +136,12 @@ class ConsumerAPI:
             expression_type="TAG",
         )
         cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
-        response = await self._invoke(addr, cmd, timeout, f"pull from {mq}")
+        try:
+            response = await self.instance.invoke(addr, cmd, timeout)
+        except RemotingError as exc:
+            # the broker may be gone: let the next pull see the name servers' view
+            await self._refresh_route(mq.topic)
+            raise MQClientError(f"pull from {mq} failed: {exc}") from exc
         status = PULL_STATUS_BY_CODE.get(response.code)
         if status is None:
             raise MQBrokerError(response.code, response.remark, addr, context=f"pull from {mq}")
@@ -173,22 +208,24 @@ class ConsumerAPI:
 
     async def update_consume_offset(
         self, mq: MessageQueue, offset: int, timeout: float | None = None
-    ) -> None:
-        """Store the group's next offset of ``mq`` on the queue's master."""
+    ) -> str:
+        """Store the group's next offset of ``mq`` on the queue's master, or on a
+        slave while the master is not in the routes. Returns the broker address."""
         if offset < 0:
             raise MQClientError(f"offset must be >= 0, got {offset}")
-        addr = await self._master(mq)
+        addr = await self._admin(mq)
         header = UpdateConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id, offset)
         cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_fields())
         what = f"update consume offset of {mq}"
         response = await self._invoke(addr, cmd, timeout, what)
         if response.code != ResponseCode.SUCCESS:
             raise MQBrokerError(response.code, response.remark, addr, context=what)
+        return addr
 
     async def fetch_consume_offset(self, mq: MessageQueue) -> int:
-        """The group's stored offset of ``mq``, or -1 when the broker has none."""
-        addr, _ = await self.instance.require_broker_addr(
-            mq.broker_name, mq.topic, master_only=False)
+        """The group's stored offset of ``mq`` (from the master, else a slave),
+        or -1 when the broker has none."""
+        addr = await self._admin(mq)
         header = QueryConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id)
         cmd = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.to_fields())
         what = f"query consume offset of {mq}"
@@ -198,24 +235,26 @@ class ConsumerAPI:
         return self._offset_of(response, addr, what)
 
     async def max_offset(self, mq: MessageQueue) -> int:
-        """The queue's max offset (the next offset to be written)."""
-        addr = await self._master(mq)
+        """The queue's max offset (the next offset to be written), from the
+        master, else a slave."""
+        addr = await self._admin(mq)
         header = GetMaxOffsetRequestHeader(mq.topic, mq.queue_id)
         cmd = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, header.to_fields())
         what = f"get max offset of {mq}"
         return self._offset_of(await self._invoke(addr, cmd, None, what), addr, what)
 
     async def min_offset(self, mq: MessageQueue) -> int:
-        """The queue's smallest offset still stored."""
-        addr = await self._master(mq)
+        """The queue's smallest offset still stored (master, else a slave)."""
+        addr = await self._admin(mq)
         header = GetMinOffsetRequestHeader(mq.topic, mq.queue_id)
         cmd = RemotingCommand.request(RequestCode.GET_MIN_OFFSET, header.to_fields())
         what = f"get min offset of {mq}"
         return self._offset_of(await self._invoke(addr, cmd, None, what), addr, what)
 
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
-        """The first offset of ``mq`` stored at or after ``timestamp_ms``."""
-        addr = await self._master(mq)
+        """The first offset of ``mq`` stored at or after ``timestamp_ms``
+        (master, else a slave)."""
+        addr = await self._admin(mq)
         header = SearchOffsetRequestHeader(mq.topic, mq.queue_id, timestamp_ms)
         cmd = RemotingCommand.request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header.to_fields())
         what = f"search offset of {mq} by time"
@@ -256,29 +295,40 @@ class ConsumerAPI:
     # ---- group membership and locks ----------------------------------------------
 
     async def consumer_ids(self, topic: str) -> list[str]:
-        """The group's members as seen by a broker serving ``topic`` (the first
-        by name, so every member asks the same one). Empty when none knows."""
+        """The group's members: every broker serving ``topic`` (masters and
+        slaves) is asked and the lists are joined, so a broker that has just
+        (re)started and not heard every member's heartbeat yet cannot shrink
+        the group (a member that leaves or whose connection closes is dropped
+        by every broker). Empty when none knows."""
         route = self.instance.topic_route(topic)
         if route is None:
             return []
-        for bd in sorted(route.broker_datas, key=lambda b: b.broker_name):
-            addr = bd.broker_addrs.get(MASTER_ID) or next(iter(bd.broker_addrs.values()), None)
-            if addr is None:
-                continue
+        addrs = sorted({a for bd in route.broker_datas for a in bd.broker_addrs.values()})
+        lists: list[list[str]] = []
+
+        async def ask(addr: str) -> None:
             cmd = RemotingCommand.request(
                 RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group})
             try:
                 response = await self.instance.invoke(addr, cmd)
             except RemotingError as exc:
                 self._log.warning("get consumer list failed", broker=addr, error=str(exc))
-                continue
+                return
             if response.code != ResponseCode.SUCCESS:
-                continue
-            body = unpack_body(response.body)
+                return
+            try:
+                body = unpack_body(response.body)
+            except ProtocolError as exc:
+                self._log.warning("bad consumer list", broker=addr, error=str(exc))
+                return
             ids = body.get("consumerIdList") if isinstance(body, dict) else None
             if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
-                return sorted(ids)
-        return []
+                lists.append(ids)
+
+        async with trio.open_nursery() as nursery:
+            for addr in addrs:
+                nursery.start_soon(ask, addr)
+        return sorted({i for ids in lists for i in ids})
 
     async def _lock_request(
         self, code: RequestCode, broker_name: str, topic: str, mqs: list[MessageQueue]

@@ -567,6 +567,13 @@ class MQClientInstance:
         bid = min(addrs)
         return addrs[bid], bid
 
+    def find_broker_addr_in_admin(self, broker_name: str) -> tuple[str, int] | None:
+        """(address, broker id) for a group's offsets and queue offsets
+        (RocketMQ's findBrokerAddressInAdmin): the master, else the
+        lowest-numbered slave, so offsets committed while a master is down are
+        kept by its slave. None when the broker is unknown."""
+        return self.find_broker_addr_for_read(broker_name, MASTER_ID)
+
     async def require_broker_addr(
         self, broker_name: str, topic: str, *, master_only: bool = True, broker_id: int = MASTER_ID
     ) -> tuple[str, int]:

@@ -2,7 +2,10 @@
 
 - ``RemoteBrokerOffsetStore`` (clustering): offsets live on the queue's
   broker (``UPDATE_CONSUMER_OFFSET`` / ``QUERY_CONSUMER_OFFSET``), so another
-  member of the group can take a queue over where this one stopped.
+  member of the group can take a queue over where this one stopped. They go
+  to the master, or to a slave while the master is down; an offset counts as
+  written only for the broker it reached, so it is written again when the
+  master comes back (whose table is older than what its slave was given).
 - ``LocalFileOffsetStore`` (broadcasting): every member consumes everything,
   so each keeps its own offsets in a JSON file
   (``<dir>/<client ip>@<instance name>/<group>/offsets.json``), written
@@ -86,23 +89,25 @@ class RemoteBrokerOffsetStore(OffsetStore):
         super().__init__(api.group)
         self.api = api
         self.timeout = timeout
-        self._persisted: dict[MessageQueue, int] = {}
+        # what each queue's offset was last written as, and where
+        self._persisted: dict[MessageQueue, tuple[int, str | None]] = {}
         self._log = log.bind(group=api.group, client_id=api.instance.client_id)
 
     async def _read_from_store(self, mq: MessageQueue) -> int:
         return await self.api.fetch_consume_offset(mq)
 
     async def persist_all(self, mqs: set[MessageQueue]) -> None:
+        admin = self.api.admin_addr
         todo = [(mq, off) for mq, off in list(self.table.items())
-                if mq in mqs and self._persisted.get(mq) != off]
+                if mq in mqs and self._persisted.get(mq) != (off, admin(mq))]
         if not todo:
             return
 
         async def one(mq: MessageQueue, offset: int) -> None:
             try:
                 with trio.move_on_after(self.timeout):
-                    await self.api.update_consume_offset(mq, offset, self.timeout)
-                    self._persisted[mq] = offset
+                    addr = await self.api.update_consume_offset(mq, offset, self.timeout)
+                    self._persisted[mq] = (offset, addr)
                     return
                 self._log.warning("persist offset timed out", mq=str(mq), offset=offset)
             except (MQClientError, MQBrokerError) as exc:
