@@ -6,6 +6,11 @@ the client drops messages whose tag string is not subscribed (hash
 collisions), as RocketMQ's PullAPIWrapper does. Offsets are the caller's to
 keep; ``update_consume_offset`` / ``fetch_consume_offset`` store them on the
 broker for the group.
+
+A queue is read from the broker the previous pull of it suggested (a master
+sends cold reads to its slave), else its master, else a slave: while a master
+is down its queues are read from the slave, and offsets and queue offsets go
+to the slave too (``client.consumer_api``).
 """
 
 from __future__ import annotations
@@ -209,10 +214,11 @@ class PullConsumer:
     # ---- offsets ----------------------------------------------------------------
 
     async def update_consume_offset(self, mq: MessageQueue, offset: int) -> None:
-        """Store the group's next offset of ``mq`` on the queue's master broker.
+        """Store the group's next offset of ``mq`` on the queue's master broker,
+        or on a slave while the master is not in the routes.
 
-        Raises MQClientError (no master, connection failure, negative offset) or
-        MQBrokerError (the broker refused)."""
+        Raises MQClientError (broker unknown, connection failure, negative
+        offset) or MQBrokerError (the broker refused)."""
         await self._running_api().update_consume_offset(mq, offset, self.request_timeout)
 
     async def fetch_consume_offset(self, mq: MessageQueue) -> int:
@@ -222,8 +228,8 @@ class PullConsumer:
         return await self._running_api().fetch_consume_offset(mq)
 
     async def max_offset(self, mq: MessageQueue) -> int:
-        """The queue's max offset (the next offset to be written). Raises
-        MQClientError / MQBrokerError."""
+        """The queue's max offset (the next offset to be written), from the
+        master, else a slave. Raises MQClientError / MQBrokerError."""
         return await self._running_api().max_offset(mq)
 
     async def min_offset(self, mq: MessageQueue) -> int:
