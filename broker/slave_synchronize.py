@@ -27,7 +27,8 @@ from protocol.errors import RemoteProtocolError
 from protocol.names import group_problem, shown, topic_problem
 from protocol.route import DataVersion, TopicConfig, topic_config_problem
 from protocol.trio.client import RemotingClient
-from protocol.trio.service import Guard
+from protocol.trio.errors import RemotingError
+from protocol.trio.service import Guard, describe
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -119,8 +120,17 @@ class SlaveSynchronize:
         while True:
             addr = self.master_addr()
             if addr is not None:
-                await self.guard.run(self.sync_all, client, addr)
+                await self.guard.run(self._sync_logged, client, addr)
             await trio.sleep(self.interval if addr is not None else 1.0)
+
+    async def _sync_logged(self, client: RemotingClient, addr: str) -> None:
+        """One round; the master being unreachable or sending a bad table is an
+        expected condition (a warning, rate-limited), anything else a failure."""
+        try:
+            await self.sync_all(client, addr)
+        except (RemotingError, RemoteProtocolError) as exc:
+            self.guard.note("metadata sync from the master failed", type(exc).__name__,
+                            master=addr, error=describe(exc))
 
     async def _fetch(self, client: RemotingClient, addr: str, code: int) -> Any:
         resp = await client.invoke(addr, RemotingCommand.request(code), SYNC_TIMEOUT_S)
