@@ -240,7 +240,8 @@ class HAService:
         host, port = split_addr(addr)
         with trio.fail_after(3):
             stream = await trio.open_tcp_stream(host, port)
-        client = self.client = HAClient(self.store, self.heartbeat, self.housekeeping)
+        client = self.client = HAClient(self.store, self.heartbeat, self.housekeeping,
+                                        self.config.maped_file_size_commit_log)
         client.connected(trio.current_time())
         self._appended = trio.Event()
         self.log.info("connected to master", master=addr, offset=self.store.get_max_phy_offset())

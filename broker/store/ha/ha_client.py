@@ -11,15 +11,29 @@ log also takes the start of a master file: the master's oldest). Its bytes
 go to ``store.append_replica`` unchanged, which dispatches them through the
 store's reput cursor. Anything else raises a HAProtocolError and nothing is
 appended: the connection closes and a new one resumes from the slave's end.
+
+Batches cut records anywhere. Given ``max_record_size`` (the broker passes
+its commit-log file size: no record is larger), the bytes of a record a
+transfer cuts short are held here until the rest arrives, so the slave's
+files only ever end with whole records. Recovery cannot tell a record cut
+inside its topic or properties from a whole one (the body CRC covers only the
+body): a slave killed with such a record at its end would recover past bytes
+it never received, report that offset, and never be byte-identical again.
+The held bytes die with the connection; the next one resumes from the
+store's end, a record boundary.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Protocol
 
 from broker.store.ha.ha_connection import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HOUSEKEEPING_INTERVAL
 from broker.store.ha.transfer import HAProtocolError
 from broker.store.status import PutMessageResult, PutMessageStatus, StoreError
+
+_TOTAL_SIZE = struct.Struct(">i")  # every record, a BLANK too, starts with its size
+_MIN_RECORD = 8  # a BLANK's header: total size and magic code
 
 
 class TransferOffsetError(HAProtocolError):
@@ -44,8 +58,12 @@ class SlaveStore(Protocol):
 class HAClient:
     def __init__(self, store: SlaveStore,
                  heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
-                 housekeeping_interval: float = DEFAULT_HOUSEKEEPING_INTERVAL) -> None:
+                 housekeeping_interval: float = DEFAULT_HOUSEKEEPING_INTERVAL,
+                 max_record_size: int | None = None) -> None:
         self.store = store
+        self.max_record_size = max_record_size  # None: cut records go to the store as they come
+        self.held = bytearray()  # the start of a record a transfer cut short
+        self.held_at = 0  # its commit-log offset (meaningful while ``held``)
         self.heartbeat_interval = heartbeat_interval
         self.housekeeping_interval = housekeeping_interval
         self.reported: int | None = None  # the offset last reported
@@ -59,11 +77,15 @@ class HAClient:
         appends nothing; its offset may be past our end only while our log is
         empty. Raises TransferOffsetError (nothing appended) when the frame
         does not start at our end, ReplicaAppendError when the store refuses
-        or cannot take all of it."""
+        or cannot take all of it. With ``max_record_size`` only whole records
+        reach the store; the rest is held for the next transfer."""
         if now is not None:
             self.last_heard = now
-        end = self.store.get_max_phy_offset()
-        empty = end == self.store.get_min_phy_offset()
+        if self.held:
+            end, empty = self.held_at + len(self.held), False
+        else:
+            end = self.store.get_max_phy_offset()
+            empty = end == self.store.get_min_phy_offset()
         if offset != end and not (empty and offset > end):
             kind = "heartbeat" if not data else f"transfer of {len(data)} bytes"
             raise TransferOffsetError(
@@ -71,6 +93,19 @@ class HAClient:
         self.master_offset = max(self.master_offset, offset + len(data))
         if not data:
             return
+        if self.max_record_size is not None:
+            buf: bytes | bytearray = data
+            if self.held:  # the cut record goes first
+                self.held += data
+                buf, offset = self.held, self.held_at
+            whole = whole_records(buf, self.max_record_size)
+            if whole == 0:  # still no whole record: hold it all
+                if buf is data:
+                    self.held, self.held_at = bytearray(data), offset
+                return
+            rest = bytearray(buf[whole:])
+            data = buf if isinstance(buf, bytes) and not rest else bytes(buf[:whole])
+            self.held, self.held_at = rest, offset + whole
         try:
             result = self.store.append_replica(offset, data)
         except StoreError as exc:
@@ -109,3 +144,18 @@ class HAClient:
         """Whether the master has been silent for ``housekeeping_interval``
         (it heartbeats every ``haSendHeartbeatInterval``): close and reconnect."""
         return self.last_heard is not None and now - self.last_heard >= self.housekeeping_interval
+
+
+def whole_records(data: bytes | bytearray, max_record_size: int) -> int:
+    """How many bytes at the start of ``data`` (which starts at a record) are
+    whole records. A size no record can have (below a BLANK's header, over
+    ``max_record_size``) counts everything as whole: the store refuses it."""
+    pos, n = 0, len(data)
+    while pos + _TOTAL_SIZE.size <= n:
+        (total,) = _TOTAL_SIZE.unpack_from(data, pos)
+        if total < _MIN_RECORD or total > max_record_size:
+            return n
+        if pos + total > n:
+            break
+        pos += total
+    return pos
