@@ -214,7 +214,8 @@ async def test_sync_master_send_ok_covers_the_message_on_the_slave_and_a_frozen_
         cluster: Cluster) -> None:
     topic = "HaAckTopic"
     ns = cluster.namesrv()
-    master, slave = pair(cluster, ns.addr, "SYNC_MASTER", syncFlushTimeout=1000)
+    # long enough for a loaded machine, short enough for the frozen part to be quick
+    master, slave = pair(cluster, ns.addr, "SYNC_MASTER", syncFlushTimeout=2500)
     m_store, s_store = store_of(cluster, master), store_of(cluster, slave)
     await create_topic(ns.addr, master, topic, queues=2)
     async with (Producer("ha-acks", ns.addr) as producer, MQAdmin(ns.addr) as admin,
@@ -252,7 +253,7 @@ async def test_sync_master_send_ok_covers_the_message_on_the_slave_and_a_frozen_
             for i in range(3):
                 nursery.start_soon(send_frozen, i)
         assert [s for s, _ in outcomes] == [SendStatus.FLUSH_SLAVE_TIMEOUT] * 3, outcomes
-        assert all(took >= 0.95 for _, took in outcomes), outcomes
+        assert all(took >= 2.4 for _, took in outcomes), outcomes
 
         # thawed, it catches up (the timed-out messages were stored on the master)
         # and sends are SEND_OK again, each covered on the slave
