@@ -15,6 +15,7 @@ import trio
 
 from client import Message, MessageQueue, MQBrokerError, MQClientError, Producer, SendStatus
 from client.admin import MQAdmin
+from protocol.body import pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
@@ -403,3 +404,78 @@ async def test_async_master_keeps_serving_sends_with_its_slave_frozen(cluster: C
         slave.thaw()
         await wait_for(same_max_offset(admin, master, slave), 30, "the thawed slave caught up")
     assert commit_log_bytes(s_store, CL_FILE) == commit_log_bytes(m_store, CL_FILE)
+
+
+async def test_slave_copies_messages_queues_and_metadata(cluster: Cluster) -> None:
+    """Issue test 2: 20,000 messages, consume queues equal, pulls from the slave the
+    same; topics, consumer offsets, subscription groups and delay offsets arrive."""
+    ns = cluster.namesrv()
+    master, slave = pair(cluster, ns.addr, "ASYNC_MASTER")
+    topic, queues = "HaCopy", 4
+    async with MQAdmin(ns.addr) as admin:
+        await admin.create_topic(topic, broker_addr=master.addr, read_queue_nums=queues,
+                                 write_queue_nums=queues)
+        await wait_for(routed(admin, topic), 10, "topic routed")
+    sent: Counter[bytes] = Counter()
+    async with Producer("ha-copy", ns.addr) as producer:
+        mqs = [MessageQueue(topic, "broker-a", q) for q in range(queues)]
+        for i in range(200):
+            batch = [Message(topic, f"c{i:03d}-{j:03d}|".encode() + b"c" * 200)
+                     for j in range(100)]
+            r = await producer.send_batch(batch, mqs[i % queues])
+            assert r.send_status == SendStatus.SEND_OK
+            sent.update(m.body for m in batch)
+        delayed = Message(topic, b"delayed")
+        delayed.delay_time_level = 1
+        assert (await producer.send(delayed)).send_status == SendStatus.SEND_OK
+    assert sum(sent.values()) == 20_000
+
+    async with RemotingClient() as rc:
+        async def call(addr: str, code: int, fields: dict[str, Any] | None = None,
+                       body: bytes | None = None) -> Any:
+            r = await rc.invoke(addr, RemotingCommand.request(code, fields, body), 5)
+            assert r.code == ResponseCode.SUCCESS, r
+            return unpack_body(r.body) if r.body else None
+
+        await call(master.addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                   body=pack_body({"groupName": "ha-copy-group", "retryMaxTimes": 3}))
+        await call(master.addr, RequestCode.UPDATE_CONSUMER_OFFSET,
+                   {"consumerGroup": "ha-copy-group", "topic": topic, "queueId": 1,
+                    "commitOffset": 17})
+
+        async def delivered() -> bool:  # the delayed message reached its topic on the master
+            table = (await call(master.addr, RequestCode.GET_ALL_DELAY_OFFSET))["offsetTable"]
+            return table.get("1") == 1
+        await wait_for(delivered, 20, "the delayed message delivered")
+
+        async def copied() -> bool:
+            m = await admin_status(ns.addr, master.addr)
+            s = await admin_status(ns.addr, slave.addr)
+            if s["commitLogMaxOffset"] != m["commitLogMaxOffset"]:
+                return False
+            groups = (await call(slave.addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+            group = groups["subscriptionGroupTable"].get("ha-copy-group")
+            delay = await call(slave.addr, RequestCode.GET_ALL_DELAY_OFFSET)
+            offsets = await call(slave.addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+            return (group is not None and group["retryMaxTimes"] == 3
+                    and delay["offsetTable"].get("1") == 1
+                    and offsets["offsetTable"].get(f"{topic}@ha-copy-group") == {"1": 17})
+        await wait_for(copied, 30, "log and metadata on the slave")
+
+        # consume queues are equal file for file, and the slave serves every message once
+        ends = await max_offsets(rc, master.addr, topic, queues)
+        assert await max_offsets(rc, slave.addr, topic, queues) == ends
+        for q in range(queues):
+            m_dir = cluster.root / "store-broker-a" / "consumequeue" / topic / str(q)
+            s_dir = cluster.root / "store-broker-a-s" / "consumequeue" / topic / str(q)
+            m_files = {p.name: p.read_bytes() for p in m_dir.iterdir()}
+            assert m_files == {p.name: p.read_bytes() for p in s_dir.iterdir()}
+        got: Counter[bytes] = Counter()
+        for q in range(queues):
+            got.update(await drain_queue(rc, slave.addr, topic, q, ends[q], batch=1000))
+        assert got == sent + Counter({b"delayed": 1})
+
+
+async def admin_status(ns: str, addr: str) -> dict[str, Any]:
+    async with MQAdmin(ns) as admin:
+        return await admin.broker_runtime_info(addr)
