@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 
 from broker.config import BrokerConfig
-from broker.persist import ConfigSnapshot, load_json
+from broker.persist import ConfigSnapshot, load_json, write_snapshot_now
 
 TOPIC_GROUP_SEPARATOR = "@"
 
@@ -86,11 +86,4 @@ class ConsumerOffsetManager:
 
     def persist(self, force: bool = False) -> None:
         """Snapshot and write now, in the caller's thread (tests, shutdown)."""
-        snap = self.snapshot(force)
-        if snap is None:
-            return
-        try:
-            snap.write()
-        except BaseException:
-            self.dirty = True
-            raise
+        write_snapshot_now(self, force)

@@ -16,7 +16,7 @@ snapshotted on the event loop and written in a worker thread.
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 import trio
@@ -31,7 +31,7 @@ from broker.group_commit import GroupCommitService
 from broker.ha_service import HAService
 from broker.long_polling import PullRequestHoldService
 from broker.out_api import BrokerOuterAPI
-from broker.persist import ConfigSnapshot
+from broker.persist import ConfigSnapshot, SnapshotTable
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
 from broker.schedule_service import ScheduleMessageService
@@ -48,14 +48,6 @@ from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
 
 HOUSEKEEPING_INTERVAL_S = 10.0
-
-
-class PersistedTable(Protocol):
-    """A manager whose table the persist loop writes."""
-
-    dirty: bool
-
-    def snapshot(self, force: bool = False) -> ConfigSnapshot | None: ...
 
 
 class BrokerController:
@@ -157,7 +149,7 @@ class BrokerController:
         self.message_store.delete_topics({topic})
         self.trigger_register()
 
-    def persisted_tables(self) -> list[PersistedTable]:
+    def persisted_tables(self) -> list[SnapshotTable]:
         """The tables the persist loop writes every flushConsumerOffsetInterval ms."""
         return [self.consumer_offset_manager, self.subscription_group_manager]
 
@@ -169,7 +161,7 @@ class BrokerController:
                                           path=str(getattr(table, "path", "")))
 
     @staticmethod
-    async def _persist_table(table: PersistedTable) -> None:
+    async def _persist_table(table: SnapshotTable) -> None:
         snap = table.snapshot()
         if snap is None:
             return

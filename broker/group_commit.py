@@ -19,37 +19,36 @@ from typing import Any
 import structlog
 import trio
 
-from broker.store.offset_waiters import OffsetWaiters, Waiter
+from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
+from broker.waiting_sends import WaitingSends
 from protocol.trio.service import Guard
 
 
 class GroupCommitService:
     def __init__(self, flush: Callable[[], int], timeout_ms: int, broker_name: str) -> None:
         self.flush = flush
-        self.timeout = timeout_ms / 1000
-        self.waiters = OffsetWaiters(PutMessageStatus.FLUSH_DISK_TIMEOUT)
-        self._wake_flusher: trio.Event | None = None
-        self._wake_watcher: trio.Event | None = None
         self.log = structlog.get_logger("broker.flush").bind(broker=broker_name)
         self.guard = Guard(self.log, "group commit")
+        self.sends = WaitingSends(PutMessageStatus.FLUSH_DISK_TIMEOUT, timeout_ms / 1000,
+                                  self.guard, "flush disk timeout")
+        self.waiters = self.sends.waiters
+        self._wake_flusher: trio.Event | None = None
         self.flush_count = 0
 
     def wait(self, next_offset: int) -> Waiter:
         """A waiter done once the commit log is flushed up to ``next_offset``."""
-        w = self.waiters.add(next_offset, trio.current_time() + self.timeout)
-        for name in ("_wake_flusher", "_wake_watcher"):
-            ev = getattr(self, name)
-            if ev is not None:
-                setattr(self, name, None)
-                ev.set()
+        w = self.sends.add(next_offset)
+        ev, self._wake_flusher = self._wake_flusher, None
+        if ev is not None:
+            ev.set()
         return w
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._flusher)
-                nursery.start_soon(self._watcher)
+                nursery.start_soon(self.sends.run_expiry)
                 task_status.started()
         finally:
             self.waiters.fail_all(PutMessageStatus.FLUSH_DISK_TIMEOUT)
@@ -69,17 +68,3 @@ class GroupCommitService:
         self.waiters.advance(flushed)
         if lowest is not None and flushed < lowest:  # logged by the guard, retried after a back-off
             raise RuntimeError(f"flush reached offset {flushed}, short of {lowest}")
-
-    async def _watcher(self) -> None:
-        """End waiters past their deadline FLUSH_DISK_TIMEOUT."""
-        while True:
-            deadline = self.waiters.next_deadline()
-            if deadline is None:
-                ev = self._wake_watcher = trio.Event()
-                await ev.wait()
-                continue
-            await trio.sleep_until(deadline)
-            late = self.waiters.expire(trio.current_time())
-            if late:
-                self.guard.note("flush disk timeout", "timeout", waiters=len(late),
-                                next_offset=late[0].next_offset)

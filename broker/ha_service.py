@@ -41,10 +41,12 @@ from broker.store.ha.transfer import (
     encode_report,
     encode_transfer,
 )
-from broker.store.offset_waiters import OffsetWaiters, Waiter
+from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
+from broker.waiting_sends import WaitingSends
 from protocol.trio.client import split_addr
 from protocol.trio.daemon import first_leaf
+from protocol.trio.server import peer_name
 from protocol.trio.service import Guard, describe
 
 RECEIVE_CHUNK = 256 * 1024
@@ -61,12 +63,13 @@ class HAService:
         self.store = store
         self.log = structlog.get_logger("broker.ha").bind(broker=config.broker_name)
         self.connections: set[HAConnection] = set()
-        self.waiters = OffsetWaiters(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
-        self.timeout = config.sync_flush_timeout / 1000
+        self.sends = WaitingSends(PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+                                  config.sync_flush_timeout / 1000,
+                                  Guard(self.log, "slave acks"), "flush slave timeout")
+        self.waiters = self.sends.waiters
         self.heartbeat = config.ha_send_heartbeat_interval / 1000
         self.housekeeping = config.ha_housekeeping_interval / 1000
         self._data = trio.Event()
-        self._wake_watcher: trio.Event | None = None
         self._master_changed = trio.Event()
         # a slave's master HA address: haMasterAddress, else the name server's answer
         self.master_ha_addr: str | None = config.ha_master_address or None
@@ -87,11 +90,7 @@ class HAService:
         SLAVE_NOT_AVAILABLE when no slave is close enough."""
         if not is_slave_ok(self.connections, next_offset, self.config.ha_slave_fallbehind_max):
             return Waiter.finished(PutMessageStatus.SLAVE_NOT_AVAILABLE, next_offset)
-        w = self.waiters.add(next_offset, trio.current_time() + self.timeout)
-        ev, self._wake_watcher = self._wake_watcher, None
-        if ev is not None:
-            ev.set()
-        return w
+        return self.sends.add(next_offset)
 
     def set_master_ha_addr(self, addr: str | None) -> None:
         """The name server told a slave its master's HA address."""
@@ -127,35 +126,17 @@ class HAService:
         self.log.info("HA listening", port=self.port)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._watcher)
+                nursery.start_soon(self.sends.run_expiry)
                 await nursery.start(trio.serve_listeners, self._serve_slave, listeners)
                 task_status.started(self.port)
         finally:
             self.waiters.fail_all(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
 
-    async def _watcher(self) -> None:
-        """End SYNC_MASTER waiters past their deadline FLUSH_SLAVE_TIMEOUT."""
-        guard = Guard(self.log, "slave ack timeouts")
-        while True:
-            deadline = self.waiters.next_deadline()
-            if deadline is None:
-                ev = self._wake_watcher = trio.Event()
-                await ev.wait()
-                continue
-            await trio.sleep_until(deadline)
-            try:
-                late = self.waiters.expire(trio.current_time())
-            except Exception as exc:  # a waiter's callback failed: logged, the rest go on
-                guard.failed(exc, "expiring slave waiters failed")
-                continue
-            if late:
-                guard.note("flush slave timeout", "timeout", sends=len(late))
-
     async def _serve_slave(self, stream: trio.SocketStream) -> None:
         conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
                             self.heartbeat, self.housekeeping)
         conn.connected(trio.current_time())
-        peer = _peer(stream)
+        peer = peer_name(stream)
         self.connections.add(conn)
         self.log.info("slave connected", slave=peer)
         try:
@@ -284,10 +265,3 @@ class HAService:
             with trio.move_on_at(at if at is not None else trio.current_time() + self.heartbeat):
                 await appended.wait()
 
-
-def _peer(stream: trio.SocketStream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]
-        return f"{host}:{port}"
-    except OSError:
-        return "?"

@@ -16,7 +16,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -57,6 +57,27 @@ class ConfigSnapshot:
 
     def write(self) -> None:
         atomic_write_json(self.path, self.data if self.render is None else self.render(self.data))
+
+
+class SnapshotTable(Protocol):
+    """A manager whose table is written from snapshots (a ``dirty`` flag)."""
+
+    dirty: bool
+
+    def snapshot(self, force: bool = False) -> ConfigSnapshot | None: ...
+
+
+def write_snapshot_now(table: SnapshotTable, force: bool = False) -> None:
+    """Snapshot ``table`` and write it in the caller's thread (tests, shutdown);
+    a failed write leaves it dirty for the next try."""
+    snap = table.snapshot(force)
+    if snap is None:
+        return
+    try:
+        snap.write()
+    except BaseException:
+        table.dirty = True
+        raise
 
 
 def load_json(path: Path) -> Any | None:

@@ -28,7 +28,7 @@ import structlog
 import trio
 
 from broker.config import BrokerConfig
-from broker.persist import ConfigSnapshot, load_json
+from broker.persist import ConfigSnapshot, load_json, write_snapshot_now
 from broker.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
 from broker.store.commit_log import SCHEDULE_TOPIC
 from broker.topic_config_manager import TopicConfigManager
@@ -208,14 +208,7 @@ class ScheduleMessageService:
 
     def persist(self, force: bool = False) -> None:
         """Snapshot and write now, in the caller's thread."""
-        snap = self.snapshot(force)
-        if snap is None:
-            return
-        try:
-            snap.write()
-        except BaseException:
-            self.dirty = True
-            raise
+        write_snapshot_now(self, force)
 
     # ---- delivery (synchronous, time passed in) ---------------------------------------
 

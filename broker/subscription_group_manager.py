@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from broker.config import BrokerConfig
-from broker.persist import ConfigSnapshot, load_json
+from broker.persist import ConfigSnapshot, load_json, write_snapshot_now
 from protocol.route import DataVersion
 
 _WIRE = {
@@ -148,14 +148,7 @@ class SubscriptionGroupManager:
 
     def persist(self, force: bool = False) -> None:
         """Snapshot and write now, in the caller's thread (tests, shutdown)."""
-        snap = self.snapshot(force)
-        if snap is None:
-            return
-        try:
-            snap.write()
-        except BaseException:
-            self.dirty = True
-            raise
+        write_snapshot_now(self, force)
 
 
 def _render(data: tuple[dict[str, SubscriptionGroupConfig], dict[str, int]]) -> dict[str, Any]:

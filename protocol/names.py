@@ -94,39 +94,31 @@ def addr_problem(addr: object) -> str | None:
     return None
 
 
-def _raise(problem: str | None) -> None:
+def _checked(problem: str | None, name: object) -> str:
     if problem is not None:
         raise InvalidNameError(problem)
+    assert isinstance(name, str)
+    return name
 
 
 def check_topic(topic: object) -> str:
-    _raise(topic_problem(topic))
-    assert isinstance(topic, str)
-    return topic
+    return _checked(topic_problem(topic), topic)
 
 
 def check_group(group: object) -> str:
-    _raise(group_problem(group))
-    assert isinstance(group, str)
-    return group
+    return _checked(group_problem(group), group)
 
 
 def check_broker_name(name: object) -> str:
-    _raise(broker_name_problem(name))
-    assert isinstance(name, str)
-    return name
+    return _checked(broker_name_problem(name), name)
 
 
 def check_cluster_name(name: object) -> str:
-    _raise(cluster_name_problem(name))
-    assert isinstance(name, str)
-    return name
+    return _checked(cluster_name_problem(name), name)
 
 
 def check_addr(addr: object) -> str:
-    _raise(addr_problem(addr))
-    assert isinstance(addr, str)
-    return addr
+    return _checked(addr_problem(addr), addr)
 
 
 def retry_topic(group: str) -> str:

@@ -14,7 +14,7 @@ from protocol.trio.connection import HandlerTable, RemotingConnection
 log = structlog.get_logger("remoting.server")
 
 
-def _peer(stream: trio.SocketStream) -> str:
+def peer_name(stream: trio.SocketStream) -> str:
     try:
         host, port = stream.socket.getpeername()[:2]
         return f"{host}:{port}"
@@ -61,7 +61,7 @@ class RemotingServer:
         try:
             await self._serve_connection(stream)
         except Exception:
-            log.exception("connection handler failed", peer=_peer(stream))
+            log.exception("connection handler failed", peer=peer_name(stream))
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await stream.aclose()
 
@@ -71,7 +71,7 @@ class RemotingServer:
         except OSError:
             pass
         conn = RemotingConnection(
-            stream, self.handlers, remote_addr=_peer(stream), max_frame_size=self.max_frame_size
+            stream, self.handlers, remote_addr=peer_name(stream), max_frame_size=self.max_frame_size
         )
         self.connections.add(conn)
         for cb in self._on_close:

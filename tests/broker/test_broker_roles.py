@@ -30,20 +30,12 @@ from protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from protocol.route import TopicConfig
+from tests.broker.fakes import FakeConn
 from tests.broker.store.helpers import inner
 
 SLAVE_REMARK = "the broker[broker-a] is a slave, sending message is forbidden"
 
 
-class FakeConn:
-    remote_addr = "127.0.0.1:40000"
-    closed = False
-
-    def __init__(self) -> None:
-        self.sent: list[RemotingCommand] = []
-
-    def send_response(self, cmd: RemotingCommand) -> None:
-        self.sent.append(cmd)
 
 
 def config(root: Path, role: BrokerRole = BrokerRole.SLAVE, broker_id: int = 1) -> BrokerConfig:

@@ -13,18 +13,13 @@ from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
+from tests.broker.fakes import FakeConn
 
 
 def submit(svc: GroupCommitService, conn: object, response: RemotingCommand, offset: int) -> None:
     """A SYNC_FLUSH send: answered once its fsync waiter is done."""
     answer_when_done(conn, response, [svc.wait(offset)])  # type: ignore[arg-type]
 
-class FakeConn:
-    def __init__(self) -> None:
-        self.sent: list[RemotingCommand] = []
-
-    def send_response(self, cmd: RemotingCommand) -> None:
-        self.sent.append(cmd)
 
 
 class FakeLog:
@@ -57,8 +52,7 @@ async def test_one_fsync_covers_every_waiting_put() -> None:
             log.written += 100
             submit(svc, conn, ok_response(i), log.written)
         with trio.fail_after(10):
-            while len(conn.sent) < 200:
-                await trio.sleep(0.001)
+            await conn.wait_sent(200)
         assert [c.ext_fields["i"] for c in conn.sent] == list(range(200))
         assert all(c.code == ResponseCode.SUCCESS for c in conn.sent)
         assert log.flushes <= 2
@@ -98,8 +92,7 @@ async def test_a_send_joining_several_waiters_gets_the_worst_status() -> None:
         slave = Waiter.finished(PutMessageStatus.SLAVE_NOT_AVAILABLE)
         answer_when_done(conn, ok_response(7), [svc.wait(100), slave])  # type: ignore[arg-type]
         with trio.fail_after(10):
-            while not conn.sent:
-                await trio.sleep(0.001)
+            await conn.wait_sent(1)
         assert conn.sent[0].code == ResponseCode.SLAVE_NOT_AVAILABLE
         assert conn.sent[0].ext_fields == {"i": 7}  # the send result still travels
         nursery.cancel_scope.cancel()

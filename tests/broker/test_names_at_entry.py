@@ -42,6 +42,7 @@ from protocol.names import (
     retry_topic,
 )
 from protocol.trio.connection import HandlerTable
+from tests.broker.fakes import FakeConn
 
 VALID = re.compile(r"[%|a-zA-Z0-9_-]+")
 
@@ -58,15 +59,6 @@ NAMES = st.one_of(
 )
 
 
-class FakeConn:
-    remote_addr = "127.0.0.1:40000"
-    closed = False
-
-    def __init__(self) -> None:
-        self.sent: list[RemotingCommand] = []
-
-    def send_response(self, cmd: RemotingCommand) -> None:
-        self.sent.append(cmd)
 
 
 def call(table: HandlerTable, cmd: RemotingCommand) -> RemotingCommand | None:

@@ -20,6 +20,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from protocol.route import MASTER_ID, TopicConfig
+from tests.broker.fakes import FakeConn
 from tests.broker.store.helpers import inner, make_config, open_store
 
 GROUP = "g"
@@ -107,15 +108,6 @@ def test_store_reads_the_machines_memory_once(tmp_path: Path) -> None:
 
 # ---- the processor, on a master and a slave ---------------------------------------------
 
-class FakeConn:
-    remote_addr = "127.0.0.1:40000"
-    closed = False
-
-    def __init__(self) -> None:
-        self.sent: list[RemotingCommand] = []
-
-    def send_response(self, cmd: RemotingCommand) -> None:
-        self.sent.append(cmd)
 
 
 def broker(root: Path, role: BrokerRole, **props: Any) -> BrokerController:

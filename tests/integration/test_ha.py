@@ -18,8 +18,7 @@ from client.admin import MQAdmin
 from protocol.body import pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from protocol.record import decode_msg_id, decode_records
+from protocol.record import decode_msg_id
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster, Daemon
 from tests.integration.ha_reads import (
@@ -53,25 +52,6 @@ def pair(cluster: Cluster, ns: str, role: str, start_slave: bool = True,
     return master, slave
 
 
-async def pull_all(addr: str, topic: str, queue_id: int, want: int) -> list[bytes]:
-    """Every body of a queue read straight from the broker at ``addr``."""
-    bodies: list[bytes] = []
-    offset = 0
-    async with RemotingClient() as rc:
-        with trio.fail_after(30):
-            while len(bodies) < want:
-                h = PullMessageRequestHeader("ha-reader", topic, queue_id, offset, 32)
-                r = await rc.invoke(addr, RemotingCommand.request(
-                    RequestCode.PULL_MESSAGE, h.to_fields()), 5)
-                if r.code == ResponseCode.SUCCESS:
-                    assert r.body is not None
-                    bodies += [m.body for m in decode_records(r.body)]
-                    offset = PullMessageResponseHeader.from_fields(r.ext_fields).next_begin_offset
-                else:
-                    await trio.sleep(0.05)
-    return bodies
-
-
 async def test_sync_master_replicates_and_refuses_without_slave(cluster: Cluster) -> None:
     ns = cluster.namesrv()
     master, slave = pair(cluster, ns.addr, "SYNC_MASTER")
@@ -97,7 +77,13 @@ async def test_sync_master_replicates_and_refuses_without_slave(cluster: Cluster
             bodies.append(body)
 
         # the slave serves the same messages (its topic copied from the master)
-        from_slave = await pull_all(slave.addr, TOPIC, 0, want=len(bodies) + 1)
+        async with RemotingClient() as rc:
+            end = await queue_max_offset(rc, master.addr, TOPIC, 0)
+
+            async def slave_has_topic() -> bool:
+                return await topic_readable(rc, slave.addr, TOPIC)
+            await wait_for(slave_has_topic, 20, "the topic copied to the slave")
+            from_slave = await drain_queue(rc, slave.addr, TOPIC, 0, end)
         assert from_slave[-len(bodies):] == bodies
         # consumer offsets committed on the master arrive on the slave
         async with RemotingClient() as rc:

@@ -136,12 +136,13 @@ async def test_a_failing_connection_task_ends_only_that_connection() -> None:
 
     table.register(OK, spawn_bomb)
     conn = RemotingConnection(server_side, table)
+    closed = trio.Event()
+    conn.on_close(lambda _c: closed.set())
     async with trio.open_nursery() as nursery:
         await nursery.start(conn.run)
         await client_side.send_all(encode_frame(RemotingCommand(OK, 1).encode()))
         with trio.fail_after(5):
-            while not conn.closed:
-                await trio.sleep(0.001)
+            await closed.wait()
     assert conn.closed  # the nursery above exited normally: nothing propagated
 
 

@@ -1,0 +1,29 @@
+"""A connection stand-in for calling broker handlers without sockets."""
+
+from __future__ import annotations
+
+import trio
+
+from protocol.command import RemotingCommand
+
+
+class FakeConn:
+    """Collects what a handler sends; ``wait_sent(n)`` waits (no polling)
+    until ``n`` commands were sent."""
+
+    remote_addr = "127.0.0.1:40000"
+    closed = False
+
+    def __init__(self) -> None:
+        self.sent: list[RemotingCommand] = []
+        self._grew: trio.Event | None = None
+
+    def send_response(self, cmd: RemotingCommand) -> None:
+        self.sent.append(cmd)
+        if self._grew is not None:
+            self._grew.set()
+
+    async def wait_sent(self, n: int) -> None:
+        while len(self.sent) < n:
+            self._grew = trio.Event()
+            await self._grew.wait()
