@@ -353,3 +353,38 @@ class ConsumerSendMsgBackRequestHeader(Header):
     origin_topic: Topic | None = None
     unit_mode: bool = False
     max_reconsume_times: NonNegInt32 | None = None
+
+
+# ---- transactions -----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class EndTransactionRequestHeader(Header):
+    """END_TRANSACTION (producer -> broker, oneway): how a half message ends.
+
+    ``tran_state_table_offset`` and ``commit_log_offset`` locate the half
+    message (its queue offset in RMQ_SYS_TRANS_HALF_TOPIC and its commit-log
+    offset); ``commit_or_rollback`` is a sysFlag transaction type:
+    TRANSACTION_COMMIT_TYPE (8), TRANSACTION_ROLLBACK_TYPE (12) or
+    TRANSACTION_NOT_TYPE (0, unknown: nothing happens, the broker asks later).
+    """
+
+    producer_group: Group
+    tran_state_table_offset: NonNegInt64
+    commit_log_offset: NonNegInt64
+    commit_or_rollback: Int32
+    from_transaction_check: bool = False
+    msg_id: Annotated[str, MaxLen(128)] | None = None
+    transaction_id: Annotated[str, MaxLen(128)] | None = None
+
+
+@dataclass(slots=True)
+class CheckTransactionStateRequestHeader(Header):
+    """CHECK_TRANSACTION_STATE (broker -> producer, oneway); the body is the
+    half message's commit-log record (protocol.record.decode_record)."""
+
+    tran_state_table_offset: NonNegInt64
+    commit_log_offset: NonNegInt64
+    msg_id: Annotated[str, MaxLen(128)] | None = None
+    transaction_id: Annotated[str, MaxLen(128)] | None = None
+    offset_msg_id: Annotated[str, MaxLen(128)] | None = None

@@ -67,6 +67,18 @@ TRANSACTION_NOT_TYPE = 0x0
 TRANSACTION_PREPARED_TYPE = 0x4
 TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
+TRANSACTION_TYPE_MASK = 0xC
+
+
+def transaction_type(sys_flag: int) -> int:
+    """The transaction bits of a sysFlag (one of the TRANSACTION_*_TYPE values)."""
+    return sys_flag & TRANSACTION_TYPE_MASK
+
+
+def with_transaction_type(sys_flag: int, tx_type: int) -> int:
+    """``sys_flag`` with its transaction bits set to ``tx_type`` (RocketMQ's
+    MessageSysFlag.resetTransactionValue)."""
+    return (sys_flag & ~TRANSACTION_TYPE_MASK) | tx_type
 
 MAX_TOPIC_BYTES = 127
 MAX_PROPERTIES_BYTES = 32767

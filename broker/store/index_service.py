@@ -15,10 +15,7 @@ import structlog
 from broker.store.allocation import remove_stale_allocations
 from broker.store.commit_log import DispatchRequest
 from broker.store.index_file import IndexFile, index_file_name
-
-TRANSACTION_TYPE_MASK = 0xC
-TRANSACTION_PREPARED_TYPE = 0x4
-TRANSACTION_ROLLBACK_TYPE = 0xC
+from protocol.record import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, transaction_type
 
 log = structlog.get_logger("store.index")
 
@@ -66,7 +63,7 @@ class IndexService:
     def dispatch(self, req: DispatchRequest) -> None:
         if req.commit_log_offset <= self._indexed_to:
             return  # already indexed (re-dispatch after recovery)
-        tx = req.sys_flag & TRANSACTION_TYPE_MASK
+        tx = transaction_type(req.sys_flag)
         if tx not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
             prefix = req.topic + "#"
             if req.keys:
