@@ -1,5 +1,5 @@
-"""Client SDK on trio: producer, push / pull / lite-pull consumers, and their
-blocking facade (``client.blocking``) for plain Python."""
+"""Client SDK on trio: producer, transaction producer, push / pull / lite-pull
+consumers, and their blocking facade (``client.blocking``) for plain Python."""
 
 from client.consumer_types import (
     ConsumeConcurrentlyContext,
@@ -23,6 +23,12 @@ from client.rebalance import (
 )
 from client.send_future import SendFuture
 from client.send_result import SendResult, SendStatus
+from client.transaction import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 from protocol.message import Message, MessageExt, MessageQueue
 
 __all__ = [
@@ -33,6 +39,7 @@ __all__ = [
     "ConsumeOrderlyContext",
     "ConsumeOrderlyStatus",
     "LitePullConsumer",
+    "LocalTransactionState",
     "MQBrokerError",
     "MQClientError",
     "Message",
@@ -47,6 +54,9 @@ __all__ = [
     "SendFuture",
     "SendResult",
     "SendStatus",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "allocate_averagely",
     "allocate_averagely_by_circle",
     "allocate_by_consistent_hash",

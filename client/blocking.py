@@ -13,7 +13,10 @@ when the last one shuts down); every call runs in it with
 call them from inside a send callback (that runs on the loop thread).
 
 A PushConsumer's listener is a plain function run in a worker thread (at
-most ``consume_thread_max`` at once), so it may block.
+most ``consume_thread_max`` at once), so it may block. So are a
+TransactionProducer's listener methods: ``execute_local_transaction`` runs in
+the thread that called ``send_message_in_transaction``,
+``check_local_transaction`` in worker threads (at most ``check_workers``).
 """
 
 from __future__ import annotations
@@ -49,6 +52,16 @@ from client.push_consumer import PushConsumer as AsyncPushConsumer
 from client.range_reader import DEFAULT_IN_FLIGHT, OffsetMoved, RangeChunk, skip_to_min
 from client.send_future import SendCallback
 from client.send_result import SendResult, SendStatus
+from client.transaction import (
+    DEFAULT_CHECK_BACKLOG,
+    DEFAULT_CHECK_WORKERS,
+    LocalTransactionState,
+    TransactionListener,
+    TransactionSendResult,
+    call_listener,
+    check_listener,
+)
+from client.transaction import TransactionProducer as AsyncTransactionProducer
 from client.validators import DEFAULT_MAX_MESSAGE_SIZE
 from protocol.message import Message, MessageExt, MessageQueue
 
@@ -74,6 +87,10 @@ __all__ = [
     "PullStatus",
     "SendResult",
     "SendStatus",
+    "LocalTransactionState",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
 ]
 
 T = TypeVar("T")
@@ -219,6 +236,76 @@ class Producer(_BlockingClient):
     def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         """The writable queues of ``topic``. Raises MQClientError."""
         return self._run(self._producer.fetch_publish_message_queues, topic)
+
+
+CHECK_THREAD_NAME = "rocketmq-tx-check"
+
+
+class _ThreadedChecks:
+    """The listener the async TransactionProducer gets: checks go to worker
+    threads, at most ``workers`` at once."""
+
+    def __init__(self, listener: TransactionListener, workers: int) -> None:
+        self._listener = listener
+        self._workers = workers
+        self._limiter: trio.CapacityLimiter | None = None
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> Any:
+        # not called: the blocking send runs it in the caller's thread
+        return self._listener.execute_local_transaction(msg, arg)
+
+    async def check_local_transaction(self, msg: MessageExt) -> Any:
+        if self._limiter is None:
+            self._limiter = trio.CapacityLimiter(self._workers)
+        return await trio.to_thread.run_sync(
+            self._listener.check_local_transaction, msg, limiter=self._limiter,
+            thread_name=CHECK_THREAD_NAME)
+
+
+class TransactionProducer(Producer):
+    """Blocking transaction producer; arguments as
+    ``client.transaction.TransactionProducer``, listener methods plain functions:
+    ``execute_local_transaction`` runs in the caller's thread,
+    ``check_local_transaction`` in worker threads (at most ``check_workers``)."""
+
+    def __init__(
+        self,
+        group: str,
+        namesrv_addr: str,
+        transaction_listener: TransactionListener,
+        *,
+        check_workers: int = DEFAULT_CHECK_WORKERS,
+        check_backlog: int = DEFAULT_CHECK_BACKLOG,
+        **options: Any,
+    ) -> None:
+        _BlockingClient.__init__(self)
+        check_listener(transaction_listener)
+        self.transaction_listener = transaction_listener
+        self._impl = self._producer = self._tx = AsyncTransactionProducer(
+            group,
+            namesrv_addr,
+            _ThreadedChecks(transaction_listener, check_workers),
+            check_workers=check_workers,
+            check_backlog=check_backlog,
+            **options,
+        )
+
+    @property
+    def checks_dropped(self) -> int:
+        """Checks dropped because the backlog was full (or at shutdown)."""
+        return self._tx.checks_dropped
+
+    def send_message_in_transaction(self, msg: Message, arg: Any = None) -> TransactionSendResult:
+        """Send a half message, run ``execute_local_transaction(msg, arg)`` in
+        this thread, tell the broker its state. Raises as the async method."""
+        result = self._run(self._tx._send_half, msg)
+        if result.send_status is SendStatus.SEND_OK:
+            state, error = call_listener(
+                self.transaction_listener.execute_local_transaction, (msg, arg),
+                "execute_local_transaction", group=self._tx.group, msg_id=result.msg_id)
+        else:
+            state, error = LocalTransactionState.ROLLBACK_MESSAGE, None
+        return self._run(self._tx._end_transaction, result, state, error)
 
 
 class PullConsumer(_BlockingClient):

@@ -21,6 +21,12 @@ once when a consumer starts, a rebalance every ``rebalance_interval`` s (20)
 and at once when a broker sends ``NOTIFY_CONSUMER_IDS_CHANGED``, and offset
 persistence every ``persist_consumer_offset_interval`` s (5).
 
+Transaction producers register a checker for their group
+(``register_transaction_checker``): a broker's ``CHECK_TRANSACTION_STATE`` is
+validated and handed to the checker of the message's ``PGROUP``. While any
+checker is registered, every broker address the instance learns from a route
+gets a heartbeat at once, so a broker knows the producer before it asks.
+
 None of these background loops can stop the instance: an iteration that fails
 is logged (a traceback once, repeats rate-limited, protocol/trio/service.py),
 backed off, and the next period runs as usual.
@@ -51,8 +57,9 @@ from protocol.body import pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
-from protocol.headers import GetRouteInfoRequestHeader
-from protocol.message import MessageQueue
+from protocol.headers import CheckTransactionStateRequestHeader, GetRouteInfoRequestHeader
+from protocol.message import MessageConst, MessageExt, MessageQueue
+from protocol.record import decode_record
 from protocol.route import MASTER_ID, TopicRouteData
 from protocol.trio import HandlerTable, RemotingClient, RemotingError, split_addr
 from protocol.trio.connection import RemotingConnection
@@ -83,6 +90,11 @@ class ConsumerInner(Protocol):
     async def do_rebalance(self) -> None: ...
 
     async def persist_consumer_offset(self) -> None: ...
+
+
+# Called on the event loop with (broker address, check header, half message);
+# must not block (a transaction producer queues the check).
+TransactionChecker = Callable[[str, CheckTransactionStateRequestHeader, MessageExt], None]
 
 _INSTANCES: trio.lowlevel.RunVar[dict[str, MQClientInstance]] = trio.lowlevel.RunVar(
     "mq_client_instances"
@@ -160,10 +172,14 @@ class MQClientInstance:
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
         self.handlers = handlers or HandlerTable()
         self.handlers.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
+        self.handlers.register(RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction)
         self.instance_name = instance_name or str(os.getpid())
         self.client_id = f"{_local_ip()}@{self.instance_name}"
         self._consumers: dict[str, ConsumerInner] = {}
         self._producer_groups: set[str] = set()
+        self._tx_checkers: dict[str, TransactionChecker] = {}
+        self._prompt_heartbeat_addrs: set[str] = set()
+        self._prompt_heartbeat_running = False
         self._rebalance_event = trio.Event()
         self._namesrv_index = int.from_bytes(os.urandom(2), "big") % len(self.namesrv_addrs)
         self._service = ServiceNursery(f"MQClientInstance[{self.namesrv_addr}]")
@@ -438,8 +454,11 @@ class MQClientInstance:
         return route
 
     def _remember_brokers(self, route: TopicRouteData) -> None:
+        known = set(self._broker_addr_list()) if self._tx_checkers else None
         for bd in route.broker_datas:
             self._broker_addrs[bd.broker_name] = dict(bd.broker_addrs)
+        if known is not None:
+            self._heartbeat_soon(set(self._broker_addr_list()) - known)
 
     def _set_publish(self, topic: str, route: TopicRouteData, is_default: bool) -> None:
         old = self._publish.get(topic)
@@ -637,6 +656,72 @@ class MQClientInstance:
             for addr in self._broker_addr_list():
                 nursery.start_soon(one, addr)
 
+    # ---- transaction producers -------------------------------------------------------
+
+    def register_transaction_checker(self, group: str, checker: TransactionChecker) -> None:
+        """Hand the brokers' CHECK_TRANSACTION_STATE requests for ``group`` to
+        ``checker``; every known broker gets a heartbeat at once (and, from now
+        on, every broker address learned from a route). Raises MQClientError
+        when the group already has a transaction producer here."""
+        if group in self._tx_checkers:
+            raise MQClientError(
+                f"the producer group {group} already has a transaction producer in client "
+                f"{self.client_id}; use another group or another instance_name"
+            )
+        self._tx_checkers[group] = checker
+        self._heartbeat_soon(set(self._broker_addr_list()))
+
+    def unregister_transaction_checker(self, group: str) -> None:
+        """Stop handing checks to ``group``'s checker (later ones are dropped)."""
+        self._tx_checkers.pop(group, None)
+
+    def _on_check_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        """CHECK_TRANSACTION_STATE (oneway): validate, find the group's checker,
+        hand the check over. A bad or unwanted check is logged and dropped: the
+        broker asks again later."""
+        broker = conn.remote_addr
+        try:
+            header = CheckTransactionStateRequestHeader.from_fields(cmd.ext_fields)
+            if not cmd.body:
+                raise ProtocolError("the check carries no message")
+            msg = decode_record(cmd.body)
+        except ProtocolError as exc:
+            self._log.warning("malformed transaction check dropped", broker=broker,
+                              error=str(exc))
+            return
+        group = msg.properties.get(MessageConst.PROPERTY_PRODUCER_GROUP)
+        checker = self._tx_checkers.get(group) if group else None
+        if checker is None:
+            self._log.warning("transaction check for a group without a transaction producer "
+                              "here, dropped", broker=broker, group=group,
+                              msg_id=msg.uniq_key, transaction_id=header.transaction_id)
+            return
+        try:
+            checker(broker, header, msg)
+        except Exception:
+            self._log.exception("transaction checker failed", broker=broker, group=group)
+
+    def _heartbeat_soon(self, addrs: set[str]) -> None:
+        """Heartbeat ``addrs`` from a background task (one at a time; addresses
+        added meanwhile join the next round)."""
+        if not addrs or self._state != "running" or not self._service.running:
+            return
+        self._prompt_heartbeat_addrs |= addrs
+        if not self._prompt_heartbeat_running:
+            self._prompt_heartbeat_running = True
+            self._service.start_soon(self._prompt_heartbeats)
+
+    async def _prompt_heartbeats(self) -> None:
+        try:
+            while self._prompt_heartbeat_addrs:
+                addrs = sorted(self._prompt_heartbeat_addrs)
+                self._prompt_heartbeat_addrs.clear()
+                await self._send_heartbeat(addrs)
+        except Exception as exc:  # never into the instance's service nursery
+            self._heartbeat_guard.failed(exc, "heartbeat to new brokers failed")
+        finally:
+            self._prompt_heartbeat_running = False
+
     def heartbeat_data(self) -> dict[str, Any]:
         return {
             "clientID": self.client_id,
@@ -646,6 +731,9 @@ class MQClientInstance:
 
     async def send_heartbeat_to_all_brokers(self) -> None:
         """HEART_BEAT to every known broker. Failures and refusals are logged."""
+        await self._send_heartbeat(self._broker_addr_list())
+
+    async def _send_heartbeat(self, addrs: list[str]) -> None:
         if not self._consumers and not self._producer_groups:
             return
         body = pack_body(self.heartbeat_data())
@@ -665,7 +753,7 @@ class MQClientInstance:
                                   remark=response.remark)
 
         async with trio.open_nursery() as nursery:
-            for addr in self._broker_addr_list():
+            for addr in addrs:
                 nursery.start_soon(one, addr)
 
     def rebalance_immediately(self) -> None:

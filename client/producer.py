@@ -188,9 +188,20 @@ class Producer:
             with trio.CancelScope(shield=True):
                 await self._instance.release()
             raise
-        self._instance.register_producer(self.group)
+        try:
+            self._register(self._instance, self._service)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._service.stop()
+                await self._instance.release()
+            raise
         self._state = _State.RUNNING
         self._log.info("producer started")
+
+    def _register(self, instance: MQClientInstance, service: ServiceNursery) -> None:
+        """Make the producer known to the client instance (a subclass adds what
+        it needs, e.g. background tasks in ``service``). Raises MQClientError."""
+        instance.register_producer(self.group)
 
     async def shutdown(self) -> None:
         """Stop: queued async sends are given up to ``send_msg_timeout`` to finish
