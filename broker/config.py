@@ -139,6 +139,11 @@ class BrokerConfig(PropertiesConfig):
     # delay and retry
     schedule_tick_millis: int = 100
     max_reconsume_times: int = 16
+    # transactions
+    transaction_check_interval: int = 60_000  # ms between check passes over the half queue
+    transaction_time_out: int = 6_000  # ms after its birth before a half message is checked
+    transaction_check_max: int = 15  # checks before a half message is discarded
+    reject_transaction_message: bool = False  # refuse prepared (half) messages
     # consumer offsets
     flush_consumer_offset_interval: int = 5000
     # pull
@@ -175,6 +180,11 @@ class BrokerConfig(PropertiesConfig):
             raise ConfigError("maxQueueNums must be within 1..65535")
         if not 0 < self.default_topic_queue_nums <= self.max_queue_nums:
             raise ConfigError("defaultTopicQueueNums must be within 1..maxQueueNums")
+        for key, value in (("transactionCheckInterval", self.transaction_check_interval),
+                           ("transactionTimeOut", self.transaction_time_out),
+                           ("transactionCheckMax", self.transaction_check_max)):
+            if value <= 0:
+                raise ConfigError(f"{key} must be positive, not {value}")
         self._validate_role()
         self._validate_ha()
 

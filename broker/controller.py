@@ -15,6 +15,7 @@ snapshotted on the event loop and written in a worker thread.
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, FlushDiskType
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
+from broker.end_transaction_processor import EndTransactionProcessor
 from broker.group_commit import GroupCommitService
 from broker.ha_service import HAService
 from broker.long_polling import PullRequestHoldService
@@ -40,7 +42,9 @@ from broker.slave_synchronize import SlaveSynchronize
 from broker.store import DefaultMessageStore
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
+from broker.transaction_service import CheckRequest, TransactionalMessageService
 from protocol.codes import RequestCode
+from protocol.command import RemotingCommand
 from protocol.names import shown
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
@@ -66,6 +70,11 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
+        self.transaction_service = TransactionalMessageService(
+            config, self.message_store, self.consumer_offset_manager, self.topic_config_manager,
+            self.trigger_register,
+        )
+        self.end_transaction_processor = EndTransactionProcessor(self)
         self.consumer_manager = ClientGroups("consumer")
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
@@ -106,6 +115,7 @@ class BrokerController:
         t.register(RequestCode.SEND_MESSAGE, self.send_processor.send_message)
         t.register(RequestCode.SEND_BATCH_MESSAGE, self.send_processor.send_batch_message)
         t.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_processor.consumer_send_msg_back)
+        t.register(RequestCode.END_TRANSACTION, self.end_transaction_processor.end_transaction)
         t.register(RequestCode.PULL_MESSAGE, self.pull_processor.pull_message)
         cm = self.consumer_manage_processor
         t.register(RequestCode.QUERY_CONSUMER_OFFSET, cm.query_consumer_offset)
@@ -184,6 +194,8 @@ class BrokerController:
         if not self.message_store.load():
             raise RuntimeError("message store failed to load")
         self.message_store.start()
+        if not self.config.is_slave:
+            self.transaction_service.load()
 
     def _shutdown_snapshots(self) -> list[ConfigSnapshot]:
         """On the event loop, once nothing serves any more: every table, as it is."""
@@ -256,6 +268,7 @@ class BrokerController:
                     await nursery.start(self.pull_hold_service.run)
                     if not self.config.is_slave:  # a slave gets its delayed messages replicated
                         await nursery.start(self.schedule_service.run)
+                        await nursery.start(self.transaction_service.run, self.ask_producer)
                     self.started = True
                     self.log.info("broker started", addr=self.config.broker_addr,
                                   namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value,
@@ -300,6 +313,17 @@ class BrokerController:
             await self.register_broker_all()
             # after failures, topic changes do not re-register back to back
             await self._register_guard.pause()
+
+    def ask_producer(self, request: CheckRequest) -> bool:
+        """Send CHECK_TRANSACTION_STATE to one live producer of the group;
+        False when none is connected."""
+        conns = [c for c in self.producer_manager.connections(request.group) if not c.closed]
+        if not conns:
+            return False
+        cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE,
+                                      request.header.to_fields(), request.body, oneway=True)
+        random.choice(conns).send_response(cmd)
+        return True
 
     def _on_connection_closed(self, conn: RemotingConnection) -> None:
         self.producer_manager.connection_closed(conn)

@@ -28,19 +28,19 @@ import structlog
 import trio
 
 from broker.config import BrokerConfig
+from broker.message_rewrite import (
+    REAL_TOPIC,
+    PutOutcome,
+    RewriteError,
+    classify_put_status,
+    dead_letter_message,
+    from_schedule,
+)
 from broker.persist import ConfigSnapshot, load_json, write_snapshot_now
-from broker.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
+from broker.store import DefaultMessageStore
 from broker.store.commit_log import SCHEDULE_TOPIC
 from broker.topic_config_manager import TopicConfigManager
-from protocol.hashing import tags_hash_code
-from protocol.message import (
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    MessageConst,
-    MessageExt,
-    properties_to_string,
-)
+from protocol.message import MessageExt
 from protocol.names import (
     RETRY_GROUP_TOPIC_PREFIX,
     InvalidNameError,
@@ -51,91 +51,9 @@ from protocol.names import (
 from protocol.route import PERM_WRITE
 from protocol.trio.service import Guard, describe
 
-DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
-REAL_TOPIC = MessageConst.PROPERTY_REAL_TOPIC
-REAL_QID = MessageConst.PROPERTY_REAL_QUEUE_ID
 PERSIST_EVERY_S = 10.0
 PARK_MS = 1000  # a level whose re-put failed transiently waits this long
-QUEUE_ID_MAX = 2**31 - 1  # QUEUEID is a signed 4-byte field of the record
 ENTRIES_PER_READ = 64
-
-
-class ScheduleError(ValueError):
-    """A due schedule-topic message cannot be turned into the message to deliver."""
-
-
-class PutOutcome(Enum):
-    STORED = "stored"  # in the commit log (a flush or slave timeout does not undo that)
-    TRANSIENT = "transient"  # not stored now; the same put may succeed later
-    PERMANENT = "permanent"  # this message can never be stored
-
-
-PUT_OUTCOMES: dict[str, PutOutcome] = {
-    "PUT_OK": PutOutcome.STORED,
-    "FLUSH_DISK_TIMEOUT": PutOutcome.STORED,
-    "FLUSH_SLAVE_TIMEOUT": PutOutcome.STORED,
-    "SLAVE_NOT_AVAILABLE": PutOutcome.STORED,
-    "SERVICE_NOT_AVAILABLE": PutOutcome.TRANSIENT,  # not running, or the disk is full
-    "DISK_FULL": PutOutcome.TRANSIENT,  # nothing written; writes resume once space is back
-    "DISPATCH_BEHIND": PutOutcome.TRANSIENT,  # nothing written until the store's reput catches up
-    "OS_PAGECACHE_BUSY": PutOutcome.TRANSIENT,
-    "CREATE_MAPEDFILE_FAILED": PutOutcome.TRANSIENT,
-    "MESSAGE_ILLEGAL": PutOutcome.PERMANENT,
-    "PROPERTIES_SIZE_EXCEEDED": PutOutcome.PERMANENT,
-    "UNKNOWN_ERROR": PutOutcome.PERMANENT,
-}
-
-
-def classify_put_status(status: PutMessageStatus) -> PutOutcome:
-    """What a put status means for a message the broker itself re-puts.
-
-    A status not in the table counts as transient: a status the store gains
-    is never a reason to lose a message (the level waits, and says why).
-    """
-    return PUT_OUTCOMES.get(status.name, PutOutcome.TRANSIENT)
-
-
-def to_schedule(inner: MessageExtBrokerInner, props: dict[str, str], max_level: int) -> None:
-    """Turn a message with a delay level into its SCHEDULE_TOPIC_XXXX form (in place)."""
-    level = min(int(props.get(DELAY, "0")), max_level)
-    props[DELAY] = str(level)
-    props[REAL_TOPIC] = inner.topic
-    props[REAL_QID] = str(inner.queue_id)
-    inner.topic = SCHEDULE_TOPIC
-    inner.queue_id = level - 1
-    inner.properties_string = properties_to_string(props)
-
-
-def from_schedule(msg: MessageExt) -> MessageExtBrokerInner:
-    """The message to deliver for a due schedule-topic record.
-
-    Raises ScheduleError when ``REAL_TOPIC`` is missing or not a valid topic
-    name (or is the schedule topic itself) or ``REAL_QID`` is not a queue id.
-    """
-    props = dict(msg.properties)
-    topic = props.pop(REAL_TOPIC, None)
-    if topic is None:
-        raise ScheduleError(f"the message has no {REAL_TOPIC} property")
-    problem = topic_problem(topic)
-    if problem is not None:
-        raise ScheduleError(f"{REAL_TOPIC}: {problem}")
-    if topic == SCHEDULE_TOPIC:
-        raise ScheduleError(f"{REAL_TOPIC} is the schedule topic itself")
-    raw_qid = props.pop(REAL_QID, None)
-    if raw_qid is None:
-        raise ScheduleError(f"the message has no {REAL_QID} property")
-    if not (raw_qid.isascii() and raw_qid.isdigit() and len(raw_qid) <= 10
-            and int(raw_qid) <= QUEUE_ID_MAX):
-        raise ScheduleError(f"{REAL_QID} {shown(raw_qid)} is not a queue id")
-    props.pop(DELAY, None)
-    return MessageExtBrokerInner(
-        topic=topic, queue_id=int(raw_qid), flag=msg.flag, body=msg.body,
-        properties_string=properties_to_string(props),
-        tags_code=tags_hash_code(props.get(PROPERTY_TAGS)), keys=props.get(PROPERTY_KEYS),
-        uniq_key=props.get(PROPERTY_UNIQ_KEY), sys_flag=msg.sys_flag,
-        born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-        reconsume_times=msg.reconsume_times,
-    )
 
 
 def retry_group_of(real_topic: str | None) -> str | None:
@@ -146,21 +64,6 @@ def retry_group_of(real_topic: str | None) -> str | None:
     if topic_problem(real_topic) is not None:
         return None
     return real_topic[len(RETRY_GROUP_TOPIC_PREFIX):] or None
-
-
-def dead_letter_message(msg: MessageExt, topic: str) -> MessageExtBrokerInner:
-    """``msg`` as a dead letter in ``topic`` queue 0. ``REAL_TOPIC``/``REAL_QID``
-    stay, so tools show where it was going; the delay level goes."""
-    props = dict(msg.properties)
-    props.pop(DELAY, None)
-    return MessageExtBrokerInner(
-        topic=topic, queue_id=0, flag=msg.flag, body=msg.body,
-        properties_string=properties_to_string(props),
-        tags_code=tags_hash_code(props.get(PROPERTY_TAGS)), keys=props.get(PROPERTY_KEYS),
-        uniq_key=props.get(PROPERTY_UNIQ_KEY), sys_flag=msg.sys_flag,
-        born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-        reconsume_times=msg.reconsume_times,
-    )
 
 
 class _Step(Enum):
@@ -270,7 +173,7 @@ class ScheduleMessageService:
             return _Step.SKIPPED
         try:
             inner = from_schedule(msg)
-        except ScheduleError as exc:
+        except RewriteError as exc:
             return self._dead_letter(msg, level, offset, str(exc))
         except Exception as exc:
             return self._dead_letter(msg, level, offset, describe(exc), exc)

@@ -9,13 +9,19 @@ producer moves on to a master.
 from __future__ import annotations
 
 import random
-import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from broker.config import BrokerRole
-from broker.schedule_service import DELAY, to_schedule
+from broker.message_rewrite import (
+    DELAY,
+    TRAN_MSG,
+    build_inner,
+    is_prepared,
+    send_back_message,
+    to_schedule,
+)
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from broker.store.offset_waiters import AllDone, Waiter
 from broker.topic_validator import check_user_topic
@@ -23,21 +29,14 @@ from protocol.body import unpack_body
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
-from protocol.hashing import tags_hash_code
 from protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from protocol.message import (
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    MessageConst,
-    properties_to_string,
-    string_to_properties,
-)
+from protocol.message import string_to_properties
 from protocol.names import InvalidNameError, dlq_topic, retry_topic, shown
+from protocol.record import TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, transaction_type
 from protocol.route import PERM_RW, PERM_WRITE, TopicConfig, is_writeable
 from protocol.trio.connection import RemotingConnection
 
@@ -45,9 +44,6 @@ if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 log = structlog.get_logger("broker.send")
-
-RETRY_TOPIC = MessageConst.PROPERTY_RETRY_TOPIC
-ORIGIN_MESSAGE_ID = MessageConst.PROPERTY_ORIGIN_MESSAGE_ID
 
 PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
@@ -150,21 +146,10 @@ class SendMessageProcessor:
         self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
         props_text: str, born_host: str,
     ) -> MessageExtBrokerInner:
-        props = string_to_properties(props_text)
-        return MessageExtBrokerInner(
-            topic=h.topic,
-            queue_id=queue_id,
-            flag=flag,
-            body=body,
-            properties_string=props_text,
-            tags_code=tags_hash_code(props.get(PROPERTY_TAGS)),
-            keys=props.get(PROPERTY_KEYS),
-            uniq_key=props.get(PROPERTY_UNIQ_KEY),
-            sys_flag=h.sys_flag,
-            born_timestamp=h.born_timestamp or int(time.time() * 1000),
-            born_host=born_host,
-            reconsume_times=h.reconsume_times,
-            prepared_transaction_offset=0,
+        return build_inner(
+            h.topic, queue_id, body, string_to_properties(props_text), props_text=props_text,
+            flag=flag, sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
+            born_host=born_host, reconsume_times=h.reconsume_times,
         )
 
     def _queue_id(self, h: SendMessageRequestHeader, cfg: TopicConfig) -> int:
@@ -180,18 +165,40 @@ class SendMessageProcessor:
         if err is not None:
             return err
         assert cmd.body is not None
-        inner = self._inner(h, self._queue_id(h, cfg), h.flag, cmd.body, h.properties, conn.remote_addr)
-        # most sends have no delay: skip a second parse of the properties for them
-        props = string_to_properties(h.properties) if DELAY + "\x01" in h.properties else {}
-        if props.get(DELAY, "0") not in ("0", ""):
-            try:
-                level = int(props[DELAY])
-            except ValueError:
-                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad delay level {shown(props[DELAY])}")
-            if level > 0:
-                to_schedule(inner, props, self.controller.schedule_service.max_level)
+        queue_id = self._queue_id(h, cfg)
+        inner = self._inner(h, queue_id, h.flag, cmd.body, h.properties, conn.remote_addr)
+        # most sends are plain: skip a second parse of the properties for them
+        special = (h.sys_flag & TRANSACTION_TYPE_MASK or DELAY + "\x01" in h.properties
+                   or TRAN_MSG + "\x01" in h.properties)
+        props = string_to_properties(h.properties) if special else {}
+        level = props.get(DELAY, "0")
+        if level not in ("0", ""):
+            if not (level.isascii() and level.lstrip("-").isdigit() and len(level) < 10):
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad delay level {shown(level)}")
+        delayed = int(level or "0") > 0
+        if special and is_prepared(h.sys_flag, props):
+            refused = self._transaction_refusal(cmd, delayed)
+            if refused is not None:
+                return refused
+            result = self.controller.transaction_service.prepare(inner, props, h.producer_group)
+            return self._reply(conn, self._response(cmd, result, queue_id, inner.uniq_key), result)
+        if transaction_type(h.sys_flag) != TRANSACTION_NOT_TYPE:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                "a commit or rollback sysFlag is the broker's to set")
+        if delayed:
+            to_schedule(inner, props, self.controller.schedule_service.max_level)
         result = self.controller.message_store.put_message(inner)
-        return self._reply(conn, self._response(cmd, result, inner.queue_id), result)
+        return self._reply(conn, self._response(cmd, result, queue_id), result)
+
+    def _transaction_refusal(self, cmd: RemotingCommand, delayed: bool) -> RemotingCommand | None:
+        if self.config.reject_transaction_message:
+            return cmd.response(ResponseCode.NO_PERMISSION,
+                                f"the broker[{self.config.broker_name}] sending transaction "
+                                "message is forbidden")
+        if delayed:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                "a delayed message cannot be transactional")
+        return None
 
     def consumer_send_msg_back(
         self, conn: RemotingConnection, cmd: RemotingCommand
@@ -211,10 +218,6 @@ class SendMessageProcessor:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
                                 f"subscription group {shown(h.group)} does not exist")
         topics = self.controller.topic_config_manager
-        props = dict(msg.properties)
-        props.setdefault(RETRY_TOPIC, msg.topic)
-        if h.origin_msg_id:
-            props.setdefault(ORIGIN_MESSAGE_ID, h.origin_msg_id)
         reconsume = msg.reconsume_times  # failures so far, before this one
         max_times = (h.max_reconsume_times if h.max_reconsume_times is not None
                      else group_cfg.retry_max_times)
@@ -234,19 +237,8 @@ class SendMessageProcessor:
         if cfg is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] could not be created")
         self.controller.trigger_register()
-        inner = MessageExtBrokerInner(
-            topic=topic, queue_id=queue_id, flag=msg.flag, body=msg.body,
-            properties_string="", tags_code=tags_hash_code(props.get(PROPERTY_TAGS)),
-            keys=props.get(PROPERTY_KEYS), uniq_key=props.get(PROPERTY_UNIQ_KEY),
-            sys_flag=msg.sys_flag, born_timestamp=msg.born_timestamp, born_host=msg.born_host,
-            reconsume_times=reconsume + 1,
-        )
-        if level > 0:
-            props[DELAY] = str(level)
-            to_schedule(inner, props, self.controller.schedule_service.max_level)
-        else:
-            props.pop(DELAY, None)
-            inner.properties_string = properties_to_string(props)
+        inner = send_back_message(msg, topic, queue_id, h.origin_msg_id, level,
+                                  self.controller.schedule_service.max_level)
         result = store.put_message(inner)
         response = self._response(cmd, result, queue_id)
         if response.code == ResponseCode.SUCCESS:
@@ -261,6 +253,9 @@ class SendMessageProcessor:
         if err is not None:
             return err
         assert cfg is not None
+        if transaction_type(h.sys_flag) != TRANSACTION_NOT_TYPE:
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                "a batch cannot be transactional: send each prepared message alone")
         items = unpack_body(cmd.body)
         if not isinstance(items, list) or not items:
             raise RemoteProtocolError("batch body must be a non-empty array")
@@ -275,12 +270,18 @@ class SendMessageProcessor:
             err = self._check_body(cmd, item[1])
             if err is not None:
                 return err
-            inners.append(self._inner(h, queue_id, item[0], item[1], item[2], conn.remote_addr))
+            inner = self._inner(h, queue_id, item[0], item[1], item[2], conn.remote_addr)
+            if TRAN_MSG + "\x01" in item[2] and is_prepared(0, string_to_properties(item[2])):
+                return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                    "a batch cannot be transactional: send each prepared "
+                                    "message alone")
+            inners.append(inner)
         result = self.controller.message_store.put_messages(inners)
         return self._reply(conn, self._response(cmd, result, queue_id), result)
 
     def _response(
-        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int
+        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int,
+        transaction_id: str | None = None,
     ) -> RemotingCommand:
         code, remark = PUT_STATUS_TO_CODE.get(
             result.put_message_status, (ResponseCode.SYSTEM_ERROR, "unknown store status")
@@ -299,7 +300,7 @@ class SendMessageProcessor:
             return cmd.response(code, remark)
         if ar is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "store returned no append result")
-        header = SendMessageResponseHeader(ar.msg_id, queue_id, ar.logics_offset)
+        header = SendMessageResponseHeader(ar.msg_id, queue_id, ar.logics_offset, transaction_id)
         return cmd.response(code, remark, ext_fields=header.to_fields())
 
     def _reply(

@@ -30,6 +30,7 @@ from broker.store.status import (
     PutMessageStatus,
     StoreError,
 )
+from broker.topic_validator import RMQ_SYS_SCHEDULE_TOPIC as SCHEDULE_TOPIC
 from protocol.names import topic_problem
 from protocol.record import (
     BLANK_HEAD,
@@ -55,7 +56,6 @@ log = structlog.get_logger("store.commitlog")
 
 # A file must always keep room for a BLANK header at its end.
 END_FILE_MIN_BLANK_LENGTH = BLANK_MIN_SIZE
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 _LONG = struct.Struct(">q")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -167,9 +167,13 @@ class CommitLog:
     # ---- append ----------------------------------------------------------------
 
     def put_messages(
-        self, msgs: list[MessageExtBrokerInner]
+        self, msgs: list[MessageExtBrokerInner], mixed: bool = False
     ) -> tuple[PutMessageResult, list[DispatchRequest]]:
         """Append one message, or a batch (one topic and queue, one file).
+
+        With ``mixed`` the messages may go to different topics and queues
+        (each gets its own queue's next offset); they are still written with
+        one copy into one file, so they land together or not at all.
 
         Raises AllocationError (DiskFullError) when the file it needs cannot
         be created; nothing is written then.
@@ -205,10 +209,20 @@ class CommitLog:
             if total + END_FILE_MIN_BLANK_LENGTH > mf.remaining:
                 target = mfq.prepare_next()  # before the pad: a failure writes nothing
             start = target.file_from_offset + (target.wrote_position if target is mf else 0)
+            table = self.topic_queue_table
             key = f"{encoded[0][0].topic}-{encoded[0][0].queue_id}"
+            nexts: dict[str, int] = {}
+            offsets: list[int] | None = None
+            if mixed:
+                offsets = []
+                for m in msgs:
+                    k = f"{m.topic}-{m.queue_id}"
+                    o = nexts.get(k, table.get(k, 0))
+                    offsets.append(o)
+                    nexts[k] = o + 1
             try:
                 data, result, dispatches = self._encode(encoded, start, total,
-                                                        self.topic_queue_table.get(key, 0))
+                                                        table.get(key, 0), offsets)
             except (struct.error, ValueError, OverflowError, TypeError, AttributeError) as exc:
                 return _illegal(msgs, exc)
             if target is not mf:
@@ -217,19 +231,26 @@ class CommitLog:
                 target = mfq.last_for_append()
             target.append(data)
             target.store_timestamp = result.store_timestamp
-            self.topic_queue_table[key] = result.logics_offset + len(dispatches)
+            if mixed:
+                table.update(nexts)
+            else:
+                table[key] = result.logics_offset + len(dispatches)
             return PutMessageResult(PutMessageStatus.PUT_OK, result), dispatches
 
-    def _encode(self, encoded: list, wrote_offset: int, total: int, queue_offset: int
+    def _encode(self, encoded: list, wrote_offset: int, total: int, queue_offset: int,
+                queue_offsets: list[int] | None = None,
                 ) -> tuple[bytes, AppendMessageResult, list[DispatchRequest]]:
-        """The bytes of the records appended at ``wrote_offset`` (nothing written).
-        Raises struct.error for an integer out of its field's range."""
+        """The bytes of the records appended at ``wrote_offset`` (nothing written):
+        queue offsets from ``queue_offset`` on, or ``queue_offsets``, one per
+        record. Raises struct.error for an integer out of its field's range."""
         now = int(time.time() * 1000)
         phys = wrote_offset
         parts = []
         dispatches = []
         ids = []
-        for m, topic_b, props_b, size, crc in encoded:
+        for i, (m, topic_b, props_b, size, crc) in enumerate(encoded):
+            if queue_offsets is not None:
+                queue_offset = queue_offsets[i]
             parts.append(encode_record(
                 topic=topic_b, queue_id=m.queue_id, flag=m.flag, body=m.body,
                 properties=props_b, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,

@@ -308,18 +308,48 @@ class DefaultMessageStore:
             self._dispatch_appended(dispatches, ar.wrote_offset + ar.wrote_bytes)
         return result
 
-    def _dispatch_appended(self, dispatches: list[DispatchRequest], end: int) -> None:
+    def put_together(self, msgs: list[MessageExtBrokerInner]
+                     ) -> tuple[PutMessageResult, list[DispatchRequest]]:
+        """Append messages for any topics and queues in one write: they are
+        stored together or not at all (a commit and its op record). Returns
+        the result and, when stored, each record's place (its dispatch request)."""
+        if not self.running or self.disk_full:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE), []
+        if not msgs:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
+        if self.dispatch_behind and not self.reput():
+            return self._behind_result(), []
+        try:
+            result, dispatches = self.commit_log.put_messages(msgs, mixed=True)
+        except DiskFullError as exc:
+            self._refusals(self.log, "disk full, put refused", error=str(exc))
+            return PutMessageResult(PutMessageStatus.DISK_FULL, detail=str(exc)), []
+        except (AllocationError, OSError) as exc:
+            self.log.error("commit log append failed", error=str(exc))
+            return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, detail=str(exc)), []
+        if dispatches:
+            ar = result.append_result
+            assert ar is not None
+            self._dispatch_appended(dispatches, ar.wrote_offset + ar.wrote_bytes, mixed=True)
+        return result, dispatches
+
+    def _dispatch_appended(self, dispatches: list[DispatchRequest], end: int,
+                           mixed: bool = False) -> None:
         """Dispatch the records a put just appended (the cursor was caught up)."""
         try:
             for d in self.dispatchers:
-                d.dispatch_batch(dispatches)
+                if mixed:
+                    for req in dispatches:
+                        d.dispatch(req)
+                else:
+                    d.dispatch_batch(dispatches)
         except Exception as exc:  # the records are stored: a reput dispatches them
             self._dispatch_failed(exc)
             return
         self.reput_offset = end
-        last = dispatches[-1]
-        for listener in self.dispatch_listeners:
-            listener(last.topic, last.queue_id, last.consume_queue_offset + 1)
+        for last in (dispatches if mixed else dispatches[-1:]):
+            for listener in self.dispatch_listeners:
+                listener(last.topic, last.queue_id, last.consume_queue_offset + 1)
 
     @property
     def dispatch_behind(self) -> bool:

@@ -17,20 +17,22 @@ import trio
 import trio.testing
 
 from broker.config import BrokerConfig
-from broker.schedule_service import (
+from broker.message_rewrite import (
     DELAY,
-    PARK_MS,
-    PERSIST_EVERY_S,
     PUT_OUTCOMES,
     REAL_QID,
     REAL_TOPIC,
     PutOutcome,
-    ScheduleError,
-    ScheduleMessageService,
+    RewriteError,
     classify_put_status,
     from_schedule,
-    retry_group_of,
     to_schedule,
+)
+from broker.schedule_service import (
+    PARK_MS,
+    PERSIST_EVERY_S,
+    ScheduleMessageService,
+    retry_group_of,
 )
 from broker.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageResult
 from broker.store.commit_log import SCHEDULE_TOPIC
@@ -212,7 +214,7 @@ def test_from_schedule_and_retry_group() -> None:
     for bad in ({REAL_QID: "0"}, {REAL_TOPIC: "T"}, {REAL_TOPIC: "T", REAL_QID: "-1"},
                 {REAL_TOPIC: "T", REAL_QID: "9" * 12}, {REAL_TOPIC: "a b", REAL_QID: "0"},
                 {REAL_TOPIC: SCHEDULE_TOPIC, REAL_QID: "0"}, {REAL_TOPIC: "", REAL_QID: "0"}):
-        with pytest.raises(ScheduleError):
+        with pytest.raises(RewriteError):
             from_schedule(msg(bad))
     assert retry_group_of("%RETRY%g1") == "g1"
     assert retry_group_of("%RETRY%") is None

@@ -1,0 +1,67 @@
+"""EndTransactionProcessor: END_TRANSACTION, how a producer ends a half message.
+
+A commit (sysFlag type 8) or rollback (12) goes to the transactional message
+service (transaction_service.end); "unknown" (0) changes nothing, the check
+service asks later. A slave refuses: ends belong on the master, which
+replicates what they store.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from broker.message_rewrite import EndState
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import EndTransactionRequestHeader
+from protocol.names import shown
+from protocol.record import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from protocol.trio.connection import RemotingConnection
+from protocol.trio.service import Guard
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+END_STATES = {TRANSACTION_COMMIT_TYPE: EndState.COMMIT, TRANSACTION_ROLLBACK_TYPE: EndState.ROLLBACK}
+
+
+class EndTransactionProcessor:
+    def __init__(self, controller: BrokerController) -> None:
+        self.controller = controller
+        self.config = controller.config
+        self.log = structlog.get_logger("broker.transaction").bind(broker=self.config.broker_name)
+        self.guard = Guard(self.log, "end transaction")
+
+    def end_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = EndTransactionRequestHeader.from_fields(cmd.ext_fields)
+        if self.config.is_slave:
+            return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE,
+                                f"the broker[{self.config.broker_name}] is a slave: end "
+                                "transactions on its master")
+        if h.commit_or_rollback == TRANSACTION_NOT_TYPE:
+            self.guard.note("producer does not know the transaction's state yet",
+                            key=("unknown", h.producer_group), log_level="debug",
+                            group=shown(h.producer_group), msg_id=shown(h.msg_id),
+                            from_check=h.from_transaction_check, remark=shown(cmd.remark))
+            return cmd.response(ResponseCode.SUCCESS, "unknown: the broker will ask again")
+        state = END_STATES.get(h.commit_or_rollback)
+        if state is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"commitOrRollback must be {TRANSACTION_NOT_TYPE} (unknown), "
+                                f"{TRANSACTION_COMMIT_TYPE} (commit) or "
+                                f"{TRANSACTION_ROLLBACK_TYPE} (rollback), "
+                                f"not {h.commit_or_rollback}")
+        code, remark = self.controller.transaction_service.end(h, state, conn.remote_addr)
+        if code != ResponseCode.SUCCESS:
+            self.guard.note("end transaction refused", key=("refused", code),
+                            log_level="warning", group=shown(h.producer_group),
+                            msg_id=shown(h.msg_id), state=state.value,
+                            from_check=h.from_transaction_check, peer=conn.remote_addr,
+                            reason=remark)
+        return cmd.response(code, remark)
