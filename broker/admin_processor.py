@@ -171,6 +171,15 @@ class AdminBrokerProcessor:
             "haListenPort": c.ha_listen_port,
             "ha": c.ha_service.status(),
         }
+        if not c.config.is_slave:
+            tx = c.transaction_service.status()
+            table.update({
+                "transactionCommitted": tx["committed"],
+                "transactionRolledBack": tx["rolled_back"],
+                "transactionChecks": tx["checks"],
+                "transactionDiscarded": tx["discarded"],
+                "transactionPending": tx["pending"],
+            })
         return cmd.response(ResponseCode.SUCCESS, body=pack_body({"table": table}))
 
     def get_all_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand

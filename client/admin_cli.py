@@ -11,6 +11,8 @@ import trio
 
 from client.admin import MQAdmin, MQAdminError
 from protocol.logs import configure_logging
+from protocol.names import RMQ_SYS_TRANS_HALF_TOPIC
+from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
 from protocol.route import perm_to_string
 from protocol.trio.daemon import first_leaf
 
@@ -251,6 +253,17 @@ def consume_message(namesrv: str, topic: str, group: str, broker_name: str | Non
     _run(go)
 
 
+def transaction_note(m: Any) -> str:
+    """Whether a message took part in a transaction, as queryMsg* show it."""
+    tx = transaction_type(m.sys_flag)
+    if tx == TRANSACTION_COMMIT_TYPE:
+        return ("committed transaction (its half message was at commit-log offset "
+                f"{m.prepared_transaction_offset})")
+    if m.topic == RMQ_SYS_TRANS_HALF_TOPIC or m.properties.get("TRAN_MSG", "").lower() == "true":
+        return "half message of a transaction (prepared, not committed)"
+    return "none"
+
+
 def _print_message(m: Any) -> None:
     click.echo(f"OffsetID:            {m.msg_id}")
     click.echo(f"Topic:               {m.topic}")
@@ -264,6 +277,7 @@ def _print_message(m: Any) -> None:
     click.echo(f"Store Timestamp:     {_fmt_ts(m.store_timestamp)}")
     click.echo(f"Born Host:           {m.born_host}")
     click.echo(f"Store Host:          {m.store_host}")
+    click.echo(f"Transaction:         {transaction_note(m)}")
     click.echo(f"Properties:          {m.properties}")
     click.echo(f"Message Body:        {m.body.decode(errors='replace')}")
     click.echo("")
