@@ -179,6 +179,7 @@ class AdminBrokerProcessor:
                 "transactionChecks": tx["checks"],
                 "transactionDiscarded": tx["discarded"],
                 "transactionPending": tx["pending"],
+                "transactionCheckPasses": tx["passes"],
             })
         return cmd.response(ResponseCode.SUCCESS, body=pack_body({"table": table}))
 

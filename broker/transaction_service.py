@@ -118,6 +118,7 @@ class TransactionalMessageService:
         self.rolled_back = 0
         self.discarded = 0
         self.checks = 0
+        self.passes = 0
         self.log = structlog.get_logger("broker.transaction").bind(broker=config.broker_name)
         self.guard = Guard(self.log, "transaction check")
 
@@ -349,7 +350,8 @@ class TransactionalMessageService:
 
     def status(self) -> dict[str, Any]:
         return {"committed": self.committed, "rolled_back": self.rolled_back,
-                "discarded": self.discarded, "checks": self.checks, **self.book.stats()}
+                "discarded": self.discarded, "checks": self.checks, "passes": self.passes,
+                **self.book.stats()}
 
     # ---- trio edge --------------------------------------------------------------------
 
@@ -359,6 +361,7 @@ class TransactionalMessageService:
         stop = self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID)
         while self.check_chunk(self.now_ms(), stop, ask, report):
             await trio.sleep(0)
+        self.passes += 1
         if report.checked or report.discarded:
             self.log.info("transaction check pass", **vars_of(report), **self.book.stats())
         return report

@@ -180,6 +180,7 @@ class MQClientInstance:
         self._tx_checkers: dict[str, TransactionChecker] = {}
         self._prompt_heartbeat_addrs: set[str] = set()
         self._prompt_heartbeat_running = False
+        self._rejoining: set[str] = set()  # broker addresses being re-joined (_rejoin)
         self._rebalance_event = trio.Event()
         self._namesrv_index = int.from_bytes(os.urandom(2), "big") % len(self.namesrv_addrs)
         self._service = ServiceNursery(f"MQClientInstance[{self.namesrv_addr}]")
@@ -323,6 +324,7 @@ class MQClientInstance:
             return conn
         with trio.move_on_at(deadline):
             conn = self._conns[addr] = await rc.get_connection(addr)
+            self._watch_broker_connection(addr, conn)
             return conn
         raise RemotingTimeoutError(f"connect to {addr} timed out")
 
@@ -737,24 +739,65 @@ class MQClientInstance:
         if not self._consumers and not self._producer_groups:
             return
         body = pack_body(self.heartbeat_data())
-
-        async def one(addr: str) -> None:
-            cmd = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body=body)
-            try:
-                response = await self.invoke(addr, cmd)
-            except (RemotingError, MQClientError) as exc:
-                self._log.warning("heartbeat failed", broker=addr, error=str(exc))
-                return
-            except Exception as exc:  # one broker's failure must not cancel the others
-                self._heartbeat_guard.failed(exc, "heartbeat failed", broker=addr)
-                return
-            if response.code != ResponseCode.SUCCESS:
-                self._log.warning("heartbeat refused", broker=addr, code=response.code,
-                                  remark=response.remark)
-
         async with trio.open_nursery() as nursery:
             for addr in addrs:
-                nursery.start_soon(one, addr)
+                nursery.start_soon(self._heartbeat_one, addr, body)
+
+    async def _heartbeat_one(self, addr: str, body: bytes, quiet: bool = False) -> bool:
+        """One HEART_BEAT; True when the broker took it. Failures are logged
+        (``quiet``: at debug level), never raised."""
+        cmd = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body=body)
+        try:
+            response = await self.invoke(addr, cmd)
+        except (RemotingError, MQClientError) as exc:
+            (self._log.debug if quiet else self._log.warning)(
+                "heartbeat failed", broker=addr, error=str(exc))
+            return False
+        except Exception as exc:  # one broker's failure must not cancel the others
+            self._heartbeat_guard.failed(exc, "heartbeat failed", broker=addr)
+            return False
+        if response.code != ResponseCode.SUCCESS:
+            self._log.warning("heartbeat refused", broker=addr, code=response.code,
+                              remark=response.remark)
+            return False
+        return True
+
+    def _watch_broker_connection(self, addr: str, conn: RemotingConnection) -> None:
+        """While a transaction producer runs, a broker must always know it (it
+        asks producers it knows from heartbeats, on their connections): a new
+        connection is heart-beaten at once, and a lost one is re-opened and
+        heart-beaten (after a broker restart) without waiting for the next
+        periodic heartbeat."""
+        if not self._tx_checkers or addr not in self._broker_addr_list():
+            return
+        self._heartbeat_soon({addr})
+
+        def closed(_conn: RemotingConnection) -> None:
+            if (self._tx_checkers and self._state == "running" and self._service.running
+                    and addr not in self._rejoining):
+                self._rejoining.add(addr)
+                self._service.start_soon(self._rejoin, addr)
+
+        conn.on_close(closed)
+
+    async def _rejoin(self, addr: str) -> None:
+        """Reconnect and heartbeat ``addr`` until it answers, backing off, for
+        at most one heartbeat interval (then the periodic heartbeat carries on)."""
+        try:
+            delay = 0.2
+            give_up = trio.current_time() + self.heartbeat_broker_interval
+            while self._tx_checkers and trio.current_time() < give_up:
+                await trio.sleep(delay)
+                if addr not in self._broker_addr_list():
+                    return
+                body = pack_body(self.heartbeat_data())
+                if await self._heartbeat_one(addr, body, quiet=True):
+                    self._log.info("broker connection re-opened for transaction checks",
+                                   broker=addr)
+                    return
+                delay = min(delay * 2, 5.0)
+        finally:
+            self._rejoining.discard(addr)
 
     def rebalance_immediately(self) -> None:
         self._rebalance_event.set()
