@@ -63,7 +63,7 @@ class Listener:
 
 async def setup(cluster: Cluster, **props: object) -> tuple[Daemon, Daemon]:
     ns = cluster.namesrv()
-    broker = cluster.broker("broker-a", ns.addr, **props)
+    broker = cluster.broker("broker-a", ns.addr, True, **props)
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=QUEUES,
                                  write_queue_nums=QUEUES)
@@ -121,9 +121,9 @@ async def test_commit_delivers_once_rollback_never(cluster: Cluster) -> None:
     # the half queue is not a topic: nothing routes or pulls it
     async with RemotingClient() as rc:
         h = PullMessageRequestHeader("peek", RMQ_SYS_TRANS_HALF_TOPIC, 0, 0, 32)
-        r = await rc.invoke(broker.addr, RemotingCommand.request(
+        pulled = await rc.invoke(broker.addr, RemotingCommand.request(
             RequestCode.PULL_MESSAGE, h.to_fields()), 5)
-        assert r.code == ResponseCode.TOPIC_NOT_EXIST
+        assert pulled.code == ResponseCode.TOPIC_NOT_EXIST
     out = subprocess.run([sys.executable, "-m", "client.admin_cli", "consumeMessage", "-n", ns.addr,
                           "-t", TOPIC, "-c", "100"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -181,7 +181,7 @@ async def test_producer_killed_between_half_and_end(cluster: Cluster) -> None:
          "alpha", "beta"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout is not None
-        seen = set()
+        seen: set[str] = set()
         with trio.fail_after(30):
             while len(seen) < 2:
                 line = await trio.to_thread.run_sync(proc.stdout.readline)
@@ -287,6 +287,7 @@ async def test_bad_transaction_requests(cluster: Cluster) -> None:
     listener = Listener({b"x": COMMIT})
     async with TransactionProducer("tx-bad", ns.addr, listener) as p:
         r = await p.send_message_in_transaction(Message(TOPIC, b"x"))
+    assert r.offset_msg_id is not None
     _, phys = decode_msg_id(r.offset_msg_id)
 
     async with RemotingClient() as rc:
