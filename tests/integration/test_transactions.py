@@ -11,8 +11,9 @@ from typing import Any
 
 import trio
 
-from client import LocalTransactionState, Message, TransactionProducer
+from client import LocalTransactionState, Message, SendStatus, TransactionProducer
 from client.admin import MQAdmin
+from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import (
@@ -31,6 +32,7 @@ from protocol.record import (
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster, Daemon
 from tests.integration.ha_reads import drain_queue, max_offsets
+from tests.integration.test_ha import create_topic, pair, same_max_offset
 from tests.integration.waits import routed, wait_for
 
 TOPIC = "TxTopic"
@@ -328,3 +330,48 @@ async def test_bad_transaction_requests(cluster: Cluster) -> None:
         await expect(await send(TRANSACTION_PREPARED_TYPE, {}, batch=True),
                      ResponseCode.MESSAGE_ILLEGAL, "batch")
     assert await delivered(broker.addr) == [b"x"]
+
+
+async def test_transactions_on_a_master_slave_group(cluster: Cluster) -> None:
+    ns = cluster.namesrv()
+    master, slave = pair(cluster, ns.addr, "SYNC_MASTER", **FAST_CHECKS)
+    await create_topic(ns.addr, master, TOPIC, QUEUES)
+    states = {b"probe": COMMIT}
+    states.update({f"c{i}".encode(): COMMIT for i in range(15)})
+    states.update({f"r{i}".encode(): ROLLBACK for i in range(15)})
+    states.update({f"u{i}".encode(): UNKNOW for i in range(5)})
+    listener = Listener(states, {f"u{i}".encode(): COMMIT for i in range(5)})
+    async with TransactionProducer("tx-ha", ns.addr, listener) as p:
+        # SYNC_MASTER: a half message is SEND_OK once the slave holds it
+        async def acknowledged() -> bool:
+            r = await p.send_message_in_transaction(Message(TOPIC, b"probe"))
+            return r.send_status == SendStatus.SEND_OK
+        await wait_for(acknowledged, 20, "a slave acknowledging half messages")
+        for body in states:
+            if body != b"probe":
+                r = await p.send_message_in_transaction(Message(TOPIC, body))
+                assert r.send_status == SendStatus.SEND_OK
+        await settled(ns.addr, master.addr)
+    async with MQAdmin(ns.addr) as admin:
+        await wait_for(same_max_offset(admin, master, slave), 20, "the slave caught up")
+    want = Counter({b: 1 for b in states if not b.startswith(b"r")})
+    got = Counter(await delivered(slave.addr))
+    assert set(got) == set(want) and all(n == 1 for b, n in got.items() if b != b"probe")
+    async with RemotingClient() as rc:
+        # ends belong on the master
+        h = EndTransactionRequestHeader("tx-ha", 0, 0, TRANSACTION_COMMIT_TYPE)
+        r = await rc.invoke(slave.addr, RemotingCommand.request(
+            RequestCode.END_TRANSACTION, h.to_fields()), 5)
+        assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE
+        # the check service's progress is copied like any group's offsets
+
+        async def offsets_copied() -> bool:
+            tables = []
+            for addr in (master.addr, slave.addr):
+                resp = await rc.invoke(addr, RemotingCommand.request(
+                    RequestCode.GET_ALL_CONSUMER_OFFSET), 5)
+                table = unpack_body(resp.body)["offsetTable"]
+                tables.append({k: v for k, v in table.items() if k.endswith("@CID_RMQ_SYS_TRANS")})
+            return bool(tables[0]) and tables[0] == tables[1]
+
+        await wait_for(offsets_copied, 20, "CID_RMQ_SYS_TRANS offsets on the slave")
