@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from broker.config import BrokerConfig
 from broker.consumer_offset_manager import ConsumerOffsetManager
@@ -406,3 +408,19 @@ def test_ops_are_passed_once_the_half_queue_is(env: Env) -> None:
     assert env.svc.book.op_offset == 5 and env.svc.book.ended == {}
     assert env.offsets.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_OP_HALF_TOPIC, 0) == 5
     assert env.offsets.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0) == 5
+
+
+async def test_check_service_runs_a_pass_every_interval(
+        env: Env, autojump_clock: trio.testing.MockClock) -> None:
+    env.config.transaction_check_interval = 60_000
+    env.prepare(b"a", born=1)  # long past its timeout
+    async with trio.open_nursery() as nursery:
+        await nursery.start(env.svc.run, env.ask)
+        await trio.sleep(59.9)
+        assert env.svc.passes == 0 and env.asked == []
+        await trio.sleep(0.2)
+        assert env.svc.passes == 1 and len(env.asked) == 1
+        await trio.sleep(60 * 3)
+        assert env.svc.passes == 4 and len(env.asked) == 3  # then discarded (check max 3)
+        assert env.svc.discarded == 1
+        nursery.cancel_scope.cancel()
