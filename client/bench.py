@@ -1,6 +1,7 @@
 """``mqbench``: throughput and latency of producers and consumers.
 
     mqbench producer -n 127.0.0.1:9876 -t BenchTopic -s 1024 -b 32 -c 200000 -w 8
+    mqbench transaction -n 127.0.0.1:9876 -t BenchTxTopic -s 1024 -c 20000 -w 16 -p 1 --checks 20
     mqbench consumer -n 127.0.0.1:9876 -t BenchTopic -c 200000
     mqbench push -n 127.0.0.1:9876 -t BenchTopic -c 200000 -i 3
     mqbench latency -n 127.0.0.1:9876 -t LatencyTopic -r 2000 -d 10
@@ -11,12 +12,17 @@ Counts are bounded; every run stops by itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import click
 import trio
 
 from protocol.logs import configure_logging
+
+if TYPE_CHECKING:
+    from client import LocalTransactionState, Message, MessageExt
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
 
@@ -30,13 +36,122 @@ def percentiles(samples: Sequence[float], points: Sequence[float] = (50, 90, 99,
     return {p: ordered[min(n - 1, max(0, int(round(p / 100 * n + 0.5)) - 1))] for p in points}
 
 
-def report(kind: str, count: int, nbytes: int, elapsed: float, latencies: Sequence[float]) -> str:
+def report(kind: str, count: int, nbytes: int, elapsed: float, latencies: Sequence[float], *,
+           noun: str = "msgs", rate: str = "msg/s", per: str = "request") -> str:
     tps = count / elapsed if elapsed > 0 else 0.0
     mb = nbytes / elapsed / 1e6 if elapsed > 0 else 0.0
     pct = percentiles(latencies)
     lat = " ".join(f"p{p:g}={v * 1e3:.3f}ms" for p, v in pct.items())
-    return (f"{kind}: {count} msgs in {elapsed:.2f}s = {tps:,.0f} msg/s ({mb:.1f} MB/s); "
-            f"latency per request {lat}")
+    return (f"{kind}: {count} {noun} in {elapsed:.2f}s = {tps:,.0f} {rate} ({mb:.1f} MB/s); "
+            f"latency per {per} {lat}")
+
+
+# ---- transaction mode: pure parts ----------------------------------------------------
+
+
+class CheckTimes:
+    """When each UNKNOW transaction was acknowledged (its send_message_in_transaction
+    returned) and when the broker's first check of it arrived, by UNIQ_KEY. Times
+    are passed in (monotonic seconds)."""
+
+    def __init__(self) -> None:
+        self.acked: dict[str, float] = {}
+        self.checked: dict[str, float] = {}
+        self._unchecked: set[str] = set()
+
+    def ack(self, key: str, now: float) -> None:
+        self.acked[key] = now
+        if key not in self.checked:
+            self._unchecked.add(key)
+
+    def check(self, key: str, now: float) -> bool:
+        """Record a check; True for the first check of ``key``, False for a repeat."""
+        if key in self.checked:
+            return False
+        self.checked[key] = now
+        self._unchecked.discard(key)
+        return True
+
+    def unchecked(self) -> int:
+        """Acknowledged transactions not checked yet."""
+        return len(self._unchecked)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSummary:
+    """The check phase: ``delays`` (seconds, sorted) from each acknowledged
+    UNKNOW transaction to its first check; ``missed`` were never checked."""
+
+    sent: int
+    delays: list[float] = field(default_factory=list)
+
+    @property
+    def checked(self) -> int:
+        return len(self.delays)
+
+    @property
+    def missed(self) -> int:
+        return self.sent - self.checked
+
+
+def summarize_checks(acked: Mapping[str, float], checked: Mapping[str, float]) -> CheckSummary:
+    """Pair acknowledgement and check times by key. Checks of keys never
+    acknowledged (e.g. a throughput-phase transaction whose commit was lost)
+    are not counted."""
+    delays = sorted(checked[key] - t for key, t in acked.items() if key in checked)
+    return CheckSummary(sent=len(acked), delays=delays)
+
+
+def check_report(summary: CheckSummary, waited: float, check_wait: float) -> str:
+    """One line for the check phase."""
+    head = (f"checks: {summary.checked}/{summary.sent} UNKNOW transactions checked "
+            f"(waited {waited:.1f}s of --check-wait {check_wait:g}s)")
+    if summary.delays:
+        pct = percentiles(summary.delays, (50, 90))
+        head += (f"; UNKNOW to check min={summary.delays[0]:.3f}s p50={pct[50]:.3f}s "
+                 f"p90={pct[90]:.3f}s max={summary.delays[-1]:.3f}s")
+    return f"{head}; {summary.missed} not checked in time"
+
+
+# ---- transaction mode: the listener (runs on the event loop) ------------------------
+
+
+class BenchTransactionListener:
+    """Local transactions end in the state passed as ``arg`` (COMMIT_MESSAGE
+    when none); a check records its first arrival in ``times`` and commits.
+    ``all_checked`` is set once ``sending_done()`` was called and every
+    acknowledged UNKNOW transaction has been checked."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        from client import LocalTransactionState
+
+        self._states = LocalTransactionState
+        self.clock = clock
+        self.times = CheckTimes()
+        self.all_checked = trio.Event()
+        self._sending = True
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        if isinstance(arg, self._states):
+            return arg
+        return self._states.COMMIT_MESSAGE
+
+    def check_local_transaction(self, msg: MessageExt) -> LocalTransactionState:
+        key = msg.uniq_key or msg.msg_id
+        if key and self.times.check(key, self.clock()):
+            self._maybe_done()
+        return self._states.COMMIT_MESSAGE
+
+    def acked(self, key: str) -> None:
+        self.times.ack(key, self.clock())
+
+    def sending_done(self) -> None:
+        self._sending = False
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        if not self._sending and self.times.unchecked() == 0:
+            self.all_checked.set()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -97,6 +212,104 @@ def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concur
 
     elapsed = trio.run(go)
     click.echo(report("produce", sent, sent * size, elapsed, latencies))
+
+
+@cli.command()
+@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", default="BenchTxTopic", show_default=True)
+@click.option("-s", "--messageSize", "size", type=click.IntRange(min=0), default=1024,
+              show_default=True)
+@click.option("-c", "--count", type=click.IntRange(min=0), default=20_000, show_default=True,
+              help="Committed transactions in all (throughput phase).")
+@click.option("-w", "--concurrency", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Transactions in flight at once.")
+@click.option("-p", "--producers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="TransactionProducers, groups BENCH_TX_PRODUCER_<i> (one client instance).")
+@click.option("--checks", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Then send this many UNKNOW transactions and time the broker's checks.")
+@click.option("--check-wait", "check_wait", type=click.FloatRange(min=0), default=120.0,
+              show_default=True, help="Seconds to wait for the checks at most.")
+def transaction(namesrv: str, topic: str, size: int, count: int, concurrency: int,
+                producers: int, checks: int, check_wait: float) -> None:
+    """Send COUNT transactions of SIZE bytes (every local transaction commits)
+    and report transactions/s and latency; with --checks N, send N more whose
+    local transaction is UNKNOW and report how long the broker took to check them."""
+    for line in trio.run(_transaction_bench, namesrv, topic, size, count, concurrency,
+                         producers, checks, check_wait):
+        click.echo(line)
+
+
+async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, concurrency: int,
+                             producers: int, checks: int, check_wait: float) -> list[str]:
+    """The transaction command's body: its output lines."""
+    from client import LocalTransactionState, Message, TransactionProducer
+
+    commit, unknow = LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.UNKNOW
+    body = b"x" * size
+    listener = BenchTransactionListener()
+    latencies: list[float] = []
+    committed = not_committed = check_not_sent = 0
+    lines: list[str] = []
+
+    async def worker(p: TransactionProducer, quota: list[int], state: LocalTransactionState,
+                     timed: bool) -> None:
+        nonlocal committed, not_committed, check_not_sent
+        while quota[0] > 0:
+            quota[0] -= 1
+            t0 = time.perf_counter()
+            r = await p.send_message_in_transaction(Message(topic, body), state)
+            if timed:
+                latencies.append(time.perf_counter() - t0)
+            if r.local_transaction_state is unknow:
+                listener.acked(r.msg_id)
+            elif timed and r.local_transaction_state is commit:
+                committed += 1
+            elif timed:
+                not_committed += 1
+            else:
+                check_not_sent += 1
+
+    async def run_phase(ps: list[TransactionProducer], n: int, state: LocalTransactionState,
+                        timed: bool) -> float:
+        quota = [n]
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for i in range(max(1, min(concurrency, n))):
+                nursery.start_soon(worker, ps[i % len(ps)], quota, state, timed)
+        return time.perf_counter() - t0
+
+    ps = [TransactionProducer(f"BENCH_TX_PRODUCER_{i}", namesrv, listener)
+          for i in range(producers)]
+    started: list[TransactionProducer] = []
+    try:
+        for p in ps:
+            await p.start()
+            started.append(p)
+        # warm up: routes, connections, heartbeats
+        for p in ps:
+            await p.send_message_in_transaction(Message(topic, body), commit)
+        elapsed = await run_phase(ps, count, commit, True)
+        line = report("transaction", committed, committed * size, elapsed, latencies,
+                      noun="committed", rate="tx/s", per="send_message_in_transaction")
+        if not_committed:
+            line += f"; {not_committed} rolled back (half message not SEND_OK)"
+        lines.append(line)
+        if checks > 0:
+            await run_phase(ps, checks, unknow, False)
+            listener.sending_done()
+            t0 = time.monotonic()
+            with trio.move_on_after(check_wait):
+                await listener.all_checked.wait()
+            waited = time.monotonic() - t0
+            summary = summarize_checks(listener.times.acked, listener.times.checked)
+            line = check_report(summary, waited, check_wait)
+            if check_not_sent:
+                line += f"; {check_not_sent} rolled back (half message not SEND_OK)"
+            lines.append(line)
+    finally:
+        for p in started:
+            await p.shutdown()
+    return lines
 
 
 @cli.command()
