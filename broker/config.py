@@ -149,6 +149,8 @@ class BrokerConfig(PropertiesConfig):
     # pull
     long_polling_enable: bool = True
     long_polling_max_suspend_millis: int = 15_000
+    max_held_pulls: int = 100_000  # long-polling pulls held at once, broker-wide
+    max_held_pulls_per_connection: int = 1_024  # ... and from one connection
     # housekeeping
     channel_expired_timeout: int = 120_000
     # master/slave replication (HA)
