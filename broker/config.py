@@ -18,6 +18,7 @@ from typing import ClassVar
 from protocol import names
 from protocol.config import ConfigError, PropertiesConfig, load_properties, not_a_key
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
+from protocol.trio.limits import ConnectionLimits
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -60,7 +61,7 @@ NO_EFFECT_KEYS: dict[str, str] = {
     **{k: _NETTY for k in (
         "serverWorkerThreads", "serverCallbackExecutorThreads", "serverSelectorThreads",
         "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue",
-        "serverChannelMaxIdleTimeSeconds", "serverSocketSndBufSize", "serverSocketRcvBufSize",
+        "serverSocketSndBufSize", "serverSocketRcvBufSize",
         "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector",
         "clientWorkerThreads", "clientCallbackExecutorThreads", "clientOnewaySemaphoreValue",
         "clientAsyncSemaphoreValue", "clientChannelMaxIdleTimeSeconds",
@@ -153,6 +154,20 @@ class BrokerConfig(PropertiesConfig):
     max_held_pulls_per_connection: int = 1_024  # ... and from one connection
     # housekeeping
     channel_expired_timeout: int = 120_000
+    # connections: what one client may make the broker hold (protocol/trio/limits.py)
+    server_channel_max_idle_time_seconds: int = 120  # no traffic, or owed bytes unread
+    frame_read_timeout_seconds: int = 30  # a started frame must complete within
+    write_buffer_high_water_mark: int = 4 * MiB  # owed to a peer: stop reading its requests
+    write_buffer_low_water_mark: int = 1 * MiB  # ... until it is back under this
+    max_total_connection_buffer_bytes: int = 256 * MiB  # owed + partial frames, all peers
+    max_in_flight_requests_per_connection: int = 4096  # taken, not answered: SYSTEM_BUSY past it
+    max_connections_per_address: int = 1024  # 0: no limit
+    # request lanes (RocketMQ's thread-pool queues): waited longer -> SYSTEM_BUSY
+    wait_time_mills_in_send_queue: int = 200
+    wait_time_mills_in_pull_queue: int = 5_000
+    wait_time_mills_in_heartbeat_queue: int = 31_000
+    wait_time_mills_in_transaction_queue: int = 3_000
+    heartbeat_lane_percent: int = 50  # most of the event loop heart beats may use
     # master/slave replication (HA)
     ha_listen_port: int = 0  # 0: listenPort + 1
     ha_send_heartbeat_interval: int = 5000  # ms: a slave reports its offset at least this often
@@ -187,6 +202,11 @@ class BrokerConfig(PropertiesConfig):
                            ("transactionCheckMax", self.transaction_check_max)):
             if value <= 0:
                 raise ConfigError(f"{key} must be positive, not {value}")
+        problem = self.connection_limits().problem()
+        if problem is not None:
+            raise ConfigError(f"connection limits: {problem}")
+        if not 1 <= self.heartbeat_lane_percent <= 100:
+            raise ConfigError("heartbeatLanePercent is a percentage (1..100)")
         self._validate_role()
         self._validate_ha()
 
@@ -223,6 +243,16 @@ class BrokerConfig(PropertiesConfig):
             raise ConfigError("haSlaveFallbehindMax must not be negative")
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("accessMessageInMemoryMaxRatio is a percentage (0..100)")
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            write_high_water=self.write_buffer_high_water_mark,
+            write_low_water=self.write_buffer_low_water_mark,
+            max_in_flight=self.max_in_flight_requests_per_connection,
+            idle_timeout=float(self.server_channel_max_idle_time_seconds),
+            frame_timeout=float(self.frame_read_timeout_seconds),
+            max_connections_per_address=self.max_connections_per_address,
+        )
 
     def delay_level_table(self) -> dict[int, int]:
         """Delay level (1-based) -> milliseconds, from ``messageDelayLevel``.

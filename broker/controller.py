@@ -48,10 +48,29 @@ from protocol.command import RemotingCommand
 from protocol.names import shown
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
+from protocol.trio.limits import Lane, Lanes, SharedBudget
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
 
 HOUSEKEEPING_INTERVAL_S = 10.0
+
+
+def request_lanes(config: BrokerConfig) -> Lanes:
+    """RocketMQ's processor thread pools as lanes of the event loop: a request
+    that waited longer than its lane allows, or a heartbeat past its lane's
+    share of the loop, is answered SYSTEM_BUSY."""
+    lanes = Lanes()
+    lanes.add(Lane("send", max_wait_ms=config.wait_time_mills_in_send_queue),
+              [RequestCode.SEND_MESSAGE, RequestCode.SEND_BATCH_MESSAGE,
+               RequestCode.CONSUMER_SEND_MSG_BACK])
+    lanes.add(Lane("pull", max_wait_ms=config.wait_time_mills_in_pull_queue),
+              [RequestCode.PULL_MESSAGE])
+    lanes.add(Lane("heartbeat", share=config.heartbeat_lane_percent / 100,
+                   max_wait_ms=config.wait_time_mills_in_heartbeat_queue),
+              [RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT])
+    lanes.add(Lane("transaction", max_wait_ms=config.wait_time_mills_in_transaction_queue),
+              [RequestCode.END_TRANSACTION])
+    return lanes
 
 
 class BrokerController:
@@ -88,6 +107,9 @@ class BrokerController:
         self.server = RemotingServer(
             self._handler_table(), "0.0.0.0" if config.broker_ip1 != "127.0.0.1" else "127.0.0.1",
             config.listen_port, max_frame_size=config.max_frame_size,
+            limits=config.connection_limits(),
+            budget=SharedBudget(config.max_total_connection_buffer_bytes),
+            lanes=request_lanes(config),
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self.outer_api: BrokerOuterAPI | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ from protocol.trio.errors import (
     RemotingSendRequestError,
     RemotingTimeoutError,
 )
+from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
 
 SyncHandler = Callable[["RemotingConnection", RemotingCommand], RemotingCommand | None]
 AsyncHandler = Callable[["RemotingConnection", RemotingCommand], Awaitable[RemotingCommand | None]]
@@ -38,6 +40,8 @@ Handler = SyncHandler | AsyncHandler
 RECEIVE_CHUNK = 256 * 1024
 # Above this many queued outgoing bytes, invoke() waits for the writer.
 HIGH_WATER = 8 * 1024 * 1024
+# The reader lets other tasks run after this many requests of one received chunk.
+YIELD_EVERY = 64
 
 log = structlog.get_logger("remoting")
 
@@ -77,16 +81,34 @@ class RemotingConnection:
         *,
         remote_addr: str = "?",
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        limits: ConnectionLimits | None = None,
+        budget: SharedBudget | None = None,
+        lanes: Lanes | None = None,
     ) -> None:
         self.stream = stream
         self.handlers = handlers or HandlerTable()
         self.remote_addr = remote_addr
         self.max_frame_size = max_frame_size
+        self.limits = limits or ConnectionLimits()
+        self._budget = budget
+        self._lanes = lanes
         self.attrs: dict[str, Any] = {}
         self.closed = False
         self._decoder = FrameDecoder(max_frame_size)
         self._out: list[bytes] = []
         self._out_bytes = 0
+        # bytes queued or being written (what the peer is owed), and the part
+        # of it and of the decoder's partial frame counted in the shared budget
+        self._owed = 0
+        self._buffered = 0
+        self._write_progress: trio.Event | None = None
+        now = trio.current_time()
+        self.last_read = now
+        self.last_write = now
+        self.partial_since: float | None = None
+        # requests taken and not answered yet: opaque -> how many
+        self._unanswered: dict[int, int] = {}
+        self.unanswered = 0
         self._wake: trio.Event | None = None
         self._drained = trio.Event()
         self._sending = False
@@ -140,6 +162,12 @@ class RemotingConnection:
         if self.closed:
             return
         self.closed = True
+        self._owe(-self._owed)
+        self._account_buffered(0)
+        self._unanswered.clear()
+        self.unanswered = 0
+        if self._write_progress is not None:
+            self._write_progress.set()
         for pending in self._pending.values():
             pending.event.set()
         self._pending.clear()
@@ -156,6 +184,71 @@ class RemotingConnection:
         if self._nursery is None or self.closed:
             raise RemotingConnectError("connection is closed")
         self._nursery.start_soon(async_fn, *args)
+
+    # ---- what the connection holds for its peer ---------------------------------
+
+    def _owe(self, n: int) -> None:
+        """``n`` more (or fewer) bytes queued or being written to the peer."""
+        self._owed += n
+        if self._budget is not None:
+            self._budget.add(n)
+
+    def _account_buffered(self, buffered: int) -> None:
+        """The decoder now holds ``buffered`` bytes of a partial frame."""
+        if self._budget is not None:
+            self._budget.add(buffered - self._buffered)
+        self._buffered = buffered
+
+    @property
+    def owed(self) -> int:
+        """Bytes queued for or being written to the peer."""
+        return self._owed
+
+    def expired(self, now: float) -> str | None:
+        """Why the connection should be closed at ``now`` (None: it should not):
+        silent too long, owing bytes to a peer that reads none, or holding a
+        frame that does not complete."""
+        lim = self.limits
+        if self._owed > 0 and now - self.last_write > lim.idle_timeout:
+            return (f"the peer read nothing for {lim.idle_timeout:g}s while "
+                    f"{self._owed} bytes were owed to it")
+        if self.partial_since is not None and now - self.partial_since > lim.frame_timeout:
+            return (f"a frame started {now - self.partial_since:.0f}s ago did not complete "
+                    f"({self._decoder.buffered} bytes of it received)")
+        if self._owed == 0 and now - max(self.last_read, self.last_write) > lim.idle_timeout:
+            return f"no traffic for {lim.idle_timeout:g}s"
+        return None
+
+    def _must_wait(self) -> bool:
+        """Whether the reader must stop taking requests for now."""
+        if self.closed:
+            return False
+        if self._owed > self.limits.write_high_water:
+            return True
+        budget = self._budget
+        return budget is not None and budget.over and (self._owed > 0 or self._buffered > 0)
+
+    async def _wait_for_room(self) -> None:
+        """Back-pressure: while the peer is owed more than the high-water mark,
+        read nothing until it is under the low-water mark; while the server's
+        connections together hold more than their budget, a connection holding
+        any of it reads nothing."""
+        if self._owed > self.limits.write_high_water:
+            while self._owed > self.limits.write_low_water and not self.closed:
+                progress = self._write_progress = trio.Event()
+                await progress.wait()
+        while self._must_wait():
+            await trio.sleep(0.01)
+
+    def _answered(self, opaque: int) -> None:
+        n = self._unanswered.get(opaque)
+        if n is None:
+            return
+        self.unanswered -= 1
+        if n <= 1:
+            del self._unanswered[opaque]
+        else:
+            self._unanswered[opaque] = n - 1
 
     # ---- sending -------------------------------------------------------------
 
@@ -197,6 +290,7 @@ class RemotingConnection:
             frame = frame[sent:]
         self._out.append(frame)
         self._out_bytes += len(frame)
+        self._owe(len(frame))
         if not self._batching:
             self._wake_writer()
 
@@ -221,6 +315,9 @@ class RemotingConnection:
                 sent = 0
             self._out.clear()
             self._out_bytes = 0
+            if sent:
+                self._owe(-sent)
+                self.last_write = trio.current_time()
             if sent == len(data):
                 return
             self._out.append(data[sent:])
@@ -232,6 +329,8 @@ class RemotingConnection:
         never raises (a request that cannot be framed is logged and dropped)."""
         if self.closed:
             return
+        if response.flag & FLAG_RESPONSE and self.unanswered:
+            self._answered(response.opaque)
         try:
             self._enqueue(response)
         except RemotingSendRequestError as exc:
@@ -261,6 +360,12 @@ class RemotingConnection:
                 return
             finally:
                 self._sending = False
+            self._owe(-len(data))
+            self.last_write = trio.current_time()
+            progress = self._write_progress
+            if progress is not None:
+                self._write_progress = None
+                progress.set()
 
     async def drain(self) -> None:
         """Wait until every queued frame has been written (or the connection closed)."""
@@ -302,7 +407,9 @@ class RemotingConnection:
 
     async def _reader(self) -> None:
         stream = self.stream
+        decoder = self._decoder
         while True:
+            await self._wait_for_room()
             try:
                 data = await stream.receive_some(RECEIVE_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
@@ -310,20 +417,37 @@ class RemotingConnection:
                 return
             if not data:
                 return
+            now = self.last_read = trio.current_time()
             try:
-                frames = self._decoder.feed(data)
+                frames = decoder.feed(data)
             except ProtocolError as exc:
                 self._log.warning("protocol error, closing connection", error=str(exc))
                 return
+            buffered = decoder.buffered
+            if buffered != self._buffered:
+                self._account_buffered(buffered)
+            if not buffered:
+                self.partial_since = None
+            elif self.partial_since is None or frames:
+                self.partial_since = now  # a new frame started
+            received_at = time.perf_counter()
             self._batching = True
             try:
-                for payload in frames:
-                    if not self._handle_frame(payload):
+                for i, payload in enumerate(frames, 1):
+                    if not self._handle_frame(payload, received_at):
                         return
+                    if self._owed > self.limits.write_high_water or i % YIELD_EVERY == 0:
+                        # let the writer and other connections go on before the rest
+                        self._flush_batch()
+                        await self._wait_for_room()
+                        await trio.lowlevel.checkpoint()
+                        if self.closed:
+                            return
+                        self._batching = True
             finally:
                 self._flush_batch()
 
-    def _handle_frame(self, payload: bytes) -> bool:
+    def _handle_frame(self, payload: bytes, received_at: float = 0.0) -> bool:
         """Handle one frame; False means the connection must close."""
         try:
             cmd = RemotingCommand.decode(payload)
@@ -343,28 +467,50 @@ class RemotingConnection:
                 pending.response = cmd
                 pending.event.set()
             return True
-        self._dispatch(cmd)
+        self._dispatch(cmd, received_at)
         return True
 
-    def _dispatch(self, cmd: RemotingCommand) -> None:
+    def _refuse_busy(self, cmd: RemotingCommand, remark: str) -> None:
+        if not cmd.is_oneway:
+            self.send_response(cmd.response(ResponseCode.SYSTEM_BUSY, remark))
+
+    def _dispatch(self, cmd: RemotingCommand, received_at: float = 0.0) -> None:
         sync_handler, async_handler = self.handlers.lookup(cmd.code)
+        if sync_handler is None and async_handler is None:
+            if not cmd.is_oneway:
+                self.send_response(cmd.response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f"request code {cmd.code} not supported"))
+            return
+        if self.unanswered >= self.limits.max_in_flight:
+            self._refuse_busy(cmd, f"too many requests in flight on this connection "
+                                   f"({self.unanswered}); read the answers first")
+            return
+        lanes = self._lanes
+        lane = None
+        started = 0.0
+        if lanes is not None:
+            lane = lanes.lane(cmd.code)
+            started = time.perf_counter()
+            reason = lanes.refusal(lane, started, received_at or started)
+            if reason is not None:
+                self._refuse_busy(cmd, reason)
+                return
+        if not cmd.is_oneway:
+            self._unanswered[cmd.opaque] = self._unanswered.get(cmd.opaque, 0) + 1
+            self.unanswered += 1
         if sync_handler is not None:
             try:
                 response = self._checked(cmd, sync_handler(self, cmd))
             except Exception as exc:
                 response = self._error_response(cmd, exc)
+            if lane is not None:
+                lanes.ran(lane, time.perf_counter() - started)  # type: ignore[union-attr]
             if response is not None and not cmd.is_oneway:
                 self.send_response(response)
         elif async_handler is not None:
             assert self._nursery is not None
             self._nursery.start_soon(self._run_async, async_handler, cmd)
-        elif not cmd.is_oneway:
-            self.send_response(
-                cmd.response(
-                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                    f"request code {cmd.code} not supported",
-                )
-            )
 
     async def _run_async(self, handler: AsyncHandler, cmd: RemotingCommand) -> None:
         try:

@@ -10,8 +10,13 @@ import trio
 
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
 from protocol.trio.connection import HandlerTable, RemotingConnection
+from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
+from protocol.trio.service import Guard
 
 log = structlog.get_logger("remoting.server")
+
+
+SWEEP_EVERY_S = 1.0
 
 
 def peer_name(stream: trio.SocketStream) -> str:
@@ -32,12 +37,22 @@ class RemotingServer:
         port: int = 0,
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        limits: ConnectionLimits | None = None,
+        budget: SharedBudget | None = None,
+        lanes: Lanes | None = None,
     ) -> None:
         self.handlers = handlers
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
+        self.limits = limits or ConnectionLimits()
+        self.budget = budget or SharedBudget()
+        self.lanes = lanes
         self.connections: set[RemotingConnection] = set()
+        self.per_host: dict[str, int] = {}
+        self.refused = 0
+        self.closed_by_limits = 0
+        self._guard = Guard(log, "remoting server")
         self._on_open: list[Callable[[RemotingConnection], None]] = []
         self._on_close: list[Callable[[RemotingConnection], None]] = []
 
@@ -54,7 +69,28 @@ class RemotingServer:
         log.info("listening", host=self.host, port=self.port)
         async with trio.open_nursery() as nursery:
             await nursery.start(trio.serve_listeners, self._handle, listeners)
+            nursery.start_soon(self._sweep_loop)
             task_status.started(self.port)
+
+    def sweep(self, now: float) -> int:
+        """Close connections idle, stalled or stuck in a frame for too long
+        (ConnectionLimits); returns how many."""
+        closed = 0
+        for conn in list(self.connections):
+            reason = conn.expired(now)
+            if reason is not None:
+                self._guard.note("connection closed", key=("expired", reason.split()[0]),
+                                 log_level="info", peer=conn.remote_addr, reason=reason)
+                conn.close()
+                closed += 1
+        self.closed_by_limits += closed
+        return closed
+
+    async def _sweep_loop(self) -> None:
+        every = min(SWEEP_EVERY_S, self.limits.frame_timeout / 4, self.limits.idle_timeout / 4)
+        while True:
+            await trio.sleep(every)
+            await self._guard.run(self.sweep, trio.current_time())
 
     async def _handle(self, stream: trio.SocketStream) -> None:
         """Serve one accepted connection; nothing raised here ends the server."""
@@ -70,9 +106,31 @@ class RemotingServer:
             stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
         except OSError:
             pass
+        peer = peer_name(stream)
+        host = peer.rpartition(":")[0]
+        limit = self.limits.max_connections_per_address
+        if limit and self.per_host.get(host, 0) >= limit:
+            self.refused += 1
+            self._guard.note("connection refused: too many connections from one address",
+                             key=("per-address", host), peer=peer, limit=limit,
+                             hint="raise maxConnectionsPerAddress if this client is legitimate")
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await stream.aclose()
+            return
         conn = RemotingConnection(
-            stream, self.handlers, remote_addr=peer_name(stream), max_frame_size=self.max_frame_size
+            stream, self.handlers, remote_addr=peer, max_frame_size=self.max_frame_size,
+            limits=self.limits, budget=self.budget, lanes=self.lanes,
         )
+        self.per_host[host] = self.per_host.get(host, 0) + 1
+
+        def gone(_conn: RemotingConnection) -> None:
+            left = self.per_host.get(host, 1) - 1
+            if left > 0:
+                self.per_host[host] = left
+            else:
+                self.per_host.pop(host, None)
+
+        conn.on_close(gone)
         self.connections.add(conn)
         for cb in self._on_close:
             conn.on_close(cb)

@@ -1,0 +1,119 @@
+"""What a peer may make a connection hold, and the request lanes (pure, no I/O).
+
+``ConnectionLimits`` bounds one connection: bytes owed to the peer (above
+``write_high_water`` the connection stops reading requests until they drain
+below ``write_low_water``), requests taken and not yet answered
+(``max_in_flight``; more are answered SYSTEM_BUSY at once), and how long it
+may stay silent (``idle_timeout``), owe bytes without the peer reading any
+(``idle_timeout`` too) or hold a started frame (``frame_timeout``).
+
+``SharedBudget`` bounds what all connections of a server hold together:
+bytes owed to peers plus bytes of partial frames. Past ``max_bytes`` a
+connection that holds any of it stops reading until the total is back under
+the limit.
+
+``Lanes`` is RocketMQ's per-request-type thread pools in a single event loop:
+each request code belongs to a lane (send, pull, heartbeat, admin, ...);
+a lane may use at most ``share`` of the loop's time over a short window,
+and a request that waited in its connection longer than the lane's
+``max_wait_ms`` is not run. Either way it is answered SYSTEM_BUSY, which
+clients treat as "try again / another broker", so one kind of request never
+starves the others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MiB = 1024 * 1024
+
+
+@dataclass(slots=True)
+class ConnectionLimits:
+    write_high_water: int = 4 * MiB
+    write_low_water: int = 1 * MiB
+    max_in_flight: int = 4096
+    idle_timeout: float = 120.0  # seconds
+    frame_timeout: float = 30.0  # seconds
+    max_connections_per_address: int = 0  # 0: no limit
+
+    def problem(self) -> str | None:
+        if not 0 < self.write_low_water <= self.write_high_water:
+            return "the write low-water mark must be positive and at most the high-water mark"
+        if self.max_in_flight <= 0:
+            return "the in-flight request limit must be positive"
+        if self.idle_timeout <= 0 or self.frame_timeout <= 0:
+            return "timeouts must be positive"
+        if self.max_connections_per_address < 0:
+            return "the connection limit per address must not be negative"
+        return None
+
+
+@dataclass(slots=True)
+class SharedBudget:
+    """Bytes every connection of a server holds for its peers, together."""
+
+    max_bytes: int = 256 * MiB
+    used: int = 0
+
+    def add(self, n: int) -> None:
+        self.used += n
+
+    @property
+    def over(self) -> bool:
+        return self.used > self.max_bytes
+
+
+@dataclass(slots=True)
+class Lane:
+    name: str
+    share: float = 1.0  # most of the loop's time this lane may use per window
+    max_wait_ms: int = 0  # 0: no limit
+    busy_in_window: float = 0.0
+    refused: int = 0
+
+
+WINDOW_S = 0.1
+
+
+@dataclass(slots=True)
+class Lanes:
+    """Request code -> lane; time used per lane in the current window."""
+
+    lanes: dict[str, Lane] = field(default_factory=dict)
+    by_code: dict[int, Lane] = field(default_factory=dict)
+    default: Lane = field(default_factory=lambda: Lane("other"))
+    window_start: float = 0.0
+
+    def add(self, lane: Lane, codes: list[int]) -> None:
+        self.lanes[lane.name] = lane
+        for code in codes:
+            self.by_code[int(code)] = lane
+
+    def lane(self, code: int) -> Lane:
+        return self.by_code.get(code, self.default)
+
+    def _roll(self, now: float) -> None:
+        if now - self.window_start >= WINDOW_S:
+            self.window_start = now
+            for lane in self.lanes.values():
+                lane.busy_in_window = 0.0
+            self.default.busy_in_window = 0.0
+
+    def refusal(self, lane: Lane, now: float, received_at: float) -> str | None:
+        """Why a request of ``lane`` received at ``received_at`` is not run
+        now (SYSTEM_BUSY), or None to run it."""
+        self._roll(now)
+        waited_ms = (now - received_at) * 1000
+        if lane.max_wait_ms and waited_ms > lane.max_wait_ms:
+            lane.refused += 1
+            return (f"[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period "
+                    f"in queue: {waited_ms:.0f}ms, lane: {lane.name}")
+        if lane.share < 1.0 and lane.busy_in_window > lane.share * WINDOW_S:
+            lane.refused += 1
+            return (f"[PCBUSY_CLEAN_QUEUE]broker busy, too many {lane.name} requests and system "
+                    "thread pool busy, try again later")
+        return None
+
+    def ran(self, lane: Lane, seconds: float) -> None:
+        lane.busy_in_window += seconds
