@@ -99,7 +99,10 @@ class BrokerController:
         self.lock_manager = RebalanceLockManager()
         self.client_manage_processor = ClientManageProcessor(self)
         self.pull_hold_service = PullRequestHoldService(
-            self.pull_processor.retry_held, config.broker_name
+            self.pull_processor.retry_held, config.broker_name,
+            read_tags=self.pull_processor.queue_tags_codes,
+            max_held=config.max_held_pulls,
+            max_held_per_connection=config.max_held_pulls_per_connection,
         )
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving
@@ -112,6 +115,7 @@ class BrokerController:
             lanes=request_lanes(config),
         )
         self.server.on_connection_closed(self._on_connection_closed)
+        self.server.on_connection_closed(self.pull_hold_service.connection_closed)
         self.outer_api: BrokerOuterAPI | None = None
         # The port the HA service listens on, set by it once bound (and then it
         # triggers a registration); until then no HA address is advertised.

@@ -103,6 +103,22 @@ class PullMessageProcessor:
             return None
         return response
 
+    def queue_tags_codes(self, topic: str, queue_id: int, offset: int, max_count: int
+                         ) -> list[int]:
+        """The tags codes of up to ``max_count`` consume-queue entries from
+        ``offset`` (fewer at the queue's end or at a gap): what the hold
+        service matches held pulls against when messages arrive."""
+        cq = self.controller.message_store.consume_queue_table.get(topic, {}).get(queue_id)
+        codes: list[int] = []
+        if cq is None:
+            return codes
+        while len(codes) < max_count:  # bounded: each round adds an entry or stops
+            entries = cq.get_entries(offset + len(codes), max_count - len(codes))
+            if not entries:
+                break
+            codes.extend(tag for _, _, tag in entries)
+        return codes
+
     def process(
         self, conn: RemotingConnection, cmd: RemotingCommand, allow_suspend: bool
     ) -> RemotingCommand | None:
@@ -134,9 +150,10 @@ class PullMessageProcessor:
             tags = parse_sub_expression(h.subscription)
         except ValueError as exc:
             return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        codes = tag_codes(tags)
         store = self.controller.message_store
         result = store.get_message(
-            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_codes(tags)
+            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes
         )
         slave = self.config.is_slave
         if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and not slave:
@@ -156,10 +173,12 @@ class PullMessageProcessor:
             and self.config.long_polling_enable
         ):
             timeout_ms = min(h.suspend_timeout_millis, self.config.long_polling_max_suspend_millis)
-            self.controller.pull_hold_service.suspend(
-                h.topic, h.queue_id, h.queue_offset, conn, cmd, timeout_ms / 1000
-            )
-            return None
+            if self.controller.pull_hold_service.suspend(
+                h.topic, h.queue_id, h.queue_offset, conn, cmd, timeout_ms / 1000,
+                tag_codes=codes, max_offset=result.max_offset,
+            ):
+                return None
+            # not held (a bound on held pulls): the empty answer of a suspend time that is over
         header = PullMessageResponseHeader(
             suggest_which_broker_id=suggest_which_broker_id(
                 self.config.slave_read_enable, result.suggest_pulling_from_slave, group_cfg),
