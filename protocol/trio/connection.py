@@ -63,6 +63,13 @@ class HandlerTable:
         return self._sync.get(code), self._async.get(code)
 
 
+def budget_room(budget: SharedBudget) -> trio.Event:
+    """An event set when ``budget`` is back under its limit."""
+    event = trio.Event()
+    budget.waiters.append(event.set)
+    return event
+
+
 class _Pending:
     __slots__ = ("event", "response")
 
@@ -238,7 +245,12 @@ class RemotingConnection:
                 progress = self._write_progress = trio.Event()
                 await progress.wait()
         while self._must_wait():
-            await trio.sleep(0.01)
+            budget = self._budget
+            assert budget is not None
+            # woken when the total falls back under the budget (or this one closes)
+            room = budget_room(budget)
+            if budget.over:
+                await room.wait()
 
     def _answered(self, opaque: int) -> None:
         n = self._unanswered.get(opaque)
@@ -436,7 +448,7 @@ class RemotingConnection:
                 for i, payload in enumerate(frames, 1):
                     if not self._handle_frame(payload, received_at):
                         return
-                    if self._owed > self.limits.write_high_water or i % YIELD_EVERY == 0:
+                    if i % YIELD_EVERY == 0 or self._must_wait():
                         # let the writer and other connections go on before the rest
                         self._flush_batch()
                         await self._wait_for_room()

@@ -23,6 +23,7 @@ starves the others.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 MiB = 1024 * 1024
@@ -51,13 +52,19 @@ class ConnectionLimits:
 
 @dataclass(slots=True)
 class SharedBudget:
-    """Bytes every connection of a server holds for its peers, together."""
+    """Bytes every connection of a server holds for its peers, together.
+    ``waiters`` are called (once) when the total falls back under ``max_bytes``."""
 
     max_bytes: int = 256 * MiB
     used: int = 0
+    waiters: list[Callable[[], None]] = field(default_factory=list)
 
     def add(self, n: int) -> None:
         self.used += n
+        if n < 0 and self.waiters and self.used <= self.max_bytes:
+            waiters, self.waiters = self.waiters, []
+            for wake in waiters:
+                wake()
 
     @property
     def over(self) -> bool:
