@@ -234,8 +234,14 @@ class TransactionalMessageService:
                 if i >= stop:
                     go_on = False
                     break
-                msg = self._read(RMQ_SYS_TRANS_HALF_TOPIC, i)
                 report.looked += 1
+                if i in book.ended or book.pending.get(i, i) > i:
+                    # the first half message of a transaction that ended or has a
+                    # newer copy: passed without reading it
+                    report.skipped += 1
+                    i += 1
+                    continue
+                msg = self._read(RMQ_SYS_TRANS_HALF_TOPIC, i)
                 if msg is None:  # cleaned away or unreadable
                     report.skipped += 1
                     i += 1

@@ -424,3 +424,21 @@ async def test_check_service_runs_a_pass_every_interval(
         assert env.svc.passes == 4 and len(env.asked) == 3  # then discarded (check max 3)
         assert env.svc.discarded == 1
         nursery.cancel_scope.cancel()
+
+
+def test_a_pass_does_not_read_half_messages_known_to_have_ended(env: Env) -> None:
+    for i in range(50):
+        env.end(env.prepare(f"m{i}".encode()), EndState.COMMIT)
+    env.prepare(b"open")
+    reads: list[int] = []
+    real = env.store.look_message_by_offset
+
+    def counting(offset: int) -> MessageExt | None:
+        reads.append(offset)
+        return real(offset)
+
+    env.store.look_message_by_offset = counting  # type: ignore[method-assign]
+    env.now += 10_000
+    report = env.check_pass()
+    assert report.skipped == 50 and report.checked == 1
+    assert len(reads) == 2  # the open one, and its copy once stored
