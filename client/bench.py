@@ -169,7 +169,7 @@ def cli() -> None:
 @click.option("-w", "--concurrency", type=int, default=16, show_default=True,
               help="Sends in flight at once.")
 @click.option("-p", "--producers", type=int, default=1, show_default=True,
-              help="Producer instances (separate connections).")
+              help="Producer instances (one client instance, so one connection per broker, shared).")
 def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concurrency: int,
              producers: int) -> None:
     """Send COUNT messages of SIZE bytes and report msg/s and latency."""
