@@ -37,7 +37,10 @@ class AdminBrokerProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.controller = controller
 
-    def update_and_create_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+    def update_and_create_topic(self, conn: RemotingConnection, cmd: RemotingCommand
+                                ) -> RemotingCommand | None:
+        """Answered once the change is in the topic journal (durable), not
+        before: the handler returns None and the controller answers then."""
         h = CreateTopicRequestHeader.from_fields(cmd.ext_fields)
         reason = validate_topic(h.topic)
         if reason is None and is_system_topic(h.topic):
@@ -54,9 +57,9 @@ class AdminBrokerProcessor:
             h.topic, h.read_queue_nums, h.write_queue_nums, h.perm,
             h.topic_filter_type, h.topic_sys_flag, h.order,
         )
-        self.controller.topic_config_manager.update(cfg)
+        seq = self.controller.topic_config_manager.put(cfg)
         self.controller.trigger_register()
-        return cmd.response(ResponseCode.SUCCESS)
+        return self.controller.answer_when_topics_durable(conn, cmd, seq)
 
     def update_and_create_subscription_group(
         self, conn: RemotingConnection, cmd: RemotingCommand
@@ -86,10 +89,15 @@ class AdminBrokerProcessor:
                                 f"subscription group {group} does not exist")
         return cmd.response(ResponseCode.SUCCESS)
 
-    def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+    def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand
+                     ) -> RemotingCommand | None:
+        """Answered once the deletion is in the topic journal, as a creation."""
         h = DeleteTopicRequestHeader.from_fields(cmd.ext_fields)
-        self.controller.delete_topic(h.topic)
-        return cmd.response(ResponseCode.SUCCESS)
+        seq = self.controller.topic_config_manager.remove(h.topic)
+        self.controller.delete_topic(h.topic)  # offsets, store files, registration
+        if seq is None:
+            return cmd.response(ResponseCode.SUCCESS)
+        return self.controller.answer_when_topics_durable(conn, cmd, seq)
 
     def get_topic_stats_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = GetTopicStatsInfoRequestHeader.from_fields(cmd.ext_fields)

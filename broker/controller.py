@@ -40,10 +40,13 @@ from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.slave_synchronize import SlaveSynchronize
 from broker.store import DefaultMessageStore
+from broker.store.offset_waiters import Waiter
+from broker.store.status import PutMessageStatus
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
 from broker.transaction_service import CheckRequest, TransactionalMessageService
-from protocol.codes import RequestCode
+from broker.waiting_sends import WaitingSends
+from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.names import shown
 from protocol.trio.client import RemotingClient
@@ -53,6 +56,8 @@ from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
 
 HOUSEKEEPING_INTERVAL_S = 10.0
+# An admin's topic change not journaled within this many seconds is answered with an error.
+TOPIC_DURABLE_TIMEOUT_S = 10.0
 
 
 def request_lanes(config: BrokerConfig) -> Lanes:
@@ -135,6 +140,11 @@ class BrokerController:
         self.started = False
         self._register_guard = Guard(self.log, "register")
         self._persist_guard = Guard(self.log, "persist")
+        # admins' topic changes waiting for the topic journal (_topic_persist_loop)
+        self._topics_guard = Guard(self.log, "persist topics")
+        self._topic_waits = WaitingSends(PutMessageStatus.FLUSH_DISK_TIMEOUT,
+                                         TOPIC_DURABLE_TIMEOUT_S, self._topics_guard,
+                                         "topic changes not journaled in time")
 
     def _handler_table(self) -> HandlerTable:
         t = HandlerTable()
@@ -275,7 +285,6 @@ class BrokerController:
                         await nursery.start(self.slave_synchronize.run, client)
                     else:
                         self.ha_listen_port = await nursery.start(self.ha_service.run_master)
-                    self.topic_config_manager.persist()
                     await self.register_broker_all()
                     nursery.start_soon(self._register_loop)
                     if self.group_commit is not None:
@@ -316,11 +325,13 @@ class BrokerController:
             self.log.info("broker stopped")
 
     async def register_broker_all(self) -> None:
-        """Register with every name server. Never raises (but Cancelled): a
-        failure is logged and the next period (or topic change) tries again."""
+        """Register with every name server: the whole table with one that does
+        not know this broker's topics yet, else only what changed since it last
+        took a registration (broker/out_api.py). Never raises (but Cancelled):
+        a failure is logged and the next period (or topic change) tries again."""
         assert self.outer_api is not None
         try:
-            await self.outer_api.register_broker_all(self.topic_config_manager.to_wire(),
+            await self.outer_api.register_broker_all(self.topic_config_manager,
                                                      self.ha_server_addr)
             if self.config.is_slave:
                 self.ha_service.set_master_ha_addr(self.outer_api.master_ha_addr)
@@ -390,10 +401,45 @@ class BrokerController:
             await trio.sleep(interval_ms / 1000)
             await guard.run(trio.to_thread.run_sync, flush)
 
-    async def _topic_persist_loop(self) -> None:
-        """Write topics created on the fly soon after, one write per burst."""
+    def answer_when_topics_durable(self, conn: RemotingConnection, cmd: RemotingCommand,
+                                   seq: int) -> RemotingCommand | None:
+        """The answer to an admin's topic change number ``seq``: returned now
+        when it is on disk, else None and sent once the topic journal holds it
+        (an error after TOPIC_DURABLE_TIMEOUT_S s). Outside a trio run (tools,
+        tests) the table is written at once."""
         topics = self.topic_config_manager
-        guard = Guard(self.log, "persist topics")
+        if seq <= topics.durable_seq:
+            return cmd.response(ResponseCode.SUCCESS)
+        try:
+            waiter = self._topic_waits.add(seq)
+        except RuntimeError:  # no trio run: no persist task either
+            topics.persist()
+            return cmd.response(ResponseCode.SUCCESS)
+
+        def answer(w: Waiter) -> None:
+            if cmd.is_oneway:
+                return
+            if w.status is PutMessageStatus.PUT_OK:
+                conn.send_response(cmd.response(ResponseCode.SUCCESS))
+            else:
+                conn.send_response(cmd.response(
+                    ResponseCode.SYSTEM_ERROR,
+                    "the topic change is applied but not confirmed on disk (the topic "
+                    "journal was not written in time, or the broker is stopping); it is "
+                    "written as soon as the disk allows"))
+
+        waiter.on_done(answer)
+        return None
+
+    async def _topic_persist_loop(self) -> None:
+        """Journal topic changes: every change waiting goes in one append and
+        one fsync in a worker thread (group commit), a compaction rewrites
+        topics.json when the journal has grown; admins waiting for a change
+        are answered once it is on disk. A failed write is logged, backed off
+        and retried as a whole-table snapshot."""
+        topics = self.topic_config_manager
+        guard = self._topics_guard
+        waits = self._topic_waits
         wake = trio.Event()
 
         def dirty() -> None:
@@ -401,13 +447,23 @@ class BrokerController:
 
         topics.on_dirty = dirty
         try:
-            while True:
-                await wake.wait()
-                wake = trio.Event()
-                await guard.run(self._persist_table, topics, path=str(topics.path))
-                await guard.pause()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(waits.run_expiry)
+                while True:
+                    wake = trio.Event()
+                    work = topics.next_write()
+                    if work is None:
+                        await wake.wait()
+                        continue
+                    if await guard.run(trio.to_thread.run_sync, work.write,
+                                       path=str(topics.path)):
+                        topics.written(work)
+                        guard.call(waits.waiters.advance, topics.durable_seq)
+                    else:
+                        topics.write_failed(work)
         finally:
             topics.on_dirty = lambda: None
+            guard.call(waits.waiters.fail_all, PutMessageStatus.SERVICE_NOT_AVAILABLE)
 
     async def _persist_loop(self) -> None:
         while True:

@@ -7,12 +7,34 @@ the main file is missing or unreadable.
 A manager's table is mutated by the event loop; it is never iterated by a
 worker thread. The loop takes a ``ConfigSnapshot`` (a copy that shares nothing
 mutable with the table) and the worker thread serialises and writes that.
+
+A table too large to rewrite on every change (the topics) keeps a journal
+beside its snapshot file: ``TableJournal`` appends one record per change
+(``<file>.journal``; length, crc32, JSON), one write and one fsync for every
+record waiting (``JournalBatch``: group commit), and a compaction
+(``JournaledSnapshot``) writes the whole table atomically as above, then
+starts the journal afresh. Records carry a sequence number and the snapshot
+the number of the last change it holds, so loading is snapshot + the records
+after it, and a crash between any two steps of a compaction loses nothing:
+
+1. ``<file>.tmp`` written and fsynced: the old snapshot and the journal hold
+   everything;
+2. the old snapshot renamed to ``<file>.bak``, the new one into place, the
+   directory fsynced: the new snapshot holds every record of the journal
+   (they are skipped by their numbers);
+3. the journal renamed to ``<file>.journal.bak``: the records after the
+   ``.bak`` snapshot stay readable should the new snapshot ever be unreadable.
+
+A torn last record (a crash during an append) and anything after it is not
+replayed, and is cut off before the next append.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +45,22 @@ import structlog
 log = structlog.get_logger("broker.persist")
 
 
+def fsync_dir(path: Path) -> None:
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=2, sort_keys=True).encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Replace ``path`` by ``data``: temp file, fsync, previous file kept as
+    ``.bak``, rename, directory fsync."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = json.dumps(obj, indent=2, sort_keys=True).encode()
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
@@ -35,11 +70,7 @@ def atomic_write_json(path: Path, obj: Any) -> None:
         bak = path.with_name(path.name + ".bak")
         os.replace(path, bak)
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +121,140 @@ def load_json(path: Path) -> Any | None:
         except (OSError, ValueError) as exc:
             log.warning("config file unreadable, trying backup", path=str(candidate), error=str(exc))
     return None
+
+
+# ---- journal ---------------------------------------------------------------
+
+JOURNAL_HEADER = struct.Struct(">II")  # payload length, crc32 of the payload
+JOURNAL_RECORD_MAX = 1 << 20  # a longer declared length is a torn or corrupt record
+
+
+def encode_journal_record(obj: Any) -> bytes:
+    """One journal record: length, crc32, compact JSON."""
+    payload = json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+    return JOURNAL_HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def decode_journal(data: bytes) -> tuple[list[Any], int]:
+    """The whole records at the start of ``data`` and where they end. Reading
+    stops at the first record that is torn (cut short), fails its crc or is
+    not JSON: it and whatever follows are not records."""
+    out: list[Any] = []
+    pos, end = 0, len(data)
+    head = JOURNAL_HEADER.size
+    while pos + head <= end:
+        n, crc = JOURNAL_HEADER.unpack_from(data, pos)
+        if n == 0 or n > JOURNAL_RECORD_MAX or pos + head + n > end:
+            break
+        payload = data[pos + head:pos + head + n]
+        if zlib.crc32(payload) != crc:
+            break
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            break
+        out.append(obj)
+        pos += head + n
+    return out, pos
+
+
+class TableJournal:
+    """The append-only journal beside a snapshot file. Synchronous file work:
+    call it from one worker thread at a time (the broker's topic persist task
+    serialises it), never from the event loop."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.bak = path.with_name(path.name + ".bak")
+        self.records = 0  # records in the current file
+        self.broken = False  # an append failed and could not be undone: compact next
+        self._created = False  # the file exists and its directory entry is durable
+
+    def recover(self) -> list[Any]:
+        """Every whole record, ``.bak``'s first; a torn tail of the journal is
+        cut off (and logged) so the next append follows the last whole record."""
+        out: list[Any] = []
+        for path in (self.bak, self.path):
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                continue
+            records, end = decode_journal(data)
+            out.extend(records)
+            if path is self.path:
+                self.records = len(records)
+                self._created = True
+                if end < len(data):
+                    log.warning("torn journal tail ignored", path=str(path), records=len(records),
+                                dropped_bytes=len(data) - end)
+                    with open(path, "r+b") as f:
+                        f.truncate(end)
+                        os.fsync(f.fileno())
+        return out
+
+    def append(self, data: bytes, count: int) -> None:
+        """Append ``count`` encoded records and fsync: durable on return. A
+        failed append is undone (the file cut back), or the journal is marked
+        ``broken`` so that the next write is a compaction."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "ab") as f:
+            start = f.tell()
+            try:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            except BaseException:
+                try:
+                    f.truncate(start)
+                except OSError:
+                    self.broken = True
+                raise
+        if not self._created:
+            fsync_dir(self.path.parent)
+            self._created = True
+        self.records += count
+
+    def rotate(self) -> None:
+        """After a snapshot holding every record: the journal becomes ``.bak``,
+        the next append starts a new one."""
+        if self.path.exists():
+            os.replace(self.path, self.bak)
+            fsync_dir(self.path.parent)
+        self.records = 0
+        self.broken = False
+        self._created = False
+
+
+@dataclass(frozen=True, slots=True)
+class JournalBatch:
+    """Records waiting for the journal, taken on the event loop: ``seqs`` are
+    their change numbers, ``data`` their encoded bytes; one write, one fsync."""
+
+    journal: TableJournal
+    seqs: list[int]
+    data: bytes
+
+    @property
+    def seq(self) -> int:
+        """The last change number it makes durable."""
+        return self.seqs[-1]
+
+    def write(self) -> None:
+        self.journal.append(self.data, len(self.seqs))
+
+
+@dataclass(frozen=True, slots=True)
+class JournaledSnapshot(ConfigSnapshot):
+    """A compaction: the whole table (``data``, copied on the event loop,
+    turned into the file's bytes by ``render`` in the writer's thread)
+    replaces the snapshot file, then the journal starts afresh. Holds every
+    change up to ``seq``."""
+
+    journal: TableJournal | None = None
+    seq: int = 0
+
+    def write(self) -> None:
+        assert self.render is not None
+        atomic_write_bytes(self.path, self.render(self.data))
+        if self.journal is not None:
+            self.journal.rotate()

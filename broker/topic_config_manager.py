@@ -1,16 +1,37 @@
-"""TopicConfigManager: the broker's topics, persisted to config/topics.json.
+"""TopicConfigManager: the broker's topics, persisted under config/.
 
-An admin's change is written before ``update``/``delete`` return: a topic an
-admin created is on disk when the request is answered and survives a kill -9
-right after. Topics created on the fly (auto-create on send, retry and
-dead-letter topics) are written soon after, coalesced: ``on_dirty`` wakes the
-broker's topic persist task, which takes ``snapshot()`` on the event loop and
-writes it in a worker thread, so a burst of creations costs one write and
-never an fsync per topic on the event loop.
+A change costs the same with 100,000 topics as with 10: it is one record in
+``topics.json.journal`` (broker/persist.py: TableJournal), not a rewrite of
+the table. Every change gets a number (``seq``) and goes to ``_pending``; the
+broker's topic persist task takes every record waiting (``next_write``) and
+appends them with one write and one fsync in a worker thread (group commit),
+then calls ``written``: ``durable_seq`` says which changes are on disk. An
+admin's change is answered once ``durable_seq`` reaches it (the controller's
+``answer_when_topics_durable``); topics created on the fly (auto-create on
+send, retry and dead-letter topics) are journaled soon after, never with an
+fsync per topic on the event loop.
+
+When the journal has grown past the table's size (at least
+COMPACT_MIN_RECORDS records) the next write is a compaction instead: the
+table, copied on the event loop, is written to ``topics.json`` atomically in
+the worker thread and the journal starts afresh (``JournaledSnapshot``).
+``load`` reads the snapshot and replays the records after it.
+
+For name-server registration the manager remembers which topics changed
+when (``changes_since``), so a registration carries only what changed since
+the last one a name server took.
+
+Topic configs are never changed in place: a change replaces the table's
+object, so a shallow copy of the table is a snapshot.
+
+``update``/``delete`` with ``durable=True`` and ``persist`` keep the old
+synchronous contract (the whole table written in the caller's thread before
+they return): for tools and tests, not for the broker's request paths.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,11 +40,43 @@ from typing import Any
 import structlog
 
 from broker.config import BrokerConfig
-from broker.persist import ConfigSnapshot, load_json
+from broker.persist import (
+    JournalBatch,
+    JournaledSnapshot,
+    TableJournal,
+    encode_journal_record,
+    load_json,
+)
 from broker.topic_validator import AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC
 from protocol.errors import RemoteProtocolError
 from protocol.names import shown
 from protocol.route import PERM_INHERIT, PERM_RW, DataVersion, TopicConfig, topic_config_problem
+
+# A compaction is due once the journal holds this many records and more than the table.
+COMPACT_MIN_RECORDS = 10_000
+# Deleted topics remembered for incremental registration before they are forgotten
+# (name servers that have not seen the older changes then get a full registration).
+MAX_REMEMBERED_DELETIONS = 10_000
+
+TopicWrite = JournalBatch | JournaledSnapshot
+
+
+def render_topics(data: tuple[dict[str, TopicConfig], dict[str, int], int]) -> bytes:
+    """topics.json: one topic per line (readable, and fast to write at 100,000)."""
+    table, version, seq = data
+    lines = ",\n".join(
+        f"    {json.dumps(name)}: {json.dumps(cfg.to_dict(), sort_keys=True)}"
+        for name, cfg in sorted(table.items())
+    )
+    return (
+        "{\n"
+        f'  "dataVersion": {json.dumps(version, sort_keys=True)},\n'
+        f'  "journalSeq": {seq},\n'
+        '  "topicConfigTable": {\n'
+        f"{lines}\n"
+        "  }\n"
+        "}\n"
+    ).encode()
 
 
 class TopicConfigManager:
@@ -32,8 +85,19 @@ class TopicConfigManager:
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion(int(time.time() * 1000))
         self.path: Path = config.store_path("config", "topics.json")
+        self.journal = TableJournal(self.path.with_name(self.path.name + ".journal"))
         self.log = structlog.get_logger("broker.topics").bind(broker=config.broker_name)
+        self.seq = 0  # the number of the latest change
+        self.durable_seq = 0  # every change up to this number is on disk
+        # changes not yet handed to a writer (set with every change, cleared when taken)
         self.dirty = False
+        self._pending: list[tuple[int, bytes]] = []  # (seq, encoded journal record)
+        self._snapshot_due = False  # the next write must be a whole-table snapshot
+        # topic -> number of its latest change, oldest first (deleted topics too)
+        self._changed: dict[str, int] = {}
+        self._deletions = 0
+        # changes_since(s) knows every change after s only for s >= changes_floor
+        self.changes_floor = 0
         # called when a change waits to be written (the broker wakes its persist task)
         self.on_dirty: Callable[[], None] = lambda: None
         self._add_system_topics()
@@ -48,80 +112,130 @@ class TopicConfigManager:
         for name in (self.config.broker_cluster_name, self.config.broker_name):
             self.table[name] = TopicConfig(name, 1, 1, PERM_INHERIT)
 
+    # ---- loading -------------------------------------------------------------
+
+    def _valid(self, name: object, raw: Any, where: str) -> TopicConfig | None:
+        try:
+            cfg = TopicConfig.from_dict(raw)
+        except RemoteProtocolError as exc:
+            problem: str | None = str(exc)
+        else:
+            problem = (topic_config_problem(cfg, self.config.max_queue_nums)
+                       if cfg.topic_name == name else "its key differs from its topicName")
+        if problem is not None:
+            self.log.warning(f"invalid topic in {where} skipped", topic=shown(name),
+                             reason=problem)
+            return None
+        return cfg
+
     def load(self) -> None:
+        """The snapshot, then the journal's records after it (worker thread, at start)."""
         data = load_json(self.path)
-        if not data:
-            return
-        for name, raw in (data.get("topicConfigTable") or {}).items():
-            try:
-                cfg = TopicConfig.from_dict(raw)
-            except RemoteProtocolError as exc:
-                problem: str | None = str(exc)
-            else:
-                problem = (topic_config_problem(cfg, self.config.max_queue_nums)
-                           if cfg.topic_name == name else "its key differs from its topicName")
-            if problem is not None:
-                self.log.warning("invalid topic in topics.json skipped", topic=shown(name),
-                                 reason=problem)
+        base_seq = 0
+        if isinstance(data, dict):
+            table = data.get("topicConfigTable") or {}
+            for name, raw in table.items() if isinstance(table, dict) else ():
+                cfg = self._valid(name, raw, "topics.json")
+                if cfg is not None:
+                    self.table[name] = cfg
+            self.data_version = DataVersion.from_dict(data.get("dataVersion"))
+            seq = data.get("journalSeq")
+            base_seq = seq if type(seq) is int and seq > 0 else 0
+        applied, replayed = base_seq, 0
+        for rec in self.journal.recover():
+            seq = rec.get("seq") if isinstance(rec, dict) else None
+            if type(seq) is not int or seq <= applied:
                 continue
-            self.table[name] = cfg
-        self.data_version = DataVersion.from_dict(data.get("dataVersion"))
+            assert isinstance(rec, dict)
+            if "put" in rec:
+                raw = rec["put"]
+                name = raw.get("topicName") if isinstance(raw, dict) else None
+                cfg = self._valid(name, raw, "topics.json.journal")
+                if cfg is not None:
+                    self.table[cfg.topic_name] = cfg
+            elif isinstance(rec.get("delete"), str):
+                self.table.pop(rec["delete"], None)
+            self.data_version = DataVersion.from_dict(rec.get("dataVersion"))
+            applied, replayed = seq, replayed + 1
+        self.seq = self.durable_seq = self.changes_floor = applied
         if not self.config.auto_create_topic_enable:
             self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
-        self.log.info("topics loaded", count=len(self.table))
+        self.log.info("topics loaded", count=len(self.table), journal_records=replayed)
 
-    def snapshot(self, force: bool = True) -> ConfigSnapshot | None:
-        """On the event loop: the table to write (a copy); None when nothing
-        changed since the last snapshot and ``force`` is off."""
-        if not (force or self.dirty):
-            return None
-        self.dirty = False
-        return ConfigSnapshot(self.path, self.to_wire())
-
-    def persist(self) -> None:
-        """Write the table now, in the caller's thread (fsync: durable on return)."""
-        snap = self.snapshot()
-        assert snap is not None
-        snap.write()
-
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "topicConfigTable": {n: c.to_dict() for n, c in self.table.items()},
-            "dataVersion": self.data_version.to_dict(),
-        }
-
-    def replace(self, table: dict[str, TopicConfig], version: DataVersion) -> None:
-        """A slave takes its master's table (SlaveSynchronize); written soon."""
-        self.table = dict(table)
-        self.data_version = version
-        self.log.info("topics copied from the master", count=len(table))
-        self.dirty = True
-        self.on_dirty()
+    # ---- changes -------------------------------------------------------------
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
-    def update(self, cfg: TopicConfig, durable: bool = True) -> None:
-        """Add or change a topic; written now when ``durable`` (an admin's
-        request), else soon by the broker's persist task."""
+    def _record(self, topic: str, cfg: TopicConfig | None) -> int:
+        """Number a change, queue its journal record, wake the writer."""
+        self.data_version.next_version(int(time.time() * 1000))
+        self.seq += 1
+        seq = self.seq
+        self._changed.pop(topic, None)
+        self._changed[topic] = seq
+        rec: dict[str, Any] = {"seq": seq, "dataVersion": self.data_version.to_dict()}
+        if cfg is not None:
+            rec["put"] = cfg.to_dict()
+        else:
+            rec["delete"] = topic
+            self._deletions += 1
+            if self._deletions > MAX_REMEMBERED_DELETIONS:
+                self._forget_deletions()
+        self._pending.append((seq, encode_journal_record(rec)))
+        self.dirty = True
+        self.on_dirty()
+        return seq
+
+    def _forget_deletions(self) -> None:
+        self._changed = {t: s for t, s in self._changed.items() if t in self.table}
+        self._deletions = 0
+        self.changes_floor = self.seq
+
+    def put(self, cfg: TopicConfig) -> int:
+        """Add or change a topic; returns the change's number. Journaled by the
+        persist task: durable once ``durable_seq`` reaches the number."""
         old = self.table.get(cfg.topic_name)
         self.table[cfg.topic_name] = cfg
         self.log.info("topic created" if old is None else "topic updated", topic=cfg.topic_name,
                       read=cfg.read_queue_nums, write=cfg.write_queue_nums, perm=cfg.perm)
-        self.data_version.next_version(int(time.time() * 1000))
+        return self._record(cfg.topic_name, cfg)
+
+    def remove(self, topic: str) -> int | None:
+        """Delete a topic; the change's number, or None when there was none."""
+        if self.table.pop(topic, None) is None:
+            return None
+        self.log.info("topic deleted", topic=topic)
+        return self._record(topic, None)
+
+    def update(self, cfg: TopicConfig, durable: bool = True) -> None:
+        """Add or change a topic; with ``durable``, the whole table is written
+        now in the caller's thread (tools and tests), else soon by the persist task."""
+        self.put(cfg)
         if durable:
             self.persist()
-        else:
-            self.dirty = True
-            self.on_dirty()
 
-    def delete(self, topic: str) -> bool:
-        if self.table.pop(topic, None) is None:
+    def delete(self, topic: str, durable: bool = True) -> bool:
+        if self.remove(topic) is None:
             return False
-        self.log.info("topic deleted", topic=topic)
-        self.data_version.next_version(int(time.time() * 1000))
-        self.persist()
+        if durable:
+            self.persist()
         return True
+
+    def replace(self, table: dict[str, TopicConfig], version: DataVersion) -> None:
+        """A slave takes its master's table (SlaveSynchronize); written soon,
+        as a whole-table snapshot. Registrations after it are full ones."""
+        self.table = dict(table)
+        self.data_version = version
+        self.log.info("topics copied from the master", count=len(table))
+        self.seq += 1
+        self._changed.clear()
+        self._deletions = 0
+        self.changes_floor = self.seq
+        self._pending.clear()
+        self._snapshot_due = True
+        self.dirty = True
+        self.on_dirty()
 
     def create_topic_in_send_back(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
         """The retry or dead-letter topic of a group, created on first use."""
@@ -146,3 +260,81 @@ class TopicConfigManager:
         cfg = TopicConfig(topic, n, n, default.perm & ~PERM_INHERIT)
         self.update(cfg, durable=False)
         return cfg
+
+    # ---- registration --------------------------------------------------------
+
+    def changes_since(self, seq: int) -> tuple[dict[str, TopicConfig], list[str]] | None:
+        """(topics added or changed, topics deleted) after change ``seq``; None
+        when they are not all known (a name server needs the whole table)."""
+        if seq < self.changes_floor:
+            return None
+        changed: dict[str, TopicConfig] = {}
+        deleted: list[str] = []
+        for topic in reversed(self._changed):
+            if self._changed[topic] <= seq:
+                break
+            cfg = self.table.get(topic)
+            if cfg is None:
+                deleted.append(topic)
+            else:
+                changed[topic] = cfg
+        return changed, deleted
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "topicConfigTable": {n: c.to_dict() for n, c in self.table.items()},
+            "dataVersion": self.data_version.to_dict(),
+        }
+
+    # ---- writing (the persist task) ------------------------------------------
+
+    def compaction_due(self) -> bool:
+        records = self.journal.records + len(self._pending)
+        return records >= COMPACT_MIN_RECORDS and records > len(self.table)
+
+    def snapshot(self, force: bool = True) -> JournaledSnapshot | None:
+        """On the event loop: the whole table to write (a shallow copy: configs
+        are never changed in place), holding every change so far; None when
+        nothing waits and ``force`` is off."""
+        if not (force or self.dirty):
+            return None
+        self.dirty = False
+        self._pending.clear()  # the snapshot holds them
+        self._snapshot_due = False
+        data = (dict(self.table), self.data_version.to_dict(), self.seq)
+        return JournaledSnapshot(self.path, data, render_topics, self.journal, self.seq)
+
+    def next_write(self) -> TopicWrite | None:
+        """On the event loop: what the persist task writes next, in a worker
+        thread: every record waiting (one append, one fsync), or a compaction
+        when one is due; None when everything is on disk."""
+        if self._snapshot_due or self.journal.broken or (self.dirty and self.compaction_due()):
+            return self.snapshot()
+        if self._pending:
+            batch = JournalBatch(self.journal, [s for s, _ in self._pending],
+                                 b"".join(r for _, r in self._pending))
+            self._pending = []
+            self.dirty = False
+            return batch
+        if self.dirty:  # e.g. a snapshot written elsewhere failed: its changes left _pending
+            return self.snapshot()
+        return None
+
+    def written(self, work: TopicWrite) -> None:
+        """On the event loop: ``work`` is on disk."""
+        if work.seq > self.durable_seq:
+            self.durable_seq = work.seq
+
+    def write_failed(self, work: TopicWrite) -> None:
+        """On the event loop: ``work`` did not reach the disk; its changes are
+        written again, as a snapshot (which also replaces a journal left torn)."""
+        self._snapshot_due = True
+        self.dirty = True
+
+    def persist(self) -> None:
+        """Write the whole table now, in the caller's thread (fsync: durable on
+        return). Not while the persist task runs (tools, tests, shutdown)."""
+        snap = self.snapshot()
+        assert snap is not None
+        snap.write()
+        self.written(snap)
