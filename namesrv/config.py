@@ -21,3 +21,6 @@ class NamesrvConfig(PropertiesConfig):
     max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS
     # most bytes a compressed REGISTER_BROKER body may inflate to
     max_register_body_size: int = 64 * 1024 * 1024
+    # topics a large REGISTER_BROKER reads or applies between two checkpoints (look-ups
+    # are answered in between)
+    register_apply_chunk: int = 256

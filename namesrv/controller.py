@@ -24,9 +24,12 @@ log = structlog.get_logger("namesrv")
 class NamesrvController:
     def __init__(self, config: NamesrvConfig) -> None:
         self.config = config
-        self.routes = RouteInfoManager()
+        self.routes = RouteInfoManager(
+            channel_expired_s=config.broker_channel_expired_time / 1000)
         self.processor = NamesrvProcessor(self.routes, trio.current_time, config.max_queue_nums,
-                                          config.max_register_body_size)
+                                          config.max_register_body_size,
+                                          pause=trio.lowlevel.checkpoint,
+                                          chunk=config.register_apply_chunk)
         self.server = RemotingServer(
             self.processor.handler_table(),
             config.listen_ip,

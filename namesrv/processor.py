@@ -1,15 +1,43 @@
-"""Request handlers of the name server, keyed by request code."""
+"""Request handlers of the name server, keyed by request code.
+
+REGISTER_BROKER is decoded and applied in steps (``register_steps``): the
+body is inflated a MiB at a time, its topic table read one entry at a time
+from a streaming msgpack reader and checked in chunks, and the route tables
+updated in chunks (RouteInfoManager.register_steps). A small registration
+runs all steps at once; a large one runs as a task of its connection with a
+checkpoint between steps (``pause``), so look-ups keep being answered while a
+broker with 100,000 topics registers. Nothing is applied before the whole
+body has been checked: a bad topic refuses the registration as a whole.
+
+A registration or unregistration that conflicts with a live registration of
+another connection is refused (NO_PERMISSION) and logged, rate-limited. A
+broker address whose host is not the connection's peer host is only logged:
+brokers behind NAT or with several interfaces register that way.
+"""
 
 from __future__ import annotations
 
+import io
+import ipaddress
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
 
-from namesrv.route_info import RouteInfoManager
-from protocol.body import decompress_body, pack_body, unpack_body
+import msgpack
+import structlog
+
+from namesrv.route_info import (
+    DEFAULT_CHUNK,
+    Registration,
+    RouteInfoManager,
+    drain,
+    same_connection,
+)
+from protocol.body import pack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import RemoteProtocolError
+from protocol.errors import ProtocolError, RemoteProtocolError
 from protocol.headers import (
     DeleteTopicRequestHeader,
     GetRouteInfoRequestHeader,
@@ -19,21 +47,143 @@ from protocol.headers import (
     WipeWritePermOfBrokerRequestHeader,
     WipeWritePermOfBrokerResponseHeader,
 )
-from protocol.names import shown
+from protocol.names import shown, topic_problem
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS, DataVersion, TopicConfig, topic_config_problem
 from protocol.trio.connection import HandlerTable, RemotingConnection
+from protocol.trio.errors import RemotingError
+from protocol.trio.service import RepeatedErrors
+
+log = structlog.get_logger("namesrv.processor")
+
+INFLATE_STEP = 1024 * 1024  # bytes inflated per step
+# Bodies up to this many bytes are applied inline; larger ones in steps.
+INLINE_BODY_MAX = 64 * 1024
+
+Steps = Generator[None, None, Any]
+
+
+@dataclass(slots=True)
+class RegisterBody:
+    """A REGISTER_BROKER body, decoded and checked."""
+
+    topics: dict[str, TopicConfig] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+    version: DataVersion = field(default_factory=DataVersion)
+    base_version: DataVersion | None = None
+
+
+def inflate_steps(body: bytes, max_size: int) -> Generator[None, None, bytes]:
+    """zlib-inflate ``body`` a step at a time, refusing more than ``max_size``
+    bytes out. Raises RemoteProtocolError (as protocol.body.decompress_body)."""
+    inflater = zlib.decompressobj()
+    parts: list[bytes] = []
+    total = 0
+    data = body
+    for _ in range(max_size // INFLATE_STEP + 3):
+        try:
+            out = inflater.decompress(data, INFLATE_STEP)
+        except zlib.error as exc:
+            raise RemoteProtocolError(f"undecodable compressed body: {exc}") from exc
+        total += len(out)
+        if total > max_size:
+            raise RemoteProtocolError(f"compressed body inflates past {max_size} bytes")
+        parts.append(out)
+        data = inflater.unconsumed_tail
+        if inflater.eof:
+            return b"".join(parts)
+        if not out and not data:
+            break
+        yield
+    if total >= max_size and not inflater.eof:
+        raise RemoteProtocolError(f"compressed body inflates past {max_size} bytes")
+    raise RemoteProtocolError("compressed body is truncated")
+
+
+def _topic_entry(name: object, raw: object, max_queue_nums: int) -> TopicConfig:
+    cfg = TopicConfig.from_dict(raw)
+    problem = (topic_config_problem(cfg, max_queue_nums) if cfg.topic_name == name else
+               f"topicConfigTable key {shown(name)} differs from its topicName")
+    if problem is not None:
+        raise RemoteProtocolError(f"REGISTER_BROKER refused: {problem}")
+    return cfg
+
+
+def parse_register_steps(raw: bytes, out: RegisterBody, max_queue_nums: int,
+                         chunk: int = DEFAULT_CHUNK) -> Steps:
+    """Read a (plain) register body into ``out``, an entry at a time, yielding
+    every ``chunk`` topics. Raises RemoteProtocolError on anything malformed."""
+    limit = max(len(raw), 1024)
+    reader = msgpack.Unpacker(io.BytesIO(raw), raw=False, strict_map_key=False,
+                              read_size=min(256 * 1024, limit), max_buffer_size=limit)
+    try:
+        try:
+            keys = reader.read_map_header()
+        except ValueError as exc:
+            raise RemoteProtocolError("register body must be a map") from exc
+        for _ in range(keys):
+            key = reader.unpack()
+            if key == "topicConfigTable":
+                try:
+                    n = reader.read_map_header()
+                except ValueError:
+                    if reader.unpack() is not None:
+                        raise RemoteProtocolError("topicConfigTable must be a map") from None
+                    n = 0
+                for i in range(n):
+                    if i and i % chunk == 0:
+                        yield
+                    name = reader.unpack()
+                    cfg = _topic_entry(name, reader.unpack(), max_queue_nums)
+                    out.topics[cfg.topic_name] = cfg
+            elif key == "deletedTopics":
+                names = reader.unpack()
+                if not isinstance(names, list) or not all(
+                        isinstance(t, str) and topic_problem(t) is None for t in names):
+                    raise RemoteProtocolError("deletedTopics must be a list of topic names")
+                out.deleted = names
+            elif key == "dataVersion":
+                out.version = DataVersion.from_dict(reader.unpack())
+            elif key == "baseDataVersion":
+                out.base_version = DataVersion.from_dict(reader.unpack())
+            else:
+                reader.skip()
+        if reader.tell() != len(raw):
+            raise RemoteProtocolError("undecodable body: extra data after the body")
+    except (msgpack.UnpackException, ValueError, TypeError) as exc:
+        raise RemoteProtocolError(f"undecodable body: {exc}") from exc
+
+
+def _host(addr: str) -> str:
+    return addr.rpartition(":")[0].strip("[]")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class NamesrvProcessor:
-    """Handlers over one RouteInfoManager; ``clock`` gives seconds (trio time)."""
+    """Handlers over one RouteInfoManager; ``clock`` gives seconds (trio time).
+    ``pause`` (a trio checkpoint, from the controller) lets a large
+    registration run in steps; without it every registration runs at once."""
 
     def __init__(self, routes: RouteInfoManager, clock: Callable[[], float],
                  max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS,
-                 max_register_body_size: int = 64 * 1024 * 1024) -> None:
+                 max_register_body_size: int = 64 * 1024 * 1024, *,
+                 pause: Callable[[], Awaitable[None]] | None = None,
+                 chunk: int = DEFAULT_CHUNK) -> None:
         self.routes = routes
         self.clock = clock
         self.max_queue_nums = max_queue_nums
         self.max_register_body_size = max_register_body_size
+        self.pause = pause
+        self.chunk = max(1, chunk)
+        self.refusals = RepeatedErrors()
+        self.chunked_registrations = 0
 
     def handler_table(self) -> HandlerTable:
         table = HandlerTable()
@@ -46,48 +196,122 @@ class NamesrvProcessor:
         table.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
         return table
 
-    def register_broker(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+    # ---- registration ------------------------------------------------------------
+
+    def _note(self, event: str, key: object, **context: Any) -> None:
+        """A warning, rate-limited per ``key`` (RepeatedErrors)."""
+        decision = self.refusals.record((event, key), self.clock())
+        if decision is None:
+            return
+        first, repeated = decision
+        if not first:
+            context["repeated"] = repeated
+        log.warning(event, **context)
+
+    def _refuse(self, conn: RemotingConnection, cmd: RemotingCommand, what: str,
+                h: RegisterBrokerRequestHeader | UnRegisterBrokerRequestHeader,
+                reason: str) -> RemotingCommand:
+        peer = getattr(conn, "remote_addr", "?")
+        self._note(f"{what} refused", (what, h.broker_name, h.broker_addr, _host(str(peer))),
+                   broker=h.broker_name, addr=h.broker_addr, broker_id=h.broker_id,
+                   cluster=h.cluster_name, peer=peer, reason=reason)
+        return cmd.response(ResponseCode.NO_PERMISSION, f"{what} refused: {reason}")
+
+    def _check_peer(self, conn: RemotingConnection, h: RegisterBrokerRequestHeader) -> None:
+        peer = getattr(conn, "remote_addr", None)
+        if not isinstance(peer, str) or ":" not in peer:
+            return
+        peer_host, host = _host(peer), _host(h.broker_addr)
+        if peer_host == host or (_loopback(peer_host) and _loopback(host)):
+            return
+        self._note("broker address host differs from the connection's peer (NAT, several "
+                   "interfaces?)", ("host", h.broker_addr, peer_host),
+                   broker=h.broker_name, addr=h.broker_addr, peer=peer)
+
+    def register_broker(self, conn: RemotingConnection, cmd: RemotingCommand
+                        ) -> RemotingCommand | None:
         h = RegisterBrokerRequestHeader.from_fields(cmd.ext_fields)
-        topics: dict[str, TopicConfig] = {}
-        version = DataVersion()
+        refused = self.routes.registration_conflict(h.cluster_name, h.broker_addr,
+                                                    h.broker_name, h.broker_id, conn,
+                                                    self.clock())
+        if refused is not None:  # before reading the body: a forger costs nothing
+            return self._refuse(conn, cmd, "REGISTER_BROKER", h, refused)
+        live = self.routes.broker_live_table.get(h.broker_addr)
+        if h.incremental and (live is None or not same_connection(live.connection, conn)):
+            return self._answer(cmd, h, need_full=True)  # without reading the body
+        self._check_peer(conn, h)
+        steps = self.register_steps(conn, cmd, h)
+        if (self.pause is not None and isinstance(conn, RemotingConnection)
+                and len(cmd.body or b"") > INLINE_BODY_MAX):
+            try:
+                conn.spawn(self._register_in_steps, conn, cmd, steps)
+            except RemotingError:
+                steps.close()  # the connection is closing: nobody to answer
+            return None
+        result: RemotingCommand = drain(steps)
+        return result
+
+    async def _register_in_steps(self, conn: RemotingConnection, cmd: RemotingCommand,
+                                 steps: Steps) -> None:
+        """Run ``steps`` with a checkpoint after each; answer as a sync handler would."""
+        assert self.pause is not None
+        self.chunked_registrations += 1
+        try:
+            while True:
+                try:
+                    next(steps)
+                except StopIteration as stop:
+                    response: RemotingCommand = stop.value
+                    break
+                await self.pause()
+        except ProtocolError as exc:
+            response = cmd.response(ResponseCode.SYSTEM_ERROR, f"bad request: {exc}")
+        except Exception as exc:
+            log.exception("REGISTER_BROKER failed", peer=conn.remote_addr)
+            response = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        if not cmd.is_oneway:
+            conn.send_response(response)
+
+    def register_steps(self, conn: RemotingConnection, cmd: RemotingCommand,
+                       h: RegisterBrokerRequestHeader) -> Steps:
+        """Decode and check the body, then apply it; returns the response."""
+        body = RegisterBody()
         if cmd.body:
             raw = cmd.body
             if h.compressed:
                 if h.body_crc32 and zlib.crc32(raw) & 0x7FFFFFFF != h.body_crc32:
                     raise RemoteProtocolError("REGISTER_BROKER: bodyCrc32 does not match the body")
-                raw = decompress_body(raw, self.max_register_body_size)
-            body = unpack_body(raw)
-            if not isinstance(body, dict):
-                raise RemoteProtocolError("register body must be a map")
-            table = body.get("topicConfigTable") or {}
-            if not isinstance(table, dict):
-                raise RemoteProtocolError("topicConfigTable must be a map")
-            for name, raw in table.items():
-                cfg = TopicConfig.from_dict(raw)
-                problem = (topic_config_problem(cfg, self.max_queue_nums)
-                           if cfg.topic_name == name else
-                           f"topicConfigTable key {shown(name)} differs from its topicName")
-                if problem is not None:
-                    raise RemoteProtocolError(f"REGISTER_BROKER refused: {problem}")
-                topics[name] = cfg
-            version = DataVersion.from_dict(body.get("dataVersion"))
-        result = self.routes.register_broker(
-            h.cluster_name,
-            h.broker_addr,
-            h.broker_name,
-            h.broker_id,
-            h.ha_server_addr,
-            topics,
-            version,
-            conn,
-            self.clock(),
-        )
-        out = RegisterBrokerResponseHeader(result.ha_server_addr, result.master_addr)
+                raw = yield from inflate_steps(raw, self.max_register_body_size)
+                yield
+            yield from parse_register_steps(raw, body, self.max_queue_nums, self.chunk)
+        reg = Registration(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id,
+                           h.ha_server_addr, body.topics, body.version, h.incremental,
+                           body.base_version, body.deleted)
+        result = yield from self.routes.register_steps(reg, conn, self.clock(), self.chunk)
+        if result.refused is not None:
+            return self._refuse(conn, cmd, "REGISTER_BROKER", h, result.refused)
+        if result.superseded:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                "REGISTER_BROKER superseded: the broker registered again or "
+                                "was removed while its topics were applied")
+        return self._answer(cmd, h, result.ha_server_addr, result.master_addr,
+                            need_full=result.need_full)
+
+    @staticmethod
+    def _answer(cmd: RemotingCommand, h: RegisterBrokerRequestHeader,
+                ha_server_addr: str | None = None, master_addr: str | None = None,
+                need_full: bool = False) -> RemotingCommand:
+        out = RegisterBrokerResponseHeader(ha_server_addr, master_addr,
+                                           incremental_ok=h.incremental_capable,
+                                           need_full=need_full)
         return cmd.response(ResponseCode.SUCCESS, ext_fields=out.to_fields())
 
     def unregister_broker(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = UnRegisterBrokerRequestHeader.from_fields(cmd.ext_fields)
-        self.routes.unregister_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id)
+        refused = self.routes.unregister_broker(h.cluster_name, h.broker_addr, h.broker_name,
+                                                h.broker_id, conn, self.clock())
+        if refused is not None:
+            return self._refuse(conn, cmd, "UNREGISTER_BROKER", h, refused)
         return cmd.response(ResponseCode.SUCCESS)
 
     def get_route_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -2,10 +2,26 @@
 
 Pure logic: no sockets, no clock. Times are passed in (seconds, any
 monotonic origin) so the liveness scan is testable with a mock clock.
+
+A registration is applied by ``register_steps``, a generator that yields
+between chunks of topics: the processor drives it to the end at once for a
+small registration, and with a checkpoint after each step for a large one, so
+route look-ups are served while 100,000 topics register. A registration
+superseded while it is applied (the broker registered again, its connection
+closed, it expired) stops at its next step.
+
+A broker's registration belongs to the connection it came over. While that
+connection is open and the registration has not expired, another connection
+may neither register the same address, nor the same broker name and id at
+another address, nor the broker name in another cluster, nor unregister it
+(``registration_conflict``): a forged REGISTER_BROKER cannot replace a live
+broker's topics. The real broker registers again once its old connection
+closed (the registration went with it) or its registration expired.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +39,12 @@ from protocol.route import (
 
 log = structlog.get_logger("namesrv.route")
 
+# A broker's data version while its topics are being applied: equal to no version a
+# broker sends, so an incremental registration meanwhile needs the whole table.
+APPLYING = DataVersion(-1, -1)
+# Topics applied (or checked for removal, x8) per step of a registration.
+DEFAULT_CHUNK = 256
+
 
 @dataclass(slots=True)
 class BrokerLiveInfo:
@@ -36,6 +58,47 @@ class BrokerLiveInfo:
 class RegisterBrokerResult:
     ha_server_addr: str | None = None
     master_addr: str | None = None
+    refused: str | None = None  # a live registration of another connection conflicts
+    need_full: bool = False  # an incremental registration not applied
+    superseded: bool = False  # stopped while applied: the broker's registration changed
+
+
+@dataclass(slots=True)
+class Registration:
+    """One REGISTER_BROKER, decoded and checked: what the name server applies.
+    ``incremental``: ``topics`` are the changes since ``base_version`` and
+    ``deleted`` the topics gone; else ``topics`` is the whole table."""
+
+    cluster: str
+    broker_addr: str
+    broker_name: str
+    broker_id: int
+    ha_server_addr: str | None
+    topics: dict[str, TopicConfig]
+    data_version: DataVersion
+    incremental: bool = False
+    base_version: DataVersion | None = None
+    deleted: list[str] = field(default_factory=list)
+
+
+def same_connection(a: object | None, b: object | None) -> bool:
+    """Whether ``a`` and ``b`` are one connection: the same object, or the
+    same peer endpoint (two open TCP connections to one server never share
+    the peer's host and port)."""
+    if a is b:
+        return True
+    peer = getattr(a, "remote_addr", None)
+    return isinstance(peer, str) and peer not in ("", "?") and peer == getattr(
+        b, "remote_addr", None)
+
+
+def drain(steps: Generator[None, None, Any]) -> Any:
+    """Run a step generator to its end at once; its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value
 
 
 @dataclass
@@ -45,6 +108,9 @@ class RouteInfoManager:
     cluster_addr_table: dict[str, set[str]] = field(default_factory=dict)
     broker_live_table: dict[str, BrokerLiveInfo] = field(default_factory=dict)
     filter_server_table: dict[str, list[str]] = field(default_factory=dict)
+    # seconds after which a silent registration no longer blocks another connection
+    # (brokerChannelExpiredTime)
+    channel_expired_s: float = 120.0
 
     # ---- registration ----------------------------------------------------------
 
@@ -60,10 +126,78 @@ class RouteInfoManager:
         connection: object | None,
         now: float,
     ) -> RegisterBrokerResult:
-        self.cluster_addr_table.setdefault(cluster, set()).add(broker_name)
+        """A whole-table registration, applied at once."""
+        reg = Registration(cluster, broker_addr, broker_name, broker_id, ha_server_addr,
+                           topic_configs, data_version)
+        result: RegisterBrokerResult = drain(self.register_steps(reg, connection, now))
+        return result
+
+    def _live_elsewhere(self, addr: str, connection: object | None,
+                        now: float) -> BrokerLiveInfo | None:
+        """The registration of ``addr`` when it belongs to another connection
+        that is still open and has not expired."""
+        live = self.broker_live_table.get(addr)
+        if live is None or live.connection is None or same_connection(live.connection, connection):
+            return None
+        if getattr(live.connection, "closed", False):
+            return None
+        if now - live.last_update > self.channel_expired_s:
+            return None
+        return live
+
+    def registration_conflict(self, cluster: str, broker_addr: str, broker_name: str,
+                              broker_id: int, connection: object | None,
+                              now: float) -> str | None:
+        """Why ``connection`` may not register this broker now, or None."""
+        if self._live_elsewhere(broker_addr, connection, now) is not None:
+            return (f"the address {broker_addr} is registered by another live connection "
+                    f"(broker {self._name_at(broker_addr)})")
+        data = self.broker_addr_table.get(broker_name)
+        if data is None:
+            return None
+        held = data.broker_addrs.get(broker_id)
+        if held is not None and held != broker_addr and \
+                self._live_elsewhere(held, connection, now) is not None:
+            return (f"broker {broker_name} id {broker_id} is registered at {held} by another "
+                    "live connection")
+        if data.cluster != cluster:
+            for addr in data.broker_addrs.values():
+                if self._live_elsewhere(addr, connection, now) is not None:
+                    return (f"broker {broker_name} is registered in cluster {data.cluster} by "
+                            "another live connection")
+        return None
+
+    def _name_at(self, addr: str) -> str:
+        for name, data in self.broker_addr_table.items():
+            if addr in data.broker_addrs.values():
+                return name
+        return "?"
+
+    def takes_incremental(self, broker_addr: str, base: DataVersion | None,
+                          connection: object | None) -> bool:
+        """Whether an incremental registration over ``base`` applies: this
+        connection's live registration of the address holds exactly ``base``."""
+        live = self.broker_live_table.get(broker_addr)
+        return (live is not None and base is not None
+                and same_connection(live.connection, connection)
+                and live.data_version is not APPLYING and live.data_version == base)
+
+    def register_steps(self, reg: Registration, connection: object | None, now: float,
+                       chunk: int = DEFAULT_CHUNK
+                       ) -> Generator[None, None, RegisterBrokerResult]:
+        """Apply ``reg``, yielding between chunks of ``chunk`` topics."""
+        refused = self.registration_conflict(reg.cluster, reg.broker_addr, reg.broker_name,
+                                             reg.broker_id, connection, now)
+        if refused is not None:
+            return RegisterBrokerResult(refused=refused)
+        if reg.incremental and not self.takes_incremental(reg.broker_addr, reg.base_version,
+                                                          connection):
+            return RegisterBrokerResult(need_full=True)
+        broker_addr, broker_name, broker_id = reg.broker_addr, reg.broker_name, reg.broker_id
+        self.cluster_addr_table.setdefault(reg.cluster, set()).add(broker_name)
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is None:
-            broker_data = BrokerData(cluster, broker_name, {})
+            broker_data = BrokerData(reg.cluster, broker_name, {})
             self.broker_addr_table[broker_name] = broker_data
         # The same address may come back under a new id (slave promoted): drop the old id.
         for bid, addr in list(broker_data.broker_addrs.items()):
@@ -73,34 +207,64 @@ class RouteInfoManager:
         broker_data.broker_addrs[broker_id] = broker_addr
 
         prev = self.broker_live_table.get(broker_addr)
-        changed = prev is None or prev.data_version != data_version
-        if broker_id == MASTER_ID and (first or changed):
-            self._update_queue_data(broker_name, topic_configs)
-        self.broker_live_table[broker_addr] = BrokerLiveInfo(
-            now, data_version, connection, ha_server_addr
-        )
+        changed = prev is None or prev.data_version != reg.data_version
+        live = BrokerLiveInfo(now, reg.data_version, connection, reg.ha_server_addr)
+        self.broker_live_table[broker_addr] = live
         if prev is None:
             log.info("new broker registered", broker=broker_name, addr=broker_addr, id=broker_id)
+        if broker_id == MASTER_ID and (reg.incremental or first or changed):
+            live.data_version = APPLYING
+            yield from self._apply_topics(reg, live, chunk)
+            if self.broker_live_table.get(broker_addr) is not live:
+                return RegisterBrokerResult(superseded=True)
+            live.data_version = reg.data_version
 
         result = RegisterBrokerResult()
         if broker_id != MASTER_ID:
             master = broker_data.broker_addrs.get(MASTER_ID)
             if master is not None:
-                live = self.broker_live_table.get(master)
+                master_live = self.broker_live_table.get(master)
                 result.master_addr = master
-                result.ha_server_addr = live.ha_server_addr if live else None
+                result.ha_server_addr = master_live.ha_server_addr if master_live else None
         return result
 
-    def _update_queue_data(self, broker_name: str, topic_configs: dict[str, TopicConfig]) -> None:
-        for topic, cfg in topic_configs.items():
-            queues = self.topic_queue_table.setdefault(topic, {})
-            queues[broker_name] = QueueData(
-                broker_name, cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm, cfg.topic_sys_flag
-            )
+    def _apply_topics(self, reg: Registration, live: BrokerLiveInfo,
+                      chunk: int) -> Generator[None, None, None]:
+        """The queue data of ``reg``'s topics, then the removal of this
+        broker's topics it no longer has; stops when ``live`` is replaced."""
+        name = reg.broker_name
+        chunk = max(1, chunk)
+
+        def current() -> bool:
+            return self.broker_live_table.get(reg.broker_addr) is live
+
+        items = list(reg.topics.items())
+        for start in range(0, len(items), chunk):
+            if start:
+                yield
+                if not current():
+                    return
+            for topic, cfg in items[start:start + chunk]:
+                queues = self.topic_queue_table.get(topic)
+                if queues is None:
+                    queues = self.topic_queue_table[topic] = {}
+                queues[name] = QueueData(name, cfg.read_queue_nums, cfg.write_queue_nums,
+                                         cfg.perm, cfg.topic_sys_flag)
         # Topics the master no longer has lose this broker's queues.
-        for topic in list(self.topic_queue_table):
-            if topic not in topic_configs:
-                self._remove_topic_of_broker(topic, broker_name)
+        if reg.incremental:
+            gone = reg.deleted
+            step = chunk
+        else:
+            gone = list(self.topic_queue_table)
+            step = chunk * 8
+        for start in range(0, len(gone), step):
+            if items or start:
+                yield
+                if not current():
+                    return
+            for topic in gone[start:start + step]:
+                if topic not in reg.topics:
+                    self._remove_topic_of_broker(topic, name)
 
     def _remove_topic_of_broker(self, topic: str, broker_name: str) -> None:
         queues = self.topic_queue_table.get(topic)
@@ -112,8 +276,13 @@ class RouteInfoManager:
             log.info("topic removed, no queue left", topic=topic)
 
     def unregister_broker(
-        self, cluster: str, broker_addr: str, broker_name: str, broker_id: int
-    ) -> None:
+        self, cluster: str, broker_addr: str, broker_name: str, broker_id: int,
+        connection: object | None = None, now: float | None = None,
+    ) -> str | None:
+        """Remove the registration; with ``now`` given, refused (the reason
+        returned) while it belongs to another live connection."""
+        if now is not None and self._live_elsewhere(broker_addr, connection, now) is not None:
+            return f"the address {broker_addr} is registered by another live connection"
         self.broker_live_table.pop(broker_addr, None)
         self.filter_server_table.pop(broker_addr, None)
         broker_data = self.broker_addr_table.get(broker_name)
@@ -121,6 +290,7 @@ class RouteInfoManager:
             del broker_data.broker_addrs[broker_id]
         log.info("broker unregistered", broker=broker_name, addr=broker_addr, id=broker_id)
         self._drop_empty_broker(broker_name, cluster)
+        return None
 
     def _drop_empty_broker(self, broker_name: str, cluster: str | None) -> None:
         broker_data = self.broker_addr_table.get(broker_name)

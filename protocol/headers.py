@@ -283,12 +283,22 @@ class RegisterBrokerRequestHeader(Header):
     ha_server_addr: Address | None = None  # only once the broker listens on its HA port
     compressed: bool = False
     body_crc32: int = 0
+    # the body holds only the topics changed since its baseDataVersion ("deletedTopics"
+    # lists the deleted ones); sent only to a name server that answered incrementalOk
+    incremental: bool = False
+    # the broker sends incremental registrations to a name server answering incrementalOk
+    incremental_capable: bool = False
 
 
 @dataclass(slots=True)
 class RegisterBrokerResponseHeader(Header):
     ha_server_addr: Address | None = None
     master_addr: Address | None = None
+    # this name server applies incremental registrations (answered to incrementalCapable)
+    incremental_ok: bool = False
+    # an incremental registration was not applied: the name server does not hold the
+    # broker's baseDataVersion (restarted, expired, another connection); send the whole table
+    need_full: bool = False
 
 
 @dataclass(slots=True)
