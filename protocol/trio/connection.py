@@ -504,7 +504,9 @@ class RemotingConnection:
         if lanes is not None:
             lane = lanes.lane(cmd.code)
             started = time.perf_counter()
-            reason = lanes.refusal(lane, started, received_at or started)
+            # a oneway request cannot be told it was refused: it is run (its
+            # peer is held back by the connection's back-pressure instead)
+            reason = None if cmd.is_oneway else lanes.refusal(lane, started, received_at or started)
             if reason is not None:
                 self._refuse_busy(cmd, reason)
                 return
