@@ -56,8 +56,8 @@ from protocol.trio.service import RepeatedErrors
 log = structlog.get_logger("namesrv.processor")
 
 INFLATE_STEP = 1024 * 1024  # bytes inflated per step
-# Bodies up to this many bytes are applied inline; larger ones in steps.
-INLINE_BODY_MAX = 64 * 1024
+# Bodies up to this many bytes (~100 topics) are applied inline; larger ones in steps.
+INLINE_BODY_MAX = 16 * 1024
 
 Steps = Generator[None, None, Any]
 

@@ -257,23 +257,28 @@ class RouteInfoManager:
         else:
             gone = list(self.topic_queue_table)
             step = chunk * 8
+        removed = 0
         for start in range(0, len(gone), step):
             if items or start:
                 yield
                 if not current():
-                    return
+                    break
             for topic in gone[start:start + step]:
                 if topic not in reg.topics:
-                    self._remove_topic_of_broker(topic, name)
+                    removed += self._remove_topic_of_broker(topic, name)
+        if removed:
+            log.info("topics removed, no queue left", broker=name, count=removed)
 
-    def _remove_topic_of_broker(self, topic: str, broker_name: str) -> None:
+    def _remove_topic_of_broker(self, topic: str, broker_name: str) -> bool:
+        """Drop the broker's queues of ``topic``; True when no queue is left."""
         queues = self.topic_queue_table.get(topic)
         if queues is None:
-            return
+            return False
         queues.pop(broker_name, None)
         if not queues:
             del self.topic_queue_table[topic]
-            log.info("topic removed, no queue left", topic=topic)
+            return True
+        return False
 
     def unregister_broker(
         self, cluster: str, broker_addr: str, broker_name: str, broker_id: int,
@@ -304,8 +309,12 @@ class RouteInfoManager:
                 names.discard(broker_name)
                 if not names:
                     del self.cluster_addr_table[c]
-        for topic in list(self.topic_queue_table):
-            self._remove_topic_of_broker(topic, broker_name)
+        removed = 0
+        for topic, queues in list(self.topic_queue_table.items()):
+            if broker_name in queues:
+                removed += self._remove_topic_of_broker(topic, broker_name)
+        if removed:
+            log.info("topics removed, no queue left", broker=broker_name, count=removed)
 
     def _destroy_addr(self, broker_addr: str) -> None:
         self.broker_live_table.pop(broker_addr, None)
