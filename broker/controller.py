@@ -52,6 +52,7 @@ from protocol.names import shown
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import Lane, Lanes, SharedBudget
+from protocol.trio.memory import trim_free_memory
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
 
@@ -383,6 +384,8 @@ class BrokerController:
         while True:
             await trio.sleep(HOUSEKEEPING_INTERVAL_S)
             await guard.run(self.housekeeping, trio.current_time())
+            # buffers a burst of clients made us hold go back to the system
+            await guard.run(trio.to_thread.run_sync, trim_free_memory)
 
     def clean(self) -> None:
         now = time.time()
