@@ -41,6 +41,7 @@ Every request is bounded by a timeout (``request_timeout``, 3 s default).
 from __future__ import annotations
 
 import os
+import random
 import socket
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -99,6 +100,12 @@ TransactionChecker = Callable[[str, CheckTransactionStateRequestHeader, MessageE
 _INSTANCES: trio.lowlevel.RunVar[dict[str, MQClientInstance]] = trio.lowlevel.RunVar(
     "mq_client_instances"
 )
+
+
+# A heart beat answered SYSTEM_BUSY is tried again this many times, after
+# about 0.5 s, 1 s, 2 s, ... (jittered), before the next period.
+HEARTBEAT_BUSY_RETRIES = 4
+HEARTBEAT_BUSY_BACKOFF = 0.5
 
 
 def parse_namesrv_addr(namesrv_addr: str) -> list[str]:
@@ -746,16 +753,21 @@ class MQClientInstance:
     async def _heartbeat_one(self, addr: str, body: bytes, quiet: bool = False) -> bool:
         """One HEART_BEAT; True when the broker took it. Failures are logged
         (``quiet``: at debug level), never raised."""
-        cmd = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body=body)
-        try:
-            response = await self.invoke(addr, cmd)
-        except (RemotingError, MQClientError) as exc:
-            (self._log.debug if quiet else self._log.warning)(
-                "heartbeat failed", broker=addr, error=str(exc))
-            return False
-        except Exception as exc:  # one broker's failure must not cancel the others
-            self._heartbeat_guard.failed(exc, "heartbeat failed", broker=addr)
-            return False
+        for attempt in range(HEARTBEAT_BUSY_RETRIES + 1):
+            cmd = RemotingCommand.request(RequestCode.HEART_BEAT, {}, body=body)
+            try:
+                response = await self.invoke(addr, cmd)
+            except (RemotingError, MQClientError) as exc:
+                (self._log.debug if quiet else self._log.warning)(
+                    "heartbeat failed", broker=addr, error=str(exc))
+                return False
+            except Exception as exc:  # one broker's failure must not cancel the others
+                self._heartbeat_guard.failed(exc, "heartbeat failed", broker=addr)
+                return False
+            if response.code != ResponseCode.SYSTEM_BUSY or attempt == HEARTBEAT_BUSY_RETRIES:
+                break
+            # the broker is shedding heart beats: try again soon, not in 30 s
+            await trio.sleep(HEARTBEAT_BUSY_BACKOFF * 2**attempt * (0.5 + random.random()))
         if response.code != ResponseCode.SUCCESS:
             self._log.warning("heartbeat refused", broker=addr, code=response.code,
                               remark=response.remark)
