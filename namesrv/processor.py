@@ -56,7 +56,8 @@ from protocol.trio.service import RepeatedErrors
 log = structlog.get_logger("namesrv.processor")
 
 INFLATE_STEP = 1024 * 1024  # bytes inflated per step
-# Bodies up to this many bytes (~100 topics) are applied inline; larger ones in steps.
+# Plain bodies up to this many bytes (~100 topics) are applied inline; larger or
+# compressed ones (a small one may inflate 1000-fold) in steps.
 INLINE_BODY_MAX = 16 * 1024
 
 Steps = Generator[None, None, Any]
@@ -242,7 +243,7 @@ class NamesrvProcessor:
         self._check_peer(conn, h)
         steps = self.register_steps(conn, cmd, h)
         if (self.pause is not None and isinstance(conn, RemotingConnection)
-                and len(cmd.body or b"") > INLINE_BODY_MAX):
+                and (len(cmd.body or b"") > INLINE_BODY_MAX or h.compressed)):
             try:
                 conn.spawn(self._register_in_steps, conn, cmd, steps)
             except RemotingError:

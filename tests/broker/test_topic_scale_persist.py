@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+import broker.controller
 import broker.persist
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
@@ -157,8 +158,10 @@ async def test_first_heartbeats_of_new_groups_journal_their_retry_topics(
 
 
 async def test_a_failing_disk_answers_admins_with_an_error_then_recovers(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # real time (the writes run in worker threads): a short wait for durability
+    monkeypatch.setattr(broker.controller, "TOPIC_DURABLE_TIMEOUT_S", 0.3)
     c = quiet(BrokerController(config(tmp_path)))
     c._load()
     real_append = broker.persist.TableJournal.append
@@ -188,14 +191,14 @@ async def test_a_failing_disk_answers_admins_with_an_error_then_recovers(
                                           {"topic": "Late", "readQueueNums": 1,
                                            "writeQueueNums": 1})
             assert create(conn, cmd) is None
-            with trio.fail_after(60):
+            with trio.fail_after(30):
                 await conn.wait_sent(1)
             assert conn.sent[0].code == ResponseCode.SYSTEM_ERROR
             assert "not confirmed on disk" in (conn.sent[0].remark or "")
             broken = False  # the disk is back: the next try writes it
-            with trio.fail_after(60):
+            with trio.fail_after(30):
                 while c.topic_config_manager.durable_seq < c.topic_config_manager.seq:
-                    await trio.sleep(0.5)
+                    await trio.sleep(0.05)
             nursery.cancel_scope.cancel()
         fresh = TopicConfigManager(c.config)
         fresh.load()
