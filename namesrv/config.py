@@ -23,4 +23,4 @@ class NamesrvConfig(PropertiesConfig):
     max_register_body_size: int = 64 * 1024 * 1024
     # topics a large REGISTER_BROKER reads or applies between two checkpoints (look-ups
     # are answered in between)
-    register_apply_chunk: int = 256
+    register_apply_chunk: int = 128

@@ -25,7 +25,9 @@ class NamesrvController:
     def __init__(self, config: NamesrvConfig) -> None:
         self.config = config
         self.routes = RouteInfoManager(
-            channel_expired_s=config.broker_channel_expired_time / 1000)
+            channel_expired_s=config.broker_channel_expired_time / 1000, deferred_removal=True)
+        self._removal_wake = trio.Event()
+        self.routes.on_pending_removal = lambda: self._removal_wake.set()
         self.processor = NamesrvProcessor(self.routes, trio.current_time, config.max_queue_nums,
                                           config.max_register_body_size,
                                           pause=trio.lowlevel.checkpoint,
@@ -52,6 +54,7 @@ class NamesrvController:
         async with trio.open_nursery() as nursery:
             port = await nursery.start(self.server.serve)
             nursery.start_soon(self.scan_loop)
+            nursery.start_soon(self.removal_loop)
             log.info("name server started", port=port)
             task_status.started(port)
             await self._stop.wait()
@@ -67,3 +70,18 @@ class NamesrvController:
             await trio.sleep(interval)
             await self._scan_guard.run(self.routes.scan_not_active_broker,
                                        trio.current_time(), expired)
+
+    async def removal_loop(self) -> None:
+        """Remove the queue data of brokers gone from a large table in steps,
+        with a checkpoint after each: look-ups are answered meanwhile."""
+        guard = Guard(log, "remove broker topics")
+        while True:
+            self._removal_wake = trio.Event()
+            if not self.routes.pending_removals:
+                await self._removal_wake.wait()
+                continue
+            await guard.run(self._remove_pending)
+
+    async def _remove_pending(self) -> None:
+        for _ in self.routes.removal_steps():
+            await trio.lowlevel.checkpoint()

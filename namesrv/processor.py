@@ -17,6 +17,7 @@ brokers behind NAT or with several interfaces register that way.
 
 from __future__ import annotations
 
+import gc
 import io
 import ipaddress
 import zlib
@@ -55,10 +56,10 @@ from protocol.trio.service import RepeatedErrors
 
 log = structlog.get_logger("namesrv.processor")
 
-INFLATE_STEP = 1024 * 1024  # bytes inflated per step
 # Plain bodies up to this many bytes (~100 topics) are applied inline; larger or
 # compressed ones (a small one may inflate 1000-fold) in steps.
 INLINE_BODY_MAX = 16 * 1024
+READ_SIZE = 256 * 1024  # bytes the body reader takes (and inflates) at a time
 
 Steps = Generator[None, None, Any]
 
@@ -73,31 +74,41 @@ class RegisterBody:
     base_version: DataVersion | None = None
 
 
-def inflate_steps(body: bytes, max_size: int) -> Generator[None, None, bytes]:
-    """zlib-inflate ``body`` a step at a time, refusing more than ``max_size``
-    bytes out. Raises RemoteProtocolError (as protocol.body.decompress_body)."""
-    inflater = zlib.decompressobj()
-    parts: list[bytes] = []
-    total = 0
-    data = body
-    for _ in range(max_size // INFLATE_STEP + 3):
-        try:
-            out = inflater.decompress(data, INFLATE_STEP)
-        except zlib.error as exc:
-            raise RemoteProtocolError(f"undecodable compressed body: {exc}") from exc
-        total += len(out)
-        if total > max_size:
-            raise RemoteProtocolError(f"compressed body inflates past {max_size} bytes")
-        parts.append(out)
-        data = inflater.unconsumed_tail
-        if inflater.eof:
-            return b"".join(parts)
-        if not out and not data:
-            break
-        yield
-    if total >= max_size and not inflater.eof:
-        raise RemoteProtocolError(f"compressed body inflates past {max_size} bytes")
-    raise RemoteProtocolError("compressed body is truncated")
+class Inflating(io.RawIOBase):
+    """A zlib body read as a stream: inflated as it is read, a read at a time,
+    refusing more than ``max_size`` bytes out. Raises RemoteProtocolError (as
+    protocol.body.decompress_body)."""
+
+    def __init__(self, body: bytes, max_size: int) -> None:
+        super().__init__()
+        self._inflater = zlib.decompressobj()
+        self._tail = body
+        self.max_size = max_size
+        self.total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        for _ in range(1 + len(self._tail)):  # each pass inflates or consumes input
+            if self._inflater.eof:
+                return 0
+            try:
+                out = self._inflater.decompress(self._tail, len(view))
+            except zlib.error as exc:
+                raise RemoteProtocolError(f"undecodable compressed body: {exc}") from exc
+            self._tail = self._inflater.unconsumed_tail
+            if out:
+                self.total += len(out)
+                if self.total > self.max_size:
+                    raise RemoteProtocolError(
+                        f"compressed body inflates past {self.max_size} bytes")
+                view[:len(out)] = out
+                return len(out)
+            if not self._tail and not self._inflater.eof:
+                break
+        raise RemoteProtocolError("compressed body is truncated")
 
 
 def _topic_entry(name: object, raw: object, max_queue_nums: int) -> TopicConfig:
@@ -109,13 +120,13 @@ def _topic_entry(name: object, raw: object, max_queue_nums: int) -> TopicConfig:
     return cfg
 
 
-def parse_register_steps(raw: bytes, out: RegisterBody, max_queue_nums: int,
-                         chunk: int = DEFAULT_CHUNK) -> Steps:
-    """Read a (plain) register body into ``out``, an entry at a time, yielding
-    every ``chunk`` topics. Raises RemoteProtocolError on anything malformed."""
-    limit = max(len(raw), 1024)
-    reader = msgpack.Unpacker(io.BytesIO(raw), raw=False, strict_map_key=False,
-                              read_size=min(256 * 1024, limit), max_buffer_size=limit)
+def parse_register_steps(stream: io.RawIOBase | io.BytesIO, out: RegisterBody,
+                         max_queue_nums: int, chunk: int = DEFAULT_CHUNK) -> Steps:
+    """Read a register body from ``stream`` (the plain bytes, or ``Inflating``)
+    into ``out``, an entry at a time, yielding every ``chunk`` topics. Raises
+    RemoteProtocolError on anything malformed."""
+    reader = msgpack.Unpacker(stream, raw=False, strict_map_key=False, read_size=READ_SIZE,
+                              max_buffer_size=64 * 1024 * 1024)
     try:
         try:
             keys = reader.read_map_header()
@@ -148,10 +159,24 @@ def parse_register_steps(raw: bytes, out: RegisterBody, max_queue_nums: int,
                 out.base_version = DataVersion.from_dict(reader.unpack())
             else:
                 reader.skip()
-        if reader.tell() != len(raw):
-            raise RemoteProtocolError("undecodable body: extra data after the body")
+        try:
+            reader.skip()
+        except msgpack.OutOfData:
+            return
+        raise RemoteProtocolError("undecodable body: extra data after the body")
+    except msgpack.OutOfData as exc:
+        raise RemoteProtocolError("undecodable body: truncated") from exc
     except (msgpack.UnpackException, ValueError, TypeError) as exc:
         raise RemoteProtocolError(f"undecodable body: {exc}") from exc
+
+
+def release_steps(table: dict[str, Any], chunk: int) -> Steps:
+    """Empty ``table`` a chunk at a time: freeing 100,000 entries at once
+    would hold the loop for 10 ms and more."""
+    for _ in range(len(table) // chunk + 1):
+        for _ in range(min(chunk, len(table))):
+            table.popitem()
+        yield
 
 
 def _host(addr: str) -> str:
@@ -185,6 +210,8 @@ class NamesrvProcessor:
         self.chunk = max(1, chunk)
         self.refusals = RepeatedErrors()
         self.chunked_registrations = 0
+        self._gc_holds = 0
+        self._gc_was_enabled = True
 
     def handler_table(self) -> HandlerTable:
         table = HandlerTable()
@@ -257,6 +284,7 @@ class NamesrvProcessor:
         """Run ``steps`` with a checkpoint after each; answer as a sync handler would."""
         assert self.pause is not None
         self.chunked_registrations += 1
+        self._gc_hold()
         try:
             while True:
                 try:
@@ -270,8 +298,32 @@ class NamesrvProcessor:
         except Exception as exc:
             log.exception("REGISTER_BROKER failed", peer=conn.remote_addr)
             response = cmd.response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._gc_release()
         if not cmd.is_oneway:
             conn.send_response(response)
+
+    # The cycle collector's full collections walk every live object: with 100,000
+    # topics' queue data, each is a pause of 50-100 ms, and a registration that
+    # builds those tables triggers several. While large registrations apply, the
+    # collector waits; after the last one, every object alive (the new tables
+    # above all, acyclic and freed by reference counting when replaced) moves to
+    # the permanent generation (gc.freeze, O(1)), which collections skip.
+    # The price: cyclic garbage alive at that moment is never reclaimed (little:
+    # a name server makes few cycles, and large registrations are rare).
+
+    def _gc_hold(self) -> None:
+        if self._gc_holds == 0:
+            self._gc_was_enabled = gc.isenabled()
+            gc.disable()
+        self._gc_holds += 1
+
+    def _gc_release(self) -> None:
+        self._gc_holds -= 1
+        if self._gc_holds == 0:
+            gc.freeze()
+            if self._gc_was_enabled:
+                gc.enable()
 
     def register_steps(self, conn: RemotingConnection, cmd: RemotingCommand,
                        h: RegisterBrokerRequestHeader) -> Steps:
@@ -279,16 +331,20 @@ class NamesrvProcessor:
         body = RegisterBody()
         if cmd.body:
             raw = cmd.body
+            stream: io.RawIOBase | io.BytesIO
             if h.compressed:
                 if h.body_crc32 and zlib.crc32(raw) & 0x7FFFFFFF != h.body_crc32:
                     raise RemoteProtocolError("REGISTER_BROKER: bodyCrc32 does not match the body")
-                raw = yield from inflate_steps(raw, self.max_register_body_size)
-                yield
-            yield from parse_register_steps(raw, body, self.max_queue_nums, self.chunk)
+                stream = Inflating(raw, self.max_register_body_size)
+            else:
+                stream = io.BytesIO(raw)
+            yield from parse_register_steps(stream, body, self.max_queue_nums, self.chunk)
         reg = Registration(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id,
                            h.ha_server_addr, body.topics, body.version, h.incremental,
                            body.base_version, body.deleted)
         result = yield from self.routes.register_steps(reg, conn, self.clock(), self.chunk)
+        if len(body.topics) > self.chunk:
+            yield from release_steps(body.topics, self.chunk * 8)
         if result.refused is not None:
             return self._refuse(conn, cmd, "REGISTER_BROKER", h, result.refused)
         if result.superseded:

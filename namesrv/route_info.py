@@ -21,7 +21,8 @@ closed (the registration went with it) or its registration expired.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import itertools
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +44,10 @@ log = structlog.get_logger("namesrv.route")
 # broker sends, so an incremental registration meanwhile needs the whole table.
 APPLYING = DataVersion(-1, -1)
 # Topics applied (or checked for removal, x8) per step of a registration.
-DEFAULT_CHUNK = 256
+DEFAULT_CHUNK = 128
+# A broker gone from a table with more topics than this has its queue data removed
+# in steps (``removal_steps``) when ``deferred_removal`` is on, else at once.
+INLINE_REMOVAL_TOPICS = 2048
 
 
 @dataclass(slots=True)
@@ -111,6 +115,11 @@ class RouteInfoManager:
     # seconds after which a silent registration no longer blocks another connection
     # (brokerChannelExpiredTime)
     channel_expired_s: float = 120.0
+    # brokers gone whose queue data is still to be removed: name -> topics to look at
+    # (only with deferred_removal: the name server's edge runs removal_steps)
+    pending_removals: dict[str, list[str]] = field(default_factory=dict)
+    deferred_removal: bool = False
+    on_pending_removal: Callable[[], None] = lambda: None
 
     # ---- registration ----------------------------------------------------------
 
@@ -213,6 +222,8 @@ class RouteInfoManager:
         if prev is None:
             log.info("new broker registered", broker=broker_name, addr=broker_addr, id=broker_id)
         if broker_id == MASTER_ID and (reg.incremental or first or changed):
+            # the master's table decides its queue data now (its full apply removes the rest)
+            self.pending_removals.pop(broker_name, None)
             live.data_version = APPLYING
             yield from self._apply_topics(reg, live, chunk)
             if self.broker_live_table.get(broker_addr) is not live:
@@ -238,13 +249,14 @@ class RouteInfoManager:
         def current() -> bool:
             return self.broker_live_table.get(reg.broker_addr) is live
 
-        items = list(reg.topics.items())
-        for start in range(0, len(items), chunk):
+        items = iter(reg.topics.items())  # reg.topics does not change meanwhile
+        count = len(reg.topics)
+        for start in range(0, count, chunk):
             if start:
                 yield
                 if not current():
                     return
-            for topic, cfg in items[start:start + chunk]:
+            for topic, cfg in itertools.islice(items, chunk):
                 queues = self.topic_queue_table.get(topic)
                 if queues is None:
                     queues = self.topic_queue_table[topic] = {}
@@ -259,7 +271,7 @@ class RouteInfoManager:
             step = chunk * 8
         removed = 0
         for start in range(0, len(gone), step):
-            if items or start:
+            if count or start:
                 yield
                 if not current():
                     break
@@ -309,12 +321,38 @@ class RouteInfoManager:
                 names.discard(broker_name)
                 if not names:
                     del self.cluster_addr_table[c]
+        if self.deferred_removal and len(self.topic_queue_table) > INLINE_REMOVAL_TOPICS:
+            # not routed any more (no broker data); its queue data goes in steps
+            self.pending_removals[broker_name] = list(self.topic_queue_table)
+            self.on_pending_removal()
+            return
         removed = 0
         for topic, queues in list(self.topic_queue_table.items()):
             if broker_name in queues:
                 removed += self._remove_topic_of_broker(topic, broker_name)
         if removed:
             log.info("topics removed, no queue left", broker=broker_name, count=removed)
+
+    def removal_steps(self, chunk: int = DEFAULT_CHUNK * 8) -> Generator[None, None, None]:
+        """Remove the queue data of the brokers in ``pending_removals``,
+        yielding every ``chunk`` topics. A master of the same name registering
+        meanwhile takes its queue data over (and the removal stops)."""
+        for name in list(self.pending_removals):
+            topics = self.pending_removals.get(name)
+            removed = 0
+            for start in range(0, len(topics or ()), chunk):
+                if self.pending_removals.get(name) is not topics:
+                    break
+                assert topics is not None
+                for topic in topics[start:start + chunk]:
+                    queues = self.topic_queue_table.get(topic)
+                    if queues is not None and name in queues:
+                        removed += self._remove_topic_of_broker(topic, name)
+                yield
+            if self.pending_removals.get(name) is topics:
+                del self.pending_removals[name]
+            if removed:
+                log.info("topics removed, no queue left", broker=name, count=removed)
 
     def _destroy_addr(self, broker_addr: str) -> None:
         self.broker_live_table.pop(broker_addr, None)
@@ -353,7 +391,8 @@ class RouteInfoManager:
         queues = self.topic_queue_table.get(topic)
         if not queues:
             return None
-        queue_datas = [QueueData(**_qd(q)) for q in queues.values()]
+        queue_datas = [QueueData(**_qd(q)) for q in queues.values()
+                       if q.broker_name in self.broker_addr_table]
         broker_datas = []
         for name in sorted(queues):
             bd = self.broker_addr_table.get(name)
@@ -372,7 +411,11 @@ class RouteInfoManager:
         }
 
     def get_all_topic_list(self) -> list[str]:
-        return sorted(self.topic_queue_table)
+        if not self.pending_removals:
+            return sorted(self.topic_queue_table)
+        brokers = self.broker_addr_table
+        return sorted(t for t, queues in self.topic_queue_table.items()
+                      if any(b in brokers for b in queues))
 
     def wipe_write_perm_of_broker(self, broker_name: str) -> int:
         count = 0

@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from namesrv.processor import NamesrvProcessor, inflate_steps
+from namesrv.processor import Inflating, NamesrvProcessor, RegisterBody, parse_register_steps
 from namesrv.route_info import RouteInfoManager, drain
 from protocol.body import compress_body, pack_body
 from protocol.codes import RequestCode, ResponseCode
@@ -130,16 +130,28 @@ def test_a_registration_superseded_or_disconnected_stops_at_its_next_step() -> N
     assert routes.pickup_topic_route_data("Other") is not None
 
 
-def test_inflating_in_steps_is_bounded() -> None:
-    big = compress_body(bytes(5 * 1024 * 1024))
-    steps = inflate_steps(big, 8 * 1024 * 1024)
-    assert drain(steps) == bytes(5 * 1024 * 1024)
+def test_compressed_bodies_are_inflated_as_read_and_bounded() -> None:
+    def parse(body: bytes, max_size: int) -> RegisterBody:
+        out = RegisterBody()
+        drain(parse_register_steps(Inflating(body, max_size), out, 1024))
+        return out
+
+    names = [f"T{i:05d}" for i in range(20_000)]
+    table = {n: TopicConfig(n).to_dict() for n in names}
+    plain = pack_body({"topicConfigTable": table})
+    assert list(parse(compress_body(plain), len(plain)).topics) == names
     with pytest.raises(RemoteProtocolError, match="inflates past"):
-        drain(inflate_steps(big, 3 * 1024 * 1024))
+        parse(compress_body(plain), len(plain) - 1)
+    with pytest.raises(RemoteProtocolError, match="inflates past"):  # a bomb
+        parse(compress_body(pack_body({"pad": "x" * (32 * 1024 * 1024)})), 8 * 1024 * 1024)
+    with pytest.raises(RemoteProtocolError, match="must be a map"):  # refused at once
+        parse(compress_body(bytes(64 * 1024 * 1024)), 8 * 1024 * 1024)
     with pytest.raises(RemoteProtocolError, match="truncated"):
-        drain(inflate_steps(big[:-100], 8 * 1024 * 1024))
+        parse(compress_body(plain)[:-100], 1 << 30)
     with pytest.raises(RemoteProtocolError, match="undecodable"):
-        drain(inflate_steps(b"not zlib", 1024))
+        parse(b"not zlib", 1024)
+    with pytest.raises(RemoteProtocolError, match="extra data"):
+        parse(compress_body(plain + pack_body(1)), 1 << 30)
 
 
 async def test_look_ups_are_answered_while_a_large_registration_applies() -> None:
@@ -178,3 +190,38 @@ async def test_look_ups_are_answered_while_a_large_registration_applies() -> Non
     assert done == ["look-up", "register"]
     assert processor.chunked_registrations == 1
     assert mine(routes) == set(names)
+
+
+def test_a_large_broker_gone_is_unrouted_at_once_and_removed_in_steps() -> None:
+    routes = RouteInfoManager(deferred_removal=True)
+    woken: list[int] = []
+    routes.on_pending_removal = lambda: woken.append(1)
+    a, b = Conn("127.0.0.1:50001"), Conn("127.0.0.1:50002")
+    names = [f"T{i:05d}" for i in range(5000)]
+    routes.register_broker("C", ADDR, "broker-a", 0, None,
+                           {n: TopicConfig(n) for n in [*names, "Shared"]}, DataVersion(1, 1),
+                           a, 0.0)
+    routes.register_broker("C", "127.0.0.1:20911", "broker-b", 0, None,
+                           {"Other": TopicConfig("Other"), "Shared": TopicConfig("Shared")},
+                           DataVersion(1, 1), b, 0.0)
+    routes.on_connection_destroyed(a)
+    assert woken == [1] and "broker-a" in routes.pending_removals
+    # not routed from now on, though its queue data is still to be removed
+    assert routes.pickup_topic_route_data("T00001") is None
+    shared = routes.pickup_topic_route_data("Shared")
+    assert shared is not None and [q.broker_name for q in shared.queue_datas] == ["broker-b"]
+    assert routes.get_all_topic_list() == ["Other", "Shared"]
+    steps = sum(1 for _ in routes.removal_steps(chunk=500))
+    assert steps >= 10 and not routes.pending_removals
+    assert sorted(routes.topic_queue_table) == ["Other", "Shared"]
+
+    # the master back while its old queue data is being removed: its table wins
+    routes.register_broker("C", ADDR, "broker-a", 0, None, {n: TopicConfig(n) for n in names},
+                           DataVersion(2, 2), a, 1.0)
+    routes.on_connection_destroyed(a)
+    removal = routes.removal_steps(chunk=500)
+    next(removal)
+    routes.register_broker("C", ADDR, "broker-a", 0, None, {"Back": TopicConfig("Back")},
+                           DataVersion(3, 3), Conn("127.0.0.1:50003"), 2.0)
+    assert drain(removal) is None and not routes.pending_removals
+    assert sorted(routes.topic_queue_table) == ["Back", "Other", "Shared"]
