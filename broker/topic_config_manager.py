@@ -64,9 +64,9 @@ TopicWrite = JournalBatch | JournaledSnapshot
 def render_topics(data: tuple[dict[str, TopicConfig], dict[str, int], int]) -> bytes:
     """topics.json: one topic per line (readable, and fast to write at 100,000)."""
     table, version, seq = data
+    encode = json.JSONEncoder(sort_keys=True).encode
     lines = ",\n".join(
-        f"    {json.dumps(name)}: {json.dumps(cfg.to_dict(), sort_keys=True)}"
-        for name, cfg in sorted(table.items())
+        f"    {encode(name)}: {encode(cfg.to_dict())}" for name, cfg in sorted(table.items())
     )
     return (
         "{\n"
