@@ -5,6 +5,8 @@
     mqbench consumer -n 127.0.0.1:9876 -t BenchTopic -c 200000
     mqbench push -n 127.0.0.1:9876 -t BenchTopic -c 200000 -i 3
     mqbench latency -n 127.0.0.1:9876 -t LatencyTopic -r 2000 -d 10
+    mqbench attack held-pulls -n 127.0.0.1:9876 -b 127.0.0.1:10911 --broker-pid PID -d 30
+      (kinds: unread-pulls heartbeat-flood idle-conns held-pulls groups topics; client/bench_attacks.py)
 
 Counts are bounded; every run stops by itself.
 """
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import trio
 
+from client.bench_attacks import attack
 from protocol.logs import configure_logging
 
 if TYPE_CHECKING:
@@ -157,6 +160,9 @@ class BenchTransactionListener:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """Benchmark producers and consumers against a running cluster."""
+
+
+cli.add_command(attack)
 
 
 @cli.command()
