@@ -10,8 +10,14 @@ through the admin API (UPDATE_AND_CREATE_TOPIC, ``--concurrency`` in flight);
 at each checkpoint ``--measure`` more are created and timed. A probe process
 asks the name server for one topic's route every 2 ms the whole time (its own
 process, so the creating client's event loop does not colour its figures).
-Last, the broker restarts with every topic: how long until it serves again, and
-the look-ups while the name server takes its whole table.
+Then the name server restarts (the broker registers its whole table again),
+then the broker (loads every topic, registers the whole table): how long until
+routes are back, and the look-ups meanwhile.
+
+    .venv/bin/python -m deploy.bench_topics groups [--count 5000]
+
+times the first heartbeats of new consumer groups (each creates its %RETRY%
+topic) and how long until the name server lists every retry topic.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import click
 import trio
 
 from client.admin import MQAdmin
+from protocol.body import pack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.trio.client import RemotingClient
@@ -223,6 +230,77 @@ def main(ctx: click.Context, topics: int, measure: int, concurrency: int) -> Non
     if ctx.invoked_subcommand is None:
         checkpoints = [n for n in (1_000, 10_000, 100_000) if n < topics] + [topics]
         run(topics, measure, concurrency, sorted(set(checkpoints)))
+
+
+def run_groups(count: int, concurrency: int) -> None:
+    """First heartbeats of ``count`` new consumer groups (each creates its
+    %RETRY% topic), then until the name server routes every retry topic."""
+    with tempfile.TemporaryDirectory() as d:
+        c = Cluster(Path(d))
+        try:
+            ns = c.namesrv()
+            broker = c.broker("broker-a", ns.addr)
+
+            async def main() -> None:
+                limit = trio.Semaphore(concurrency)
+                failures: list[str] = []
+                busy = 0
+
+                async def one(client: RemotingClient, i: int) -> None:
+                    group = f"BenchGroup-{i:06d}"
+                    body = pack_body({"clientID": f"client-{i}", "producerDataSet": [],
+                                      "consumerDataSet": [{
+                                          "groupName": group, "messageModel": "CLUSTERING",
+                                          "consumeType": "CONSUME_PASSIVELY",
+                                          "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                                          "subscriptionDataSet": [{"topic": PROBE_TOPIC,
+                                                                   "subString": "*"}]}]})
+                    nonlocal busy
+                    try:
+                        for attempt in range(20):  # SYSTEM_BUSY (the heartbeat lane): again
+                            r = await client.invoke(broker.addr, RemotingCommand.request(
+                                RequestCode.HEART_BEAT, body=body), 30)
+                            if r.code != ResponseCode.SYSTEM_BUSY:
+                                break
+                            busy += 1
+                            await trio.sleep(min(1.0, 0.05 * 2 ** attempt))
+                        if r.code != ResponseCode.SUCCESS:
+                            failures.append(f"{group}: {r.code} {r.remark}")
+                    finally:
+                        limit.release()
+
+                async with MQAdmin(ns.addr) as admin, RemotingClient() as client:
+                    await admin.create_topic(PROBE_TOPIC, broker_addr=broker.addr)
+                    t0 = time.perf_counter()
+                    async with trio.open_nursery() as nursery:
+                        for i in range(count):
+                            await limit.acquire()
+                            nursery.start_soon(one, client, i)
+                    t1 = time.perf_counter()
+                    if failures:
+                        raise RuntimeError(f"{len(failures)} heartbeats failed: {failures[0]}")
+                    deadline = time.monotonic() + 300
+                    while sum(1 for t in await admin.topic_list()
+                              if t.startswith("%RETRY%BenchGroup-")) < count:
+                        if time.monotonic() > deadline:
+                            raise RuntimeError("retry topics not all routed")
+                        await trio.sleep(0.1)
+                    t2 = time.perf_counter()
+                print(f"{count:,} new consumer groups' first heartbeats: {t1 - t0:.2f} s "
+                      f"({count / (t1 - t0):,.0f}/s); every %RETRY% topic listed by the name "
+                      f"server after {t2 - t0:.2f} s ({busy} SYSTEM_BUSY answers retried)")
+
+            trio.run(main)
+        finally:
+            c.close()
+
+
+@main.command()
+@click.option("--count", default=5000, show_default=True, help="New consumer groups.")
+@click.option("--concurrency", default=64, show_default=True, help="Heartbeats in flight.")
+def groups(count: int, concurrency: int) -> None:
+    """First heartbeats of COUNT new consumer groups (each creates its %RETRY% topic)."""
+    run_groups(count, concurrency)
 
 
 @main.command()
