@@ -226,15 +226,15 @@ class NamesrvProcessor:
 
     # ---- registration ------------------------------------------------------------
 
-    def _note(self, event: str, key: object, **context: Any) -> None:
-        """A warning, rate-limited per ``key`` (RepeatedErrors)."""
+    def _note(self, event: str, key: object, level: str = "warning", **context: Any) -> None:
+        """A log line, rate-limited per ``key`` (RepeatedErrors)."""
         decision = self.refusals.record((event, key), self.clock())
         if decision is None:
             return
         first, repeated = decision
         if not first:
             context["repeated"] = repeated
-        log.warning(event, **context)
+        getattr(log, level)(event, **context)
 
     def _refuse(self, conn: RemotingConnection, cmd: RemotingCommand, what: str,
                 h: RegisterBrokerRequestHeader | UnRegisterBrokerRequestHeader,
@@ -253,7 +253,7 @@ class NamesrvProcessor:
         if peer_host == host or (_loopback(peer_host) and _loopback(host)):
             return
         self._note("broker address host differs from the connection's peer (NAT, several "
-                   "interfaces?)", ("host", h.broker_addr, peer_host),
+                   "interfaces?)", ("host", h.broker_addr, peer_host), level="info",
                    broker=h.broker_name, addr=h.broker_addr, peer=peer)
 
     def register_broker(self, conn: RemotingConnection, cmd: RemotingCommand
