@@ -301,6 +301,7 @@ class BrokerController:
                     nursery.start_soon(self._topic_persist_loop)
                     nursery.start_soon(self._clean_loop)
                     nursery.start_soon(self._housekeeping_loop)
+                    nursery.start_soon(self._trim_loop)
                     await nursery.start(self.pull_hold_service.run)
                     if not self.config.is_slave:  # a slave gets its delayed messages replicated
                         await nursery.start(self.schedule_service.run)
@@ -384,7 +385,12 @@ class BrokerController:
         while True:
             await trio.sleep(HOUSEKEEPING_INTERVAL_S)
             await guard.run(self.housekeeping, trio.current_time())
-            # buffers a burst of clients made us hold go back to the system
+
+    async def _trim_loop(self) -> None:
+        """Buffers a burst of clients made the broker hold go back to the system."""
+        guard = Guard(self.log, "trim free memory")
+        while True:
+            await trio.sleep(HOUSEKEEPING_INTERVAL_S)
             await guard.run(trio.to_thread.run_sync, trim_free_memory)
 
     def clean(self) -> None:

@@ -52,6 +52,8 @@ from protocol.trio.service import Guard
 
 # consume-queue entries whose tags codes are read for one notification step
 MAX_ENTRIES_PER_STEP = 1024
+# held pulls answered at their deadline between two checkpoints of the service
+EXPIRE_PER_STEP = 32
 DEFAULT_MAX_HELD = 100_000
 DEFAULT_MAX_HELD_PER_CONNECTION = 1_024
 
@@ -258,11 +260,12 @@ class HoldIndex:
             heapq.heappop(heap)
         return heap[0][0] if heap else None
 
-    def expire(self, now: float) -> list[HeldPull]:
-        """The holds whose deadline is ``now`` or earlier, forgotten, earliest first."""
+    def expire(self, now: float, limit: int | None = None) -> list[HeldPull]:
+        """The holds whose deadline is ``now`` or earlier (at most ``limit``),
+        forgotten, earliest first."""
         due: list[HeldPull] = []
         heap = self._deadlines
-        while heap and heap[0][0] <= now:
+        while heap and heap[0][0] <= now and (limit is None or len(due) < limit):
             _, _, hold = heapq.heappop(heap)
             if not hold.done:
                 self.remove(hold)
@@ -375,9 +378,10 @@ class PullRequestHoldService:
                 pass  # the connection is gone or broken; the client times out and retries
         return True
 
-    def expire(self, now: float) -> None:
-        """Answer (empty) the held pulls whose deadline is ``now`` or earlier."""
-        for hold in self.index.expire(now):
+    def expire(self, now: float, limit: int | None = None) -> None:
+        """Answer (empty) the held pulls whose deadline is ``now`` or earlier
+        (at most ``limit`` of them)."""
+        for hold in self.index.expire(now, limit):
             if not hold.conn.closed:
                 self._answer(hold, final=True)
 
@@ -403,7 +407,9 @@ class PullRequestHoldService:
             now = trio.current_time()
             deadline = self.index.next_deadline()
             if deadline is not None and deadline <= now:
-                await self.guard.run(self.expire, now)
+                # in steps: thousands of holds due together must not stall sends
+                await self.guard.run(self.expire, now, EXPIRE_PER_STEP)
+                await trio.lowlevel.checkpoint()
                 continue
             if self._behind:
                 continue

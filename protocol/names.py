@@ -40,9 +40,11 @@ def shown(value: object, limit: int = SHOWN_PREFIX) -> str:
     """A bounded, printable rendering of client data for logs and remarks."""
     if not isinstance(value, str):
         return f"<{type(value).__name__}>"
-    if len(value) <= limit:
-        return repr(value)
-    return f"{value[:limit]!r}... ({len(value)} characters)"
+    text = repr(value)
+    if len(text) <= limit + 2:
+        return text
+    # escapes (\U0001f600) make a repr longer than its string: cut the repr
+    return f"{text[:limit + 1]}'... ({len(value)} characters)"
 
 
 def _name_problem(what: str, name: object, max_length: int) -> str | None:
