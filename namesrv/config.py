@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.config import PropertiesConfig
+from protocol.config import ConfigError, PropertiesConfig
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
+from protocol.trio.limits import ConnectionLimits
 
 
 @dataclass(slots=True)
@@ -24,3 +25,26 @@ class NamesrvConfig(PropertiesConfig):
     # topics a large REGISTER_BROKER reads or applies between two checkpoints (look-ups
     # are answered in between)
     register_apply_chunk: int = 128
+    # connections (protocol/trio/limits.py), as the broker's keys
+    server_channel_max_idle_time_seconds: int = 120
+    frame_read_timeout_seconds: int = 30
+    write_buffer_high_water_mark: int = 4 * 1024 * 1024
+    write_buffer_low_water_mark: int = 1024 * 1024
+    max_total_connection_buffer_bytes: int = 256 * 1024 * 1024
+    max_in_flight_requests_per_connection: int = 4096
+    max_connections_per_address: int = 1024
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            write_high_water=self.write_buffer_high_water_mark,
+            write_low_water=self.write_buffer_low_water_mark,
+            max_in_flight=self.max_in_flight_requests_per_connection,
+            idle_timeout=float(self.server_channel_max_idle_time_seconds),
+            frame_timeout=float(self.frame_read_timeout_seconds),
+            max_connections_per_address=self.max_connections_per_address,
+        )
+
+    def validate(self) -> None:
+        problem = self.connection_limits().problem()
+        if problem is not None:
+            raise ConfigError(f"connection limits: {problem}")

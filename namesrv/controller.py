@@ -16,6 +16,7 @@ from namesrv.config import NamesrvConfig
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
 from protocol.trio.connection import RemotingConnection
+from protocol.trio.limits import SharedBudget
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard
 
@@ -38,6 +39,8 @@ class NamesrvController:
             config.listen_ip,
             config.listen_port,
             max_frame_size=config.max_frame_size,
+            limits=config.connection_limits(),
+            budget=SharedBudget(config.max_total_connection_buffer_bytes),
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self._stop = trio.Event()
