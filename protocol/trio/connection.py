@@ -446,6 +446,8 @@ class RemotingConnection:
             self._batching = True
             try:
                 for i, payload in enumerate(frames, 1):
+                    if self.closed:  # its close callbacks ran: take no more requests
+                        return
                     if not self._handle_frame(payload, received_at):
                         return
                     if i % YIELD_EVERY == 0 or self._must_wait():

@@ -246,3 +246,25 @@ def test_limits_problems() -> None:
     assert ConnectionLimits(max_in_flight=0).problem() is not None
 
 
+
+
+async def test_no_request_is_taken_once_the_connection_closed() -> None:
+    a, b = trio.testing.memory_stream_pair()
+    seen: list[int] = []
+    t = HandlerTable()
+
+    def first(conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        seen.append(cmd.opaque)
+        conn.close()  # e.g. its writer failed while this chunk was handled
+
+    t.register(ECHO, first)
+    conn = RemotingConnection(a, t)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(conn.run)
+        await b.send_all(b"".join(request(ECHO, i) for i in range(5)))  # one chunk
+        with trio.fail_after(5):
+            while not conn.closed:
+                await trio.sleep(0.01)
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen == [0]
+        nursery.cancel_scope.cancel()
