@@ -40,8 +40,10 @@ Handler = SyncHandler | AsyncHandler
 RECEIVE_CHUNK = 256 * 1024
 # Above this many queued outgoing bytes, invoke() waits for the writer.
 HIGH_WATER = 8 * 1024 * 1024
-# The reader lets other tasks run after this many requests of one received chunk.
+# The reader lets other tasks run after this many requests of one received
+# chunk, or after this long handling them, whichever comes first.
 YIELD_EVERY = 64
+YIELD_AFTER_S = 0.002
 
 log = structlog.get_logger("remoting")
 
@@ -442,7 +444,7 @@ class RemotingConnection:
                 self.partial_since = None
             elif self.partial_since is None or frames:
                 self.partial_since = now  # a new frame started
-            received_at = time.perf_counter()
+            received_at = slice_start = time.perf_counter()
             self._batching = True
             try:
                 for i, payload in enumerate(frames, 1):
@@ -450,13 +452,15 @@ class RemotingConnection:
                         return
                     if not self._handle_frame(payload, received_at):
                         return
-                    if i % YIELD_EVERY == 0 or self._must_wait():
+                    if (i % YIELD_EVERY == 0 or self._must_wait()
+                            or time.perf_counter() - slice_start > YIELD_AFTER_S):
                         # let the writer and other connections go on before the rest
                         self._flush_batch()
                         await self._wait_for_room()
                         await trio.lowlevel.checkpoint()
                         if self.closed:
                             return
+                        slice_start = time.perf_counter()
                         self._batching = True
             finally:
                 self._flush_batch()
