@@ -53,7 +53,7 @@ from protocol.trio.service import Guard
 # consume-queue entries whose tags codes are read for one notification step
 MAX_ENTRIES_PER_STEP = 1024
 # held pulls answered at their deadline between two checkpoints of the service
-EXPIRE_PER_STEP = 32
+EXPIRE_PER_STEP = 4
 DEFAULT_MAX_HELD = 100_000
 DEFAULT_MAX_HELD_PER_CONNECTION = 1_024
 
