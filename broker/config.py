@@ -18,7 +18,7 @@ from typing import ClassVar
 from protocol import names
 from protocol.config import ConfigError, PropertiesConfig, load_properties, not_a_key
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
-from protocol.trio.limits import ConnectionLimits
+from protocol.trio.limits import ConnectionLimits, limits_of
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -245,14 +245,7 @@ class BrokerConfig(PropertiesConfig):
             raise ConfigError("accessMessageInMemoryMaxRatio is a percentage (0..100)")
 
     def connection_limits(self) -> ConnectionLimits:
-        return ConnectionLimits(
-            write_high_water=self.write_buffer_high_water_mark,
-            write_low_water=self.write_buffer_low_water_mark,
-            max_in_flight=self.max_in_flight_requests_per_connection,
-            idle_timeout=float(self.server_channel_max_idle_time_seconds),
-            frame_timeout=float(self.frame_read_timeout_seconds),
-            max_connections_per_address=self.max_connections_per_address,
-        )
+        return limits_of(self)
 
     def delay_level_table(self) -> dict[int, int]:
         """Delay level (1-based) -> milliseconds, from ``messageDelayLevel``.

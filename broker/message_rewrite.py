@@ -121,14 +121,6 @@ def from_stored(msg: MessageExt, topic: str, queue_id: int, props: dict[str, str
     )
 
 
-def set_properties(inner: MessageExtBrokerInner, props: dict[str, str]) -> None:
-    """Replace ``inner``'s properties (tags code, keys and unique key follow)."""
-    inner.properties_string = properties_to_string(props)
-    inner.tags_code = tags_hash_code(props.get(PROPERTY_TAGS))
-    inner.keys = props.get(PROPERTY_KEYS)
-    inner.uniq_key = props.get(PROPERTY_UNIQ_KEY)
-
-
 def _real_destination(props: dict[str, str], forbidden: str) -> tuple[str, int]:
     """REAL_TOPIC and REAL_QID of ``props`` (popped), checked."""
     topic = props.pop(REAL_TOPIC, None)

@@ -36,7 +36,7 @@ from protocol.headers import (
 )
 from protocol.message import string_to_properties
 from protocol.names import InvalidNameError, dlq_topic, retry_topic, shown
-from protocol.record import TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, transaction_type
+from protocol.record import TRANSACTION_NOT_TYPE, transaction_type
 from protocol.route import PERM_RW, PERM_WRITE, TopicConfig, is_writeable
 from protocol.trio.connection import RemotingConnection
 
@@ -144,10 +144,13 @@ class SendMessageProcessor:
 
     def _inner(
         self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
-        props_text: str, born_host: str,
+        props_text: str, born_host: str, props: dict[str, str] | None = None,
     ) -> MessageExtBrokerInner:
+        """The message to store; ``props`` is ``props_text`` already parsed, if it is."""
+        if props is None:
+            props = string_to_properties(props_text)
         return build_inner(
-            h.topic, queue_id, body, string_to_properties(props_text), props_text=props_text,
+            h.topic, queue_id, body, props, props_text=props_text,
             flag=flag, sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
             born_host=born_host, reconsume_times=h.reconsume_times,
         )
@@ -166,17 +169,14 @@ class SendMessageProcessor:
             return err
         assert cmd.body is not None
         queue_id = self._queue_id(h, cfg)
-        inner = self._inner(h, queue_id, h.flag, cmd.body, h.properties, conn.remote_addr)
-        # most sends are plain: skip a second parse of the properties for them
-        special = (h.sys_flag & TRANSACTION_TYPE_MASK or DELAY + "\x01" in h.properties
-                   or TRAN_MSG + "\x01" in h.properties)
-        props = string_to_properties(h.properties) if special else {}
+        props = string_to_properties(h.properties)
+        inner = self._inner(h, queue_id, h.flag, cmd.body, h.properties, conn.remote_addr, props)
         level = props.get(DELAY, "0")
         if level not in ("0", ""):
             if not (level.isascii() and level.lstrip("-").isdigit() and len(level) < 10):
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad delay level {shown(level)}")
         delayed = int(level or "0") > 0
-        if special and is_prepared(h.sys_flag, props):
+        if is_prepared(h.sys_flag, props):
             refused = self._transaction_refusal(cmd, delayed)
             if refused is not None:
                 return refused

@@ -115,15 +115,19 @@ class TransactionBook:
         newest = self.pending.setdefault(origin, copy_offset)
         return newest > copy_offset
 
-    def advance(self, half_offset: int) -> None:
+    def advance(self, half_offset: int, prune: bool = True) -> None:
         """The check service moved past every copy before ``half_offset``;
-        op records whose transactions are wholly behind it are passed."""
+        op records whose transactions are wholly behind it are passed. With
+        ``prune`` (once per pass: it looks at every pending transaction),
+        pending ones whose newest copy is behind it are dropped too (their
+        copies were cleaned away or unreadable: nothing is left to check)."""
         if half_offset <= self.half_offset:
             return
         self.half_offset = half_offset
-        for origin, newest in list(self.pending.items()):
-            if newest < half_offset:  # cleaned away or unreadable: nothing left to check
-                del self.pending[origin]
+        if prune:
+            for origin, newest in list(self.pending.items()):
+                if newest < half_offset:
+                    del self.pending[origin]
         while self.op_offset < self._op_end:
             op_origin = self.ops.get(self.op_offset)
             if op_origin is not None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import structlog
@@ -252,7 +252,7 @@ class TransactionalMessageService:
                     break
                 i += 1
         finally:
-            book.advance(i)
+            book.advance(i, prune=not go_on)
             self._save_offsets()
         return go_on
 
@@ -369,7 +369,7 @@ class TransactionalMessageService:
             await trio.sleep(0)
         self.passes += 1
         if report.checked or report.discarded:
-            self.log.info("transaction check pass", **vars_of(report), **self.book.stats())
+            self.log.info("transaction check pass", **asdict(report), **self.book.stats())
         return report
 
     async def run(self, ask: Ask, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -378,12 +378,6 @@ class TransactionalMessageService:
         while True:
             await trio.sleep(interval)
             await self.guard.run(self.check_pass, ask)
-
-
-def vars_of(report: PassReport) -> dict[str, int]:
-    return {"looked": report.looked, "checked": report.checked,
-            "no_producer": report.no_producer, "discarded": report.discarded,
-            "skipped": report.skipped}
 
 
 def _done(state: EndState) -> str:

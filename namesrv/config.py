@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from protocol.config import ConfigError, PropertiesConfig
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
-from protocol.trio.limits import ConnectionLimits
+from protocol.trio.limits import ConnectionLimits, limits_of
 
 
 @dataclass(slots=True)
@@ -35,14 +35,7 @@ class NamesrvConfig(PropertiesConfig):
     max_connections_per_address: int = 1024
 
     def connection_limits(self) -> ConnectionLimits:
-        return ConnectionLimits(
-            write_high_water=self.write_buffer_high_water_mark,
-            write_low_water=self.write_buffer_low_water_mark,
-            max_in_flight=self.max_in_flight_requests_per_connection,
-            idle_timeout=float(self.server_channel_max_idle_time_seconds),
-            frame_timeout=float(self.frame_read_timeout_seconds),
-            max_connections_per_address=self.max_connections_per_address,
-        )
+        return limits_of(self)
 
     def validate(self) -> None:
         problem = self.connection_limits().problem()

@@ -505,14 +505,12 @@ class RemotingConnection:
                                    f"({self.unanswered}); read the answers first")
             return
         lanes = self._lanes
-        lane = None
-        started = 0.0
-        if lanes is not None:
-            lane = lanes.lane(cmd.code)
-            started = time.perf_counter()
-            # a oneway request cannot be told it was refused: it is run (its
-            # peer is held back by the connection's back-pressure instead)
-            reason = None if cmd.is_oneway else lanes.refusal(lane, started, received_at or started)
+        lane = lanes.lane(cmd.code) if lanes is not None else None
+        started = time.perf_counter()
+        # a oneway request cannot be told it was refused: it is run (its peer
+        # is held back by the connection's back-pressure instead)
+        if lanes is not None and lane is not None and not cmd.is_oneway:
+            reason = lanes.refusal(lane, started, received_at or started)
             if reason is not None:
                 self._refuse_busy(cmd, reason)
                 return
@@ -524,8 +522,8 @@ class RemotingConnection:
                 response = self._checked(cmd, sync_handler(self, cmd))
             except Exception as exc:
                 response = self._error_response(cmd, exc)
-            if lane is not None:
-                lanes.ran(lane, time.perf_counter() - started)  # type: ignore[union-attr]
+            if lanes is not None and lane is not None:
+                lanes.ran(lane, time.perf_counter() - started)
             if response is not None and not cmd.is_oneway:
                 self.send_response(response)
         elif async_handler is not None:

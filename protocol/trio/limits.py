@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 MiB = 1024 * 1024
 
@@ -48,6 +49,29 @@ class ConnectionLimits:
         if self.max_connections_per_address < 0:
             return "the connection limit per address must not be negative"
         return None
+
+
+class ConnectionKeys(Protocol):
+    """The connection keys a daemon's config has (broker and name server alike)."""
+
+    write_buffer_high_water_mark: int
+    write_buffer_low_water_mark: int
+    max_in_flight_requests_per_connection: int
+    server_channel_max_idle_time_seconds: int
+    frame_read_timeout_seconds: int
+    max_connections_per_address: int
+
+
+def limits_of(config: ConnectionKeys) -> ConnectionLimits:
+    """A daemon config's connection keys as ConnectionLimits."""
+    return ConnectionLimits(
+        write_high_water=config.write_buffer_high_water_mark,
+        write_low_water=config.write_buffer_low_water_mark,
+        max_in_flight=config.max_in_flight_requests_per_connection,
+        idle_timeout=float(config.server_channel_max_idle_time_seconds),
+        frame_timeout=float(config.frame_read_timeout_seconds),
+        max_connections_per_address=config.max_connections_per_address,
+    )
 
 
 @dataclass(slots=True)

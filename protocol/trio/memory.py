@@ -31,10 +31,6 @@ def _libc() -> Any:
     return libc
 
 
-def can_trim() -> bool:
-    return _libc() is not None
-
-
 def trim_free_memory() -> bool:
     """Return free heap memory to the system; True when glibc was asked."""
     libc = _libc()
