@@ -10,11 +10,13 @@ import trio
 
 from client import Message, Producer, SendStatus
 from client.admin import MQAdmin
-from protocol.body import pack_body
+from client.bench_attacks import heartbeat_body
+from protocol.body import pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.frame import FrameDecoder, encode_frame
 from protocol.headers import PullMessageRequestHeader
+from protocol.trio.client import RemotingClient
 from protocol.trio.memory import rss_bytes
 from tests.integration.cluster import Cluster, Daemon
 from tests.integration.waits import routed, wait_for
@@ -169,3 +171,62 @@ async def test_idle_half_frame_and_too_many_connections(cluster: Cluster) -> Non
         await s.aclose()
     # and the broker still serves
     assert await probe(ns.addr, 5) == [SendStatus.SEND_OK] * 5
+
+
+async def test_ten_thousand_new_consumer_groups_register(cluster: Cluster) -> None:
+    ns, broker = await setup(cluster)
+    groups = [f"NewGroup{i}" for i in range(10_000)]
+    pending = list(groups)
+    busy = 0
+    statuses: list[SendStatus] = []
+
+    async def normal_client() -> None:
+        statuses.extend(await probe(ns.addr, 100))
+
+    async def member(k: int) -> None:
+        """One client connection: first heart beats of its share of the groups,
+        each a clustering consumer of the topic; SYSTEM_BUSY is tried again."""
+        nonlocal busy
+        stream = await trio.open_tcp_stream("127.0.0.1", broker.port)
+        decoder = FrameDecoder()
+        mine = pending[k::4]
+        opaque = 0
+        while mine:
+            batch, mine = mine[:64], mine[64:]
+            await stream.send_all(b"".join(
+                frame(RequestCode.HEART_BEAT, opaque + i,
+                      body=heartbeat_body(f"c{k}@{g}", consumer_group=g, topic=TOPIC))
+                for i, g in enumerate(batch)))
+            answers: dict[int, int] = {}
+            while len(answers) < len(batch):
+                for payload in decoder.feed(await stream.receive_some(1 << 20)):
+                    r = RemotingCommand.decode(payload)
+                    if r.is_response:  # not the broker's NOTIFY_CONSUMER_IDS_CHANGED
+                        answers[r.opaque - opaque] = r.code
+            retry = [g for i, g in enumerate(batch) if answers[i] == ResponseCode.SYSTEM_BUSY]
+            assert all(c in (ResponseCode.SUCCESS, ResponseCode.SYSTEM_BUSY)
+                       for c in answers.values())
+            busy += len(retry)
+            if retry:
+                await trio.sleep(0.2)
+            mine = retry + mine
+            opaque += len(batch)
+        await stream.aclose()
+
+    with trio.fail_after(60):  # the goal is 30 s on an idle machine (mqbench attack groups)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(normal_client)
+            for k in range(4):
+                nursery.start_soon(member, k)
+    assert statuses == [SendStatus.SEND_OK] * 100
+    async with RemotingClient() as rc:
+        r = await rc.invoke(broker.addr, RemotingCommand.request(
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG), 10)
+        table = unpack_body(r.body)["subscriptionGroupTable"]
+    assert set(groups) <= set(table)
+    retry_topics = {f"%RETRY%{g}" for g in groups}
+    async with MQAdmin(ns.addr) as admin:
+        async def all_listed() -> bool:
+            return retry_topics <= set(await admin.topic_list())
+
+        await wait_for(all_listed, 30, "every retry topic listed by the name server")
