@@ -5,7 +5,9 @@ registers a ``Waiter`` (broker/store/offset_waiters.py) for the offset its
 bytes end at, and the send processor answers it once every waiter it joined is
 done (a SYNC_MASTER's slave acknowledgement uses the same waiters). One fsync
 (in a worker thread) releases every waiter it covers; a waiter still unflushed
-``syncFlushTimeout`` ms after it was registered ends FLUSH_DISK_TIMEOUT.
+``syncFlushTimeout`` ms after it was registered ends FLUSH_DISK_TIMEOUT. The
+fsyncs run in a thread of their own (protocol/trio/worker_thread.py): a
+hand-off through ``trio.to_thread`` cost as much as the fsync itself.
 
 A failing fsync (an I/O error) is logged, rate-limited, and tried again after
 a back-off; the waiters it leaves end FLUSH_DISK_TIMEOUT at their deadline.
@@ -23,6 +25,7 @@ from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
 from broker.waiting_sends import WaitingSends
 from protocol.trio.service import Guard
+from protocol.trio.worker_thread import WorkerThread
 
 
 class GroupCommitService:
@@ -34,6 +37,7 @@ class GroupCommitService:
                                   self.guard, "flush disk timeout")
         self.waiters = self.sends.waiters
         self._wake_flusher: trio.Event | None = None
+        self._thread: WorkerThread | None = None
         self.flush_count = 0
 
     def wait(self, next_offset: int) -> Waiter:
@@ -46,7 +50,8 @@ class GroupCommitService:
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            async with trio.open_nursery() as nursery:
+            async with WorkerThread("group-commit") as thread, trio.open_nursery() as nursery:
+                self._thread = thread
                 nursery.start_soon(self._flusher)
                 nursery.start_soon(self.sends.run_expiry)
                 task_status.started()
@@ -63,7 +68,8 @@ class GroupCommitService:
 
     async def _flush_once(self) -> None:
         lowest = self.waiters.lowest_offset()
-        flushed = await trio.to_thread.run_sync(self.flush)
+        assert self._thread is not None
+        flushed = await self._thread.run_sync(self.flush)
         self.flush_count += 1
         self.waiters.advance(flushed)
         if lowest is not None and flushed < lowest:  # logged by the guard, retried after a back-off

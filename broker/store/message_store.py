@@ -789,9 +789,8 @@ class DefaultMessageStore:
             flushed = self.commit_log.flush()
             if self.running:
                 self.commit_log.preallocate_next()
-        if flushed:
+        if flushed:  # written to the file by flush_consume_queues (see store_checkpoint.py)
             self.checkpoint.physic_msg_timestamp = before
-            self.checkpoint.flush()
         return self.commit_log.flushed_where
 
     def flush_consume_queues(self) -> bool:
@@ -805,5 +804,5 @@ class DefaultMessageStore:
                 self.index_service.flush()
         if flushed:
             self.checkpoint.logics_msg_timestamp = before
-            self.checkpoint.flush()
+        self.checkpoint.flush_if_changed()
         return flushed

@@ -78,7 +78,13 @@ async def inline(fn: Any, *args: Any, **kw: Any) -> Any:
 
 @pytest.fixture
 def no_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from protocol.trio.worker_thread import WorkerThread
+
+    async def inline_method(self: WorkerThread, fn: Any) -> Any:
+        return fn()
+
     monkeypatch.setattr(trio.to_thread, "run_sync", inline)
+    monkeypatch.setattr(WorkerThread, "run_sync", inline_method)
 
 
 async def test_group_commit_survives_failing_fsyncs(

@@ -332,3 +332,27 @@ def test_hand_corrupted_tail(tmp_path: Path, abort: bool, damage: str) -> None:
     assert r.append_result.logics_offset == 9
     assert [m.body[:3] for m in pull_all(store, "T", 0)] == [b"r%d-" % i for i in range(9)] + [b"fre"]
     store.shutdown()
+
+
+def test_commit_log_flush_leaves_the_checkpoint_file_to_the_queue_flush(tmp_path: Path) -> None:
+    """A SYNC_FLUSH send waits for the commit log's fsync only: the checkpoint
+    file is written by the consume-queue flush (and at shutdown), not by it."""
+    from broker.store.store_checkpoint import StoreCheckpoint
+
+    cfg = make_config(tmp_path, cl_size=4096, cq_entries=100)
+    store = open_store(cfg)
+    store.put_message(inner("T", 0, b"a" * 100))
+    store.flush_commit_log()
+    assert store.checkpoint.physic_msg_timestamp > 0
+    on_disk = StoreCheckpoint(cfg.checkpoint_path)
+    assert on_disk.physic_msg_timestamp == 0
+    store.flush_consume_queues()
+    on_disk = StoreCheckpoint(cfg.checkpoint_path)
+    assert on_disk.physic_msg_timestamp == store.checkpoint.physic_msg_timestamp
+    assert on_disk.logics_msg_timestamp == store.checkpoint.logics_msg_timestamp > 0
+    # nothing moved: no second write
+    assert store.checkpoint.flush_if_changed() is False
+    store.put_message(inner("T", 0, b"b" * 100))
+    store.shutdown()
+    on_disk = StoreCheckpoint(cfg.checkpoint_path)
+    assert on_disk.physic_msg_timestamp >= store.checkpoint.physic_msg_timestamp
