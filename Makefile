@@ -31,10 +31,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
-	$(VENV)/bin/mqbench producer -n 127.0.0.1:9876 -t BenchTopic -s 1024 -b 32 -c 200000
-	$(VENV)/bin/mqbench transaction -n 127.0.0.1:9876 -t BenchTxTopic -s 1024 -c 20000
-	$(VENV)/bin/mqbench consumer -n 127.0.0.1:9876 -t BenchTopic -c 200000
-	$(VENV)/bin/mqbench spark -n 127.0.0.1:9876 -t BenchTopic
+	$(PY) -m deploy.bench_all
 
 clean:
 	rm -rf $(VENV) $(DATA)

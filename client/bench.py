@@ -5,17 +5,30 @@
     mqbench consumer -n 127.0.0.1:9876 -t BenchTopic -c 200000
     mqbench push -n 127.0.0.1:9876 -t BenchTopic -c 200000 -i 3
     mqbench latency -n 127.0.0.1:9876 -t LatencyTopic -r 2000 -d 10
+    mqbench spark -n 127.0.0.1:9876 -t BenchTopic -r 3
+    mqbench disk --dir .data/commitlog -s 1024 -c 2000 [--compare-zero-filled]
     mqbench attack held-pulls -n 127.0.0.1:9876 -b 127.0.0.1:10911 --broker-pid PID -d 30
       (kinds: unread-pulls heartbeat-flood idle-conns held-pulls groups topics; client/bench_attacks.py)
 
-Counts are bounded; every run stops by itself.
+Counts are bounded; every run stops by itself. ``--json`` (every mode but
+attack) prints one JSON object per result line instead of text; the text is
+rendered from the same dict (``throughput_result``, ``render_throughput``...).
+Latencies in the dicts are in microseconds under ``latency_us``
+(``{"p50", "p90", "p99", "p99.9"}``).
 """
 
 from __future__ import annotations
 
+import errno
+import json
+import mmap
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -39,14 +52,63 @@ def percentiles(samples: Sequence[float], points: Sequence[float] = (50, 90, 99,
     return {p: ordered[min(n - 1, max(0, int(round(p / 100 * n + 0.5)) - 1))] for p in points}
 
 
+# ---- result dicts (the --json objects) and their text ---------------------------------
+
+
+def latency_us(samples: Sequence[float]) -> dict[str, float]:
+    """Percentiles of ``samples`` (seconds) in microseconds, keyed "p50", "p90",
+    "p99", "p99.9"."""
+    return {f"p{p:g}": v * 1e6 for p, v in percentiles(samples).items()}
+
+
+def latency_text(lat: Mapping[str, float], unit: str = "ms", digits: int = 3) -> str:
+    """``p50=1.000ms p90=...`` from a ``latency_us`` dict."""
+    scale = {"ms": 1e3, "us": 1.0, "µs": 1.0, "s": 1e6}[unit]
+    return " ".join(f"{k}={v / scale:.{digits}f}{unit}" for k, v in lat.items())
+
+
+def per_second(count: float, elapsed: float) -> float:
+    return count / elapsed if elapsed > 0 else 0.0
+
+
+def throughput_result(mode: str, count: int, nbytes: int, elapsed: float,
+                      latencies: Sequence[float], *, per: str = "request",
+                      **extra: Any) -> dict[str, Any]:
+    """One result line as a dict: ``count`` messages (``nbytes`` of bodies) in
+    ``elapsed`` seconds, ``latencies`` (seconds) one per ``per``."""
+    return {
+        "mode": mode,
+        "count": count,
+        "bytes": nbytes,
+        "seconds": elapsed,
+        "msgs_per_s": per_second(count, elapsed),
+        "mb_per_s": per_second(nbytes, elapsed) / 1e6,
+        "latency_per": per,
+        "latency_us": latency_us(latencies),
+        **extra,
+    }
+
+
+def render_throughput(d: Mapping[str, Any], *, noun: str = "msgs", rate: str = "msg/s") -> str:
+    """The text line of a ``throughput_result`` dict."""
+    return (f"{d['mode']}: {d['count']} {noun} in {d['seconds']:.2f}s = "
+            f"{d['msgs_per_s']:,.0f} {rate} ({d['mb_per_s']:.1f} MB/s); "
+            f"latency per {d['latency_per']} {latency_text(d['latency_us'])}")
+
+
 def report(kind: str, count: int, nbytes: int, elapsed: float, latencies: Sequence[float], *,
            noun: str = "msgs", rate: str = "msg/s", per: str = "request") -> str:
-    tps = count / elapsed if elapsed > 0 else 0.0
-    mb = nbytes / elapsed / 1e6 if elapsed > 0 else 0.0
-    pct = percentiles(latencies)
-    lat = " ".join(f"p{p:g}={v * 1e3:.3f}ms" for p, v in pct.items())
-    return (f"{kind}: {count} {noun} in {elapsed:.2f}s = {tps:,.0f} {rate} ({mb:.1f} MB/s); "
-            f"latency per {per} {lat}")
+    return render_throughput(throughput_result(kind, count, nbytes, elapsed, latencies, per=per),
+                             noun=noun, rate=rate)
+
+
+def emit(result: Mapping[str, Any], text: str, as_json: bool) -> None:
+    """Print one result: its JSON object or its text line."""
+    click.echo(json.dumps(result) if as_json else text)
+
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print one JSON object per result line instead of text.")
 
 
 # ---- transaction mode: pure parts ----------------------------------------------------
@@ -105,15 +167,35 @@ def summarize_checks(acked: Mapping[str, float], checked: Mapping[str, float]) -
     return CheckSummary(sent=len(acked), delays=delays)
 
 
-def check_report(summary: CheckSummary, waited: float, check_wait: float) -> str:
-    """One line for the check phase."""
-    head = (f"checks: {summary.checked}/{summary.sent} UNKNOW transactions checked "
-            f"(waited {waited:.1f}s of --check-wait {check_wait:g}s)")
+def check_result(summary: CheckSummary, waited: float, check_wait: float,
+                 rolled_back: int = 0) -> dict[str, Any]:
+    """The check phase as a dict (delays in seconds; None when nothing was checked)."""
+    delays: dict[str, float] | None = None
     if summary.delays:
         pct = percentiles(summary.delays, (50, 90))
-        head += (f"; UNKNOW to check min={summary.delays[0]:.3f}s p50={pct[50]:.3f}s "
-                 f"p90={pct[90]:.3f}s max={summary.delays[-1]:.3f}s")
-    return f"{head}; {summary.missed} not checked in time"
+        delays = {"min": summary.delays[0], "p50": pct[50], "p90": pct[90],
+                  "max": summary.delays[-1]}
+    return {"mode": "transaction_checks", "sent": summary.sent, "checked": summary.checked,
+            "missed": summary.missed, "waited_s": waited, "check_wait_s": check_wait,
+            "unknow_to_check_s": delays, "rolled_back": rolled_back}
+
+
+def render_checks(d: Mapping[str, Any]) -> str:
+    head = (f"checks: {d['checked']}/{d['sent']} UNKNOW transactions checked "
+            f"(waited {d['waited_s']:.1f}s of --check-wait {d['check_wait_s']:g}s)")
+    if d["unknow_to_check_s"]:
+        t = d["unknow_to_check_s"]
+        head += (f"; UNKNOW to check min={t['min']:.3f}s p50={t['p50']:.3f}s "
+                 f"p90={t['p90']:.3f}s max={t['max']:.3f}s")
+    line = f"{head}; {d['missed']} not checked in time"
+    if d["rolled_back"]:
+        line += f"; {d['rolled_back']} rolled back (half message not SEND_OK)"
+    return line
+
+
+def check_report(summary: CheckSummary, waited: float, check_wait: float) -> str:
+    """One line for the check phase."""
+    return render_checks(check_result(summary, waited, check_wait))
 
 
 # ---- transaction mode: the listener (runs on the event loop) ------------------------
@@ -176,8 +258,9 @@ cli.add_command(attack)
               help="Sends in flight at once.")
 @click.option("-p", "--producers", type=int, default=1, show_default=True,
               help="Producer instances (one client instance, so one connection per broker, shared).")
+@json_option
 def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concurrency: int,
-             producers: int) -> None:
+             producers: int, as_json: bool) -> None:
     """Send COUNT messages of SIZE bytes and report msg/s and latency."""
     from client import Message, Producer
 
@@ -217,7 +300,10 @@ def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concur
                 await p.shutdown()
 
     elapsed = trio.run(go)
-    click.echo(report("produce", sent, sent * size, elapsed, latencies))
+    result = throughput_result("produce", sent, sent * size, elapsed, latencies, topic=topic,
+                               size=size, batch=batch, concurrency=concurrency,
+                               producers=producers)
+    emit(result, render_throughput(result), as_json)
 
 
 @cli.command()
@@ -235,19 +321,31 @@ def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concur
               help="Then send this many UNKNOW transactions and time the broker's checks.")
 @click.option("--check-wait", "check_wait", type=click.FloatRange(min=0), default=120.0,
               show_default=True, help="Seconds to wait for the checks at most.")
+@json_option
 def transaction(namesrv: str, topic: str, size: int, count: int, concurrency: int,
-                producers: int, checks: int, check_wait: float) -> None:
+                producers: int, checks: int, check_wait: float, as_json: bool) -> None:
     """Send COUNT transactions of SIZE bytes (every local transaction commits)
     and report transactions/s and latency; with --checks N, send N more whose
     local transaction is UNKNOW and report how long the broker took to check them."""
-    for line in trio.run(_transaction_bench, namesrv, topic, size, count, concurrency,
-                         producers, checks, check_wait):
-        click.echo(line)
+    for result in trio.run(_transaction_bench, namesrv, topic, size, count, concurrency,
+                           producers, checks, check_wait):
+        emit(result, render_transaction(result), as_json)
+
+
+def render_transaction(d: Mapping[str, Any]) -> str:
+    """The text line of a transaction command result (either phase)."""
+    if d["mode"] == "transaction_checks":
+        return render_checks(d)
+    line = render_throughput(d, noun="committed", rate="tx/s")
+    if d["rolled_back"]:
+        line += f"; {d['rolled_back']} rolled back (half message not SEND_OK)"
+    return line
 
 
 async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, concurrency: int,
-                             producers: int, checks: int, check_wait: float) -> list[str]:
-    """The transaction command's body: its output lines."""
+                             producers: int, checks: int, check_wait: float
+                             ) -> list[dict[str, Any]]:
+    """The transaction command's body: its results (throughput, then checks)."""
     from client import LocalTransactionState, Message, TransactionProducer
 
     commit, unknow = LocalTransactionState.COMMIT_MESSAGE, LocalTransactionState.UNKNOW
@@ -255,7 +353,7 @@ async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, co
     listener = BenchTransactionListener()
     latencies: list[float] = []
     committed = not_committed = check_not_sent = 0
-    lines: list[str] = []
+    results: list[dict[str, Any]] = []
 
     async def worker(p: TransactionProducer, quota: list[int], state: LocalTransactionState,
                      timed: bool) -> None:
@@ -295,11 +393,10 @@ async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, co
         for p in ps:
             await p.send_message_in_transaction(Message(topic, body), commit)
         elapsed = await run_phase(ps, count, commit, True)
-        line = report("transaction", committed, committed * size, elapsed, latencies,
-                      noun="committed", rate="tx/s", per="send_message_in_transaction")
-        if not_committed:
-            line += f"; {not_committed} rolled back (half message not SEND_OK)"
-        lines.append(line)
+        results.append(throughput_result(
+            "transaction", committed, committed * size, elapsed, latencies,
+            per="send_message_in_transaction", rolled_back=not_committed, topic=topic,
+            size=size, concurrency=concurrency, producers=producers))
         if checks > 0:
             await run_phase(ps, checks, unknow, False)
             listener.sending_done()
@@ -308,14 +405,11 @@ async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, co
                 await listener.all_checked.wait()
             waited = time.monotonic() - t0
             summary = summarize_checks(listener.times.acked, listener.times.checked)
-            line = check_report(summary, waited, check_wait)
-            if check_not_sent:
-                line += f"; {check_not_sent} rolled back (half message not SEND_OK)"
-            lines.append(line)
+            results.append(check_result(summary, waited, check_wait, check_not_sent))
     finally:
         for p in started:
             await p.shutdown()
-    return lines
+    return results
 
 
 @cli.command()
@@ -327,8 +421,9 @@ async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, co
 @click.option("-m", "--pullBatchSize", "pull_batch", type=int, default=32, show_default=True)
 @click.option("--from-start/--from-group", default=True, show_default=True,
               help="Start at each queue's min offset, or at the group's committed offset.")
+@json_option
 def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
-             from_start: bool) -> None:
+             from_start: bool, as_json: bool) -> None:
     """Pull messages from every queue until COUNT or the end; report msg/s."""
     from client import MessageQueue, PullConsumer, PullStatus
 
@@ -367,7 +462,9 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
             return time.perf_counter() - t0
 
     elapsed = trio.run(go)
-    click.echo(report("consume", got, nbytes, elapsed, latencies))
+    result = throughput_result("consume", got, nbytes, elapsed, latencies,
+                               topic=topic, pull_batch=pull_batch)
+    emit(result, render_throughput(result), as_json)
 
 
 @cli.command()
@@ -382,18 +479,20 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
               help="consume_message_batch_max_size (messages per listener call).")
 @click.option("--timeout", type=float, default=120.0, show_default=True)
 @click.option("--member", type=int, default=None, hidden=True)
+@json_option
 def push(namesrv: str, topic: str, group: str | None, count: int, instances: int, batch: int,
-         timeout: float, member: int | None) -> None:
+         timeout: float, member: int | None, as_json: bool) -> None:
     """Consume COUNT messages with push consumers of one new group (clustering,
-    from the first offset); report msg/s over all of them."""
+    from the first offset); report msg/s over all of them and the latency from
+    each message's store timestamp to its listener call (store-to-listener: it
+    includes the time a backlog waited before the consumers started)."""
     import subprocess
     import sys
     import uuid
 
     if member is not None:
         assert group is not None
-        first, last, got = _push_member(namesrv, topic, group, count, batch, timeout, member)
-        click.echo(f"{got} {first!r} {last!r}")
+        click.echo(json.dumps(_push_member(namesrv, topic, group, count, batch, timeout, member)))
         return
     group = group or f"BENCH_PUSH_{uuid.uuid4().hex[:8]}"
     procs = [
@@ -403,38 +502,77 @@ def push(namesrv: str, topic: str, group: str | None, count: int, instances: int
             stdout=subprocess.PIPE, text=True)
         for i in range(instances)
     ]
-    rows = []
+    members = []
     for p in procs:
         out, _ = p.communicate(timeout=timeout + 30)
-        fields = out.split()[-3:]
-        rows.append((int(fields[0]), float(fields[1]), float(fields[2])))
-    total = sum(r[0] for r in rows)
-    active = [r for r in rows if r[0]]
-    elapsed = max(r[2] for r in active) - min(r[1] for r in active) if active else 0.0
-    per = ", ".join(str(r[0]) for r in rows)
-    tps = total / elapsed if elapsed > 0 else 0.0
-    click.echo(f"push consume: {total} msgs in {elapsed:.2f}s = {tps:,.0f} msg/s "
-               f"({instances} consumers: {per})")
+        members.append(parse_member_line(out))
+    result = push_result(members, topic=topic, batch=batch)
+    emit(result, render_push(result), as_json)
+
+
+def parse_member_line(out: str) -> dict[str, Any]:
+    """A push member's report: the last line of its output that is a JSON
+    object (nothing consumed when there is none, e.g. the member crashed)."""
+    for line in reversed(out.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(d, dict):
+                return d
+    return {"got": 0, "bytes": 0, "first": 0.0, "last": 0.0, "store_to_listener_ms": []}
+
+
+def push_result(members: Sequence[Mapping[str, Any]], **extra: Any) -> dict[str, Any]:
+    """All push members together: messages over the span from the first
+    member's first listener call to the last one's last call; store-to-listener
+    latency percentiles over every message."""
+    total = sum(int(m["got"]) for m in members)
+    active = [m for m in members if m["got"]]
+    elapsed = (max(float(m["last"]) for m in active) - min(float(m["first"]) for m in active)
+               if active else 0.0)
+    samples = [v / 1e3 for m in members for v in m.get("store_to_listener_ms", [])]
+    nbytes = sum(int(m.get("bytes", 0)) for m in members)
+    return throughput_result("push", total, nbytes, elapsed, samples, per="store-to-listener",
+                             consumers=len(members),
+                             per_consumer=[int(m["got"]) for m in members], **extra)
+
+
+def render_push(d: Mapping[str, Any]) -> str:
+    per = ", ".join(str(n) for n in d["per_consumer"])
+    return (f"push consume: {d['count']} msgs in {d['seconds']:.2f}s = {d['msgs_per_s']:,.0f} msg/s "
+            f"({d['consumers']} consumers: {per}); latency store-to-listener (broker store "
+            f"timestamp, ms resolution, a backlog's wait included) "
+            f"{latency_text(d['latency_us'], digits=1)}")
 
 
 def _push_member(namesrv: str, topic: str, group: str, count: int, batch: int, timeout: float,
-                 member: int) -> tuple[float, float, int]:
+                 member: int) -> dict[str, Any]:
     from client import ConsumeConcurrentlyStatus, ConsumeFromWhere, PushConsumer
 
     got = 0
+    nbytes = 0
     first = last = 0.0
+    lat_ms: list[float] = []
     ok = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 
     async def go() -> None:
         nonlocal got, first, last
 
         def listener(msgs: list, ctx: object) -> ConsumeConcurrentlyStatus:  # type: ignore[type-arg]
-            nonlocal got, first, last
+            nonlocal got, first, last, nbytes
             now = time.time()
             if not got:
                 first = now
             got += len(msgs)
             last = now
+            now_ms = now * 1e3
+            for m in msgs:
+                # the broker's store timestamp (ms, same machine's clock)
+                lat_ms.append(round(now_ms - m.store_timestamp, 3))
+                nbytes += len(m.body)
             return ok
 
         c = PushConsumer(group, namesrv, instance_name=f"bench-{member}-{uuid_hex()}",
@@ -452,7 +590,8 @@ def _push_member(namesrv: str, topic: str, group: str, count: int, batch: int, t
                 seen = got
 
     trio.run(go)
-    return first, last, got
+    return {"got": got, "bytes": nbytes, "first": first, "last": last,
+            "store_to_listener_ms": lat_ms}
 
 
 def uuid_hex() -> str:
@@ -467,7 +606,9 @@ def uuid_hex() -> str:
 @click.option("-r", "--rate", type=int, default=2000, show_default=True, help="Messages per second.")
 @click.option("-d", "--duration", type=float, default=10.0, show_default=True, help="Seconds.")
 @click.option("-s", "--messageSize", "size", type=int, default=1024, show_default=True)
-def latency(namesrv: str, topic: str, rate: int, duration: float, size: int) -> None:
+@json_option
+def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
+            as_json: bool) -> None:
     """End-to-end latency, send to listener, at a steady RATE (one process:
     a producer and a push consumer of a new group)."""
     from client import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
@@ -508,9 +649,21 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int) -> 
                     await trio.sleep(0.05)
 
     trio.run(go)
-    pct = percentiles(samples)
-    lat = " ".join(f"p{p:g}={v * 1e3:.2f}ms" for p, v in pct.items())
-    click.echo(f"end-to-end: {len(samples)}/{total} msgs at {rate}/s; latency {lat}")
+    result = latency_result(samples, total, rate, duration, topic=topic, size=size)
+    emit(result, render_latency(result), as_json)
+
+
+def latency_result(samples: Sequence[float], sent: int, rate: int, duration: float,
+                   **extra: Any) -> dict[str, Any]:
+    """The latency command's result: ``samples`` (seconds, send to listener)."""
+    return {"mode": "latency", "count": len(samples), "sent": sent, "rate": rate,
+            "seconds": duration, "latency_per": "send-to-listener",
+            "latency_us": latency_us(samples), **extra}
+
+
+def render_latency(d: Mapping[str, Any]) -> str:
+    return (f"end-to-end: {d['count']}/{d['sent']} msgs at {d['rate']}/s; "
+            f"latency {latency_text(d['latency_us'], digits=2)}")
 
 
 @cli.command()
@@ -524,18 +677,20 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int) -> 
               help="Stream mode: read limit per micro-batch.")
 @click.option("--checkpoint", default=None,
               help="Stream mode: checkpoint directory (default: a new temporary one).")
+@json_option
 def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
-          max_per_trigger: int | None, checkpoint: str | None) -> None:
+          max_per_trigger: int | None, checkpoint: str | None, as_json: bool) -> None:
     """Read a whole topic with the Spark source; report msg/s (batch) or the
-    wall time of availableNow runs from earliest into a no-op sink (stream)."""
-    import tempfile
-
+    wall time of availableNow runs from earliest into a no-op sink (stream).
+    Each run is one read of the whole topic: no per-request latency applies;
+    with more than one run, the run times' p50 is reported."""
     from pyspark.sql import functions as F
 
     from client.spark import spark_session
 
     session = spark_session("mqbench-spark", master, **{"spark.ui.enabled": "false"})
     session.sparkContext.setLogLevel("ERROR")
+    done: list[dict[str, Any]] = []
     try:
         if mode == "batch":
             for run in range(1, runs + 1):
@@ -544,9 +699,12 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
                       .option("topic", topic).load())
                 row = df.agg(F.count("*"), F.sum(F.length("body"))).collect()[0]
                 elapsed = time.perf_counter() - t0
-                n, nbytes = row[0], row[1] or 0
-                click.echo(f"spark batch run {run}: {n} msgs ({nbytes / 1e6:.1f} MB of bodies) "
-                           f"in {elapsed:.2f}s = {n / elapsed:,.0f} msg/s")
+                result = spark_run_result("batch", run, row[0], row[1] or 0, elapsed,
+                                          topic=topic)
+                done.append(result)
+                emit(result, render_spark_run(result), as_json)
+            summary = spark_summary(done)
+            emit(summary, render_spark_summary(summary), as_json)
             return
         for run in range(1, runs + 1):
             with tempfile.TemporaryDirectory() as tmp:
@@ -562,11 +720,230 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
                 elapsed = time.perf_counter() - t0
                 rows = sum(p["numInputRows"] for p in query.recentProgress)
                 batches = sum(1 for p in query.recentProgress if p["numInputRows"])
-                click.echo(f"spark stream run {run} (availableNow, from earliest): {rows} msgs "
-                           f"in {batches} micro-batches, {elapsed:.2f}s wall = "
-                           f"{rows / elapsed:,.0f} msg/s")
+                result = spark_run_result("stream", run, rows, None, elapsed, topic=topic,
+                                          micro_batches=batches)
+                done.append(result)
+                emit(result, render_spark_run(result), as_json)
+        summary = spark_summary(done)
+        emit(summary, render_spark_summary(summary), as_json)
     finally:
         session.stop()
+
+
+def spark_run_result(kind: str, run: int, count: int, nbytes: int | None, elapsed: float,
+                     **extra: Any) -> dict[str, Any]:
+    """One Spark read of the whole topic (``kind`` batch or stream)."""
+    return {"mode": "spark", "kind": kind, "run": run, "count": count, "bytes": nbytes,
+            "seconds": elapsed, "msgs_per_s": per_second(count, elapsed),
+            "mb_per_s": None if nbytes is None else per_second(nbytes, elapsed) / 1e6,
+            "latency_us": None, **extra}
+
+
+def render_spark_run(d: Mapping[str, Any]) -> str:
+    if d["kind"] == "batch":
+        return (f"spark batch run {d['run']}: {d['count']} msgs ({d['bytes'] / 1e6:.1f} MB of "
+                f"bodies) in {d['seconds']:.2f}s = {d['msgs_per_s']:,.0f} msg/s")
+    return (f"spark stream run {d['run']} (availableNow, from earliest): {d['count']} msgs "
+            f"in {d['micro_batches']} micro-batches, {d['seconds']:.2f}s wall = "
+            f"{d['msgs_per_s']:,.0f} msg/s")
+
+
+def spark_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The runs together: run time percentiles (seconds, when more than one
+    run), the first run's msg/s (it also starts Spark's Python workers) and the
+    later runs' median msg/s ("warm"; None with a single run)."""
+    times = [float(r["seconds"]) for r in runs]
+    warm = sorted(float(r["msgs_per_s"]) for r in runs[1:])
+    return {
+        "mode": "spark_summary",
+        "kind": runs[0]["kind"] if runs else None,
+        "runs": len(runs),
+        "run_seconds": ({"p50": percentiles(times, (50,))[50], "min": min(times),
+                         "max": max(times)} if len(times) > 1 else None),
+        "first_msgs_per_s": float(runs[0]["msgs_per_s"]) if runs else None,
+        "warm_msgs_per_s": percentiles(warm, (50,))[50] if warm else None,
+        "latency_us": None,
+        "note": "no per-request latency applies: each run is one read of the whole topic",
+    }
+
+
+def render_spark_summary(d: Mapping[str, Any]) -> str:
+    line = f"spark {d['kind']}: {d['runs']} runs"
+    if d["run_seconds"]:
+        t = d["run_seconds"]
+        line += f", run time p50={t['p50']:.2f}s (min {t['min']:.2f}s, max {t['max']:.2f}s)"
+    if d["warm_msgs_per_s"] is not None:
+        line += (f"; warm {d['warm_msgs_per_s']:,.0f} msg/s (median of runs 2..), "
+                 f"first {d['first_msgs_per_s']:,.0f} msg/s")
+    return line + "; no per-request latency applies (each run reads the whole topic)"
+
+
+# ---- disk mode: fdatasync latency of the store's file system ---------------------------
+
+DISK_DIR_CANDIDATES = (Path(".data/store/commitlog"), Path(".data/commitlog"))
+DISK_FILE_PREFIX = ".mqbench-disk-"  # never a store file's name (those are digits)
+_NO_FALLOCATE = {errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS}
+_ZERO_CHUNK = 1 << 20
+DISK_FREE_MARGIN = 64 << 20
+
+
+class DiskBenchError(Exception):
+    """The disk measurement cannot run (bad sizes, not enough free space)."""
+
+
+def default_disk_dir(base: Path = Path(".")) -> Path:
+    """Where ``mqbench disk`` measures without --dir: the local store's commit
+    log directory if there is one, else ``.data``."""
+    for candidate in DISK_DIR_CANDIDATES:
+        if (base / candidate).is_dir():
+            return base / candidate
+    return base / ".data"
+
+
+def mount_of(path: str, mounts: str) -> tuple[str, str] | None:
+    """(mount point, file system type) holding the absolute ``path``, from the
+    text of /proc/self/mounts: the longest mount point containing it (the
+    later of equal ones)."""
+    best: tuple[str, str] | None = None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = point == "/" or path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, fields[2])
+    return best
+
+
+def _file_system(directory: Path) -> tuple[str | None, str | None]:
+    try:
+        mounts = Path("/proc/self/mounts").read_text()
+    except OSError:
+        return None, None
+    found = mount_of(str(directory.resolve()), mounts)
+    return found if found is not None else (None, None)
+
+
+def _write_zeros(fd: int, size: int) -> None:
+    zeros = bytes(min(_ZERO_CHUNK, size))
+    pos = 0
+    while pos < size:
+        n = os.pwrite(fd, memoryview(zeros)[: min(len(zeros), size - pos)], pos)
+        if n <= 0:
+            raise OSError(errno.EIO, "short write while filling with zeros")
+        pos += n
+
+
+def _prepare(fd: int, file_size: int, zero_filled: bool) -> str:
+    """Give the file its blocks: as the store does (posix_fallocate, zeros where
+    unsupported, no sync), or zero-filled and fsynced (the comparison)."""
+    if zero_filled:
+        _write_zeros(fd, file_size)
+        os.fsync(fd)
+        return "zero-filled"
+    try:
+        os.posix_fallocate(fd, 0, file_size)
+        return "fallocate"
+    except OSError as exc:
+        if exc.errno not in _NO_FALLOCATE:
+            raise
+    _write_zeros(fd, file_size)
+    return "zeros (no fallocate)"
+
+
+def measure_fdatasync(directory: Path, size: int = 1024, count: int = 2000,
+                      file_size: int = 1 << 30, zero_filled: bool = False) -> dict[str, Any]:
+    """Time ``os.fdatasync`` the way the commit log uses it: a new file of
+    ``file_size`` bytes in ``directory`` (created if missing) gets its blocks,
+    is mapped, and ``count`` times ``size`` bytes are written at the next
+    position through the mapping (wrapping to the start at the end) and the
+    file is fdatasynced. The file is removed afterwards; nothing else in
+    ``directory`` is touched. Raises DiskBenchError for impossible sizes or
+    too little free space."""
+    if size < 1 or count < 1 or file_size < size:
+        raise DiskBenchError(f"need 1 <= size <= file size and count >= 1 (size {size}, "
+                             f"count {count}, file size {file_size})")
+    directory.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(directory).free
+    if free < file_size + DISK_FREE_MARGIN:
+        raise DiskBenchError(f"{directory}: {free} bytes free, the test file needs "
+                             f"{file_size} (+{DISK_FREE_MARGIN} spare)")
+    mount, fs_type = _file_system(directory)
+    payload = bytes((i % 251) + 1 for i in range(size))  # no zero byte: real data
+    samples: list[float] = []
+    fd, name = tempfile.mkstemp(prefix=DISK_FILE_PREFIX, suffix=".tmp", dir=directory)
+    try:
+        t0 = time.perf_counter()
+        preparation = _prepare(fd, file_size, zero_filled)
+        prepare_s = time.perf_counter() - t0
+        with mmap.mmap(fd, file_size) as mm:
+            pos = 0
+            t0 = time.perf_counter()
+            for _ in range(count):
+                if pos + size > file_size:
+                    pos = 0
+                mm[pos : pos + size] = payload
+                t = time.perf_counter()
+                os.fdatasync(fd)
+                samples.append(time.perf_counter() - t)
+                pos += size
+            elapsed = time.perf_counter() - t0
+    finally:
+        os.close(fd)
+        Path(name).unlink(missing_ok=True)
+    return {
+        "mode": "disk",
+        "dir": str(directory),
+        "mount": mount,
+        "fs_type": fs_type,
+        "preparation": preparation,
+        "prepare_s": prepare_s,
+        "file_size": file_size,
+        "size": size,
+        "count": len(samples),
+        "seconds": elapsed,
+        "latency_per": "fdatasync",
+        "latency_us": latency_us(samples),
+        "mean_us": sum(samples) / len(samples) * 1e6,
+        "max_us": max(samples) * 1e6,
+    }
+
+
+def render_disk(d: Mapping[str, Any]) -> str:
+    where = f"{d['dir']} ({d['fs_type'] or '?'} on {d['mount'] or '?'})"
+    return (f"disk: {d['count']} fdatasyncs after {d['size']}-byte mmap writes, "
+            f"{d['file_size'] / 2**20:g} MiB file ({d['preparation']}) in {where}: "
+            f"latency per fdatasync {latency_text(d['latency_us'], unit='µs', digits=1)} "
+            f"(mean {d['mean_us']:.1f}µs, max {d['max_us']:.1f}µs)")
+
+
+@cli.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=None,
+              help="Directory on the store's file system (default: ./.data/store/commitlog or "
+                   "./.data/commitlog if present, else ./.data; created if missing).")
+@click.option("-s", "--messageSize", "size", type=click.IntRange(min=1), default=1024,
+              show_default=True, help="Bytes written through the mapping before each fdatasync.")
+@click.option("-c", "--count", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="fdatasyncs to time.")
+@click.option("--file-size", "file_size", type=click.IntRange(min=1), default=1 << 30,
+              show_default=True, help="Test file size (the commit log's file size by default).")
+@click.option("--compare-zero-filled", "compare", is_flag=True,
+              help="Also time a file filled with zeros (pwrite, fsync) instead of fallocated.")
+@json_option
+def disk(directory: Path | None, size: int, count: int, file_size: int, compare: bool,
+         as_json: bool) -> None:
+    """fdatasync latency of a file system the way the commit log syncs: a new
+    fallocated file, mapped, SIZE bytes written through the mapping, then
+    fdatasync, COUNT times. The test file is removed afterwards."""
+    where = directory if directory is not None else default_disk_dir()
+    try:
+        for zero_filled in (False, True) if compare else (False,):
+            result = measure_fdatasync(where, size, count, file_size, zero_filled)
+            emit(result, render_disk(result), as_json)
+    except (DiskBenchError, OSError) as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def main() -> None:

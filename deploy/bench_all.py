@@ -1,0 +1,419 @@
+"""``make bench``: every headline figure from one run, on fresh daemons.
+
+    .venv/bin/python -m deploy.bench_all [--quick] [--json PATH] [--skip-spark]
+
+Starts a name server and a broker (separate processes, free 127.0.0.1 ports,
+a temporary store) with ASYNC_FLUSH, runs the mqbench commands below one after
+another as subprocesses with ``--json``, stops the pair, does the same with a
+fresh SYNC_FLUSH pair, times fdatasync in the SYNC pair's commit-log directory
+(``mqbench disk``), and prints one table: figure | value | command.
+
+    ASYNC_FLUSH  producer -t BenchTopic -s 1024 -b 32 -w 16 -c 200000   batched produce
+                 consumer -t BenchTopic -c 200000 -m 32                  pull consume
+                 producer -t BenchSingle -s 1024 -b 1 -w 1 -c 20000     single sync sends
+                 push -t BenchTopic -c 200000 -i 1                       push consume
+                 spark -t BenchTopic -r 3                                Spark batch reads
+    SYNC_FLUSH   producer (batched), producer (single), as above
+    disk --dir <SYNC store>/commitlog -s 1024 -c 2000
+
+``--quick`` divides the counts by 10 (a smoke test). ``--json PATH`` writes
+every raw result. The daemons are stopped (SIGTERM, then SIGKILL after a
+timeout) and the temporary directory removed whatever happens.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+import structlog
+import trio
+
+from protocol.logs import configure_logging
+
+log = structlog.get_logger("bench_all")
+
+ASYNC, SYNC = "ASYNC_FLUSH", "SYNC_FLUSH"
+BATCHED_TOPIC = "BenchTopic"
+SINGLE_TOPIC = "BenchSingle"
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+STEP_TIMEOUT = 1800.0
+
+
+# ---- the plan (pure) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One mqbench run: ``args`` after the subcommand, without -n and --json."""
+
+    name: str
+    flush: str  # the pair it runs against ("" for disk)
+    command: str
+    args: tuple[str, ...]
+
+    def shown(self) -> str:
+        return " ".join(("mqbench", self.command, *self.args))
+
+
+def plan(divisor: int = 1, skip_spark: bool = False, disk_file_size: int = 1 << 30
+         ) -> dict[str, list[Step]]:
+    """The steps of each pair and the disk step, counts divided by ``divisor``.
+    The disk step's --dir is added at run time (the SYNC pair's store)."""
+
+    def n(count: int) -> str:
+        return str(max(1, count // divisor))
+
+    def batched(flush: str) -> Step:
+        return Step("produce_batched", flush, "producer",
+                    ("-t", BATCHED_TOPIC, "-s", "1024", "-b", "32", "-w", "16", "-c", n(200_000)))
+
+    def single(flush: str) -> Step:
+        return Step("produce_single", flush, "producer",
+                    ("-t", SINGLE_TOPIC, "-s", "1024", "-b", "1", "-w", "1", "-c", n(20_000)))
+
+    async_steps = [
+        batched(ASYNC),
+        Step("consume_pull", ASYNC, "consumer",
+             ("-t", BATCHED_TOPIC, "-c", n(200_000), "-m", "32")),
+        single(ASYNC),
+        Step("push", ASYNC, "push", ("-t", BATCHED_TOPIC, "-c", n(200_000), "-i", "1")),
+    ]
+    if not skip_spark:
+        async_steps.append(Step("spark", ASYNC, "spark", ("-t", BATCHED_TOPIC, "-r", "3")))
+    disk = Step("disk", "", "disk", ("-s", "1024", "-c", n(2000), "--file-size",
+                                     str(disk_file_size)))
+    return {ASYNC: async_steps, SYNC: [batched(SYNC), single(SYNC)], "disk": [disk]}
+
+
+def parse_json_lines(out: str) -> list[dict[str, Any]]:
+    """The JSON objects among ``out``'s lines (other lines are ignored)."""
+    found = []
+    for line in out.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict):
+            found.append(d)
+    return found
+
+
+# ---- the table (pure) ------------------------------------------------------------------
+
+
+def find(results: Mapping[str, Any], name: str, flush: str, mode: str | None = None
+         ) -> tuple[dict[str, Any] | None, str]:
+    """The first result of ``mode`` (any when None) of step ``name`` on the
+    ``flush`` pair, and the step's command as shown (or why there is none)."""
+    for step in results.get("steps", []):
+        if step["name"] != name or step["flush"] != flush:
+            continue
+        for r in step.get("results", []):
+            if mode is None or r.get("mode") == mode:
+                return r, step["command"]
+        return None, f"{step['command']}  [{step.get('error') or 'no result'}]"
+    return None, "not run"
+
+
+def _num(v: float | None, digits: int = 0) -> str:
+    return "n/a" if v is None else f"{v:,.{digits}f}"
+
+
+def _lat(r: Mapping[str, Any] | None, key: str) -> float | None:
+    if r is None or not r.get("latency_us"):
+        return None
+    v = r["latency_us"].get(key)
+    return None if v is None else float(v)
+
+
+def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(figure, value, command) rows from the raw results (``run``'s dict)."""
+    rows: list[tuple[str, str, str]] = []
+
+    def rate_row(figure: str, name: str, flush: str) -> None:
+        r, cmd = find(results, name, flush)
+        rows.append((figure, _num(r["msgs_per_s"] if r else None), cmd))
+
+    def pct_row(figure: str, r: Mapping[str, Any] | None, cmd: str, a: str, b: str,
+                scale: float = 1.0, digits: int = 0) -> None:
+        va, vb = _lat(r, a), _lat(r, b)
+        value = ("n/a" if va is None or vb is None
+                 else f"{_num(va / scale, digits)} / {_num(vb / scale, digits)}")
+        rows.append((figure, value, cmd))
+
+    rate_row("batched produce ASYNC msg/s", "produce_batched", ASYNC)
+    rate_row("consume pull msg/s", "consume_pull", ASYNC)
+    rate_row("batched produce SYNC msg/s", "produce_batched", SYNC)
+    single_async, cmd = find(results, "produce_single", ASYNC)
+    pct_row("single send ASYNC p50/p99 µs", single_async, cmd, "p50", "p99")
+    single_sync, cmd = find(results, "produce_single", SYNC)
+    pct_row("single send SYNC p50/p99 µs", single_sync, cmd, "p50", "p99")
+    disk, disk_cmd = find(results, "disk", "")
+    pct_row("fdatasync p50/p99 µs", disk, disk_cmd, "p50", "p99")
+    sync_p50, disk_p50 = _lat(single_sync, "p50"), _lat(disk, "p50")
+    ratio = (f"{sync_p50 / disk_p50:.2f}" if sync_p50 is not None and disk_p50 else "n/a")
+    rows.append(("SYNC single p50 / fdatasync p50", ratio, "the two rows above"))
+    for flush, label in ((ASYNC, "ASYNC"), (SYNC, "SYNC")):
+        r, cmd = find(results, "produce_batched", flush)
+        pct_row(f"batched produce {label} request p99/p99.9 ms", r, cmd, "p99", "p99.9",
+                scale=1e3, digits=2)
+    rate_row("push consume msg/s", "push", ASYNC)
+    summary, cmd = find(results, "spark", ASYNC, "spark_summary")
+    if summary is None and cmd == "not run":
+        rows.append(("Spark warm/first msg/s", "skipped", "--skip-spark"))
+    else:
+        warm = summary.get("warm_msgs_per_s") if summary else None
+        first = summary.get("first_msgs_per_s") if summary else None
+        value = "n/a" if first is None else f"{_num(warm)} / {_num(first)}"
+        rows.append(("Spark warm/first msg/s", value, cmd))
+    return rows
+
+
+def render_table(rows: Sequence[tuple[str, str, str]]) -> str:
+    """Rows as aligned text: figure | value | command."""
+    head = ("figure", "value", "command")
+    w0 = max(len(r[0]) for r in (head, *rows))
+    w1 = max(len(r[1]) for r in (head, *rows))
+    lines = [f"{head[0]:<{w0}} | {head[1]:>{w1}} | {head[2]}",
+             f"{'-' * w0}-|-{'-' * w1}-|-{'-' * 7}"]
+    lines += [f"{a:<{w0}} | {b:>{w1}} | {c}" for a, b, c in rows]
+    return "\n".join(lines)
+
+
+# ---- daemons ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(what: str, condition: Callable[[], bool], timeout: float,
+               alive: Callable[[], bool] = lambda: True) -> None:
+    """Poll ``condition`` until true; TimeoutError after ``timeout`` seconds,
+    RuntimeError as soon as ``alive`` turns false."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while not condition():
+        if not alive():
+            raise RuntimeError(f"{what}: the process exited")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:g}s")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.5)
+
+
+def accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def route_has(namesrv: str, broker_addr: str) -> bool:
+    """Whether the name server routes TBW102 (auto-created topics) to ``broker_addr``."""
+    from client.admin import MQAdmin
+
+    async def go() -> bool:
+        async with MQAdmin(namesrv, timeout=3.0) as admin:
+            route = await admin.topic_route("TBW102")
+        return any(broker_addr in bd.broker_addrs.values() for bd in route.broker_datas)
+
+    try:
+        return trio.run(go)
+    except Exception:
+        return False
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -> int | None:
+    """SIGTERM and wait; SIGKILL after ``timeout``. Returns the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("did not stop in time, killing", pid=proc.pid, timeout=timeout)
+            proc.kill()
+    return proc.wait()
+
+
+@dataclass
+class Pair:
+    """A name server and a broker with ``flush``, each its own process, store
+    and logs under ``root``."""
+
+    root: Path
+    flush: str
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    namesrv_port: int = 0
+    broker_port: int = 0
+
+    @property
+    def namesrv(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def store(self) -> Path:
+        return self.root / "store"
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        with open(self.root / f"{name}.log", "ab") as out:
+            proc = subprocess.Popen([sys.executable, "-m", *args], stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.procs.append(proc)
+        return proc
+
+    def start(self, timeout: float = START_TIMEOUT) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.namesrv_port = free_port()
+        ns = self._spawn("namesrv", ["namesrv.cli", "--port", str(self.namesrv_port),
+                                     "--log-level", "WARNING"])
+        wait_until("name server listening", lambda: accepts(self.namesrv_port), timeout,
+                   lambda: ns.poll() is None)
+        self.broker_port = free_port()
+        ha_port = free_port()
+        while ha_port == self.broker_port:
+            ha_port = free_port()
+        broker = self._spawn("broker", [
+            "broker.cli", "-n", self.namesrv, "-o", f"listenPort={self.broker_port}",
+            "-o", f"haListenPort={ha_port}", "-o", f"storePathRootDir={self.store}",
+            "-o", f"flushDiskType={self.flush}", "--log-level", "WARNING"])
+
+        def alive() -> bool:
+            return broker.poll() is None
+
+        wait_until("broker listening", lambda: accepts(self.broker_port), timeout, alive)
+        addr = f"127.0.0.1:{self.broker_port}"
+        wait_until("broker registered with the name server",
+                   lambda: route_has(self.namesrv, addr), timeout, alive)
+        log.info("pair started", flush=self.flush, namesrv=self.namesrv, broker=addr)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):  # the broker first: it unregisters
+            stop_process(proc)
+        self.procs.clear()
+
+    def log_tail(self, chars: int = 2000) -> str:
+        parts = []
+        for name in ("namesrv", "broker"):
+            path = self.root / f"{name}.log"
+            if path.exists():
+                parts.append(f"--- {name}.log ---\n{path.read_text(errors='replace')[-chars:]}")
+        return "\n".join(parts)
+
+
+# ---- running ---------------------------------------------------------------------------
+
+
+def mqbench_argv() -> list[str]:
+    script = Path(sys.executable).parent / "mqbench"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "client.bench"]
+
+
+def run_step(step: Step, namesrv: str | None, extra: Sequence[str] = (),
+             timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
+    """Run one mqbench command with --json; its results and how it went."""
+    args = [step.command, *step.args, *extra]
+    shown = " ".join((step.shown(), *extra))
+    argv = [*mqbench_argv(), *args, *(("-n", namesrv) if namesrv else ()), "--json"]
+    log.info("running", flush=step.flush or None, command=shown)
+    t0 = time.monotonic()
+    entry: dict[str, Any] = {"name": step.name, "flush": step.flush, "command": shown,
+                             "argv": argv}
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        entry.update(results=[], returncode=None, error=f"timed out after {timeout:g}s")
+        return entry
+    entry.update(results=parse_json_lines(proc.stdout), returncode=proc.returncode,
+                 seconds=time.monotonic() - t0)
+    if proc.returncode != 0 or not entry["results"]:
+        entry["error"] = f"exit {proc.returncode}"
+        entry["stderr"] = proc.stderr[-4000:]
+        log.error("mqbench failed", command=shown, returncode=proc.returncode,
+                  stderr=proc.stderr[-2000:])
+    return entry
+
+
+def run_pair(root: Path, flush: str, steps: Sequence[Step]) -> tuple[list[dict[str, Any]], Path]:
+    """Start a fresh pair, run ``steps`` against it, stop it. Returns the
+    step results and the pair's commit-log directory (kept until ``root`` goes)."""
+    pair = Pair(root / flush.lower(), flush)
+    done: list[dict[str, Any]] = []
+    try:
+        pair.start()
+        for step in steps:
+            entry = run_step(step, pair.namesrv)
+            done.append(entry)
+            if "error" in entry:
+                log.error("daemon logs", tail=pair.log_tail())
+    finally:
+        pair.stop()
+    return done, pair.store / "commitlog"
+
+
+def run(divisor: int, skip_spark: bool, tmp_dir: str | None) -> dict[str, Any]:
+    """The whole benchmark; the raw results."""
+    steps = plan(divisor, skip_spark, disk_file_size=(1 << 30) if divisor == 1 else 64 << 20)
+    results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                               "divisor": divisor, "skip_spark": skip_spark, "steps": []}
+    root = Path(tempfile.mkdtemp(prefix="mq-bench-all-", dir=tmp_dir))
+    try:
+        done, _ = run_pair(root, ASYNC, steps[ASYNC])
+        results["steps"] += done
+        done, commitlog = run_pair(root, SYNC, steps[SYNC])
+        results["steps"] += done
+        disk = steps["disk"][0]
+        entry = run_step(disk, None, ("--dir", str(commitlog)))
+        entry["command"] = entry["command"].replace(str(commitlog), "<SYNC store>/commitlog")
+        results["steps"].append(entry)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return results
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--quick", is_flag=True, help="Counts divided by 10 (a smoke test).")
+@click.option("--divisor", type=click.IntRange(min=1), default=None, hidden=True,
+              help="Counts divided by this (overrides --quick).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Write every raw result to this file.")
+@click.option("--skip-spark", is_flag=True, help="No Spark batch read.")
+@click.option("--tmp-dir", default=None,
+              help="Where the temporary stores go (default: the system's temp directory); "
+                   "the fdatasync figure is of this file system.")
+@click.option("--log-level", default="INFO", show_default=True)
+def main(quick: bool, divisor: int | None, json_path: Path | None, skip_spark: bool,
+         tmp_dir: str | None, log_level: str) -> None:
+    """Start fresh daemons, run every mqbench mode, print one table."""
+    configure_logging(log_level)
+    results = run(divisor or (10 if quick else 1), skip_spark, tmp_dir)
+    if json_path is not None:
+        json_path.write_text(json.dumps(results, indent=2) + "\n")
+    click.echo(render_table(table_rows(results)))
+    failed = [s["command"] for s in results["steps"] if "error" in s]
+    if failed:
+        raise click.ClickException("failed: " + "; ".join(failed))
+
+
+if __name__ == "__main__":
+    main()

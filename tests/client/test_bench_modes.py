@@ -1,0 +1,406 @@
+"""``mqbench`` result dicts (``--json``) and their text, ``mqbench disk``'s
+measuring function on a small file, ``deploy.bench_all``'s plan and table from
+fixed results, and one bounded ``bench_all --quick --skip-spark`` run on
+fresh daemons. Nothing here asserts a speed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from client import bench
+from client.bench import (
+    CheckSummary,
+    DiskBenchError,
+    check_report,
+    check_result,
+    cli,
+    default_disk_dir,
+    latency_result,
+    latency_us,
+    measure_fdatasync,
+    mount_of,
+    parse_member_line,
+    push_result,
+    render_checks,
+    render_disk,
+    render_latency,
+    render_push,
+    render_spark_run,
+    render_spark_summary,
+    render_throughput,
+    render_transaction,
+    report,
+    spark_run_result,
+    spark_summary,
+    throughput_result,
+)
+from deploy import bench_all
+from deploy.bench_all import (
+    ASYNC,
+    SYNC,
+    find,
+    parse_json_lines,
+    plan,
+    render_table,
+    table_rows,
+    wait_until,
+)
+
+MiB = 1 << 20
+POINTS = ["p50", "p90", "p99", "p99.9"]
+REPO = Path(__file__).resolve().parents[2]
+
+# ---- result dicts and their text ---------------------------------------------------------
+
+
+def test_latency_us_keys_and_units() -> None:
+    lat = latency_us([0.001, 0.002, 0.003, 0.004])
+    assert list(lat) == POINTS
+    assert lat["p50"] == pytest.approx(2000.0)
+    assert lat["p99.9"] == pytest.approx(4000.0)
+    assert latency_us([]) == {p: 0.0 for p in POINTS}
+
+
+def test_throughput_result_is_json_and_renders_the_old_line() -> None:
+    d = throughput_result("produce", 2000, 2000 * 1024, 2.0, [0.001] * 10, batch=32)
+    assert json.loads(json.dumps(d)) == d
+    assert d["mode"] == "produce"
+    assert (d["count"], d["bytes"], d["seconds"]) == (2000, 2048000, 2.0)
+    assert d["msgs_per_s"] == pytest.approx(1000.0)
+    assert d["mb_per_s"] == pytest.approx(1.024)
+    assert d["latency_per"] == "request" and d["batch"] == 32
+    assert list(d["latency_us"]) == POINTS
+    line = ("produce: 2000 msgs in 2.00s = 1,000 msg/s (1.0 MB/s); latency per request "
+            "p50=1.000ms p90=1.000ms p99=1.000ms p99.9=1.000ms")
+    assert render_throughput(d) == line
+    assert report("produce", 2000, 2000 * 1024, 2.0, [0.001] * 10) == line
+
+
+def test_throughput_result_of_no_time() -> None:
+    d = throughput_result("consume", 0, 0, 0.0, [])
+    assert (d["msgs_per_s"], d["mb_per_s"]) == (0.0, 0.0)
+    assert render_throughput(d).startswith("consume: 0 msgs in 0.00s = 0 msg/s (0.0 MB/s)")
+
+
+def test_transaction_results_render_both_phases() -> None:
+    d = throughput_result("transaction", 100, 100, 1.0, [0.002], per="send_message_in_transaction",
+                          rolled_back=2)
+    assert render_transaction(d) == (
+        "transaction: 100 committed in 1.00s = 100 tx/s (0.0 MB/s); latency per "
+        "send_message_in_transaction p50=2.000ms p90=2.000ms p99=2.000ms p99.9=2.000ms; "
+        "2 rolled back (half message not SEND_OK)")
+    summary = CheckSummary(sent=4, delays=[1.0, 2.0, 3.0])
+    checks = check_result(summary, 5.0, 30, rolled_back=1)
+    assert json.loads(json.dumps(checks)) == checks
+    assert checks["mode"] == "transaction_checks"
+    assert (checks["sent"], checks["checked"], checks["missed"]) == (4, 3, 1)
+    assert checks["unknow_to_check_s"] == {"min": 1.0, "p50": 2.0, "p90": 3.0, "max": 3.0}
+    assert render_transaction(checks) == (
+        check_report(summary, 5.0, 30) + "; 1 rolled back (half message not SEND_OK)")
+    assert render_checks(check_result(CheckSummary(sent=0), 0.0, 1)) == (
+        "checks: 0/0 UNKNOW transactions checked (waited 0.0s of --check-wait 1s); "
+        "0 not checked in time")
+
+
+def test_push_result_merges_members() -> None:
+    members = [
+        {"got": 3, "bytes": 30, "first": 100.0, "last": 101.0,
+         "store_to_listener_ms": [1.0, 2.0, 3.0]},
+        {"got": 1, "bytes": 10, "first": 100.5, "last": 102.0, "store_to_listener_ms": [4.0]},
+        {"got": 0, "bytes": 0, "first": 0.0, "last": 0.0, "store_to_listener_ms": []},
+    ]
+    d = push_result(members, topic="T")
+    assert (d["mode"], d["count"], d["bytes"], d["seconds"]) == ("push", 4, 40, 2.0)
+    assert d["per_consumer"] == [3, 1, 0] and d["consumers"] == 3
+    assert d["latency_per"] == "store-to-listener"
+    assert d["latency_us"]["p50"] == pytest.approx(2000.0)
+    assert d["latency_us"]["p99.9"] == pytest.approx(4000.0)
+    line = render_push(d)
+    assert line.startswith("push consume: 4 msgs in 2.00s = 2 msg/s (3 consumers: 3, 1, 0); "
+                           "latency store-to-listener ")
+    assert "p50=2.0ms" in line and "p99.9=4.0ms" in line
+    nothing = push_result([parse_member_line("Traceback ...\n")])
+    assert (nothing["count"], nothing["seconds"], nothing["msgs_per_s"]) == (0, 0.0, 0.0)
+
+
+def test_parse_member_line_takes_the_last_json_object() -> None:
+    out = 'noise\n{"got": 1, "first": 1.0, "last": 2.0}\n{broken\n{"got": 2, "first": 3.0, ' \
+          '"last": 4.0, "bytes": 5, "store_to_listener_ms": [1.5]}\n\n'
+    assert parse_member_line(out) == {"got": 2, "first": 3.0, "last": 4.0, "bytes": 5,
+                                      "store_to_listener_ms": [1.5]}
+
+
+def test_latency_result_renders_the_old_line() -> None:
+    d = latency_result([0.003, 0.001, 0.002], 4, 2000, 10.0, topic="L")
+    assert d["mode"] == "latency" and (d["count"], d["sent"]) == (3, 4)
+    assert render_latency(d) == ("end-to-end: 3/4 msgs at 2000/s; latency p50=2.00ms "
+                                 "p90=3.00ms p99=3.00ms p99.9=3.00ms")
+
+
+def test_spark_runs_and_summary() -> None:
+    runs = [spark_run_result("batch", i + 1, 1000, 1_000_000, secs)
+            for i, secs in enumerate([5.0, 1.0, 2.0])]
+    assert render_spark_run(runs[1]) == ("spark batch run 2: 1000 msgs (1.0 MB of bodies) in "
+                                         "1.00s = 1,000 msg/s")
+    s = spark_summary(runs)
+    assert json.loads(json.dumps(s)) == s
+    assert s["run_seconds"] == {"p50": 2.0, "min": 1.0, "max": 5.0}
+    assert s["first_msgs_per_s"] == pytest.approx(200.0)
+    assert s["warm_msgs_per_s"] == pytest.approx(1000.0)  # of 1,000 and 500: nearest rank
+    assert s["latency_us"] is None
+    line = render_spark_summary(s)
+    assert line.startswith("spark batch: 3 runs, run time p50=2.00s (min 1.00s, max 5.00s)")
+    assert line.endswith("no per-request latency applies (each run reads the whole topic)")
+    one = spark_summary(runs[:1])
+    assert one["run_seconds"] is None and one["warm_msgs_per_s"] is None
+    assert render_spark_summary(one) == ("spark batch: 1 runs; no per-request latency applies "
+                                         "(each run reads the whole topic)")
+    stream = spark_run_result("stream", 1, 10, None, 2.0, micro_batches=2)
+    assert render_spark_run(stream) == ("spark stream run 1 (availableNow, from earliest): "
+                                        "10 msgs in 2 micro-batches, 2.00s wall = 5 msg/s")
+
+
+# ---- disk --------------------------------------------------------------------------------
+
+
+def test_measure_fdatasync_on_a_small_file(tmp_path: Path) -> None:
+    store = tmp_path / "commitlog"
+    store.mkdir()
+    existing = store / "00000000000000000000"
+    existing.write_bytes(b"keep me")
+    d = measure_fdatasync(store, size=1024, count=50, file_size=4 * MiB)
+    assert d["mode"] == "disk" and d["latency_per"] == "fdatasync"
+    assert (d["count"], d["size"], d["file_size"]) == (50, 1024, 4 * MiB)
+    assert d["preparation"] in ("fallocate", "zeros (no fallocate)")
+    assert list(d["latency_us"]) == POINTS
+    values = list(d["latency_us"].values())
+    assert values == sorted(values) and values[0] > 0
+    assert d["max_us"] >= values[-1] and d["mean_us"] > 0
+    assert d["dir"] == str(store)
+    assert json.loads(json.dumps(d)) == d
+    assert "latency per fdatasync p50=" in render_disk(d)
+    # only the store's own file is left, untouched
+    assert sorted(p.name for p in store.iterdir()) == [existing.name]
+    assert existing.read_bytes() == b"keep me"
+
+
+def test_measure_fdatasync_zero_filled_and_wrapping(tmp_path: Path) -> None:
+    d = measure_fdatasync(tmp_path / "new" / "dir", size=4096, count=40, file_size=64 * 1024,
+                          zero_filled=True)  # 40 writes of 4 KiB wrap around a 64 KiB file
+    assert d["preparation"] == "zero-filled" and d["count"] == 40
+    assert list((tmp_path / "new" / "dir").iterdir()) == []
+
+
+def test_measure_fdatasync_refuses_bad_sizes(tmp_path: Path) -> None:
+    with pytest.raises(DiskBenchError):
+        measure_fdatasync(tmp_path, size=8192, count=1, file_size=4096)
+    with pytest.raises(DiskBenchError):
+        measure_fdatasync(tmp_path, size=1, count=0, file_size=4096)
+    with pytest.raises(DiskBenchError):
+        measure_fdatasync(tmp_path, size=1, count=1, file_size=1 << 60)  # more than is free
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_measure_fdatasync_removes_its_file_on_failure(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(fd: int) -> None:
+        raise OSError(5, "I/O error")
+
+    monkeypatch.setattr(bench.os, "fdatasync", broken)
+    with pytest.raises(OSError):
+        measure_fdatasync(tmp_path, size=16, count=3, file_size=4096)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_disk_command_prints_json(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["disk", "--dir", str(tmp_path), "-s", "512", "-c", "20",
+                                      "--file-size", str(MiB), "--compare-zero-filled", "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    lines = [json.loads(line) for line in result.output.splitlines()]
+    assert [d["preparation"] for d in lines][1] == "zero-filled"
+    assert all(d["mode"] == "disk" and d["count"] == 20 for d in lines)
+    assert list(tmp_path.iterdir()) == []
+    text = CliRunner().invoke(cli, ["disk", "--dir", str(tmp_path), "-c", "5", "--file-size",
+                                    str(MiB)])
+    assert text.exit_code == 0 and text.output.startswith("disk: 5 fdatasyncs after 1024-byte")
+    bad = CliRunner().invoke(cli, ["disk", "--dir", str(tmp_path), "-s", "4096", "--file-size",
+                                   "1024"])
+    assert bad.exit_code != 0 and "size" in bad.output
+
+
+def test_default_disk_dir(tmp_path: Path) -> None:
+    assert default_disk_dir(tmp_path) == tmp_path / ".data"
+    (tmp_path / ".data" / "commitlog").mkdir(parents=True)
+    assert default_disk_dir(tmp_path) == tmp_path / ".data" / "commitlog"
+    (tmp_path / ".data" / "store" / "commitlog").mkdir(parents=True)
+    assert default_disk_dir(tmp_path) == tmp_path / ".data" / "store" / "commitlog"
+
+
+def test_mount_of_takes_the_longest_mount_point() -> None:
+    mounts = ("/dev/vda / ext4 rw 0 0\n"
+              "tmpfs /tmp tmpfs rw 0 0\n"
+              "/dev/vdb /data/my\\040disk xfs rw 0 0\n"
+              "overlay /tmpx overlay rw 0 0\n"
+              "garbage\n")
+    assert mount_of("/work/main/.data", mounts) == ("/", "ext4")
+    assert mount_of("/tmp/x/y", mounts) == ("/tmp", "tmpfs")
+    assert mount_of("/tmp", mounts) == ("/tmp", "tmpfs")
+    assert mount_of("/tmpxyz", mounts) == ("/", "ext4")
+    assert mount_of("/data/my disk/commitlog", mounts) == ("/data/my disk", "xfs")
+    assert mount_of("/x", "") is None
+
+
+# ---- bench_all: plan, parsing, table -------------------------------------------------------
+
+
+def test_plan_divides_counts() -> None:
+    full = plan()
+    assert [s.name for s in full[ASYNC]] == ["produce_batched", "consume_pull", "produce_single",
+                                             "push", "spark"]
+    assert [s.name for s in full[SYNC]] == ["produce_batched", "produce_single"]
+    assert full[ASYNC][0].shown() == ("mqbench producer -t BenchTopic -s 1024 -b 32 -w 16 "
+                                      "-c 200000")
+    assert full[SYNC][1].shown() == "mqbench producer -t BenchSingle -s 1024 -b 1 -w 1 -c 20000"
+    assert full[ASYNC][4].shown() == "mqbench spark -t BenchTopic -r 3"
+    quick = plan(10, skip_spark=True, disk_file_size=MiB)
+    assert [s.name for s in quick[ASYNC]][-1] == "push"
+    assert quick[ASYNC][1].args[-3] == "20000"
+    assert quick["disk"][0].shown() == "mqbench disk -s 1024 -c 200 --file-size 1048576"
+
+
+def test_parse_json_lines_skips_other_lines() -> None:
+    out = 'x\n{"mode": "a"}\n  {"mode": "b"}  \n{not json\n[1]\n'
+    assert parse_json_lines(out) == [{"mode": "a"}, {"mode": "b"}]
+
+
+def lat(p50: float, p90: float, p99: float, p999: float) -> dict[str, float]:
+    return {"p50": p50, "p90": p90, "p99": p99, "p99.9": p999}
+
+
+def step(name: str, flush: str, command: str, *results: dict[str, Any],
+         error: str | None = None) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": name, "flush": flush, "command": command,
+                         "results": list(results)}
+    if error:
+        d["error"] = error
+    return d
+
+
+RESULTS: dict[str, Any] = {"steps": [
+    step("produce_batched", ASYNC, "mqbench producer -b 32",
+         {"mode": "produce", "msgs_per_s": 30123.4, "latency_us": lat(1e4, 2e4, 33_000, 37_625)}),
+    step("consume_pull", ASYNC, "mqbench consumer", {"mode": "consume", "msgs_per_s": 66000.0}),
+    step("produce_single", ASYNC, "mqbench producer -b 1",
+         {"mode": "produce", "msgs_per_s": 3000.0, "latency_us": lat(304.4, 400, 617, 3000)}),
+    step("push", ASYNC, "mqbench push", {"mode": "push", "msgs_per_s": 54000.0}),
+    step("spark", ASYNC, "mqbench spark -r 3",
+         {"mode": "spark", "run": 1},
+         {"mode": "spark_summary", "warm_msgs_per_s": 90000.0, "first_msgs_per_s": 20000.0}),
+    step("produce_batched", SYNC, "mqbench producer -b 32 (sync)",
+         {"mode": "produce", "msgs_per_s": 43000.0, "latency_us": lat(1e4, 2e4, 40_000, 50_000)}),
+    step("produce_single", SYNC, "mqbench producer -b 1 (sync)",
+         {"mode": "produce", "msgs_per_s": 900.0, "latency_us": lat(1000, 1400, 2000, 18000)}),
+    step("disk", "", "mqbench disk --dir <SYNC store>/commitlog",
+         {"mode": "disk", "latency_us": lat(250, 300, 400, 800)}),
+]}
+
+
+def test_table_rows_from_fixed_results() -> None:
+    rows = table_rows(RESULTS)
+    assert rows == [
+        ("batched produce ASYNC msg/s", "30,123", "mqbench producer -b 32"),
+        ("consume pull msg/s", "66,000", "mqbench consumer"),
+        ("batched produce SYNC msg/s", "43,000", "mqbench producer -b 32 (sync)"),
+        ("single send ASYNC p50/p99 µs", "304 / 617", "mqbench producer -b 1"),
+        ("single send SYNC p50/p99 µs", "1,000 / 2,000", "mqbench producer -b 1 (sync)"),
+        ("fdatasync p50/p99 µs", "250 / 400", "mqbench disk --dir <SYNC store>/commitlog"),
+        ("SYNC single p50 / fdatasync p50", "4.00", "the two rows above"),
+        ("batched produce ASYNC request p99/p99.9 ms", "33.00 / 37.62", "mqbench producer -b 32"),
+        ("batched produce SYNC request p99/p99.9 ms", "40.00 / 50.00",
+         "mqbench producer -b 32 (sync)"),
+        ("push consume msg/s", "54,000", "mqbench push"),
+        ("Spark warm/first msg/s", "90,000 / 20,000", "mqbench spark -r 3"),
+    ]
+    text = render_table(rows)
+    lines = text.splitlines()
+    assert lines[0].split(" | ") == ["figure".ljust(42), "value".rjust(15), "command"]
+    assert len(lines) == 2 + len(rows)
+    assert len({line.index("|") for line in lines}) == 1  # the columns line up
+    assert lines[7].startswith("fdatasync p50/p99 µs ") and "|       250 / 400 |" in lines[7]
+
+
+def test_table_rows_with_failures_and_skipped_spark() -> None:
+    steps = [s for s in RESULTS["steps"] if s["name"] not in ("spark", "disk")]
+    steps.append(step("disk", "", "mqbench disk", error="exit 1"))
+    steps = [s if s["name"] != "push" else step("push", ASYNC, "mqbench push", error="exit 2")
+             for s in steps]
+    rows = dict((r[0], (r[1], r[2])) for r in table_rows({"steps": steps}))
+    assert rows["fdatasync p50/p99 µs"] == ("n/a", "mqbench disk  [exit 1]")
+    assert rows["SYNC single p50 / fdatasync p50"][0] == "n/a"
+    assert rows["push consume msg/s"] == ("n/a", "mqbench push  [exit 2]")
+    assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
+    assert rows["consume pull msg/s"] == ("66,000", "mqbench consumer")
+    assert find({"steps": []}, "push", ASYNC) == (None, "not run")
+    assert table_rows({})[0] == ("batched produce ASYNC msg/s", "n/a", "not run")
+
+
+def test_wait_until_stops_on_a_dead_process_or_the_deadline() -> None:
+    calls: list[int] = []
+
+    def third_time() -> bool:
+        calls.append(1)
+        return len(calls) >= 3
+
+    wait_until("ready", third_time, timeout=60)
+    assert len(calls) == 3
+    with pytest.raises(RuntimeError, match="exited"):
+        wait_until("ready", lambda: False, timeout=60, alive=lambda: False)
+    with pytest.raises(TimeoutError):
+        wait_until("ready", lambda: False, timeout=0)
+
+
+# ---- end to end ------------------------------------------------------------------------
+
+
+def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
+    """Both pairs and the disk step with counts divided by 10 (about 15 s on
+    2 cores); every step gives a result, the daemons and the temporary store
+    are gone afterwards."""
+    raw = tmp_path / "raw.json"
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "deploy.bench_all", "--quick", "--skip-spark", "--json", str(raw),
+         "--tmp-dir", str(work), "--log-level", "WARNING"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 11
+    assert not any(" n/a " in line for line in lines), proc.stdout
+    assert list(work.iterdir()) == []  # the stores were removed
+    results = json.loads(raw.read_text())
+    names = [(s["name"], s["flush"]) for s in results["steps"]]
+    assert names == [("produce_batched", ASYNC), ("consume_pull", ASYNC),
+                     ("produce_single", ASYNC), ("push", ASYNC),
+                     ("produce_batched", SYNC), ("produce_single", SYNC), ("disk", "")]
+    assert all("error" not in s and s["returncode"] == 0 for s in results["steps"])
+    by = {(s["name"], s["flush"]): s["results"] for s in results["steps"]}
+    assert by[("produce_batched", ASYNC)][0]["count"] == 20_000
+    assert by[("produce_single", SYNC)][0]["count"] == 2_000
+    assert by[("consume_pull", ASYNC)][0]["count"] >= 20_000
+    assert by[("push", ASYNC)][0]["count"] >= 20_000
+    assert by[("disk", "")][0]["count"] == 200
+    assert bench_all.table_rows(results)[-1] == ("Spark warm/first msg/s", "skipped",
+                                                 "--skip-spark")
+    # no daemon of this run is left: the temporary store paths are in no process's arguments
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(work) not in ps
