@@ -139,7 +139,7 @@ def _lazy_from_fields(cls: type[Header], fields: dict[str, Any]) -> Any:
 def _lazy_to_fields(self: Header) -> dict[str, Any]:
     cls = type(self)
     encode = _build_to_fields(cls)
-    cls.to_fields = encode  # type: ignore[method-assign]
+    cls.to_fields = encode  # type: ignore[method-assign,assignment]
     return encode(self)
 
 
