@@ -348,3 +348,36 @@ def test_invalid_utf8_properties_are_left_to_the_reader() -> None:
     with pytest.raises(UnicodeDecodeError):
         cols.properties(0)
 
+
+
+def _one_by_one(buf: bytes) -> list[MessageExt]:
+    from protocol.record import decode_record
+
+    out, pos = [], 0
+    while pos < len(buf):
+        msg = decode_record(buf, pos)
+        out.append(msg)
+        pos += msg.store_size
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_records(), max_size=6))
+def test_decode_records_agrees_with_decode_record_at_each_position(
+    items: list[tuple[bytes, bytes | None]],
+) -> None:
+    buf = b"".join(rec for rec, _ in items)
+    assert decode_records(buf) == _one_by_one(buf)
+    assert decode_records(bytearray(buf)) == _one_by_one(buf)
+    assert decode_records(memoryview(buf)) == _one_by_one(buf)
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS.values(), ids=CORRUPTIONS.keys())
+def test_decode_records_and_decode_record_reject_the_same_corruptions(
+    corrupt: Callable[[bytes], bytes],
+) -> None:
+    buf = record(0, body=b"good0") + corrupt(record(1, body=b"body1", props={"TAGS": "B"}))
+    with pytest.raises(CorruptRecordError):
+        _one_by_one(buf)
+    with pytest.raises(CorruptRecordError):
+        decode_records(buf)
