@@ -751,7 +751,8 @@ def render_spark_run(d: Mapping[str, Any]) -> str:
 def spark_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The runs together: run time percentiles (seconds, when more than one
     run), the first run's msg/s (it also starts Spark's Python workers) and the
-    later runs' median msg/s ("warm"; None with a single run)."""
+    later runs' nearest-rank median msg/s ("warm": of two runs, the faster;
+    None with a single run)."""
     times = [float(r["seconds"]) for r in runs]
     warm = sorted(float(r["msgs_per_s"]) for r in runs[1:])
     return {
@@ -773,7 +774,7 @@ def render_spark_summary(d: Mapping[str, Any]) -> str:
         t = d["run_seconds"]
         line += f", run time p50={t['p50']:.2f}s (min {t['min']:.2f}s, max {t['max']:.2f}s)"
     if d["warm_msgs_per_s"] is not None:
-        line += (f"; warm {d['warm_msgs_per_s']:,.0f} msg/s (median of runs 2..), "
+        line += (f"; warm {d['warm_msgs_per_s']:,.0f} msg/s (nearest-rank median of runs 2..), "
                  f"first {d['first_msgs_per_s']:,.0f} msg/s")
     return line + "; no per-request latency applies (each run reads the whole topic)"
 
