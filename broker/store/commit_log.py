@@ -40,19 +40,20 @@ from protocol.record import (
     MAX_TOPIC_BYTES,
     MESSAGE_MAGIC_CODE,
     OFF_STORE_TIMESTAMP,
+    RECORD_HEAD,
     RECORD_HEAD_SIZE,
     Buffer,
     RecordStatus,
     body_crc,
     check_record,
     encode_blank,
-    encode_msg_id,
-    encode_record,
     pack_host,
     record_size,
 )
 
 log = structlog.get_logger("store.commitlog")
+
+_SHORT = struct.Struct(">h")  # the properties' length prefix
 
 # A file must always keep room for a BLANK header at its end.
 END_FILE_MIN_BLANK_LENGTH = BLANK_MIN_SIZE
@@ -157,6 +158,7 @@ class CommitLog:
         self.mapped_file_queue = MappedFileQueue(store_dir, file_size, "commit-log file")
         self.file_size = file_size
         self.store_host = pack_host(store_host)
+        self._id_head = self.store_host.hex().upper()  # offset msgIds: this + 16 hex digits
         self.max_message_size = max_message_size
         self.topic_queue_table: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -196,7 +198,8 @@ class CommitLog:
                 if len(topic_b) > MAX_TOPIC_BYTES or len(m.body) > self.max_message_size:
                     return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
                 size = record_size(len(m.body), len(topic_b), len(props_b))
-                encoded.append((m, topic_b, props_b, size, body_crc(m.body)))
+                encoded.append((m, bytes((len(topic_b),)) + topic_b,
+                                _SHORT.pack(len(props_b)) + props_b, size, body_crc(m.body)))
                 total += size
         except (TypeError, ValueError, AttributeError) as exc:  # UnicodeEncodeError included
             return _illegal(msgs, exc)
@@ -242,38 +245,49 @@ class CommitLog:
                 ) -> tuple[bytes, AppendMessageResult, list[DispatchRequest]]:
         """The bytes of the records appended at ``wrote_offset`` (nothing written):
         queue offsets from ``queue_offset`` on, or ``queue_offsets``, one per
-        record. Raises struct.error for an integer out of its field's range."""
+        record. Raises struct.error for an integer out of its field's range.
+
+        The record layout is protocol.record's (``encode_record``), written
+        here in one loop: the sizes were checked by ``put_messages``, and the
+        topic and properties arrive with their length prefixes."""
         now = int(time.time() * 1000)
         phys = wrote_offset
-        parts = []
-        dispatches = []
-        ids = []
-        for i, (m, topic_b, props_b, size, crc) in enumerate(encoded):
+        parts: list[bytes] = []
+        add = parts.append
+        dispatches: list[DispatchRequest] = []
+        add_dispatch = dispatches.append
+        ids: list[str] = []
+        add_id = ids.append
+        pack_head = RECORD_HEAD.pack
+        store_host = self.store_host
+        id_head = self._id_head
+        schedule_levels = self.delay_levels
+        for i, (m, topic_part, props_part, size, crc) in enumerate(encoded):
             if queue_offsets is not None:
                 queue_offset = queue_offsets[i]
-            parts.append(encode_record(
-                topic=topic_b, queue_id=m.queue_id, flag=m.flag, body=m.body,
-                properties=props_b, sys_flag=m.sys_flag, born_timestamp=m.born_timestamp,
-                born_host=pack_host(m.born_host), store_timestamp=now,
-                store_host=self.store_host, reconsume_times=m.reconsume_times,
-                prepared_transaction_offset=m.prepared_transaction_offset,
-                queue_offset=queue_offset, physical_offset=phys, crc=crc,
-            ))
+            body = m.body
+            add(pack_head(size, MESSAGE_MAGIC_CODE, crc, m.queue_id, m.flag, queue_offset, phys,
+                          m.sys_flag, m.born_timestamp, pack_host(m.born_host), now, store_host,
+                          m.reconsume_times, m.prepared_transaction_offset, len(body)))
+            add(body)
+            add(topic_part)
+            add(props_part)
             tags_code = m.tags_code
-            if m.topic == SCHEDULE_TOPIC:
-                tags_code = now + self.delay_levels.get(m.queue_id + 1, 0)
-            dispatches.append(DispatchRequest(
-                m.topic, m.queue_id, phys, size, tags_code, now, queue_offset,
+            topic = m.topic
+            if topic == SCHEDULE_TOPIC:
+                tags_code = now + schedule_levels.get(m.queue_id + 1, 0)
+            add_dispatch(DispatchRequest(
+                topic, m.queue_id, phys, size, tags_code, now, queue_offset,
                 m.keys, m.uniq_key, m.sys_flag,
             ))
-            ids.append(encode_msg_id(self.store_host, phys))
+            add_id(f"{id_head}{phys:016X}")
             phys += size
             queue_offset += 1
         result = AppendMessageResult(
             AppendMessageStatus.PUT_OK, wrote_offset, total, ",".join(ids), now,
             dispatches[0].consume_queue_offset, len(dispatches),
         )
-        return (b"".join(parts) if len(parts) > 1 else parts[0]), result, dispatches
+        return b"".join(parts), result, dispatches
 
     # ---- replica append (a slave writes its master's bytes) ----------------------
 
