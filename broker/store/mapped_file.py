@@ -5,6 +5,7 @@ past ``wrote_position`` are zero (a new file) or stale (cut off by recovery,
 then zeroed by ``truncate``). A new file gets all its disk blocks before it is
 mapped (allocation.py); an existing one that may be sparse (an older broker's)
 gets them before its first append, so a write never meets a hole on a full disk.
+Appends are written with ``pwrite``; reads and recovery go through the mapping.
 """
 
 from __future__ import annotations
@@ -87,7 +88,17 @@ class MappedFile:
             raise StoreError(f"append of {len(data)} bytes overflows {self.path.name}")
         if not self.allocated:
             self.ensure_allocated()
-        self.mm[pos:end] = data
+        # Through the file, not the mapping: reads through the mapping see the
+        # same page cache, and an fdatasync after pages were dirtied through a
+        # large mapping cost 2-5 ms here against 0.15 ms after pwrite (mqbench
+        # disk), which every SYNC_FLUSH send waited for.
+        fd = self.fd
+        done = os.pwrite(fd, data, pos)
+        while done < len(data):  # a regular file takes it all at once; just in case
+            n = os.pwrite(fd, memoryview(data)[done:], pos + done)
+            if n <= 0:
+                raise StoreError(f"short write to {self.path.name} at {pos + done}")
+            done += n
         self.wrote_position = end
         return pos
 

@@ -128,8 +128,11 @@ class DefaultMessageStore:
         self.running = False
         # Held from load() to shutdown(): one broker per store directory.
         self.store_lock = StoreLock(root)
-        # Held by flushes (worker threads) and by anything that closes files.
+        # Held by flushes (worker threads) and by anything that closes files:
+        # one for the commit log, one for the consume queues and the index, so
+        # a SYNC_FLUSH send never waits for a queue or index fsync.
         self._file_lock = threading.Lock()
+        self._queue_lock = threading.Lock()
         # Replaceable (tests); past diskSpaceWarningLevelRatio writes are refused.
         self.disk_usage: DiskUsage = disk_used_ratio
         # Replaceable (tests): a pull more than accessMessageInMemoryMaxRatio % of
@@ -244,7 +247,7 @@ class DefaultMessageStore:
         try:
             self.flush_commit_log()
             self.flush_consume_queues()
-            with self._file_lock:
+            with self._file_lock, self._queue_lock:
                 self.commit_log.close()
                 for cq in self._all_consume_queues():
                     cq.close()
@@ -704,7 +707,7 @@ class DefaultMessageStore:
                 continue
             queues = self.consume_queue_table.pop(topic, {})
             for cq in queues.values():
-                with self._file_lock:
+                with self._queue_lock:
                     cq.destroy()
                 self.commit_log.topic_queue_table.pop(f"{topic}-{cq.queue_id}", None)
                 deleted += 1
@@ -761,7 +764,7 @@ class DefaultMessageStore:
         force = ratio * 100 >= cfg.disk_space_clean_forcibly_ratio
         if not (time_up or space_full or manual):
             return 0
-        with self._file_lock:
+        with self._file_lock, self._queue_lock:
             deleted = self.commit_log.delete_expired_files(
                 cfg.file_reserved_time * 3_600_000, now_ms, force, cfg.delete_files_batch_max
             )
@@ -797,10 +800,10 @@ class DefaultMessageStore:
         before = int(time.time() * 1000)
         flushed = False
         for cq in self._all_consume_queues():
-            with self._file_lock:
+            with self._queue_lock:
                 flushed = cq.flush() or flushed
         if self.index_service is not None:
-            with self._file_lock:
+            with self._queue_lock:
                 self.index_service.flush()
         if flushed:
             self.checkpoint.logics_msg_timestamp = before
