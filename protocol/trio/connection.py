@@ -422,10 +422,14 @@ class RemotingConnection:
     async def _reader(self) -> None:
         stream = self.stream
         decoder = self._decoder
+        raw = self._raw
         while True:
             await self._wait_for_room()
             try:
-                data = await stream.receive_some(RECEIVE_CHUNK)
+                if raw is not None:
+                    data = await self._receive_raw(raw)
+                else:
+                    data = await stream.receive_some(RECEIVE_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._log.debug("connection read failed", error=str(exc))
                 return
@@ -464,6 +468,27 @@ class RemotingConnection:
                         self._batching = True
             finally:
                 self._flush_batch()
+
+    @staticmethod
+    async def _receive_raw(raw: Any) -> bytes:
+        """``receive_some`` on the plain socket: what trio's stream does, less
+        its wrappers (a tenth of a small request's cost). Bytes ready at once
+        are taken after a checkpoint; otherwise it waits for the socket."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        try:
+            data: bytes = raw.recv(RECEIVE_CHUNK)
+        except BlockingIOError:
+            pass
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # bytes taken are never lost
+            return data
+        while True:
+            await trio.lowlevel.wait_readable(raw)
+            try:
+                data = raw.recv(RECEIVE_CHUNK)
+            except BlockingIOError:
+                continue
+            return data
 
     def _handle_frame(self, payload: bytes, received_at: float = 0.0) -> bool:
         """Handle one frame; False means the connection must close."""
