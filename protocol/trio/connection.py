@@ -427,7 +427,7 @@ class RemotingConnection:
             await self._wait_for_room()
             try:
                 if raw is not None:
-                    data = await self._receive_raw(raw)
+                    data: bytes | bytearray = await self._receive_raw(raw)
                 else:
                     data = await stream.receive_some(RECEIVE_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
