@@ -108,7 +108,7 @@ def unpack_host(data: bytes) -> str:
 _CRC_AND_BODY_LEN = struct.Struct(">i")
 
 
-def record_crc_ok(record: bytes) -> bool:
+def record_crc_ok(record: Buffer) -> bool:
     """Whether one whole message record's body matches its BODYCRC field."""
     if len(record) < RECORD_HEAD_SIZE:
         return False

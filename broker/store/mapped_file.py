@@ -105,6 +105,23 @@ class MappedFile:
     def read(self, pos: int, size: int) -> bytes:
         return self.mm[pos : pos + size]
 
+    def pread(self, pos: int, size: int) -> bytes:
+        """``size`` bytes at ``pos`` read through the file, not the mapping: the
+        pages stay in the page cache without joining this process's RSS (a
+        consumer reading a whole commit log would otherwise map all of it)."""
+        data = os.pread(self.fd, size, pos)
+        if len(data) < size:  # a regular file gives it all at once; just in case
+            parts = [data]
+            got = len(data)
+            while got < size:
+                more = os.pread(self.fd, size - got, pos + got)
+                if not more:
+                    raise StoreError(f"short read of {self.path.name} at {pos + got}")
+                parts.append(more)
+                got += len(more)
+            data = b"".join(parts)
+        return data
+
     def flush(self) -> int:
         """fsync what was written so far (safe to call from a worker thread)."""
         wrote = self.wrote_position

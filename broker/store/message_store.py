@@ -525,10 +525,17 @@ class DefaultMessageStore:
         total = 0
         scanned = 0
         cl_min = self.commit_log.min_offset
-        get_data = self.commit_log.get_data
+        find_file = self.commit_log.mapped_file_queue.find_by_offset
         last_phys = entries[0][0]
+        # Records that lie back to back in one commit-log file (a batch, or
+        # sends to one queue in a row) are read with one pread: a run is
+        # (file, position in it, [(commit-log offset, size), ...]).
+        run_file: MappedFile | None = None
+        run_start = run_end = 0
+        run: list[tuple[int, int]] = []
+        picked = 0
         for phys, size, tag in entries:
-            if buffers and (len(buffers) >= max_count or total + size > max_bytes):
+            if picked and (picked >= max_count or total + size > max_bytes):
                 break
             scanned += 1
             last_phys = phys
@@ -537,22 +544,55 @@ class DefaultMessageStore:
             if tag_codes is not None and tag not in tag_codes:
                 continue
             if phys < cl_min:
-                status = GetMessageStatus.MESSAGE_WAS_REMOVING if not buffers else status
+                status = GetMessageStatus.MESSAGE_WAS_REMOVING if not picked else status
                 continue
-            data = get_data(phys, size)
-            if data is None:
-                if not buffers:
+            mf = find_file(phys)
+            pos = phys - mf.file_from_offset if mf is not None else 0
+            if mf is None or pos + size > mf.wrote_position:
+                if not picked:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 continue
-            if not record_crc_ok(data):
-                self.log.error("record fails its CRC, not served", topic=topic,
-                               queue_id=queue_id, commit_log_offset=phys)
-                continue
-            buffers.append(data)
+            if mf is not run_file or pos != run_end:
+                if run:
+                    self._read_run(run_file, run_start, run_end, run, buffers, topic, queue_id)
+                run_file, run_start, run = mf, pos, []
+            run.append((phys, size))
+            run_end = pos + size
+            picked += 1
             total += size
+        if run:
+            self._read_run(run_file, run_start, run_end, run, buffers, topic, queue_id)
+        if buffers:
             status = GetMessageStatus.FOUND
         return GetMessageResult(status, offset + scanned, min_off, max_off, buffers,
                                 suggest_pulling_from_slave=self._cold(last_phys))
+
+    def _read_run(self, mf: MappedFile | None, start: int, end: int,
+                  run: list[tuple[int, int]], buffers: list[bytes], topic: str,
+                  queue_id: int) -> None:
+        """Read records lying back to back in ``mf`` from ``start`` to ``end``
+        with one pread and add each that passes its CRC to ``buffers``."""
+        assert mf is not None
+        data = mf.pread(start, end - start)
+        if len(run) == 1:
+            if record_crc_ok(data):
+                buffers.append(data)
+            else:
+                self._crc_failed(topic, queue_id, run[0][0])
+            return
+        view = memoryview(data)
+        at = 0
+        for phys, size in run:
+            record = view[at : at + size]
+            at += size
+            if record_crc_ok(record):
+                buffers.append(record.tobytes())
+            else:
+                self._crc_failed(topic, queue_id, phys)
+
+    def _crc_failed(self, topic: str, queue_id: int, phys: int) -> None:
+        self.log.error("record fails its CRC, not served", topic=topic,
+                       queue_id=queue_id, commit_log_offset=phys)
 
     def _cold(self, pulled_phys: int) -> bool:
         """Whether a pull that got to commit-log offset ``pulled_phys`` reads cold

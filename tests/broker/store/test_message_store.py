@@ -356,3 +356,23 @@ def test_commit_log_flush_leaves_the_checkpoint_file_to_the_queue_flush(tmp_path
     store.shutdown()
     on_disk = StoreCheckpoint(cfg.checkpoint_path)
     assert on_disk.physic_msg_timestamp >= store.checkpoint.physic_msg_timestamp
+
+
+def test_pulls_read_back_to_back_runs_and_scattered_records_alike(tmp_path: Path) -> None:
+    """Records of one queue written in a row are read with one pread per run;
+    interleaved with another queue's, one per record: the same messages either
+    way, limits and filters applied per record."""
+    store = open_store(make_config(tmp_path, cl_size=1 << 16, cq_entries=100))
+    store.put_messages([inner("T", 0, b"run-%d" % i) for i in range(5)])
+    for i in range(4):
+        store.put_message(inner("T", 0, b"mix-%d" % i, tags="A" if i % 2 else "B"))
+        store.put_message(inner("T", 1, b"other-%d" % i))
+    bodies = [m.body for m in pull_all(store, "T", 0)]
+    assert bodies == [b"run-%d" % i for i in range(5)] + [b"mix-%d" % i for i in range(4)]
+    r = store.get_message("g", "T", 0, 2, 4, None)
+    assert r.status is GetMessageStatus.FOUND and r.next_begin_offset == 6
+    assert [m.body for m in decode_records(b"".join(r.buffers))] == [
+        b"run-2", b"run-3", b"run-4", b"mix-0"]
+    r = store.get_message("g", "T", 0, 5, 32, {tags_hash_code("A")})
+    assert [m.body for m in decode_records(b"".join(r.buffers))] == [b"mix-1", b"mix-3"]
+    store.shutdown()
