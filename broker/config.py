@@ -124,7 +124,7 @@ class BrokerConfig(PropertiesConfig):
     flush_interval_consume_queue: int = 1000
     sync_flush_timeout: int = 5000
     max_transfer_bytes_on_message_in_memory: int = 256 * KiB
-    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_count_on_message_in_memory: int = 400  # RocketMQ 5.x; the byte cap applies too
     # index
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000

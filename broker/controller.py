@@ -279,13 +279,17 @@ class BrokerController:
             async with RemotingClient() as client:
                 self.outer_api = BrokerOuterAPI(self.config, client)
                 async with trio.open_nursery() as nursery:
+                    # an ephemeral listen port (tests) gets an ephemeral HA port too:
+                    # the bound port + 1 may be anyone's
+                    ephemeral_ha = self.config.listen_port == 0 and self.config.ha_listen_port == 0
                     port = await nursery.start(self.server.serve)
                     self.config.listen_port = port
                     if self.config.is_slave:
                         await nursery.start(self.ha_service.run_slave)
                         await nursery.start(self.slave_synchronize.run, client)
                     else:
-                        self.ha_listen_port = await nursery.start(self.ha_service.run_master)
+                        self.ha_listen_port = await nursery.start(
+                            self.ha_service.run_master, 0 if ephemeral_ha else None)
                     await self.register_broker_all()
                     nursery.start_soon(self._register_loop)
                     if self.group_commit is not None:

@@ -147,7 +147,7 @@ def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
         ending=ending,
         max_offsets_per_trigger=None if limit is None else _positive_int(limit, "maxOffsetsPerTrigger"),
         fail_on_data_loss=_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
-        pull_batch_size=_positive_int(opts.get("pullbatchsize", "32"), "pullBatchSize"),
+        pull_batch_size=_positive_int(opts.get("pullbatchsize", "256"), "pullBatchSize"),
         sub_expression=sub_expression,
     )
 

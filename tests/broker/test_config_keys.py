@@ -4,9 +4,11 @@ checked."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import structlog
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
@@ -166,11 +168,23 @@ def test_no_effect_keys_are_not_fields() -> None:
         BrokerConfig.from_properties({"noEffectKeys": "x"})
 
 
-def test_one_notice_per_no_effect_key(tmp_path: Path) -> None:
+@pytest.fixture
+def default_logging() -> Iterator[None]:
+    """structlog's defaults (every level) for this test, whatever an earlier
+    test configured (a WARNING-level setup would drop the info notices)."""
+    old = structlog.get_config()
+    structlog.reset_defaults()
+    try:
+        yield
+    finally:
+        structlog.configure(**old)
+
+
+def test_one_notice_per_no_effect_key(tmp_path: Path, default_logging: None) -> None:
     cfg = BrokerConfig.from_properties(load_properties(template(tmp_path)))
     cfg.update({"sendMessageThreadPoolNums": "64"})  # given twice (file, then -o): one notice
-    controller = BrokerController(cfg)
-    with capture_logs() as logs:
+    with capture_logs() as logs:  # the controller's logger is bound inside: seen by capture
+        controller = BrokerController(cfg)
         controller.note_config()
     notices = [e for e in logs if e["event"] == "config key accepted, no effect here"]
     assert [e["key"] for e in notices] == TEMPLATE_NO_EFFECT
