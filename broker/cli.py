@@ -47,6 +47,7 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
     configure_logging(log_level)
     try:
         controller = BrokerController(config)
+        controller.tune_gc = True
     except Exception as exc:
         fail(log, "broker", exc)
     run_daemon(controller, log, "broker", (StoreLockedError, ConfigError))
