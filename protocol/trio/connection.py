@@ -13,6 +13,7 @@ function is started as a task of the connection.
 
 from __future__ import annotations
 
+import heapq
 import inspect
 import math
 import time
@@ -73,11 +74,12 @@ def budget_room(budget: SharedBudget) -> trio.Event:
 
 
 class _Pending:
-    __slots__ = ("event", "response")
+    __slots__ = ("event", "response", "done")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.response: RemotingCommand | None = None
+        self.done = False  # invoke() returned (answered, timed out or cancelled)
 
 
 class RemotingConnection:
@@ -126,6 +128,12 @@ class RemotingConnection:
         self._raw: Any = getattr(getattr(stream, "socket", None), "_sock", None)
         self._batching = False  # set while the reader handles one received chunk
         self._pending: dict[int, _Pending] = {}
+        # invoke() deadlines, earliest first: (deadline, opaque, pending). One
+        # task wakes the requests whose time is up (_expire_requests) instead
+        # of a cancel scope per request, which cost 15% of a small send.
+        self._deadlines: list[tuple[float, int, _Pending]] = []
+        self._expiry_at = math.inf
+        self._expiry_wake: trio.Event | None = None
         self._nursery: trio.Nursery | None = None
         self._close_callbacks: list[Callable[[RemotingConnection], None]] = []
         self._log = log.bind(peer=remote_addr)
@@ -147,6 +155,7 @@ class RemotingConnection:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 nursery.start_soon(self._writer)
+                nursery.start_soon(self._expire_requests)
                 task_status.started()
                 started = True
                 await self._reader()
@@ -388,7 +397,7 @@ class RemotingConnection:
             await trio.lowlevel.checkpoint()
 
     async def invoke(self, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
-        """Send a request and wait for its response.
+        """Send a request and wait for its response (``timeout`` <= 0: no limit).
 
         Raises RemotingTimeoutError, RemotingConnectError, RemotingSendRequestError.
         """
@@ -398,10 +407,26 @@ class RemotingConnection:
         self._pending[cmd.opaque] = pending
         try:
             self._enqueue(cmd)
-            with trio.move_on_after(timeout if timeout > 0 else math.inf):
+            if timeout <= 0:
+                await pending.event.wait()
+            elif self._nursery is None or self.closed:  # not running: no expiry task
+                with trio.move_on_after(timeout):
+                    await pending.event.wait()
+            else:
+                deadline = trio.current_time() + timeout
+                heapq.heappush(self._deadlines, (deadline, cmd.opaque, pending))
+                if deadline < self._expiry_at:
+                    self._expiry_at = deadline
+                    wake = self._expiry_wake
+                    if wake is not None:
+                        wake.set()
                 await pending.event.wait()
         finally:
+            pending.done = True
             self._pending.pop(cmd.opaque, None)
+            deadlines = self._deadlines
+            while deadlines and deadlines[0][2].done:
+                heapq.heappop(deadlines)
         if pending.response is not None:
             return pending.response
         if self.closed:
@@ -410,6 +435,20 @@ class RemotingConnection:
             f"no response from {self.remote_addr} within {timeout:.3f}s "
             f"({code_name(cmd.code, False)})"
         )
+
+    async def _expire_requests(self) -> None:
+        """Wake each invoke() whose deadline passed without a response."""
+        deadlines = self._deadlines
+        while True:
+            now = trio.current_time()
+            while deadlines and (deadlines[0][2].done or deadlines[0][0] <= now):
+                _, _, pending = heapq.heappop(deadlines)
+                if not pending.done:
+                    pending.event.set()  # no response: invoke() raises the timeout
+            self._expiry_at = deadlines[0][0] if deadlines else math.inf
+            wake = self._expiry_wake = trio.Event()
+            with trio.move_on_at(self._expiry_at):
+                await wake.wait()
 
     async def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.flag |= 0x2
