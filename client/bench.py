@@ -854,15 +854,18 @@ def _prepare(fd: int, file_size: int, zero_filled: bool) -> str:
 
 
 def measure_fdatasync(directory: Path, size: int = 1024, count: int = 2000,
-                      file_size: int = 1 << 30, zero_filled: bool = False) -> dict[str, Any]:
+                      file_size: int = 1 << 30, zero_filled: bool = False, *,
+                      through_mapping: bool = False, prefill: int = 0) -> dict[str, Any]:
     """Time ``os.fdatasync`` the way the commit log uses it: a new file of
     ``file_size`` bytes in ``directory`` (created if missing) gets its blocks,
     is mapped, and ``count`` times ``size`` bytes are written at the next
-    position through the mapping (wrapping to the start at the end) and the
-    file is fdatasynced. The file is removed afterwards; nothing else in
-    ``directory`` is touched. Raises DiskBenchError for impossible sizes or
-    too little free space."""
-    if size < 1 or count < 1 or file_size < size:
+    position with ``pwrite`` (``through_mapping``: through the mapping, as the
+    store once did) and the file is fdatasynced, wrapping to the start at the
+    end. ``prefill`` bytes are written the same way (and synced once) before
+    the timed writes: a store that already holds data. The file is removed
+    afterwards; nothing else in ``directory`` is touched. Raises
+    DiskBenchError for impossible sizes or too little free space."""
+    if size < 1 or count < 1 or file_size < size or not 0 <= prefill <= file_size - size:
         raise DiskBenchError(f"need 1 <= size <= file size and count >= 1 (size {size}, "
                              f"count {count}, file size {file_size})")
     directory.mkdir(parents=True, exist_ok=True)
@@ -880,11 +883,24 @@ def measure_fdatasync(directory: Path, size: int = 1024, count: int = 2000,
         prepare_s = time.perf_counter() - t0
         with mmap.mmap(fd, file_size) as mm:
             pos = 0
+            chunk = payload * max(1, (1 << 20) // size)
+            while pos < prefill:
+                part = chunk[: prefill - pos]
+                if through_mapping:
+                    mm[pos : pos + len(part)] = part
+                else:
+                    os.pwrite(fd, part, pos)
+                pos += len(part)
+            if prefill:
+                os.fdatasync(fd)
             t0 = time.perf_counter()
             for _ in range(count):
                 if pos + size > file_size:
                     pos = 0
-                mm[pos : pos + size] = payload
+                if through_mapping:
+                    mm[pos : pos + size] = payload
+                else:
+                    os.pwrite(fd, payload, pos)
                 t = time.perf_counter()
                 os.fdatasync(fd)
                 samples.append(time.perf_counter() - t)
@@ -900,6 +916,8 @@ def measure_fdatasync(directory: Path, size: int = 1024, count: int = 2000,
         "fs_type": fs_type,
         "preparation": preparation,
         "prepare_s": prepare_s,
+        "write": "mmap" if through_mapping else "pwrite",
+        "prefill": prefill,
         "file_size": file_size,
         "size": size,
         "count": len(samples),
@@ -913,7 +931,9 @@ def measure_fdatasync(directory: Path, size: int = 1024, count: int = 2000,
 
 def render_disk(d: Mapping[str, Any]) -> str:
     where = f"{d['dir']} ({d['fs_type'] or '?'} on {d['mount'] or '?'})"
-    return (f"disk: {d['count']} fdatasyncs after {d['size']}-byte mmap writes, "
+    prefill = f" after {d['prefill'] / 2**20:g} MiB" if d.get("prefill") else ""
+    return (f"disk: {d['count']} fdatasyncs after {d['size']}-byte {d.get('write', 'mmap')} "
+            f"writes{prefill}, "
             f"{d['file_size'] / 2**20:g} MiB file ({d['preparation']}) in {where}: "
             f"latency per fdatasync {latency_text(d['latency_us'], unit='µs', digits=1)} "
             f"(mean {d['mean_us']:.1f}µs, max {d['max_us']:.1f}µs)")
@@ -925,23 +945,29 @@ def render_disk(d: Mapping[str, Any]) -> str:
               help="Directory on the store's file system (default: ./.data/store/commitlog or "
                    "./.data/commitlog if present, else ./.data; created if missing).")
 @click.option("-s", "--messageSize", "size", type=click.IntRange(min=1), default=1024,
-              show_default=True, help="Bytes written through the mapping before each fdatasync.")
+              show_default=True, help="Bytes written before each fdatasync.")
 @click.option("-c", "--count", type=click.IntRange(min=1), default=2000, show_default=True,
               help="fdatasyncs to time.")
 @click.option("--file-size", "file_size", type=click.IntRange(min=1), default=1 << 30,
               show_default=True, help="Test file size (the commit log's file size by default).")
 @click.option("--compare-zero-filled", "compare", is_flag=True,
               help="Also time a file filled with zeros (pwrite, fsync) instead of fallocated.")
+@click.option("--through-mapping", is_flag=True,
+              help="Write through the file's mapping instead of pwrite (the store's old way).")
+@click.option("--prefill-mib", "prefill_mib", type=click.IntRange(min=0), default=0,
+              show_default=True, help="MiB written (and synced) before the timed writes.")
 @json_option
 def disk(directory: Path | None, size: int, count: int, file_size: int, compare: bool,
-         as_json: bool) -> None:
+         through_mapping: bool, prefill_mib: int, as_json: bool) -> None:
     """fdatasync latency of a file system the way the commit log syncs: a new
-    fallocated file, mapped, SIZE bytes written through the mapping, then
-    fdatasync, COUNT times. The test file is removed afterwards."""
+    fallocated file, mapped, SIZE bytes written with pwrite, then fdatasync,
+    COUNT times. The test file is removed afterwards."""
     where = directory if directory is not None else default_disk_dir()
     try:
         for zero_filled in (False, True) if compare else (False,):
-            result = measure_fdatasync(where, size, count, file_size, zero_filled)
+            result = measure_fdatasync(where, size, count, file_size, zero_filled,
+                                       through_mapping=through_mapping,
+                                       prefill=prefill_mib << 20)
             emit(result, render_disk(result), as_json)
     except (DiskBenchError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc

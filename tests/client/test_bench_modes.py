@@ -199,6 +199,20 @@ def test_measure_fdatasync_zero_filled_and_wrapping(tmp_path: Path) -> None:
     assert list((tmp_path / "new" / "dir").iterdir()) == []
 
 
+def test_measure_fdatasync_pwrite_or_through_the_mapping_after_a_prefill(
+        tmp_path: Path) -> None:
+    for through in (False, True):
+        d = measure_fdatasync(tmp_path, size=1024, count=20, file_size=MiB,
+                              through_mapping=through, prefill=256 * 1024)
+        assert d["write"] == ("mmap" if through else "pwrite") and d["prefill"] == 256 * 1024
+        assert d["count"] == 20
+        text = render_disk(d)
+        assert f"1024-byte {d['write']} writes after 0.25 MiB" in text
+    with pytest.raises(DiskBenchError):
+        measure_fdatasync(tmp_path, size=1024, count=1, file_size=MiB, prefill=MiB)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_measure_fdatasync_refuses_bad_sizes(tmp_path: Path) -> None:
     with pytest.raises(DiskBenchError):
         measure_fdatasync(tmp_path, size=8192, count=1, file_size=4096)
