@@ -90,6 +90,45 @@ class IndexFile:
         self.end_phy_offset = phy_offset
         return True
 
+    def put_keys(self, keys: list[tuple[str, int, int]]) -> int:
+        """Add (key, commit-log offset, store time ms) entries in order, as
+        ``put_key`` would one by one; returns how many fit (the rest go to
+        the next file)."""
+        room = self.index_num - self.index_count
+        if room <= 0 or not keys:
+            return 0
+        if len(keys) > room:
+            keys = keys[:room]
+        mm = self.file.mm
+        slots = self.hash_slot_num
+        entries_at = self._entries_at
+        unpack_slot = _SLOT.unpack_from
+        pack_slot = _SLOT.pack_into
+        pack_entry = INDEX_ENTRY.pack_into
+        crc32 = zlib.crc32
+        count = self.index_count
+        if count == 1:
+            self.begin_timestamp = keys[0][2]
+            self.begin_phy_offset = keys[0][1]
+        begin = self.begin_timestamp
+        new_slots = 0
+        for key, phy_offset, store_ms in keys:
+            h = crc32(key.encode()) & 0x7FFFFFFF
+            slot_pos = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
+            (prev,) = unpack_slot(mm, slot_pos)
+            if prev <= 0 or prev >= count:
+                prev = 0
+                new_slots += 1
+            diff = (store_ms - begin) // 1000
+            pack_entry(mm, entries_at + count * INDEX_ENTRY_SIZE, h, phy_offset,
+                       0 if diff < 0 else min(diff, 2**31 - 1), prev)
+            pack_slot(mm, slot_pos, count)
+            count += 1
+        self.hash_slot_count += new_slots
+        self.index_count = count
+        _, self.end_phy_offset, self.end_timestamp = keys[-1]
+        return len(keys)
+
     def _write_header(self) -> None:
         # Written at flush and close only: after a crash, recovery re-indexes
         # everything past the header's endPhyOffset, in the same order.

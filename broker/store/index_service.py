@@ -15,7 +15,12 @@ import structlog
 from broker.store.allocation import remove_stale_allocations
 from broker.store.commit_log import DispatchRequest
 from broker.store.index_file import IndexFile, index_file_name
-from protocol.record import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, transaction_type
+from protocol.record import (
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    transaction_type,
+)
 
 log = structlog.get_logger("store.index")
 
@@ -75,8 +80,37 @@ class IndexService:
         self._indexed_to = req.commit_log_offset
 
     def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
+        """``dispatch`` each request, the keys of all of them written in one
+        pass per index file."""
+        keys: list[tuple[str, int, int]] = []
+        add = keys.append
+        indexed_to = self._indexed_to
         for req in requests:
-            self.dispatch(req)
+            phy = req.commit_log_offset
+            if phy <= indexed_to:
+                continue  # already indexed (re-dispatch after recovery)
+            if req.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_PREPARED_TYPE,
+                                                            TRANSACTION_ROLLBACK_TYPE):
+                prefix = req.topic + "#"
+                ts = req.store_timestamp
+                if req.keys:
+                    for key in req.keys.split(" "):
+                        if key:
+                            add((prefix + key, phy, ts))
+                if req.uniq_key:
+                    add((prefix + req.uniq_key, phy, ts))
+            indexed_to = phy
+        done = 0
+        while done < len(keys):
+            f = self._writable(keys[done][2])
+            n = f.put_keys(keys[done:] if done else keys)
+            if n == 0:  # a full file: the next one (named by now, as _put does)
+                f = self._writable(int(time.time() * 1000))
+                n = f.put_keys(keys[done:])
+                if n == 0:
+                    raise RuntimeError("a new index file took no key")
+            done += n
+        self._indexed_to = indexed_to
 
     def query_offset(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
         """Commit-log offsets of ``topic#key``, newest first, at most ``max_num``."""

@@ -73,3 +73,36 @@ def test_store_query_by_key_across_restart(tmp_path: Path) -> None:
     assert [decode_record(r).body for r in store.query_message("T", "id33", 5, 0, 2**62)] == [b"m33"]
     assert store.query_message("T", "nope", 5, 0, 2**62) == []
     store.shutdown()
+
+
+def _requests(n: int) -> list[DispatchRequest]:
+    out = []
+    for i in range(n):
+        keys = None if i % 3 else f"k{i} shared"
+        sys_flag = 0x4 if i % 7 == 6 else 0  # prepared half messages are not indexed
+        out.append(DispatchRequest("T", i % 2, 1000 + i * 100, 100, 0,
+                                   1_700_000_000_000 + i * 400, i, keys, f"U{i:04d}", sys_flag))
+    return out
+
+
+def test_batch_dispatch_writes_the_files_one_by_one_dispatch_writes(tmp_path: Path) -> None:
+    reqs = _requests(60)
+    one = IndexService(tmp_path / "one", hash_slot_num=7, index_num=25)
+    many = IndexService(tmp_path / "many", hash_slot_num=7, index_num=25)
+    for req in reqs:
+        one.dispatch(req)
+    for start in range(0, 60, 16):  # batches that cross file ends
+        many.dispatch_batch(reqs[start : start + 16])
+    many.dispatch_batch(reqs[:10])  # a replay is skipped
+    one.flush()
+    many.flush()
+    assert len(one.files) == len(many.files) > 2
+    for a, b in zip(one.files, many.files, strict=True):
+        assert a.path.name == b.path.name
+        assert a.path.read_bytes() == b.path.read_bytes()
+    for key in ("U0003", "shared", "k12", "U0006"):
+        assert (many.query_offset("T", key, 64, 0, 2**62)
+                == one.query_offset("T", key, 64, 0, 2**62))
+    assert many.query_offset("T", "shared", 64, 0, 2**62)  # found at all
+    one.close()
+    many.close()
