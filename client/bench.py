@@ -40,6 +40,8 @@ from protocol.logs import configure_logging
 if TYPE_CHECKING:
     from client import LocalTransactionState, Message, MessageExt
 
+# mqbench latency: how long a new consumer may take to get its queues
+WARM_UP_TIMEOUT_S = 30.0
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
 
 
@@ -614,6 +616,7 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
     from client import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
 
     samples: list[float] = []
+    warmed: list[bool] = []
     ok = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
     total = int(rate * duration)
 
@@ -621,32 +624,44 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
         now = time.perf_counter()
         for m in msgs:
             sent = m.properties.get("BENCH_T")
-            if sent is not None:  # not the warm-up message
+            if sent is not None:
                 samples.append(now - float(sent))
+            else:  # a warm-up message: the consumer has its queues
+                warmed.append(True)
         return ok
 
     async def go() -> None:
-        c = PushConsumer(f"BENCH_LATENCY_{uuid_hex()}", namesrv)
-        c.subscribe(topic, "*")
-        c.register_message_listener(listener)
-        async with c, Producer("BENCH_LATENCY_PRODUCER", namesrv) as p:
-            await p.send(Message(topic, b"warm-up"))  # routes, connections, topic
-            await trio.sleep(1.0)
-            samples.clear()
-            body = b"x" * size
-            interval = 1.0 / rate
-            start = trio.current_time()
-            for i in range(total):
-                target = start + i * interval
-                delay = target - trio.current_time()
-                if delay > 0:
-                    await trio.sleep(delay)
-                msg = Message(topic, body)
-                msg.put_user_property("BENCH_T", repr(time.perf_counter()))
-                await p.send_oneway(msg)
-            with trio.move_on_after(10):
-                while len(samples) < total:
-                    await trio.sleep(0.05)
+        async with Producer("BENCH_LATENCY_PRODUCER", namesrv) as p:
+            # the topic exists (and has a route) before the consumer looks it up
+            await p.send(Message(topic, b"warm-up"))
+            c = PushConsumer(f"BENCH_LATENCY_{uuid_hex()}", namesrv)
+            c.subscribe(topic, "*")
+            c.register_message_listener(listener)
+            async with c:
+                # warm-ups until one arrives: the consumer's rebalance is done
+                with trio.move_on_after(WARM_UP_TIMEOUT_S):
+                    while not warmed:
+                        await p.send(Message(topic, b"warm-up"))
+                        await trio.sleep(0.2)
+                if not warmed:
+                    raise click.ClickException(
+                        f"the consumer received no message within {WARM_UP_TIMEOUT_S:g}s "
+                        f"of subscribing to {topic!r}")
+                samples.clear()
+                body = b"x" * size
+                interval = 1.0 / rate
+                start = trio.current_time()
+                for i in range(total):
+                    target = start + i * interval
+                    delay = target - trio.current_time()
+                    if delay > 0:
+                        await trio.sleep(delay)
+                    msg = Message(topic, body)
+                    msg.put_user_property("BENCH_T", repr(time.perf_counter()))
+                    await p.send_oneway(msg)
+                with trio.move_on_after(10):
+                    while len(samples) < total:
+                        await trio.sleep(0.05)
 
     trio.run(go)
     result = latency_result(samples, total, rate, duration, topic=topic, size=size)

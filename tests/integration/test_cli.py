@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 
@@ -98,3 +99,18 @@ def test_mqadmin_commands_and_blocking_client(cluster: Cluster) -> None:
     failed = subprocess.run([str(BIN / "mqadmin"), "topicRoute", "-n", n, "-t", "CliTopic"],
                             capture_output=True, text=True, timeout=60)
     assert failed.returncode != 0 and "TOPIC_NOT_EXIST" in failed.stderr
+
+
+def test_mqbench_latency_on_a_topic_that_does_not_exist_yet(cluster: Cluster) -> None:
+    """The consumer subscribes after the topic exists and the timed sends start
+    once a warm-up message reached it: every timed message is measured."""
+    ns = cluster.namesrv()
+    cluster.broker("broker-a", ns.addr)
+    out = subprocess.run(
+        [str(BIN / "mqbench"), "latency", "-n", ns.addr, "-t", "LatencyNewTopic", "-r", "100",
+         "-d", "1", "--json"],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["mode"] == "latency" and result["sent"] == 100
+    assert result["count"] == 100
