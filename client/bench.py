@@ -585,11 +585,16 @@ def _push_member(namesrv: str, topic: str, group: str, count: int, batch: int, t
         async with c:
             deadline = trio.current_time() + timeout
             seen = -1
+            without_queues = 0
             while trio.current_time() < deadline:
                 await trio.sleep(2.0)
                 if got and got == seen:
                     break  # idle for 2 s after consuming: the others have the rest
                 seen = got
+                holds = any(mq.topic == topic for mq in c.process_queue_table)
+                without_queues = 0 if got or holds else without_queues + 1
+                if without_queues >= 3:
+                    break  # three rebalances left it no queue: the others hold them all
 
     trio.run(go)
     return {"got": got, "bytes": nbytes, "first": first, "last": last,
