@@ -825,6 +825,8 @@ class MQClientInstance:
             try:
                 await consumer.do_rebalance()
             except (MQClientError, MQBrokerError, RemotingError) as exc:
+                if not getattr(consumer, "running", True):
+                    continue  # it began shutting down meanwhile: nothing went wrong
                 self._log.warning("rebalance failed", group=consumer.group, error=str(exc))
             except Exception as exc:
                 self._rebalance_guard.failed(exc, "rebalance failed", group=consumer.group)
