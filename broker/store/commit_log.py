@@ -48,12 +48,12 @@ from protocol.record import (
     check_record,
     encode_blank,
     pack_host,
+    properties_part,
     record_size,
+    topic_part,
 )
 
 log = structlog.get_logger("store.commitlog")
-
-_SHORT = struct.Struct(">h")  # the properties' length prefix
 
 # A file must always keep room for a BLANK header at its end.
 END_FILE_MIN_BLANK_LENGTH = BLANK_MIN_SIZE
@@ -198,8 +198,8 @@ class CommitLog:
                 if len(topic_b) > MAX_TOPIC_BYTES or len(m.body) > self.max_message_size:
                     return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
                 size = record_size(len(m.body), len(topic_b), len(props_b))
-                encoded.append((m, bytes((len(topic_b),)) + topic_b,
-                                _SHORT.pack(len(props_b)) + props_b, size, body_crc(m.body)))
+                encoded.append((m, topic_part(topic_b), properties_part(props_b), size,
+                                body_crc(m.body)))
                 total += size
         except (TypeError, ValueError, AttributeError) as exc:  # UnicodeEncodeError included
             return _illegal(msgs, exc)
@@ -249,7 +249,8 @@ class CommitLog:
 
         The record layout is protocol.record's (``encode_record``), written
         here in one loop: the sizes were checked by ``put_messages``, and the
-        topic and properties arrive with their length prefixes."""
+        topic and properties arrive as their fields (``topic_part``,
+        ``properties_part``)."""
         now = int(time.time() * 1000)
         phys = wrote_offset
         parts: list[bytes] = []
@@ -262,7 +263,7 @@ class CommitLog:
         store_host = self.store_host
         id_head = self._id_head
         schedule_levels = self.delay_levels
-        for i, (m, topic_part, props_part, size, crc) in enumerate(encoded):
+        for i, (m, topic_field, props_field, size, crc) in enumerate(encoded):
             if queue_offsets is not None:
                 queue_offset = queue_offsets[i]
             body = m.body
@@ -270,8 +271,8 @@ class CommitLog:
                           m.sys_flag, m.born_timestamp, pack_host(m.born_host), now, store_host,
                           m.reconsume_times, m.prepared_transaction_offset, len(body)))
             add(body)
-            add(topic_part)
-            add(props_part)
+            add(topic_field)
+            add(props_field)
             tags_code = m.tags_code
             topic = m.topic
             if topic == SCHEDULE_TOPIC:

@@ -66,34 +66,10 @@ class IndexFile:
     def is_full(self) -> bool:
         return self.index_count >= self.index_num
 
-    def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
-        """Add one key; False when the file is full."""
-        if self.is_full():
-            return False
-        mm = self.file.mm
-        h = key_hash(key)
-        slot_pos = INDEX_HEADER_SIZE + (h % self.hash_slot_num) * HASH_SLOT_SIZE
-        (prev,) = _SLOT.unpack_from(mm, slot_pos)
-        if prev <= 0 or prev >= self.index_count:
-            prev = 0
-        if self.index_count == 1:
-            self.begin_timestamp = store_timestamp_ms
-            self.begin_phy_offset = phy_offset
-        diff = max(0, (store_timestamp_ms - self.begin_timestamp) // 1000)
-        INDEX_ENTRY.pack_into(mm, self._entries_at + self.index_count * INDEX_ENTRY_SIZE,
-                              h, phy_offset, min(diff, 2**31 - 1), prev)
-        _SLOT.pack_into(mm, slot_pos, self.index_count)
-        if prev == 0:
-            self.hash_slot_count += 1
-        self.index_count += 1
-        self.end_timestamp = store_timestamp_ms
-        self.end_phy_offset = phy_offset
-        return True
-
     def put_keys(self, keys: list[tuple[str, int, int]]) -> int:
-        """Add (key, commit-log offset, store time ms) entries in order, as
-        ``put_key`` would one by one; returns how many fit (the rest go to
-        the next file)."""
+        """Add (key, commit-log offset, store time ms) entries in order; returns
+        how many fit (the rest go to the next file). A slot holds its newest
+        entry; an entry links to the slot's previous one (0 ends a chain)."""
         room = self.index_num - self.index_count
         if room <= 0 or not keys:
             return 0

@@ -7,7 +7,6 @@ reput) indexes the record again (a key added twice is found once).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import structlog
@@ -18,7 +17,6 @@ from broker.store.index_file import IndexFile, index_file_name
 from protocol.record import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    TRANSACTION_TYPE_MASK,
     transaction_type,
 )
 
@@ -59,29 +57,13 @@ class IndexService:
         self.files.append(f)
         return f
 
-    def _put(self, key: str, req: DispatchRequest) -> None:
-        f = self._writable(req.store_timestamp)
-        if not f.put_key(key, req.commit_log_offset, req.store_timestamp):
-            f = self._writable(int(time.time() * 1000))
-            f.put_key(key, req.commit_log_offset, req.store_timestamp)
-
     def dispatch(self, req: DispatchRequest) -> None:
-        if req.commit_log_offset <= self._indexed_to:
-            return  # already indexed (re-dispatch after recovery)
-        tx = transaction_type(req.sys_flag)
-        if tx not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-            prefix = req.topic + "#"
-            if req.keys:
-                for key in req.keys.split(" "):
-                    if key:
-                        self._put(prefix + key, req)
-            if req.uniq_key:
-                self._put(prefix + req.uniq_key, req)
-        self._indexed_to = req.commit_log_offset
+        self.dispatch_batch([req])
 
     def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
-        """``dispatch`` each request, the keys of all of them written in one
-        pass per index file."""
+        """Index the keys of each request (prepared and rolled-back transaction
+        records have none), written in one pass per index file. A record counts
+        as indexed once all keys of the batch are in (see the module's note)."""
         keys: list[tuple[str, int, int]] = []
         add = keys.append
         indexed_to = self._indexed_to
@@ -89,8 +71,8 @@ class IndexService:
             phy = req.commit_log_offset
             if phy <= indexed_to:
                 continue  # already indexed (re-dispatch after recovery)
-            if req.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_PREPARED_TYPE,
-                                                            TRANSACTION_ROLLBACK_TYPE):
+            if transaction_type(req.sys_flag) not in (TRANSACTION_PREPARED_TYPE,
+                                                      TRANSACTION_ROLLBACK_TYPE):
                 prefix = req.topic + "#"
                 ts = req.store_timestamp
                 if req.keys:
@@ -101,15 +83,8 @@ class IndexService:
                     add((prefix + req.uniq_key, phy, ts))
             indexed_to = phy
         done = 0
-        while done < len(keys):
-            f = self._writable(keys[done][2])
-            n = f.put_keys(keys[done:] if done else keys)
-            if n == 0:  # a full file: the next one (named by now, as _put does)
-                f = self._writable(int(time.time() * 1000))
-                n = f.put_keys(keys[done:])
-                if n == 0:
-                    raise RuntimeError("a new index file took no key")
-            done += n
+        while done < len(keys):  # _writable gives a file with room: each pass adds some
+            done += self._writable(keys[done][2]).put_keys(keys[done:] if done else keys)
         self._indexed_to = indexed_to
 
     def query_offset(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:

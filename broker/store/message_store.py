@@ -520,7 +520,7 @@ class DefaultMessageStore:
         if not entries:  # no entry here (a missing file): go on at the queue's next file
             nxt = cq.roll_next_file(offset)
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, nxt, min_off, max_off)
-        buffers: list[bytes] = []
+        buffers: list[bytes | memoryview] = []
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         total = 0
         scanned = 0
@@ -568,7 +568,7 @@ class DefaultMessageStore:
                                 suggest_pulling_from_slave=self._cold(last_phys))
 
     def _read_run(self, mf: MappedFile | None, start: int, end: int,
-                  run: list[tuple[int, int]], buffers: list[bytes], topic: str,
+                  run: list[tuple[int, int]], buffers: list[bytes | memoryview], topic: str,
                   queue_id: int) -> None:
         """Read records lying back to back in ``mf`` from ``start`` to ``end``
         with one pread and add each that passes its CRC to ``buffers``."""
@@ -586,7 +586,7 @@ class DefaultMessageStore:
             record = view[at : at + size]
             at += size
             if record_crc_ok(record):
-                buffers.append(record.tobytes())
+                buffers.append(record)  # copied once, when the response is joined
             else:
                 self._crc_failed(topic, queue_id, phys)
 

@@ -79,7 +79,8 @@ class GetMessageResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    buffers: list[bytes] = field(default_factory=list)
+    # one whole record each (slices of what one read returned, for back-to-back records)
+    buffers: list[bytes | memoryview] = field(default_factory=list)
     suggest_pulling_from_slave: bool = False
 
     @property

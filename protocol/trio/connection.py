@@ -409,7 +409,7 @@ class RemotingConnection:
             self._enqueue(cmd)
             if timeout <= 0:
                 await pending.event.wait()
-            elif self._nursery is None or self.closed:  # not running: no expiry task
+            elif self._nursery is None:  # run() not started: no expiry task
                 with trio.move_on_after(timeout):
                     await pending.event.wait()
             else:

@@ -25,6 +25,7 @@ from broker.persist import (
 )
 from broker.topic_config_manager import TopicConfigManager
 from protocol.route import PERM_READ, PERM_RW, DataVersion, TopicConfig
+from tests.broker.disk_counter import DiskCounter
 
 
 def manager(tmp_path: Path) -> TopicConfigManager:
@@ -53,24 +54,6 @@ def write_all(mgr: TopicConfigManager) -> list[JournalBatch | JournaledSnapshot]
     raise AssertionError("writes never end")
 
 
-class Counter:
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.fsyncs = 0
-        self.snapshots = 0
-        real_fsync, real_write = os.fsync, broker.persist.atomic_write_bytes
-
-        def fsync(fd: int) -> None:
-            self.fsyncs += 1
-            real_fsync(fd)
-
-        def write(path: Path, data: bytes) -> None:
-            self.snapshots += 1
-            real_write(path, data)
-
-        monkeypatch.setattr(broker.persist.os, "fsync", fsync)
-        monkeypatch.setattr(broker.persist, "atomic_write_bytes", write)
-
-
 def test_records_round_trip_and_stop_at_a_torn_tail() -> None:
     data = b"".join(encode_journal_record({"seq": i}) for i in range(1, 4))
     assert decode_journal(data) == ([{"seq": 1}, {"seq": 2}, {"seq": 3}], len(data))
@@ -93,7 +76,7 @@ def test_changes_are_journaled_in_one_write_and_replayed(
     assert mgr.remove("T3") is not None and mgr.remove("nope") is None
     mgr.put(TopicConfig("T5", 2, 2, PERM_READ))
     assert seqs == sorted(seqs) and len(woken) == 102 and mgr.durable_seq < mgr.seq
-    counter = Counter(monkeypatch)
+    counter = DiskCounter(monkeypatch)
     (work,) = write_all(mgr)  # group commit: every change waiting in one append
     assert isinstance(work, JournalBatch) and len(work.seqs) == 102
     assert counter.fsyncs == 2  # the journal, and its directory entry (first append only)
@@ -238,7 +221,7 @@ def test_create_cost_does_not_grow_with_the_table(tmp_path: Path,
         mgr.replace({f"Old{i}": TopicConfig(f"Old{i}", 4, 4) for i in range(existing)},
                     DataVersion(1, 1))
         write_all(mgr)  # the copied table: one snapshot
-        counter = Counter(monkeypatch)
+        counter = DiskCounter(monkeypatch)
         written = 0
         for i in range(1000):
             mgr.put(TopicConfig(f"New{i:04d}", 4, 4))

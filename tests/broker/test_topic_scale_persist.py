@@ -4,8 +4,6 @@ never with an fsync on the event loop."""
 
 from __future__ import annotations
 
-import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,45 +18,14 @@ from broker.topic_config_manager import TopicConfigManager
 from protocol.body import pack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from tests.broker.disk_counter import DiskCounter
 from tests.broker.fakes import FakeConn
-
-
-class Disk:
-    """Counts journal appends, snapshot writes and fsyncs (and where they ran)."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.appended = 0  # records on disk
-        self.appends = 0
-        self.snapshots = 0
-        self.fsyncs_on_loop = 0
-        real_append = broker.persist.TableJournal.append
-        real_fsync = os.fsync
-        real_write = broker.persist.atomic_write_bytes
-        loop_thread = threading.current_thread()
-
-        def append(journal: broker.persist.TableJournal, data: bytes, count: int) -> None:
-            real_append(journal, data, count)
-            self.appends += 1
-            self.appended += count
-
-        def fsync(fd: int) -> None:
-            if threading.current_thread() is loop_thread:
-                self.fsyncs_on_loop += 1
-            real_fsync(fd)
-
-        def write(path: Path, data: bytes) -> None:
-            self.snapshots += 1
-            real_write(path, data)
-
-        monkeypatch.setattr(broker.persist.TableJournal, "append", append)
-        monkeypatch.setattr(broker.persist.os, "fsync", fsync)
-        monkeypatch.setattr(broker.persist, "atomic_write_bytes", write)
 
 
 class CheckedConn(FakeConn):
     """A connection whose answers must not come before ``disk`` holds ``seq``."""
 
-    def __init__(self, disk: Disk, seq: int) -> None:
+    def __init__(self, disk: DiskCounter, seq: int) -> None:
         super().__init__()
         self.disk, self.seq = disk, seq
 
@@ -86,7 +53,7 @@ async def test_admin_changes_are_answered_once_journaled(
 ) -> None:
     c = quiet(BrokerController(config(tmp_path)))
     await trio.to_thread.run_sync(c._load)
-    disk = Disk(monkeypatch)
+    disk = DiskCounter(monkeypatch)
     table = c._handler_table()
     create, _ = table.lookup(RequestCode.UPDATE_AND_CREATE_TOPIC)
     delete, _ = table.lookup(RequestCode.DELETE_TOPIC_IN_BROKER)
@@ -126,7 +93,7 @@ async def test_first_heartbeats_of_new_groups_journal_their_retry_topics(
 ) -> None:
     c = quiet(BrokerController(config(tmp_path)))
     await trio.to_thread.run_sync(c._load)
-    disk = Disk(monkeypatch)
+    disk = DiskCounter(monkeypatch)
     heart_beat, _ = c._handler_table().lookup(RequestCode.HEART_BEAT)
     assert heart_beat is not None
     try:

@@ -4,6 +4,8 @@ REGISTER_BROKER cannot take a live broker's routes away."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import trio
 
 from client.admin import MQAdmin
@@ -19,13 +21,13 @@ TOPICS = 10_000
 IN_FLIGHT = 64
 
 
-async def create_all(admin: MQAdmin, broker: str, names: list[str]) -> None:
+async def for_each(names: list[str], fn: Callable[[str], Awaitable[None]]) -> None:
+    """``fn(name)`` for every name, IN_FLIGHT at a time."""
     limit = trio.Semaphore(IN_FLIGHT)
 
     async def one(name: str) -> None:
         try:
-            await admin.create_topic(name, broker_addr=broker, read_queue_nums=2,
-                                     write_queue_nums=2)
+            await fn(name)
         finally:
             limit.release()
 
@@ -33,6 +35,14 @@ async def create_all(admin: MQAdmin, broker: str, names: list[str]) -> None:
         for name in names:
             await limit.acquire()
             nursery.start_soon(one, name)
+
+
+async def create_all(admin: MQAdmin, broker: str, names: list[str]) -> None:
+    async def create(name: str) -> None:
+        await admin.create_topic(name, broker_addr=broker, read_queue_nums=2,
+                                 write_queue_nums=2)
+
+    await for_each(names, create)
 
 
 async def broker_topics(client: RemotingClient, addr: str) -> set[str]:
@@ -46,23 +56,17 @@ async def listed(admin: MQAdmin, names: set[str]) -> bool:
 
 
 async def all_routed(admin: MQAdmin, names: list[str]) -> None:
-    limit = trio.Semaphore(IN_FLIGHT)
     missing: list[str] = []
 
-    async def one(name: str) -> None:
+    async def check(name: str) -> None:
         try:
             route = await admin.topic_route(name)
             if [q.write_queue_nums for q in route.queue_datas] != [2]:
                 missing.append(name)
         except Exception:
             missing.append(name)
-        finally:
-            limit.release()
 
-    async with trio.open_nursery() as nursery:
-        for name in names:
-            await limit.acquire()
-            nursery.start_soon(one, name)
+    await for_each(names, check)
     assert not missing, f"{len(missing)} topics without a route, e.g. {missing[:3]}"
 
 

@@ -6,6 +6,7 @@ import threading
 
 import pytest
 import trio
+import trio.testing
 
 from protocol.trio.worker_thread import WorkerThread
 
@@ -47,7 +48,7 @@ async def test_a_cancelled_caller_still_waits_for_its_call() -> None:
         async def canceller() -> None:
             await trio.to_thread.run_sync(started.wait, 10)
             scope.cancel()
-            await trio.sleep(0.05)
+            await trio.testing.wait_all_tasks_blocked()
             assert not finished and not returned  # still waiting for the call
             release.set()
 
