@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 from broker.subscription_group_manager import SubscriptionGroupConfig
 from broker.topic_validator import is_system_topic, validate_topic
-from protocol.body import pack_body, unpack_body
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
@@ -65,7 +64,7 @@ class AdminBrokerProcessor:
         self, conn: RemotingConnection, cmd: RemotingCommand
     ) -> RemotingCommand:
         try:
-            cfg = SubscriptionGroupConfig.from_dict(unpack_body(cmd.body))
+            cfg = SubscriptionGroupConfig.from_dict(cmd.decode_body())
         except ValueError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad subscription group: {exc}")
         reason = group_problem(cfg.group_name)
@@ -78,7 +77,7 @@ class AdminBrokerProcessor:
         self, conn: RemotingConnection, cmd: RemotingCommand
     ) -> RemotingCommand:
         wire = self.controller.subscription_group_manager.to_wire()
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body(wire))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(wire))
 
     def delete_subscription_group(
         self, conn: RemotingConnection, cmd: RemotingCommand
@@ -117,7 +116,7 @@ class AdminBrokerProcessor:
                 "maxOffset": max_off,
                 "lastUpdateTimestamp": last,
             })
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body({"offsetTable": table}))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"offsetTable": table}))
 
     def get_consume_stats(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         """Per queue of the group's topics: broker offset, consumer offset, lag."""
@@ -145,7 +144,7 @@ class AdminBrokerProcessor:
                 rows.append({"topic": topic, "brokerName": c.config.broker_name, "queueId": qid,
                              "brokerOffset": broker_off, "consumerOffset": max(consumer_off, 0),
                              "lastTimestamp": last})
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body({"offsetTable": rows}))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"offsetTable": rows}))
 
     def get_consumer_connection_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         group = _group_field(cmd, "consumerGroup")
@@ -159,7 +158,7 @@ class AdminBrokerProcessor:
             "consumeType": info.consume_type, "messageModel": info.message_model,
             "consumeFromWhere": info.consume_from_where,
         }
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body(body))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(body))
 
     def get_broker_runtime_info(self, conn: RemotingConnection, cmd: RemotingCommand
                                 ) -> RemotingCommand:
@@ -189,22 +188,22 @@ class AdminBrokerProcessor:
                 "transactionPending": tx["pending"],
                 "transactionCheckPasses": tx["passes"],
             })
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body({"table": table}))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"table": table}))
 
     def get_all_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand
                                 ) -> RemotingCommand:
         """Every committed offset (a slave's SlaveSynchronize)."""
         return cmd.response(
-            ResponseCode.SUCCESS, body=pack_body(self.controller.consumer_offset_manager.to_wire()))
+            ResponseCode.SUCCESS, body=cmd.encode_body(self.controller.consumer_offset_manager.to_wire()))
 
     def get_all_delay_offset(self, conn: RemotingConnection, cmd: RemotingCommand
                              ) -> RemotingCommand:
         """The schedule service's progress per delay level (a slave's SlaveSynchronize)."""
         table = self.controller.schedule_service.offset_table
         body = {"offsetTable": {str(k): v for k, v in table.items()}}
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body(body))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(body))
 
     def get_all_topic_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.response(
-            ResponseCode.SUCCESS, body=pack_body(self.controller.topic_config_manager.to_wire())
+            ResponseCode.SUCCESS, body=cmd.encode_body(self.controller.topic_config_manager.to_wire())
         )

@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from protocol.body import pack_body, unpack_body
 from protocol.client_data import CLIENT_ID_MAX_LENGTH, HeartbeatData, LockBatchRequestBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -29,7 +28,7 @@ class ClientManageProcessor:
 
     def heart_beat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         # the whole body is checked before anything is registered
-        hb = HeartbeatData.from_wire(unpack_body(cmd.body))
+        hb = HeartbeatData.from_wire(cmd.decode_body())
         cid = hb.client_id
         now = trio.current_time()
         c = self.controller
@@ -68,12 +67,13 @@ class ClientManageProcessor:
         if not isinstance(cid, str) or len(cid) > CLIENT_ID_MAX_LENGTH:
             raise RemoteProtocolError("UNREGISTER_CLIENT needs clientID (at most "
                                       f"{CLIENT_ID_MAX_LENGTH} characters)")
-        for key in ("producerGroup", "consumerGroup"):
-            if f.get(key) is not None and group_problem(f[key]) is not None:
-                raise RemoteProtocolError(f"UNREGISTER_CLIENT: field {key!r}: {group_problem(f[key])}")
-        if isinstance(f.get("producerGroup"), str):
-            self.controller.producer_manager.unregister(f["producerGroup"], cid)
-        group = f.get("consumerGroup")
+        # an empty group means none (RocketMQ's clients send both, one of them empty)
+        producer, group = f.get("producerGroup") or None, f.get("consumerGroup") or None
+        for key, value in (("producerGroup", producer), ("consumerGroup", group)):
+            if value is not None and group_problem(value) is not None:
+                raise RemoteProtocolError(f"UNREGISTER_CLIENT: field {key!r}: {group_problem(value)}")
+        if isinstance(producer, str):
+            self.controller.producer_manager.unregister(producer, cid)
         if isinstance(group, str) and self.controller.consumer_manager.unregister(group, cid):
             self.notify_consumer_ids_changed(group)
         return cmd.response(ResponseCode.SUCCESS)
@@ -87,16 +87,16 @@ class ClientManageProcessor:
         ids = self.controller.consumer_manager.client_ids(group)
         if not ids:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} online")
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body({"consumerIdList": ids}))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"consumerIdList": ids}))
 
     def lock_batch_mq(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        body = LockBatchRequestBody.from_wire(unpack_body(cmd.body))
+        body = LockBatchRequestBody.from_wire(cmd.decode_body())
         held = self.controller.lock_manager.try_lock_batch(
             body.consumer_group, body.mq_set, body.client_id, trio.current_time())
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body({"lockOKMQSet": _mq_dicts(held)}))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"lockOKMQSet": _mq_dicts(held)}))
 
     def unlock_batch_mq(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        body = LockBatchRequestBody.from_wire(unpack_body(cmd.body))
+        body = LockBatchRequestBody.from_wire(cmd.decode_body())
         self.controller.lock_manager.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
         return cmd.response(ResponseCode.SUCCESS)
 

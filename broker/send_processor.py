@@ -25,7 +25,7 @@ from broker.message_rewrite import (
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from broker.store.offset_waiters import AllDone, Waiter
 from broker.topic_validator import check_user_topic
-from protocol.body import unpack_body
+from protocol.batch import decode_batch
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
@@ -256,17 +256,12 @@ class SendMessageProcessor:
         if transaction_type(h.sys_flag) != TRANSACTION_NOT_TYPE:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
                                 "a batch cannot be transactional: send each prepared message alone")
-        items = unpack_body(cmd.body)
-        if not isinstance(items, list) or not items:
-            raise RemoteProtocolError("batch body must be a non-empty array")
+        if not cmd.body:
+            raise RemoteProtocolError("batch body must hold at least one message")
+        items = decode_batch(cmd.body)
         queue_id = self._queue_id(h, cfg)
         inners = []
         for item in items:
-            if not (isinstance(item, list) and len(item) == 3 and type(item[0]) is int
-                    and isinstance(item[2], str)):
-                raise RemoteProtocolError("batch entries must be [flag, body, properties]")
-            if not -(2**31) <= item[0] < 2**31:
-                raise RemoteProtocolError("batch entry flag must be a 32-bit integer")
             err = self._check_body(cmd, item[1])
             if err is not None:
                 return err

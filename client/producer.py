@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-import msgpack
 import structlog
 import trio
 
@@ -47,6 +46,7 @@ from client.validators import (
     check_group,
     encode_properties,
 )
+from protocol.batch import encode_batch
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
@@ -323,7 +323,10 @@ class Producer:
                 uniq = props[_UNIQ_KEY] = create_uniq_id()
             ids.append(uniq)
             items.append((msg.flag, bytes(msg.body), encode_properties(props)))
-        body = msgpack.packb(items, use_bin_type=True)
+        try:
+            body = encode_batch(items)
+        except ValueError as exc:
+            raise MQClientError(f"a message of the batch cannot be sent: {exc}") from exc
         if len(body) > max_size:
             raise MQClientError(
                 f"the encoded batch of {len(batch)} messages is {len(body)} bytes, "

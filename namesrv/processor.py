@@ -2,7 +2,7 @@
 
 REGISTER_BROKER is decoded and applied in steps (``register_steps``): the
 body is inflated a MiB at a time, its topic table read one entry at a time
-from a streaming msgpack reader and checked in chunks, and the route tables
+from a streaming body reader and checked in chunks, and the route tables
 updated in chunks (RouteInfoManager.register_steps). A small registration
 runs all steps at once; a large one runs as a task of its connection with a
 checkpoint between steps (``pause``), so look-ups keep being answered while a
@@ -25,7 +25,6 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
 import structlog
 
 from namesrv.route_info import (
@@ -35,9 +34,9 @@ from namesrv.route_info import (
     drain,
     same_connection,
 )
-from protocol.body import pack_body
+from protocol.codecs.base import Codec, NotAMapError
 from protocol.codes import RequestCode, ResponseCode
-from protocol.command import RemotingCommand
+from protocol.command import RemotingCommand, default_codec
 from protocol.errors import ProtocolError, RemoteProtocolError
 from protocol.headers import (
     DeleteTopicRequestHeader,
@@ -121,53 +120,44 @@ def _topic_entry(name: object, raw: object, max_queue_nums: int) -> TopicConfig:
 
 
 def parse_register_steps(stream: io.RawIOBase | io.BytesIO, out: RegisterBody,
-                         max_queue_nums: int, chunk: int = DEFAULT_CHUNK) -> Steps:
+                         max_queue_nums: int, chunk: int = DEFAULT_CHUNK,
+                         codec: Codec | None = None) -> Steps:
     """Read a register body from ``stream`` (the plain bytes, or ``Inflating``)
-    into ``out``, an entry at a time, yielding every ``chunk`` topics. Raises
+    into ``out``, an entry at a time, yielding every ``chunk`` topics. The body
+    is in ``codec`` (the request's; msgpack by default). Raises
     RemoteProtocolError on anything malformed."""
-    reader = msgpack.Unpacker(stream, raw=False, strict_map_key=False, read_size=READ_SIZE,
-                              max_buffer_size=64 * 1024 * 1024)
+    reader = (codec or default_codec()).body_reader(stream)
     try:
-        try:
-            keys = reader.read_map_header()
-        except ValueError as exc:
-            raise RemoteProtocolError("register body must be a map") from exc
-        for _ in range(keys):
-            key = reader.unpack()
-            if key == "topicConfigTable":
-                try:
-                    n = reader.read_map_header()
-                except ValueError:
-                    if reader.unpack() is not None:
-                        raise RemoteProtocolError("topicConfigTable must be a map") from None
-                    n = 0
-                for i in range(n):
-                    if i and i % chunk == 0:
-                        yield
-                    name = reader.unpack()
-                    cfg = _topic_entry(name, reader.unpack(), max_queue_nums)
-                    out.topics[cfg.topic_name] = cfg
-            elif key == "deletedTopics":
-                names = reader.unpack()
-                if not isinstance(names, list) or not all(
-                        isinstance(t, str) and topic_problem(t) is None for t in names):
-                    raise RemoteProtocolError("deletedTopics must be a list of topic names")
-                out.deleted = names
-            elif key == "dataVersion":
-                out.version = DataVersion.from_dict(reader.unpack())
-            elif key == "baseDataVersion":
-                out.base_version = DataVersion.from_dict(reader.unpack())
-            else:
-                reader.skip()
-        try:
+        keys = reader.read_map_header()
+    except NotAMapError as exc:
+        raise RemoteProtocolError("register body must be a map") from exc
+    for _ in range(keys or 0):
+        key = reader.unpack()
+        if key == "topicConfigTable":
+            try:
+                n = reader.read_map_header() or 0
+            except NotAMapError:
+                raise RemoteProtocolError("topicConfigTable must be a map") from None
+            for i in range(n):
+                if i and i % chunk == 0:
+                    yield
+                name = reader.unpack()
+                cfg = _topic_entry(name, reader.unpack(), max_queue_nums)
+                out.topics[cfg.topic_name] = cfg
+        elif key == "deletedTopics":
+            names = reader.unpack()
+            if not isinstance(names, list) or not all(
+                    isinstance(t, str) and topic_problem(t) is None for t in names):
+                raise RemoteProtocolError("deletedTopics must be a list of topic names")
+            out.deleted = names
+        elif key == "dataVersion":
+            out.version = DataVersion.from_dict(reader.unpack())
+        elif key == "baseDataVersion":
+            out.base_version = DataVersion.from_dict(reader.unpack())
+        else:
             reader.skip()
-        except msgpack.OutOfData:
-            return
+    if not reader.at_end():
         raise RemoteProtocolError("undecodable body: extra data after the body")
-    except msgpack.OutOfData as exc:
-        raise RemoteProtocolError("undecodable body: truncated") from exc
-    except (msgpack.UnpackException, ValueError, TypeError) as exc:
-        raise RemoteProtocolError(f"undecodable body: {exc}") from exc
 
 
 def release_steps(table: dict[str, Any], chunk: int) -> Steps:
@@ -338,7 +328,8 @@ class NamesrvProcessor:
                 stream = Inflating(raw, self.max_register_body_size)
             else:
                 stream = io.BytesIO(raw)
-            yield from parse_register_steps(stream, body, self.max_queue_nums, self.chunk)
+            yield from parse_register_steps(stream, body, self.max_queue_nums, self.chunk,
+                                            cmd.codec)
         reg = Registration(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id,
                            h.ha_server_addr, body.topics, body.version, h.incremental,
                            body.base_version, body.deleted)
@@ -378,14 +369,14 @@ class NamesrvProcessor:
             return cmd.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}"
             )
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body(route.to_dict()))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(route.to_dict()))
 
     def get_cluster_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body(self.routes.get_all_cluster_info()))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(self.routes.get_all_cluster_info()))
 
     def get_all_topic_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         body = {"topicList": self.routes.get_all_topic_list()}
-        return cmd.response(ResponseCode.SUCCESS, body=pack_body(body))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(body))
 
     def wipe_write_perm(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = WipeWritePermOfBrokerRequestHeader.from_fields(cmd.ext_fields)

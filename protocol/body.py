@@ -1,27 +1,24 @@
-"""msgpack helpers for request and response bodies."""
+"""Body helpers: structured bodies in the default codec (msgpack), and zlib.
+
+A handler answering a request packs its body with ``cmd.encode_body`` (the
+request's codec); these are for commands a client of the project builds."""
 
 from __future__ import annotations
 
 import zlib
 from typing import Any
 
-import msgpack
-
+from protocol.command import default_codec
 from protocol.errors import RemoteProtocolError
 
 
 def pack_body(obj: Any) -> bytes:
-    return msgpack.packb(obj, use_bin_type=True)
+    return default_codec().pack_body(obj)
 
 
 def unpack_body(body: bytes | None) -> Any:
-    """Decode a msgpack body. Raises RemoteProtocolError."""
-    if body is None:
-        raise RemoteProtocolError("missing body")
-    try:
-        return msgpack.unpackb(body, raw=False, strict_map_key=False)
-    except Exception as exc:
-        raise RemoteProtocolError(f"undecodable body: {exc}") from exc
+    """Decode a body of the default codec. Raises RemoteProtocolError."""
+    return default_codec().unpack_body(body)
 
 
 def compress_body(body: bytes) -> bytes:

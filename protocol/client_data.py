@@ -1,7 +1,7 @@
 """Bodies clients send about themselves: HeartbeatData and LockBatchRequestBody.
 
 As RocketMQ's (``HeartbeatData``, ``ConsumerData``, ``SubscriptionData``,
-``LockBatchRequestBody``). ``from_wire`` checks a decoded msgpack body's shape,
+``LockBatchRequestBody``). ``from_wire`` checks a decoded body's shape (msgpack or JSON),
 every name (protocol.names) and every bound, and raises RemoteProtocolError
 naming the offending field, so a broker keeps only what it validated: nothing
 a peer adds beyond these fields is stored.
@@ -26,6 +26,14 @@ MAX_QUEUES_PER_LOCK = 4096
 
 MESSAGE_MODELS = ("CLUSTERING", "BROADCASTING")
 CONSUME_TYPES = ("CONSUME_PASSIVELY", "CONSUME_ACTIVELY")
+# RocketMQ's enums in declaration order: Java's clients send their names, the
+# C++ client their ordinals.
+MESSAGE_MODEL_ORDER = ("BROADCASTING", "CLUSTERING")
+CONSUME_TYPE_ORDER = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+CONSUME_FROM_ORDER = ("CONSUME_FROM_LAST_OFFSET",
+                      "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                      "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET",
+                      "CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_TIMESTAMP")
 
 
 def _fail(where: str, what: str) -> RemoteProtocolError:
@@ -59,10 +67,37 @@ def _text(d: dict[str, Any], key: str, where: str, default: str | None = None,
 
 
 def _int(d: dict[str, Any], key: str, where: str, default: int, lo: int, hi: int) -> int:
+    """An integer field; text holding an integer is read too (the C++ client
+    sends ``subVersion`` as a string)."""
     value = d.get(key, default)
+    if isinstance(value, str) and 0 < len(value) <= 24:
+        try:
+            value = int(value.strip())
+        except ValueError:
+            pass
     if type(value) is not int or not lo <= value <= hi:
         raise _fail(f"{where}.{key}", f"must be an integer in {lo}..{hi}")
     return value
+
+
+def _enum(d: dict[str, Any], key: str, where: str, default: str,
+          order: tuple[str, ...]) -> str:
+    """An enum field by name, or by its ordinal in RocketMQ's declaration."""
+    value = d.get(key, default)
+    if type(value) is int and 0 <= value < len(order):
+        return order[value]
+    if isinstance(value, str) and value in order:
+        return value
+    raise _fail(f"{where}.{key}", f"must be one of {', '.join(order)} (or its ordinal)")
+
+
+def _bool(d: dict[str, Any], key: str, where: str) -> bool:
+    value = d.get(key, False)
+    if isinstance(value, bool):
+        return value
+    if value in (0, 1, "0", "1", "true", "false"):
+        return value in (1, "1", "true")
+    raise _fail(f"{where}.{key}", "must be true or false")
 
 
 def _name(problem: str | None, where: str) -> None:
@@ -127,22 +162,20 @@ class ConsumerData:
         group = d.get("groupName")
         _name(names.group_problem(group), f"{where}.groupName")
         assert isinstance(group, str)
-        model = _text(d, "messageModel", where, "CLUSTERING")
-        if model not in MESSAGE_MODELS:
-            raise _fail(f"{where}.messageModel", f"must be one of {', '.join(MESSAGE_MODELS)}")
-        consume_type = _text(d, "consumeType", where, "CONSUME_PASSIVELY")
-        if consume_type not in CONSUME_TYPES:
-            raise _fail(f"{where}.consumeType", f"must be one of {', '.join(CONSUME_TYPES)}")
-        unit_mode = d.get("unitMode", False)
-        if not isinstance(unit_mode, bool):
-            raise _fail(f"{where}.unitMode", "must be true or false")
+        model = _enum(d, "messageModel", where, "CLUSTERING", MESSAGE_MODEL_ORDER)
+        consume_type = _enum(d, "consumeType", where, "CONSUME_PASSIVELY", CONSUME_TYPE_ORDER)
+        if type(d.get("consumeFromWhere")) is int:
+            consume_from = _enum(d, "consumeFromWhere", where, "", CONSUME_FROM_ORDER)
+        else:
+            consume_from = _text(d, "consumeFromWhere", where, "CONSUME_FROM_LAST_OFFSET")
+        unit_mode = _bool(d, "unitMode", where)
         subs = _list(d.get("subscriptionDataSet"), f"{where}.subscriptionDataSet",
                      MAX_SUBSCRIPTIONS_PER_CONSUMER)
         return cls(
             group_name=group,
             consume_type=consume_type,
             message_model=model,
-            consume_from_where=_text(d, "consumeFromWhere", where, "CONSUME_FROM_LAST_OFFSET"),
+            consume_from_where=consume_from,
             unit_mode=unit_mode,
             subscriptions=[SubscriptionData.from_wire(s, f"{where}.subscriptionDataSet[{i}]")
                            for i, s in enumerate(subs)],

@@ -1,22 +1,20 @@
 """RemotingCommand: one request or response on the wire.
 
-Encoded as a msgpack array inside one frame:
-
-    [code, opaque, flag, remark, ext_fields, body, version]
-
-``flag`` bit 0 = response, bit 1 = oneway. ``ext_fields`` is the header: a map
-of str to scalar. ``body`` is bytes or nil.
+How a command becomes bytes is its codec's business (protocol/codecs/): the
+project's msgpack array by default, or RocketMQ's remoting format for the
+commands of a connection that spoke it first. ``flag`` bit 0 = response,
+bit 1 = oneway. ``ext_fields`` is the header: a map of str to scalar. ``body``
+is bytes or None.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import msgpack
-
-from protocol.errors import RemoteProtocolError
+if TYPE_CHECKING:
+    from protocol.codecs.base import Codec
 
 PROTOCOL_VERSION = 1
 FLAG_RESPONSE = 0x1
@@ -25,7 +23,6 @@ FLAG_ONEWAY = 0x2
 MAX_REMARK = 1024
 
 _opaques = itertools.count(1)
-_packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 
 
 def next_opaque() -> int:
@@ -41,6 +38,10 @@ class RemotingCommand:
     ext_fields: dict[str, Any] = field(default_factory=dict)
     body: bytes | None = None
     version: int = PROTOCOL_VERSION
+    # the codec it travels in (None: the default, msgpack) and, for RocketMQ's
+    # format, the language its sender named
+    codec: Codec | None = field(default=None, repr=False, compare=False)
+    language: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def is_response(self) -> bool:
@@ -83,49 +84,44 @@ class RemotingCommand:
             remark=remark,
             ext_fields=ext_fields if ext_fields is not None else {},
             body=body,
+            codec=self.codec,
         )
 
+    @property
+    def wire_codec(self) -> Codec:
+        """The codec this command travels in."""
+        return self.codec if self.codec is not None else default_codec()
+
+    def encode_body(self, obj: Any) -> bytes:
+        """A structured body for this command (or its response), in its codec."""
+        return self.wire_codec.pack_body(obj)
+
+    def decode_body(self) -> Any:
+        """This command's structured body. Raises RemoteProtocolError."""
+        return self.wire_codec.unpack_body(self.body)
+
     def encode(self) -> bytes:
-        """The msgpack payload (without the frame length)."""
-        return _packb(
-            [
-                self.code,
-                self.opaque,
-                self.flag,
-                self.remark,
-                self.ext_fields,
-                self.body,
-                self.version,
-            ]
-        )
+        """The frame payload (without the frame length), in this command's codec."""
+        return self.wire_codec.encode(self)
 
     @classmethod
     def decode(cls, payload: bytes) -> RemotingCommand:
-        """Decode one frame payload. Raises RemoteProtocolError on bad input."""
-        try:
-            obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-        except Exception as exc:  # msgpack raises several unrelated types
-            raise RemoteProtocolError(f"undecodable msgpack: {exc}") from exc
-        return cls.from_obj(obj)
+        """Decode one msgpack frame payload. Raises RemoteProtocolError on bad input."""
+        return default_codec().decode(payload)
 
-    @classmethod
-    def from_obj(cls, obj: Any) -> RemotingCommand:
-        if not isinstance(obj, list) or len(obj) != 7:
-            raise RemoteProtocolError("command must be a 7-element array")
-        code, opaque, flag, remark, ext, body, version = obj
-        if not (type(code) is int and type(opaque) is int and type(flag) is int):
-            raise RemoteProtocolError("code, opaque and flag must be integers")
-        if remark is not None and not isinstance(remark, str):
-            raise RemoteProtocolError("remark must be a string or nil")
-        if ext is None:
-            ext = {}
-        if not isinstance(ext, dict):
-            raise RemoteProtocolError("ext_fields must be a map")
-        if body is not None and not isinstance(body, bytes):
-            raise RemoteProtocolError("body must be bytes or nil")
-        if type(version) is not int:
-            raise RemoteProtocolError("version must be an integer")
-        return cls(code, opaque, flag, remark, ext, body, version)
+
+_default: Codec | None = None
+
+
+def default_codec() -> Codec:
+    """The project's own codec (msgpack), imported on first use: the codec
+    modules import this one."""
+    global _default
+    if _default is None:
+        from protocol.codecs.msgpack_codec import MSGPACK
+
+        _default = MSGPACK
+    return _default
 
 
 def cap_remark(remark: str) -> str:
@@ -137,14 +133,5 @@ def cap_remark(remark: str) -> str:
 
 
 def peek_opaque(payload: bytes) -> tuple[int, int] | None:
-    """Best effort (code, opaque) of a payload that failed to decode fully."""
-    try:
-        obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except Exception:
-        return None
-    if isinstance(obj, list) and len(obj) >= 3:
-        code, opaque, flag = obj[0], obj[1], obj[2]
-        if type(code) is int and type(opaque) is int and type(flag) is int:
-            if not flag & FLAG_RESPONSE and not flag & FLAG_ONEWAY:
-                return code, opaque
-    return None
+    """Best effort (code, opaque) of a msgpack request payload that failed to decode."""
+    return default_codec().peek_request(payload)

@@ -143,11 +143,46 @@ def _lazy_to_fields(self: Header) -> dict[str, Any]:
     return encode(self)
 
 
+def wire_int(value: object, message: str) -> int:
+    """An integer header value that came as text (RocketMQ's format sends every
+    header value as a string: "12", "-1"); RemoteProtocolError otherwise."""
+    if isinstance(value, str) and 0 < len(value) <= 24:
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise RemoteProtocolError(message)
+
+
+def wire_bool(value: object, message: str) -> bool:
+    """A boolean header value that came as text or a number: "true"/"false"
+    (Java's clients), "1"/"0" (the C++ client), 1/0."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "1"):
+            return True
+        if text in ("false", "0"):
+            return False
+    elif type(value) is int and value in (0, 1):
+        return bool(value)
+    raise RemoteProtocolError(message)
+
+
+def wire_str(value: object, message: str) -> str:
+    """A text header value that came as a JSON number or boolean."""
+    if value is True or value is False:
+        return "true" if value else "false"
+    if type(value) is int:
+        return str(value)
+    raise RemoteProtocolError(message)
+
+
 def _build_from_fields(cls: type[Header]) -> Callable[..., Any]:
     """Straight-line ``from_fields`` for ``cls``: per field, look it up, then
     the same checks and messages as a generic loop over ``_spec`` would make."""
     ns: dict[str, Any] = {"E": RemoteProtocolError, "isinstance": isinstance, "len": len,
-                          "type": type, "int": int}
+                          "type": type, "int": int, "TO_INT": wire_int, "TO_BOOL": wire_bool,
+                          "TO_STR": wire_str}
     defaults = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     lines = ["def from_fields(cls, fields):", "    get = fields.get"]
     args = []
@@ -169,25 +204,34 @@ def _build_from_fields(cls: type[Header]) -> Callable[..., Any]:
         if typ is int:
             assert isinstance(check, IntRange)
             ns[f"LO{i}"], ns[f"HI{i}"] = check.lo, check.hi
-            lines.append("    elif type(v) is not int:")
-            lines.append(f"        raise E({f'{who}: field {wire!r} must be an integer'!r})")
-            lines.append(f"    elif not LO{i} <= v <= HI{i}:")
+            lines.append("    else:")
+            lines.append("        if type(v) is not int:")
+            lines.append(f"            v = TO_INT(v, {f'{who}: field {wire!r} must be an integer'!r})")
+            lines.append(f"        if not LO{i} <= v <= HI{i}:")
             msg = f"{who}: field {wire!r} must be {check.meaning}, got "
-            lines.append(f"        raise E({msg!r} + str(v))")
+            lines.append(f"            raise E({msg!r} + str(v))")
         else:
             ns[f"T{i}"] = typ
-            lines.append(f"    elif not isinstance(v, T{i}):")
-            lines.append(f"        raise E({f'{who}: field {wire!r} must be {typ.__name__}'!r})")
+            checks: list[str] = []
             if isinstance(check, NameRule):
                 ns[f"P{i}"] = check.problem
-                lines.append("    else:")
-                lines.append(f"        p = P{i}(v)")
-                lines.append("        if p is not None:")
-                lines.append(f"            raise E({f'{who}: field {wire!r}: '!r} + p)")
+                checks = [f"p = P{i}(v)", "if p is not None:",
+                          f"    raise E({f'{who}: field {wire!r}: '!r} + p)"]
             elif isinstance(check, MaxLen):
-                lines.append(f"    elif len(v) > {check.n}:")
                 msg = f"{who}: field {wire!r} is longer than {check.n} characters"
-                lines.append(f"        raise E({msg!r})")
+                checks = [f"if len(v) > {check.n}:", f"    raise E({msg!r})"]
+            lines.append(f"    elif not isinstance(v, T{i}):")
+            wrong = f"{who}: field {wire!r} must be {typ.__name__}"
+            convert = "TO_BOOL" if typ is bool else "TO_STR" if typ is str else None
+            if convert is None:
+                lines.append(f"        raise E({wrong!r})")
+            else:
+                # a value in another JSON type (RocketMQ's format), then the same checks
+                lines.append(f"        v = {convert}(v, {wrong!r})")
+                lines += ["        " + c for c in checks]
+            if checks:
+                lines.append("    else:")
+                lines += ["        " + c for c in checks]
         lines.append(f"    a{i} = v")
         args.append(f"{name}=a{i}")
     lines.append(f"    return cls({', '.join(args)})")

@@ -7,6 +7,7 @@ from typing import Any
 import structlog
 import trio
 
+from protocol.codecs.base import Codec
 from protocol.command import RemotingCommand
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
 from protocol.names import shown
@@ -38,8 +39,11 @@ class RemotingClient:
         *,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        codec: Codec | None = None,
     ) -> None:
         self.handlers = handlers or HandlerTable()
+        # the wire format of every connection this client opens (None: msgpack)
+        self.codec = codec
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self._conns: dict[str, RemotingConnection] = {}
@@ -103,7 +107,8 @@ class RemotingClient:
                 raise RemotingConnectError(f"connect to {addr} failed: {exc}") from exc
             stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
             conn = RemotingConnection(
-                stream, self.handlers, remote_addr=addr, max_frame_size=self.max_frame_size
+                stream, self.handlers, remote_addr=addr, max_frame_size=self.max_frame_size,
+                codec=self.codec,
             )
             conn.on_close(lambda c: self._forget(addr, c))
             await self._nursery.start(conn.run)

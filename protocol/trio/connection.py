@@ -23,8 +23,10 @@ from typing import Any
 import structlog
 import trio
 
+from protocol.codecs import detect
+from protocol.codecs.base import Codec
 from protocol.codes import RequestCode, ResponseCode, code_name
-from protocol.command import FLAG_RESPONSE, RemotingCommand, peek_opaque
+from protocol.command import FLAG_RESPONSE, RemotingCommand
 from protocol.errors import ProtocolError, RemoteProtocolError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 from protocol.trio.errors import (
@@ -95,8 +97,13 @@ class RemotingConnection:
         limits: ConnectionLimits | None = None,
         budget: SharedBudget | None = None,
         lanes: Lanes | None = None,
+        codec: Codec | None = None,
     ) -> None:
         self.stream = stream
+        # The connection's codec: given by who opens it, else read from the
+        # peer's first frame. A command without a codec of its own (a request
+        # this side starts) travels in it.
+        self.codec = codec
         self.handlers = handlers or HandlerTable()
         self.remote_addr = remote_addr
         self.max_frame_size = max_frame_size
@@ -277,8 +284,11 @@ class RemotingConnection:
 
     def _encode(self, cmd: RemotingCommand) -> bytes:
         """The frame of ``cmd``. A response that cannot be framed (too large, or
-        holding what msgpack cannot pack) becomes a short SYSTEM_ERROR response;
+        holding what its codec cannot encode) becomes a short SYSTEM_ERROR response;
         a request that cannot be framed raises RemotingSendRequestError."""
+        codec = cmd.codec
+        if codec is None:
+            codec = cmd.codec = self.codec
         try:
             return encode_frame(cmd.encode(), self.max_frame_size)
         except (ProtocolError, TypeError, ValueError, OverflowError) as exc:
@@ -291,7 +301,7 @@ class RemotingConnection:
                               code=cmd.code, opaque=cmd.opaque, error=reason[:200])
             error = RemotingCommand(
                 code=ResponseCode.SYSTEM_ERROR, opaque=cmd.opaque, flag=FLAG_RESPONSE,
-                remark=f"the response cannot be sent: {reason[:200]}",
+                remark=f"the response cannot be sent: {reason[:200]}", codec=codec,
             )
             return encode_frame(error.encode(), self.max_frame_size)
 
@@ -531,14 +541,20 @@ class RemotingConnection:
 
     def _handle_frame(self, payload: bytes, received_at: float = 0.0) -> bool:
         """Handle one frame; False means the connection must close."""
+        codec = self.codec
+        if codec is None:
+            codec = self.codec = detect(payload)
+            if codec.name != "msgpack":
+                self._log.debug("peer speaks another wire format", codec=codec.name)
         try:
-            cmd = RemotingCommand.decode(payload)
+            cmd = codec.decode(payload)
         except RemoteProtocolError as exc:
-            ident = peek_opaque(payload)
+            ident = codec.peek_request(payload)
             if ident is None:
-                self._log.warning("undecodable frame, closing connection", error=str(exc))
+                self._log.warning("undecodable frame, closing connection", error=str(exc),
+                                  codec=codec.name)
                 return False
-            bad = RemotingCommand(code=ident[0], opaque=ident[1])
+            bad = RemotingCommand(code=ident[0], opaque=ident[1], codec=codec)
             self.send_response(
                 bad.response(ResponseCode.SYSTEM_ERROR, f"malformed request: {exc}")
             )

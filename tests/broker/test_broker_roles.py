@@ -16,6 +16,7 @@ from broker.controller import BrokerController
 from broker.schedule_service import ScheduleMessageService
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
+from protocol.batch import encode_batch
 from protocol.body import pack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -76,7 +77,7 @@ def call(c: BrokerController, code: int, fields: dict[str, Any], body: bytes | N
 def test_slave_refuses_sends(slave: BrokerController) -> None:
     before = slave.message_store.get_max_phy_offset()
     for code, body in ((RequestCode.SEND_MESSAGE, b"x"),
-                       (RequestCode.SEND_BATCH_MESSAGE, pack_body([[0, b"x", ""]]))):
+                       (RequestCode.SEND_BATCH_MESSAGE, encode_batch([(0, b"x", "")]))):
         for topic in ("T", "NewTopic"):
             fields = SendMessageRequestHeader(producer_group="p", topic=topic, queue_id=0).to_fields()
             r = call(slave, code, fields, body)

@@ -20,7 +20,8 @@ from typing import Any
 import trio
 
 from client.subscription import parse_sub_expression, tag_codes
-from protocol.body import pack_body, unpack_body
+from protocol.batch import decode_batch
+from protocol.body import pack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.hashing import tags_hash_code
@@ -175,7 +176,7 @@ class FakeBroker:
         if refused is not None:
             return refused
         h = SendMessageRequestHeader.from_fields(cmd.ext_fields)
-        items = unpack_body(cmd.body)
+        items = decode_batch(cmd.body or b"")
         ids = []
         first = -1
         for flag, body, props in items:

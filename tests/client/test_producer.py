@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import msgpack
 import pytest
 import trio
 
@@ -19,6 +18,7 @@ from client import (
     SendStatus,
 )
 from client.instance import MQClientInstance
+from protocol.batch import decode_batch
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import FLAG_ONEWAY
 from protocol.message import PROPERTY_UNIQ_KEY, string_to_properties
@@ -287,7 +287,7 @@ async def test_send_batch_encoding(cluster: FakeCluster) -> None:
     assert req.ext_fields["batch"] is True
     assert req.ext_fields["topic"] == TOPIC
     assert req.ext_fields["queueId"] == result.message_queue.queue_id
-    items = msgpack.unpackb(req.body, raw=False)
+    items = decode_batch(req.body)
     assert [(f, body) for f, body, _ in items] == [(i, f"body{i}".encode()) for i in range(5)]
     props = [string_to_properties(p) for _, _, p in items]
     assert [p["TAGS"] for p in props] == [f"T{i}" for i in range(5)]

@@ -396,7 +396,7 @@ async def test_checks_for_other_groups_and_malformed_checks_are_dropped(
             (good, broker.record(TOPIC, mq.queue_id, no_group[1])),  # no PGROUP at all
             ({k: v for k, v in good.items() if k != "commitLogOffset"},
              half_record(broker, result)),  # header field missing
-            ({**good, "tranStateTableOffset": "1"}, half_record(broker, result)),  # bad type
+            ({**good, "tranStateTableOffset": "one"}, half_record(broker, result)),  # bad type
             (good, None),  # no body
             (good, b"\x00\x00\x00\x10garbage-garbage"),  # not a record
             (good, half_record(broker, result)[:-3]),  # cut short

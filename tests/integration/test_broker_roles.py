@@ -11,7 +11,8 @@ from broker.config import BrokerConfig
 from broker.store import DefaultMessageStore, PutMessageStatus
 from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
-from protocol.body import pack_body, unpack_body
+from protocol.batch import encode_batch
+from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import (
@@ -110,7 +111,7 @@ async def test_slave_refuses_sends_and_serves_reads(cluster: Cluster) -> None:
 
         send = SendMessageRequestHeader(producer_group="p", topic=TOPIC, queue_id=0).to_fields()
         for code, body in ((RequestCode.SEND_MESSAGE, b"x"),
-                           (RequestCode.SEND_BATCH_MESSAGE, pack_body([[0, b"x", ""]]))):
+                           (RequestCode.SEND_BATCH_MESSAGE, encode_batch([(0, b"x", "")]))):
             r = await ask(code, send, body)
             assert (r.code, r.remark) == (ResponseCode.NO_PERMISSION, remark)
         back = ConsumerSendMsgBackRequestHeader(offset=0, group="g", delay_level=0).to_fields()

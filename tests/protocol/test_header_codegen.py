@@ -25,13 +25,21 @@ def reference_from_fields(cls: type[Header], fields: dict[str, Any]) -> Any:
             continue
         if typ is int:
             if type(value) is not int:
-                raise RemoteProtocolError(f"{cls.__name__}: field {wire!r} must be an integer")
+                value = headers.wire_int(value, f"{cls.__name__}: field {wire!r} must be an integer")
             assert isinstance(check, IntRange)
             if not check.lo <= value <= check.hi:
                 raise RemoteProtocolError(
                     f"{cls.__name__}: field {wire!r} must be {check.meaning}, got {value}")
         elif not isinstance(value, typ):
-            raise RemoteProtocolError(f"{cls.__name__}: field {wire!r} must be {typ.__name__}")
+            wrong = f"{cls.__name__}: field {wire!r} must be {typ.__name__}"
+            if typ is bool:
+                value = headers.wire_bool(value, wrong)
+            elif typ is str:
+                value = headers.wire_str(value, wrong)
+            else:
+                raise RemoteProtocolError(wrong)
+        if typ is int:
+            pass
         elif isinstance(check, NameRule):
             problem = check.problem(value)
             if problem is not None:
@@ -51,7 +59,9 @@ HEADER_CLASSES = sorted(
 
 values = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**64), max_value=2**64),
-    st.text(max_size=8), st.sampled_from(["", "T", "bad topic", "x" * 40000, "%RETRY%g", "a:1"]),
+    st.text(max_size=8), st.sampled_from(["", "T", "bad topic", "x" * 40000, "%RETRY%g", "a:1",
+                                          "12", "-3", " 7 ", "true", "FALSE", "0", "1",
+                                          str(2**40), "1e3"]),
     st.binary(max_size=4), st.lists(st.integers(), max_size=2),
 )
 

@@ -1,0 +1,70 @@
+"""RocketMQ's batch body (SEND_BATCH_MESSAGE): the messages one after another.
+
+Each message (``MessageDecoder.encodeMessage`` in RocketMQ's clients):
+
+    total size (i32) | magic code (i32, 0) | body CRC (i32, 0) | flag (i32)
+    | body length (i32) | body | properties length (i16) | properties (UTF-8)
+
+all big-endian; total size counts the whole entry. The header of the request
+names the topic and queue of every message.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+
+from protocol.errors import RemoteProtocolError
+
+_FIXED = struct.Struct(">iiiii")
+_PROPS_LEN = struct.Struct(">h")
+ENTRY_OVERHEAD = _FIXED.size + _PROPS_LEN.size
+MAX_PROPERTIES = 32767
+
+
+def encode_batch(items: Iterable[tuple[int, bytes, str]]) -> bytes:
+    """The body of (flag, body, properties) messages. ValueError when
+    properties are longer than 32,767 bytes."""
+    parts: list[bytes] = []
+    pack, pack_props = _FIXED.pack, _PROPS_LEN.pack
+    for flag, body, properties in items:
+        props = properties.encode()
+        if len(props) > MAX_PROPERTIES:
+            raise ValueError(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES}")
+        size = ENTRY_OVERHEAD + len(body) + len(props)
+        parts += [pack(size, 0, 0, flag, len(body)), body, pack_props(len(props)), props]
+    return b"".join(parts)
+
+
+def decode_batch(data: bytes) -> list[tuple[int, bytes, str]]:
+    """The (flag, body, properties) of each message of a batch body. Raises
+    RemoteProtocolError, naming the entry, when the layout does not hold."""
+    out: list[tuple[int, bytes, str]] = []
+    end = len(data)
+    pos = 0
+    unpack, unpack_props = _FIXED.unpack_from, _PROPS_LEN.unpack_from
+    while pos < end:
+        where = f"batch entry {len(out)} (byte {pos})"
+        if end - pos < ENTRY_OVERHEAD:
+            raise RemoteProtocolError(f"{where}: {end - pos} bytes left, shorter than an entry")
+        size, _magic, _crc, flag, body_len = unpack(data, pos)
+        if size < ENTRY_OVERHEAD or size > end - pos:
+            raise RemoteProtocolError(f"{where}: total size {size} does not fit the "
+                                      f"{end - pos} bytes left")
+        if body_len < 0 or _FIXED.size + body_len + _PROPS_LEN.size > size:
+            raise RemoteProtocolError(f"{where}: body length {body_len} runs past the entry")
+        at = pos + _FIXED.size
+        body = data[at:at + body_len]
+        at += body_len
+        (props_len,) = unpack_props(data, at)
+        at += _PROPS_LEN.size
+        if props_len < 0 or at + props_len != pos + size:
+            raise RemoteProtocolError(f"{where}: properties length {props_len} does not match "
+                                      f"the entry's total size {size}")
+        try:
+            props = data[at:at + props_len].decode("utf-8")
+        except UnicodeDecodeError:
+            raise RemoteProtocolError(f"{where}: properties are not UTF-8") from None
+        out.append((flag, body, props))
+        pos += size
+    return out

@@ -1,0 +1,340 @@
+"""RocketMQ's remoting wire format, as its official clients speak it.
+
+A frame (after the 4-byte big-endian total length, protocol/frame.py):
+
+    +-----------------------------------+----------------+------+
+    | type << 24 | header length (4 BE) | header         | body |
+    +-----------------------------------+----------------+------+
+
+``type`` 0 is a JSON header, 1 RocketMQ's binary header:
+
+- JSON: ``{"code", "extFields", "flag", "language", "opaque", "remark",
+  "serializeTypeCurrentRPC", "version"}`` (the order fastjson writes them in).
+- Binary: i16 code, i8 language, i16 version, i32 opaque, i32 flag,
+  i32 length + UTF-8 remark, i32 length + entries of (i16 length + key,
+  i32 length + value); all big-endian.
+
+Header values are strings on this wire. Requests may carry numbers and
+booleans in ``extFields`` (the C++ client sends ``queueId`` as a JSON number
+and booleans as "0"/"1"); they are kept as they came and the header classes
+read them (protocol/headers.py). Everything this side writes into
+``extFields`` is a string. Structured bodies are JSON in both header types.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import struct
+from typing import Any
+
+from protocol.codecs.base import NotAMapError
+from protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
+from protocol.errors import LocalProtocolError, RemoteProtocolError
+
+JSON_TYPE = 0
+BINARY_TYPE = 1
+# RocketMQ's LanguageCode, by its byte in the binary header.
+LANGUAGES = ("JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP",
+             "GO", "PHP", "OMS", "RUST")
+LANGUAGE = "PYTHON"
+MAX_HEADER = 0xFFFFFF
+
+_WORD = struct.Struct(">I")
+_BIN_FIXED = struct.Struct(">hbhii")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _text_fields(ext: dict[str, Any]) -> dict[str, str]:
+    """``ext`` with every value a string, as RocketMQ's clients read them
+    (booleans "true"/"false"); None values are left out."""
+    out: dict[str, str] = {}
+    for key, value in ext.items():
+        if value is None:
+            continue
+        if isinstance(value, str):
+            out[key] = value
+        elif value is True:
+            out[key] = "true"
+        elif value is False:
+            out[key] = "false"
+        elif type(value) is int:
+            out[key] = str(value)
+        else:
+            raise TypeError(f"header field {key!r} holds a {type(value).__name__}")
+    return out
+
+
+def _header_int(value: Any, name: str, default: int | None = None) -> int:
+    if value is None and default is not None:
+        return default
+    if type(value) is int:
+        number = value
+    elif isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise RemoteProtocolError(f"header {name!r} must be an integer") from None
+    else:
+        raise RemoteProtocolError(f"header {name!r} must be an integer")
+    if not _INT32_MIN <= number <= _INT32_MAX:
+        raise RemoteProtocolError(f"header {name!r} must be a 32-bit integer, got {number}")
+    return number
+
+
+def _request_fields(ext: Any) -> dict[str, Any]:
+    """A request's ``extFields`` as they came: strings, numbers and booleans;
+    null values are dropped; arrays and objects are refused."""
+    if ext is None:
+        return {}
+    if not isinstance(ext, dict):
+        raise RemoteProtocolError("extFields must be an object")
+    out: dict[str, Any] = {}
+    for key, value in ext.items():
+        if value is None:
+            continue
+        if not isinstance(value, (str, int, float)):
+            raise RemoteProtocolError(
+                f"extFields value of {key[:64]!r} must be a string, number or boolean")
+        out[key] = value
+    return out
+
+
+class _Header:
+    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext")
+
+    def __init__(self, code: int, language: str, version: int, opaque: int, flag: int,
+                 remark: str | None, ext: dict[str, Any]) -> None:
+        self.code, self.language, self.version = code, language, version
+        self.opaque, self.flag, self.remark, self.ext = opaque, flag, remark, ext
+
+
+def _json_header(raw: bytes) -> _Header:
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise RemoteProtocolError(f"undecodable JSON header: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise RemoteProtocolError("JSON header must be an object")
+    remark = obj.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        raise RemoteProtocolError("header 'remark' must be a string")
+    language = obj.get("language")
+    return _Header(
+        code=_header_int(obj.get("code"), "code"),
+        language=language if isinstance(language, str) else "OTHER",
+        version=_header_int(obj.get("version"), "version", 0),
+        opaque=_header_int(obj.get("opaque"), "opaque"),
+        flag=_header_int(obj.get("flag"), "flag", 0),
+        remark=remark,
+        ext=_request_fields(obj.get("extFields")),
+    )
+
+
+def _utf8(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(f"{what} is not UTF-8") from exc
+
+
+def _binary_header(raw: bytes) -> _Header:
+    end = len(raw)
+    if end < _BIN_FIXED.size + 8:
+        raise RemoteProtocolError(f"binary header of {end} bytes is shorter than its fixed part")
+    code, language, version, opaque, flag = _BIN_FIXED.unpack_from(raw)
+    pos = _BIN_FIXED.size
+    (remark_len,) = _I32.unpack_from(raw, pos)
+    pos += 4
+    if remark_len < 0 or pos + remark_len + 4 > end:
+        raise RemoteProtocolError(f"remark length {remark_len} runs past the header")
+    remark = _utf8(raw[pos:pos + remark_len], "remark") if remark_len else None
+    pos += remark_len
+    (ext_len,) = _I32.unpack_from(raw, pos)
+    pos += 4
+    if ext_len < 0 or pos + ext_len != end:
+        raise RemoteProtocolError(
+            f"extFields length {ext_len} does not match the {end - pos} bytes left")
+    ext: dict[str, Any] = {}
+    while pos < end:
+        if pos + 2 > end:
+            raise RemoteProtocolError("extFields entry truncated in its key length")
+        (key_len,) = _I16.unpack_from(raw, pos)
+        pos += 2
+        if key_len < 0 or pos + key_len + 4 > end:
+            raise RemoteProtocolError(f"extFields key length {key_len} runs past the header")
+        key = _utf8(raw[pos:pos + key_len], "extFields key")
+        pos += key_len
+        (value_len,) = _I32.unpack_from(raw, pos)
+        pos += 4
+        if value_len < 0 or pos + value_len > end:
+            raise RemoteProtocolError(f"extFields value length {value_len} runs past the header")
+        ext[key] = _utf8(raw[pos:pos + value_len], f"extFields value of {key[:64]!r}")
+        pos += value_len
+    name = LANGUAGES[language] if 0 <= language < len(LANGUAGES) else "OTHER"
+    return _Header(code, name, version, opaque, flag, remark, ext)
+
+
+def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
+    """(serialization type, header bytes, body or None) of a frame payload."""
+    if len(payload) < 4:
+        raise RemoteProtocolError(f"frame of {len(payload)} bytes has no header length")
+    (word,) = _WORD.unpack_from(payload)
+    stype, header_len = word >> 24, word & MAX_HEADER
+    if stype not in (JSON_TYPE, BINARY_TYPE):
+        raise RemoteProtocolError(f"unknown serialization type {stype}")
+    if 4 + header_len > len(payload):
+        raise RemoteProtocolError(
+            f"header length {header_len} runs past the frame ({len(payload) - 4} bytes after it)")
+    body = payload[4 + header_len:]
+    return stype, payload[4:4 + header_len], (body or None)
+
+
+class JsonBodyReader:
+    """``BodyReader`` over a JSON body, read whole (JSON has no streaming
+    reader in the standard library), then handed out an entry at a time."""
+
+    def __init__(self, stream: Any) -> None:
+        data = stream.read()
+        try:
+            obj = json.loads(data)
+        except (ValueError, RecursionError) as exc:
+            raise RemoteProtocolError(f"undecodable body: {exc}") from exc
+        self._stack: list[Any] = [iter((obj,))]
+
+    def _next(self) -> Any:
+        while self._stack:
+            try:
+                return next(self._stack[-1])
+            except StopIteration:
+                self._stack.pop()
+        raise RemoteProtocolError("undecodable body: truncated")
+
+    def read_map_header(self) -> int | None:
+        value = self._next()
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise NotAMapError("expected a map")
+        self._stack.append(itertools.chain.from_iterable(value.items()))
+        return len(value)
+
+    def unpack(self) -> Any:
+        return self._next()
+
+    def skip(self) -> None:
+        self._next()
+
+    def at_end(self) -> bool:
+        try:
+            self._next()
+        except RemoteProtocolError:
+            return True
+        return False
+
+
+class RocketMQCodec:
+    """One header type of RocketMQ's format. Decoding takes either type (a
+    frame says which it is) and the command keeps the codec of its frame, so
+    its response leaves the same way."""
+
+    def __init__(self, serialize_type: int) -> None:
+        self.serialize_type = serialize_type
+        self.name = "rocketmq-json" if serialize_type == JSON_TYPE else "rocketmq-binary"
+
+    def __repr__(self) -> str:
+        return f"<codec {self.name}>"
+
+    # ---- commands ------------------------------------------------------------
+
+    def encode(self, cmd: RemotingCommand) -> bytes:
+        ext = _text_fields(cmd.ext_fields)
+        if self.serialize_type == JSON_TYPE:
+            header = self._json(cmd, ext)
+        else:
+            header = self._binary(cmd, ext)
+        if len(header) > MAX_HEADER:
+            raise LocalProtocolError(f"header of {len(header)} bytes exceeds {MAX_HEADER}")
+        word = _WORD.pack((self.serialize_type << 24) | len(header))
+        body = cmd.body
+        return word + header + body if body else word + header
+
+    @staticmethod
+    def _json(cmd: RemotingCommand, ext: dict[str, str]) -> bytes:
+        obj: dict[str, Any] = {"code": cmd.code}
+        if ext:
+            obj["extFields"] = ext
+        obj["flag"] = cmd.flag
+        obj["language"] = LANGUAGE
+        obj["opaque"] = cmd.opaque
+        if cmd.remark is not None:
+            obj["remark"] = cmd.remark
+        obj["serializeTypeCurrentRPC"] = "JSON"
+        obj["version"] = cmd.version
+        return _dumps(obj).encode()
+
+    @staticmethod
+    def _binary(cmd: RemotingCommand, ext: dict[str, str]) -> bytes:
+        parts = [_BIN_FIXED.pack(cmd.code, LANGUAGES.index(LANGUAGE), cmd.version, cmd.opaque,
+                                 cmd.flag)]
+        remark = cmd.remark.encode() if cmd.remark else b""
+        parts += [_I32.pack(len(remark)), remark]
+        entries = []
+        for key, value in ext.items():
+            k, v = key.encode(), value.encode()
+            entries += [_I16.pack(len(k)), k, _I32.pack(len(v)), v]
+        fields = b"".join(entries)
+        parts += [_I32.pack(len(fields)), fields]
+        return b"".join(parts)
+
+    def decode(self, payload: bytes) -> RemotingCommand:
+        stype, raw, body = _split(payload)
+        if stype == JSON_TYPE:
+            h, codec = _json_header(raw), ROCKETMQ_JSON
+        else:
+            h, codec = _binary_header(raw), ROCKETMQ_BINARY
+        return RemotingCommand(h.code, h.opaque, h.flag, h.remark, h.ext, body, h.version,
+                               codec=codec, language=h.language)
+
+    def peek_request(self, payload: bytes) -> tuple[int, int] | None:
+        try:
+            stype, raw, _ = _split(payload)
+            if stype == JSON_TYPE:
+                obj = json.loads(raw)
+                if not isinstance(obj, dict):
+                    return None
+                code = _header_int(obj.get("code"), "code")
+                opaque = _header_int(obj.get("opaque"), "opaque")
+                flag = _header_int(obj.get("flag"), "flag", 0)
+            else:
+                if len(raw) < _BIN_FIXED.size:
+                    return None
+                code, _, _, opaque, flag = _BIN_FIXED.unpack_from(raw)
+        except (RemoteProtocolError, ValueError, RecursionError):
+            return None
+        if flag & (FLAG_RESPONSE | FLAG_ONEWAY):
+            return None
+        return code, opaque
+
+    # ---- bodies --------------------------------------------------------------
+
+    def pack_body(self, obj: Any) -> bytes:
+        return _dumps(obj).encode()
+
+    def unpack_body(self, body: bytes | None) -> Any:
+        if body is None:
+            raise RemoteProtocolError("missing body")
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise RemoteProtocolError(f"undecodable body: {exc}") from exc
+
+    def body_reader(self, stream: Any) -> JsonBodyReader:
+        return JsonBodyReader(stream)
+
+
+ROCKETMQ_JSON = RocketMQCodec(JSON_TYPE)
+ROCKETMQ_BINARY = RocketMQCodec(BINARY_TYPE)
