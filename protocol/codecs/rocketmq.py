@@ -268,7 +268,7 @@ class RocketMQCodec:
         if ext:
             obj["extFields"] = ext
         obj["flag"] = cmd.flag
-        obj["language"] = LANGUAGE
+        obj["language"] = cmd.language or LANGUAGE
         obj["opaque"] = cmd.opaque
         if cmd.remark is not None:
             obj["remark"] = cmd.remark
@@ -278,8 +278,9 @@ class RocketMQCodec:
 
     @staticmethod
     def _binary(cmd: RemotingCommand, ext: dict[str, str]) -> bytes:
-        parts = [_BIN_FIXED.pack(cmd.code, LANGUAGES.index(LANGUAGE), cmd.version, cmd.opaque,
-                                 cmd.flag)]
+        language = cmd.language or LANGUAGE
+        code = LANGUAGES.index(language) if language in LANGUAGES else LANGUAGES.index("OTHER")
+        parts = [_BIN_FIXED.pack(cmd.code, code, cmd.version, cmd.opaque, cmd.flag)]
         remark = cmd.remark.encode() if cmd.remark else b""
         parts += [_I32.pack(len(remark)), remark]
         entries = []
