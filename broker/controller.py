@@ -50,6 +50,7 @@ from broker.waiting_sends import WaitingSends
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.names import shown
+from protocol.record import pack_host
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import Lane, Lanes, SharedBudget
@@ -70,8 +71,8 @@ def request_lanes(config: BrokerConfig) -> Lanes:
     share of the loop, is answered SYSTEM_BUSY."""
     lanes = Lanes()
     lanes.add(Lane("send", max_wait_ms=config.wait_time_mills_in_send_queue),
-              [RequestCode.SEND_MESSAGE, RequestCode.SEND_BATCH_MESSAGE,
-               RequestCode.CONSUMER_SEND_MSG_BACK])
+              [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
+               RequestCode.SEND_BATCH_MESSAGE, RequestCode.CONSUMER_SEND_MSG_BACK])
     lanes.add(Lane("pull", max_wait_ms=config.wait_time_mills_in_pull_queue),
               [RequestCode.PULL_MESSAGE])
     lanes.add(Lane("heartbeat", share=config.heartbeat_lane_percent / 100,
@@ -153,8 +154,9 @@ class BrokerController:
 
     def _handler_table(self) -> HandlerTable:
         t = HandlerTable()
-        t.register(RequestCode.SEND_MESSAGE, self.send_processor.send_message)
-        t.register(RequestCode.SEND_BATCH_MESSAGE, self.send_processor.send_batch_message)
+        t.register(RequestCode.SEND_MESSAGE, self.send_processor.send)
+        t.register(RequestCode.SEND_MESSAGE_V2, self.send_processor.send)
+        t.register(RequestCode.SEND_BATCH_MESSAGE, self.send_processor.send)
         t.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_processor.consumer_send_msg_back)
         t.register(RequestCode.END_TRANSACTION, self.end_transaction_processor.end_transaction)
         t.register(RequestCode.PULL_MESSAGE, self.pull_processor.pull_message)
@@ -297,6 +299,7 @@ class BrokerController:
                     ephemeral_ha = self.config.listen_port == 0 and self.config.ha_listen_port == 0
                     port = await nursery.start(self.server.serve)
                     self.config.listen_port = port
+                    self._store_host_is_broker_addr()
                     if self.config.is_slave:
                         await nursery.start(self.ha_service.run_slave)
                         await nursery.start(self.slave_synchronize.run, client)
@@ -342,6 +345,16 @@ class BrokerController:
                 snapshots = self._shutdown_snapshots()
                 await trio.to_thread.run_sync(self._persist_and_close, snapshots)
             self.log.info("broker stopped")
+
+    def _store_host_is_broker_addr(self) -> None:
+        """Records carry the address clients reach the broker at (their offset
+        msgIds name it: RocketMQ's clients view a message by id there). A broker
+        on an ephemeral port (tests) knows its port only once bound."""
+        commit_log = self.message_store.commit_log
+        host = pack_host(self.config.broker_addr)
+        if commit_log.store_host != host:
+            commit_log.store_host = host
+            commit_log._id_head = host.hex().upper()
 
     async def register_broker_all(self) -> None:
         """Register with every name server: the whole table with one that does

@@ -1,4 +1,13 @@
-"""SendMessageProcessor: SEND_MESSAGE, SEND_BATCH_MESSAGE, CONSUMER_SEND_MSG_BACK.
+"""SendMessageProcessor: SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE,
+CONSUMER_SEND_MSG_BACK.
+
+The three send codes are one entry point (``send``), as RocketMQ's: the header
+is SendMessageRequestHeader for SEND_MESSAGE, its one-letter form
+(SendMessageRequestHeaderV2) for SEND_MESSAGE_V2 and for a SEND_BATCH_MESSAGE
+that carries it (RocketMQ's clients; this project's producer sends the long
+names), and a header whose ``batch`` is true is a batch whatever its code (the
+C++ client sends its batches as SEND_MESSAGE_V2). SEND_BATCH_MESSAGE is always
+a batch.
 
 Runs inline in the connection's reader loop: every check and the store append
 are synchronous, so a send costs no await on the broker. A SLAVE refuses all
@@ -26,13 +35,15 @@ from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStat
 from broker.store.offset_waiters import AllDone, Waiter
 from broker.topic_validator import check_user_topic
 from protocol.batch import decode_batch
-from protocol.codes import ResponseCode
+from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
 from protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
     SendMessageResponseHeader,
+    is_v2_send_header,
 )
 from protocol.message import string_to_properties
 from protocol.names import InvalidNameError, dlq_topic, retry_topic, shown
@@ -158,8 +169,28 @@ class SendMessageProcessor:
     def _queue_id(self, h: SendMessageRequestHeader, cfg: TopicConfig) -> int:
         return h.queue_id if h.queue_id >= 0 else random.randrange(cfg.write_queue_nums)
 
-    def send_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
-        h = SendMessageRequestHeader.from_fields(cmd.ext_fields)
+    @staticmethod
+    def send_header(cmd: RemotingCommand) -> SendMessageRequestHeader:
+        """The send header of ``cmd``, whichever form it came in (RocketMQ's
+        SendMessageRequestHeader.parseRequestHeader). Raises RemoteProtocolError."""
+        fields = cmd.ext_fields
+        if cmd.code == RequestCode.SEND_MESSAGE_V2 or (
+                cmd.code == RequestCode.SEND_BATCH_MESSAGE and is_v2_send_header(fields)):
+            return SendMessageRequestHeaderV2.from_fields(fields).to_v1()
+        return SendMessageRequestHeader.from_fields(fields)
+
+    def send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
+        """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
+        h = self.send_header(cmd)
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+            return self._send_batch(conn, cmd, h)
+        return self._send_single(conn, cmd, h)
+
+    send_message = send
+    send_batch_message = send
+
+    def _send_single(self, conn: RemotingConnection, cmd: RemotingCommand,
+                     h: SendMessageRequestHeader) -> RemotingCommand | None:
         err, cfg = self._check(cmd, h)
         if err is not None:
             return err
@@ -181,14 +212,15 @@ class SendMessageProcessor:
             if refused is not None:
                 return refused
             result = self.controller.transaction_service.prepare(inner, props, h.producer_group)
-            return self._reply(conn, self._response(cmd, result, queue_id, inner.uniq_key), result)
+            return self._reply(conn, cmd, self._response(cmd, result, queue_id, inner.uniq_key),
+                               result)
         if transaction_type(h.sys_flag) != TRANSACTION_NOT_TYPE:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
                                 "a commit or rollback sysFlag is the broker's to set")
         if delayed:
             to_schedule(inner, props, self.controller.schedule_service.max_level)
         result = self.controller.message_store.put_message(inner)
-        return self._reply(conn, self._response(cmd, result, queue_id), result)
+        return self._reply(conn, cmd, self._response(cmd, result, queue_id), result)
 
     def _transaction_refusal(self, cmd: RemotingCommand, delayed: bool) -> RemotingCommand | None:
         if self.config.reject_transaction_message:
@@ -243,12 +275,10 @@ class SendMessageProcessor:
         response = self._response(cmd, result, queue_id)
         if response.code == ResponseCode.SUCCESS:
             response.ext_fields = {}
-        return self._reply(conn, response, result)
+        return self._reply(conn, cmd, response, result)
 
-    def send_batch_message(
-        self, conn: RemotingConnection, cmd: RemotingCommand
-    ) -> RemotingCommand | None:
-        h = SendMessageRequestHeader.from_fields(cmd.ext_fields)
+    def _send_batch(self, conn: RemotingConnection, cmd: RemotingCommand,
+                    h: SendMessageRequestHeader) -> RemotingCommand | None:
         err, cfg = self._check(cmd, h)
         if err is not None:
             return err
@@ -272,7 +302,7 @@ class SendMessageProcessor:
                                     "message alone")
             inners.append(inner)
         result = self.controller.message_store.put_messages(inners)
-        return self._reply(conn, self._response(cmd, result, queue_id), result)
+        return self._reply(conn, cmd, self._response(cmd, result, queue_id), result)
 
     def _response(
         self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int,
@@ -299,10 +329,13 @@ class SendMessageProcessor:
         return cmd.response(code, remark, ext_fields=header.to_fields())
 
     def _reply(
-        self, conn: RemotingConnection, response: RemotingCommand, result: PutMessageResult
+        self, conn: RemotingConnection, cmd: RemotingCommand, response: RemotingCommand,
+        result: PutMessageResult,
     ) -> RemotingCommand | None:
         """The response now, or None when it is answered once the waiters it
-        joined are done (SYNC_FLUSH: the fsync; SYNC_MASTER: a slave's ack)."""
+        joined are done (SYNC_FLUSH: the fsync; SYNC_MASTER: a slave's ack).
+        A oneway send joins the waiters too (its bytes are flushed like any
+        other's) and is never answered."""
         commit = self.controller.group_commit
         sync_master = self.config.broker_role is BrokerRole.SYNC_MASTER
         ar = result.append_result
@@ -313,16 +346,19 @@ class SendMessageProcessor:
         waiters = [commit.wait(end)] if commit is not None else []
         if sync_master:  # a slave must hold it too (GroupTransferService)
             waiters.append(self.controller.ha_service.wait_slave(end))
-        answer_when_done(conn, response, waiters)
+        answer_when_done(conn, response, waiters, send=not cmd.is_oneway)
         return None
 
 
 def answer_when_done(conn: RemotingConnection, response: RemotingCommand,
-                     waiters: list[Waiter]) -> None:
+                     waiters: list[Waiter], send: bool = True) -> None:
     """Send ``response`` once every waiter is done; the worst status decides
-    its code and remark (PUT_STATUS_TO_CODE), the send result travels anyway."""
+    its code and remark (PUT_STATUS_TO_CODE), the send result travels anyway.
+    ``send`` False (a oneway request): only wait."""
 
     def answer(done: AllDone) -> None:
+        if not send:
+            return
         status = done.status
         if status is not None and status is not PutMessageStatus.PUT_OK:
             code, remark = PUT_STATUS_TO_CODE.get(

@@ -274,6 +274,53 @@ class SendMessageRequestHeader(Header):
 
 
 @dataclass(slots=True)
+class SendMessageRequestHeaderV2(Header):
+    """SEND_MESSAGE_V2 (310), and SEND_BATCH_MESSAGE (320) from RocketMQ's
+    clients: ``SendMessageRequestHeader`` under one-letter names (RocketMQ's
+    SendMessageRequestHeaderV2, for shorter headers). ``a`` to ``h`` are
+    required, as RocketMQ's @CFNotNull; ``n`` (the broker's name, RocketMQ 5)
+    is read and not used."""
+
+    a: Group  # producerGroup
+    b: str  # topic (checked by the send processor, as SendMessageRequestHeader's)
+    c: Topic  # defaultTopic
+    d: NonNegInt32  # defaultTopicQueueNums
+    e: Int32  # queueId
+    f: Int32  # sysFlag
+    g: NonNegInt64  # bornTimestamp
+    h: Int32  # flag
+    i: str = ""  # properties
+    j: NonNegInt32 = 0  # reconsumeTimes
+    k: bool = False  # unitMode
+    l: NonNegInt32 | None = None  # noqa: E741 - maxReconsumeTimes (consumeRetryTimes)
+    m: bool = False  # batch
+    n: Annotated[str, MaxLen(255)] | None = None  # brokerName
+
+    def to_v1(self) -> SendMessageRequestHeader:
+        return SendMessageRequestHeader(
+            producer_group=self.a, topic=self.b, queue_id=self.e, sys_flag=self.f,
+            born_timestamp=self.g, flag=self.h, properties=self.i, reconsume_times=self.j,
+            default_topic=self.c, default_topic_queue_nums=self.d, unit_mode=self.k,
+            batch=self.m, max_reconsume_times=self.l,
+        )
+
+    @classmethod
+    def from_v1(cls, v1: SendMessageRequestHeader, broker_name: str | None = None
+                ) -> SendMessageRequestHeaderV2:
+        return cls(a=v1.producer_group, b=v1.topic, c=v1.default_topic,
+                   d=v1.default_topic_queue_nums, e=v1.queue_id, f=v1.sys_flag,
+                   g=v1.born_timestamp, h=v1.flag, i=v1.properties, j=v1.reconsume_times,
+                   k=v1.unit_mode, l=v1.max_reconsume_times, m=v1.batch, n=broker_name)
+
+
+def is_v2_send_header(fields: dict[str, Any]) -> bool:
+    """Whether a SEND_BATCH_MESSAGE header is RocketMQ's V2 (one-letter names,
+    what RocketMQ's clients send) rather than SendMessageRequestHeader's names
+    (what this project's producer sends)."""
+    return "topic" not in fields and ("b" in fields or "a" in fields)
+
+
+@dataclass(slots=True)
 class SendMessageResponseHeader(Header):
     msg_id: str
     queue_id: Int32
@@ -421,6 +468,60 @@ class WipeWritePermOfBrokerRequestHeader(Header):
 @dataclass(slots=True)
 class WipeWritePermOfBrokerResponseHeader(Header):
     wipe_topic_count: int
+
+
+# ---- name server: KV config ---------------------------------------------------
+
+# Namespaces and keys of the name server's KV config (RocketMQ's KVConfigManager).
+KV_NAME_MAX_LENGTH = 255
+KV_VALUE_MAX_LENGTH = DEFAULT_MAX_TEXT
+
+
+def kv_name_problem(value: object) -> str | None:
+    """None when ``value`` may name a KV config namespace or key: 1 to 255
+    characters, no control characters."""
+    if not isinstance(value, str):
+        return "must be a string"
+    if not value:
+        return "must not be empty"
+    if len(value) > KV_NAME_MAX_LENGTH:
+        return f"is longer than {KV_NAME_MAX_LENGTH} characters"
+    if not value.isprintable():
+        return f"{names.shown(value)} holds a control character"
+    return None
+
+
+KVName = Annotated[str, NameRule(kv_name_problem)]
+KVValue = Annotated[str, MaxLen(KV_VALUE_MAX_LENGTH)]
+
+
+@dataclass(slots=True)
+class PutKVConfigRequestHeader(Header):
+    namespace: KVName
+    key: KVName
+    value: KVValue
+
+
+@dataclass(slots=True)
+class GetKVConfigRequestHeader(Header):
+    namespace: KVName
+    key: KVName
+
+
+@dataclass(slots=True)
+class GetKVConfigResponseHeader(Header):
+    value: str | None = None
+
+
+@dataclass(slots=True)
+class DeleteKVConfigRequestHeader(Header):
+    namespace: KVName
+    key: KVName
+
+
+@dataclass(slots=True)
+class GetKVListByNamespaceRequestHeader(Header):
+    namespace: KVName
 
 
 # ---- queries --------------------------------------------------------------

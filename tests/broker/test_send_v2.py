@@ -1,0 +1,220 @@
+"""SEND_MESSAGE_V2 and RocketMQ's one-letter send header (SendMessageRequestHeaderV2),
+and which of the three send codes is a batch, as RocketMQ's Java and C++ clients send them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from broker.config import BrokerConfig, BrokerRole, FlushDiskType
+from broker.controller import BrokerController
+from protocol.batch import encode_batch
+from protocol.codecs import ROCKETMQ_BINARY, ROCKETMQ_JSON
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.errors import RemoteProtocolError
+from protocol.headers import (
+    SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    SendMessageResponseHeader,
+    is_v2_send_header,
+)
+from protocol.message import properties_to_string
+from protocol.record import decode_records
+from protocol.route import TopicConfig
+from tests.broker.fakes import FakeConn
+
+PROPS = properties_to_string({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AC1100000001",
+                              "WAIT": "true"})
+
+
+def v2_fields(**over: Any) -> dict[str, Any]:
+    """A V2 header as the Java client writes it: every value a string."""
+    fields = {"a": "pg", "b": "T", "c": "TBW102", "d": "4", "e": "1", "f": "0",
+              "g": "1700000000123", "h": "7", "i": PROPS, "j": "0", "k": "false", "m": "false",
+              "n": "broker-a"}
+    fields.update(over)
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+# ---- the header --------------------------------------------------------------------------
+
+
+def test_v2_header_reads_java_and_cpp_values() -> None:
+    h = SendMessageRequestHeaderV2.from_fields(v2_fields())
+    assert h.to_v1() == SendMessageRequestHeader(
+        producer_group="pg", topic="T", queue_id=1, sys_flag=0, born_timestamp=1700000000123,
+        flag=7, properties=PROPS, reconsume_times=0, default_topic="TBW102",
+        default_topic_queue_nums=4, unit_mode=False, batch=False, max_reconsume_times=None)
+    # the C++ client: numbers as JSON numbers, booleans as "0"/"1", l always sent
+    cpp = v2_fields(d=4, e=1, f=0, h=7, k="0", m="1", l="16", n=None)
+    v1 = SendMessageRequestHeaderV2.from_fields(cpp).to_v1()
+    assert (v1.queue_id, v1.flag, v1.batch, v1.unit_mode, v1.max_reconsume_times) == \
+        (1, 7, True, False, 16)
+
+
+def test_v2_header_round_trips_through_v1() -> None:
+    v1 = SendMessageRequestHeader(producer_group="pg", topic="T", queue_id=3, sys_flag=4,
+                                  born_timestamp=5, flag=6, properties="a\x01b\x02",
+                                  reconsume_times=2, max_reconsume_times=16, batch=True)
+    v2 = SendMessageRequestHeaderV2.from_v1(v1, "broker-a")
+    fields = v2.to_fields()
+    assert sorted(fields) == list("abcdefghijklmn")
+    assert SendMessageRequestHeaderV2.from_fields(fields).to_v1() == v1
+
+
+@pytest.mark.parametrize("missing", list("abcdefgh"))
+def test_v2_header_requires_what_rocketmq_requires(missing: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=f"missing field '{missing}'"):
+        SendMessageRequestHeaderV2.from_fields(v2_fields(**{missing: None}))
+
+
+@pytest.mark.parametrize("field,value,what", [
+    ("e", "one", "'e' must be an integer"),
+    ("g", "-1", "'g' must be a non-negative 64-bit integer"),
+    ("a", "bad group!", "'a'"),
+    ("c", "", "'c'"),
+    ("m", "maybe", "'m' must be bool"),
+    ("l", "-1", "'l'"),
+])
+def test_v2_header_names_the_bad_field(field: str, value: str, what: str) -> None:
+    with pytest.raises(RemoteProtocolError, match=what):
+        SendMessageRequestHeaderV2.from_fields(v2_fields(**{field: value}))
+
+
+def test_which_batch_header_is_v2() -> None:
+    assert is_v2_send_header(v2_fields())
+    assert not is_v2_send_header(SendMessageRequestHeader("pg", "T", 0, batch=True).to_fields())
+
+
+# ---- the broker ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerController]:
+    c = BrokerController(BrokerConfig(
+        store_path_root_dir=str(tmp_path), listen_port=0, maped_file_size_commit_log=1 << 20,
+        maped_file_size_consume_queue=100 * 20, max_hash_slot_num=64, max_index_num=256))
+    c._load()
+    c.topic_config_manager.update(TopicConfig("T", 2, 2))
+    try:
+        yield c
+    finally:
+        c._persist_and_close()
+
+
+def send(c: BrokerController, code: int, fields: dict[str, Any], body: bytes,
+         codec: Any = ROCKETMQ_JSON, oneway: bool = False) -> RemotingCommand | None:
+    """``code`` as it arrives from a RocketMQ client, its answer as the client reads it."""
+    cmd = codec.decode(codec.encode(RemotingCommand.request(code, fields, body, oneway=oneway)))
+    handler, _ = c._handler_table().lookup(code)
+    assert handler is not None
+    conn = FakeConn()
+    response = handler(conn, cmd)  # type: ignore[arg-type]
+    if response is None:
+        if oneway and not conn.sent:
+            return None
+        assert len(conn.sent) == 1
+        response = conn.sent[0]
+    decoded: RemotingCommand = codec.decode(codec.encode(response))
+    return decoded
+
+
+def stored(c: BrokerController, topic: str, queue_id: int) -> list[Any]:
+    result = c.message_store.get_message("g", topic, queue_id, 0, 64, None)
+    return decode_records(b"".join(result.buffers), verify_crc=True)
+
+
+@pytest.mark.parametrize("codec", [ROCKETMQ_JSON, ROCKETMQ_BINARY])
+def test_send_message_v2_stores_one_message(broker: BrokerController, codec: Any) -> None:
+    r = send(broker, RequestCode.SEND_MESSAGE_V2, v2_fields(), b"hello", codec)
+    assert r is not None and r.code == ResponseCode.SUCCESS, r.remark
+    # every response header value is text in RocketMQ's format
+    assert all(isinstance(v, str) for v in r.ext_fields.values())
+    h = SendMessageResponseHeader.from_fields(r.ext_fields)
+    [msg] = stored(broker, "T", 1)
+    assert (h.queue_id, h.queue_offset, h.msg_id) == (1, 0, msg.msg_id)
+    assert (msg.body, msg.flag, msg.born_timestamp, msg.tags, msg.keys) == \
+        (b"hello", 7, 1700000000123, "TagA", "k1 k2")
+    assert msg.properties["UNIQ_KEY"] == "AC1100000001"
+    # the offset msgId names the broker's address and the record's commit-log offset
+    assert msg.msg_id[:16] == "7F000001" + f"{broker.config.listen_port:08X}"
+    assert int(msg.msg_id[16:], 16) == msg.commit_log_offset
+
+
+def test_batches_whichever_code_carries_them(broker: BrokerController) -> None:
+    body = encode_batch([(0, b"b0", properties_to_string({"TAGS": "x", "UNIQ_KEY": "u0"})),
+                         (3, b"b1", properties_to_string({"UNIQ_KEY": "u1"}))])
+    cases = [
+        # Java: SEND_BATCH_MESSAGE with the V2 header, m=true
+        (RequestCode.SEND_BATCH_MESSAGE, v2_fields(e="0", m="true", i="")),
+        # the C++ client: SEND_MESSAGE_V2 with m=1
+        (RequestCode.SEND_MESSAGE_V2, v2_fields(e="0", m="1", i="")),
+        # this project's producer: SEND_BATCH_MESSAGE with the long names
+        (RequestCode.SEND_BATCH_MESSAGE,
+         SendMessageRequestHeader("pg", "T", 0, batch=True).to_fields()),
+        # SEND_MESSAGE with batch=true is a batch too (RocketMQ decides by the header)
+        (RequestCode.SEND_MESSAGE, SendMessageRequestHeader("pg", "T", 0, batch=True).to_fields()),
+    ]
+    for n, (code, fields) in enumerate(cases):
+        r = send(broker, code, fields, body)
+        assert r is not None and r.code == ResponseCode.SUCCESS, (code, r and r.remark)
+        h = SendMessageResponseHeader.from_fields(r.ext_fields)
+        assert h.queue_offset == 2 * n and len(h.msg_id.split(",")) == 2
+    msgs = stored(broker, "T", 0)
+    assert [(m.body, m.flag) for m in msgs] == [(b"b0", 0), (b"b1", 3)] * len(cases)
+    assert [m.msg_id for m in msgs[-2:]] == h.msg_id.split(",")
+
+
+def test_a_bad_batch_body_is_refused(broker: BrokerController) -> None:
+    handler, _ = broker._handler_table().lookup(RequestCode.SEND_MESSAGE_V2)
+    assert handler is not None
+    with pytest.raises(RemoteProtocolError, match="batch entry 0"):
+        handler(FakeConn(), RemotingCommand.request(  # type: ignore[arg-type]
+            RequestCode.SEND_MESSAGE_V2, v2_fields(m="true"), b"\x00\x00\x00\x05x"))
+
+
+def test_unknown_topic_is_created_from_tbw102(broker: BrokerController) -> None:
+    assert broker.topic_config_manager.get("TBW102") is not None
+    r = send(broker, RequestCode.SEND_MESSAGE_V2, v2_fields(b="BrandNew", e="0", d="3"), b"x")
+    assert r is not None and r.code == ResponseCode.SUCCESS, r.remark
+    cfg = broker.topic_config_manager.get("BrandNew")
+    assert cfg is not None and (cfg.read_queue_nums, cfg.write_queue_nums) == (3, 3)
+    # without a default topic that lets topics inherit, nothing is created
+    r = send(broker, RequestCode.SEND_MESSAGE_V2, v2_fields(b="Other", c="T"), b"x")
+    assert r is not None and r.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+async def test_oneway_sync_flush_send_is_flushed_not_answered(tmp_path: Path) -> None:
+    c = BrokerController(BrokerConfig(
+        store_path_root_dir=str(tmp_path), listen_port=0, maped_file_size_commit_log=1 << 20,
+        maped_file_size_consume_queue=100 * 20, max_hash_slot_num=64, max_index_num=256,
+        flush_disk_type=FlushDiskType.SYNC_FLUSH, broker_role=BrokerRole.ASYNC_MASTER))
+    c._load()
+    commit = c.group_commit
+    assert commit is not None
+    try:
+        c.topic_config_manager.update(TopicConfig("T", 2, 2))
+        handler, _ = c._handler_table().lookup(RequestCode.SEND_MESSAGE_V2)
+        assert handler is not None
+        conn = FakeConn()
+        for oneway in (True, False):
+            cmd = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, v2_fields(), b"x",
+                                          oneway=oneway)
+            assert handler(conn, cmd) is None  # type: ignore[arg-type]
+        assert len(commit.waiters) == 2  # the oneway send's bytes are flushed too
+        async with trio.open_nursery() as nursery:
+            await nursery.start(commit.run)
+            with trio.fail_after(10):
+                await conn.wait_sent(1)
+                while len(commit.waiters):
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+        [answer] = conn.sent  # only the two-way send is answered
+        assert answer.code == ResponseCode.SUCCESS and answer.opaque == cmd.opaque
+    finally:
+        c._persist_and_close()
