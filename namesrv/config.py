@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.config import ConfigError, PropertiesConfig
+from namesrv.kv_config import KVLimits
+from protocol.config import ConfigError, PropertiesConfig, key_of
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.limits import ConnectionLimits, limits_of
 
@@ -25,6 +26,14 @@ class NamesrvConfig(PropertiesConfig):
     # topics a large REGISTER_BROKER reads or applies between two checkpoints (look-ups
     # are answered in between)
     register_apply_chunk: int = 128
+    # the KV config's file (RocketMQ's kvConfig.json); empty: kept in memory only
+    kv_config_path: str = ""
+    # most namespaces, keys (all namespaces together) and characters the KV config holds
+    kv_config_max_namespaces: int = 1024
+    kv_config_max_keys: int = 100_000
+    kv_config_max_chars: int = 64 * 1024 * 1024
+    # routes carry their topic's ORDER_TOPIC_CONFIG KV value as orderTopicConf
+    order_message_enable: bool = False
     # connections (protocol/trio/limits.py), as the broker's keys
     server_channel_max_idle_time_seconds: int = 120
     frame_read_timeout_seconds: int = 30
@@ -37,7 +46,16 @@ class NamesrvConfig(PropertiesConfig):
     def connection_limits(self) -> ConnectionLimits:
         return limits_of(self)
 
+    def kv_limits(self) -> KVLimits:
+        return KVLimits(max_namespaces=self.kv_config_max_namespaces,
+                        max_keys_per_namespace=self.kv_config_max_keys,
+                        max_keys=self.kv_config_max_keys,
+                        max_total_chars=self.kv_config_max_chars)
+
     def validate(self) -> None:
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")
+        for key in ("kv_config_max_namespaces", "kv_config_max_keys", "kv_config_max_chars"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"{key_of(key)} must not be negative")

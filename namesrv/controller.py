@@ -13,6 +13,7 @@ import structlog
 import trio
 
 from namesrv.config import NamesrvConfig
+from namesrv.kv_config import KVConfigManager
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
 from protocol.trio.connection import RemotingConnection
@@ -30,10 +31,14 @@ class NamesrvController:
             channel_expired_s=config.broker_channel_expired_time / 1000, deferred_removal=True)
         self._removal_wake = trio.Event()
         self.routes.on_pending_removal = lambda: self._removal_wake.set()
+        self.kv = KVConfigManager(config.kv_config_path or None, config.kv_limits())
         self.processor = NamesrvProcessor(self.routes, trio.current_time, config.max_queue_nums,
                                           config.max_register_body_size,
                                           pause=trio.lowlevel.checkpoint,
-                                          chunk=config.register_apply_chunk)
+                                          chunk=config.register_apply_chunk, kv=self.kv,
+                                          order_message_enable=config.order_message_enable)
+        self._kv_wake = trio.Event()
+        self.processor.on_kv_change = lambda: self._kv_wake.set()
         self.server = RemotingServer(
             self.processor.handler_table(),
             config.listen_ip,
@@ -45,6 +50,7 @@ class NamesrvController:
         self.server.on_connection_closed(self._on_connection_closed)
         self._stop = trio.Event()
         self._scan_guard = Guard(log, "scan not active broker")
+        self._kv_guard = Guard(log, "persist KV config")
 
     @property
     def port(self) -> int:
@@ -55,6 +61,7 @@ class NamesrvController:
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled. Reports the bound port once listening."""
+        await trio.to_thread.run_sync(self.kv.load)
         async with trio.open_nursery() as nursery:
             port = await nursery.start(self.server.serve)
             # What start-up loaded (modules, classes, the tables' code) lives as long as
@@ -64,10 +71,15 @@ class NamesrvController:
             gc.freeze()
             nursery.start_soon(self.scan_loop)
             nursery.start_soon(self.removal_loop)
+            if self.kv.path is not None:
+                nursery.start_soon(self.kv_persist_loop)
             log.info("name server started", port=port)
             task_status.started(port)
             await self._stop.wait()
             nursery.cancel_scope.cancel()
+        if self.kv.dirty and self.kv.path is not None:
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await self._kv_guard.run(self._write_kv, path=str(self.kv.path))
 
     def request_shutdown(self) -> None:
         self._stop.set()
@@ -90,6 +102,26 @@ class NamesrvController:
                 await self._removal_wake.wait()
                 continue
             await guard.run(self._remove_pending)
+
+    async def kv_persist_loop(self) -> None:
+        """Write the KV config's file after changes (RocketMQ's persist on every
+        change): every change made while a write runs goes in the next one."""
+        while True:
+            self._kv_wake = trio.Event()
+            if not self.kv.dirty:
+                await self._kv_wake.wait()
+                continue
+            await self._kv_guard.run(self._write_kv, path=str(self.kv.path))
+
+    async def _write_kv(self) -> None:
+        data = self.kv.take_snapshot()
+        if data is None:
+            return
+        try:
+            await trio.to_thread.run_sync(self.kv.write, data)
+        except BaseException:
+            self.kv.dirty = True  # not on disk: written again next time
+            raise
 
     async def _remove_pending(self) -> None:
         for _ in self.routes.removal_steps():

@@ -27,6 +27,7 @@ from typing import Any
 
 import structlog
 
+from namesrv.kv_config import KVConfigManager, kv_table_body
 from namesrv.route_info import (
     DEFAULT_CHUNK,
     Registration,
@@ -39,8 +40,13 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, default_codec
 from protocol.errors import ProtocolError, RemoteProtocolError
 from protocol.headers import (
+    DeleteKVConfigRequestHeader,
     DeleteTopicRequestHeader,
+    GetKVConfigRequestHeader,
+    GetKVConfigResponseHeader,
+    GetKVListByNamespaceRequestHeader,
     GetRouteInfoRequestHeader,
+    PutKVConfigRequestHeader,
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
     UnRegisterBrokerRequestHeader,
@@ -54,6 +60,9 @@ from protocol.trio.errors import RemotingError
 from protocol.trio.service import RepeatedErrors
 
 log = structlog.get_logger("namesrv.processor")
+
+# The KV namespace of ordered topics' queue layouts ("brokerName:queues;...").
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
 # Plain bodies up to this many bytes (~100 topics) are applied inline; larger or
 # compressed ones (a small one may inflate 1000-fold) in steps.
@@ -191,8 +200,15 @@ class NamesrvProcessor:
                  max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS,
                  max_register_body_size: int = 64 * 1024 * 1024, *,
                  pause: Callable[[], Awaitable[None]] | None = None,
-                 chunk: int = DEFAULT_CHUNK) -> None:
+                 chunk: int = DEFAULT_CHUNK, kv: KVConfigManager | None = None,
+                 order_message_enable: bool = False) -> None:
         self.routes = routes
+        self.kv = kv if kv is not None else KVConfigManager()
+        # called after every KV config change (the controller persists the table)
+        self.on_kv_change: Callable[[], None] = lambda: None
+        # routes carry orderTopicConf from the ORDER_TOPIC_CONFIG namespace (RocketMQ's
+        # orderMessageEnable)
+        self.order_message_enable = order_message_enable
         self.clock = clock
         self.max_queue_nums = max_queue_nums
         self.max_register_body_size = max_register_body_size
@@ -212,6 +228,10 @@ class NamesrvProcessor:
         table.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topic_list)
         table.register(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm)
         table.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
+        table.register(RequestCode.PUT_KV_CONFIG, self.put_kv_config)
+        table.register(RequestCode.GET_KV_CONFIG, self.get_kv_config)
+        table.register(RequestCode.DELETE_KV_CONFIG, self.delete_kv_config)
+        table.register(RequestCode.GET_KVLIST_BY_NAMESPACE, self.get_kv_list_by_namespace)
         return table
 
     # ---- registration ------------------------------------------------------------
@@ -369,6 +389,8 @@ class NamesrvProcessor:
             return cmd.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}"
             )
+        if self.order_message_enable:
+            route.order_topic_conf = self.kv.get(ORDER_TOPIC_CONFIG, h.topic)
         return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(route.to_dict()))
 
     def get_cluster_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -388,3 +410,45 @@ class NamesrvProcessor:
         h = DeleteTopicRequestHeader.from_fields(cmd.ext_fields)
         self.routes.delete_topic(h.topic)
         return cmd.response(ResponseCode.SUCCESS)
+
+    # ---- KV config (RocketMQ's KVConfigManager) ----------------------------------
+
+    def put_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = PutKVConfigRequestHeader.from_fields(cmd.ext_fields)
+        try:
+            self.kv.put(h.namespace, h.key, h.value)
+        except ValueError as exc:
+            self._note("PUT_KV_CONFIG refused", ("kv", str(exc)[:64]),
+                       namespace=shown(h.namespace), kv_key=shown(h.key),
+                       peer=getattr(conn, "remote_addr", "?"), reason=str(exc))
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"PUT_KV_CONFIG refused: {exc}")
+        self._note("KV config item put", ("kv put", h.namespace), level="info",
+                   namespace=shown(h.namespace), kv_key=shown(h.key))
+        self.on_kv_change()
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def get_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = GetKVConfigRequestHeader.from_fields(cmd.ext_fields)
+        value = self.kv.get(h.namespace, h.key)
+        if value is None:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND,
+                                f"No config item, Namespace: {h.namespace} Key: {h.key}")
+        return cmd.response(ResponseCode.SUCCESS,
+                            ext_fields=GetKVConfigResponseHeader(value).to_fields())
+
+    def delete_kv_config(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = DeleteKVConfigRequestHeader.from_fields(cmd.ext_fields)
+        if self.kv.delete(h.namespace, h.key):
+            self._note("KV config item deleted", ("kv delete", h.namespace), level="info",
+                       namespace=shown(h.namespace), kv_key=shown(h.key))
+            self.on_kv_change()
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def get_kv_list_by_namespace(self, conn: RemotingConnection, cmd: RemotingCommand
+                                 ) -> RemotingCommand:
+        h = GetKVListByNamespaceRequestHeader.from_fields(cmd.ext_fields)
+        entries = self.kv.namespace(h.namespace)
+        if entries is None:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND,
+                                f"No config item, Namespace: {h.namespace}")
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(kv_table_body(entries)))

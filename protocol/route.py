@@ -178,19 +178,27 @@ class TopicRouteData:
     filter_server_table: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "orderTopicConf": self.order_topic_conf,
-            "queueDatas": [q.to_dict() for q in self.queue_datas],
-            "brokerDatas": [b.to_dict() for b in self.broker_datas],
-            "filterServerTable": self.filter_server_table,
-        }
+        """As RocketMQ's TopicRouteData in JSON: ``brokerAddrs`` keys are broker
+        ids (strings in JSON, numbers in msgpack; ``from_dict`` reads both);
+        ``orderTopicConf`` only when there is one (fastjson leaves nulls out)."""
+        out: dict[str, Any] = {}
+        if self.order_topic_conf is not None:
+            out["orderTopicConf"] = self.order_topic_conf
+        out["queueDatas"] = [q.to_dict() for q in self.queue_datas]
+        out["brokerDatas"] = [b.to_dict() for b in self.broker_datas]
+        out["filterServerTable"] = self.filter_server_table
+        return out
 
     @classmethod
     def from_dict(cls, d: Any) -> TopicRouteData:
+        queue_datas = [QueueData.from_dict(q) for q in _get(d, "queueDatas", list, [])]
+        conf = d.get("orderTopicConf")
+        if conf is not None and not isinstance(conf, str):
+            raise RemoteProtocolError("field 'orderTopicConf': expected str")
         return cls(
-            queue_datas=[QueueData.from_dict(q) for q in _get(d, "queueDatas", list, [])],
+            queue_datas=queue_datas,
             broker_datas=[BrokerData.from_dict(b) for b in _get(d, "brokerDatas", list, [])],
-            order_topic_conf=d.get("orderTopicConf"),
+            order_topic_conf=conf or None,
             filter_server_table=_get(d, "filterServerTable", dict, {}),
         )
 
