@@ -1,0 +1,191 @@
+"""The official RocketMQ C++ client (PyPI ``rocketmq``, librocketmq bundled) in a
+process of its own, driven through JSON lines, for the wire-compatibility tests
+(``tests/integration/official_client.py`` starts it). A crash of the C library
+ends this process only, and its threads never outlive it.
+
+    python -m tests.integration.official_client_proc produce -n NAMESRV -g GROUP
+        Reads one JSON request a line from stdin and answers each with one JSON
+        line on stdout:
+            {"op": "sync"|"oneway", "message": M}
+            {"op": "orderly", "message": M, "arg": N}      (queue = N % queues)
+            {"op": "batch", "messages": [M, ...]}
+        with M = {"topic", "body", "tags"?, "keys"?, "props"?: {k: v}}; the answer
+        {"i": <request number>, "status": "OK", "msg_id": ..., "offset": ...},
+        {"i": ..., "status": "SENT"} (oneway) or {"i": ..., "error": "..."}.
+        EOF on stdin: the producer shuts down and {"event": "stopped"} is printed.
+
+    python -m tests.integration.official_client_proc consume -n NAMESRV -g GROUP -t TOPIC
+            [-e EXPRESSION] [-i INSTANCE] [-p PROPERTY]...
+        A push consumer (clustering). Prints {"event": "started"} once started,
+        then one line per message: {"topic", "tags", "keys", "body", "id",
+        "queue_id", "queue_offset", "reconsume_times", "props": {PROPERTY: value}}.
+        EOF or "stop" on stdin: shuts down (offsets persisted), prints
+        {"event": "stopped"}.
+
+Every command exits after ``--timeout`` seconds (default 120) whatever happens,
+printing {"event": "timeout"}. The process ends with ``os._exit`` after its
+client is shut down, so no destructor of the C library runs at interpreter exit.
+Set HOME for the child: the C++ client logs under ``$HOME/logs/rocketmq-cpp/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+from typing import Any
+
+_out_lock = threading.Lock()
+
+
+def emit(obj: dict[str, Any]) -> None:
+    line = json.dumps(obj, ensure_ascii=False)
+    with _out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def _text(v: bytes | str | None) -> str | None:
+    if v is None:
+        return None
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else v
+
+
+def _exit(code: int = 0) -> None:
+    with _out_lock:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def _watchdog(timeout: float) -> None:
+    def fire() -> None:
+        emit({"event": "timeout", "after": timeout})
+        _exit(3)
+
+    t = threading.Timer(timeout, fire)
+    t.daemon = True
+    t.start()
+
+
+def make_message(spec: dict[str, Any]) -> Any:
+    from rocketmq.client import Message
+
+    msg = Message(spec["topic"])
+    if spec.get("tags"):
+        msg.set_tags(spec["tags"])
+    if spec.get("keys"):
+        msg.set_keys(spec["keys"])
+    for k, v in (spec.get("props") or {}).items():
+        msg.set_property(k, v)
+    msg.set_body(spec.get("body", ""))
+    return msg
+
+
+def _producer(namesrv: str, group: str, timeout_ms: int = 10_000) -> Any:
+    from rocketmq.client import Producer
+
+    p = Producer(group, timeout=timeout_ms)
+    p.set_namesrv_addr(namesrv)
+    p.start()
+    return p
+
+
+def _result(i: int, r: Any) -> dict[str, Any]:
+    return {"i": i, "status": r.status.name, "msg_id": r.msg_id, "offset": r.offset}
+
+
+def cmd_produce(args: argparse.Namespace) -> None:
+    p = _producer(args.namesrv, args.group)
+    emit({"event": "started"})
+    for i, line in enumerate(sys.stdin):
+        line = line.strip()
+        if not line:
+            continue
+        req = json.loads(line)
+        op = req["op"]
+        try:
+            if op == "sync":
+                emit(_result(i, p.send_sync(make_message(req["message"]))))
+            elif op == "oneway":
+                p.send_oneway(make_message(req["message"]))
+                emit({"i": i, "status": "SENT"})
+            elif op == "orderly":
+                emit(_result(i, p.send_orderly(make_message(req["message"]), int(req["arg"]))))
+            elif op == "batch":
+                emit(_result(i, p.send_batch([make_message(m) for m in req["messages"]])))
+            else:
+                emit({"i": i, "error": f"unknown op {op!r}"})
+        except Exception as e:  # the wrapper's exceptions carry the C++ client's message
+            emit({"i": i, "error": f"{type(e).__name__}: {e}"})
+    p.shutdown()
+    emit({"event": "stopped"})
+    _exit(0)
+
+
+def _push_consumer(namesrv: str, group: str, instance: str | None) -> Any:
+    from rocketmq.client import PushConsumer
+
+    c = PushConsumer(group)
+    c.set_namesrv_addr(namesrv)
+    if instance:
+        c.set_instance_name(instance)
+    return c
+
+
+def _wait_for_stop() -> None:
+    for line in sys.stdin:
+        if line.strip() == "stop":
+            break
+
+
+def cmd_consume(args: argparse.Namespace) -> None:
+    c = _push_consumer(args.namesrv, args.group, args.instance)
+    props: list[str] = args.prop or []
+
+    def on_message(msg: Any) -> None:
+        emit({
+            "topic": _text(msg.topic), "tags": _text(msg.tags), "keys": _text(msg.keys),
+            "body": _text(msg.body), "id": _text(msg.id), "queue_id": msg.queue_id,
+            "queue_offset": msg.queue_offset, "reconsume_times": msg.reconsume_times,
+            "props": {k: _text(msg.get_property(k)) for k in props},
+        })
+
+    c.subscribe(args.topic, on_message, args.expression)
+    c.start()
+    emit({"event": "started"})
+    _wait_for_stop()
+    c.shutdown()
+    emit({"event": "stopped"})
+    _exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="official_client_proc")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def common(name: str) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name)
+        sp.add_argument("-n", "--namesrv", required=True)
+        sp.add_argument("--timeout", type=float, default=120.0)
+        return sp
+
+    sp = common("produce")
+    sp.add_argument("-g", "--group", default="PID-official")
+    sp.set_defaults(fn=cmd_produce)
+    sp = common("consume")
+    sp.add_argument("-g", "--group", required=True)
+    sp.add_argument("-t", "--topic", required=True)
+    sp.add_argument("-e", "--expression", default="*")
+    sp.add_argument("-i", "--instance", default=None)
+    sp.add_argument("-p", "--prop", action="append")
+    sp.set_defaults(fn=cmd_consume)
+    args = ap.parse_args(argv)
+    _watchdog(args.timeout)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()
