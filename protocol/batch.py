@@ -20,18 +20,24 @@ _FIXED = struct.Struct(">iiiii")
 _PROPS_LEN = struct.Struct(">h")
 ENTRY_OVERHEAD = _FIXED.size + _PROPS_LEN.size
 MAX_PROPERTIES = 32767
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 def encode_batch(items: Iterable[tuple[int, bytes, str]]) -> bytes:
     """The body of (flag, body, properties) messages. ValueError when
-    properties are longer than 32,767 bytes."""
+    properties are longer than 32,767 bytes, a flag is no 32-bit integer or an
+    entry would pass 2 GiB."""
     parts: list[bytes] = []
     pack, pack_props = _FIXED.pack, _PROPS_LEN.pack
     for flag, body, properties in items:
         props = properties.encode()
         if len(props) > MAX_PROPERTIES:
             raise ValueError(f"properties of {len(props)} bytes exceed {MAX_PROPERTIES}")
+        if not _INT32_MIN <= flag <= _INT32_MAX:
+            raise ValueError(f"flag {flag} is not a 32-bit integer")
         size = ENTRY_OVERHEAD + len(body) + len(props)
+        if size > _INT32_MAX:
+            raise ValueError(f"batch entry of {size} bytes exceeds {_INT32_MAX}")
         parts += [pack(size, 0, 0, flag, len(body)), body, pack_props(len(props)), props]
     return b"".join(parts)
 

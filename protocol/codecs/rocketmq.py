@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import struct
 from typing import Any
 
@@ -45,6 +46,12 @@ _BIN_FIXED = struct.Struct(">hbhii")
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+_INT16_MIN, _INT16_MAX = -(2**15), 2**15 - 1
+# an integer header value sent as text: ASCII digits, an optional sign (what
+# Java's Integer.parseInt takes), nothing Python's int() takes beyond that ("1_0")
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
+# a JSON escape of a UTF-16 surrogate: the header may hold a lone one, which is no text
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
@@ -73,11 +80,8 @@ def _header_int(value: Any, name: str, default: int | None = None) -> int:
         return default
     if type(value) is int:
         number = value
-    elif isinstance(value, str):
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise RemoteProtocolError(f"header {name!r} must be an integer") from None
+    elif isinstance(value, str) and _INT_TEXT.fullmatch(value.strip()):
+        number = int(value.strip())
     else:
         raise RemoteProtocolError(f"header {name!r} must be an integer")
     if not _INT32_MIN <= number <= _INT32_MAX:
@@ -113,8 +117,9 @@ class _Header:
 
 
 def _json_header(raw: bytes) -> _Header:
+    text = _utf8(raw, "JSON header")
     try:
-        obj = json.loads(raw)
+        obj = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise RemoteProtocolError(f"undecodable JSON header: {exc}") from exc
     if not isinstance(obj, dict):
@@ -123,7 +128,7 @@ def _json_header(raw: bytes) -> _Header:
     if remark is not None and not isinstance(remark, str):
         raise RemoteProtocolError("header 'remark' must be a string")
     language = obj.get("language")
-    return _Header(
+    h = _Header(
         code=_header_int(obj.get("code"), "code"),
         language=language if isinstance(language, str) else "OTHER",
         version=_header_int(obj.get("version"), "version", 0),
@@ -132,6 +137,25 @@ def _json_header(raw: bytes) -> _Header:
         remark=remark,
         ext=_request_fields(obj.get("extFields")),
     )
+    if _SURROGATE_ESCAPE.search(text):
+        _check_text(h)
+    return h
+
+
+def _check_text(h: _Header) -> None:
+    """RemoteProtocolError when a string of ``h`` holds a lone surrogate (a JSON
+    escape such as \\ud800 with no pair): it is no Unicode text and could not
+    be written back."""
+    strings = [("remark", h.remark), ("language", h.language)]
+    for key, value in h.ext.items():
+        strings += [("extFields key", key), (f"extFields value of {key[:64]!r}", value)]
+    for what, value in strings:
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise RemoteProtocolError(
+                    f"{ascii(what)[1:-1]} holds a lone UTF-16 surrogate, not Unicode text") from None
 
 
 def _utf8(raw: bytes, what: str) -> str:
@@ -141,37 +165,59 @@ def _utf8(raw: bytes, what: str) -> str:
         raise RemoteProtocolError(f"{what} is not UTF-8") from exc
 
 
+# The fixed part of a binary header, field by field: (name, size).
+_BIN_FIELDS = (("code", 2), ("language", 1), ("version", 2), ("opaque", 4), ("flag", 4),
+               ("remark length", 4))
+
+
 def _binary_header(raw: bytes) -> _Header:
     end = len(raw)
-    if end < _BIN_FIXED.size + 8:
-        raise RemoteProtocolError(f"binary header of {end} bytes is shorter than its fixed part")
+    if end < _BIN_FIXED.size + 4:
+        at = 0
+        for field_name, size in _BIN_FIELDS:  # noqa: B007 - the first that does not fit
+            if end < at + size:
+                break
+            at += size
+        raise RemoteProtocolError(
+            f"binary header of {end} bytes is truncated in its {field_name} (byte {at})")
     code, language, version, opaque, flag = _BIN_FIXED.unpack_from(raw)
     pos = _BIN_FIXED.size
     (remark_len,) = _I32.unpack_from(raw, pos)
     pos += 4
-    if remark_len < 0 or pos + remark_len + 4 > end:
-        raise RemoteProtocolError(f"remark length {remark_len} runs past the header")
+    if remark_len < 0 or pos + remark_len > end:
+        raise RemoteProtocolError(
+            f"remark length {remark_len} runs past the header ({end - pos} bytes left)")
     remark = _utf8(raw[pos:pos + remark_len], "remark") if remark_len else None
     pos += remark_len
+    if pos + 4 > end:
+        raise RemoteProtocolError(
+            f"binary header of {end} bytes is truncated in its extFields length (byte {pos})")
     (ext_len,) = _I32.unpack_from(raw, pos)
     pos += 4
     if ext_len < 0 or pos + ext_len != end:
         raise RemoteProtocolError(
-            f"extFields length {ext_len} does not match the {end - pos} bytes left")
+            f"extFields length {ext_len} does not match the {end - pos} bytes left in the header")
     ext: dict[str, Any] = {}
     while pos < end:
         if pos + 2 > end:
-            raise RemoteProtocolError("extFields entry truncated in its key length")
+            raise RemoteProtocolError(
+                f"extFields entry {len(ext)} is truncated in its key length (byte {pos})")
         (key_len,) = _I16.unpack_from(raw, pos)
         pos += 2
-        if key_len < 0 or pos + key_len + 4 > end:
-            raise RemoteProtocolError(f"extFields key length {key_len} runs past the header")
+        if key_len < 0 or pos + key_len > end:
+            raise RemoteProtocolError(
+                f"extFields key length {key_len} runs past the header ({end - pos} bytes left)")
         key = _utf8(raw[pos:pos + key_len], "extFields key")
         pos += key_len
+        if pos + 4 > end:
+            raise RemoteProtocolError(
+                f"extFields entry {key[:64]!r} is truncated in its value length (byte {pos})")
         (value_len,) = _I32.unpack_from(raw, pos)
         pos += 4
         if value_len < 0 or pos + value_len > end:
-            raise RemoteProtocolError(f"extFields value length {value_len} runs past the header")
+            raise RemoteProtocolError(
+                f"extFields value length {value_len} of {key[:64]!r} runs past the header "
+                f"({end - pos} bytes left)")
         ext[key] = _utf8(raw[pos:pos + value_len], f"extFields value of {key[:64]!r}")
         pos += value_len
     name = LANGUAGES[language] if 0 <= language < len(LANGUAGES) else "OTHER"
@@ -251,8 +297,13 @@ class RocketMQCodec:
     # ---- commands ------------------------------------------------------------
 
     def encode(self, cmd: RemotingCommand) -> bytes:
+        binary = self.serialize_type == BINARY_TYPE
+        lo, hi = (_INT16_MIN, _INT16_MAX) if binary else (_INT32_MIN, _INT32_MAX)
+        if not (lo <= cmd.code <= hi and lo <= cmd.version <= hi
+                and _INT32_MIN <= cmd.opaque <= _INT32_MAX and _INT32_MIN <= cmd.flag <= _INT32_MAX):
+            self._out_of_range(cmd, lo, hi)
         ext = _text_fields(cmd.ext_fields)
-        if self.serialize_type == JSON_TYPE:
+        if not binary:
             header = self._json(cmd, ext)
         else:
             header = self._binary(cmd, ext)
@@ -261,6 +312,16 @@ class RocketMQCodec:
         word = _WORD.pack((self.serialize_type << 24) | len(header))
         body = cmd.body
         return word + header + body if body else word + header
+
+    def _out_of_range(self, cmd: RemotingCommand, lo: int, hi: int) -> None:
+        """LocalProtocolError naming the field of ``cmd`` this header cannot hold."""
+        for name, value, low, high in (("code", cmd.code, lo, hi),
+                                       ("version", cmd.version, lo, hi),
+                                       ("opaque", cmd.opaque, _INT32_MIN, _INT32_MAX),
+                                       ("flag", cmd.flag, _INT32_MIN, _INT32_MAX)):
+            if not low <= value <= high:
+                raise LocalProtocolError(
+                    f"{self.name} header {name} {value!r} is not an integer in {low}..{high}")
 
     @staticmethod
     def _json(cmd: RemotingCommand, ext: dict[str, str]) -> bytes:
@@ -286,6 +347,9 @@ class RocketMQCodec:
         entries = []
         for key, value in ext.items():
             k, v = key.encode(), value.encode()
+            if len(k) > _INT16_MAX:
+                raise LocalProtocolError(
+                    f"header field name of {len(k)} bytes exceeds {_INT16_MAX}")
             entries += [_I16.pack(len(k)), k, _I32.pack(len(v)), v]
         fields = b"".join(entries)
         parts += [_I32.pack(len(fields)), fields]
@@ -304,7 +368,8 @@ class RocketMQCodec:
         try:
             stype, raw, _ = _split(payload)
             if stype == JSON_TYPE:
-                obj = json.loads(raw)
+                # a string that is not UTF-8 does not hide the code and opaque
+                obj = json.loads(raw.decode("utf-8", "replace"))
                 if not isinstance(obj, dict):
                     return None
                 code = _header_int(obj.get("code"), "code")
