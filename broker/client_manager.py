@@ -35,6 +35,29 @@ class ConsumerGroupInfo:
     def client_ids(self) -> list[str]:
         return sorted(self.clients)
 
+    def update_subscriptions(self, subs: list[Any]) -> None:
+        """A heart-beat's subscriptions (RocketMQ's updateSubscription): a new
+        topic is added, a known one replaced unless the heart-beat's
+        ``subVersion`` is older than the one held, a topic the heart-beat no
+        longer names is dropped (pulls without their own subscription use
+        these: broker/pull_processor.py)."""
+        seen = set()
+        for sub in subs:
+            if not isinstance(sub, dict) or not isinstance(sub.get("topic"), str):
+                continue
+            topic = sub["topic"]
+            seen.add(topic)
+            old = self.subscriptions.get(topic)
+            if old is None or _sub_version(sub) >= _sub_version(old):
+                self.subscriptions[topic] = sub
+        for topic in [t for t in self.subscriptions if t not in seen]:
+            del self.subscriptions[topic]
+
+
+def _sub_version(sub: dict[str, Any]) -> int:
+    version = sub.get("subVersion", 0)
+    return version if type(version) is int else 0
+
 
 class ClientGroups:
     """Group -> members, for consumers (with subscriptions) or producers."""
@@ -51,9 +74,7 @@ class ClientGroups:
             g.consume_type = str(info.get("consumeType", g.consume_type))
             g.message_model = str(info.get("messageModel", g.message_model))
             g.consume_from_where = str(info.get("consumeFromWhere", g.consume_from_where))
-            for sub in info.get("subscriptionDataSet") or []:
-                if isinstance(sub, dict) and isinstance(sub.get("topic"), str):
-                    g.subscriptions[sub["topic"]] = sub
+            g.update_subscriptions(info.get("subscriptionDataSet") or [])
         old = g.clients.get(client_id)
         g.clients[client_id] = ClientChannelInfo(client_id, conn, now)
         if old is None:

@@ -28,16 +28,23 @@ from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.filter import parse_sub_expression, tag_codes
 from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from protocol.names import shown
 from protocol.route import MASTER_ID, is_readable
 from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
 
-# sysFlag bits of a pull request, as RocketMQ's PullSysFlag.
+# sysFlag bits of a pull request, as RocketMQ's PullSysFlag. Without
+# FLAG_SUBSCRIPTION the request's subscription is not used: the broker takes the
+# one the group's consumers registered with their heart-beats (a Java push
+# consumer sends none by default). Class filters and lite pulls change nothing
+# here; unknown bits are ignored.
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
+FLAG_CLASS_FILTER = 0x8
+FLAG_LITE_PULL = 0x10
 
 GET_STATUS_TO_CODE: dict[GetMessageStatus, int] = {
     GetMessageStatus.FOUND: ResponseCode.SUCCESS,
@@ -119,6 +126,42 @@ class PullMessageProcessor:
             codes.extend(tag for _, _, tag in entries)
         return codes
 
+    def subscription_codes(
+        self, cmd: RemotingCommand, h: PullMessageRequestHeader, group_cfg: SubscriptionGroupConfig,
+    ) -> tuple[RemotingCommand | None, set[int] | None]:
+        """(refusal, None) or (None, the tag hashes to match; None = all): from
+        the request's subscription with FLAG_SUBSCRIPTION, else from the
+        group's heart-beats (RocketMQ's PullMessageProcessor)."""
+        if h.sys_flag & FLAG_SUBSCRIPTION:
+            expression, expression_type = h.subscription, h.expression_type
+        else:
+            info = self.controller.consumer_manager.groups.get(h.consumer_group)
+            if info is None:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                    "the consumer's group info not exist"), None
+            if info.message_model == "BROADCASTING" and not group_cfg.consume_broadcast_enable:
+                return cmd.response(ResponseCode.NO_PERMISSION,
+                                    f"the consumer group[{h.consumer_group}] can not consume "
+                                    "by broadcast way"), None
+            sub = info.subscriptions.get(h.topic)
+            if sub is None:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                                    "the consumer's subscription not exist"), None
+            if sub.get("subVersion", 0) < h.sub_version:
+                return cmd.response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                                    "the consumer's subscription not latest"), None
+            expression = sub.get("subString", "*")
+            expression_type = sub.get("expressionType", "TAG")
+        if expression_type not in ("", "TAG"):
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                "The broker does not support consumer to filter message by "
+                                f"{shown(expression_type)}"), None
+        try:
+            tags = parse_sub_expression(expression)
+        except ValueError as exc:
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)), None
+        return None, tag_codes(tags)
+
     def process(
         self, conn: RemotingConnection, cmd: RemotingCommand, allow_suspend: bool
     ) -> RemotingCommand | None:
@@ -146,11 +189,9 @@ class PullMessageProcessor:
                                 f"{cfg.read_queue_nums} read queues")
         if h.max_msg_nums <= 0:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "maxMsgNums must be positive")
-        try:
-            tags = parse_sub_expression(h.subscription)
-        except ValueError as exc:
-            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
-        codes = tag_codes(tags)
+        refused, codes = self.subscription_codes(cmd, h, group_cfg)
+        if refused is not None:
+            return refused
         store = self.controller.message_store
         result = store.get_message(
             h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes

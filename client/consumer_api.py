@@ -128,7 +128,9 @@ class ConsumerAPI:
             queue_id=mq.queue_id,
             queue_offset=offset,
             max_msg_nums=max_nums,
-            sys_flag=sys_flag,
+            # the broker filters by this subscription only with the flag (else it takes the
+            # group's heart-beat subscription, which a pull consumer may not have sent)
+            sys_flag=sys_flag | PULL_FLAG_SUBSCRIPTION,
             commit_offset=commit_offset,
             suspend_timeout_millis=suspend_timeout_millis,
             subscription=sub.sub_string,

@@ -13,6 +13,7 @@ import trio
 
 from broker.config import BrokerConfig, BrokerRole
 from broker.controller import BrokerController
+from broker.pull_processor import FLAG_SUBSCRIPTION
 from broker.schedule_service import ScheduleMessageService
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
@@ -92,7 +93,7 @@ def test_slave_refuses_sends(slave: BrokerController) -> None:
 
 def test_slave_serves_reads(slave: BrokerController) -> None:
     pull = PullMessageRequestHeader(consumer_group="g", topic="T", queue_id=0, queue_offset=0,
-                                    max_msg_nums=32).to_fields()
+                                    max_msg_nums=32, sys_flag=FLAG_SUBSCRIPTION).to_fields()
     r = call(slave, RequestCode.PULL_MESSAGE, pull)
     assert r.code == ResponseCode.SUCCESS and r.body
     r = call(slave, RequestCode.GET_MAX_OFFSET,

@@ -13,7 +13,12 @@ import pytest
 
 from broker.config import BrokerConfig, BrokerRole
 from broker.controller import BrokerController
-from broker.pull_processor import FLAG_COMMIT_OFFSET, slave_outcome, suggest_which_broker_id
+from broker.pull_processor import (
+    FLAG_COMMIT_OFFSET,
+    FLAG_SUBSCRIPTION,
+    slave_outcome,
+    suggest_which_broker_id,
+)
 from broker.store import GetMessageStatus
 from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.codes import RequestCode, ResponseCode
@@ -140,6 +145,8 @@ def pull(c: BrokerController, offset: int, max_nums: int = 1, **fields: Any
          ) -> tuple[RemotingCommand, PullMessageResponseHeader]:
     handler, _ = c._handler_table().lookup(RequestCode.PULL_MESSAGE)
     assert handler is not None
+    # the request's own subscription ("*"): no consumer heart-beats in these tests
+    fields["sys_flag"] = fields.get("sys_flag", 0) | FLAG_SUBSCRIPTION
     h = PullMessageRequestHeader(consumer_group=GROUP, topic="T", queue_id=0,
                                  queue_offset=offset, max_msg_nums=max_nums, **fields)
     r = handler(FakeConn(), RemotingCommand.request(  # type: ignore[arg-type]

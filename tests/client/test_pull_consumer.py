@@ -7,6 +7,7 @@ import zlib
 import pytest
 
 from client import MessageQueue, MQBrokerError, MQClientError, PullConsumer, PullStatus
+from client.consumer_api import PULL_FLAG_SUBSCRIPTION
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.hashing import java_string_hash
@@ -61,7 +62,8 @@ async def test_pull_found_decodes_records(cluster: FakeCluster) -> None:
     h = req.ext_fields
     assert h["consumerGroup"] == GROUP
     assert (h["topic"], h["queueId"], h["queueOffset"], h["maxMsgNums"]) == (TOPIC, 1, 0, 3)
-    assert h["sysFlag"] == 0 and h["suspendTimeoutMillis"] == 0
+    # the subscription flag: the broker filters by the request's expression
+    assert h["sysFlag"] == PULL_FLAG_SUBSCRIPTION and h["suspendTimeoutMillis"] == 0
     assert h["subscription"] == "*" and h["expressionType"] == "TAG"
 
 

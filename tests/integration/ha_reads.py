@@ -10,6 +10,7 @@ from pathlib import Path
 
 import trio
 
+from broker.pull_processor import FLAG_SUBSCRIPTION
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import (
@@ -79,7 +80,7 @@ async def max_offsets(rc: RemotingClient, addr: str, topic: str, queues: int) ->
 
 async def topic_readable(rc: RemotingClient, addr: str, topic: str) -> bool:
     """The broker at ``addr`` knows ``topic`` (a slave: copied from its master)."""
-    h = PullMessageRequestHeader(READER_GROUP, topic, 0, 0, 1)
+    h = PullMessageRequestHeader(READER_GROUP, topic, 0, 0, 1, sys_flag=FLAG_SUBSCRIPTION)
     r = await rc.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE,
                                                       h.to_fields()), 5)
     return r.code != ResponseCode.TOPIC_NOT_EXIST
@@ -93,7 +94,8 @@ async def drain_queue(rc: RemotingClient, addr: str, topic: str, queue_id: int, 
     offset = 0
     with trio.fail_after(timeout):
         while offset < end:
-            h = PullMessageRequestHeader(READER_GROUP, topic, queue_id, offset, batch)
+            h = PullMessageRequestHeader(READER_GROUP, topic, queue_id, offset, batch,
+                                         sys_flag=FLAG_SUBSCRIPTION)
             r = await rc.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE,
                                                               h.to_fields()), 5)
             if r.code == ResponseCode.SUCCESS:

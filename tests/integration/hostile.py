@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from broker.pull_processor import FLAG_SUBSCRIPTION
 from client import Message, Producer, SendStatus
 from client.admin import MQAdmin
 from protocol.body import pack_body, unpack_body
@@ -151,7 +152,8 @@ async def pull_all(addr: str, topic: str, queue_id: int = 0) -> list[MessageExt]
     async with RemotingClient() as rc:
         for _ in range(1000):
             h = PullMessageRequestHeader(consumer_group=CHECK_GROUP, topic=topic,
-                                         queue_id=queue_id, queue_offset=offset, max_msg_nums=32)
+                                         queue_id=queue_id, queue_offset=offset, max_msg_nums=32,
+                                         sys_flag=FLAG_SUBSCRIPTION)
             r = await rc.invoke(addr, RemotingCommand.request(
                 RequestCode.PULL_MESSAGE, h.to_fields()), TIMEOUT)
             if r.code == ResponseCode.PULL_NOT_FOUND:

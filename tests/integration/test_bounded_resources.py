@@ -8,6 +8,7 @@ import socket
 
 import trio
 
+from broker.pull_processor import FLAG_SUBSCRIPTION
 from client import Message, Producer, SendStatus
 from client.admin import MQAdmin
 from client.bench_attacks import heartbeat_body
@@ -58,7 +59,8 @@ async def test_a_client_that_never_reads_its_pulls(cluster: Cluster) -> None:
     assert broker.proc is not None
     start_rss = rss_bytes(broker.proc.pid)
     assert start_rss is not None
-    pull = PullMessageRequestHeader("bound-reader", TOPIC, 0, 0, 32).to_fields()
+    pull = PullMessageRequestHeader("bound-reader", TOPIC, 0, 0, 32,
+                                    sys_flag=FLAG_SUBSCRIPTION).to_fields()
     request = frame(RequestCode.PULL_MESSAGE, 1, pull)  # 32 x 1 KiB answered, never read
     s = socket.create_connection(("127.0.0.1", broker.port))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)

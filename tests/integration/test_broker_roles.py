@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerConfig
+from broker.pull_processor import FLAG_SUBSCRIPTION
 from broker.store import DefaultMessageStore, PutMessageStatus
 from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
@@ -120,7 +121,8 @@ async def test_slave_refuses_sends_and_serves_reads(cluster: Cluster) -> None:
 
         # pulls, offsets and admin reads are served
         pull = PullMessageRequestHeader(consumer_group="g", topic=TOPIC, queue_id=0,
-                                        queue_offset=0, max_msg_nums=32).to_fields()
+                                        queue_offset=0, max_msg_nums=32,
+                                        sys_flag=FLAG_SUBSCRIPTION).to_fields()
         r = await ask(RequestCode.PULL_MESSAGE, pull)
         assert r.code == ResponseCode.SUCCESS and r.body is not None
         assert [m.body for m in decode_records(r.body, verify_crc=True)] == [b"r0", b"r1", b"r2"]

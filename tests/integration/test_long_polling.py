@@ -33,7 +33,7 @@ TOPIC = "PollTopic"
 
 def pull_cmd(offset: int, suspend_ms: int, expression: str = "*") -> RemotingCommand:
     h = PullMessageRequestHeader(consumer_group="poll", topic=TOPIC, queue_id=0, queue_offset=offset,
-                                 max_msg_nums=32, sys_flag=FLAG_SUSPEND,
+                                 max_msg_nums=32, sys_flag=FLAG_SUSPEND | FLAG_SUBSCRIPTION,
                                  suspend_timeout_millis=suspend_ms, subscription=expression)
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, h.to_fields())
 
