@@ -9,6 +9,7 @@ from protocol.command import RemotingCommand
 from protocol.headers import (
     OffsetResponseHeader,
     QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
     SearchOffsetRequestHeader,
     ViewMessageRequestHeader,
 )
@@ -17,6 +18,13 @@ from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
+
+# A query by message id (RocketMQ's MixAll.UNIQUE_MSG_QUERY_FLAG) and how many
+# records it takes (messageStoreConfig.defaultQueryMaxNum); any query takes at
+# most MAX_QUERY_NUM (maxMsgsNumBatch).
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+DEFAULT_QUERY_MAX_NUM = 32
+MAX_QUERY_NUM = 64
 
 
 class QueryMessageProcessor:
@@ -33,14 +41,32 @@ class QueryMessageProcessor:
         return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())
 
     def query_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """Records indexed under a key (KEYS or UNIQ_KEY), newest first. The
+        response header says how far the index goes (RocketMQ's clients read
+        it on every answer); ``_UNIQUE_KEY_QUERY=true`` (a query by message
+        id) takes up to DEFAULT_QUERY_MAX_NUM records, as RocketMQ."""
         h = QueryMessageRequestHeader.from_fields(cmd.ext_fields)
         store = self.controller.message_store
-        max_num = max(1, min(h.max_num, 64))
+        max_num = h.max_num
+        if str(cmd.ext_fields.get(UNIQUE_MSG_QUERY_FLAG, "")).lower() == "true":
+            max_num = DEFAULT_QUERY_MAX_NUM
+        max_num = max(1, min(max_num, MAX_QUERY_NUM))
         records = store.query_message(h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp)
+        header = self._index_progress().to_fields()
         if not records:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND,
-                                f"no message with key {shown(h.key)} in topic {h.topic}")
-        return cmd.response(ResponseCode.SUCCESS, body=b"".join(records))
+                                "can not find message, maybe time range not correct (key "
+                                f"{shown(h.key)}, topic {h.topic})", ext_fields=header)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=header, body=b"".join(records))
+
+    def _index_progress(self) -> QueryMessageResponseHeader:
+        """The newest index entry's store time and commit-log offset (0, 0
+        without an index)."""
+        index = self.controller.message_store.index_service
+        for f in reversed(index.files if index is not None else []):
+            if f.index_count > 1:
+                return QueryMessageResponseHeader(f.end_timestamp, f.end_phy_offset)
+        return QueryMessageResponseHeader(0, 0)
 
     def view_message_by_id(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = ViewMessageRequestHeader.from_fields(cmd.ext_fields)
