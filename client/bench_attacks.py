@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import trio
 
+from client.consumer_api import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from protocol.body import pack_body, unpack_body
 from protocol.client_data import ConsumerData, HeartbeatData, SubscriptionData
 from protocol.codes import RequestCode, ResponseCode, code_name
@@ -348,9 +349,11 @@ def conns_line(what: str, tried: int, rep: Mapping[str, Any]) -> str:
 
 
 def pull_frames(group: str, topic: str, queue_id: int, end: int, batch: int,
-                sys_flag: int = 0) -> list[bytes]:
+                sys_flag: int = PULL_FLAG_SUBSCRIPTION) -> list[bytes]:
     """Framed PULL_MESSAGE requests for offsets 0, batch, 2*batch, ... below
-    ``end - batch + 1`` (every pull finds ``batch`` messages; at least one)."""
+    ``end - batch + 1`` (every pull finds ``batch`` messages; at least one).
+    They carry their subscription (``*``): a group that never sent a heart-beat
+    has no other."""
     last = max(0, end - batch)
     return [
         encode_frame(RemotingCommand.request(
@@ -1039,7 +1042,6 @@ class HeldPulls(Attack):
                 nursery.start_soon(self._hold, env, self.clients[i // self.per_conn])
 
     async def _hold(self, env: Env, rc: RemotingClient) -> None:
-        from client.consumer_api import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 
         offset = self.start_offset
         first = True

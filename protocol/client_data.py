@@ -14,6 +14,7 @@ from typing import Any
 
 from protocol import names
 from protocol.errors import RemoteProtocolError
+from protocol.headers import wire_int
 
 CLIENT_ID_MAX_LENGTH = 255
 TEXT_MAX_LENGTH = 255
@@ -70,10 +71,10 @@ def _int(d: dict[str, Any], key: str, where: str, default: int, lo: int, hi: int
     """An integer field; text holding an integer is read too (the C++ client
     sends ``subVersion`` as a string)."""
     value = d.get(key, default)
-    if isinstance(value, str) and 0 < len(value) <= 24:
+    if isinstance(value, str):
         try:
-            value = int(value.strip())
-        except ValueError:
+            value = wire_int(value, "")
+        except RemoteProtocolError:
             pass
     if type(value) is not int or not lo <= value <= hi:
         raise _fail(f"{where}.{key}", f"must be an integer in {lo}..{hi}")

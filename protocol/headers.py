@@ -147,10 +147,10 @@ def wire_int(value: object, message: str) -> int:
     """An integer header value that came as text (RocketMQ's format sends every
     header value as a string: "12", "-1"); RemoteProtocolError otherwise."""
     if isinstance(value, str) and 0 < len(value) <= 24:
-        try:
-            return int(value.strip())
-        except ValueError:
-            pass
+        text = value.strip()
+        digits = text[1:] if text[:1] in ("-", "+") else text
+        if digits.isascii() and digits.isdigit():  # not "1_0", not other scripts' digits
+            return int(text)
     raise RemoteProtocolError(message)
 
 

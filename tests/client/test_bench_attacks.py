@@ -188,8 +188,9 @@ def test_pull_frames_ask_full_batches_of_the_filled_queue() -> None:
     assert {c.code for c in cmds} == {RequestCode.PULL_MESSAGE}
     heads = [PullMessageRequestHeader.from_fields(c.ext_fields) for c in cmds]
     assert [h.queue_offset for h in heads] == [0, 32, 64]  # 96 + 32 > 100
-    assert {(h.max_msg_nums, h.sys_flag, h.topic, h.consumer_group) for h in heads} == {
-        (32, 0, "T", "g")}
+    # the subscription bit: the group never heart-beats, its pulls carry their own "*"
+    assert {(h.max_msg_nums, h.sys_flag, h.topic, h.consumer_group, h.subscription)
+            for h in heads} == {(32, 0x4, "T", "g", "*")}
     assert len(pull_frames("g", "T", 0, 5, 32)) == 1  # fewer messages than a batch: one pull
 
 

@@ -103,3 +103,27 @@ def test_each_header_class_has_its_own_codec() -> None:
     assert B.from_fields({"a": 2, "b": "y"}) == B(2, "y")
     assert A(3).to_fields() == {"a": 3}
     assert B(4, "z").to_fields() == {"a": 4, "b": "z"}
+
+
+@pytest.mark.parametrize("text, expected", [("12", 12), (" -3 ", -3), ("+7", 7), ("0", 0),
+                                            (str(2**40), 2**40)])
+def test_integer_text_is_read(text: str, expected: int) -> None:
+    assert headers.wire_int(text, "bad") == expected
+
+
+@pytest.mark.parametrize("text", ["", "1_0", "1e3", "٣", "0x10", "12a", "- 1", "9" * 25])
+def test_other_text_is_no_integer(text: str) -> None:
+    with pytest.raises(RemoteProtocolError, match="bad"):
+        headers.wire_int(text, "bad")
+
+
+@pytest.mark.parametrize("value, expected", [("true", True), ("FALSE", False), ("1", True),
+                                             ("0", False), (1, True), (0, False)])
+def test_boolean_text_is_read(value: object, expected: bool) -> None:
+    assert headers.wire_bool(value, "bad") is expected
+
+
+@pytest.mark.parametrize("value", ["yes", "2", 2, None, 1.0])
+def test_other_values_are_no_boolean(value: object) -> None:
+    with pytest.raises(RemoteProtocolError, match="bad"):
+        headers.wire_bool(value, "bad")
