@@ -46,31 +46,34 @@ def decode_batch(data: bytes) -> list[tuple[int, bytes, str]]:
     """The (flag, body, properties) of each message of a batch body. Raises
     RemoteProtocolError, naming the entry, when the layout does not hold."""
     out: list[tuple[int, bytes, str]] = []
+    append = out.append
     end = len(data)
     pos = 0
     unpack, unpack_props = _FIXED.unpack_from, _PROPS_LEN.unpack_from
+    fixed, overhead = _FIXED.size, ENTRY_OVERHEAD
     while pos < end:
-        where = f"batch entry {len(out)} (byte {pos})"
-        if end - pos < ENTRY_OVERHEAD:
-            raise RemoteProtocolError(f"{where}: {end - pos} bytes left, shorter than an entry")
+        left = end - pos
+        if left < overhead:
+            raise _bad(out, pos, f"{left} bytes left, shorter than an entry")
         size, _magic, _crc, flag, body_len = unpack(data, pos)
-        if size < ENTRY_OVERHEAD or size > end - pos:
-            raise RemoteProtocolError(f"{where}: total size {size} does not fit the "
-                                      f"{end - pos} bytes left")
-        if body_len < 0 or _FIXED.size + body_len + _PROPS_LEN.size > size:
-            raise RemoteProtocolError(f"{where}: body length {body_len} runs past the entry")
-        at = pos + _FIXED.size
-        body = data[at:at + body_len]
-        at += body_len
+        if size < overhead or size > left:
+            raise _bad(out, pos, f"total size {size} does not fit the {left} bytes left")
+        if body_len < 0 or overhead + body_len > size:
+            raise _bad(out, pos, f"body length {body_len} runs past the entry")
+        at = pos + fixed + body_len
         (props_len,) = unpack_props(data, at)
-        at += _PROPS_LEN.size
-        if props_len < 0 or at + props_len != pos + size:
-            raise RemoteProtocolError(f"{where}: properties length {props_len} does not match "
-                                      f"the entry's total size {size}")
+        stop = pos + size
+        if props_len < 0 or at + 2 + props_len != stop:
+            raise _bad(out, pos, f"properties length {props_len} does not match the entry's "
+                                 f"total size {size}")
         try:
-            props = data[at:at + props_len].decode("utf-8")
+            props = data[at + 2:stop].decode()
         except UnicodeDecodeError:
-            raise RemoteProtocolError(f"{where}: properties are not UTF-8") from None
-        out.append((flag, body, props))
-        pos += size
+            raise _bad(out, pos, "properties are not UTF-8") from None
+        append((flag, data[pos + fixed:at], props))
+        pos = stop
     return out
+
+
+def _bad(out: list[tuple[int, bytes, str]], pos: int, what: str) -> RemoteProtocolError:
+    return RemoteProtocolError(f"batch entry {len(out)} (byte {pos}): {what}")
