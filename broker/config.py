@@ -170,6 +170,8 @@ class BrokerConfig(PropertiesConfig):
     heartbeat_lane_percent: int = 50  # most of the event loop heart beats may use
     # master/slave replication (HA)
     ha_listen_port: int = 0  # 0: listenPort + 1
+    # Prometheus metrics over HTTP on this port of listenIp (0: off)
+    metrics_port: int = 0
     ha_send_heartbeat_interval: int = 5000  # ms: a slave reports its offset at least this often
     ha_housekeeping_interval: int = 20_000  # ms of silence after which an HA connection closes
     ha_transfer_batch_size: int = 32 * KiB  # most commit-log bytes in one transfer
@@ -223,6 +225,8 @@ class BrokerConfig(PropertiesConfig):
             )
 
     def _validate_ha(self) -> None:
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("metricsPort must be 0 (off) or a port")
         if not 0 <= self.ha_listen_port <= 65535:
             raise ConfigError("haListenPort must be within 1..65535 (0: listenPort + 1)")
         if self.listen_port and self.ha_port == self.listen_port:

@@ -14,6 +14,8 @@ from protocol.trio.limits import ConnectionLimits, limits_of
 class NamesrvConfig(PropertiesConfig):
     listen_ip: str = "127.0.0.1"
     listen_port: int = 9876
+    # Prometheus metrics over HTTP on this port of listenIp (0: off)
+    metrics_port: int = 0
     # ms between liveness scans
     scan_not_active_broker_interval: int = 10_000
     # ms of silence after which a broker is dropped
@@ -53,6 +55,8 @@ class NamesrvConfig(PropertiesConfig):
                         max_total_chars=self.kv_config_max_chars)
 
     def validate(self) -> None:
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("metricsPort must be 0 (off) or a port")
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")
