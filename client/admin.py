@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import structlog
@@ -23,6 +23,14 @@ from protocol.headers import (
     WipeWritePermOfBrokerRequestHeader,
 )
 from protocol.message import MessageExt
+from protocol.names import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+)
 from protocol.record import decode_msg_id, decode_records
 from protocol.route import PERM_RW, BrokerData, TopicRouteData
 from protocol.trio.client import RemotingClient
@@ -32,9 +40,121 @@ log = structlog.get_logger("client.admin")
 
 DEFAULT_TIMEOUT = 5.0
 
+# VIEW_BROKER_STATS_DATA's statsName values (RocketMQ's BrokerStatsManager).
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
+GROUP_GET_SIZE = "GROUP_GET_SIZE"
+BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
+BROKER_GET_NUMS = "BROKER_GET_NUMS"
+
+# Topics statsAll leaves out unless asked: the broker's own (broker/topic_validator.py
+# SYSTEM_TOPICS; the client cannot import the broker) and every group's retry and DLQ topic.
+_SYSTEM_TOPICS = frozenset({
+    "TBW102", "SELF_TEST_TOPIC", "RMQ_SYS_TRACE_TOPIC", "OFFSET_MOVED_EVENT",
+    RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+})
+
+
+def is_system_topic(topic: str) -> bool:
+    """A topic statsAll skips by default (system, retry or dead-letter)."""
+    return (topic in _SYSTEM_TOPICS or topic.startswith(("rmq_sys_", RETRY_GROUP_TOPIC_PREFIX,
+                                                         DLQ_GROUP_TOPIC_PREFIX)))
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """``key=value`` lines (Java properties without escapes); ``#`` and ``!`` lines are comments."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line[0] in "#!":
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            key, _, value = line.partition(":")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def format_properties(props: dict[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in props.items())
+
 
 class MQAdminError(Exception):
     """An admin request failed; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatsItem:
+    """One window of a broker statistic: total, per second, average per increment."""
+
+    sum: int = 0
+    tps: float = 0.0
+    avgpt: float = 0.0
+
+    @classmethod
+    def from_dict(cls, d: Any) -> StatsItem:
+        if not isinstance(d, dict):
+            return cls()
+        return cls(int(d.get("sum", 0) or 0), float(d.get("tps", 0) or 0.0),
+                   float(d.get("avgpt", 0) or 0.0))
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerStatsData:
+    """VIEW_BROKER_STATS_DATA: a statistic over the last minute, hour and day."""
+
+    minute: StatsItem = field(default_factory=StatsItem)
+    hour: StatsItem = field(default_factory=StatsItem)
+    day: StatsItem = field(default_factory=StatsItem)
+
+    @classmethod
+    def from_dict(cls, d: Any) -> BrokerStatsData:
+        if not isinstance(d, dict):
+            raise MQAdminError("broker stats answered without statsMinute/statsHour/statsDay")
+        return cls(StatsItem.from_dict(d.get("statsMinute")), StatsItem.from_dict(d.get("statsHour")),
+                   StatsItem.from_dict(d.get("statsDay")))
+
+    def sum_24h(self) -> int:
+        """RocketMQ's compute24HourSum: the day's sum, else the hour's, else the minute's."""
+        for item in (self.day, self.hour, self.minute):
+            if item.sum:
+                return item.sum
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConnection:
+    client_id: str
+    client_addr: str
+    language: str
+    version: Any
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ProducerConnection:
+        return cls(str(d.get("clientId", "")), str(d.get("clientAddr", "")),
+                   str(d.get("language", "")), d.get("version", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clientId": self.client_id, "clientAddr": self.client_addr,
+                "language": self.language, "version": self.version}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicGroupStats:
+    """One row of statsAll: a topic, one of its consumer groups (None: no consumer)."""
+
+    topic: str
+    group: str | None
+    accumulation: int | None
+    in_tps: float
+    out_tps: float | None
+    in_msg_24h: int
+    out_msg_24h: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +212,7 @@ class MQAdmin:
     async def broker_runtime_info(self, addr: str) -> dict[str, Any]:
         """A broker's runtime figures (GET_BROKER_RUNTIME_INFO)."""
         cmd = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
-        body = unpack_body(self._check(await self._invoke(addr, cmd), "brokerStatus").body)
+        body = self._check(await self._invoke(addr, cmd), "brokerStatus").decode_body()
         table = body.get("table") if isinstance(body, dict) else None
         if not isinstance(table, dict):
             raise MQAdminError(f"{addr}: brokerStatus answered without a table")
@@ -297,3 +417,130 @@ class MQAdmin:
             resp = self._check(await self._invoke(addr, cmd), f"wipeWritePerm on {addr}")
             out[addr] = int(resp.ext_fields.get("wipeTopicCount", 0))
         return out
+
+    async def add_write_perm(self, broker_name: str) -> dict[str, int]:
+        """Give a broker's topics their write permission back on every name server
+        (ADD_WRITE_PERM_OF_BROKER); name server -> topics changed."""
+        fields = WipeWritePermOfBrokerRequestHeader(broker_name).to_fields()
+        out = {}
+        for addr in self.namesrv_list:
+            cmd = RemotingCommand.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, dict(fields))
+            resp = self._check(await self._invoke(addr, cmd), f"addWritePerm on {addr}")
+            out[addr] = int(resp.ext_fields.get("addTopicCount", 0))
+        return out
+
+    # ---- broker configuration and statistics ----------------------------------------
+
+    async def get_broker_config(self, addr: str) -> dict[str, str]:
+        """A broker's configuration (GET_BROKER_CONFIG), key -> value text."""
+        cmd = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
+        resp = self._check(await self._invoke(addr, cmd), f"getBrokerConfig on {addr}")
+        return parse_properties((resp.body or b"").decode("utf-8", errors="replace"))
+
+    async def update_broker_config(self, addr: str, props: dict[str, str]) -> None:
+        """Change keys of a running broker (UPDATE_BROKER_CONFIG); the broker persists
+        them to its config file. Raises MQAdminError naming a key it refuses."""
+        if not props:
+            raise MQAdminError("no key to update")
+        for key in props:
+            if not key or "=" in key or "\n" in key:
+                raise MQAdminError(f"bad config key {key!r}")
+        for value in props.values():
+            if "\n" in value:
+                raise MQAdminError("a config value cannot hold a line break")
+        cmd = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG,
+                                      body=format_properties(props).encode())
+        self._check(await self._invoke(addr, cmd), f"updateBrokerConfig on {addr}")
+
+    async def view_broker_stats_data(self, addr: str, stats_name: str, stats_key: str
+                                     ) -> BrokerStatsData:
+        """One statistic of a broker (VIEW_BROKER_STATS_DATA); MQAdminError when the
+        broker has none under that name and key."""
+        cmd = RemotingCommand.request(RequestCode.VIEW_BROKER_STATS_DATA,
+                                      {"statsName": stats_name, "statsKey": stats_key})
+        resp = self._check(await self._invoke(addr, cmd), f"viewBrokerStatsData on {addr}")
+        return BrokerStatsData.from_dict(resp.decode_body())
+
+    async def query_topic_consume_by_who(self, addr: str, topic: str) -> list[str]:
+        """The consumer groups a broker knows for ``topic`` (QUERY_TOPIC_CONSUME_BY_WHO)."""
+        cmd = RemotingCommand.request(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+        body = self._check(await self._invoke(addr, cmd), f"queryTopicConsumeByWho on {addr}"
+                           ).decode_body()
+        groups = body.get("groupList", []) if isinstance(body, dict) else []
+        return sorted(str(g) for g in groups)
+
+    async def producer_connection(self, group: str, topic: str) -> list[ProducerConnection]:
+        """The producers of ``group`` connected to the masters of ``topic``'s route
+        (GET_PRODUCER_CONNECTION_LIST), one entry per client id. Raises MQAdminError
+        when no broker knows the group."""
+        route = await self.topic_route(topic)
+        seen: dict[str, ProducerConnection] = {}
+        refusals: list[str] = []
+        for bd in route.broker_datas:
+            addr = bd.master_addr()
+            if not addr:
+                continue
+            cmd = RemotingCommand.request(RequestCode.GET_PRODUCER_CONNECTION_LIST,
+                                          {"producerGroup": group})
+            resp = await self._invoke(addr, cmd)
+            if resp.code != ResponseCode.SUCCESS:
+                refusals.append(f"{addr}: {resp.remark or resp.code}")
+                continue
+            body = resp.decode_body()
+            for c in body.get("connectionSet", []) if isinstance(body, dict) else []:
+                conn = ProducerConnection.from_dict(c)
+                seen.setdefault(conn.client_id, conn)
+        if not seen:
+            why = "; ".join(refusals) or f"no master broker in the route of {topic}"
+            raise MQAdminError(f"the producer group {group} is not online: {why}")
+        return sorted(seen.values(), key=lambda c: c.client_id)
+
+    async def stats_all(self, topic: str | None = None, *, include_system: bool = False
+                        ) -> list[TopicGroupStats]:
+        """RocketMQ's statsAll: per topic (every topic the name servers know, or
+        ``topic``) and consumer group, in/out TPS over the last minute, messages in
+        and out over 24 hours and the group's accumulation (consume-stats lag).
+        A topic without a consumer group gets one row with ``group`` None."""
+        topics = [topic] if topic else sorted(await self.topic_list())
+        rows: list[TopicGroupStats] = []
+        for t in topics:
+            if topic is None and not include_system and is_system_topic(t):
+                continue
+            try:
+                route = await self.topic_route(t)
+            except MQAdminError:
+                if topic:
+                    raise
+                continue  # deleted meanwhile
+            masters = sorted({a for bd in route.broker_datas if (a := bd.master_addr())})
+            in_tps, in_24h = 0.0, 0
+            groups: set[str] = set()
+            for addr in masters:
+                try:
+                    put = await self.view_broker_stats_data(addr, TOPIC_PUT_NUMS, t)
+                except MQAdminError:
+                    put = BrokerStatsData()  # nothing put yet on this broker
+                in_tps += put.minute.tps
+                in_24h += put.sum_24h()
+                try:
+                    groups.update(await self.query_topic_consume_by_who(addr, t))
+                except MQAdminError:
+                    pass
+            if not groups:
+                rows.append(TopicGroupStats(t, None, None, in_tps, None, in_24h, None))
+                continue
+            for group in sorted(groups):
+                out_tps, out_24h = 0.0, 0
+                for addr in masters:
+                    try:
+                        got = await self.view_broker_stats_data(addr, GROUP_GET_NUMS, f"{t}@{group}")
+                    except MQAdminError:
+                        continue
+                    out_tps += got.minute.tps
+                    out_24h += got.sum_24h()
+                try:
+                    accumulation = sum(r["lag"] for r in await self.consume_stats(group, t))
+                except MQAdminError:
+                    accumulation = 0
+                rows.append(TopicGroupStats(t, group, accumulation, in_tps, out_tps, in_24h, out_24h))
+        return rows
