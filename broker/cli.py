@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import structlog
 
@@ -9,8 +11,8 @@ from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.store.store_lock import StoreLockedError
 from protocol.config import ConfigError, load_properties
-from protocol.logs import configure_logging
-from protocol.trio.daemon import fail, run_daemon
+from protocol.logs import BROKER_LOGS
+from protocol.trio.daemon import fail, log_options, run_daemon, start_logging
 
 log = structlog.get_logger("broker")
 
@@ -22,10 +24,15 @@ log = structlog.get_logger("broker")
 @click.option("-p", "--print-config", is_flag=True, help="Print the effective config and exit.")
 @click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE",
               help="Set one config key (repeatable), after the config file.")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Prometheus metrics over HTTP on this port (metricsPort; 0: off).")
+@log_options
 def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
-         options: tuple[str, ...], log_level: str) -> None:
-    """Start a broker (storage and serving)."""
+         options: tuple[str, ...], metrics_port: int | None, **log_opts: Any) -> None:
+    """Start a broker (storage and serving).
+
+    Logs go to stderr and to broker.log (store.log: the store's loggers) in
+    --log-dir, else $ROCKETMQ_LOG_DIR, else ~/logs/rocketmqlogs."""
     config = BrokerConfig()
     try:
         if config_file:
@@ -41,10 +48,12 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
         raise click.UsageError(str(exc)) from exc
     if namesrv_addr is not None:
         config.namesrv_addr = namesrv_addr
+    if metrics_port is not None:
+        config.metrics_port = metrics_port
     if print_config:
         click.echo(config.render())
         return
-    configure_logging(log_level)
+    start_logging(BROKER_LOGS, **log_opts)
     try:
         controller = BrokerController(config)
         controller.tune_gc = True

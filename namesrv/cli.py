@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 import structlog
 
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from protocol.config import ConfigError, load_properties
-from protocol.logs import configure_logging
-from protocol.trio.daemon import fail, run_daemon
+from protocol.logs import NAMESRV_LOGS
+from protocol.trio.daemon import fail, log_options, run_daemon, start_logging
 
 log = structlog.get_logger("namesrv")
 
@@ -19,15 +21,21 @@ log = structlog.get_logger("namesrv")
 @click.option("-p", "--print-config", is_flag=True, help="Print the effective config and exit.")
 @click.option("-l", "--listen-ip", default=None, help="Address to listen on.")
 @click.option("--listen-port", "--port", type=int, default=None, help="Port (default 9876).")
-@click.option("--log-level", default="INFO", show_default=True)
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="Prometheus metrics over HTTP on this port (metricsPort; 0: off).")
+@log_options
 def main(
     config_file: str | None,
     print_config: bool,
     listen_ip: str | None,
     listen_port: int | None,
-    log_level: str,
+    metrics_port: int | None,
+    **log_opts: Any,
 ) -> None:
-    """Start a name server (route registry)."""
+    """Start a name server (route registry).
+
+    Logs go to stderr and to namesrv.log in --log-dir, else $ROCKETMQ_LOG_DIR,
+    else ~/logs/rocketmqlogs."""
     config = NamesrvConfig()
     try:
         if config_file:
@@ -38,10 +46,12 @@ def main(
         config.listen_ip = listen_ip
     if listen_port is not None:
         config.listen_port = listen_port
+    if metrics_port is not None:
+        config.metrics_port = metrics_port
     if print_config:
         click.echo(config.render())
         return
-    configure_logging(log_level)
+    start_logging(NAMESRV_LOGS, **log_opts)
     try:
         controller = NamesrvController(config)
     except Exception as exc:

@@ -1,18 +1,172 @@
-"""structlog set-up shared by every daemon and CLI."""
+"""structlog set-up shared by every daemon and CLI.
+
+structlog renders through the standard library's ``logging``: every event goes
+to stderr (console format, no colours, as always) and, for a daemon, to files
+in a log directory as RocketMQ's logback set-up does (``~/logs/rocketmqlogs``):
+
+- ``mqnamesrv``: ``namesrv.log`` holds everything;
+- ``mqbroker``: ``store.log`` holds the store's loggers (``store``, ``store.*``:
+  commit log, mapped files, index), ``broker.log`` everything else (broker,
+  remoting, daemon).
+
+Each file is a ``RotatingFileHandler``: at ``max_bytes`` it becomes ``.1``
+(``.1`` becomes ``.2`` ...) and at most ``backups`` old files are kept. Lines are
+JSON when asked (``--log-format json``), otherwise the console format.
+"""
 
 from __future__ import annotations
 
 import logging
+import logging.handlers
+import os
+import re
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import structlog
 
+LOG_DIR_ENV = "ROCKETMQ_LOG_DIR"
+DEFAULT_MAX_BYTES = 128 * 1024 * 1024
+DEFAULT_BACKUPS = 10
+# marks the handlers configure_logging installed, to replace them on the next call
+_OURS = "_rocketmq_handler"
 
-def configure_logging(level: str = "INFO", json: bool = False) -> None:
-    """Route structlog to stderr with a level filter."""
+
+def default_log_dir() -> Path:
+    """``$ROCKETMQ_LOG_DIR``, else ``~/logs/rocketmqlogs`` (RocketMQ's place)."""
+    env = os.environ.get(LOG_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / "logs" / "rocketmqlogs"
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """``"134217728"``, ``"128M"``, ``"128MiB"``, ``"64k"`` -> bytes (binary units)."""
+    m = _SIZE.match(text)
+    if m is None:
+        raise ValueError(f"not a size: {text!r} (bytes, or a number with K, M or G)")
+    unit = (m.group(2) or "").lower()[:1]
+    return int(m.group(1)) * _UNITS[unit]
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    """One file in the log directory. ``loggers``: the logger names (and their
+    children) it takes; empty: every logger no other file takes."""
+
+    name: str
+    loggers: tuple[str, ...] = ()
+
+
+NAMESRV_LOGS = (LogFile("namesrv.log"),)
+BROKER_LOGS = (LogFile("broker.log"), LogFile("store.log", ("store",)))
+
+
+@dataclass(frozen=True, slots=True)
+class LogFiles:
+    """Where a daemon's log files go and how they rotate."""
+
+    directory: Path
+    files: Sequence[LogFile]
+    max_bytes: int = DEFAULT_MAX_BYTES
+    backups: int = DEFAULT_BACKUPS
+
+
+class LogDirError(Exception):
+    """The log directory cannot be created or written: the operator must fix it."""
+
+    def __init__(self, directory: Path, reason: str) -> None:
+        super().__init__(f"cannot write logs to {directory}: {reason}")
+        self.directory = directory
+        self.reason = reason
+
+
+def _takes(prefixes: tuple[str, ...], name: str) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+class _RouteFilter(logging.Filter):
+    """Passes the records of ``own`` loggers; with ``own`` empty, those of no
+    logger in ``others``."""
+
+    def __init__(self, own: tuple[str, ...], others: tuple[str, ...]) -> None:
+        super().__init__()
+        self.own = own
+        self.others = others
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.own:
+            return _takes(self.own, record.name)
+        return not _takes(self.others, record.name)
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is at the time (test runners swap it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def open_log_files(spec: LogFiles) -> list[logging.Handler]:
+    """One rotating handler per file; LogDirError when the directory cannot be
+    created or a file in it cannot be opened for appending."""
+    if spec.max_bytes <= 0:
+        raise ValueError("log max bytes must be positive")
+    if spec.backups < 0:
+        raise ValueError("log backups must not be negative")
+    directory = spec.directory
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise LogDirError(directory, _reason(exc)) from None
+    claimed = tuple(p for f in spec.files for p in f.loggers)
+    handlers: list[logging.Handler] = []
+    try:
+        for f in spec.files:
+            h: logging.Handler = logging.handlers.RotatingFileHandler(
+                directory / f.name, maxBytes=spec.max_bytes, backupCount=spec.backups,
+                encoding="utf-8")
+            h.addFilter(_RouteFilter(f.loggers, claimed))
+            handlers.append(h)
+    except OSError as exc:
+        for h in handlers:
+            h.close()
+        raise LogDirError(directory, _reason(exc)) from None
+    return handlers
+
+
+def _level(level: str) -> int:
     lvl = logging.getLevelName(level.upper())
-    if not isinstance(lvl, int):
-        lvl = logging.INFO
+    return lvl if isinstance(lvl, int) else logging.INFO
+
+
+def configure_logging(level: str = "INFO", json: bool = False, *,
+                      files: LogFiles | None = None, console: bool = True) -> list[Path]:
+    """Route structlog (and stdlib ``logging``) to stderr (``console``) and to
+    ``files``, with a level filter; lines are JSON with ``json``. Returns the
+    log files' paths. Raises LogDirError (nothing changed) when the files
+    cannot be opened."""
+    lvl = _level(level)
+    file_handlers = open_log_files(files) if files is not None else []
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
     )
@@ -20,15 +174,34 @@ def configure_logging(level: str = "INFO", json: bool = False) -> None:
     tracebacks: list[structlog.typing.Processor] = (
         [structlog.processors.format_exc_info] if json else []
     )
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso"),
+    ]
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,  # records of plain ``logging`` users (libraries)
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tracebacks,
+                    renderer],
+    )
+    handlers: list[logging.Handler] = [*file_handlers]
+    if console:
+        handlers.append(_StderrHandler())
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _OURS, False)]:
+        root.removeHandler(old)
+        old.close()
+    for h in handlers:
+        setattr(h, _OURS, True)
+        h.setFormatter(formatter)
+        root.addHandler(h)
+    root.setLevel(lvl)
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso"),
-            *tracebacks,
-            renderer,
-        ],
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,
     )
+    return [Path(h.baseFilename) for h in file_handlers
+            if isinstance(h, logging.handlers.RotatingFileHandler)]

@@ -2,6 +2,8 @@
 
 ``run_daemon`` is what a daemon's CLI calls: a daemon that stops for any other
 reason than a signal logs why, with the traceback, and the process exits 1.
+``log_options`` and ``start_logging`` give every daemon the same log flags
+(``--log-dir`` ...) and fail fast, in one line, when the logs cannot be written.
 """
 
 from __future__ import annotations
@@ -9,11 +11,24 @@ from __future__ import annotations
 import errno
 import signal
 import sys
+from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
+import click
 import structlog
 import trio
 
+from protocol.logs import (
+    DEFAULT_BACKUPS,
+    DEFAULT_MAX_BYTES,
+    LOG_DIR_ENV,
+    LogDirError,
+    LogFile,
+    LogFiles,
+    configure_logging,
+    default_log_dir,
+    parse_size,
+)
 from protocol.trio.service import describe
 
 log = structlog.get_logger("daemon")
@@ -47,6 +62,57 @@ async def run_until_signal(daemon: Daemon) -> None:
                     log.warning("second signal, stopping at once", signal=name)
                     nursery.cancel_scope.cancel()
                     break
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: Any) -> int:
+    if isinstance(value, int):
+        return value
+    try:
+        return parse_size(str(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def log_options(f: Any) -> Any:
+    """The log flags of ``mqnamesrv`` and ``mqbroker``; ``main`` takes them as
+    keyword arguments and hands them to ``start_logging``."""
+    options = [
+        click.option("--log-level", default="INFO", show_default=True, envvar="ROCKETMQ_LOG_LEVEL",
+                     help="DEBUG, INFO, WARNING or ERROR."),
+        click.option("--log-dir", type=click.Path(file_okay=False), default=None,
+                     envvar=LOG_DIR_ENV, show_envvar=True,
+                     help="Directory of the log files [default: ~/logs/rocketmqlogs]."),
+        click.option("--log-max-bytes", default=str(DEFAULT_MAX_BYTES), callback=_size,
+                     envvar="ROCKETMQ_LOG_MAX_BYTES", show_envvar=True, show_default=True,
+                     help="A log file is rotated at this size (bytes, or 64K, 128M, 1G)."),
+        click.option("--log-backups", type=click.IntRange(min=0), default=DEFAULT_BACKUPS,
+                     envvar="ROCKETMQ_LOG_BACKUPS", show_envvar=True, show_default=True,
+                     help="Rotated files kept per log (name.log.1 ... name.log.N)."),
+        click.option("--log-format", type=click.Choice(["console", "json"]), default="console",
+                     envvar="ROCKETMQ_LOG_FORMAT", show_envvar=True, show_default=True,
+                     help="Line format of the files and stderr: text or JSON lines."),
+        click.option("--log-console/--no-log-console", default=True, show_default=True,
+                     help="Also log to stderr."),
+    ]
+    for opt in reversed(options):
+        f = opt(f)
+    return f
+
+
+def start_logging(files: tuple[LogFile, ...], *, log_level: str, log_dir: str | None,
+                  log_max_bytes: int, log_backups: int, log_format: str,
+                  log_console: bool) -> list[Any]:
+    """Configure logging for a daemon writing ``files``; when the directory
+    cannot be created or written, print one line on stderr and exit 1."""
+    directory = default_log_dir() if not log_dir else click.format_filename(log_dir)
+    spec = LogFiles(directory=Path(directory).expanduser(), files=files,
+                    max_bytes=log_max_bytes, backups=log_backups)
+    try:
+        return configure_logging(log_level, json=log_format == "json", files=spec,
+                                 console=log_console)
+    except LogDirError as exc:
+        print(exc, file=sys.stderr, flush=True)
+        sys.exit(1)
 
 
 def first_leaf(exc: BaseException) -> BaseException:

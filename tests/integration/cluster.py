@@ -115,7 +115,10 @@ class Cluster:
         conf = self.root / f"namesrv-{port}.properties"
         props = {"listenPort": port, **props}
         conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        d = Daemon(f"namesrv-{port}", [str(BIN / "mqnamesrv"), "-c", str(conf)], port,
+        # each daemon its own log directory (never ~/logs in tests)
+        logs = self.root / f"logs-namesrv-{port}"
+        d = Daemon(f"namesrv-{port}",
+                   [str(BIN / "mqnamesrv"), "-c", str(conf), "--log-dir", str(logs)], port,
                    self.root / f"namesrv-{port}.log")
         d.start()
         self.daemons.append(d)
@@ -139,8 +142,9 @@ class Cluster:
         }
         base.update(props)
         conf.write_text("".join(f"{k}={v}\n" for k, v in base.items()))
-        d = Daemon(name, [str(BIN / "mqbroker"), "-c", str(conf)], port, self.root / f"{name}.log",
-                   ready_marker="broker started")
+        logs = self.root / f"logs-{name}"
+        d = Daemon(name, [str(BIN / "mqbroker"), "-c", str(conf), "--log-dir", str(logs)], port,
+                   self.root / f"{name}.log", ready_marker="broker started")
         if start:
             d.start()
         self.daemons.append(d)
