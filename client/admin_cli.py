@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Awaitable, Callable
+import json
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import click
@@ -17,6 +18,8 @@ from protocol.route import perm_to_string
 from protocol.trio.daemon import first_leaf
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
+json_option = click.option("--json", "as_json", is_flag=True, default=False,
+                           help="Print one JSON document instead of the table.")
 
 
 def _run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
@@ -37,6 +40,51 @@ def _fmt_ts(ms: int) -> str:
     if ms <= 0:
         return "-"
     return _dt.datetime.fromtimestamp(ms / 1000).isoformat(sep=" ", timespec="milliseconds")
+
+
+def _echo_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=True, default=str))
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Lines of a table as RocketMQ's printf tables: text left-aligned, numbers
+    (a column whose cells are all numbers or empty) right-aligned under their
+    header, floats with two decimals, columns two spaces apart, no trailing blanks."""
+    texts = [[_cell(v) for v in row] for row in rows]
+    numeric = [
+        any(_is_number(row[i]) for row in rows)
+        and all(row[i] is None or _is_number(row[i]) for row in rows)
+        for i in range(len(header))
+    ]
+    widths = [max([len(h), *(len(t[i]) for t in texts)]) for i, h in enumerate(header)]
+    lines = []
+    for cells in [list(header), *texts]:
+        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric, strict=True)]
+        lines.append("  ".join(parts).rstrip())
+    return lines
+
+
+def _print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    for line in format_table(header, rows):
+        click.echo(line)
+
+
+def format_key_values(table: dict[str, Any], min_width: int = 32) -> list[str]:
+    """``key : value`` lines, keys sorted and padded like RocketMQ's brokerStatus."""
+    width = max([min_width, *(len(k) for k in table)])
+    return [f"{k:<{width}}: {_cell(v)}" for k, v in sorted(table.items())]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -86,35 +134,41 @@ def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
 
 @cli.command("topicList")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
-def topic_list(namesrv: str) -> None:
+@json_option
+def topic_list(namesrv: str, as_json: bool) -> None:
     """List every topic the name servers know."""
 
     async def go() -> list[str]:
         async with MQAdmin(namesrv) as admin:
             return await admin.topic_list()
 
-    for topic in _run(go):
+    topics = _run(go)
+    if as_json:
+        _echo_json(topics)
+        return
+    for topic in topics:
         click.echo(topic)
 
 
 @cli.command("topicRoute")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
 @click.option("-t", "--topic", required=True)
-def topic_route(namesrv: str, topic: str) -> None:
-    """Show a topic's route: brokers and queues."""
-    import json
+@json_option
+def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
+    """Show a topic's route: brokers and queues (JSON either way)."""
 
     async def go() -> Any:
         async with MQAdmin(namesrv) as admin:
             return await admin.topic_route(topic)
 
-    click.echo(json.dumps(_run(go).to_dict(), indent=2, sort_keys=True))
+    _echo_json(_run(go).to_dict())
 
 
 @cli.command("topicStatus")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
 @click.option("-t", "--topic", required=True)
-def topic_status(namesrv: str, topic: str) -> None:
+@json_option
+def topic_status(namesrv: str, topic: str, as_json: bool) -> None:
     """Min and max offset of every queue of a topic."""
 
     async def go() -> Any:
@@ -122,15 +176,20 @@ def topic_status(namesrv: str, topic: str) -> None:
             return await admin.topic_status(topic)
 
     rows = _run(go)
-    click.echo(f"{'#Broker Name':<24}{'#QID':<6}{'#Min Offset':<14}{'#Max Offset':<14}#Last Updated")
-    for r in rows:
-        click.echo(f"{r.broker_name:<24}{r.queue_id:<6}{r.min_offset:<14}{r.max_offset:<14}"
-                   f"{_fmt_ts(r.last_update_timestamp)}")
+    if as_json:
+        _echo_json([{"brokerName": r.broker_name, "queueId": r.queue_id, "minOffset": r.min_offset,
+                     "maxOffset": r.max_offset, "lastUpdateTimestamp": r.last_update_timestamp}
+                    for r in rows])
+        return
+    _print_table(["#Broker Name", "#QID", "#Min Offset", "#Max Offset", "#Last Updated"],
+                 [[r.broker_name, r.queue_id, r.min_offset, r.max_offset,
+                   _fmt_ts(r.last_update_timestamp)] for r in rows])
 
 
 @cli.command("clusterList")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
-def cluster_list(namesrv: str) -> None:
+@json_option
+def cluster_list(namesrv: str, as_json: bool) -> None:
     """Clusters, their brokers and addresses."""
 
     async def go() -> Any:
@@ -146,37 +205,58 @@ def cluster_list(namesrv: str) -> None:
             return info, roles
 
     info, roles = _run(go)
-    click.echo(f"{'#Cluster Name':<20}{'#Broker Name':<24}{'#BID':<6}{'#Role':<14}#Addr")
+    rows = []
     for cluster, names in sorted(info["clusterAddrTable"].items()):
         for name in sorted(names):
             bd = info["brokerAddrTable"].get(name)
             if bd is None:
                 continue
             for bid, addr in sorted(bd.broker_addrs.items()):
-                click.echo(f"{cluster:<20}{name:<24}{bid:<6}{roles.get(addr, '?'):<14}{addr}")
+                rows.append([cluster, name, int(bid), roles.get(addr, "?"), addr])
+    if as_json:
+        _echo_json([dict(zip(["clusterName", "brokerName", "brokerId", "role", "addr"], r, strict=True))
+                    for r in rows])
+        return
+    _print_table(["#Cluster Name", "#Broker Name", "#BID", "#Role", "#Addr"], rows)
 
 
 @cli.command("brokerStatus")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
 @click.option("-b", "--brokerAddr", "broker_addr", required=True, help="Broker address host:port.")
-def broker_status(namesrv: str, broker_addr: str) -> None:
-    """A broker's runtime figures; HA: each slave's acknowledged offset and lag
-    on a master, the master and lag on a slave."""
+@json_option
+def broker_status(namesrv: str, broker_addr: str, as_json: bool) -> None:
+    """A broker's runtime figures (put/get TPS, commit-log offsets, disk, held pulls,
+    start time, version...); HA: each slave's acknowledged offset and lag on a
+    master, the master and lag on a slave."""
 
     async def go() -> Any:
         async with MQAdmin(namesrv) as admin:
             return await admin.broker_runtime_info(broker_addr)
 
     table = _run(go)
-    ha = table.pop("ha", None)
-    for key, value in sorted(table.items()):
-        click.echo(f"{key:<28}: {value}")
+    if as_json:
+        _echo_json(table)
+        return
+    for line in format_key_values(broker_status_lines(table)):
+        click.echo(line)
+
+
+def broker_status_lines(table: dict[str, Any]) -> dict[str, Any]:
+    """brokerStatus's figures flat: the HA block becomes slave<i>AckedOffset,
+    slave<i>BehindBytes and ha<Key>; a boot timestamp gains its local time."""
+    flat = dict(table)
+    ha = flat.pop("ha", None)
     if isinstance(ha, dict):
+        ha = dict(ha)
         for i, slave in enumerate(ha.pop("slaves", None) or []):
-            click.echo(f"{f'slave{i}AckedOffset':<28}: {slave.get('ackedOffset')}")
-            click.echo(f"{f'slave{i}BehindBytes':<28}: {slave.get('behind')}")
-        for key, value in sorted(ha.items()):
-            click.echo(f"{'ha' + key[:1].upper() + key[1:]:<28}: {value}")
+            flat[f"slave{i}AckedOffset"] = slave.get("ackedOffset")
+            flat[f"slave{i}BehindBytes"] = slave.get("behind")
+        for key, value in ha.items():
+            flat["ha" + key[:1].upper() + key[1:]] = value
+    boot = flat.get("bootTimestamp")
+    if isinstance(boot, int) and not isinstance(boot, bool) and boot > 0:
+        flat["bootTimestamp"] = f"{boot} ({_fmt_ts(boot)})"
+    return flat
 
 
 @cli.command("sendMessage")
@@ -203,9 +283,9 @@ def send_message(namesrv: str, topic: str, body: str, keys: str | None, tags: st
             return await producer.send(msg)
 
     r = _run(go)
-    click.echo(f"{'#Broker Name':<24}{'#QID':<6}{'#Send Result':<14}#MsgId")
-    click.echo(f"{r.message_queue.broker_name:<24}{r.message_queue.queue_id:<6}"
-               f"{r.send_status.name:<14}{r.msg_id}")
+    _print_table(["#Broker Name", "#QID", "#Send Result", "#MsgId"],
+                 [[r.message_queue.broker_name, r.message_queue.queue_id, r.send_status.name,
+                   r.msg_id]])
 
 
 @cli.command("consumeMessage")
@@ -218,10 +298,14 @@ def send_message(namesrv: str, topic: str, body: str, keys: str | None, tags: st
 @click.option("-c", "--messageCount", "count", type=int, default=128, show_default=True,
               help="Stop after this many messages.")
 @click.option("-s", "--subExpression", "expression", default="*", show_default=True)
+@json_option
 def consume_message(namesrv: str, topic: str, group: str, broker_name: str | None,
-                    queue_id: int | None, offset: int | None, count: int, expression: str) -> None:
+                    queue_id: int | None, offset: int | None, count: int, expression: str,
+                    as_json: bool) -> None:
     """Print the messages of a topic (queue by queue, from the oldest)."""
     from client import PullConsumer, PullStatus
+
+    found: list[dict[str, Any]] = []
 
     async def go() -> None:
         printed = 0
@@ -236,21 +320,27 @@ def consume_message(namesrv: str, topic: str, group: str, broker_name: str | Non
                 while printed < count:
                     r = await consumer.pull(mq, expression, pos, min(32, count - printed))
                     for m in r.msg_found_list:
+                        printed += 1
+                        if as_json:
+                            found.append(message_dict(m))
+                            continue
                         click.echo(
                             f"MSGID: {m.msg_id} QUEUE: {mq.broker_name}:{mq.queue_id} "
                             f"OFFSET: {m.queue_offset} TAGS: {m.tags or ''} KEYS: {m.keys or ''} "
                             f"STORE: {_fmt_ts(m.store_timestamp)} BODY: "
                             f"{m.body.decode(errors='replace')}"
                         )
-                        printed += 1
                     if r.pull_status not in (PullStatus.FOUND, PullStatus.NO_MATCHED_MSG):
                         break
                     pos = r.next_begin_offset
                 if printed >= count:
                     break
-        click.echo(f"{printed} message(s)")
+        if not as_json:
+            click.echo(f"{printed} message(s)")
 
     _run(go)
+    if as_json:
+        _echo_json(found)
 
 
 def transaction_note(m: Any) -> str:
@@ -262,6 +352,19 @@ def transaction_note(m: Any) -> str:
     if m.topic == RMQ_SYS_TRANS_HALF_TOPIC or m.properties.get("TRAN_MSG", "").lower() == "true":
         return "half message of a transaction (prepared, not committed)"
     return "none"
+
+
+def message_dict(m: Any) -> dict[str, Any]:
+    """A message for --json: ids, place, times, hosts, properties; the body as UTF-8 text."""
+    return {
+        "offsetMsgId": m.msg_id, "msgId": m.uniq_key, "topic": m.topic, "tags": m.tags,
+        "keys": m.keys, "queueId": m.queue_id, "queueOffset": m.queue_offset,
+        "commitLogOffset": m.commit_log_offset, "reconsumeTimes": m.reconsume_times,
+        "bornTimestamp": m.born_timestamp, "storeTimestamp": m.store_timestamp,
+        "bornHost": str(m.born_host), "storeHost": str(m.store_host),
+        "transaction": transaction_note(m), "properties": dict(m.properties),
+        "body": m.body.decode(errors="replace"),
+    }
 
 
 def _print_message(m: Any) -> None:
@@ -286,14 +389,19 @@ def _print_message(m: Any) -> None:
 @cli.command("queryMsgById")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
 @click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id (32 hex digits).")
-def query_msg_by_id(namesrv: str, msg_id: str) -> None:
+@json_option
+def query_msg_by_id(namesrv: str, msg_id: str, as_json: bool) -> None:
     """Show a message by its offset msgId."""
 
     async def go() -> Any:
         async with MQAdmin(namesrv) as admin:
             return await admin.view_message(msg_id)
 
-    _print_message(_run(go))
+    m = _run(go)
+    if as_json:
+        _echo_json(message_dict(m))
+        return
+    _print_message(m)
 
 
 @cli.command("queryMsgByKey")
@@ -301,7 +409,8 @@ def query_msg_by_id(namesrv: str, msg_id: str) -> None:
 @click.option("-t", "--topic", required=True)
 @click.option("-k", "--msgKey", "key", required=True)
 @click.option("-m", "--maxNum", "max_num", type=int, default=64, show_default=True)
-def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int) -> None:
+@json_option
+def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int, as_json: bool) -> None:
     """Messages of a topic with a key, newest first."""
 
     async def go() -> Any:
@@ -309,16 +418,19 @@ def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int) -> None:
             return await admin.query_by_key(topic, key, max_num)
 
     msgs = _run(go)
-    click.echo(f"{'#Message ID':<34}{'#QID':<6}#Offset")
-    for m in msgs:
-        click.echo(f"{m.msg_id:<34}{m.queue_id:<6}{m.queue_offset}")
+    if as_json:
+        _echo_json([message_dict(m) for m in msgs])
+        return
+    _print_table(["#Message ID", "#QID", "#Offset"], [[m.msg_id, m.queue_id, m.queue_offset]
+                                                     for m in msgs])
 
 
 @cli.command("queryMsgByUniqueKey")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
 @click.option("-t", "--topic", required=True)
 @click.option("-i", "--msgId", "uniq", required=True, help="The UNIQ_KEY the producer returned.")
-def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str) -> None:
+@json_option
+def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str, as_json: bool) -> None:
     """Show the message(s) with a producer msgId (UNIQ_KEY)."""
 
     async def go() -> Any:
@@ -328,6 +440,9 @@ def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str) -> None:
     msgs = _run(go)
     if not msgs:
         raise click.ClickException(f"no message with unique key {uniq} in {topic}")
+    if as_json:
+        _echo_json([message_dict(m) for m in msgs])
+        return
     for m in msgs:
         _print_message(m)
 
@@ -338,7 +453,9 @@ def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str) -> None:
 @click.option("-b", "--brokerName", "broker_name", required=True)
 @click.option("-i", "--queueId", "queue_id", type=int, required=True)
 @click.option("-o", "--offset", type=int, required=True)
-def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: int, offset: int) -> None:
+@json_option
+def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: int, offset: int,
+                        as_json: bool) -> None:
     """Show the message at a queue offset."""
     from client import PullConsumer, PullStatus
     from protocol.message import MessageQueue
@@ -350,7 +467,11 @@ def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: in
                 raise click.ClickException(f"no message at offset {offset}: {r.pull_status.name}")
             return r.msg_found_list[0]
 
-    _print_message(_run(go))
+    m = _run(go)
+    if as_json:
+        _echo_json(message_dict(m))
+        return
+    _print_message(m)
 
 
 @cli.command("searchOffsetByTime")
@@ -374,7 +495,8 @@ def search_offset_by_time(namesrv: str, topic: str, broker_name: str, queue_id: 
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
 @click.option("-g", "--groupName", "group", required=True)
 @click.option("-t", "--topicName", "topic", default=None)
-def consumer_progress(namesrv: str, group: str, topic: str | None) -> None:
+@json_option
+def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool) -> None:
     """Per queue: broker offset, consumer offset, lag; and totals."""
 
     async def go() -> Any:
@@ -382,28 +504,38 @@ def consumer_progress(namesrv: str, group: str, topic: str | None) -> None:
             return await admin.consume_stats(group, topic)
 
     rows = _run(go)
-    click.echo(f"{'#Topic':<32}{'#Broker Name':<20}{'#QID':<6}{'#Broker Offset':<16}"
-               f"{'#Consumer Offset':<18}{'#Diff':<10}#LastTime")
-    for r in rows:
-        click.echo(f"{r['topic']:<32}{r['brokerName']:<20}{r['queueId']:<6}{r['brokerOffset']:<16}"
-                   f"{r['consumerOffset']:<18}{r['lag']:<10}{_fmt_ts(r['lastTimestamp'])}")
-    click.echo(f"\nConsume TPS: -\nDiff Total: {sum(r['lag'] for r in rows)}")
+    total = sum(r["lag"] for r in rows)
+    if as_json:
+        _echo_json({"offsetTable": rows, "diffTotal": total})
+        return
+    _print_table(["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff",
+                  "#LastTime"],
+                 [[r["topic"], r["brokerName"], r["queueId"], r["brokerOffset"], r["consumerOffset"],
+                   r["lag"], _fmt_ts(r["lastTimestamp"])] for r in rows])
+    click.echo(f"\nConsume TPS: -\nDiff Total: {total}")
 
 
 @cli.command("consumerConnection")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
 @click.option("-g", "--consumerGroup", "group", required=True)
-def consumer_connection(namesrv: str, group: str) -> None:
+@json_option
+def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
     """The clients of a consumer group and their subscriptions."""
 
     async def go() -> Any:
         async with MQAdmin(namesrv) as admin:
             return await admin.consumer_connection(group)
 
-    for b in _run(go):
+    brokers = _run(go)
+    if as_json:
+        _echo_json(brokers)
+        return
+    for b in brokers:
         click.echo(f"Broker {b['broker']}: {b['messageModel']} {b['consumeType']} {b['consumeFromWhere']}")
-        for c in b["connectionSet"]:
-            click.echo(f"  {c['clientId']:<40}{c['clientAddr']}")
+        for line in format_table(["#ClientId", "#ClientAddr", "#Language", "#Version"],
+                                 [[c.get("clientId"), c.get("clientAddr"), c.get("language"),
+                                   c.get("version")] for c in b["connectionSet"]]):
+            click.echo("  " + line)
         for topic, sub in sorted(b["subscriptionTable"].items()):
             click.echo(f"  subscription {topic}: {sub.get('subString', '*')}")
 
@@ -414,7 +546,9 @@ def consumer_connection(namesrv: str, group: str) -> None:
 @click.option("-t", "--topic", required=True)
 @click.option("-s", "--timestamp", required=True,
               help="Milliseconds since the epoch, or 'now'.")
-def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: str) -> None:
+@json_option
+def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: str,
+                         as_json: bool) -> None:
     """Move a group's offsets to the first message stored at or after a time."""
     import time as _time
 
@@ -424,9 +558,142 @@ def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: str) -
         async with MQAdmin(namesrv) as admin:
             return await admin.reset_offset_by_time(group, topic, ts)
 
-    click.echo(f"{'#Broker Name':<20}{'#QID':<6}#Offset")
-    for broker_name, qid, offset in _run(go):
-        click.echo(f"{broker_name:<20}{qid:<6}{offset}")
+    rows = _run(go)
+    if as_json:
+        _echo_json([{"brokerName": b, "queueId": q, "offset": o} for b, q, o in rows])
+        return
+    _print_table(["#Broker Name", "#QID", "#Offset"], [list(r) for r in rows])
+
+
+@cli.command("producerConnection")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-g", "--producerGroup", "group", required=True)
+@click.option("-t", "--topic", required=True, help="A topic the group sends to (its brokers are asked).")
+@json_option
+def producer_connection(namesrv: str, group: str, topic: str, as_json: bool) -> None:
+    """The clients of a producer group connected to a topic's brokers."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.producer_connection(group, topic)
+
+    conns = _run(go)
+    if as_json:
+        _echo_json([c.to_dict() for c in conns])
+        return
+    _print_table(["#", "#ClientId", "#ClientAddr", "#Language", "#Version"],
+                 [[f"{i:04d}", c.client_id, c.client_addr, c.language, c.version]
+                  for i, c in enumerate(conns, 1)])
+
+
+@cli.command("statsAll")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-t", "--topic", default=None, help="Only this topic.")
+@click.option("-s", "--system", "include_system", is_flag=True, default=False,
+              help="Include system, retry and DLQ topics.")
+@json_option
+def stats_all(namesrv: str, topic: str | None, include_system: bool, as_json: bool) -> None:
+    """Per topic and consumer group: accumulation, in/out TPS over the last minute,
+    messages in/out over 24 hours."""
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.stats_all(topic, include_system=include_system)
+
+    rows = _run(go)
+    if as_json:
+        _echo_json([r.to_dict() for r in rows])
+        return
+    _print_table(["#Topic", "#Consumer Group", "#Accumulation", "#InTPS", "#OutTPS",
+                  "#InMsg24Hour", "#OutMsg24Hour"],
+                 [[r.topic, r.group if r.group is not None else "", r.accumulation, r.in_tps,
+                   r.out_tps, r.in_msg_24h,
+                   r.out_msg_24h if r.group is not None else None] for r in rows])
+    if any(r.group is None for r in rows):
+        click.echo("\n(no consumer group: accumulation, out TPS and out messages left empty)")
+
+
+async def _broker_addrs(admin: MQAdmin, broker_addr: str | None, cluster: str | None) -> list[str]:
+    if broker_addr:
+        return [broker_addr]
+    if cluster:
+        return sorted((await admin.master_addrs(cluster)).values())
+    raise click.UsageError("give a broker address (-b) or a cluster (-c)")
+
+
+@cli.command("getBrokerConfig")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address host:port.")
+@click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
+@json_option
+def get_broker_config(namesrv: str, broker_addr: str | None, cluster: str | None,
+                      as_json: bool) -> None:
+    """A broker's configuration, as it runs."""
+
+    async def go() -> dict[str, dict[str, str]]:
+        async with MQAdmin(namesrv) as admin:
+            return {a: await admin.get_broker_config(a)
+                    for a in await _broker_addrs(admin, broker_addr, cluster)}
+
+    configs = _run(go)
+    if as_json:
+        _echo_json(configs if broker_addr is None else configs[broker_addr])
+        return
+    for addr, config in configs.items():
+        click.echo(f"============{addr}============")
+        width = max([50, *(len(k) for k in config)])
+        for key, value in sorted(config.items()):
+            click.echo(f"{key:<{width}}=  {value}")
+
+
+@cli.command("updateBrokerConfig")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address host:port.")
+@click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
+@click.option("-k", "--key", required=True, help="A key the broker can change while it runs.")
+@click.option("-v", "--value", required=True)
+def update_broker_config(namesrv: str, broker_addr: str | None, cluster: str | None, key: str,
+                         value: str) -> None:
+    """Change a broker setting at run time; the broker writes it to its config file."""
+
+    async def go() -> list[str]:
+        async with MQAdmin(namesrv) as admin:
+            addrs = await _broker_addrs(admin, broker_addr, cluster)
+            for addr in addrs:
+                await admin.update_broker_config(addr, {key: value})
+            return addrs
+
+    for addr in _run(go):
+        click.echo(f"update broker config success, {addr}")
+
+
+@cli.command("wipeWritePerm")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-b", "--brokerName", "broker_name", required=True)
+def wipe_write_perm(namesrv: str, broker_name: str) -> None:
+    """Take a broker out of writing (its topics lose the write permission on every
+    name server; producers move to other brokers), e.g. before maintenance."""
+
+    async def go() -> dict[str, int]:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.wipe_write_perm(broker_name)
+
+    for addr, count in _run(go).items():
+        click.echo(f"wipe write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
+
+
+@cli.command("addWritePerm")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-b", "--brokerName", "broker_name", required=True)
+def add_write_perm(namesrv: str, broker_name: str) -> None:
+    """Give a broker its write permission back on every name server."""
+
+    async def go() -> dict[str, int]:
+        async with MQAdmin(namesrv) as admin:
+            return await admin.add_write_perm(broker_name)
+
+    for addr, count in _run(go).items():
+        click.echo(f"add write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
 
 
 def main() -> None:
