@@ -1,0 +1,1 @@
+"""mqdashboard: a web console for trio-rocketmq (``mqdashboard -n NS``)."""
