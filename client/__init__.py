@@ -11,6 +11,7 @@ from client.consumer_types import (
 )
 from client.errors import MQBrokerError, MQClientError
 from client.lite_pull_consumer import LitePullConsumer
+from client.metrics import ClientMetrics
 from client.producer import Producer
 from client.pull_consumer import PullConsumer
 from client.pull_result import PullResult, PullStatus
@@ -33,6 +34,7 @@ from protocol.message import Message, MessageExt, MessageQueue
 
 __all__ = [
     "AllocateByConsistentHash",
+    "ClientMetrics",
     "ConsumeConcurrentlyContext",
     "ConsumeConcurrentlyStatus",
     "ConsumeFromWhere",

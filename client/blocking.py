@@ -45,6 +45,7 @@ from client.instance import (
 )
 from client.lite_pull_consumer import LitePullConsumer as AsyncLitePullConsumer
 from client.loop_thread import LoopThread, acquire_loop, release_loop
+from client.metrics import ClientMetrics
 from client.producer import Producer as AsyncProducer
 from client.pull_consumer import PullConsumer as AsyncPullConsumer
 from client.pull_result import PullResult, PullStatus
@@ -164,6 +165,7 @@ class Producer(_BlockingClient):
         poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
         async_send_workers: int = 64,
         async_send_backlog: int = 10_000,
+        metrics: ClientMetrics | None = None,
     ) -> None:
         super().__init__()
         self._impl = self._producer = AsyncProducer(
@@ -176,6 +178,7 @@ class Producer(_BlockingClient):
             poll_name_server_interval=poll_name_server_interval,
             async_send_workers=async_send_workers,
             async_send_backlog=async_send_backlog,
+            metrics=metrics,
         )
 
     @property

@@ -41,6 +41,7 @@ from client.instance import (
     DEFAULT_REQUEST_TIMEOUT,
     MQClientInstance,
 )
+from client.metrics import ClientMetrics
 from client.offset_store import (
     LocalFileOffsetStore,
     OffsetStore,
@@ -95,6 +96,7 @@ class ConsumerCore:
         persist_consumer_offset_interval: float,
         offset_store_dir: str | os.PathLike[str] | None,
         logger_name: str,
+        metrics: ClientMetrics | None = None,
     ) -> None:
         check_group(group, "DEFAULT_CONSUMER")
         if not isinstance(message_model, MessageModel):
@@ -128,6 +130,7 @@ class ConsumerCore:
         self.rebalance_interval = rebalance_interval
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
         self.offset_store_dir = offset_store_dir
+        self._metrics = metrics
         self.subscriptions: dict[str, SubscriptionData] = {}
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
         self._state = ConsumerState.CREATED

@@ -26,6 +26,7 @@ import trio
 from client.consumer_core import ConsumerCore, ConsumerState
 from client.consumer_types import ConsumeFromWhere, MessageModel
 from client.errors import MQClientError
+from client.metrics import POLLED, ClientMetrics
 from client.offset_store import ReadOffsetType
 from client.process_queue import ProcessQueue
 from client.rebalance import AllocateStrategy
@@ -40,7 +41,8 @@ class LitePullConsumer(ConsumerCore):
 
     Args: as PushConsumer's where they share a name, plus ``auto_commit``,
     ``auto_commit_interval`` (s) and ``pull_threshold_for_all`` (buffered
-    messages in all queues, 10,000).
+    messages in all queues, 10,000). ``metrics`` (a ``client.metrics.ClientMetrics``)
+    counts the messages ``poll`` returns (status POLLED).
     """
 
     consume_type = "CONSUME_ACTIVELY"
@@ -66,6 +68,7 @@ class LitePullConsumer(ConsumerCore):
         poll_name_server_interval: float = _DEF["poll_name_server_interval"],
         heartbeat_broker_interval: float = _DEF["heartbeat_broker_interval"],
         rebalance_interval: float = _DEF["rebalance_interval"],
+        metrics: ClientMetrics | None = None,
     ) -> None:
         super().__init__(
             group, namesrv_addr, message_model=message_model,
@@ -79,6 +82,7 @@ class LitePullConsumer(ConsumerCore):
             rebalance_interval=rebalance_interval,
             persist_consumer_offset_interval=auto_commit_interval,
             offset_store_dir=offset_store_dir, logger_name="client.lite_pull_consumer",
+            metrics=metrics,
         )
         if type(pull_threshold_for_all) is not int or pull_threshold_for_all < 1:
             raise MQClientError("pull_threshold_for_all must be a positive integer")
@@ -193,6 +197,8 @@ class LitePullConsumer(ConsumerCore):
                 else:
                     self._polled[mq] = offset
                 self._reset_retry_topic(msgs)
+                if self._metrics is not None:
+                    self._metrics.consume_done(self.group, msgs, POLLED, None)
                 return msgs
         return []
 

@@ -44,6 +44,7 @@ from client.consumer_types import (
     MessageModel,
 )
 from client.errors import MQBrokerError, MQClientError
+from client.metrics import EXCEPTION, ClientMetrics, status_name
 from client.process_queue import REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
 from protocol.message import MessageExt, MessageQueue
@@ -74,6 +75,8 @@ class PushConsumer(ConsumerCore):
             setting on the broker (16) for concurrently, unlimited for orderly.
         suspend_current_queue_time_millis: orderly pause after a failure (1000).
         offset_store_dir: broadcasting offsets' directory (~/.rocketmq_offsets).
+        metrics: a ``client.metrics.ClientMetrics``: messages consumed by the
+            listener's answer, listener latency, failures (None: no metrics, no cost).
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class PushConsumer(ConsumerCore):
         heartbeat_broker_interval: float = _DEF["heartbeat_broker_interval"],
         rebalance_interval: float = _DEF["rebalance_interval"],
         persist_consumer_offset_interval: float = _DEF["persist_consumer_offset_interval"],
+        metrics: ClientMetrics | None = None,
     ) -> None:
         super().__init__(
             group, namesrv_addr, message_model=message_model,
@@ -113,6 +117,7 @@ class PushConsumer(ConsumerCore):
             rebalance_interval=rebalance_interval,
             persist_consumer_offset_interval=persist_consumer_offset_interval,
             offset_store_dir=offset_store_dir, logger_name="client.push_consumer",
+            metrics=metrics,
         )
         for name, value in (("consume_thread_max", consume_thread_max),
                             ("consume_message_batch_max_size", consume_message_batch_max_size)):
@@ -226,16 +231,22 @@ class PushConsumer(ConsumerCore):
 
     async def _call_listener(self, msgs: list[MessageExt], ctx: Any) -> Any:
         assert self._listener is not None
+        metrics = self._metrics
+        start = trio.current_time() if metrics is not None else 0.0
         try:
             result = self._listener(msgs, ctx)
             if self._listener_is_async or inspect.isawaitable(result):
                 assert isinstance(result, Awaitable)
                 result = await result
-            return result
         except Exception as exc:
             self._log.warning("message listener raised", error=repr(exc),
                               msg_ids=[m.msg_id for m in msgs][:8])
+            if metrics is not None:
+                metrics.consume_done(self.group, msgs, EXCEPTION, trio.current_time() - start)
             return None
+        if metrics is not None:
+            metrics.consume_done(self.group, msgs, status_name(result), trio.current_time() - start)
+        return result
 
     # ---- concurrently ----------------------------------------------------------------------
 
