@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 from functools import partial
 
@@ -18,7 +19,7 @@ from protocol.logs import configure_logging
 def hypercorn_config(host: str, port: int) -> Config:
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
-    config.errorlog = "-"
+    config.errorlog = logging.getLogger("hypercorn.error")  # through configure_logging
     config.accesslog = None
     config.graceful_timeout = 2.0
     return config
