@@ -84,8 +84,9 @@ def install_ops(cluster: FakeCluster) -> dict[str, Any]:
                        ) -> RemotingCommand:
             body = state["stats"].get((addr, cmd.ext_fields["statsName"], cmd.ext_fields["statsKey"]))
             if body is None:
-                return cmd.response(ResponseCode.SYSTEM_ERROR, "The stats <%s> <%s> not exist" % (
-                    cmd.ext_fields["statsName"], cmd.ext_fields["statsKey"]))
+                f = cmd.ext_fields
+                return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                    f"The stats <{f['statsName']}> <{f['statsKey']}> not exist")
             return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(body))
 
         def consume_by_who(conn: RemotingConnection, cmd: RemotingCommand, addr: str = addr
