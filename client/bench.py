@@ -14,7 +14,13 @@ Counts are bounded; every run stops by itself. ``--json`` (every mode but
 attack) prints one JSON object per result line instead of text; the text is
 rendered from the same dict (``throughput_result``, ``render_throughput``...).
 Latencies in the dicts are in microseconds under ``latency_us``
-(``{"p50", "p90", "p99", "p99.9"}``).
+(``{"p50", "p90", "p99", "p99.9"}``), the largest under ``latency_max_us``.
+
+On a terminal (stdout a TTY, no ``--json``) producer, consumer, transaction and
+latency show a progress line while they run (count and rate, rewritten in place
+four times a second); producer, consumer, push, transaction and latency end
+with a table (``result_table``: messages, msg/s, MB/s, latency p50 ... max)
+above their one-line summary, which stays the last line.
 """
 
 from __future__ import annotations
@@ -24,12 +30,13 @@ import json
 import mmap
 import os
 import shutil
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 import trio
@@ -69,6 +76,11 @@ def latency_text(lat: Mapping[str, float], unit: str = "ms", digits: int = 3) ->
     return " ".join(f"{k}={v / scale:.{digits}f}{unit}" for k, v in lat.items())
 
 
+def latency_max_us(samples: Sequence[float]) -> float:
+    """The largest of ``samples`` (seconds) in microseconds; 0 without samples."""
+    return max(samples) * 1e6 if samples else 0.0
+
+
 def per_second(count: float, elapsed: float) -> float:
     return count / elapsed if elapsed > 0 else 0.0
 
@@ -87,6 +99,7 @@ def throughput_result(mode: str, count: int, nbytes: int, elapsed: float,
         "mb_per_s": per_second(nbytes, elapsed) / 1e6,
         "latency_per": per,
         "latency_us": latency_us(latencies),
+        "latency_max_us": latency_max_us(latencies),
         **extra,
     }
 
@@ -104,9 +117,139 @@ def report(kind: str, count: int, nbytes: int, elapsed: float, latencies: Sequen
                              noun=noun, rate=rate)
 
 
-def emit(result: Mapping[str, Any], text: str, as_json: bool) -> None:
-    """Print one result: its JSON object or its text line."""
-    click.echo(json.dumps(result) if as_json else text)
+def emit(result: Mapping[str, Any], text: str, as_json: bool, *, table: bool = False) -> None:
+    """Print one result: its JSON object, or its text line (after its
+    ``result_table`` with ``table``)."""
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    if table:
+        click.echo(result_table([result]))
+    click.echo(text)
+
+
+# ---- the final table and the progress line -------------------------------------------
+
+TABLE_LATENCIES = ("p50", "p90", "p99", "p99.9", "max")
+
+
+def _table_cells(d: Mapping[str, Any]) -> list[str]:
+    def num(key: str, fmt: str) -> str:
+        v = d.get(key)
+        return "-" if v is None else format(v, fmt)
+
+    lat = dict(d.get("latency_us") or {})
+    if "latency_max_us" in d:
+        lat["max"] = d["latency_max_us"]
+    return [str(d.get("mode", "")), num("count", ","), num("seconds", ".2f"),
+            num("msgs_per_s", ",.0f"), num("mb_per_s", ".1f"),
+            *("-" if lat.get(k) is None else f"{lat[k] / 1e3:.3f}" for k in TABLE_LATENCIES)]
+
+
+def result_table(results: Sequence[Mapping[str, Any]]) -> str:
+    """Results as an aligned table: messages, seconds, msg/s, MB/s and latency
+    p50/p90/p99/p99.9/max in ms (``-`` where a result has no such figure), then
+    what the latency measures."""
+    header = ["mode", "messages", "seconds", "msg/s", "MB/s",
+              *(f"{k} ms" for k in TABLE_LATENCIES)]
+    rows = [header, *(_table_cells(d) for d in results)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+             for r in rows]
+    pers = sorted({str(d["latency_per"]) for d in results if d.get("latency_per")})
+    if pers:
+        lines.append(f"latency per {', '.join(pers)}")
+    return "\n".join(lines)
+
+
+def progress_line(label: str, count: int, nbytes: int, elapsed: float,
+                  total: int | None = None, rate_now: float | None = None) -> str:
+    """One progress line: ``produce  12,000/200,000 msgs (6%)  9,850 msg/s  9.6 MB/s  1.2s``;
+    the rate is ``rate_now`` (the last interval's) when given, else the average."""
+    done = f"{count:,}"
+    if total:
+        done += f"/{total:,} msgs ({min(100.0, 100 * count / total):.0f}%)"
+    else:
+        done += " msgs"
+    rate = per_second(count, elapsed) if rate_now is None else rate_now
+    return (f"{label}  {done}  {rate:,.0f} msg/s  {per_second(nbytes, elapsed) / 1e6:.1f} MB/s  "
+            f"{elapsed:.1f}s")
+
+
+@dataclass
+class ProgressMeter:
+    """Progress lines from (time, count, bytes) readings: the rate over the last
+    interval, the lines padded to hide the longer previous one."""
+
+    label: str
+    start: float
+    total: int | None = None
+    last_time: float = 0.0
+    last_count: int = 0
+    last_len: int = 0
+
+    def __post_init__(self) -> None:
+        self.last_time = self.start
+
+    def update(self, now: float, count: int, nbytes: int) -> str:
+        """The text to write (starting with a carriage return)."""
+        dt = now - self.last_time
+        rate_now = (count - self.last_count) / dt if dt > 0 else None
+        self.last_time, self.last_count = now, count
+        line = progress_line(self.label, count, nbytes, now - self.start, self.total, rate_now)
+        text = "\r" + line.ljust(self.last_len)
+        self.last_len = len(line)
+        return text
+
+    def clear(self) -> str:
+        """The text that erases the current line."""
+        text = "\r" + " " * self.last_len + "\r" if self.last_len else ""
+        self.last_len = 0
+        return text
+
+
+PROGRESS_INTERVAL_S = 0.25
+
+
+def progress_enabled(as_json: bool, out: IO[str] | None = None) -> bool:
+    """Progress only for a person: stdout a terminal and no --json."""
+    out = sys.stdout if out is None else out
+    return not as_json and out.isatty()
+
+
+async def show_progress(label: str, read: Callable[[], tuple[int, int]], total: int | None,
+                        out: IO[str], interval: float = PROGRESS_INTERVAL_S) -> None:
+    """Rewrite the progress line every ``interval`` until cancelled, then erase it."""
+    meter = ProgressMeter(label, trio.current_time(), total)
+    try:
+        while True:
+            await trio.sleep(interval)
+            count, nbytes = read()
+            out.write(meter.update(trio.current_time(), count, nbytes))
+            out.flush()
+    finally:
+        out.write(meter.clear())
+        out.flush()
+
+
+T = TypeVar("T")
+
+
+async def with_progress(body: Callable[[], Awaitable[T]], label: str,
+                        read: Callable[[], tuple[int, int]], total: int | None,
+                        enabled: bool, out: IO[str] | None = None) -> T:
+    """``await body()`` with a progress line beside it when ``enabled``; the
+    line goes away when the body ends."""
+    if not enabled:
+        return await body()
+    stream = sys.stdout if out is None else out
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(show_progress, label, read, total, stream)
+        try:
+            return await body()
+        finally:
+            nursery.cancel_scope.cancel()
 
 
 json_option = click.option("--json", "as_json", is_flag=True,
@@ -292,10 +435,14 @@ def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concur
             # warm up: routes and connections
             for p in ps:
                 await p.send(Message(topic, body))
+            async def run_workers() -> None:
+                async with trio.open_nursery() as nursery:
+                    for i in range(concurrency):
+                        nursery.start_soon(worker, ps[i % producers], quota)
+
             t0 = time.perf_counter()
-            async with trio.open_nursery() as nursery:
-                for i in range(concurrency):
-                    nursery.start_soon(worker, ps[i % producers], quota)
+            await with_progress(run_workers, "produce", lambda: (sent, sent * size), count,
+                                progress_enabled(as_json))
             return time.perf_counter() - t0
         finally:
             for p in ps:
@@ -305,7 +452,7 @@ def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concur
     result = throughput_result("produce", sent, sent * size, elapsed, latencies, topic=topic,
                                size=size, batch=batch, concurrency=concurrency,
                                producers=producers)
-    emit(result, render_throughput(result), as_json)
+    emit(result, render_throughput(result), as_json, table=True)
 
 
 @cli.command()
@@ -330,8 +477,9 @@ def transaction(namesrv: str, topic: str, size: int, count: int, concurrency: in
     and report transactions/s and latency; with --checks N, send N more whose
     local transaction is UNKNOW and report how long the broker took to check them."""
     for result in trio.run(_transaction_bench, namesrv, topic, size, count, concurrency,
-                           producers, checks, check_wait):
-        emit(result, render_transaction(result), as_json)
+                           producers, checks, check_wait, progress_enabled(as_json)):
+        emit(result, render_transaction(result), as_json,
+             table=result["mode"] == "transaction")
 
 
 def render_transaction(d: Mapping[str, Any]) -> str:
@@ -345,8 +493,8 @@ def render_transaction(d: Mapping[str, Any]) -> str:
 
 
 async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, concurrency: int,
-                             producers: int, checks: int, check_wait: float
-                             ) -> list[dict[str, Any]]:
+                             producers: int, checks: int, check_wait: float,
+                             progress: bool = False) -> list[dict[str, Any]]:
     """The transaction command's body: its results (throughput, then checks)."""
     from client import LocalTransactionState, Message, TransactionProducer
 
@@ -394,7 +542,8 @@ async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, co
         # warm up: routes, connections, heartbeats
         for p in ps:
             await p.send_message_in_transaction(Message(topic, body), commit)
-        elapsed = await run_phase(ps, count, commit, True)
+        elapsed = await with_progress(lambda: run_phase(ps, count, commit, True), "transaction",
+                                      lambda: (committed, committed * size), count, progress)
         results.append(throughput_result(
             "transaction", committed, committed * size, elapsed, latencies,
             per="send_message_in_transaction", rolled_back=not_committed, topic=topic,
@@ -457,16 +606,20 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
                 if not from_start:
                     await c.update_consume_offset(mq, pos)
 
+            async def run_drains() -> None:
+                async with trio.open_nursery() as nursery:
+                    for mq in queues:
+                        nursery.start_soon(drain, mq)
+
             t0 = time.perf_counter()
-            async with trio.open_nursery() as nursery:
-                for mq in queues:
-                    nursery.start_soon(drain, mq)
+            await with_progress(run_drains, "consume", lambda: (got, nbytes), count,
+                                progress_enabled(as_json))
             return time.perf_counter() - t0
 
     elapsed = trio.run(go)
     result = throughput_result("consume", got, nbytes, elapsed, latencies,
                                topic=topic, pull_batch=pull_batch)
-    emit(result, render_throughput(result), as_json)
+    emit(result, render_throughput(result), as_json, table=True)
 
 
 @cli.command()
@@ -509,7 +662,7 @@ def push(namesrv: str, topic: str, group: str | None, count: int, instances: int
         out, _ = p.communicate(timeout=timeout + 30)
         members.append(parse_member_line(out))
     result = push_result(members, topic=topic, batch=batch)
-    emit(result, render_push(result), as_json)
+    emit(result, render_push(result), as_json, table=True)
 
 
 def parse_member_line(out: str) -> dict[str, Any]:
@@ -655,22 +808,27 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
                 samples.clear()
                 body = b"x" * size
                 interval = 1.0 / rate
-                start = trio.current_time()
-                for i in range(total):
-                    target = start + i * interval
-                    delay = target - trio.current_time()
-                    if delay > 0:
-                        await trio.sleep(delay)
-                    msg = Message(topic, body)
-                    msg.put_user_property("BENCH_T", repr(time.perf_counter()))
-                    await p.send_oneway(msg)
-                with trio.move_on_after(10):
-                    while len(samples) < total:
-                        await trio.sleep(0.05)
+
+                async def timed() -> None:
+                    start = trio.current_time()
+                    for i in range(total):
+                        target = start + i * interval
+                        delay = target - trio.current_time()
+                        if delay > 0:
+                            await trio.sleep(delay)
+                        msg = Message(topic, body)
+                        msg.put_user_property("BENCH_T", repr(time.perf_counter()))
+                        await p.send_oneway(msg)
+                    with trio.move_on_after(10):
+                        while len(samples) < total:
+                            await trio.sleep(0.05)
+
+                await with_progress(timed, "latency", lambda: (len(samples), len(samples) * size),
+                                    total, progress_enabled(as_json))
 
     trio.run(go)
     result = latency_result(samples, total, rate, duration, topic=topic, size=size)
-    emit(result, render_latency(result), as_json)
+    emit(result, render_latency(result), as_json, table=True)
 
 
 def latency_result(samples: Sequence[float], sent: int, rate: int, duration: float,
@@ -678,7 +836,7 @@ def latency_result(samples: Sequence[float], sent: int, rate: int, duration: flo
     """The latency command's result: ``samples`` (seconds, send to listener)."""
     return {"mode": "latency", "count": len(samples), "sent": sent, "rate": rate,
             "seconds": duration, "latency_per": "send-to-listener",
-            "latency_us": latency_us(samples), **extra}
+            "latency_us": latency_us(samples), "latency_max_us": latency_max_us(samples), **extra}
 
 
 def render_latency(d: Mapping[str, Any]) -> str:
