@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA ?= ./.data
 
-.PHONY: run cluster test lint bench clean
+.PHONY: run cluster test lint bench clean browser
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -23,11 +23,25 @@ DEPLOY ?= deploy/2m-2s-async
 cluster: $(STAMP)
 	$(PY) -m deploy.run_cluster $(DEPLOY)
 
-test: $(STAMP)
+# headless Chromium for tests/dashboard/test_browser.py: from Debian's packages when
+# running as root on Debian; never fails (without a browser that test skips)
+CHROMIUM ?= /usr/bin/chromium
+CHROMEDRIVER ?= /usr/bin/chromedriver
+browser:
+	@if [ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null; then \
+		echo "installing chromium and chromium-driver (apt-get)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || \
+		{ apt-get update -qq >/dev/null 2>&1 && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1; } || \
+		echo "could not install chromium: the browser test will skip"; \
+	else echo "no /usr/bin/chromium or /usr/bin/chromedriver: the browser test will skip"; fi
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check protocol namesrv broker client tests deploy
+	$(VENV)/bin/ruff check protocol namesrv broker client tests deploy dashboard
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

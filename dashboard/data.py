@@ -174,6 +174,7 @@ class BrokerRow:
     tps: str = "-"
     write_rate: str = "-"
     disk: str = "-"
+    stats_tps: str | None = None  # from VIEW_BROKER_STATS_DATA, when the broker has it
 
 
 @dataclass(slots=True)
@@ -260,7 +261,11 @@ class DashboardData:
             async with trio.open_nursery() as nursery:
                 for row in rows:
                     nursery.start_soon(self._fill_runtime, row)
+                    nursery.start_soon(self._fill_put_tps, row)
             clusters = {c: sorted(n) for c, n in info["clusterAddrTable"].items()}
+            for row in rows:
+                if row.stats_tps is not None:
+                    row.tps = row.stats_tps
             return rows, clusters
 
         return await self._bounded("cluster", go)
@@ -291,6 +296,20 @@ class DashboardData:
             row.write_rate = fmt_bytes(int((max_off - last[1]) / elapsed)) + "/s"
             if row.tps == "-" and puts is not None and last[2] is not None:
                 row.tps = f"{(puts - last[2]) / elapsed:.1f}"
+
+    async def _fill_put_tps(self, row: BrokerRow) -> None:
+        """Messages put per second over the last minute, from VIEW_BROKER_STATS_DATA
+        (BROKER_PUT_NUMS keyed by cluster, as RocketMQ's console asks) where the
+        broker answers it; otherwise the page measures between two views."""
+        try:
+            resp = await self._invoke(row.addr, RequestCode.VIEW_BROKER_STATS_DATA,
+                                      {"statsName": "BROKER_PUT_NUMS", "statsKey": row.cluster})
+            if resp.code != ResponseCode.SUCCESS:
+                return
+            minute = (unpack_body(resp.body) or {}).get("statsMinute") or {}
+            row.stats_tps = f"{float(minute['tps']):.1f}"
+        except Exception:  # best effort: an older broker, an odd body
+            return
 
     async def broker_choices(self) -> tuple[list[str], list[str]]:
         """Cluster names and master addresses, for the create-topic form."""

@@ -60,7 +60,8 @@ async def dashboard(namesrv: str, timeout: float = 5.0) -> AsyncIterator[WebClie
     config.graceful_timeout = 1.0
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, create_app(namesrv, timeout), config,
+        binds = await nursery.start(partial(serve, create_app(namesrv, timeout),  # type: ignore[arg-type]
+                                            config,
                                             shutdown_trigger=stop.wait))
         port = int(binds[0].rsplit(":", 1)[1])
         try:
