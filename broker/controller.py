@@ -33,13 +33,21 @@ from broker.end_transaction_processor import EndTransactionProcessor
 from broker.group_commit import GroupCommitService
 from broker.ha_service import HAService
 from broker.long_polling import PullRequestHoldService
+from broker.metrics import broker_registry
+from broker.ops_processor import (
+    OpsProcessor,
+    load_runtime_overlay,
+    render_properties,
+    runtime_path,
+)
 from broker.out_api import BrokerOuterAPI
-from broker.persist import ConfigSnapshot, SnapshotTable
+from broker.persist import ConfigSnapshot, SnapshotTable, atomic_write_bytes
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.slave_synchronize import SlaveSynchronize
+from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
 from broker.store import DefaultMessageStore
 from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
@@ -55,6 +63,7 @@ from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import Lane, Lanes, SharedBudget
 from protocol.trio.memory import trim_free_memory
+from protocol.trio.metrics_http import MetricsServer
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
 
@@ -85,8 +94,16 @@ def request_lanes(config: BrokerConfig) -> Lanes:
 
 class BrokerController:
     def __init__(self, config: BrokerConfig) -> None:
+        # keys an admin changed at run time (UPDATE_BROKER_CONFIG) win over the config file
+        self.runtime_overlay = load_runtime_overlay(config)
         self.config = config
         self.log = structlog.get_logger("broker").bind(broker=config.broker_name)
+        self.boot_timestamp_ms = int(time.time() * 1000)
+        self.start_accept_send_timestamp_ms = 0
+        # operators' figures (broker/stats.py): plain counters on the hot path
+        self.stats = BrokerStats(config.broker_name, time.monotonic())
+        self.put_latency = LatencyHistogram()
+        self.flush_latency = LatencyHistogram()
         self.topic_config_manager = TopicConfigManager(config)
         self.consumer_offset_manager = ConsumerOffsetManager(config)
         self.subscription_group_manager = SubscriptionGroupManager(config)
@@ -96,6 +113,7 @@ class BrokerController:
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
+        self.ops_processor = OpsProcessor(self)
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
@@ -118,7 +136,7 @@ class BrokerController:
             self.pull_hold_service.notify_message_arriving
         )
         self.server = RemotingServer(
-            self._handler_table(), "0.0.0.0" if config.broker_ip1 != "127.0.0.1" else "127.0.0.1",
+            self._handler_table(), self.listen_host,
             config.listen_port, max_frame_size=config.max_frame_size,
             limits=config.connection_limits(),
             budget=SharedBudget(config.max_total_connection_buffer_bytes),
@@ -138,8 +156,14 @@ class BrokerController:
         self.group_commit: GroupCommitService | None = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(
-                self.message_store.flush_commit_log, config.sync_flush_timeout, config.broker_name
+                self.timed_flush_commit_log, config.sync_flush_timeout, config.broker_name
             )
+        self._overlay_lock = trio.Lock()
+        self.metrics_port: int | None = None  # once served
+        self.metrics_server: MetricsServer | None = None
+        if config.metrics_port > 0:
+            self.metrics_server = MetricsServer(broker_registry(self), self.listen_host,
+                                                config.metrics_port)
         self.tune_gc = False  # mqbroker sets it: freeze start-up objects, fewer young GCs
         self._register_event = trio.Event()
         self._stop = trio.Event()
@@ -179,7 +203,7 @@ class BrokerController:
         t.register(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, ad.get_all_subscription_group)
         t.register(RequestCode.DELETE_SUBSCRIPTIONGROUP, ad.delete_subscription_group)
         cmp = self.client_manage_processor
-        t.register(RequestCode.HEART_BEAT, cmp.heart_beat)
+        t.register(RequestCode.HEART_BEAT, self._heart_beat)
         t.register(RequestCode.UNREGISTER_CLIENT, cmp.unregister_client)
         t.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, cmp.get_consumer_list_by_group)
         t.register(RequestCode.LOCK_BATCH_MQ, cmp.lock_batch_mq)
@@ -188,7 +212,59 @@ class BrokerController:
         t.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, qp.search_offset_by_timestamp)
         t.register(RequestCode.VIEW_MESSAGE_BY_ID, qp.view_message_by_id)
         t.register(RequestCode.QUERY_MESSAGE, qp.query_message)
+        ops = self.ops_processor
+        t.register(RequestCode.VIEW_BROKER_STATS_DATA, ops.view_broker_stats_data)
+        t.register(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, ops.query_topic_consume_by_who)
+        t.register(RequestCode.GET_PRODUCER_CONNECTION_LIST, ops.get_producer_connection_list)
+        t.register(RequestCode.GET_BROKER_CONFIG, ops.get_broker_config)
+        t.register(RequestCode.UPDATE_BROKER_CONFIG, ops.update_broker_config)
         return t
+
+    @property
+    def listen_host(self) -> str:
+        """The address the broker's listeners bind (its remoting port, metricsPort)."""
+        return "0.0.0.0" if self.config.broker_ip1 != "127.0.0.1" else "127.0.0.1"
+
+    def _heart_beat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """HEART_BEAT; the connection remembers the client's language and version
+        (GET_PRODUCER_CONNECTION_LIST reports them)."""
+        attrs = getattr(conn, "attrs", None)
+        if isinstance(attrs, dict):
+            attrs["language"] = cmd.language or "JAVA"
+            attrs["version"] = cmd.version
+        return self.client_manage_processor.heart_beat(conn, cmd)
+
+    def timed_flush_commit_log(self) -> Any:
+        """Flush the commit log (a worker thread); its time goes to flush_latency."""
+        started = time.perf_counter()
+        try:
+            return self.message_store.flush_commit_log()
+        finally:
+            self.flush_latency.observe(time.perf_counter() - started)
+
+    async def apply_runtime_config(self, changes: dict[str, str]) -> None:
+        """UPDATE_BROKER_CONFIG's checked changes: written to the runtime overlay
+        file (atomically, in a worker thread), then applied; OSError when the
+        file cannot be written (nothing applied). A brokerPermission change
+        registers with the name servers again."""
+        async with self._overlay_lock:
+            merged = {**self.runtime_overlay, **changes}
+            path = runtime_path(self.config)
+            data = render_properties(merged).encode()
+            await trio.to_thread.run_sync(atomic_write_bytes, path, data)
+            self.runtime_overlay = merged
+            self.config.update(changes)
+            self.log.info("broker config changed at run time", path=str(path), **changes)
+            if "brokerPermission" in changes:
+                self.trigger_register()
+
+    def commit_log_disk_ratio(self) -> float:
+        """Used share (0..1) of the disk the commit log is on; 0 when unreadable."""
+        store = self.message_store
+        try:
+            return float(store.disk_usage(store.commit_log.mapped_file_queue.store_dir))
+        except OSError:
+            return 0.0
 
     # ---- actions used by processors ---------------------------------------------
 
@@ -199,6 +275,7 @@ class BrokerController:
     def delete_topic(self, topic: str) -> None:
         self.topic_config_manager.delete(topic)
         self.consumer_offset_manager.remove_topic(topic)
+        self.stats.drop_topic(topic)
         self.message_store.delete_topics({topic})
         self.trigger_register()
 
@@ -312,7 +389,7 @@ class BrokerController:
                         await nursery.start(self.group_commit.run)
                     else:
                         nursery.start_soon(self._flush_loop, "flush commit log",
-                                           self.message_store.flush_commit_log,
+                                           self.timed_flush_commit_log,
                                            self.config.flush_interval_commit_log)
                     nursery.start_soon(self._flush_loop, "flush consume queues",
                                        self.message_store.flush_consume_queues,
@@ -322,17 +399,23 @@ class BrokerController:
                     nursery.start_soon(self._clean_loop)
                     nursery.start_soon(self._housekeeping_loop)
                     nursery.start_soon(self._trim_loop)
+                    nursery.start_soon(self._stats_loop)
+                    if self.metrics_server is not None:
+                        self.metrics_port = await nursery.start(self.metrics_server.run)
                     await nursery.start(self.pull_hold_service.run)
                     if not self.config.is_slave:  # a slave gets its delayed messages replicated
                         await nursery.start(self.schedule_service.run)
                         await nursery.start(self.transaction_service.run, self.ask_producer)
                     self.started = True
+                    self.start_accept_send_timestamp_ms = int(time.time() * 1000)
                     self.log.info("broker started", addr=self.config.broker_addr,
                                   namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value,
                                   role=self.config.broker_role.value, broker_id=self.config.broker_id)
                     task_status.started(port)
                     await self._stop.wait()
                     self.log.info("broker shutting down")
+                    if self.metrics_server is not None:
+                        self.metrics_server.stop()
                     with trio.move_on_after(5):
                         try:
                             await self.outer_api.unregister_broker_all()
@@ -415,6 +498,13 @@ class BrokerController:
         while True:
             await trio.sleep(HOUSEKEEPING_INTERVAL_S)
             await guard.run(self.housekeeping, trio.current_time())
+
+    async def _stats_loop(self) -> None:
+        """Snapshots of the operators' counters: the minute/hour/day windows."""
+        guard = Guard(self.log, "stats snapshot")
+        while True:
+            await trio.sleep(TICK_INTERVAL_S)
+            await guard.run(self.stats.tick, time.monotonic())
 
     async def _trim_loop(self) -> None:
         """Buffers a burst of clients made the broker hold go back to the system."""

@@ -97,6 +97,7 @@ class PullMessageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.controller = controller
         self.config = controller.config
+        self.stats = controller.stats
 
     def pull_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         return self.process(conn, cmd, allow_suspend=True)
@@ -228,5 +229,7 @@ class PullMessageProcessor:
             max_offset=result.max_offset,
         )
         body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else None
+        if body:  # per response: what it returns (a retry topic counts under its group)
+            self.stats.record_get(h.topic, h.consumer_group, len(result.buffers), len(body))
         remark = None if code == ResponseCode.SUCCESS else result.status.name
         return cmd.response(code, remark, ext_fields=header.to_fields(), body=body)

@@ -18,6 +18,7 @@ producer moves on to a master.
 from __future__ import annotations
 
 import random
+import time
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -91,6 +92,16 @@ class SendMessageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.controller = controller
         self.config = controller.config
+        self.stats = controller.stats
+        self.put_latency = controller.put_latency
+
+    def _count(self, topic: str, result: PutMessageResult, started: float) -> None:
+        """A stored put: its messages and bytes (per request, broker/stats.py)
+        and the store's latency."""
+        ar = result.append_result
+        if ar is not None and result.put_message_status is PutMessageStatus.PUT_OK:
+            self.stats.record_put(topic, ar.msg_num, ar.wrote_bytes)
+            self.put_latency.observe(time.perf_counter() - started)
 
     # ---- checks ----------------------------------------------------------------
 
@@ -211,7 +222,9 @@ class SendMessageProcessor:
             refused = self._transaction_refusal(cmd, delayed)
             if refused is not None:
                 return refused
+            started = time.perf_counter()
             result = self.controller.transaction_service.prepare(inner, props, h.producer_group)
+            self._count(h.topic, result, started)
             return self._reply(conn, cmd, self._response(cmd, result, queue_id, inner.uniq_key),
                                result)
         if transaction_type(h.sys_flag) != TRANSACTION_NOT_TYPE:
@@ -219,7 +232,9 @@ class SendMessageProcessor:
                                 "a commit or rollback sysFlag is the broker's to set")
         if delayed:
             to_schedule(inner, props, self.controller.schedule_service.max_level)
+        started = time.perf_counter()
         result = self.controller.message_store.put_message(inner)
+        self._count(h.topic, result, started)
         return self._reply(conn, cmd, self._response(cmd, result, queue_id), result)
 
     def _transaction_refusal(self, cmd: RemotingCommand, delayed: bool) -> RemotingCommand | None:
@@ -271,7 +286,9 @@ class SendMessageProcessor:
         self.controller.trigger_register()
         inner = send_back_message(msg, topic, queue_id, h.origin_msg_id, level,
                                   self.controller.schedule_service.max_level)
+        started = time.perf_counter()
         result = store.put_message(inner)
+        self._count(topic, result, started)
         response = self._response(cmd, result, queue_id)
         if response.code == ResponseCode.SUCCESS:
             response.ext_fields = {}
@@ -301,7 +318,9 @@ class SendMessageProcessor:
                                     "a batch cannot be transactional: send each prepared "
                                     "message alone")
             inners.append(inner)
+        started = time.perf_counter()
         result = self.controller.message_store.put_messages(inners)
+        self._count(h.topic, result, started)
         return self._reply(conn, cmd, self._response(cmd, result, queue_id), result)
 
     def _response(

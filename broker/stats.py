@@ -199,7 +199,7 @@ class BrokerStats:
                 first_t, last_t = ring.times[0], ring.times[-1]
                 first = self._value_at(samples, first_t)
                 last = self._value_at(samples, last_t)
-                snap.sum = last[field] - first[field]
+                snap.sum = int(last[field] - first[field])
                 snap.tps = snap.sum / (last_t - first_t) if last_t > first_t else 0.0
                 times = last[REQS + 1] - first[REQS + 1]
                 snap.avgpt = snap.sum / times if times > 0 else 0.0

@@ -417,6 +417,22 @@ class GetTopicStatsInfoRequestHeader(Header):
     topic: Topic
 
 
+@dataclass(slots=True)
+class ViewBrokerStatsDataRequestHeader(Header):
+    stats_name: Annotated[str, MaxLen(64)]
+    stats_key: Annotated[str, MaxLen(1024)]
+
+
+@dataclass(slots=True)
+class QueryTopicConsumeByWhoRequestHeader(Header):
+    topic: Topic
+
+
+@dataclass(slots=True)
+class GetProducerConnectionListRequestHeader(Header):
+    producer_group: Group
+
+
 # ---- name server ----------------------------------------------------------
 
 
@@ -468,6 +484,16 @@ class WipeWritePermOfBrokerRequestHeader(Header):
 @dataclass(slots=True)
 class WipeWritePermOfBrokerResponseHeader(Header):
     wipe_topic_count: int
+
+
+@dataclass(slots=True)
+class AddWritePermOfBrokerRequestHeader(Header):
+    broker_name: BrokerName
+
+
+@dataclass(slots=True)
+class AddWritePermOfBrokerResponseHeader(Header):
+    add_topic_count: int
 
 
 # ---- name server: KV config ---------------------------------------------------

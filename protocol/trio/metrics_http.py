@@ -1,0 +1,104 @@
+"""Prometheus metrics over HTTP, served from the daemon's own trio loop.
+
+``MetricsServer(registry, host, port)`` serves ``GET /metrics`` (the text
+exposition of ``prometheus_client.exposition.generate_latest``) with
+hypercorn's trio server; anything else is 404. It runs as a task of the
+daemon's nursery (``await nursery.start(server.run)`` reports the bound port:
+port 0 takes a free one) and stops gracefully on ``stop()`` or when the
+nursery is cancelled.
+
+A scrape runs the registry's collectors on the event loop: they read the
+daemon's tables as they are (no lock needed) and must keep their work
+bounded (broker/metrics.py caps the series it emits). The exposition
+bytes are written by hypercorn while the loop goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import structlog
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+log = structlog.get_logger("metrics")
+
+# a scrape slower than this is logged (the loop waited that long)
+SLOW_SCRAPE_S = 0.1
+
+
+class MetricsApp:
+    """A minimal ASGI app: ``/metrics`` and nothing else."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.scrapes = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path = scope.get("path", "")
+        if scope.get("method") not in ("GET", "HEAD") or path not in ("/metrics", "/metrics/"):
+            status, ctype, body = 404, b"text/plain; charset=utf-8", b"not found: try /metrics\n"
+        else:
+            started = time.perf_counter()
+            body = generate_latest(self.registry)
+            took = time.perf_counter() - started
+            self.scrapes += 1
+            if took > SLOW_SCRAPE_S:
+                log.warning("slow metrics scrape", seconds=round(took, 3), bytes=len(body))
+            status, ctype = 200, CONTENT_TYPE_LATEST.encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", ctype),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body",
+                    "body": b"" if scope.get("method") == "HEAD" else body})
+
+
+class MetricsServer:
+    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self.app = MetricsApp(registry)
+        self.host = host
+        self.port = port
+        self._stop = trio.Event()
+
+    def _config(self) -> Config:
+        config = Config()
+        config.bind = [f"{self.host}:{self.port}"]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.graceful_timeout = 2.0
+        config.keep_alive_timeout = 30.0
+        return config
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``stop()`` or cancelled; reports the bound port."""
+
+        async def started_at(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            await serve(self.app, self._config(),  # type: ignore[arg-type]
+                        shutdown_trigger=self._stop.wait, task_status=task_status)
+
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(started_at)
+            port = self.port
+            if binds:
+                port = int(str(binds[0]).rsplit(":", 1)[1])
+            self.port = port
+            log.info("metrics served", url=f"http://{self.host}:{port}/metrics")
+            task_status.started(port)
+
+    def stop(self) -> None:
+        self._stop.set()
