@@ -617,7 +617,7 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
             return time.perf_counter() - t0
 
     elapsed = trio.run(go)
-    result = throughput_result("consume", got, nbytes, elapsed, latencies,
+    result = throughput_result("consume", got, nbytes, elapsed, latencies, per="pull",
                                topic=topic, pull_batch=pull_batch)
     emit(result, render_throughput(result), as_json, table=True)
 
