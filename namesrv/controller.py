@@ -14,10 +14,12 @@ import trio
 
 from namesrv.config import NamesrvConfig
 from namesrv.kv_config import KVConfigManager
+from namesrv.metrics import namesrv_registry
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.limits import SharedBudget
+from protocol.trio.metrics_http import MetricsServer
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard
 
@@ -48,6 +50,11 @@ class NamesrvController:
             budget=SharedBudget(config.max_total_connection_buffer_bytes),
         )
         self.server.on_connection_closed(self._on_connection_closed)
+        self.metrics_port: int | None = None  # once served
+        self.metrics_server: MetricsServer | None = None
+        if config.metrics_port > 0:
+            self.metrics_server = MetricsServer(namesrv_registry(self.routes, self.processor),
+                                                config.listen_ip, config.metrics_port)
         self._stop = trio.Event()
         self._scan_guard = Guard(log, "scan not active broker")
         self._kv_guard = Guard(log, "persist KV config")
@@ -73,9 +80,13 @@ class NamesrvController:
             nursery.start_soon(self.removal_loop)
             if self.kv.path is not None:
                 nursery.start_soon(self.kv_persist_loop)
+            if self.metrics_server is not None:
+                self.metrics_port = await nursery.start(self.metrics_server.run)
             log.info("name server started", port=port)
             task_status.started(port)
             await self._stop.wait()
+            if self.metrics_server is not None:
+                self.metrics_server.stop()
             nursery.cancel_scope.cancel()
         if self.kv.dirty and self.kv.path is not None:
             with trio.CancelScope(shield=True), trio.move_on_after(5):

@@ -40,6 +40,8 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, default_codec
 from protocol.errors import ProtocolError, RemoteProtocolError
 from protocol.headers import (
+    AddWritePermOfBrokerRequestHeader,
+    AddWritePermOfBrokerResponseHeader,
     DeleteKVConfigRequestHeader,
     DeleteTopicRequestHeader,
     GetKVConfigRequestHeader,
@@ -216,6 +218,10 @@ class NamesrvProcessor:
         self.chunk = max(1, chunk)
         self.refusals = RepeatedErrors()
         self.chunked_registrations = 0
+        # operators' counters (namesrv/metrics.py)
+        self.registrations = 0  # REGISTER_BROKER applied
+        self.route_lookups = 0  # GET_ROUTEINFO_BY_TOPIC answered
+        self.route_lookups_missed = 0  # ... with TOPIC_NOT_EXIST
         self._gc_holds = 0
         self._gc_was_enabled = True
 
@@ -227,6 +233,7 @@ class NamesrvProcessor:
         table.register(RequestCode.GET_BROKER_CLUSTER_INFO, self.get_cluster_info)
         table.register(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, self.get_all_topic_list)
         table.register(RequestCode.WIPE_WRITE_PERM_OF_BROKER, self.wipe_write_perm)
+        table.register(RequestCode.ADD_WRITE_PERM_OF_BROKER, self.add_write_perm)
         table.register(RequestCode.DELETE_TOPIC_IN_NAMESRV, self.delete_topic)
         table.register(RequestCode.PUT_KV_CONFIG, self.put_kv_config)
         table.register(RequestCode.GET_KV_CONFIG, self.get_kv_config)
@@ -362,6 +369,7 @@ class NamesrvProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 "REGISTER_BROKER superseded: the broker registered again or "
                                 "was removed while its topics were applied")
+        self.registrations += 1
         return self._answer(cmd, h, result.ha_server_addr, result.master_addr,
                             need_full=result.need_full)
 
@@ -385,7 +393,9 @@ class NamesrvProcessor:
     def get_route_info(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = GetRouteInfoRequestHeader.from_fields(cmd.ext_fields)
         route = self.routes.pickup_topic_route_data(h.topic)
+        self.route_lookups += 1
         if route is None:
+            self.route_lookups_missed += 1
             return cmd.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h.topic}"
             )
@@ -404,6 +414,13 @@ class NamesrvProcessor:
         h = WipeWritePermOfBrokerRequestHeader.from_fields(cmd.ext_fields)
         count = self.routes.wipe_write_perm_of_broker(h.broker_name)
         out = WipeWritePermOfBrokerResponseHeader(count)
+        return cmd.response(ResponseCode.SUCCESS, ext_fields=out.to_fields())
+
+    def add_write_perm(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """ADD_WRITE_PERM_OF_BROKER: the inverse of WIPE_WRITE_PERM_OF_BROKER."""
+        h = AddWritePermOfBrokerRequestHeader.from_fields(cmd.ext_fields)
+        count = self.routes.add_write_perm_of_broker(h.broker_name)
+        out = AddWritePermOfBrokerResponseHeader(count)
         return cmd.response(ResponseCode.SUCCESS, ext_fields=out.to_fields())
 
     def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -426,6 +426,18 @@ class RouteInfoManager:
                 count += 1
         return count
 
+    def add_write_perm_of_broker(self, broker_name: str) -> int:
+        """The inverse of ``wipe_write_perm_of_broker`` (RocketMQ's
+        addWritePermOfBroker): write permission back on every topic's queue data of
+        the broker; returns how many topics the broker serves."""
+        count = 0
+        for queues in self.topic_queue_table.values():
+            qd = queues.get(broker_name)
+            if qd is not None:
+                qd.perm |= PERM_WRITE
+                count += 1
+        return count
+
     def delete_topic(self, topic: str) -> None:
         self.topic_queue_table.pop(topic, None)
 
