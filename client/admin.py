@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 
 from client.route_info import usable
+from protocol import names
 from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -23,14 +24,7 @@ from protocol.headers import (
     WipeWritePermOfBrokerRequestHeader,
 )
 from protocol.message import MessageExt
-from protocol.names import (
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
-    RMQ_SYS_SCHEDULE_TOPIC,
-    RMQ_SYS_TRANS_HALF_TOPIC,
-    RMQ_SYS_TRANS_OP_HALF_TOPIC,
-    TRANS_CHECK_MAX_TIME_TOPIC,
-)
+from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from protocol.record import decode_msg_id, decode_records
 from protocol.route import PERM_RW, BrokerData, TopicRouteData
 from protocol.trio.client import RemotingClient
@@ -48,19 +42,10 @@ GROUP_GET_SIZE = "GROUP_GET_SIZE"
 BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
 
-# Topics statsAll leaves out unless asked: the broker's own (broker/topic_validator.py
-# SYSTEM_TOPICS; the client cannot import the broker) and every group's retry and DLQ topic.
-_SYSTEM_TOPICS = frozenset({
-    "TBW102", "SELF_TEST_TOPIC", "RMQ_SYS_TRACE_TOPIC", "OFFSET_MOVED_EVENT",
-    RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC,
-    TRANS_CHECK_MAX_TIME_TOPIC,
-})
-
-
 def is_system_topic(topic: str) -> bool:
-    """A topic statsAll skips by default (system, retry or dead-letter)."""
-    return (topic in _SYSTEM_TOPICS or topic.startswith(("rmq_sys_", RETRY_GROUP_TOPIC_PREFIX,
-                                                         DLQ_GROUP_TOPIC_PREFIX)))
+    """A topic statsAll skips by default (the broker's own, or a retry or dead-letter topic)."""
+    return names.is_system_topic(topic) or topic.startswith((RETRY_GROUP_TOPIC_PREFIX,
+                                                             DLQ_GROUP_TOPIC_PREFIX))
 
 
 def parse_properties(text: str) -> dict[str, str]:

@@ -26,6 +26,18 @@ RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+RMQ_SYS_BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+# the broker's own topics (TopicValidator): no producer sends to them
+SYSTEM_TOPICS = frozenset({
+    AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+    RMQ_SYS_TRACE_TOPIC, OFFSET_MOVED_EVENT,
+})
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 VALID_CHARS = "[%|a-zA-Z0-9_-]"
 _HOST = re.compile(r"[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]")
@@ -126,6 +138,11 @@ def check_cluster_name(name: object) -> str:
 
 def check_addr(addr: object) -> str:
     return _checked(addr_problem(addr), addr)
+
+
+def is_system_topic(topic: str) -> bool:
+    """One of the broker's own topics (SYSTEM_TOPICS or the ``rmq_sys_`` prefix)."""
+    return topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 def retry_topic(group: str) -> str:
