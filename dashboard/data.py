@@ -298,18 +298,27 @@ class DashboardData:
                 row.tps = f"{(puts - last[2]) / elapsed:.1f}"
 
     async def _fill_put_tps(self, row: BrokerRow) -> None:
-        """Messages put per second over the last minute, from VIEW_BROKER_STATS_DATA
-        (BROKER_PUT_NUMS keyed by cluster, as RocketMQ's console asks) where the
-        broker answers it; otherwise the page measures between two views."""
-        try:
-            resp = await self._invoke(row.addr, RequestCode.VIEW_BROKER_STATS_DATA,
-                                      {"statsName": "BROKER_PUT_NUMS", "statsKey": row.cluster})
-            if resp.code != ResponseCode.SUCCESS:
-                return
-            minute = (unpack_body(resp.body) or {}).get("statsMinute") or {}
-            row.stats_tps = f"{float(minute['tps']):.1f}"
-        except Exception:  # best effort: an older broker, an odd body
-            return
+        """Messages put and got per second over the last minute, from
+        VIEW_BROKER_STATS_DATA (BROKER_PUT_NUMS / BROKER_GET_NUMS keyed by the broker's
+        name, or by its cluster as RocketMQ 4.x keys them) where the broker answers it;
+        otherwise the page measures puts between two views."""
+        tps: dict[str, str] = {}
+        for name in ("BROKER_PUT_NUMS", "BROKER_GET_NUMS"):
+            for key in (row.broker_name, row.cluster):
+                try:
+                    resp = await self._invoke(row.addr, RequestCode.VIEW_BROKER_STATS_DATA,
+                                              {"statsName": name, "statsKey": key})
+                    if resp.code != ResponseCode.SUCCESS:
+                        continue
+                    minute = (unpack_body(resp.body) or {}).get("statsMinute") or {}
+                    tps[name] = f"{float(minute['tps']):.1f}"
+                    break
+                except Exception:  # best effort: an older broker, an odd body
+                    continue
+        if "BROKER_PUT_NUMS" in tps:
+            row.stats_tps = tps["BROKER_PUT_NUMS"]
+            if "BROKER_GET_NUMS" in tps:
+                row.stats_tps += f" / {tps['BROKER_GET_NUMS']}"
 
     async def broker_choices(self) -> tuple[list[str], list[str]]:
         """Cluster names and master addresses, for the create-topic form."""
@@ -511,6 +520,8 @@ class DashboardData:
                     continue
                 resp = await self._invoke(addr, RequestCode.GET_PRODUCER_CONNECTION_LIST,
                                           {"producerGroup": group})
+                if resp.code == ResponseCode.SYSTEM_ERROR and "not exist" in (resp.remark or ""):
+                    continue  # RocketMQ's answer for a group with no producer connected
                 if resp.code != ResponseCode.SUCCESS:
                     name = (ResponseCode(resp.code).name
                             if resp.code in ResponseCode._value2member_map_ else str(resp.code))

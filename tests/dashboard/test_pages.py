@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import html
 import time
+from dataclasses import dataclass
 from urllib.parse import quote
 
 import pytest
+import trio
 
 from client import Message, Producer, PullConsumer
 from client.admin import MQAdmin
 from protocol.message import MessageQueue
-from tests.dashboard.web import dashboard
-from tests.integration.cluster import Cluster
+from tests.dashboard.web import Page, dashboard
+from tests.integration.cluster import Cluster, Daemon
 from tests.integration.waits import routed, wait_for
 
 TOPIC = "DashPages"
@@ -37,10 +39,23 @@ async def _seed(ns: str, broker_addr: str) -> list[str]:
     return offset_ids
 
 
-async def test_every_page_renders(module_cluster: Cluster) -> None:
+@dataclass
+class Pair:
+    ns: Daemon
+    broker: Daemon
+    offset_ids: list[str]
+
+
+@pytest.fixture(scope="module")
+def pair(module_cluster: Cluster) -> Pair:
+    """A name server and a broker, seeded (``_seed``), shared by this module's tests."""
     ns = module_cluster.namesrv()
     broker = module_cluster.broker("broker-a", ns.addr)
-    offset_ids = await _seed(ns.addr, broker.addr)
+    return Pair(ns, broker, trio.run(_seed, ns.addr, broker.addr))
+
+
+async def test_every_page_renders(pair: Pair) -> None:
+    ns, broker, offset_ids = pair.ns, pair.broker, pair.offset_ids
     async with dashboard(ns.addr) as web:
         page = await web.get("/")
         assert page.status == 200 and broker.addr in page.text and "MASTER" in page.text
@@ -88,8 +103,8 @@ async def test_every_page_renders(module_cluster: Cluster) -> None:
         assert (await web.get("/static/style.css")).status == 200
 
 
-async def test_create_topic_and_bad_input(module_cluster: Cluster) -> None:
-    ns, broker = module_cluster.daemons[0], module_cluster.daemons[1]
+async def test_create_topic_and_bad_input(pair: Pair) -> None:
+    ns, broker = pair.ns, pair.broker
     async with dashboard(ns.addr) as web:
         page = await web.post("/topics", {"topic": "DashCreated", "target": f"broker:{broker.addr}",
                                           "readQueueNums": "3", "writeQueueNums": "3", "perm": "6"})
@@ -123,8 +138,8 @@ async def test_create_topic_and_bad_input(module_cluster: Cluster) -> None:
             assert not {"Ok1", "Ok2", "Ok3", "Ok4"} & set(await admin.topic_list())
 
 
-async def test_errors_are_pages_and_reset_offset(module_cluster: Cluster) -> None:
-    ns = module_cluster.daemons[0]
+async def test_errors_are_pages_and_reset_offset(pair: Pair) -> None:
+    ns = pair.ns
     async with dashboard(ns.addr) as web:
         for path in ["/topics/NoSuchTopic", "/messages?mode=key&topic=NoSuchTopic&key=k"]:
             page = await web.get(path)
@@ -147,13 +162,21 @@ async def test_errors_are_pages_and_reset_offset(module_cluster: Cluster) -> Non
         assert '<td class="num" id="total-lag">0</td>' in page.text
 
 
-async def test_producers_page(module_cluster: Cluster) -> None:
-    ns = module_cluster.daemons[0]
-    async with dashboard(ns.addr) as web, Producer("dash-live-producer", ns.addr) as producer:
-        await producer.send(Message(TOPIC, b"x"))  # the producer heart-beats its group
-        page = await web.get(f"/producers?group=dash-live-producer&topic={TOPIC}")
+async def test_producers_page(pair: Pair) -> None:
+    ns = pair.ns
+    async with dashboard(ns.addr) as web:
+        path = f"/producers?group=dash-live-producer&topic={TOPIC}"
+        page = await web.get(path)
         if page.status == 502 and page.error and "REQUEST_CODE_NOT_SUPPORTED" in page.error:
-            pytest.skip("the broker does not answer GET_PRODUCER_CONNECTION_LIST (204) yet")
-        assert page.status == 200, page.error
-        assert "No producer of this group is connected" not in page.text
-        assert "<code>127.0.0.1:" in page.text.split('id="producers"')[1]
+            pytest.skip("the broker does not answer GET_PRODUCER_CONNECTION_LIST (204)")
+        assert page.status == 200 and "No producer of this group is connected" in page.text
+        async with Producer("dash-live-producer", ns.addr) as producer:
+            await producer.send(Message(TOPIC, b"x"))  # the producer heart-beats its group
+
+            async def listed() -> Page | None:
+                page = await web.get(path)
+                assert page.status == 200, page.error
+                return page if "No producer of this group" not in page.text else None
+
+            page = await wait_for(listed, 10, "the producer on the producers page")
+            assert "<code>127.0.0.1:" in page.text.split('id="producers"')[1]
