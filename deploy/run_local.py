@@ -2,6 +2,10 @@
 
 Ctrl-C shuts the broker down cleanly (unregister, flush, close the store),
 then the name server.
+
+Prometheus metrics are on (``/metrics``): the name server's on 9877, the
+broker's on 10913 (its HA port is 10912); ``--namesrv-metrics-port 0`` /
+``--broker-metrics-port 0`` turn them off.
 """
 
 from __future__ import annotations
@@ -20,13 +24,16 @@ from protocol.trio.daemon import run_until_signal
 
 
 class LocalPair:
-    def __init__(self, namesrv_port: int, broker_port: int, store: str) -> None:
-        self.namesrv = NamesrvController(NamesrvConfig(listen_port=namesrv_port))
+    def __init__(self, namesrv_port: int, broker_port: int, store: str,
+                 namesrv_metrics_port: int = 0, broker_metrics_port: int = 0) -> None:
+        self.namesrv = NamesrvController(NamesrvConfig(listen_port=namesrv_port,
+                                                       metrics_port=namesrv_metrics_port))
         self.broker = BrokerController(
             BrokerConfig(
                 listen_port=broker_port,
                 store_path_root_dir=store,
                 namesrv_addr=f"127.0.0.1:{namesrv_port}",
+                metrics_port=broker_metrics_port,
             )
         )
 
@@ -44,9 +51,17 @@ class LocalPair:
 @click.option("--store", default="./.data", show_default=True, help="storePathRootDir")
 @click.option("--namesrv-port", default=9876, show_default=True)
 @click.option("--broker-port", default=10911, show_default=True)
-def main(store: str, namesrv_port: int, broker_port: int) -> None:
+@click.option("--namesrv-metrics-port", default=9877, show_default=True,
+              help="The name server's /metrics (0: off).")
+@click.option("--broker-metrics-port", default=10913, show_default=True,
+              help="The broker's /metrics (0: off).")
+def main(store: str, namesrv_port: int, broker_port: int, namesrv_metrics_port: int,
+         broker_metrics_port: int) -> None:
     configure_logging("INFO")
-    trio.run(run_until_signal, LocalPair(namesrv_port, broker_port, store))
+    for name, port in (("name server", namesrv_metrics_port), ("broker", broker_metrics_port)):
+        click.echo(f"{name} metrics: " + (f"http://127.0.0.1:{port}/metrics" if port else "off"))
+    trio.run(run_until_signal, LocalPair(namesrv_port, broker_port, store,
+                                         namesrv_metrics_port, broker_metrics_port))
 
 
 if __name__ == "__main__":
