@@ -277,6 +277,8 @@ class Pair:
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         with open(self.root / f"{name}.log", "ab") as out:
+            # its log files beside its output, never in ~/logs
+            args = [*args, "--log-dir", str(self.root / "logs" / name)]
             proc = subprocess.Popen([sys.executable, "-m", *args], stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.procs.append(proc)

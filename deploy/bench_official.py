@@ -253,6 +253,8 @@ class Daemons:
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         with open(self.root / f"{name}.log", "ab") as out:
+            # its log files beside its output, never in ~/logs
+            args = [*args, "--log-dir", str(self.root / "logs" / name)]
             proc = subprocess.Popen([sys.executable, "-m", *args], stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO)
         self.procs.append(proc)

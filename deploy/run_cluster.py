@@ -11,6 +11,7 @@ cleanly (slaves first); if one exits on its own, the rest are stopped too.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -48,7 +49,11 @@ def main(deployment: Path, namesrv_config: Path, options: tuple[str, ...]) -> No
         signal.signal(sig, lambda *_: stop.set())
     procs: list[tuple[str, subprocess.Popen[bytes]]] = []
 
+    # one log directory per daemon: rotation is per process, so two must not share files
+    log_root = Path(os.environ.get("ROCKETMQ_LOG_DIR") or Path.home() / "logs" / "rocketmqlogs")
+
     def spawn(name: str, args: list[str]) -> None:
+        args = [*args, "--log-dir", str(log_root / name)]
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         procs.append((name, proc))
