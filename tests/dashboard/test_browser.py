@@ -15,8 +15,10 @@ import pytest
 import trio
 
 from client import Message, Producer, PullConsumer, PullStatus
+from client.admin import MQAdmin
 from protocol.message import MessageQueue
 from tests.integration.cluster import BIN, Cluster, free_port, wait_port
+from tests.integration.waits import wait_for
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -100,6 +102,12 @@ async def send_and_consume(ns: str) -> None:
             if r is not None:
                 assert r.pull_status is PullStatus.FOUND and len(r.msg_found_list) == take
             await consumer.update_consume_offset(mq, take)
+    async with MQAdmin(ns) as admin:  # the index is built after the put: wait for it
+
+        async def indexed() -> bool:
+            return len(await admin.query_by_key(TOPIC, "order-5")) == 1
+
+        await wait_for(indexed, 10, "order-5 in the index")
 
 
 def test_dashboard_in_chromium(live: tuple[str, str, str], browser: WebDriver) -> None:
