@@ -230,7 +230,7 @@ class BrokerController:
         (GET_PRODUCER_CONNECTION_LIST reports them)."""
         attrs = getattr(conn, "attrs", None)
         if isinstance(attrs, dict):
-            attrs["language"] = cmd.language or "JAVA"
+            attrs["language"] = cmd.language or "PYTHON"  # msgpack: this project's clients
             attrs["version"] = cmd.version
         return self.client_manage_processor.heart_beat(conn, cmd)
 

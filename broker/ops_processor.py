@@ -178,7 +178,7 @@ class OpsProcessor:
             attrs: dict[str, Any] = getattr(ch.conn, "attrs", {})
             rows.append({"clientId": ch.client_id,
                          "clientAddr": getattr(ch.conn, "remote_addr", ""),
-                         "language": attrs.get("language", "JAVA"),
+                         "language": attrs.get("language", "OTHER"),
                          "version": attrs.get("version", 0)})
         rows.sort(key=lambda r: r["clientId"])
         return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"connectionSet": rows}))
