@@ -1,0 +1,85 @@
+"""The broker's and name server's collectors, read without a server: what a scrape shows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker.config import BrokerConfig
+from broker.controller import BrokerController
+from broker.metrics import broker_registry
+from namesrv.metrics import namesrv_registry
+from namesrv.processor import NamesrvProcessor
+from namesrv.route_info import RouteInfoManager
+from protocol.route import TopicConfig
+
+
+def parse(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text.decode()):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+@pytest.fixture
+def controller(tmp_path: Path) -> Iterator[BrokerController]:
+    config = BrokerConfig(store_path_root_dir=str(tmp_path / "store"),
+                          maped_file_size_commit_log=1 << 20,
+                          maped_file_size_consume_queue=100 * 20, max_hash_slot_num=64,
+                          max_index_num=256)
+    c = BrokerController(config)
+    c._load()
+    try:
+        yield c
+    finally:
+        c._persist_and_close()
+
+
+def test_broker_collector_reads_counters_and_lag(controller: BrokerController) -> None:
+    c = controller
+    c.topic_config_manager.put(TopicConfig("T", 2, 2))
+    c.stats.record_put("T", 32, 32_000)
+    c.stats.record_get("T", "g", 5, 5_000)
+    c.put_latency.observe(0.0003)
+    c.consumer_offset_manager.commit_offset("g", "T", 0, 0)
+    samples = parse(generate_latest(broker_registry(c)))
+    labels = (("broker", "broker-a"), ("cluster", "DefaultCluster"))
+    assert samples[("rocketmq_producer_messages_total", tuple(sorted(labels + (("topic", "T"),))))] == 32
+    assert samples[("rocketmq_producer_message_bytes_total",
+                    tuple(sorted(labels + (("topic", "T"),))))] == 32_000
+    assert samples[("rocketmq_consumer_messages_total",
+                    tuple(sorted(labels + (("group", "g"), ("topic", "T")))))] == 5
+    lag = {k: v for k, v in samples.items() if k[0] == "rocketmq_group_diff"}
+    assert sorted(dict(k[1])["queueid"] for k in lag) == ["0", "1"]  # read queues of T
+    assert set(lag.values()) == {0}
+    assert samples[("rocketmq_brokeruntime_put_latency_seconds_count", labels)] == 1
+    assert samples[("rocketmq_brokeruntime_put_latency_seconds_bucket",
+                    tuple(sorted(labels + (("le", "0.0005"),))))] == 1
+    assert samples[("rocketmq_brokeruntime_pull_requests_held", labels)] == 0
+
+
+def test_broker_collector_bounds_series(controller: BrokerController) -> None:
+    for i in range(30):
+        controller.stats.record_put(f"T{i}", 1, 1)
+    samples = parse(generate_latest(broker_registry(controller, max_series=10)))
+    assert len([k for k in samples if k[0] == "rocketmq_producer_messages_total"]) == 10
+    dropped = {dict(k[1])["family"]: v for k, v in samples.items()
+               if k[0] == "rocketmq_metrics_series_dropped"}
+    assert dropped["rocketmq_producer_messages"] == 20
+
+
+def test_namesrv_collector() -> None:
+    routes = RouteInfoManager()
+    processor = NamesrvProcessor(routes, lambda: 0.0)
+    processor.registrations = 3
+    processor.route_lookups, processor.route_lookups_missed = 7, 2
+    samples = parse(generate_latest(namesrv_registry(routes, processor)))
+    assert samples[("rocketmq_namesrv_brokers_live", ())] == 0
+    assert samples[("rocketmq_namesrv_registrations_total", ())] == 3
+    assert samples[("rocketmq_namesrv_route_lookups_total", (("result", "found"),))] == 5
+    assert samples[("rocketmq_namesrv_route_lookups_total", (("result", "not_found"),))] == 2
