@@ -24,8 +24,9 @@ persistence every ``persist_consumer_offset_interval`` s (5).
 Transaction producers register a checker for their group
 (``register_transaction_checker``): a broker's ``CHECK_TRANSACTION_STATE`` is
 validated and handed to the checker of the message's ``PGROUP``. While any
-checker is registered, every broker address the instance learns from a route
-gets a heartbeat at once, so a broker knows the producer before it asks.
+producer or checker is registered, every broker address the instance learns
+from a route gets a heartbeat at once, so a broker lists the producer
+(``producerConnection``) and knows it before it asks about a transaction.
 
 None of these background loops can stop the instance: an iteration that fails
 is logged (a traceback once, repeats rate-limited, protocol/trio/service.py),
@@ -463,7 +464,10 @@ class MQClientInstance:
         return route
 
     def _remember_brokers(self, route: TopicRouteData) -> None:
-        known = set(self._broker_addr_list()) if self._tx_checkers else None
+        # a broker first met gets a heartbeat at once when this client has producers:
+        # it then lists them (producerConnection) and can ask them about transactions
+        known = (set(self._broker_addr_list())
+                 if self._tx_checkers or self._producer_groups else None)
         for bd in route.broker_datas:
             self._broker_addrs[bd.broker_name] = dict(bd.broker_addrs)
         if known is not None:
