@@ -55,7 +55,7 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
         return
     start_logging(BROKER_LOGS, **log_opts)
     try:
-        controller = BrokerController(config)
+        controller = BrokerController(config, config_file)
         controller.tune_gc = True
     except Exception as exc:
         fail(log, "broker", exc)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import random
 import time
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -57,6 +58,7 @@ from broker.transaction_service import CheckRequest, TransactionalMessageService
 from broker.waiting_sends import WaitingSends
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from protocol.config import rewrite_properties
 from protocol.names import shown
 from protocol.record import pack_host
 from protocol.trio.client import RemotingClient
@@ -93,8 +95,11 @@ def request_lanes(config: BrokerConfig) -> Lanes:
 
 
 class BrokerController:
-    def __init__(self, config: BrokerConfig) -> None:
-        # keys an admin changed at run time (UPDATE_BROKER_CONFIG) win over the config file
+    def __init__(self, config: BrokerConfig, config_file: str | Path | None = None) -> None:
+        # the properties file the broker was started from (mqbroker -c): keys an admin
+        # changes at run time (UPDATE_BROKER_CONFIG) are written into it; without one
+        # they go to an overlay file in the store, applied over the config at start
+        self.config_file = Path(config_file) if config_file is not None else None
         self.runtime_overlay = load_runtime_overlay(config)
         self.config = config
         self.log = structlog.get_logger("broker").bind(broker=config.broker_name)
@@ -243,16 +248,26 @@ class BrokerController:
             self.flush_latency.observe(time.perf_counter() - started)
 
     async def apply_runtime_config(self, changes: dict[str, str]) -> None:
-        """UPDATE_BROKER_CONFIG's checked changes: written to the runtime overlay
-        file (atomically, in a worker thread), then applied; OSError when the
-        file cannot be written (nothing applied). A brokerPermission change
+        """UPDATE_BROKER_CONFIG's checked changes: written (atomically, in a
+        worker thread) into the config file the broker was started from, or
+        without one into the runtime overlay file, then applied; OSError when
+        the file cannot be written (nothing applied). A brokerPermission change
         registers with the name servers again."""
         async with self._overlay_lock:
-            merged = {**self.runtime_overlay, **changes}
-            path = runtime_path(self.config)
-            data = render_properties(merged).encode()
-            await trio.to_thread.run_sync(atomic_write_bytes, path, data)
-            self.runtime_overlay = merged
+            if self.config_file is not None:
+                path = self.config_file
+
+                def write() -> None:
+                    text = path.read_text()
+                    atomic_write_bytes(path, rewrite_properties(text, changes).encode())
+
+                await trio.to_thread.run_sync(write)
+            else:
+                merged = {**self.runtime_overlay, **changes}
+                path = runtime_path(self.config)
+                data = render_properties(merged).encode()
+                await trio.to_thread.run_sync(atomic_write_bytes, path, data)
+                self.runtime_overlay = merged
             self.config.update(changes)
             self.log.info("broker config changed at run time", path=str(path), **changes)
             if "brokerPermission" in changes:

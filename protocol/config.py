@@ -52,6 +52,25 @@ def load_properties(path: str | Path) -> dict[str, str]:
     return props
 
 
+def rewrite_properties(text: str, changes: dict[str, str]) -> str:
+    """``text`` (a properties file) with each key of ``changes`` set: the line
+    that sets it is rewritten in place (the last one, if several do), comments
+    and every other line are kept, keys it does not set are appended."""
+    lines = text.splitlines()
+    last: dict[str, int] = {}
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        m = re.match(r"([^=:\s]+)", stripped)
+        if m and m.group(1) in changes:
+            last[m.group(1)] = i
+    for key, i in last.items():
+        lines[i] = f"{key}={changes[key]}"
+    lines += [f"{key}={value}" for key, value in changes.items() if key not in last]
+    return "\n".join(lines) + "\n"
+
+
 def _convert(name: str, current: Any, raw: Any) -> Any:
     if not isinstance(raw, str):
         return raw

@@ -127,6 +127,12 @@ async def test_ops_requests(cluster: Cluster, codec_name: str) -> None:
                 await producer.send(Message(TOPIC, b"z" * 2000),
                                     MessageQueue(TOPIC, "broker-a", 0))
 
+    # written into the config file the broker was started from (mqbroker -c), in place
+    conf = cluster.root / "broker-a.properties"
+    written = conf.read_text().splitlines()
+    assert "maxMessageSize=1000" in written and "longPollingMaxSuspendMillis=3000" in written
+    assert written[0].startswith("brokerName=")  # the rest of the file is kept
+    assert not (cluster.root / "store-broker-a" / "broker.conf.runtime").exists()
     broker.stop()
     broker.start()
     async with RemotingClient(codec=codec) as rc:

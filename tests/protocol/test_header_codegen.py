@@ -127,3 +127,4 @@ def test_boolean_text_is_read(value: object, expected: bool) -> None:
 def test_other_values_are_no_boolean(value: object) -> None:
     with pytest.raises(RemoteProtocolError, match="bad"):
         headers.wire_bool(value, "bad")
+
