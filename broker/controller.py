@@ -271,6 +271,10 @@ class BrokerController:
             self.config.update(changes)
             self.log.info("broker config changed at run time", path=str(path), **changes)
             if "brokerPermission" in changes:
+                # every name server gets the whole table again, with the new permission
+                self.topic_config_manager.next_data_version()
+                if self.outer_api is not None:
+                    self.outer_api.views.clear()
                 self.trigger_register()
 
     def commit_log_disk_ratio(self) -> float:

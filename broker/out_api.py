@@ -38,7 +38,7 @@ from protocol.headers import (
     UnRegisterBrokerRequestHeader,
 )
 from protocol.names import shown
-from protocol.route import DataVersion, TopicConfig
+from protocol.route import PERM_RW, DataVersion, TopicConfig
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
 from protocol.trio.service import Guard, describe
@@ -102,16 +102,31 @@ def encode_register_body(wire: dict[str, Any], always_compress: bool) -> Registe
                         names=names)
 
 
-def full_wire(table: dict[str, TopicConfig], version: DataVersion) -> dict[str, Any]:
+def _topics_wire(table: dict[str, TopicConfig], broker_perm: int | None) -> dict[str, Any]:
+    """Topic configs on the wire; a broker that is not both readable and
+    writable (``brokerPermission``) registers every topic with its permission,
+    as RocketMQ's registerBrokerAll, so routes show it."""
+    if broker_perm is None:
+        return {n: c.to_dict() for n, c in table.items()}
+    out = {}
+    for n, c in table.items():
+        d = c.to_dict()
+        d["perm"] = broker_perm
+        out[n] = d
+    return out
+
+
+def full_wire(table: dict[str, TopicConfig], version: DataVersion,
+              broker_perm: int | None = None) -> dict[str, Any]:
     """The whole table (dataVersion first: a name server reads it before the table)."""
     return {"dataVersion": version.to_dict(),
-            "topicConfigTable": {n: c.to_dict() for n, c in table.items()}}
+            "topicConfigTable": _topics_wire(table, broker_perm)}
 
 
 def incremental_wire(changed: dict[str, TopicConfig], deleted: list[str], version: DataVersion,
-                     base: DataVersion) -> dict[str, Any]:
+                     base: DataVersion, broker_perm: int | None = None) -> dict[str, Any]:
     return {"dataVersion": version.to_dict(), "baseDataVersion": base.to_dict(),
-            "topicConfigTable": {n: c.to_dict() for n, c in changed.items()},
+            "topicConfigTable": _topics_wire(changed, broker_perm),
             "deletedTopics": list(deleted)}
 
 
@@ -183,6 +198,8 @@ class BrokerOuterAPI:
         cannot be built (the table does not pack); the caller logs that and
         retries next period."""
         source = None if isinstance(topics, dict) else topics
+        perm = self.config.broker_permission
+        broker_perm = perm if (perm & PERM_RW) != PERM_RW else None
         full: list[RegisterBody | None] = []
         full_lock = trio.Lock()
 
@@ -198,7 +215,8 @@ class BrokerOuterAPI:
                         # copied now (configs are never changed in place), encoded in a thread
                         seq, version = source.seq, _copy(source.data_version)
                         copy = dict(source.table)
-                        built = await self._encode(lambda: full_wire(copy, version), len(copy))
+                        built = await self._encode(
+                            lambda: full_wire(copy, version, broker_perm), len(copy))
                         built.seq, built.version = seq, version
                     full.append(built if self._fits(built) else None)
                 return full[0]
@@ -218,8 +236,8 @@ class BrokerOuterAPI:
                 count = len(changed) + len(deleted)
                 if count > max(INCREMENTAL_MAX_CHANGES, len(source.table) // 2):
                     continue
-                delta_wires[addr] = (incremental_wire(changed, deleted, version, view.version),
-                                     count)
+                delta_wires[addr] = (incremental_wire(changed, deleted, version, view.version,
+                                                      broker_perm), count)
         deltas: dict[str, RegisterBody] = {}
         for addr, (delta, count) in delta_wires.items():
             deltas[addr] = body = await self._encode(delta, count)

@@ -167,6 +167,11 @@ class TopicConfigManager:
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
+    def next_data_version(self) -> None:
+        """A new dataVersion with no topic changed (brokerPermission changed: the
+        name servers must apply the whole table again, RocketMQ's nextVersion)."""
+        self.data_version.next_version(int(time.time() * 1000))
+
     def _record(self, topic: str, cfg: TopicConfig | None) -> int:
         """Number a change, queue its journal record, wake the writer."""
         self.data_version.next_version(int(time.time() * 1000))

@@ -163,3 +163,14 @@ async def test_ops_requests(cluster: Cluster, codec_name: str) -> None:
         resp = await call(rc, ns.addr, RequestCode.ADD_WRITE_PERM_OF_BROKER,
                           {"brokerName": "no such broker!"})
         assert resp.code != ResponseCode.SUCCESS and "brokerName" in (resp.remark or "")
+
+        # brokerPermission at run time: the broker registers its topics with it
+        async def route_perm_is(expected: int) -> bool:
+            route = await call(rc, ns.addr, RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+            return perm(route) == expected
+
+        for value in (4, 6):
+            resp = await call(rc, broker.addr, RequestCode.UPDATE_BROKER_CONFIG,
+                              body=f"brokerPermission={value}\n".encode())
+            assert resp.code == ResponseCode.SUCCESS, resp.remark
+            await wait_for(lambda v=value: route_perm_is(v), 10, f"route perm {value}")
