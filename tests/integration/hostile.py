@@ -128,7 +128,8 @@ def snapshot(root: Path) -> dict[str, str]:
         here = Path(dirpath)
         rel = here.relative_to(root)
         if rel == Path("."):
-            dirnames[:] = [d for d in dirnames if not d.startswith("store-")]
+            # the daemons' stores and log directories (tests/integration/cluster.py)
+            dirnames[:] = [d for d in dirnames if not d.startswith(("store-", "logs-"))]
             filenames = [f for f in filenames if not f.endswith((".log", ".properties"))]
         for d in dirnames:
             p = here / d
