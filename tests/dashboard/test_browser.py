@@ -36,7 +36,9 @@ from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
-from selenium.webdriver.support.ui import Select  # noqa: E402
+from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 
 @pytest.fixture
@@ -77,6 +79,16 @@ def live(cluster: Cluster) -> Iterator[tuple[str, str, str]]:
                 proc.wait()
     text = (cluster.root / "dashboard.log").read_text()
     assert "Traceback" not in text, text
+
+
+def click_and_load(driver: WebDriver, element: WebElement) -> None:
+    """Click what loads a new page, and wait until the new page has replaced
+    the old one (a click does not wait for the navigation it starts)."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    wait = WebDriverWait(driver, 15)
+    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda drv: drv.execute_script("return document.readyState") == "complete")
 
 
 def shot(driver: WebDriver, name: str) -> None:
@@ -125,7 +137,7 @@ def test_dashboard_in_chromium(live: tuple[str, str, str], browser: WebDriver) -
     for field in ("readQueueNums", "writeQueueNums"):
         d.find_element(By.ID, field).clear()
         d.find_element(By.ID, field).send_keys("4")
-    d.find_element(By.ID, "create").click()
+    click_and_load(d, d.find_element(By.ID, "create"))
     assert d.current_url.startswith(f"{url}/topics/{TOPIC}")
     assert "created or updated" in d.find_element(By.ID, "notice").text
 
@@ -147,19 +159,19 @@ def test_dashboard_in_chromium(live: tuple[str, str, str], browser: WebDriver) -
     d.get(url + "/messages")
     d.find_element(By.ID, "key-topic").send_keys(TOPIC)
     d.find_element(By.ID, "key").send_keys("order-5")
-    d.find_element(By.ID, "key-search").click()
+    click_and_load(d, d.find_element(By.ID, "key-search"))
     results = d.find_element(By.ID, "results")
     assert "order 5 paid" in results.text and "order-5" in results.text
     assert len(d.find_elements(By.CSS_SELECTOR, "#results article.msg")) == 1
     shot(d, "messages")
-    d.find_element(By.ID, "toggle-body").click()
+    click_and_load(d, d.find_element(By.ID, "toggle-body"))
     assert "6f 72 64 65 72 20 35" in d.find_element(By.CSS_SELECTOR, "pre.body").text
 
     # the consumer lag
     d.get(url + "/groups")
     assert GROUP in d.find_element(By.ID, "groups").text
     shot(d, "groups")
-    d.find_element(By.LINK_TEXT, GROUP).click()
+    click_and_load(d, d.find_element(By.LINK_TEXT, GROUP))
     assert d.find_element(By.ID, "total-lag").text == "3"
     lags = [e.text for e in d.find_elements(By.CSS_SELECTOR, "#lag tbody td.lag")]
     assert lags == ["0", "0", "1", "2"]
