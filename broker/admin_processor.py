@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from broker.stats import MSGS, BrokerStats
+from broker.stats import GROUP_GET_NUMS, MSGS, BrokerStats
 from broker.subscription_group_manager import SubscriptionGroupConfig
 from broker.topic_validator import is_system_topic, validate_topic
 from protocol.codes import ResponseCode
@@ -178,7 +178,11 @@ class AdminBrokerProcessor:
             topics &= {only}
         store = c.message_store
         rows = []
+        consume_tps = 0.0  # RocketMQ's ConsumeStats.consumeTps: GROUP_GET_NUMS over a minute
         for topic in sorted(topics):
+            windows = c.stats.stats(GROUP_GET_NUMS, f"{topic}@{group}")
+            if windows is not None:
+                consume_tps += windows["statsMinute"].tps
             cfg = c.topic_config_manager.table[topic]
             for qid in range(cfg.read_queue_nums):
                 broker_off = store.get_max_offset_in_queue(topic, qid)
@@ -188,7 +192,8 @@ class AdminBrokerProcessor:
                 rows.append({"topic": topic, "brokerName": c.config.broker_name, "queueId": qid,
                              "brokerOffset": broker_off, "consumerOffset": max(consumer_off, 0),
                              "lastTimestamp": last})
-        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"offsetTable": rows}))
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(
+            {"offsetTable": rows, "consumeTps": round(consume_tps, 2)}))
 
     def get_consumer_connection_list(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         group = _group_field(cmd, "consumerGroup")

@@ -364,6 +364,21 @@ class MQAdmin:
                 rows.append(row)
         return sorted(rows, key=lambda r: (r["topic"], r["brokerName"], r["queueId"]))
 
+    async def consume_tps(self, group: str, topic: str | None = None) -> float:
+        """Messages per second the group pulled over the last minute, every master
+        together (RocketMQ's ConsumeStats.consumeTps; 0 from a broker without it)."""
+        fields: dict[str, Any] = {"consumerGroup": group}
+        if topic:
+            fields["topic"] = topic
+        total = 0.0
+        for addr in await self._cluster_masters():
+            cmd = RemotingCommand.request(RequestCode.GET_CONSUME_STATS, dict(fields))
+            resp = self._check(await self._invoke(addr, cmd), f"consumerProgress on {addr}")
+            tps = unpack_body(resp.body).get("consumeTps", 0)
+            if isinstance(tps, (int, float)):
+                total += float(tps)
+        return total
+
     async def consumer_connection(self, group: str) -> list[dict[str, Any]]:
         out = []
         for addr in await self._cluster_masters():

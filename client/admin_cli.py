@@ -501,18 +501,18 @@ def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool
 
     async def go() -> Any:
         async with MQAdmin(namesrv) as admin:
-            return await admin.consume_stats(group, topic)
+            return await admin.consume_stats(group, topic), await admin.consume_tps(group, topic)
 
-    rows = _run(go)
+    rows, tps = _run(go)
     total = sum(r["lag"] for r in rows)
     if as_json:
-        _echo_json({"offsetTable": rows, "diffTotal": total})
+        _echo_json({"offsetTable": rows, "diffTotal": total, "consumeTps": tps})
         return
     _print_table(["#Topic", "#Broker Name", "#QID", "#Broker Offset", "#Consumer Offset", "#Diff",
                   "#LastTime"],
                  [[r["topic"], r["brokerName"], r["queueId"], r["brokerOffset"], r["consumerOffset"],
                    r["lag"], _fmt_ts(r["lastTimestamp"])] for r in rows])
-    click.echo(f"\nConsume TPS: -\nDiff Total: {total}")
+    click.echo(f"\nConsume TPS: {tps:.2f}\nDiff Total: {total}")
 
 
 @cli.command("consumerConnection")

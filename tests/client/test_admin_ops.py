@@ -109,7 +109,9 @@ def install_ops(cluster: FakeCluster) -> dict[str, Any]:
                      "consumerOffset": co, "lastTimestamp": 0}
                     for (a, g, t), (bo, co) in state["lag"].items()
                     if a == addr and g == group and (topic is None or t == topic)]
-            return cmd.response(ResponseCode.SUCCESS, body=pack_body({"offsetTable": rows}))
+            # each broker pulled 1.25 messages/s for the group over the last minute
+            return cmd.response(ResponseCode.SUCCESS,
+                                body=pack_body({"offsetTable": rows, "consumeTps": 1.25}))
 
         def runtime(conn: RemotingConnection, cmd: RemotingCommand, name: str = b.name
                     ) -> RemotingCommand:
@@ -289,8 +291,9 @@ def test_commands(ops: Any) -> None:
         ("broker-a", 0, "ASYNC_MASTER"), ("broker-b", 0, "ASYNC_MASTER")}
     progress = json.loads(run("consumerProgress", "-n", ns, "-g", "g1", "--json"))
     assert progress["diffTotal"] == 40 and len(progress["offsetTable"]) == 2
+    assert progress["consumeTps"] == 2.5  # both brokers' figures added
     out = run("consumerProgress", "-n", ns, "-g", "g1")
-    assert "Diff Total: 40" in out
+    assert "Diff Total: 40" in out and "Consume TPS: 2.50" in out
 
 
 async def test_timeouts_are_admin_errors(cluster: FakeCluster) -> None:
