@@ -1,0 +1,115 @@
+"""Request signatures of RocketMQ's plain ACL (sans-IO).
+
+RocketMQ's ``AclClientRPCHook`` signs a request this way (``AclUtils.combineRequestContent``,
+``AclSigner.calSignature``):
+
+1. the ext fields as the wire carries them (every header value as a string, null ones left out),
+   plus ``AccessKey`` and, when there is one, ``SecurityToken``;
+2. sorted by key (a Java ``TreeMap``: ``String.compareTo``, UTF-16 code unit order);
+3. the VALUES concatenated, keys left out, ``Signature`` skipped, encoded as UTF-8;
+4. the raw body appended;
+5. HMAC-SHA1 with the secret key (UTF-8), then base64 (standard alphabet, padded).
+
+The broker rebuilds the same bytes from the ext fields it received and compares signatures
+(``PlainPermissionManager.validate``, ``MessageDigest.isEqual``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Mapping
+
+# SessionCredentials' ext-field names
+ACCESS_KEY = "AccessKey"
+SECRET_KEY = "SecretKey"  # a key of the credentials file, never sent
+SIGNATURE = "Signature"
+SECURITY_TOKEN = "SecurityToken"
+
+
+def _wire_text(key: str, value: object) -> str:
+    """``value`` as RocketMQ's ``makeCustomHeaderToNet`` writes it (``toString()``)."""
+    if isinstance(value, str):
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if type(value) is int:
+        return str(value)
+    raise TypeError(f"header field {key!r} holds a {type(value).__name__}")
+
+
+def _java_utf8(text: str) -> bytes:
+    """``text.getBytes(UTF_8)`` as Java does it: a surrogate pair is one character, an
+    unpaired surrogate becomes ``?`` (Python's strict encoder would raise)."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        return joined.encode("utf-8", "replace")
+
+
+def _java_order(key: str) -> bytes:
+    """Sort key giving Java's ``String.compareTo`` order (UTF-16 code units, unsigned)."""
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def signature_content(fields: Mapping[str, object], body: bytes | None) -> bytes:
+    """The bytes RocketMQ signs: the values of ``fields`` sorted by key, then ``body``.
+
+    Values become strings as on RocketMQ's wire (str as is, bool "true"/"false", int in
+    decimal); None values are left out, as is the ``Signature`` field. Other value types
+    raise TypeError.
+    """
+    texts = [
+        _wire_text(key, value)
+        for key, value in sorted(fields.items(), key=lambda item: _java_order(item[0]))
+        if value is not None and key != SIGNATURE
+    ]
+    return _java_utf8("".join(texts)) + (body or b"")
+
+
+def calc_signature(content: bytes, secret_key: str) -> str:
+    """Base64 of the HMAC-SHA1 of ``content`` keyed with ``secret_key`` (UTF-8)."""
+    digest = hmac.new(_java_utf8(secret_key), content, hashlib.sha1).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def sign_fields(
+    fields: Mapping[str, object],
+    body: bytes | None,
+    access_key: str,
+    secret_key: str,
+    security_token: str | None = None,
+) -> dict[str, str]:
+    """The ext fields to send: ``fields`` as strings (None ones left out) with ``AccessKey``,
+    ``SecurityToken`` (when given) and ``Signature`` added, as ``AclClientRPCHook`` does.
+    A ``Signature`` already in ``fields`` is replaced."""
+    out = {key: _wire_text(key, value) for key, value in fields.items() if value is not None}
+    out.pop(SIGNATURE, None)
+    out[ACCESS_KEY] = access_key
+    if security_token is not None:
+        out[SECURITY_TOKEN] = security_token
+    out[SIGNATURE] = calc_signature(signature_content(out, body), secret_key)
+    return out
+
+
+def verify(fields: Mapping[str, object], body: bytes | None, secret_key: str) -> bool:
+    """Whether ``fields[Signature]`` signs ``fields`` and ``body`` with ``secret_key``.
+
+    Compares in constant time; garbage (no Signature, a non-str one, values of other types,
+    a non-str key) gives False, never an exception.
+    """
+    try:
+        claimed = fields.get(SIGNATURE)
+        if not isinstance(claimed, str) or not isinstance(secret_key, str):
+            return False
+        if body is not None and not isinstance(body, bytes | bytearray | memoryview):
+            return False
+        content = signature_content(fields, bytes(body) if body is not None else None)
+        expected = calc_signature(content, secret_key)
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return hmac.compare_digest(expected.encode("ascii"), _java_utf8(claimed))
