@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 # SessionCredentials' ext-field names
 ACCESS_KEY = "AccessKey"
@@ -56,17 +56,20 @@ def _java_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def signature_content(fields: Mapping[str, object], body: bytes | None) -> bytes:
+def signature_content(
+    fields: Mapping[str, object], body: bytes | None, *, skip: Collection[str] = ()
+) -> bytes:
     """The bytes RocketMQ signs: the values of ``fields`` sorted by key, then ``body``.
 
     Values become strings as on RocketMQ's wire (str as is, bool "true"/"false", int in
-    decimal); None values are left out, as is the ``Signature`` field. Other value types
-    raise TypeError.
+    decimal); None values are left out, as are the ``Signature`` field and the keys in
+    ``skip`` (a broker verifying a client of version <= V4_9_3 skips ``_UNIQUE_KEY_QUERY``,
+    which those clients did not sign). Other value types raise TypeError.
     """
     texts = [
         _wire_text(key, value)
         for key, value in sorted(fields.items(), key=lambda item: _java_order(item[0]))
-        if value is not None and key != SIGNATURE
+        if value is not None and key != SIGNATURE and key not in skip
     ]
     return _java_utf8("".join(texts)) + (body or b"")
 
@@ -96,8 +99,15 @@ def sign_fields(
     return out
 
 
-def verify(fields: Mapping[str, object], body: bytes | None, secret_key: str) -> bool:
-    """Whether ``fields[Signature]`` signs ``fields`` and ``body`` with ``secret_key``.
+def verify(
+    fields: Mapping[str, object],
+    body: bytes | None,
+    secret_key: str,
+    *,
+    skip: Collection[str] = (),
+) -> bool:
+    """Whether ``fields[Signature]`` signs ``fields`` (less the keys in ``skip``) and ``body``
+    with ``secret_key``.
 
     Compares in constant time; garbage (no Signature, a non-str one, values of other types,
     a non-str key) gives False, never an exception.
@@ -108,7 +118,7 @@ def verify(fields: Mapping[str, object], body: bytes | None, secret_key: str) ->
             return False
         if body is not None and not isinstance(body, bytes | bytearray | memoryview):
             return False
-        content = signature_content(fields, bytes(body) if body is not None else None)
+        content = signature_content(fields, bytes(body) if body is not None else None, skip=skip)
         expected = calc_signature(content, secret_key)
     except (TypeError, ValueError, AttributeError):
         return False

@@ -347,6 +347,15 @@ def test_unpaired_surrogate_encodes_as_java_does() -> None:
     assert verify(signed, None, "SK")
 
 
+def test_skip_leaves_keys_out() -> None:
+    """A 4.9.3 client added _UNIQUE_KEY_QUERY after signing; RocketMQ's broker skips it."""
+    signed = sign_fields({"topic": "T", "key": "k"}, None, "AK", "SK")
+    late = {**signed, "_UNIQUE_KEY_QUERY": "false"}
+    assert not verify(late, None, "SK")
+    assert verify(late, None, "SK", skip={"_UNIQUE_KEY_QUERY"})
+    assert signature_content(late, None, skip=("_UNIQUE_KEY_QUERY",)) == b"AKkT"
+
+
 # ---- garbage ----
 
 
