@@ -244,8 +244,13 @@ class AclConfig:
                heartbeat: HeartbeatData | None, remote_host: str,
                signature_ok: Callable[[str], bool]) -> Decision:
         addr = parse_host(remote_host)
-        if any(addr is not None and s.matches_address(addr) or
-               addr is None and s.matches(remote_host) for s in self.global_white):
+
+        def white(strategy: RemoteAddressStrategy) -> bool:
+            if addr is None:  # not an IP address: only '*' matches
+                return strategy.matches(remote_host)
+            return strategy.matches_address(addr)
+
+        if any(white(s) for s in self.global_white):
             return Decision(True)
         access_key = _field(fields, ACCESS_KEY_FIELD)
         if not access_key:
@@ -253,9 +258,7 @@ class AclConfig:
         account = self.accounts.get(access_key)
         if account is None:
             return _refused(f"No acl config for accessKey={_shown(access_key)}")
-        white = account.white_remote_address
-        if addr is not None and white.matches_address(addr) or \
-                addr is None and white.matches(remote_host):
+        if white(account.white_remote_address):
             return Decision(True, access_key=access_key)
         if not signature_ok(account.secret_key):
             return _refused(f"Check signature failed for accessKey={access_key}", access_key)
