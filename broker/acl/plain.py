@@ -33,16 +33,15 @@ import yaml
 
 from broker.acl.address import RemoteAddressStrategy, parse_host
 from protocol import names
+from protocol.acl import ACCESS_KEY
 from protocol.client_data import HeartbeatData
 from protocol.codes import RequestCode, ResponseCode
 
 # The ACL fields of a request header (RocketMQ's SessionCredentials).
-ACCESS_KEY_FIELD = "AccessKey"
-SIGNATURE_FIELD = "Signature"
-SECURITY_TOKEN_FIELD = "SecurityToken"
 
-# RocketMQ's AclConstants: keys must be longer than this.
+# RocketMQ's AclConstants: an access key must be longer than this
 ACCESS_KEY_MIN_LENGTH = 6
+# a secret key has at least this many characters (the project's rule; RocketMQ wants 7)
 SECRET_KEY_MIN_LENGTH = 6
 
 # RocketMQ request codes protocol/codes.py does not define (RocketMQ 4.9's RequestCode).
@@ -252,7 +251,7 @@ class AclConfig:
 
         if any(white(s) for s in self.global_white):
             return Decision(True)
-        access_key = _field(fields, ACCESS_KEY_FIELD)
+        access_key = _field(fields, ACCESS_KEY)
         if not access_key:
             return _refused("No accessKey is configured")
         account = self.accounts.get(access_key)
@@ -352,8 +351,8 @@ def _account(raw: object, index: int) -> Account:
         raise ValueError(f"{where}: accessKey is missing or not longer than "
                          f"{ACCESS_KEY_MIN_LENGTH} characters")
     secret = raw.get("secretKey")
-    if not isinstance(secret, str) or len(secret) <= SECRET_KEY_MIN_LENGTH:
-        raise ValueError(f"{where}: secretKey is missing or not longer than "
+    if not isinstance(secret, str) or len(secret) < SECRET_KEY_MIN_LENGTH:
+        raise ValueError(f"{where}: secretKey is missing or shorter than "
                          f"{SECRET_KEY_MIN_LENGTH} characters")
     admin_text = raw.get("admin")
     admin_text = "" if admin_text is None else admin_text

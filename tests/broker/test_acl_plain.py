@@ -161,7 +161,7 @@ def _account_yaml(**fields: str) -> str:
 
 @pytest.mark.parametrize(("text", "said"), [
     (_account_yaml(secretKey="<omit>"), "account 'AK000001': secretKey is missing"),
-    (_account_yaml(secretKey="123456"), "account 'AK000001': secretKey is missing or not longer"),
+    (_account_yaml(secretKey="12345"), "account 'AK000001': secretKey is missing or shorter"),
     (_account_yaml(accessKey="AK1"), "account 'AK1': accessKey is missing or not longer"),
     (_account_yaml(accessKey="<omit>"), "accounts[0]: accessKey is missing"),
     (_account_yaml(defaultTopicPerm="ALL"), "account 'AK000001': defaultTopicPerm: 'ALL' is not"),
@@ -522,3 +522,8 @@ def test_watcher_without_a_good_file_yet() -> None:
     error = watcher.load("accounts: [", 1.0)
     assert error is not None and "no accounts loaded yet" in error
     assert watcher.config is None
+
+
+def test_a_secret_key_of_six_characters_is_enough() -> None:
+    config = parse_plain_acl("accounts:\n  - {accessKey: AK000001, secretKey: '123456'}\n")
+    assert config.accounts["AK000001"].secret_key == "123456"
