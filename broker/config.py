@@ -181,6 +181,12 @@ class BrokerConfig(PropertiesConfig):
     # reading from slaves
     slave_read_enable: bool = False  # a master may suggest a slave for cold reads
     access_message_in_memory_max_ratio: int = 40  # % of memory behind the max offset: cold
+    # plain ACL (RocketMQ's aclEnable): requests are checked against plain_acl.yml
+    acl_enable: bool = False
+    # the accounts file; empty: plain_acl.yml beside the config file the broker was
+    # started from, else in storePathRootDir
+    acl_plain_file: str = ""
+    acl_reload_interval: int = 5000  # ms between checks of the accounts file's mtime
     # RocketMQ keys seen that have no effect here (key -> value), noted at start
     no_effect_keys: dict[str, str] = not_a_key(dict)
 
@@ -225,6 +231,8 @@ class BrokerConfig(PropertiesConfig):
             )
 
     def _validate_ha(self) -> None:
+        if self.acl_reload_interval <= 0:
+            raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError("metricsPort must be 0 (off) or a port")
         if not 0 <= self.ha_listen_port <= 65535:

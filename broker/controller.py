@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 import trio
 
+from broker.acl.guard import AclFile, guard_table
 from broker.admin_processor import AdminBrokerProcessor
 from broker.client_manage_processor import ClientManageProcessor
 from broker.client_manager import ClientGroups, RebalanceLockManager
@@ -140,8 +141,16 @@ class BrokerController:
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving
         )
+        # plain ACL (aclEnable): the served handlers check each request; the
+        # broker's own clients (name servers, HA) are not affected
+        self.acl_file: AclFile | None = None
+        handlers = self._handler_table()
+        if config.acl_enable:
+            self.acl_file = AclFile(self.acl_path())
+            acl_file = self.acl_file
+            handlers = guard_table(handlers, lambda: acl_file.config)
         self.server = RemotingServer(
-            self._handler_table(), self.listen_host,
+            handlers, self.listen_host,
             config.listen_port, max_frame_size=config.max_frame_size,
             limits=config.connection_limits(),
             budget=SharedBudget(config.max_total_connection_buffer_bytes),
@@ -224,6 +233,14 @@ class BrokerController:
         t.register(RequestCode.GET_BROKER_CONFIG, ops.get_broker_config)
         t.register(RequestCode.UPDATE_BROKER_CONFIG, ops.update_broker_config)
         return t
+
+    def acl_path(self) -> Path:
+        """aclPlainFile, or plain_acl.yml beside the config file (else in the store root)."""
+        if self.config.acl_plain_file:
+            return Path(self.config.acl_plain_file)
+        if self.config_file is not None:
+            return self.config_file.parent / "plain_acl.yml"
+        return Path(self.config.store_path_root_dir) / "plain_acl.yml"
 
     @property
     def listen_host(self) -> str:
@@ -376,6 +393,8 @@ class BrokerController:
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``request_shutdown``; reports the bound port when ready."""
         self.note_config()
+        if self.acl_file is not None:
+            await trio.to_thread.run_sync(self.acl_file.load_at_start)
         await trio.to_thread.run_sync(self._load)
         # What start-up loaded (modules, tables: 100,000 topic configs) lives as
         # long as the process: out of the cycle collector's full collections,
@@ -404,6 +423,9 @@ class BrokerController:
                             self.ha_service.run_master, 0 if ephemeral_ha else None)
                     await self.register_broker_all()
                     nursery.start_soon(self._register_loop)
+                    if self.acl_file is not None:
+                        nursery.start_soon(self.acl_file.watch,
+                                           self.config.acl_reload_interval / 1000)
                     if self.group_commit is not None:
                         await nursery.start(self.group_commit.run)
                     else:

@@ -9,6 +9,7 @@ from client.consumer_types import (
     ConsumeOrderlyStatus,
     MessageModel,
 )
+from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
 from client.lite_pull_consumer import LitePullConsumer
 from client.metrics import ClientMetrics
@@ -33,6 +34,7 @@ from client.transaction import (
 from protocol.message import Message, MessageExt, MessageQueue
 
 __all__ = [
+    "AclCredentials",
     "AllocateByConsistentHash",
     "ClientMetrics",
     "ConsumeConcurrentlyContext",

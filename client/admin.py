@@ -8,6 +8,7 @@ from typing import Any
 
 import structlog
 
+from client.credentials import AclCredentials, resolve_credentials
 from client.route_info import usable
 from protocol import names
 from protocol.body import unpack_body
@@ -154,12 +155,15 @@ class QueueStatus:
 class MQAdmin:
     """Admin operations against a name-server list. Use ``async with MQAdmin(addr)``."""
 
-    def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT, *,
+                 credentials: AclCredentials | None = None, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
         self.namesrv_list = [a.strip() for a in re.split(r"[;,]", namesrv_addr) if a.strip()]
         if not self.namesrv_list:
             raise MQAdminError("no name server address given")
         self.timeout = timeout
-        self._client = RemotingClient()
+        self.credentials = resolve_credentials(credentials, access_key, secret_key)
+        self._client = RemotingClient(credentials=self.credentials)
 
     async def __aenter__(self) -> MQAdmin:
         await self._client.__aenter__()

@@ -32,6 +32,7 @@ import trio
 
 from client.consumer_api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND, ConsumerAPI
 from client.consumer_types import ConsumeFromWhere, MessageModel, parse_consume_timestamp
+from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
 from client.instance import (
     DEFAULT_HEARTBEAT_BROKER_INTERVAL,
@@ -97,8 +98,10 @@ class ConsumerCore:
         offset_store_dir: str | os.PathLike[str] | None,
         logger_name: str,
         metrics: ClientMetrics | None = None,
+        credentials: AclCredentials | None = None,
     ) -> None:
         check_group(group, "DEFAULT_CONSUMER")
+        self.credentials = credentials
         if not isinstance(message_model, MessageModel):
             raise MQClientError("message_model must be a MessageModel")
         if not isinstance(consume_from_where, ConsumeFromWhere):
@@ -217,6 +220,7 @@ class ConsumerCore:
             heartbeat_broker_interval=self.heartbeat_broker_interval,
             rebalance_interval=self.rebalance_interval,
             persist_consumer_offset_interval=self.persist_consumer_offset_interval,
+            credentials=self.credentials,
         )
         instance = self._instance
         self._log = self._log.bind(client_id=instance.client_id)

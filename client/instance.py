@@ -50,6 +50,7 @@ from typing import Any, Protocol
 import structlog
 import trio
 
+from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
 from client.publish_info import TopicPublishInfo
 from client.route_info import default_topic_route, publish_queues, subscribe_queues
@@ -124,8 +125,12 @@ def parse_namesrv_addr(namesrv_addr: str) -> list[str]:
     return addrs
 
 
-def _registry_key(namesrv_addr: str, instance_name: str | None) -> str:
-    return ";".join(parse_namesrv_addr(namesrv_addr)) + "|" + (instance_name or str(os.getpid()))
+def _registry_key(namesrv_addr: str, instance_name: str | None,
+                  credentials: AclCredentials | None = None) -> str:
+    key = ";".join(parse_namesrv_addr(namesrv_addr)) + "|" + (instance_name or str(os.getpid()))
+    if credentials is not None:  # instances are shared only by clients with the same keys
+        key += f"|{credentials.access_key}|{hash((credentials.secret_key, credentials.security_token))}"
+    return key
 
 
 def _local_ip() -> str:
@@ -161,7 +166,9 @@ class MQClientInstance:
         heartbeat_broker_interval: float = DEFAULT_HEARTBEAT_BROKER_INTERVAL,
         rebalance_interval: float = DEFAULT_REBALANCE_INTERVAL,
         persist_consumer_offset_interval: float = DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
+        credentials: AclCredentials | None = None,
     ) -> None:
+        self.credentials = credentials
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self.namesrv_addr = ";".join(self.namesrv_addrs)
         if request_timeout <= 0:
@@ -218,7 +225,8 @@ class MQClientInstance:
         """The running instance for ``namesrv_addr`` in this trio run, created and
         started if needed; adds a reference (``release`` it). ``options`` apply only
         when the instance is created. Raises MQClientError for a bad address."""
-        key = _registry_key(namesrv_addr, options.get("instance_name"))
+        key = _registry_key(namesrv_addr, options.get("instance_name"),
+                            options.get("credentials"))
         try:
             table = _INSTANCES.get()
         except LookupError:
@@ -257,7 +265,7 @@ class MQClientInstance:
             table = _INSTANCES.get()
         except LookupError:
             table = {}
-        key = _registry_key(self.namesrv_addr, self.instance_name)
+        key = _registry_key(self.namesrv_addr, self.instance_name, self.credentials)
         if table.get(key) is self:
             del table[key]
         await self.shutdown()
@@ -308,7 +316,8 @@ class MQClientInstance:
         self._log.info("client instance shut down")
 
     async def _run_remoting(self, task_status: trio.TaskStatus[RemotingClient]) -> None:
-        async with RemotingClient(self.handlers, connect_timeout=self.request_timeout) as rc:
+        async with RemotingClient(self.handlers, connect_timeout=self.request_timeout,
+                                  credentials=self.credentials) as rc:
             task_status.started(rc)
             await trio.sleep_forever()
 
@@ -349,6 +358,7 @@ class MQClientInstance:
             timeout = self.request_timeout
         deadline = trio.current_time() + timeout
         conn = await self._connection(addr, deadline)
+        self._client().sign(cmd)
         return await conn.invoke(cmd, max(deadline - trio.current_time(), 1e-3))
 
     async def invoke_oneway(
@@ -358,6 +368,7 @@ class MQClientInstance:
         if timeout is None:
             timeout = self.request_timeout
         conn = await self._connection(addr, trio.current_time() + timeout)
+        self._client().sign(cmd)
         await conn.invoke_oneway(cmd)
 
     async def invoke_namesrv(

@@ -25,6 +25,7 @@ import trio
 
 from client.consumer_core import ConsumerCore, ConsumerState
 from client.consumer_types import ConsumeFromWhere, MessageModel
+from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQClientError
 from client.metrics import POLLED, ClientMetrics
 from client.offset_store import ReadOffsetType
@@ -69,9 +70,12 @@ class LitePullConsumer(ConsumerCore):
         heartbeat_broker_interval: float = _DEF["heartbeat_broker_interval"],
         rebalance_interval: float = _DEF["rebalance_interval"],
         metrics: ClientMetrics | None = None,
+        credentials: AclCredentials | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         super().__init__(
-            group, namesrv_addr, message_model=message_model,
+            group, namesrv_addr, credentials=resolve_credentials(credentials, access_key, secret_key), message_model=message_model,
             consume_from_where=consume_from_where, consume_timestamp=consume_timestamp,
             allocate_strategy=allocate_strategy, instance_name=instance_name,
             pull_batch_size=pull_batch_size, pull_threshold_for_queue=pull_threshold_for_queue,

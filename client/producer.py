@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 import trio
 
+from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQBrokerError, MQClientError
 from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
@@ -152,8 +153,12 @@ class Producer:
         compress_msg_body_over_howmuch: int = DEFAULT_COMPRESS_OVER,
         compress_level: int = DEFAULT_COMPRESS_LEVEL,
         metrics: ClientMetrics | None = None,
+        credentials: AclCredentials | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         check_group(group, DEFAULT_PRODUCER_GROUP)
+        self.credentials = resolve_credentials(credentials, access_key, secret_key)
         if send_msg_timeout <= 0:
             raise MQClientError("send_msg_timeout must be positive")
         if retry_times_when_send_failed < 0:
@@ -203,6 +208,7 @@ class Producer:
             self.namesrv_addr,
             request_timeout=DEFAULT_REQUEST_TIMEOUT,
             poll_name_server_interval=self.poll_name_server_interval,
+            credentials=self.credentials,
         )
         try:
             self._service = ServiceNursery(f"Producer[{self.group}] async senders")

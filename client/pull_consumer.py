@@ -21,6 +21,7 @@ import structlog
 import trio
 
 from client.consumer_api import ConsumerAPI
+from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQClientError
 from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
@@ -74,8 +75,12 @@ class PullConsumer:
         pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
+        credentials: AclCredentials | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         check_group(group, DEFAULT_CONSUMER_GROUP)
+        self.credentials = resolve_credentials(credentials, access_key, secret_key)
         if pull_timeout <= 0 or request_timeout <= 0:
             raise MQClientError("timeouts must be positive")
         self.group = group
@@ -99,6 +104,7 @@ class PullConsumer:
             self.namesrv_addr,
             request_timeout=self.request_timeout,
             poll_name_server_interval=self.poll_name_server_interval,
+            credentials=self.credentials,
         )
         self._api = ConsumerAPI(self._instance, self.group)
         self._state = _State.RUNNING

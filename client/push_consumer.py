@@ -43,6 +43,7 @@ from client.consumer_types import (
     MessageListener,
     MessageModel,
 )
+from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQBrokerError, MQClientError
 from client.metrics import EXCEPTION, ClientMetrics, status_name
 from client.process_queue import REBALANCE_LOCK_INTERVAL, ProcessQueue
@@ -104,9 +105,12 @@ class PushConsumer(ConsumerCore):
         rebalance_interval: float = _DEF["rebalance_interval"],
         persist_consumer_offset_interval: float = _DEF["persist_consumer_offset_interval"],
         metrics: ClientMetrics | None = None,
+        credentials: AclCredentials | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
     ) -> None:
         super().__init__(
-            group, namesrv_addr, message_model=message_model,
+            group, namesrv_addr, credentials=resolve_credentials(credentials, access_key, secret_key), message_model=message_model,
             consume_from_where=consume_from_where, consume_timestamp=consume_timestamp,
             allocate_strategy=allocate_strategy, instance_name=instance_name,
             pull_batch_size=pull_batch_size, pull_threshold_for_queue=pull_threshold_for_queue,

@@ -7,6 +7,7 @@ from typing import Any
 import structlog
 import trio
 
+from protocol.acl import sign_fields
 from protocol.codecs.base import Codec
 from protocol.command import RemotingCommand
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
@@ -40,7 +41,11 @@ class RemotingClient:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         codec: Codec | None = None,
+        credentials: Any = None,
     ) -> None:
+        # anything with access_key/secret_key/security_token: every request is
+        # signed as RocketMQ's AclClientRPCHook does (None: unsigned)
+        self.credentials = credentials
         self.handlers = handlers or HandlerTable()
         # the wire format of every connection this client opens (None: msgpack)
         self.codec = codec
@@ -119,10 +124,20 @@ class RemotingClient:
         if self._conns.get(addr) is conn:
             del self._conns[addr]
 
+    def sign(self, cmd: RemotingCommand) -> None:
+        """Sign ``cmd`` with the client's credentials (header values become strings)."""
+        cred = self.credentials
+        if cred is None or not getattr(cred, "access_key", None):
+            return
+        cmd.ext_fields = sign_fields(cmd.ext_fields or {}, cmd.body, cred.access_key,
+                                     cred.secret_key, getattr(cred, "security_token", None))
+
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         conn = await self.get_connection(addr)
+        self.sign(cmd)
         return await conn.invoke(cmd, timeout)
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         conn = await self.get_connection(addr)
+        self.sign(cmd)
         await conn.invoke_oneway(cmd)
