@@ -30,7 +30,7 @@ from broker.config import BrokerConfig
 from broker.metrics import consume_pairs
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.config import ConfigError
+from protocol.config import ConfigError, parse_properties
 from protocol.headers import (
     GetProducerConnectionListRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
@@ -69,20 +69,6 @@ _RUNTIME_BY_LOWER = {k.lower(): k for k in RUNTIME_KEYS}
 
 _POSITIVE = ("maxMessageSize", "longPollingMaxSuspendMillis", "fileReservedTime",
              "transactionTimeOut", "transactionCheckMax")
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """``key=value`` lines (``#``/``!`` comments); ConfigError on a line it cannot read."""
-    props: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        m = re.match(r"([^=:\s]+)\s*[=:]?\s*(.*)$", line)
-        if not m:
-            raise ConfigError(f"line {lineno}: cannot parse {shown(line)}")
-        props[m.group(1)] = m.group(2).strip()
-    return props
 
 
 def render_properties(props: dict[str, str]) -> str:

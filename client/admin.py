@@ -14,6 +14,7 @@ from protocol import names
 from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from protocol.config import ConfigError, parse_properties
 from protocol.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
@@ -47,20 +48,6 @@ def is_system_topic(topic: str) -> bool:
     """A topic statsAll skips by default (the broker's own, or a retry or dead-letter topic)."""
     return names.is_system_topic(topic) or topic.startswith((RETRY_GROUP_TOPIC_PREFIX,
                                                              DLQ_GROUP_TOPIC_PREFIX))
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """``key=value`` lines (Java properties without escapes); ``#`` and ``!`` lines are comments."""
-    out: dict[str, str] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line[0] in "#!":
-            continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            key, _, value = line.partition(":")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def format_properties(props: dict[str, str]) -> str:
@@ -439,7 +426,11 @@ class MQAdmin:
         """A broker's configuration (GET_BROKER_CONFIG), key -> value text."""
         cmd = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
         resp = self._check(await self._invoke(addr, cmd), f"getBrokerConfig on {addr}")
-        return parse_properties((resp.body or b"").decode("utf-8", errors="replace"))
+        try:
+            return parse_properties((resp.body or b"").decode("utf-8", errors="replace"))
+        except ConfigError as exc:
+            raise MQAdminError(f"{addr}: getBrokerConfig answered unreadable properties: "
+                               f"{exc}") from exc
 
     async def update_broker_config(self, addr: str, props: dict[str, str]) -> None:
         """Change keys of a running broker (UPDATE_BROKER_CONFIG); the broker persists

@@ -35,21 +35,25 @@ def key_of(attr: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
-def load_properties(path: str | Path) -> dict[str, str]:
-    """Parse a Java-style properties file (``key=value``, ``#`` comments).
-
-    Raises ConfigError on a line it cannot read, OSError if unreadable.
-    """
+def parse_properties(text: str, where: str = "") -> dict[str, str]:
+    """Java-style properties text (``key=value`` or ``key:value``, ``#``/``!``
+    comments). Raises ConfigError naming ``where`` and the line it cannot read."""
     props: dict[str, str] = {}
-    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line[0] in "#!":
             continue
         m = re.match(r"([^=:\s]+)\s*[=:]?\s*(.*)$", line)
         if not m:
-            raise ConfigError(f"{path}:{lineno}: cannot parse {line!r}")
+            raise ConfigError(f"{where or 'line '}{lineno}: cannot parse {line[:80]!r}")
         props[m.group(1)] = m.group(2).strip()
     return props
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Parse a Java-style properties file. Raises ConfigError on a line it
+    cannot read, OSError if unreadable."""
+    return parse_properties(Path(path).read_text(), f"{path}:")
 
 
 def rewrite_properties(text: str, changes: dict[str, str]) -> str:
