@@ -36,6 +36,7 @@ from protocol.record import decode_record, decode_records
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from tests.integration.cluster import Cluster, Daemon
+from tests.integration.test_bad_input import raw_exchange
 from tests.integration.waits import at_least, routed, wait_for
 
 BROKER = "broker-a"
@@ -640,21 +641,6 @@ def json_payload(header: bytes, body: bytes = b"", declared: int | None = None,
                  stype: int = 0) -> bytes:
     length = len(header) if declared is None else declared
     return struct.pack(">I", (stype << 24) | length) + header + body
-
-
-async def raw_exchange(port: int, data: bytes) -> bytes:
-    """Send raw bytes; whatever comes back before the server closes (or 2 s)."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    got = b""
-    async with stream:
-        await stream.send_all(data)
-        with trio.move_on_after(2):
-            while True:
-                chunk = await stream.receive_some(65536)
-                if not chunk:
-                    return got + b"<closed>"
-                got += chunk
-    return got
 
 
 def first_response(data: bytes) -> RemotingCommand:
