@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 import trio
 
+from broker.acl.admin_processor import AclAdminProcessor
 from broker.acl.guard import AclFile, guard_table
 from broker.admin_processor import AdminBrokerProcessor
 from broker.client_manage_processor import ClientManageProcessor
@@ -147,8 +148,12 @@ class BrokerController:
         handlers = self._handler_table()
         if config.acl_enable:
             self.acl_file = AclFile(self.acl_path())
+        AclAdminProcessor(self.acl_file, config.broker_name, config.broker_cluster_name,
+                          lambda: config.broker_addr).register(handlers)
+        if self.acl_file is not None:
             acl_file = self.acl_file
-            handlers = guard_table(handlers, lambda: acl_file.config)
+            handlers = guard_table(handlers, lambda: acl_file.config,
+                                   self.stats.record_acl_refusal)
         self.server = RemotingServer(
             handlers, self.listen_host,
             config.listen_port, max_frame_size=config.max_frame_size,

@@ -26,6 +26,9 @@ counters Prometheus takes rates of:
   ``rocketmq_brokeruntime_slave_ack_offset`` / ``rocketmq_brokeruntime_slave_lag_bytes``
   {slave} (a master), ``rocketmq_brokeruntime_master_lag_bytes`` (a slave),
   ``rocketmq_brokeruntime_transaction_half_pending``.
+- ``rocketmq_acl_refusals_total`` {cluster, broker, code, reason}: requests the plain
+  ACL refused (reason: no_access_key, unknown_account, signature, admin,
+  permission, not_loaded).
 
 A scrape is bounded: each per-topic/group/queue family emits at most
 ``max_series`` series; what is left out is counted in
@@ -142,6 +145,13 @@ class BrokerCollector(Collector):
                                       f"Messages {which} on this broker", labels=bl)
             fam.add_metric(base, counter[MSGS])
             yield fam
+
+        refusals = CounterMetricFamily("rocketmq_acl_refusals",
+                                       "Requests refused by the plain ACL, per request code "
+                                       "and reason", labels=bl + ["code", "reason"])
+        for (code, reason), count in sorted(stats.acl_refusals.items()):
+            refusals.add_metric(base + [str(code), reason], count)
+        yield refusals
 
         lag = GaugeMetricFamily("rocketmq_group_diff",
                                 "Messages not consumed yet: brokerOffset - consumerOffset "

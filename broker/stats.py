@@ -96,6 +96,8 @@ class BrokerStats:
         self.get: dict[tuple[str, str], list[int]] = {}
         self.put_total = _new_counter()
         self.get_total = _new_counter()
+        # ACL refusals per (request code, reason): plain ACL's guard counts them
+        self.acl_refusals: dict[tuple[int, str], int] = {}
         # key -> samples, oldest first; keys: topic, (topic, group), BROKER_PUT/GET_NUMS
         self._samples: dict[Any, list[Sample]] = {}
         self._rings = {name: _Ring(length, spacing) for name, (length, spacing) in WINDOWS.items()}
@@ -115,6 +117,12 @@ class BrokerStats:
         t[MSGS] += messages
         t[BYTES] += size
         t[REQS] += 1
+
+    def record_acl_refusal(self, code: int, reason: str) -> None:
+        """A request the ACL refused; codes are the served ones, reasons a few
+        (broker/acl/plain.py REFUSAL_REASONS), so the keys stay few."""
+        key = (code, reason)
+        self.acl_refusals[key] = self.acl_refusals.get(key, 0) + 1
 
     def record_get(self, topic: str, group: str, messages: int, size: int) -> None:
         key = (topic, group)

@@ -624,3 +624,35 @@ class CheckTransactionStateRequestHeader(Header):
     msg_id: Annotated[str, MaxLen(128)] | None = None
     transaction_id: Annotated[str, MaxLen(128)] | None = None
     offset_msg_id: Annotated[str, MaxLen(128)] | None = None
+
+
+# ---- ACL administration (RocketMQ 4.x's plain ACL admin requests) --------------
+
+AclKey = Annotated[str, MaxLen(255)]
+
+
+@dataclass(slots=True)
+class DeleteAccessConfigRequestHeader(Header):
+    """DELETE_ACL_CONFIG: the account to delete."""
+
+    access_key: AclKey
+
+
+@dataclass(slots=True)
+class UpdateGlobalWhiteAddrsConfigRequestHeader(Header):
+    """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: comma-separated address patterns (the
+    new list, replacing the file's)."""
+
+    global_white_addrs: str
+
+
+@dataclass(slots=True)
+class GetBrokerAclConfigResponseHeader(Header):
+    """GET_BROKER_CLUSTER_ACL_INFO's answer: ``version`` is the ACL file's
+    DataVersion as JSON; ``all_acl_file_version`` maps the file to it."""
+
+    version: str
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    all_acl_file_version: str | None = None

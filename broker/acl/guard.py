@@ -9,6 +9,7 @@ re-reads it when its mtime changes, keeping the last good accounts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 import structlog
 import trio
 
+from broker.acl import plain
+from broker.acl.admin import AclAdminError, AclDocument
 from broker.acl.plain import AclConfig, AclWatcher, Decision
 from protocol.acl import ACCESS_KEY, verify
 from protocol.client_data import HeartbeatData
@@ -39,7 +42,7 @@ def remote_host(remote_addr: str) -> str:
 
 def decide(config: AclConfig | None, conn: Any, cmd: RemotingCommand) -> Decision:
     if config is None:
-        return Decision(False, NOT_LOADED)
+        return Decision(False, NOT_LOADED, reason=plain.NOT_LOADED)
     heartbeat: HeartbeatData | None = None
     if cmd.code == RequestCode.HEART_BEAT:
         try:
@@ -53,7 +56,14 @@ def decide(config: AclConfig | None, conn: Any, cmd: RemotingCommand) -> Decisio
         lambda secret: verify(fields, body, secret))
 
 
-def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision) -> RemotingCommand | None:
+# called with (request code, Decision.reason) on each refusal (the broker's metrics)
+OnRefusal = Callable[[int, str], None]
+
+
+def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision,
+             on_refusal: OnRefusal | None = None) -> RemotingCommand | None:
+    if on_refusal is not None:
+        on_refusal(cmd.code, decision.reason)
     log.warning("request refused by ACL", code=cmd.code,
                 access_key=(cmd.ext_fields or {}).get(ACCESS_KEY),
                 remote=getattr(conn, "remote_addr", "?"), remark=decision.remark)
@@ -62,42 +72,79 @@ def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision) -> RemotingCom
     return cmd.response(ResponseCode.NO_PERMISSION, decision.remark)
 
 
-def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None]) -> HandlerTable:
-    """A new table whose handlers first ask ``config()`` whether the request is allowed."""
+def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],
+                on_refusal: OnRefusal | None = None) -> HandlerTable:
+    """A new table whose handlers first ask ``config()`` whether the request is
+    allowed; ``on_refusal(code, reason)`` counts each refusal."""
     out = HandlerTable()
     for code, sync in table._sync.items():
-        out.register(code, _guard_sync(sync, config))
+        out.register(code, _guard_sync(sync, config, on_refusal))
     for code, async_ in table._async.items():
-        out.register(code, _guard_async(async_, config))
+        out.register(code, _guard_async(async_, config, on_refusal))
     return out
 
 
 def _guard_sync(handler: Callable[..., RemotingCommand | None],
-                config: Callable[[], AclConfig | None]) -> Callable[..., RemotingCommand | None]:
+                config: Callable[[], AclConfig | None],
+                on_refusal: OnRefusal | None = None) -> Callable[..., RemotingCommand | None]:
     def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         decision = decide(config(), conn, cmd)
         if not decision.allowed:
-            return _refusal(conn, cmd, decision)
+            return _refusal(conn, cmd, decision, on_refusal)
         return handler(conn, cmd)
     return guarded
 
 
 def _guard_async(handler: Callable[..., Any],
-                 config: Callable[[], AclConfig | None]) -> Callable[..., Any]:
+                 config: Callable[[], AclConfig | None],
+                 on_refusal: OnRefusal | None = None) -> Callable[..., Any]:
     async def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         decision = decide(config(), conn, cmd)
         if not decision.allowed:
-            return _refusal(conn, cmd, decision)
+            return _refusal(conn, cmd, decision, on_refusal)
         return await handler(conn, cmd)  # type: ignore[no-any-return]
     return guarded
 
 
+def write_atomically(path: Path, text: str) -> float:
+    """Replace ``path`` with ``text``: a temporary file in the same directory,
+    fsync'd, renamed over it, the directory fsync'd; returns the new mtime."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        mode = 0o600  # the file holds secret keys
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path.stat().st_mtime
+
+
 class AclFile:
-    """``plain_acl.yml`` and the accounts in force."""
+    """``plain_acl.yml`` and the accounts in force.
+
+    Admin requests change the file through ``change`` (under one lock with the
+    reloads, so a reload never reinstates an older text): the new text is
+    written atomically and put in force at once.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.watcher = AclWatcher()
+        self.lock = trio.Lock()
+        self.missing = False  # the file was found deleted (logged once)
 
     @property
     def config(self) -> AclConfig | None:
@@ -117,26 +164,38 @@ class AclFile:
         log.info("ACL accounts loaded", file=str(self.path),
                  accounts=len(self.watcher.config.accounts) if self.watcher.config else 0)
 
-    def _read_if_changed(self) -> tuple[str, float] | None:
+    def _read_if_changed(self) -> tuple[str, float] | None | FileNotFoundError:
         try:
             mtime = self.path.stat().st_mtime
+        except FileNotFoundError as e:
+            return e
         except OSError:
             return None
-        if not self.watcher.needs_reload(mtime):
+        if not self.watcher.needs_reload(mtime) and not self.missing:
             return None
         return self.path.read_text(encoding="utf-8"), mtime
 
     async def check(self) -> None:
         """Re-read the file when its mtime changed; a bad file is logged, old accounts kept."""
-        try:
-            changed = await trio.to_thread.run_sync(self._read_if_changed)
-        except (OSError, UnicodeDecodeError) as e:
-            log.warning("ACL file not readable, keeping the last good accounts",
-                        file=str(self.path), error=str(e))
-            return
-        if changed is None:
-            return
-        error = self.watcher.load(*changed)
+        async with self.lock:
+            try:
+                changed = await trio.to_thread.run_sync(self._read_if_changed)
+            except (OSError, UnicodeDecodeError) as e:
+                log.warning("ACL file not readable, keeping the last good accounts",
+                            file=str(self.path), error=str(e))
+                return
+            if isinstance(changed, FileNotFoundError):
+                if not self.missing:
+                    self.missing = True
+                    log.warning("ACL file deleted, keeping the last good accounts",
+                                file=str(self.path))
+                return
+            if changed is None:
+                return
+            if self.missing:
+                self.missing = False
+                log.info("ACL file back", file=str(self.path))
+            error = self.watcher.load(*changed)
         if error is not None:
             log.warning("ACL file not reloaded", file=str(self.path), error=error)
         else:
@@ -147,3 +206,57 @@ class AclFile:
         while True:
             await trio.sleep(interval_s)
             await self.check()
+
+    # ---- admin requests
+
+    def _read_document(self) -> AclDocument:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise AclAdminError(f"the ACL file {self.path.name} cannot be read: {e}") from None
+        try:
+            return AclDocument.parse(text)
+        except ValueError as e:
+            raise AclAdminError(f"the ACL file {self.path.name} on disk is malformed, "
+                                f"fix it first: {e}") from None
+
+    async def document(self) -> AclDocument:
+        """The file as it is on disk (AclAdminError when unreadable or malformed)."""
+        return await trio.to_thread.run_sync(self._read_document)
+
+    async def change(self, fn: Callable[[AclDocument], AclDocument]) -> AclDocument:
+        """Apply ``fn`` to the file's document, write it and put it in force.
+
+        AclAdminError from reading or from ``fn`` changes nothing; OSError from
+        writing leaves the old file (the rename is the only change).
+        """
+        async with self.lock:
+            doc = fn(await self.document())
+            text = doc.render()
+            mtime = await trio.to_thread.run_sync(write_atomically, self.path, text)
+            error = self.watcher.load(text, mtime)
+            self.missing = False
+        if error is not None:  # cannot happen: fn's result was checked
+            log.error("ACL file written but not loaded", file=str(self.path), error=error)
+        else:
+            log.info("ACL file changed", file=str(self.path), version=doc.version.counter,
+                     accounts=len(doc.accounts))
+        return doc
+
+    async def follow(self, doc: AclDocument) -> bool:
+        """A slave: take the master's document when its version differs from the file's
+        (or the file is unreadable); True when the file was replaced."""
+        async with self.lock:
+            try:
+                current: AclDocument | None = await self.document()
+            except AclAdminError:
+                current = None
+            if current is not None and current.version == doc.version:
+                return False
+            text = doc.render()
+            mtime = await trio.to_thread.run_sync(write_atomically, self.path, text)
+            self.watcher.load(text, mtime)
+            self.missing = False
+        log.info("ACL file copied from the master", file=str(self.path),
+                 version=doc.version.counter, accounts=len(doc.accounts))
+        return True

@@ -45,10 +45,11 @@ ACCESS_KEY_MIN_LENGTH = 6
 SECRET_KEY_MIN_LENGTH = 6
 
 # RocketMQ request codes protocol/codes.py does not define (RocketMQ 4.9's RequestCode).
-UPDATE_AND_CREATE_ACL_CONFIG = 50
-DELETE_ACL_CONFIG = 51
-GET_BROKER_CLUSTER_ACL_INFO = 52
-UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = 53
+UPDATE_AND_CREATE_ACL_CONFIG = RequestCode.UPDATE_AND_CREATE_ACL_CONFIG
+DELETE_ACL_CONFIG = RequestCode.DELETE_ACL_CONFIG
+GET_BROKER_CLUSTER_ACL_INFO = RequestCode.GET_BROKER_CLUSTER_ACL_INFO
+UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG
+GET_BROKER_CLUSTER_ACL_CONFIG = RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG
 INVOKE_BROKER_TO_RESET_OFFSET = 222
 CLONE_GROUP_OFFSET = 314
 DELETE_EXPIRED_COMMITLOG = 329
@@ -66,6 +67,7 @@ ADMIN_CODES: frozenset[int] = frozenset({
     DELETE_ACL_CONFIG,
     GET_BROKER_CLUSTER_ACL_INFO,
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+    GET_BROKER_CLUSTER_ACL_CONFIG,
     INVOKE_BROKER_TO_RESET_OFFSET,
     CLONE_GROUP_OFFSET,
     RequestCode.WIPE_WRITE_PERM_OF_BROKER,
@@ -160,14 +162,28 @@ class Decision:
     allowed: bool
     remark: str = ""
     access_key: str | None = None
+    # why a request was refused, for the metrics: one of REFUSAL_REASONS
+    reason: str = ""
 
     @property
     def response_code(self) -> int:
         return ResponseCode.SUCCESS if self.allowed else ResponseCode.NO_PERMISSION
 
 
-def _refused(remark: str, access_key: str | None = None) -> Decision:
-    return Decision(False, remark, access_key)
+# Decision.reason of a refusal (the label of rocketmq_acl_refusals_total)
+NO_ACCESS_KEY = "no_access_key"
+UNKNOWN_ACCOUNT = "unknown_account"
+BAD_SIGNATURE = "signature"
+NOT_ADMIN = "admin"
+NO_PERMISSION = "permission"
+NOT_LOADED = "not_loaded"
+REFUSAL_REASONS = (NO_ACCESS_KEY, UNKNOWN_ACCOUNT, BAD_SIGNATURE, NOT_ADMIN, NO_PERMISSION,
+                   NOT_LOADED)
+
+
+def _refused(remark: str, access_key: str | None = None, reason: str = NO_PERMISSION
+             ) -> Decision:
+    return Decision(False, remark, access_key, reason)
 
 
 @dataclass(frozen=True)
@@ -253,14 +269,16 @@ class AclConfig:
             return Decision(True)
         access_key = _field(fields, ACCESS_KEY)
         if not access_key:
-            return _refused("No accessKey is configured")
+            return _refused("No accessKey is configured", reason=NO_ACCESS_KEY)
         account = self.accounts.get(access_key)
         if account is None:
-            return _refused(f"No acl config for accessKey={_shown(access_key)}")
+            return _refused(f"No acl config for accessKey={_shown(access_key)}",
+                            reason=UNKNOWN_ACCOUNT)
         if white(account.white_remote_address):
             return Decision(True, access_key=access_key)
         if not signature_ok(account.secret_key):
-            return _refused(f"Check signature failed for accessKey={access_key}", access_key)
+            return _refused(f"Check signature failed for accessKey={access_key}", access_key,
+                            BAD_SIGNATURE)
         needs = required_resources(code, fields, heartbeat)
         # message trace: RocketMQ lets any signed account send to the trace topic
         if any(n.resource == names.RMQ_SYS_TRACE_TOPIC and n.perm == Perm.PUB for n in needs):
@@ -278,7 +296,7 @@ class AclConfig:
                 what = str(code)
             return _refused(
                 f"Need admin permission for request code={what}, but accessKey={key} is not",
-                key)
+                key, NOT_ADMIN)
         if account.admin and not account.resource_perms:
             return Decision(True, access_key=key)
         for need in needs:
