@@ -4,7 +4,8 @@ Every ``slaveSyncInterval`` ms (10 s) a slave asks its master for the topic
 configs (GET_ALL_TOPIC_CONFIG), consumer offsets (GET_ALL_CONSUMER_OFFSET),
 delay offsets (GET_ALL_DELAY_OFFSET) and subscription groups
 (GET_ALL_SUBSCRIPTIONGROUP_CONFIG), and replaces its own copy when the data
-version differs (offsets, which carry none, every time). The master is a
+version differs (offsets, which carry none, every time). With aclEnable, the
+master's plain_acl.yml (GET_BROKER_CLUSTER_ACL_CONFIG) too, by its dataVersion. The master is a
 peer like any other: every table it sends is checked as a registration is
 (names, queue counts) before it replaces anything.
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from broker.acl.admin import AclAdminError, AclDocument, AclVersion
 from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
@@ -31,6 +33,7 @@ from protocol.trio.errors import RemotingError
 from protocol.trio.service import Guard, describe
 
 if TYPE_CHECKING:
+    from broker.acl.guard import AclFile
     from broker.controller import BrokerController
 
 SYNC_TIMEOUT_S = 5.0
@@ -161,4 +164,22 @@ class SlaveSynchronize:
         sm = c.subscription_group_manager
         if gversion != sm.data_version:
             sm.replace(groups, gversion)
+        if c.acl_file is not None:
+            await self.sync_acl(client, addr, c.acl_file)
         self.synced += 1
+
+    async def sync_acl(self, client: RemotingClient, addr: str, acl_file: AclFile) -> None:
+        """The master's plain_acl.yml (GET_BROKER_CLUSTER_ACL_CONFIG): written here when
+        its data version differs from the slave's file."""
+        resp = await client.invoke(
+            addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG),
+            SYNC_TIMEOUT_S)
+        if resp.code != ResponseCode.SUCCESS:
+            raise RemoteProtocolError(f"master answered {resp.code} to the ACL config: "
+                                      f"{shown(resp.remark or '')}")
+        version = AclVersion.from_json((resp.ext_fields or {}).get("version"))
+        try:
+            doc = AclDocument.from_acl_config(unpack_body(resp.body), version)
+        except AclAdminError as exc:
+            raise RemoteProtocolError(f"ACL config: {exc}") from exc
+        await acl_file.follow(doc)

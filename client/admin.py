@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -539,3 +540,88 @@ class MQAdmin:
                     accumulation = 0
                 rows.append(TopicGroupStats(t, group, accumulation, in_tps, out_tps, in_24h, out_24h))
         return rows
+
+    # ---- ACL administration (plain_acl.yml on the brokers; admin accounts only) -----
+
+    async def acl_targets(self, broker_addr: str | None = None,
+                          cluster: str | None = None) -> list[str]:
+        """``broker_addr``, or every master of ``cluster`` (RocketMQ's -b / -c)."""
+        if broker_addr:
+            return [broker_addr]
+        if cluster:
+            return sorted(set((await self.master_addrs(cluster)).values()))
+        raise MQAdminError("give a cluster (-c) or a broker address (-b)")
+
+    async def update_acl_config(self, addr: str, access_key: str, *,
+                                secret_key: str | None = None,
+                                white_remote_address: str | None = None,
+                                admin: bool = False,
+                                default_topic_perm: str | None = None,
+                                default_group_perm: str | None = None,
+                                topic_perms: list[str] | None = None,
+                                group_perms: list[str] | None = None) -> None:
+        """UPDATE_AND_CREATE_ACL_CONFIG: create the account or update the fields given
+        (RocketMQ's createAndUpdatePlainAccessConfig)."""
+        fields: dict[str, str] = {"accessKey": access_key, "admin": "true" if admin else "false"}
+        for name, value in (("secretKey", secret_key),
+                            ("whiteRemoteAddress", white_remote_address),
+                            ("defaultTopicPerm", default_topic_perm),
+                            ("defaultGroupPerm", default_group_perm)):
+            if value is not None:
+                fields[name] = value
+        if topic_perms is not None:
+            fields["topicPerms"] = ",".join(topic_perms)
+        if group_perms is not None:
+            fields["groupPerms"] = ",".join(group_perms)
+        cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, fields)
+        self._check(await self._invoke(addr, cmd), f"updateAclConfig on {addr}")
+
+    async def delete_acl_config(self, addr: str, access_key: str) -> None:
+        """DELETE_ACL_CONFIG (RocketMQ's deletePlainAccessConfig)."""
+        cmd = RemotingCommand.request(RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key})
+        self._check(await self._invoke(addr, cmd), f"deleteAclConfig on {addr}")
+
+    async def update_global_white_addrs(self, addr: str, addresses: list[str]) -> None:
+        """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: the list replaces the broker's."""
+        cmd = RemotingCommand.request(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+                                      {"globalWhiteAddrs": ",".join(addresses)})
+        self._check(await self._invoke(addr, cmd), f"updateGlobalWhiteAddr on {addr}")
+
+    async def acl_config_version(self, addr: str) -> AclConfigVersion:
+        """GET_BROKER_CLUSTER_ACL_INFO: the broker's ACL file data version."""
+        cmd = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+        resp = self._check(await self._invoke(addr, cmd), f"clusterAclConfigVersion on {addr}")
+        return AclConfigVersion.from_fields(resp.ext_fields or {}, addr)
+
+    async def acl_config(self, addr: str) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_ACL_CONFIG: globalWhiteAddrs and plainAccessConfigs."""
+        cmd = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
+        resp = self._check(await self._invoke(addr, cmd), f"getAclConfig on {addr}")
+        body = unpack_body(resp.body)
+        if not isinstance(body, dict):
+            raise MQAdminError(f"{addr}: the ACL config is not a map")
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class AclConfigVersion:
+    """One broker's row of clusterAclConfigVersion."""
+
+    cluster_name: str
+    broker_name: str
+    broker_addr: str
+    counter: int
+    timestamp: int
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, Any], addr: str) -> AclConfigVersion:
+        try:
+            version = json.loads(str(fields.get("version") or "{}"))
+        except ValueError:
+            version = None
+        if not isinstance(version, dict):
+            raise MQAdminError(f"{addr}: clusterAclConfigVersion answered an unreadable version")
+        counter, ts = version.get("counter", 0), version.get("timestamp", 0)
+        return cls(str(fields.get("clusterName") or ""), str(fields.get("brokerName") or ""),
+                   str(fields.get("brokerAddr") or addr),
+                   counter if isinstance(counter, int) else 0, ts if isinstance(ts, int) else 0)

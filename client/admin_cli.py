@@ -11,6 +11,7 @@ import click
 import trio
 
 from client.admin import MQAdmin, MQAdminError
+from client.credentials import AclCredentials
 from protocol.logs import configure_logging
 from protocol.names import RMQ_SYS_TRANS_HALF_TOPIC
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
@@ -87,9 +88,40 @@ def format_key_values(table: dict[str, Any], min_width: int = 32) -> list[str]:
     return [f"{k:<{width}}: {_cell(v)}" for k, v in sorted(table.items())]
 
 
+def credential_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--access-key``/``--secret-key`` (else $ROCKETMQ_ACCESS_KEY/$ROCKETMQ_SECRET_KEY):
+    the tool signs every request with them (brokers with aclEnable=true)."""
+    fn = click.option("--secret-key", "secret_key", envvar="ROCKETMQ_SECRET_KEY",
+                      default=None, show_envvar=True,
+                      help="ACL secret key (signs requests).")(fn)
+    return click.option("--access-key", "access_key", envvar="ROCKETMQ_ACCESS_KEY",
+                        default=None, show_envvar=True,
+                        help="ACL access key; with --secret-key, requests are signed.")(fn)
+
+
+def check_credentials(access_key: str | None, secret_key: str | None) -> AclCredentials | None:
+    """The tool's credentials, or None; a UsageError when only one half is given."""
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise click.UsageError("--access-key and --secret-key go together "
+                               "(or ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY)")
+    return AclCredentials(access_key, secret_key)
+
+
+def tool_credentials() -> AclCredentials | None:
+    """The credentials given to the running command's group (None outside a command)."""
+    ctx = click.get_current_context(silent=True)
+    obj = ctx.find_root().obj if ctx is not None else None
+    return obj if isinstance(obj, AclCredentials) else None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
+@credential_options
+@click.pass_context
+def cli(ctx: click.Context, access_key: str | None, secret_key: str | None) -> None:
     """Administer trio-rocketmq name servers and brokers."""
+    ctx.obj = check_credentials(access_key, secret_key)
 
 
 @cli.command("updateTopic")
@@ -106,7 +138,7 @@ def update_topic(namesrv: str, cluster: str | None, broker_addr: str | None, top
     """Create or update a topic."""
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.create_topic(topic, cluster=cluster, broker_addr=broker_addr,
                                             read_queue_nums=read, write_queue_nums=write,
                                             perm=perm, order=order)
@@ -125,7 +157,7 @@ def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
     """Delete a topic from a cluster's brokers and the name servers."""
 
     async def go() -> None:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             await admin.delete_topic(topic, cluster)
 
     _run(go)
@@ -139,7 +171,7 @@ def topic_list(namesrv: str, as_json: bool) -> None:
     """List every topic the name servers know."""
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.topic_list()
 
     topics = _run(go)
@@ -158,7 +190,7 @@ def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
     """Show a topic's route: brokers and queues (JSON either way)."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.topic_route(topic)
 
     _echo_json(_run(go).to_dict())
@@ -172,7 +204,7 @@ def topic_status(namesrv: str, topic: str, as_json: bool) -> None:
     """Min and max offset of every queue of a topic."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.topic_status(topic)
 
     rows = _run(go)
@@ -193,7 +225,7 @@ def cluster_list(namesrv: str, as_json: bool) -> None:
     """Clusters, their brokers and addresses."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             info = await admin.cluster_info()
             roles: dict[str, str] = {}
             for bd in info["brokerAddrTable"].values():
@@ -230,7 +262,7 @@ def broker_status(namesrv: str, broker_addr: str, as_json: bool) -> None:
     master, the master and lag on a slave."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.broker_runtime_info(broker_addr)
 
     table = _run(go)
@@ -274,7 +306,8 @@ def send_message(namesrv: str, topic: str, body: str, keys: str | None, tags: st
     from protocol.message import MessageQueue
 
     async def go() -> Any:
-        async with Producer("TOOLS_PRODUCER", namesrv_addr=namesrv) as producer:
+        async with Producer("TOOLS_PRODUCER", namesrv_addr=namesrv,
+                            credentials=tool_credentials()) as producer:
             msg = Message(topic, body.encode(), tags=tags, keys=keys)
             if broker_name is not None or queue_id is not None:
                 if broker_name is None or queue_id is None:
@@ -309,7 +342,8 @@ def consume_message(namesrv: str, topic: str, group: str, broker_name: str | Non
 
     async def go() -> None:
         printed = 0
-        async with PullConsumer(group, namesrv_addr=namesrv) as consumer:
+        async with PullConsumer(group, namesrv_addr=namesrv,
+                                credentials=tool_credentials()) as consumer:
             queues = await consumer.fetch_subscribe_message_queues(topic)
             for mq in queues:
                 if broker_name is not None and mq.broker_name != broker_name:
@@ -394,7 +428,7 @@ def query_msg_by_id(namesrv: str, msg_id: str, as_json: bool) -> None:
     """Show a message by its offset msgId."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.view_message(msg_id)
 
     m = _run(go)
@@ -414,7 +448,7 @@ def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int, as_json: 
     """Messages of a topic with a key, newest first."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.query_by_key(topic, key, max_num)
 
     msgs = _run(go)
@@ -434,7 +468,7 @@ def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str, as_json: bool) 
     """Show the message(s) with a producer msgId (UNIQ_KEY)."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return [m for m in await admin.query_by_key(topic, uniq, 32) if m.uniq_key == uniq]
 
     msgs = _run(go)
@@ -461,7 +495,8 @@ def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: in
     from protocol.message import MessageQueue
 
     async def go() -> Any:
-        async with PullConsumer("TOOLS_CONSUMER", namesrv_addr=namesrv) as c:
+        async with PullConsumer("TOOLS_CONSUMER", namesrv_addr=namesrv,
+                                credentials=tool_credentials()) as c:
             r = await c.pull(MessageQueue(topic, broker_name, queue_id), "*", offset, 1)
             if r.pull_status != PullStatus.FOUND or r.msg_found_list[0].queue_offset != offset:
                 raise click.ClickException(f"no message at offset {offset}: {r.pull_status.name}")
@@ -485,7 +520,7 @@ def search_offset_by_time(namesrv: str, topic: str, broker_name: str, queue_id: 
     """First offset of a queue stored at or after a time."""
 
     async def go() -> int:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.search_offset(topic, broker_name, queue_id, timestamp)
 
     click.echo(str(_run(go)))
@@ -500,7 +535,7 @@ def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool
     """Per queue: broker offset, consumer offset, lag; and totals."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.consume_stats(group, topic), await admin.consume_tps(group, topic)
 
     rows, tps = _run(go)
@@ -523,7 +558,7 @@ def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
     """The clients of a consumer group and their subscriptions."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.consumer_connection(group)
 
     brokers = _run(go)
@@ -555,7 +590,7 @@ def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: str,
     ts = int(_time.time() * 1000) if timestamp == "now" else int(timestamp)
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.reset_offset_by_time(group, topic, ts)
 
     rows = _run(go)
@@ -574,7 +609,7 @@ def producer_connection(namesrv: str, group: str, topic: str, as_json: bool) -> 
     """The clients of a producer group connected to a topic's brokers."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.producer_connection(group, topic)
 
     conns = _run(go)
@@ -597,7 +632,7 @@ def stats_all(namesrv: str, topic: str | None, include_system: bool, as_json: bo
     messages in/out over 24 hours."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.stats_all(topic, include_system=include_system)
 
     rows = _run(go)
@@ -631,7 +666,7 @@ def get_broker_config(namesrv: str, broker_addr: str | None, cluster: str | None
     """A broker's configuration, as it runs."""
 
     async def go() -> dict[str, dict[str, str]]:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return {a: await admin.get_broker_config(a)
                     for a in await _broker_addrs(admin, broker_addr, cluster)}
 
@@ -657,7 +692,7 @@ def update_broker_config(namesrv: str, broker_addr: str | None, cluster: str | N
     """Change a broker setting at run time; the broker writes it to its config file."""
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             addrs = await _broker_addrs(admin, broker_addr, cluster)
             for addr in addrs:
                 await admin.update_broker_config(addr, {key: value})
@@ -675,7 +710,7 @@ def wipe_write_perm(namesrv: str, broker_name: str) -> None:
     name server; producers move to other brokers), e.g. before maintenance."""
 
     async def go() -> dict[str, int]:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.wipe_write_perm(broker_name)
 
     for addr, count in _run(go).items():
@@ -689,11 +724,144 @@ def add_write_perm(namesrv: str, broker_name: str) -> None:
     """Give a broker its write permission back on every name server."""
 
     async def go() -> dict[str, int]:
-        async with MQAdmin(namesrv) as admin:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
             return await admin.add_write_perm(broker_name)
 
     for addr, count in _run(go).items():
         click.echo(f"add write perm of broker[{broker_name}] in name server[{addr}] OK, {count}")
+
+
+# ---- ACL administration (RocketMQ's updateAclConfig, deleteAccessConfig, ...) -----
+
+ACL_TARGET_HELP_B = "The broker (host:port) whose plain_acl.yml to change."
+ACL_TARGET_HELP_C = "Every master of this cluster."
+
+
+def _split(text: str | None) -> list[str] | None:
+    """``a,b`` as a list; None when the option was not given."""
+    if text is None:
+        return None
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _admin_flag(text: str | None) -> bool:
+    if text is None:
+        return False
+    value = text.strip().lower()
+    if value not in ("true", "false"):
+        raise click.BadParameter("true or false", param_hint="-m/--admin")
+    return value == "true"
+
+
+@cli.command("updateAclConfig")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
+@click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
+@click.option("-a", "--accessKey", "access_key", required=True, help="The account's accessKey.")
+@click.option("-s", "--secretKey", "secret_key", default=None,
+              help="Its secretKey (at least 6 characters; needed for a new account).")
+@click.option("-w", "--whiteRemoteAddress", "white", default=None,
+              help="Addresses the account is trusted from (e.g. 192.168.1.*).")
+@click.option("-i", "--defaultTopicPerm", "default_topic_perm", default=None,
+              help="DENY, PUB, SUB or PUB|SUB.")
+@click.option("-u", "--defaultGroupPerm", "default_group_perm", default=None,
+              help="DENY, PUB, SUB or PUB|SUB.")
+@click.option("-t", "--topicPerms", "topic_perms", default=None,
+              help="topicA=DENY,topicD=SUB")
+@click.option("-g", "--groupPerms", "group_perms", default=None, help="groupD=DENY,groupE=SUB")
+@click.option("-m", "--admin", "admin", default=None, help="true or false (default false).")
+def update_acl_config(namesrv: str, broker_addr: str | None, cluster: str | None,
+                      access_key: str, secret_key: str | None, white: str | None,
+                      default_topic_perm: str | None, default_group_perm: str | None,
+                      topic_perms: str | None, group_perms: str | None,
+                      admin: str | None) -> None:
+    """Create an ACL account, or update the fields given, on brokers' plain_acl.yml."""
+    is_admin = _admin_flag(admin)
+
+    async def go() -> list[str]:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as mq:
+            addrs = await mq.acl_targets(broker_addr, cluster)
+            for addr in addrs:
+                await mq.update_acl_config(
+                    addr, access_key, secret_key=secret_key, white_remote_address=white,
+                    admin=is_admin, default_topic_perm=default_topic_perm,
+                    default_group_perm=default_group_perm, topic_perms=_split(topic_perms),
+                    group_perms=_split(group_perms))
+            return addrs
+
+    for addr in _run(go):
+        click.echo(f"create or update plain access config to {addr} success.")
+
+
+@cli.command("deleteAccessConfig")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
+@click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
+@click.option("-a", "--accessKey", "access_key", required=True,
+              help="The accessKey of the account to delete.")
+def delete_acl_config(namesrv: str, broker_addr: str | None, cluster: str | None,
+                      access_key: str) -> None:
+    """Delete an ACL account from brokers' plain_acl.yml (alias: deleteAclConfig)."""
+
+    async def go() -> list[str]:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as mq:
+            addrs = await mq.acl_targets(broker_addr, cluster)
+            for addr in addrs:
+                await mq.delete_acl_config(addr, access_key)
+            return addrs
+
+    for addr in _run(go):
+        click.echo(f"delete plain access config account from {addr} success.")
+
+
+cli.add_command(delete_acl_config, "deleteAclConfig")
+
+
+@cli.command("updateGlobalWhiteAddr")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
+@click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
+@click.option("-g", "--globalWhiteRemoteAddresses", "addresses", required=True,
+              help="The new list, e.g. 10.10.103.*,192.168.0.* (replaces the old one).")
+def update_global_white_addr(namesrv: str, broker_addr: str | None, cluster: str | None,
+                             addresses: str) -> None:
+    """Replace the global white remote addresses of brokers' plain_acl.yml."""
+
+    async def go() -> list[str]:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as mq:
+            addrs = await mq.acl_targets(broker_addr, cluster)
+            for addr in addrs:
+                await mq.update_global_white_addrs(addr, _split(addresses) or [])
+            return addrs
+
+    for addr in _run(go):
+        click.echo(f"update global white remote addresses to {addr} success.")
+
+
+@cli.command("clusterAclConfigVersion")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Only this broker.")
+@click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
+@json_option
+def cluster_acl_config_version(namesrv: str, broker_addr: str | None, cluster: str | None,
+                               as_json: bool) -> None:
+    """The ACL file data version of brokers."""
+
+    async def go() -> list[Any]:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as mq:
+            return [await mq.acl_config_version(a)
+                    for a in await mq.acl_targets(broker_addr, cluster)]
+
+    rows = _run(go)
+    if as_json:
+        _echo_json([{"clusterName": r.cluster_name, "brokerName": r.broker_name,
+                     "brokerAddr": r.broker_addr, "aclConfigVersionNum": r.counter,
+                     "aclLastUpdateTime": r.timestamp} for r in rows])
+        return
+    _print_table(["#Cluster Name", "#Broker Name", "#Broker Addr", "#AclConfigVersionNum",
+                  "#AclLastUpdateTime"],
+                 [[r.cluster_name, r.broker_name, r.broker_addr, r.counter, _fmt_ts(r.timestamp)]
+                  for r in rows])
 
 
 def main() -> None:

@@ -41,6 +41,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import click
 import trio
 
+from client.admin_cli import check_credentials, credential_options, tool_credentials
 from client.bench_attacks import attack
 from protocol.logs import configure_logging
 
@@ -385,8 +386,19 @@ class BenchTransactionListener:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
+@credential_options
+@click.pass_context
+def cli(ctx: click.Context, access_key: str | None, secret_key: str | None) -> None:
     """Benchmark producers and consumers against a running cluster."""
+    ctx.obj = check_credentials(access_key, secret_key)
+
+
+def _spark_credentials(reader: Any) -> Any:
+    """The Spark source's options accessKey/secretKey from mqbench's credentials."""
+    cred = tool_credentials()
+    if cred is None:
+        return reader
+    return reader.option("accessKey", cred.access_key).option("secretKey", cred.secret_key)
 
 
 cli.add_command(attack)
@@ -428,7 +440,8 @@ def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concur
 
     async def go() -> float:
         quota = [count]
-        ps = [Producer(f"BENCH_PRODUCER_{i}", namesrv_addr=namesrv) for i in range(producers)]
+        ps = [Producer(f"BENCH_PRODUCER_{i}", namesrv_addr=namesrv, credentials=tool_credentials())
+              for i in range(producers)]
         for p in ps:
             await p.start()
         try:
@@ -532,7 +545,8 @@ async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, co
                 nursery.start_soon(worker, ps[i % len(ps)], quota, state, timed)
         return time.perf_counter() - t0
 
-    ps = [TransactionProducer(f"BENCH_TX_PRODUCER_{i}", namesrv, listener)
+    ps = [TransactionProducer(f"BENCH_TX_PRODUCER_{i}", namesrv, listener,
+                              credentials=tool_credentials())
           for i in range(producers)]
     started: list[TransactionProducer] = []
     try:
@@ -584,7 +598,8 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
 
     async def go() -> float:
         nonlocal got, nbytes
-        async with PullConsumer(group, namesrv_addr=namesrv) as c:
+        async with PullConsumer(group, namesrv_addr=namesrv,
+                                credentials=tool_credentials()) as c:
             queues = await c.fetch_subscribe_message_queues(topic)
             starts = {}
             for mq in queues:
@@ -650,11 +665,16 @@ def push(namesrv: str, topic: str, group: str | None, count: int, instances: int
         click.echo(json.dumps(_push_member(namesrv, topic, group, count, batch, timeout, member)))
         return
     group = group or f"BENCH_PUSH_{uuid.uuid4().hex[:8]}"
+    member_env = dict(os.environ)  # the members sign with the same credentials
+    cred = tool_credentials()
+    if cred is not None:
+        member_env.update(ROCKETMQ_ACCESS_KEY=cred.access_key,
+                          ROCKETMQ_SECRET_KEY=cred.secret_key)
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "client.bench", "push", "-n", namesrv, "-t", topic, "-g", group,
              "-c", str(count), "-b", str(batch), "--timeout", str(timeout), "--member", str(i)],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, text=True, env=member_env)
         for i in range(instances)
     ]
     members = []
@@ -732,7 +752,8 @@ def _push_member(namesrv: str, topic: str, group: str, count: int, batch: int, t
 
         c = PushConsumer(group, namesrv, instance_name=f"bench-{member}-{uuid_hex()}",
                          consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
-                         consume_message_batch_max_size=batch, rebalance_interval=2.0)
+                         consume_message_batch_max_size=batch, rebalance_interval=2.0,
+                         credentials=tool_credentials())
         c.subscribe(topic, "*")
         c.register_message_listener(listener)
         async with c:
@@ -789,10 +810,12 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
         return ok
 
     async def go() -> None:
-        async with Producer("BENCH_LATENCY_PRODUCER", namesrv) as p:
+        async with Producer("BENCH_LATENCY_PRODUCER", namesrv,
+                            credentials=tool_credentials()) as p:
             # the topic exists (and has a route) before the consumer looks it up
             await p.send(Message(topic, b"warm-up"))
-            c = PushConsumer(f"BENCH_LATENCY_{uuid_hex()}", namesrv)
+            c = PushConsumer(f"BENCH_LATENCY_{uuid_hex()}", namesrv,
+                             credentials=tool_credentials())
             c.subscribe(topic, "*")
             c.register_message_listener(listener)
             async with c:
@@ -873,8 +896,9 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
         if mode == "batch":
             for run in range(1, runs + 1):
                 t0 = time.perf_counter()
-                df = (session.read.format("rocketmq").option("namesrv", namesrv)
-                      .option("topic", topic).load())
+                df = _spark_credentials(session.read.format("rocketmq")
+                                        .option("namesrv", namesrv)
+                                        .option("topic", topic)).load()
                 row = df.agg(F.count("*"), F.sum(F.length("body"))).collect()[0]
                 elapsed = time.perf_counter() - t0
                 result = spark_run_result("batch", run, row[0], row[1] or 0, elapsed,
@@ -886,8 +910,9 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
             return
         for run in range(1, runs + 1):
             with tempfile.TemporaryDirectory() as tmp:
-                reader = (session.readStream.format("rocketmq").option("namesrv", namesrv)
-                          .option("topic", topic).option("startingOffsets", "earliest"))
+                reader = _spark_credentials(
+                    session.readStream.format("rocketmq").option("namesrv", namesrv)
+                    .option("topic", topic).option("startingOffsets", "earliest"))
                 if max_per_trigger is not None:
                     reader = reader.option("maxOffsetsPerTrigger", str(max_per_trigger))
                 t0 = time.perf_counter()

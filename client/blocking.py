@@ -37,6 +37,7 @@ from client.consumer_types import (
     ConsumeOrderlyStatus,
     MessageModel,
 )
+from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
 from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
@@ -322,6 +323,7 @@ class PullConsumer(_BlockingClient):
         pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
+        credentials: AclCredentials | None = None,
     ) -> None:
         super().__init__()
         self._impl = self._consumer = AsyncPullConsumer(
@@ -330,6 +332,7 @@ class PullConsumer(_BlockingClient):
             pull_timeout=pull_timeout,
             request_timeout=request_timeout,
             poll_name_server_interval=poll_name_server_interval,
+            credentials=credentials,
         )
 
     @property

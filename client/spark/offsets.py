@@ -7,7 +7,7 @@ keys, end offsets exclusive), as Spark's Kafka source spells its own.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from client.subscription import parse_sub_expression
@@ -97,6 +97,9 @@ class SourceOptions:
     fail_on_data_loss: bool
     pull_batch_size: int
     sub_expression: str
+    # ACL credentials (options accessKey/secretKey): the source's consumers sign requests
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
 
 
 def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
@@ -139,7 +142,13 @@ def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
     limit = opts.get("maxoffsetspertrigger")
     if limit is not None and not streaming:
         raise OptionError("maxOffsetsPerTrigger is for streaming queries only")
+    access_key = opts.get("accesskey") or None
+    secret_key = opts.get("secretkey") or None
+    if (access_key is None) != (secret_key is None):
+        raise OptionError("options 'accessKey' and 'secretKey' go together")
     return SourceOptions(
+        access_key=access_key,
+        secret_key=secret_key,
         namesrv=namesrv,
         topics=topics,
         consumer_group=group,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -69,6 +69,17 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     batch_size: int
     fail_on_data_loss: bool
     range: QueueRange
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+
+
+def credentials(access_key: str | None, secret_key: str | None) -> Any:
+    """AclCredentials from the options accessKey/secretKey, or None."""
+    if access_key is None or secret_key is None:
+        return None
+    from client.credentials import AclCredentials
+
+    return AclCredentials(access_key, secret_key)
 
 
 class _Brokers:
@@ -82,7 +93,9 @@ class _Brokers:
         if self._consumer is None:
             from client.blocking import PullConsumer
 
-            c = PullConsumer(self.opts.consumer_group, self.opts.namesrv)
+            c = PullConsumer(self.opts.consumer_group, self.opts.namesrv,
+                             credentials=credentials(self.opts.access_key,
+                                                     self.opts.secret_key))
             c.start()
             self._consumer = c
         return self._consumer
@@ -155,7 +168,8 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     def skipped(lo: int, hi: int) -> None:
         log.warning("skipping lost messages of %s %s from %d to %d", r.topic, key, lo, hi)
 
-    with PullConsumer(part.group, part.namesrv) as consumer:
+    with PullConsumer(part.group, part.namesrv,
+                      credentials=credentials(part.access_key, part.secret_key)) as consumer:
         start = moved(r.start, consumer.min_offset(mq))
         if start > r.start:
             skipped(r.start, start)
@@ -203,7 +217,8 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> Sequence[InputPartition]:
         return [RangePartition(self.opts.namesrv, self.opts.consumer_group,
                                self.opts.sub_expression, self.opts.pull_batch_size,
-                               self.opts.fail_on_data_loss, r)
+                               self.opts.fail_on_data_loss, r, self.opts.access_key,
+                               self.opts.secret_key)
                 for r in plan_ranges(self.start, self.end)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
@@ -270,7 +285,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             ranges.append(r)
         return [RangePartition(self.opts.namesrv, self.opts.consumer_group,
                                self.opts.sub_expression, self.opts.pull_batch_size,
-                               self.opts.fail_on_data_loss, r) for r in ranges]
+                               self.opts.fail_on_data_loss, r, self.opts.access_key,
+                               self.opts.secret_key) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, RangePartition)
