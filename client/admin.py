@@ -555,14 +555,17 @@ class MQAdmin:
     async def update_acl_config(self, addr: str, access_key: str, *,
                                 secret_key: str | None = None,
                                 white_remote_address: str | None = None,
-                                admin: bool = False,
+                                admin: bool | None = None,
                                 default_topic_perm: str | None = None,
                                 default_group_perm: str | None = None,
                                 topic_perms: list[str] | None = None,
                                 group_perms: list[str] | None = None) -> None:
         """UPDATE_AND_CREATE_ACL_CONFIG: create the account or update the fields given
-        (RocketMQ's createAndUpdatePlainAccessConfig)."""
-        fields: dict[str, str] = {"accessKey": access_key, "admin": "true" if admin else "false"}
+        (RocketMQ's createAndUpdatePlainAccessConfig); ``admin`` None keeps an existing
+        account's flag (a new account is not admin)."""
+        fields: dict[str, str] = {"accessKey": access_key}
+        if admin is not None:
+            fields["admin"] = "true" if admin else "false"
         for name, value in (("secretKey", secret_key),
                             ("whiteRemoteAddress", white_remote_address),
                             ("defaultTopicPerm", default_topic_perm),

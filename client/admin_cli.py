@@ -744,9 +744,9 @@ def _split(text: str | None) -> list[str] | None:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
-def _admin_flag(text: str | None) -> bool:
+def _admin_flag(text: str | None) -> bool | None:
     if text is None:
-        return False
+        return None
     value = text.strip().lower()
     if value not in ("true", "false"):
         raise click.BadParameter("true or false", param_hint="-m/--admin")
@@ -769,7 +769,8 @@ def _admin_flag(text: str | None) -> bool:
 @click.option("-t", "--topicPerms", "topic_perms", default=None,
               help="topicA=DENY,topicD=SUB")
 @click.option("-g", "--groupPerms", "group_perms", default=None, help="groupD=DENY,groupE=SUB")
-@click.option("-m", "--admin", "admin", default=None, help="true or false (default false).")
+@click.option("-m", "--admin", "admin", default=None,
+              help="true or false (a new account: false; an update keeps the flag).")
 def update_acl_config(namesrv: str, broker_addr: str | None, cluster: str | None,
                       access_key: str, secret_key: str | None, white: str | None,
                       default_topic_perm: str | None, default_group_perm: str | None,

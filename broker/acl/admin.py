@@ -39,6 +39,7 @@ ACCOUNT_FIELDS = ("accessKey", "secretKey", "whiteRemoteAddress", "admin",
 MAX_KEY_LENGTH = 255
 MAX_PERMS = 10_000
 MAX_ADDRESSES = 1_000
+MAX_FIELD_LENGTH = 32_767
 
 
 class AclAdminError(ValueError):
@@ -99,7 +100,7 @@ class AccessConfig:
     access_key: str
     secret_key: str | None = None
     white_remote_address: str | None = None
-    admin: bool = False
+    admin: bool | None = None
     default_topic_perm: str | None = None
     default_group_perm: str | None = None
     topic_perms: tuple[str, ...] | None = None
@@ -108,7 +109,8 @@ class AccessConfig:
     @classmethod
     def from_fields(cls, fields: Mapping[str, object]) -> AccessConfig:
         """From UPDATE_AND_CREATE_ACL_CONFIG's header (CreateAccessConfigRequestHeader):
-        ``topicPerms``/``groupPerms`` are comma-separated ``name=PERM`` lists."""
+        ``topicPerms``/``groupPerms`` are comma-separated ``name=PERM`` lists; an
+        absent ``admin`` keeps an existing account's flag (a new one is not admin)."""
         def text(key: str) -> str | None:
             value = fields.get(key)
             if value is None:
@@ -117,19 +119,22 @@ class AccessConfig:
                 return "true" if value else "false"
             if not isinstance(value, str | int):
                 raise AclAdminError(f"{key} must be text")
+            if isinstance(value, str) and len(value) > MAX_FIELD_LENGTH:
+                raise AclAdminError(f"{key} is longer than {MAX_FIELD_LENGTH} characters")
             return str(value)
 
         key = text("accessKey")
         if not key:
             raise AclAdminError("accessKey is missing")
-        admin = (text("admin") or "false").strip().lower()
-        if admin not in ("true", "false"):
+        admin = text("admin")
+        admin = None if admin is None else admin.strip().lower()
+        if admin not in (None, "true", "false"):
             raise AclAdminError(f"admin must be true or false, not {admin[:20]!r}")
         return cls(
             access_key=key,
             secret_key=text("secretKey") or None,
             white_remote_address=text("whiteRemoteAddress"),
-            admin=admin == "true",
+            admin=None if admin is None else admin == "true",
             default_topic_perm=text("defaultTopicPerm") or None,
             default_group_perm=text("defaultGroupPerm") or None,
             topic_perms=split_list(text("topicPerms")),
@@ -138,7 +143,9 @@ class AccessConfig:
 
     def to_fields(self) -> dict[str, str]:
         """The request header (client side); absent fields left out."""
-        out = {"accessKey": self.access_key, "admin": "true" if self.admin else "false"}
+        out = {"accessKey": self.access_key}
+        if self.admin is not None:
+            out["admin"] = "true" if self.admin else "false"
         for name, value in (("secretKey", self.secret_key),
                             ("whiteRemoteAddress", self.white_remote_address),
                             ("defaultTopicPerm", self.default_topic_perm),
@@ -278,7 +285,10 @@ class AclDocument:
             merged["secretKey"] = cfg.secret_key
         if cfg.white_remote_address is not None:
             merged["whiteRemoteAddress"] = cfg.white_remote_address
-        merged["admin"] = cfg.admin
+        if cfg.admin is not None:
+            merged["admin"] = cfg.admin
+        elif existing is None:
+            merged["admin"] = False
         if cfg.default_topic_perm is not None:
             merged["defaultTopicPerm"] = cfg.default_topic_perm.strip()
         if cfg.default_group_perm is not None:

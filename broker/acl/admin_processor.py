@@ -79,6 +79,8 @@ class AclAdminProcessor:
     async def update_and_create(self, conn: RemotingConnection, cmd: RemotingCommand
                                 ) -> RemotingCommand:
         what = "UPDATE_AND_CREATE_ACL_CONFIG"
+        if self.acl_file is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"{what}: {ACL_DISABLED}")
         try:
             cfg = AccessConfig.from_fields(cmd.ext_fields or {})
         except AclAdminError as exc:

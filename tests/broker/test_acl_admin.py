@@ -99,6 +99,9 @@ def test_update_keeps_fields_not_given() -> None:
     assert len(new.accounts) == 1
     new2 = new.with_account(AccessConfig("RocketMQ", topic_perms=()), NOW + 1)
     assert new2.account("RocketMQ")["topicPerms"] == []  # type: ignore[index]
+    assert new2.account("RocketMQ")["admin"] is True  # admin not given: kept  # type: ignore[index]
+    created = new2.with_account(AccessConfig("newuser1", "secret9"), NOW)
+    assert created.account("newuser1")["admin"] is False  # type: ignore[index]
     assert new2.version.counter == 9
 
 
@@ -144,6 +147,11 @@ def test_from_header_fields() -> None:
         AccessConfig.from_fields({"secretKey": "x"})
     with pytest.raises(AclAdminError, match="admin"):
         AccessConfig.from_fields({"accessKey": "newuser1", "admin": "maybe"})
+    with pytest.raises(AclAdminError, match="longer"):
+        AccessConfig.from_fields({"accessKey": "newuser1", "topicPerms": "t=SUB," * 10_000})
+    assert AccessConfig.from_fields({"accessKey": "newuser1"}).admin is None
+    assert AccessConfig("newuser1", white_remote_address="") == AccessConfig.from_fields(
+        {"accessKey": "newuser1", "whiteRemoteAddress": ""})
 
 
 def test_acl_config_round_trip_and_hostile_bodies() -> None:

@@ -22,6 +22,9 @@ ends this process only, and its threads never outlive it.
         EOF or "stop" on stdin: shuts down (offsets persisted), prints
         {"event": "stopped"}.
 
+Both take ``--access-key KEY --secret-key SECRET [--channel CHANNEL]``: the C++
+client then signs every request (set_session_credentials, RocketMQ's plain ACL).
+
 Every command exits after ``--timeout`` seconds (default 120) whatever happens,
 printing {"event": "timeout"}. The process ends with ``os._exit`` after its
 client is shut down, so no destructor of the C library runs at interpreter exit.
@@ -84,11 +87,19 @@ def make_message(spec: dict[str, Any]) -> Any:
     return msg
 
 
-def _producer(namesrv: str, group: str, timeout_ms: int = 10_000) -> Any:
+def _credentials(client: Any, args: argparse.Namespace) -> None:
+    if args.access_key:
+        client.set_session_credentials(args.access_key, args.secret_key, args.channel)
+
+
+def _producer(namesrv: str, group: str, timeout_ms: int = 10_000,
+              args: argparse.Namespace | None = None) -> Any:
     from rocketmq.client import Producer
 
     p = Producer(group, timeout=timeout_ms)
     p.set_namesrv_addr(namesrv)
+    if args is not None:
+        _credentials(p, args)
     p.start()
     return p
 
@@ -98,7 +109,7 @@ def _result(i: int, r: Any) -> dict[str, Any]:
 
 
 def cmd_produce(args: argparse.Namespace) -> None:
-    p = _producer(args.namesrv, args.group)
+    p = _producer(args.namesrv, args.group, args=args)
     emit({"event": "started"})
     for i, line in enumerate(sys.stdin):
         line = line.strip()
@@ -143,6 +154,7 @@ def _wait_for_stop() -> None:
 
 def cmd_consume(args: argparse.Namespace) -> None:
     c = _push_consumer(args.namesrv, args.group, args.instance)
+    _credentials(c, args)
     props: list[str] = args.prop or []
 
     def on_message(msg: Any) -> None:
@@ -170,6 +182,9 @@ def main(argv: list[str] | None = None) -> None:
         sp = sub.add_parser(name)
         sp.add_argument("-n", "--namesrv", required=True)
         sp.add_argument("--timeout", type=float, default=120.0)
+        sp.add_argument("--access-key", default=None)
+        sp.add_argument("--secret-key", default=None)
+        sp.add_argument("--channel", default="ALIYUN")
         return sp
 
     sp = common("produce")
