@@ -1,7 +1,10 @@
 """Access control as RocketMQ's plain ACL (issue 18): accounts from ``plain_acl.yml``
-and the decision on each request. Pure code; the broker wires it in later."""
+and the decision on each request (plain.py), changes made by admin requests
+(admin.py); the trio edges are guard.py (the check around served handlers, the
+file's reloads and atomic rewrites) and admin_processor.py (the admin requests)."""
 
 from broker.acl.address import RemoteAddressStrategy
+from broker.acl.admin import AccessConfig, AclAdminError, AclDocument, AclVersion
 from broker.acl.plain import (
     ADMIN_CODES,
     Account,
@@ -14,6 +17,7 @@ from broker.acl.plain import (
 )
 
 __all__ = [
-    "ADMIN_CODES", "Account", "AclConfig", "AclWatcher", "Decision", "Perm",
+    "ADMIN_CODES", "AccessConfig", "Account", "AclAdminError", "AclConfig", "AclDocument",
+    "AclVersion", "AclWatcher", "Decision", "Perm",
     "RemoteAddressStrategy", "parse_plain_acl", "required_resources",
 ]

@@ -11,6 +11,10 @@ connection (lazily, in ``read``) with the blocking client and pulls its
 range. In streaming, Spark's checkpoint holds the offsets; ``commit``
 also records them as the consumer group's offsets on the brokers, so
 ``mqadmin consumerProgress`` shows the job's lag.
+
+Against brokers with ``aclEnable=true``, the options ``accessKey`` and
+``secretKey`` make the driver's and the executors' consumers sign their
+requests (the account needs SUB on the topics and the consumer group).
 """
 
 from __future__ import annotations
