@@ -14,6 +14,7 @@ from protocol.frame import DEFAULT_MAX_FRAME_SIZE
 from protocol.names import shown
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.errors import RemotingConnectError
+from protocol.trio.tls import ClientTls, connect
 
 log = structlog.get_logger("remoting.client")
 
@@ -42,10 +43,14 @@ class RemotingClient:
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
         codec: Codec | None = None,
         credentials: Any = None,
+        tls: ClientTls | None = None,
     ) -> None:
         # anything with access_key/secret_key/security_token: every request is
         # signed as RocketMQ's AclClientRPCHook does (None: unsigned)
         self.credentials = credentials
+        # TLS on every connection (None: plain); bad files raise TlsConfigError here
+        self.tls = tls
+        self._ssl_context = tls.context() if tls is not None else None
         self.handlers = handlers or HandlerTable()
         # the wire format of every connection this client opens (None: msgpack)
         self.codec = codec
@@ -111,8 +116,11 @@ class RemotingClient:
             except (OSError, trio.TooSlowError) as exc:
                 raise RemotingConnectError(f"connect to {addr} failed: {exc}") from exc
             stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
+            served: trio.abc.Stream = stream
+            if self._ssl_context is not None:
+                served = await connect(stream, self._ssl_context, addr, self.connect_timeout)
             conn = RemotingConnection(
-                stream, self.handlers, remote_addr=addr, max_frame_size=self.max_frame_size,
+                served, self.handlers, remote_addr=addr, max_frame_size=self.max_frame_size,
                 codec=self.codec,
             )
             conn.on_close(lambda c: self._forget(addr, c))

@@ -12,6 +12,11 @@ from protocol.frame import DEFAULT_MAX_FRAME_SIZE
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
 from protocol.trio.service import Guard
+from protocol.trio.tls import ServerTls, accept
+
+# a TLS handshake (after its first byte) must complete within this, or
+# frameReadTimeoutSeconds if shorter
+HANDSHAKE_TIMEOUT_S = 10.0
 
 log = structlog.get_logger("remoting.server")
 
@@ -40,6 +45,7 @@ class RemotingServer:
         limits: ConnectionLimits | None = None,
         budget: SharedBudget | None = None,
         lanes: Lanes | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.handlers = handlers
         self.host = host
@@ -48,6 +54,10 @@ class RemotingServer:
         self.limits = limits or ConnectionLimits()
         self.budget = budget or SharedBudget()
         self.lanes = lanes
+        # TLS (protocol/trio/tls.py); the context is built here so that bad
+        # settings fail the daemon's start with TlsConfigError
+        self.tls = tls or ServerTls(mode="disabled")
+        self._ssl_context = self.tls.context()
         self.connections: set[RemotingConnection] = set()
         self.per_host: dict[str, int] = {}
         self.refused = 0
@@ -66,7 +76,11 @@ class RemotingServer:
         """Listen and serve until cancelled; reports the bound port when ready."""
         listeners = await trio.open_tcp_listeners(self.port, host=self.host)
         self.port = listeners[0].socket.getsockname()[1]
-        log.info("listening", host=self.host, port=self.port)
+        log.info("listening", host=self.host, port=self.port, tls_mode=self.tls.mode,
+                 tls="on" if self._ssl_context is not None else "off")
+        if self._ssl_context is None and self.tls.mode != "disabled":
+            log.info("TLS is off: no tls.server.certPath/keyPath, plain connections only",
+                     tls_mode=self.tls.mode)
         async with trio.open_nursery() as nursery:
             await nursery.start(trio.serve_listeners, self._handle, listeners)
             nursery.start_soon(self._sweep_loop)
@@ -102,6 +116,7 @@ class RemotingServer:
                 await stream.aclose()
 
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        """Count the connection against its address, then TLS or plain."""
         try:
             stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
         except OSError:
@@ -117,19 +132,31 @@ class RemotingServer:
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await stream.aclose()
             return
-        conn = RemotingConnection(
-            stream, self.handlers, remote_addr=peer, max_frame_size=self.max_frame_size,
-            limits=self.limits, budget=self.budget, lanes=self.lanes,
-        )
         self.per_host[host] = self.per_host.get(host, 0) + 1
 
-        def gone(_conn: RemotingConnection) -> None:
+        def gone(_conn: RemotingConnection | None = None) -> None:
             left = self.per_host.get(host, 1) - 1
             if left > 0:
                 self.per_host[host] = left
             else:
                 self.per_host.pop(host, None)
 
+        try:
+            served = await accept(
+                stream, self.tls, self._ssl_context, peer=peer,
+                first_byte_timeout=self.limits.idle_timeout,
+                handshake_timeout=min(HANDSHAKE_TIMEOUT_S, self.limits.frame_timeout),
+                max_frame_size=self.max_frame_size)
+        except BaseException:
+            gone()
+            raise
+        if served is None:
+            gone()
+            return
+        conn = RemotingConnection(
+            served, self.handlers, remote_addr=peer, max_frame_size=self.max_frame_size,
+            limits=self.limits, budget=self.budget, lanes=self.lanes,
+        )
         conn.on_close(gone)
         self.connections.add(conn)
         for cb in self._on_close:
