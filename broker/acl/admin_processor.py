@@ -59,7 +59,7 @@ class AclAdminProcessor:
         table.register(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, self.update_global_white)
         table.register(RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG, self.get_config)
 
-    async def _change(self, cmd: RemotingCommand, what: str,
+    async def _change(self, conn: RemotingConnection, cmd: RemotingCommand, what: str,
                       fn: Callable[[AclDocument], AclDocument]) -> RemotingCommand:
         if self.acl_file is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"{what}: {ACL_DISABLED}")
@@ -73,7 +73,8 @@ class AclAdminProcessor:
                                 f"{what}: not applied, cannot write the ACL file: "
                                 f"{exc.strerror or exc}")
         self.log.info("ACL changed by an admin request", what=what,
-                      version=doc.version.counter, remote=_remote(cmd))
+                      version=doc.version.counter, access_key=_access_key(cmd),
+                      remote=getattr(conn, "remote_addr", "?"))
         return cmd.response(ResponseCode.SUCCESS)
 
     async def update_and_create(self, conn: RemotingConnection, cmd: RemotingCommand
@@ -86,7 +87,7 @@ class AclAdminProcessor:
         except AclAdminError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"{what}: {exc}")
         now = self.now_ms()
-        return await self._change(cmd, what, lambda doc: doc.with_account(cfg, now))
+        return await self._change(conn, cmd, what, lambda doc: doc.with_account(cfg, now))
 
     async def delete(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         what = "DELETE_ACL_CONFIG"
@@ -95,7 +96,8 @@ class AclAdminProcessor:
         except RemoteProtocolError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"{what}: {exc}")
         now = self.now_ms()
-        return await self._change(cmd, what, lambda doc: doc.without_account(h.access_key, now))
+        return await self._change(conn, cmd, what,
+                                  lambda doc: doc.without_account(h.access_key, now))
 
     async def update_global_white(self, conn: RemotingConnection, cmd: RemotingCommand
                                   ) -> RemotingCommand:
@@ -106,7 +108,8 @@ class AclAdminProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"{what}: {exc}")
         addrs = split_list(h.global_white_addrs) or ()
         now = self.now_ms()
-        return await self._change(cmd, what, lambda doc: doc.with_global_white(addrs, now))
+        return await self._change(conn, cmd, what,
+                                  lambda doc: doc.with_global_white(addrs, now))
 
     async def _document(self, cmd: RemotingCommand, what: str
                         ) -> AclDocument | RemotingCommand:
@@ -141,6 +144,7 @@ class AclAdminProcessor:
                             body=cmd.encode_body(doc.to_acl_config()))
 
 
-def _remote(cmd: RemotingCommand) -> str | None:
+def _access_key(cmd: RemotingCommand) -> str | None:
+    """The requester's account (the signature's AccessKey), for the log."""
     value = (cmd.ext_fields or {}).get("AccessKey")
     return value if isinstance(value, str) else None
