@@ -69,8 +69,8 @@ class GroupCommitService:
     async def _flush_once(self) -> None:
         lowest = self.waiters.lowest_offset()
         assert self._thread is not None
-        flushed = await self._thread.run_sync(self.flush)
+        # the flushed sends are answered from the loop's wake-up itself
+        flushed = await self._thread.run_sync(self.flush, on_result=self.waiters.advance)
         self.flush_count += 1
-        self.waiters.advance(flushed)
         if lowest is not None and flushed < lowest:  # logged by the guard, retried after a back-off
             raise RuntimeError(f"flush reached offset {flushed}, short of {lowest}")

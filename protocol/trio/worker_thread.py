@@ -65,18 +65,34 @@ class WorkerThread:
             fn, report = job
             report(outcome.capture(fn))
 
-    async def run_sync(self, fn: Callable[[], T]) -> T:
-        """Run ``fn()`` in the thread; its result or exception."""
+    async def run_sync(self, fn: Callable[[], T],
+                       on_result: Callable[[T], object] | None = None) -> T:
+        """Run ``fn()`` in the thread; its result or exception.
+
+        ``on_result(value)``, when given, runs in the trio thread as soon as
+        the loop hears of the result, before the caller is woken: what must
+        follow the call at once (the group commit answering the sends it
+        flushed) skips a scheduling round. If it raises, the caller gets that
+        exception."""
         if self._closed or self._thread is None:
             raise trio.ClosedResourceError(f"{self.name} is not running")
         token = trio.lowlevel.current_trio_token()
         done = trio.Event()
         box: list[outcome.Outcome[T]] = []
 
+        def finish() -> None:
+            # a run_sync_soon callback: it must not raise (trio would crash)
+            if on_result is not None and isinstance(box[0], outcome.Value):
+                try:
+                    on_result(box[0].value)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    box[0] = outcome.Error(exc)
+            done.set()
+
         def report(result: outcome.Outcome[T]) -> None:
             box.append(result)
             try:
-                token.run_sync_soon(done.set)
+                token.run_sync_soon(finish)
             except trio.RunFinishedError:
                 pass
 

@@ -80,8 +80,11 @@ async def inline(fn: Any, *args: Any, **kw: Any) -> Any:
 def no_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     from protocol.trio.worker_thread import WorkerThread
 
-    async def inline_method(self: WorkerThread, fn: Any) -> Any:
-        return fn()
+    async def inline_method(self: WorkerThread, fn: Any, on_result: Any = None) -> Any:
+        value = fn()
+        if on_result is not None:
+            on_result(value)
+        return value
 
     monkeypatch.setattr(trio.to_thread, "run_sync", inline)
     monkeypatch.setattr(WorkerThread, "run_sync", inline_method)

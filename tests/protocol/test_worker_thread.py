@@ -69,3 +69,38 @@ async def test_calls_after_close_are_refused() -> None:
         pass
     with pytest.raises(trio.ClosedResourceError):
         await w.run_sync(lambda: 1)
+
+
+async def test_on_result_runs_in_the_trio_thread_before_the_caller_wakes() -> None:
+    order: list[str] = []
+    loop_thread = threading.current_thread()
+
+    def on_result(value: int) -> None:
+        assert threading.current_thread() is loop_thread
+        order.append(f"on_result {value}")
+
+    async with WorkerThread("t-on-result") as w:
+        assert await w.run_sync(lambda: 3, on_result=on_result) == 3
+        order.append("caller")
+    assert order == ["on_result 3", "caller"]
+
+
+async def test_on_result_is_skipped_for_an_exception_and_its_own_error_reaches_the_caller(
+) -> None:
+    called: list[int] = []
+
+    def boom() -> int:
+        raise OSError(5, "I/O error")
+
+    def bad_callback(value: int) -> None:
+        called.append(value)
+        raise RuntimeError("callback failed")
+
+    async with WorkerThread("t-on-result-err") as w:
+        with pytest.raises(OSError, match="I/O error"):
+            await w.run_sync(boom, on_result=called.append)
+        assert called == []
+        with pytest.raises(RuntimeError, match="callback failed"):
+            await w.run_sync(lambda: 4, on_result=bad_callback)
+        assert called == [4]
+        assert await w.run_sync(lambda: 5) == 5  # the thread and the loop go on
