@@ -19,6 +19,7 @@ from protocol import names
 from protocol.config import ConfigError, PropertiesConfig, load_properties, not_a_key
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.limits import ConnectionLimits, limits_of
+from protocol.trio.tls import ClientTls, ServerTls, TlsConfigError, parse_mode, server_tls_of
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -187,6 +188,19 @@ class BrokerConfig(PropertiesConfig):
     # started from, else in storePathRootDir
     acl_plain_file: str = ""
     acl_reload_interval: int = 5000  # ms between checks of the accounts file's mtime
+    # TLS (protocol/trio/tls.py), RocketMQ's keys. Served: tlsMode disabled | permissive
+    # (TLS and plain on one port; plain only without a certificate) | enforcing, on the
+    # remoting and HA ports. Used: tls.enable for the broker's own connections (name
+    # servers, its master, the HA link), checked against tls.client.trustCertPath.
+    tls_mode: str = "permissive"
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_server_trust_cert_path: str = ""  # the CA of client certificates
+    tls_server_need_client_auth: bool = False
+    tls_enable: bool = False
+    tls_client_trust_cert_path: str = ""  # empty: the system's CAs
+    tls_client_cert_path: str = ""  # for servers with tls.server.need.client.auth
+    tls_client_key_path: str = ""
     # RocketMQ keys seen that have no effect here (key -> value), noted at start
     no_effect_keys: dict[str, str] = not_a_key(dict)
 
@@ -217,6 +231,28 @@ class BrokerConfig(PropertiesConfig):
             raise ConfigError("heartbeatLanePercent is a percentage (1..100)")
         self._validate_role()
         self._validate_ha()
+        self._validate_tls()
+
+    def _validate_tls(self) -> None:
+        try:
+            self.tls_mode = parse_mode(self.tls_mode)
+        except TlsConfigError as exc:
+            raise ConfigError(str(exc)) from exc
+        problem = self.server_tls().problem()
+        if problem is not None:
+            raise ConfigError(problem)
+        if bool(self.tls_client_cert_path) != bool(self.tls_client_key_path):
+            raise ConfigError("tls.client.certPath and tls.client.keyPath must be given together")
+
+    def server_tls(self) -> ServerTls:
+        return server_tls_of(self)
+
+    def client_tls(self) -> ClientTls | None:
+        """TLS for the broker's own connections (None: plain, tls.enable=false)."""
+        if not self.tls_enable:
+            return None
+        return ClientTls(ca_path=self.tls_client_trust_cert_path,
+                         cert_path=self.tls_client_cert_path, key_path=self.tls_client_key_path)
 
     def _validate_role(self) -> None:
         """brokerId 0 is the master, > 0 a slave (ARCHITECTURE 5; RocketMQ's BrokerStartup)."""

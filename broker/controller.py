@@ -159,7 +159,7 @@ class BrokerController:
             config.listen_port, max_frame_size=config.max_frame_size,
             limits=config.connection_limits(),
             budget=SharedBudget(config.max_total_connection_buffer_bytes),
-            lanes=request_lanes(config),
+            lanes=request_lanes(config), tls=config.server_tls(),
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self.server.on_connection_closed(self.pull_hold_service.connection_closed)
@@ -411,7 +411,7 @@ class BrokerController:
             gc.freeze()
             gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
         try:
-            async with RemotingClient() as client:
+            async with RemotingClient(tls=self.config.client_tls()) as client:
                 self.outer_api = BrokerOuterAPI(self.config, client)
                 async with trio.open_nursery() as nursery:
                     # an ephemeral listen port (tests) gets an ephemeral HA port too:

@@ -46,8 +46,10 @@ from broker.store.status import PutMessageStatus
 from broker.waiting_sends import WaitingSends
 from protocol.trio.client import split_addr
 from protocol.trio.daemon import first_leaf
+from protocol.trio.errors import RemotingConnectError
 from protocol.trio.server import peer_name
 from protocol.trio.service import Guard, describe
+from protocol.trio.tls import accept, connect
 
 RECEIVE_CHUNK = 256 * 1024
 SEND_COALESCE = 256 * 1024  # bytes of transfers gathered into one send
@@ -71,6 +73,12 @@ class HAService:
         self.housekeeping = config.ha_housekeeping_interval / 1000
         self._data = trio.Event()
         self._master_changed = trio.Event()
+        # TLS on the HA link: the master's listener as the remoting port's, the
+        # slave's connection with tls.enable
+        self._tls = config.server_tls()
+        self._tls_server = self._tls.context()
+        client_tls = config.client_tls()
+        self._tls_client = client_tls.context() if client_tls is not None else None
         # a slave's master HA address: haMasterAddress, else the name server's answer
         self.master_ha_addr: str | None = config.ha_master_address or None
         self.client: HAClient | None = None  # a slave's current connection
@@ -134,11 +142,17 @@ class HAService:
         finally:
             self.waiters.fail_all(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
 
-    async def _serve_slave(self, stream: trio.SocketStream) -> None:
+    async def _serve_slave(self, socket_stream: trio.SocketStream) -> None:
+        peer = peer_name(socket_stream)
+        stream = await accept(socket_stream, self._tls, self._tls_server, peer=peer,
+                              first_byte_timeout=self.housekeeping,
+                              handshake_timeout=min(10.0, self.housekeeping),
+                              max_frame_size=0, answer_plain=False)
+        if stream is None:
+            return
         conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
                             self.heartbeat, self.housekeeping)
         conn.connected(trio.current_time())
-        peer = peer_name(stream)
         self.connections.add(conn)
         self.log.info("slave connected", slave=peer)
         try:
@@ -151,7 +165,7 @@ class HAService:
             self.connections.discard(conn)
             self.log.info("slave disconnected", slave=peer, acked_offset=conn.acked_offset)
 
-    async def _read_reports(self, conn: HAConnection, stream: trio.SocketStream,
+    async def _read_reports(self, conn: HAConnection, stream: trio.abc.Stream,
                             scope: trio.CancelScope) -> None:
         decoder = ReportDecoder()
         while True:
@@ -169,7 +183,7 @@ class HAService:
             if conn.idle_too_long(trio.current_time()):
                 raise TimeoutError(f"slave silent for {self.housekeeping:.0f}s")
 
-    async def _write_transfers(self, conn: HAConnection, stream: trio.SocketStream) -> None:
+    async def _write_transfers(self, conn: HAConnection, stream: trio.abc.Stream) -> None:
         while True:
             data_event = self._data
             now = trio.current_time()
@@ -222,7 +236,13 @@ class HAService:
     async def _follow(self, addr: str) -> None:
         host, port = split_addr(addr)
         with trio.fail_after(3):
-            stream = await trio.open_tcp_stream(host, port)
+            sock = await trio.open_tcp_stream(host, port)
+        stream: trio.abc.Stream = sock
+        if self._tls_client is not None:
+            try:
+                stream = await connect(sock, self._tls_client, addr, 3)
+            except RemotingConnectError as exc:
+                raise ConnectionError(str(exc)) from exc
         client = self.client = HAClient(self.store, self.heartbeat, self.housekeeping,
                                         self.config.maped_file_size_commit_log)
         client.connected(trio.current_time())
@@ -235,7 +255,7 @@ class HAService:
         finally:
             self.client = None
 
-    async def _read_transfers(self, client: HAClient, stream: trio.SocketStream,
+    async def _read_transfers(self, client: HAClient, stream: trio.abc.Stream,
                               scope: trio.CancelScope) -> None:
         decoder = TransferDecoder(max(self.config.ha_transfer_batch_size * 2, 4 << 20))
         while True:
@@ -252,7 +272,7 @@ class HAService:
                 scope.cancel()
                 raise TimeoutError(f"master silent for {self.housekeeping:.0f}s")
 
-    async def _report_loop(self, client: HAClient, stream: trio.SocketStream) -> None:
+    async def _report_loop(self, client: HAClient, stream: trio.abc.Stream) -> None:
         """The only sender on a slave's connection: reports at connect, after
         appends, and every heartbeat interval."""
         while True:

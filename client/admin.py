@@ -32,6 +32,7 @@ from protocol.record import decode_msg_id, decode_records
 from protocol.route import PERM_RW, BrokerData, TopicRouteData
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
+from protocol.trio.tls import TlsConfigError, client_tls, client_tls_from_env
 
 log = structlog.get_logger("client.admin")
 
@@ -145,13 +146,22 @@ class MQAdmin:
 
     def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT, *,
                  credentials: AclCredentials | None = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None, use_tls: bool = False,
+                 tls_ca_path: str | None = None, tls_cert_path: str | None = None,
+                 tls_key_path: str | None = None) -> None:
         self.namesrv_list = [a.strip() for a in re.split(r"[;,]", namesrv_addr) if a.strip()]
         if not self.namesrv_list:
             raise MQAdminError("no name server address given")
         self.timeout = timeout
         self.credentials = resolve_credentials(credentials, access_key, secret_key)
-        self._client = RemotingClient(credentials=self.credentials)
+        # TLS: use_tls (with a CA, and a certificate for need.client.auth servers),
+        # else ROCKETMQ_TLS_ENABLE/ROCKETMQ_TLS_CA/... (protocol/trio/tls.py)
+        try:
+            self.tls = (client_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path)
+                        or client_tls_from_env())
+            self._client = RemotingClient(credentials=self.credentials, tls=self.tls)
+        except TlsConfigError as exc:
+            raise MQAdminError(str(exc)) from exc
 
     async def __aenter__(self) -> MQAdmin:
         await self._client.__aenter__()

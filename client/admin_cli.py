@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -16,6 +17,7 @@ from protocol.logs import configure_logging
 from protocol.names import RMQ_SYS_TRANS_HALF_TOPIC
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
 from protocol.route import perm_to_string
+from protocol.trio import tls
 from protocol.trio.daemon import first_leaf
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
@@ -116,12 +118,43 @@ def tool_credentials() -> AclCredentials | None:
     return obj if isinstance(obj, AclCredentials) else None
 
 
+def tls_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--tls`` (with ``--tls-ca``, and ``--tls-cert``/``--tls-key`` for servers with
+    tls.server.need.client.auth): every connection of the tool uses TLS."""
+    fn = click.option("--tls-key", "tls_key", default=None, metavar="PEM",
+                      help="Client key (with --tls-cert).")(fn)
+    fn = click.option("--tls-cert", "tls_cert", default=None, metavar="PEM",
+                      help="Client certificate, for servers that need client auth.")(fn)
+    fn = click.option("--tls-ca", "tls_ca", default=None, metavar="PEM",
+                      help="CA the servers' certificates must chain to (default: the system's).")(fn)
+    return click.option("--tls", "use_tls", is_flag=True, default=False,
+                        help="Connect with TLS (servers with tlsMode permissive/enforcing).")(fn)
+
+
+def apply_tls_options(use_tls: bool, tls_ca: str | None, tls_cert: str | None,
+                      tls_key: str | None) -> None:
+    """Turn the tool's TLS flags into ROCKETMQ_TLS_* for its clients (and child processes)."""
+    if not use_tls:
+        if tls_ca or tls_cert or tls_key:
+            raise click.UsageError("--tls-ca/--tls-cert/--tls-key need --tls")
+        return
+    if bool(tls_cert) != bool(tls_key):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    os.environ[tls.ENV_ENABLE] = "true"
+    for name, value in ((tls.ENV_CA, tls_ca), (tls.ENV_CERT, tls_cert), (tls.ENV_KEY, tls_key)):
+        if value:
+            os.environ[name] = value
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @credential_options
+@tls_options
 @click.pass_context
-def cli(ctx: click.Context, access_key: str | None, secret_key: str | None) -> None:
+def cli(ctx: click.Context, access_key: str | None, secret_key: str | None, use_tls: bool,
+        tls_ca: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Administer trio-rocketmq name servers and brokers."""
     ctx.obj = check_credentials(access_key, secret_key)
+    apply_tls_options(use_tls, tls_ca, tls_cert, tls_key)
 
 
 @cli.command("updateTopic")

@@ -41,7 +41,13 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import click
 import trio
 
-from client.admin_cli import check_credentials, credential_options, tool_credentials
+from client.admin_cli import (
+    apply_tls_options,
+    check_credentials,
+    credential_options,
+    tls_options,
+    tool_credentials,
+)
 from client.bench_attacks import attack
 from protocol.logs import configure_logging
 
@@ -387,10 +393,13 @@ class BenchTransactionListener:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @credential_options
+@tls_options
 @click.pass_context
-def cli(ctx: click.Context, access_key: str | None, secret_key: str | None) -> None:
+def cli(ctx: click.Context, access_key: str | None, secret_key: str | None, use_tls: bool,
+        tls_ca: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Benchmark producers and consumers against a running cluster."""
     ctx.obj = check_credentials(access_key, secret_key)
+    apply_tls_options(use_tls, tls_ca, tls_cert, tls_key)  # members inherit ROCKETMQ_TLS_*
 
 
 def _spark_credentials(reader: Any) -> Any:

@@ -68,6 +68,7 @@ from protocol.trio import HandlerTable, RemotingClient, RemotingError, split_add
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.errors import RemotingTimeoutError
 from protocol.trio.service import Guard
+from protocol.trio.tls import ClientTls, TlsConfigError, client_tls_from_env
 
 log = structlog.get_logger("client.instance")
 
@@ -126,8 +127,10 @@ def parse_namesrv_addr(namesrv_addr: str) -> list[str]:
 
 
 def _registry_key(namesrv_addr: str, instance_name: str | None,
-                  credentials: AclCredentials | None = None) -> str:
+                  credentials: AclCredentials | None = None, tls: ClientTls | None = None) -> str:
     key = ";".join(parse_namesrv_addr(namesrv_addr)) + "|" + (instance_name or str(os.getpid()))
+    if tls is not None:  # ... and the same TLS settings
+        key += f"|tls:{tls.ca_path}|{tls.cert_path}|{tls.key_path}"
     if credentials is not None:  # instances are shared only by clients with the same keys
         key += f"|{credentials.access_key}|{hash((credentials.secret_key, credentials.security_token))}"
     return key
@@ -167,8 +170,12 @@ class MQClientInstance:
         rebalance_interval: float = DEFAULT_REBALANCE_INTERVAL,
         persist_consumer_offset_interval: float = DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
         credentials: AclCredentials | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         self.credentials = credentials
+        # TLS on every connection: ``tls``, else ROCKETMQ_TLS_ENABLE/ROCKETMQ_TLS_CA/...
+        # (RocketMQ's clients: the tls.enable system property); None: plain
+        self.tls = tls if tls is not None else client_tls_from_env()
         self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self.namesrv_addr = ";".join(self.namesrv_addrs)
         if request_timeout <= 0:
@@ -225,8 +232,11 @@ class MQClientInstance:
         """The running instance for ``namesrv_addr`` in this trio run, created and
         started if needed; adds a reference (``release`` it). ``options`` apply only
         when the instance is created. Raises MQClientError for a bad address."""
+        tls = options.get("tls")
+        if tls is None:
+            tls = options["tls"] = client_tls_from_env()
         key = _registry_key(namesrv_addr, options.get("instance_name"),
-                            options.get("credentials"))
+                            options.get("credentials"), tls)
         try:
             table = _INSTANCES.get()
         except LookupError:
@@ -265,7 +275,7 @@ class MQClientInstance:
             table = _INSTANCES.get()
         except LookupError:
             table = {}
-        key = _registry_key(self.namesrv_addr, self.instance_name, self.credentials)
+        key = _registry_key(self.namesrv_addr, self.instance_name, self.credentials, self.tls)
         if table.get(key) is self:
             del table[key]
         await self.shutdown()
@@ -316,8 +326,12 @@ class MQClientInstance:
         self._log.info("client instance shut down")
 
     async def _run_remoting(self, task_status: trio.TaskStatus[RemotingClient]) -> None:
-        async with RemotingClient(self.handlers, connect_timeout=self.request_timeout,
-                                  credentials=self.credentials) as rc:
+        try:
+            remoting = RemotingClient(self.handlers, connect_timeout=self.request_timeout,
+                                      credentials=self.credentials, tls=self.tls)
+        except TlsConfigError as exc:
+            raise MQClientError(str(exc)) from exc
+        async with remoting as rc:
             task_status.started(rc)
             await trio.sleep_forever()
 

@@ -8,6 +8,7 @@ from namesrv.kv_config import KVLimits
 from protocol.config import ConfigError, PropertiesConfig, key_of
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.limits import ConnectionLimits, limits_of
+from protocol.trio.tls import ServerTls, TlsConfigError, parse_mode, server_tls_of
 
 
 @dataclass(slots=True)
@@ -44,6 +45,16 @@ class NamesrvConfig(PropertiesConfig):
     max_total_connection_buffer_bytes: int = 256 * 1024 * 1024
     max_in_flight_requests_per_connection: int = 4096
     max_connections_per_address: int = 1024
+    # TLS (protocol/trio/tls.py; RocketMQ's tls.server.* keys): disabled | permissive
+    # (TLS and plain on one port; plain only without a certificate) | enforcing
+    tls_mode: str = "permissive"
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_server_trust_cert_path: str = ""  # the CA of client certificates
+    tls_server_need_client_auth: bool = False
+
+    def server_tls(self) -> ServerTls:
+        return server_tls_of(self)
 
     def connection_limits(self) -> ConnectionLimits:
         return limits_of(self)
@@ -60,6 +71,13 @@ class NamesrvConfig(PropertiesConfig):
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")
+        try:
+            self.tls_mode = parse_mode(self.tls_mode)
+        except TlsConfigError as exc:
+            raise ConfigError(str(exc)) from exc
+        problem = self.server_tls().problem()
+        if problem is not None:
+            raise ConfigError(problem)
         for key in ("kv_config_max_namespaces", "kv_config_max_keys", "kv_config_max_chars"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key_of(key)} must not be negative")

@@ -48,6 +48,7 @@ class NamesrvController:
             max_frame_size=config.max_frame_size,
             limits=config.connection_limits(),
             budget=SharedBudget(config.max_total_connection_buffer_bytes),
+            tls=config.server_tls(),
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self.metrics_port: int | None = None  # once served

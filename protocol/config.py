@@ -25,7 +25,18 @@ class ConfigError(ValueError):
 
 
 # Keys whose RocketMQ spelling is not plain camelCase.
-_SPECIAL_KEYS = {"broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2"}
+_SPECIAL_KEYS = {
+    "broker_ip1": "brokerIP1", "broker_ip2": "brokerIP2",
+    # RocketMQ's TLS keys (protocol/trio/tls.py)
+    "tls_server_cert_path": "tls.server.certPath",
+    "tls_server_key_path": "tls.server.keyPath",
+    "tls_server_trust_cert_path": "tls.server.trustCertPath",
+    "tls_server_need_client_auth": "tls.server.need.client.auth",
+    "tls_enable": "tls.enable",
+    "tls_client_cert_path": "tls.client.certPath",
+    "tls_client_key_path": "tls.client.keyPath",
+    "tls_client_trust_cert_path": "tls.client.trustCertPath",
+}
 
 
 def key_of(attr: str) -> str:

@@ -249,10 +249,12 @@ async def _close(stream: trio.abc.Stream) -> None:
 
 async def accept(stream: trio.SocketStream, tls: ServerTls, ctx: ssl.SSLContext | None, *,
                  peer: str, first_byte_timeout: float, handshake_timeout: float,
-                 max_frame_size: int) -> trio.abc.Stream | None:
+                 max_frame_size: int, answer_plain: bool = True) -> trio.abc.Stream | None:
     """The stream to serve an accepted connection on: ``stream`` itself (plain),
     an SSLStream after its handshake, or None when the connection was refused
-    or failed (it is then closed and logged)."""
+    or failed (it is then closed and logged). ``answer_plain``: a plain client
+    of an enforcing server gets REQUIRES_TLS as the answer to its first request
+    (remoting ports; not the HA port, which has no requests)."""
     if ctx is None or tls.mode == DISABLED:
         return stream
     first = None
@@ -265,7 +267,8 @@ async def accept(stream: trio.SocketStream, tls: ServerTls, ctx: ssl.SSLContext 
         if tls.mode == PERMISSIVE:
             return stream
         log.info("plain connection refused: tlsMode=enforcing", peer=peer)
-        await refuse_plain(stream, max_frame_size)
+        if answer_plain:
+            await refuse_plain(stream, max_frame_size)
         await _close(stream)
         return None
     ssl_stream = trio.SSLStream(stream, ctx, server_side=True)
