@@ -13,6 +13,7 @@ from broker.store.store_lock import StoreLockedError
 from protocol.config import ConfigError, load_properties
 from protocol.logs import BROKER_LOGS
 from protocol.trio.daemon import fail, log_options, run_daemon, start_logging
+from protocol.trio.tls import TLS_MODES, TlsConfigError
 
 log = structlog.get_logger("broker")
 
@@ -26,9 +27,13 @@ log = structlog.get_logger("broker")
               help="Set one config key (repeatable), after the config file.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Prometheus metrics over HTTP on this port (metricsPort; 0: off).")
+@click.option("--tls-mode", type=click.Choice(TLS_MODES, case_sensitive=False), default=None,
+              help="tlsMode: disabled, permissive (TLS and plain on one port) or enforcing "
+                   "(certificates: -o tls.server.certPath=... -o tls.server.keyPath=...).")
 @log_options
 def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
-         options: tuple[str, ...], metrics_port: int | None, **log_opts: Any) -> None:
+         options: tuple[str, ...], metrics_port: int | None, tls_mode: str | None,
+         **log_opts: Any) -> None:
     """Start a broker (storage and serving).
 
     Logs go to stderr and to broker.log (store.log: the store's loggers) in
@@ -43,8 +48,15 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
             if not sep:
                 raise ConfigError(f"option must be KEY=VALUE: {opt!r}")
             extra[key.strip()] = value
+        if tls_mode is not None:
+            extra["tlsMode"] = tls_mode
         config.update(extra)
-    except ConfigError as exc:
+        # a missing or bad certificate: one line, no start
+        config.server_tls().context()
+        client_tls = config.client_tls()
+        if client_tls is not None:
+            client_tls.context()
+    except (ConfigError, TlsConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
     if namesrv_addr is not None:
         config.namesrv_addr = namesrv_addr

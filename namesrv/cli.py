@@ -12,6 +12,7 @@ from namesrv.controller import NamesrvController
 from protocol.config import ConfigError, load_properties
 from protocol.logs import NAMESRV_LOGS
 from protocol.trio.daemon import fail, log_options, run_daemon, start_logging
+from protocol.trio.tls import TLS_MODES, TlsConfigError
 
 log = structlog.get_logger("namesrv")
 
@@ -23,6 +24,9 @@ log = structlog.get_logger("namesrv")
 @click.option("--listen-port", "--port", type=int, default=None, help="Port (default 9876).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="Prometheus metrics over HTTP on this port (metricsPort; 0: off).")
+@click.option("--tls-mode", type=click.Choice(TLS_MODES, case_sensitive=False), default=None,
+              help="tlsMode: disabled, permissive (TLS and plain on one port) or enforcing "
+                   "(certificates: tls.server.certPath/keyPath in the config file).")
 @log_options
 def main(
     config_file: str | None,
@@ -30,6 +34,7 @@ def main(
     listen_ip: str | None,
     listen_port: int | None,
     metrics_port: int | None,
+    tls_mode: str | None,
     **log_opts: Any,
 ) -> None:
     """Start a name server (route registry).
@@ -48,6 +53,12 @@ def main(
         config.listen_port = listen_port
     if metrics_port is not None:
         config.metrics_port = metrics_port
+    try:
+        if tls_mode is not None:
+            config.update({"tlsMode": tls_mode})
+        config.server_tls().context()  # a missing or bad certificate: one line, no start
+    except (ConfigError, TlsConfigError) as exc:
+        raise click.UsageError(str(exc)) from exc
     if print_config:
         click.echo(config.render())
         return

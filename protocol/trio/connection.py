@@ -35,6 +35,7 @@ from protocol.trio.errors import (
     RemotingTimeoutError,
 )
 from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
+from protocol.trio.tls import describe_tls_failure
 
 SyncHandler = Callable[["RemotingConnection", RemotingCommand], RemotingCommand | None]
 AsyncHandler = Callable[["RemotingConnection", RemotingCommand], Awaitable[RemotingCommand | None]]
@@ -112,6 +113,8 @@ class RemotingConnection:
         self._lanes = lanes
         self.attrs: dict[str, Any] = {}
         self.closed = False
+        # why the peer's side failed, when it says more than "closed" (a TLS alert)
+        self.close_reason = ""
         self._decoder = FrameDecoder(max_frame_size)
         self._out: list[bytes] = []
         self._out_bytes = 0
@@ -440,7 +443,8 @@ class RemotingConnection:
         if pending.response is not None:
             return pending.response
         if self.closed:
-            raise RemotingConnectError(f"connection to {self.remote_addr} closed")
+            reason = f": {self.close_reason}" if self.close_reason else ""
+            raise RemotingConnectError(f"connection to {self.remote_addr} closed{reason}")
         raise RemotingTimeoutError(
             f"no response from {self.remote_addr} within {timeout:.3f}s "
             f"({code_name(cmd.code, False)})"
@@ -481,6 +485,8 @@ class RemotingConnection:
                     data = await stream.receive_some(RECEIVE_CHUNK)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._log.debug("connection read failed", error=str(exc))
+                if raw is None and isinstance(exc, trio.BrokenResourceError):
+                    self.close_reason = describe_tls_failure(exc)  # e.g. a TLS alert
                 return
             if not data:
                 return

@@ -170,7 +170,8 @@ class ClientTls:
         ctx.check_hostname = self.check_hostname
         try:
             if self.ca_path:
-                _check_file("TLS CA", self.ca_path)
+                _check_file("TLS CA (tls_ca_path, --tls-ca, tls.client.trustCertPath)",
+                            self.ca_path)
                 ctx.load_verify_locations(self.ca_path)
             if self.cert_path:
                 _check_file("TLS client certificate", self.cert_path)
@@ -292,6 +293,11 @@ def describe_tls_failure(exc: BaseException) -> str:
     cause = exc.__cause__ or exc.__context__
     if isinstance(cause, ssl.SSLCertVerificationError):
         return f"certificate verification failed: {cause.verify_message or cause}"
+    if isinstance(cause, ssl.SSLEOFError | ConnectionResetError) or "EOF" in str(
+            getattr(cause, "reason", "")):
+        how = "reset" if isinstance(cause, ConnectionResetError) else "closed"
+        return (f"the peer {how} the TLS connection (TLS off there, or it requires a "
+                "client certificate: tls.server.need.client.auth)")
     if isinstance(cause, ssl.SSLError):
         return f"{cause.reason or cause}"
     if cause is not None:
@@ -318,7 +324,7 @@ async def connect(stream: trio.SocketStream, ctx: ssl.SSLContext, addr: str,
         reason = describe_tls_failure(exc)
         cause = exc.__cause__ or exc.__context__
         if not isinstance(cause, ssl.SSLError):
-            reason += " (does the server have TLS enabled? tlsMode must not be disabled)"
+            reason += " (does the server have TLS enabled? its tlsMode must not be disabled)"
         raise RemotingConnectError(f"TLS handshake with {addr} failed: {reason}") from exc
     return ssl_stream
 

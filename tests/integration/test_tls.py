@@ -114,7 +114,7 @@ async def test_need_client_auth_refuses_a_client_without_a_certificate(
     ns = cluster.namesrv(**server_keys(tls_certs, "enforcing",
                                        **{"tls.server.need.client.auth": "true"}))
     async with secure_admin(ns.addr, tls_certs) as anonymous:
-        with pytest.raises(MQAdminError):
+        with pytest.raises(MQAdminError, match="client certificate"):
             await anonymous.topic_route(TOPIC)
     async with MQAdmin(ns.addr, use_tls=True, tls_ca_path=tls_certs.ca,
                        tls_cert_path=tls_certs.client_cert,
@@ -150,3 +150,21 @@ async def test_sync_master_replicates_over_tls(
         s = await admin.broker_runtime_info(slave.addr)
         assert s["brokerRole"] == "SLAVE" and s["ha"]["masterHaAddress"] is not None
     assert "TLS handshake failed" not in master.log_text()
+
+
+def test_daemons_refuse_to_start_with_tls_settings_that_cannot_work(tmp_path: Path) -> None:
+    bin_dir = Path(sys.executable).parent
+    conf = tmp_path / "namesrv.properties"
+    conf.write_text("listenPort=0\ntlsMode=enforcing\n")
+    out = subprocess.run([str(bin_dir / "mqnamesrv"), "-c", str(conf), "--log-dir",
+                          str(tmp_path / "logs")], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "tlsMode=enforcing needs tls.server.certPath" in out.stderr
+    out = subprocess.run([str(bin_dir / "mqbroker"), "--tls-mode", "permissive",
+                          "-o", "tls.server.certPath=/nonexistent/server.pem",
+                          "-o", "tls.server.keyPath=/nonexistent/server.key",
+                          "-o", f"storePathRootDir={tmp_path / 'store'}",
+                          "--log-dir", str(tmp_path / "logs")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "Traceback" not in out.stderr
+    assert "tls.server.certPath: no such file: /nonexistent/server.pem" in out.stderr

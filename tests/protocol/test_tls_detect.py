@@ -150,7 +150,7 @@ async def test_need_client_auth_refuses_a_client_without_a_certificate(tls_certs
         port = await nursery.start(server.serve)
         async with RemotingClient(tls=ClientTls(ca_path=tls_certs.ca)) as anonymous:
             # TLS 1.3: the server's refusal arrives after the client's handshake
-            with pytest.raises(RemotingError):
+            with pytest.raises(RemotingError, match="(?i)certificate"):
                 await echo(anonymous, port)
         with trio.fail_after(5):
             while server.connections:
