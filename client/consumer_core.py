@@ -57,6 +57,7 @@ from client.subscription import SubscriptionData, build_subscription
 from client.validators import check_group
 from protocol.message import MessageExt, MessageQueue
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
+from protocol.trio.tls import ClientTls
 
 BROKER_SUSPEND_MAX_TIME_MILLIS = 15_000
 CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0
@@ -99,9 +100,11 @@ class ConsumerCore:
         logger_name: str,
         metrics: ClientMetrics | None = None,
         credentials: AclCredentials | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         check_group(group, "DEFAULT_CONSUMER")
         self.credentials = credentials
+        self.tls = tls
         if not isinstance(message_model, MessageModel):
             raise MQClientError("message_model must be a MessageModel")
         if not isinstance(consume_from_where, ConsumeFromWhere):
@@ -221,6 +224,7 @@ class ConsumerCore:
             rebalance_interval=self.rebalance_interval,
             persist_consumer_offset_interval=self.persist_consumer_offset_interval,
             credentials=self.credentials,
+            tls=self.tls,
         )
         instance = self._instance
         self._log = self._log.bind(client_id=instance.client_id)

@@ -27,6 +27,7 @@ from client.consumer_core import ConsumerCore, ConsumerState
 from client.consumer_types import ConsumeFromWhere, MessageModel
 from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQClientError
+from client.instance import resolve_tls
 from client.metrics import POLLED, ClientMetrics
 from client.offset_store import ReadOffsetType
 from client.process_queue import ProcessQueue
@@ -73,9 +74,14 @@ class LitePullConsumer(ConsumerCore):
         credentials: AclCredentials | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        use_tls: bool = False,
+        tls_ca_path: str | None = None,
+        tls_cert_path: str | None = None,
+        tls_key_path: str | None = None,
     ) -> None:
         super().__init__(
             group, namesrv_addr, credentials=resolve_credentials(credentials, access_key, secret_key), message_model=message_model,
+            tls=resolve_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path),
             consume_from_where=consume_from_where, consume_timestamp=consume_timestamp,
             allocate_strategy=allocate_strategy, instance_name=instance_name,
             pull_batch_size=pull_batch_size, pull_threshold_for_queue=pull_threshold_for_queue,

@@ -35,6 +35,7 @@ from client.instance import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_TOPIC_QUEUE_NUMS,
     MQClientInstance,
+    resolve_tls,
 )
 from client.metrics import FAILED, ONEWAY, ClientMetrics
 from client.publish_info import TopicPublishInfo
@@ -156,9 +157,14 @@ class Producer:
         credentials: AclCredentials | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        use_tls: bool = False,
+        tls_ca_path: str | None = None,
+        tls_cert_path: str | None = None,
+        tls_key_path: str | None = None,
     ) -> None:
         check_group(group, DEFAULT_PRODUCER_GROUP)
         self.credentials = resolve_credentials(credentials, access_key, secret_key)
+        self.tls = resolve_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path)
         if send_msg_timeout <= 0:
             raise MQClientError("send_msg_timeout must be positive")
         if retry_times_when_send_failed < 0:
@@ -209,6 +215,7 @@ class Producer:
             request_timeout=DEFAULT_REQUEST_TIMEOUT,
             poll_name_server_interval=self.poll_name_server_interval,
             credentials=self.credentials,
+            tls=self.tls,
         )
         try:
             self._service = ServiceNursery(f"Producer[{self.group}] async senders")

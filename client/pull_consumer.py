@@ -27,6 +27,7 @@ from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
     MQClientInstance,
+    resolve_tls,
 )
 from client.pull_result import PullResult
 from client.range_reader import (
@@ -78,9 +79,14 @@ class PullConsumer:
         credentials: AclCredentials | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        use_tls: bool = False,
+        tls_ca_path: str | None = None,
+        tls_cert_path: str | None = None,
+        tls_key_path: str | None = None,
     ) -> None:
         check_group(group, DEFAULT_CONSUMER_GROUP)
         self.credentials = resolve_credentials(credentials, access_key, secret_key)
+        self.tls = resolve_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path)
         if pull_timeout <= 0 or request_timeout <= 0:
             raise MQClientError("timeouts must be positive")
         self.group = group
@@ -105,6 +111,7 @@ class PullConsumer:
             request_timeout=self.request_timeout,
             poll_name_server_interval=self.poll_name_server_interval,
             credentials=self.credentials,
+            tls=self.tls,
         )
         self._api = ConsumerAPI(self._instance, self.group)
         self._state = _State.RUNNING

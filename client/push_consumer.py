@@ -45,6 +45,7 @@ from client.consumer_types import (
 )
 from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQBrokerError, MQClientError
+from client.instance import resolve_tls
 from client.metrics import EXCEPTION, ClientMetrics, status_name
 from client.process_queue import REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
@@ -108,9 +109,14 @@ class PushConsumer(ConsumerCore):
         credentials: AclCredentials | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
+        use_tls: bool = False,
+        tls_ca_path: str | None = None,
+        tls_cert_path: str | None = None,
+        tls_key_path: str | None = None,
     ) -> None:
         super().__init__(
             group, namesrv_addr, credentials=resolve_credentials(credentials, access_key, secret_key), message_model=message_model,
+            tls=resolve_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path),
             consume_from_where=consume_from_where, consume_timestamp=consume_timestamp,
             allocate_strategy=allocate_strategy, instance_name=instance_name,
             pull_batch_size=pull_batch_size, pull_threshold_for_queue=pull_threshold_for_queue,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from client import Message, Producer, SendStatus
+from client import Message, MQClientError, Producer, PullConsumer, SendStatus
 from client.admin import MQAdmin, MQAdminError
 from protocol.trio.tls import ENV_CA, ENV_ENABLE, REQUIRES_TLS
 from tests.integration.cluster import Cluster
@@ -90,18 +90,32 @@ async def test_permissive_serves_tls_and_plain_clients_on_one_port(
     ns = cluster.namesrv(**server_keys(tls_certs, "permissive"))
     broker = cluster.broker("broker-a", ns.addr, **server_keys(tls_certs, "permissive"))
     await create_topic(ns.addr, broker.addr, tls_certs)
+    monkeypatch.delenv(ENV_ENABLE, raising=False)
     sent = []
     for use_tls in (False, True, False):
-        if use_tls:
-            monkeypatch.setenv(ENV_ENABLE, "true")
-            monkeypatch.setenv(ENV_CA, tls_certs.ca)
-        else:
-            monkeypatch.delenv(ENV_ENABLE, raising=False)
-        async with Producer(f"permissive-{use_tls}", ns.addr) as producer:
+        ca = tls_certs.ca if use_tls else None
+        async with Producer(f"permissive-{use_tls}", ns.addr, use_tls=use_tls,
+                            tls_ca_path=ca) as producer:
             r = await producer.send(Message(TOPIC, f"tls={use_tls}".encode()))
             assert r.send_status == SendStatus.SEND_OK
             sent.append(r.queue_offset)
     assert sent == sorted(sent) and len(set(sent)) == 3
+    for use_tls in (True, False):
+        ca = tls_certs.ca if use_tls else None
+        async with PullConsumer("permissive-group", ns.addr, use_tls=use_tls,
+                                tls_ca_path=ca) as pc:
+            mqs = await pc.fetch_subscribe_message_queues(TOPIC)
+            result = await pc.pull(mqs[0], "*", 0, 32)
+            assert [m.body for m in result.msg_found_list] == \
+                [b"tls=False", b"tls=True", b"tls=False"]
+    # the keywords are checked: a wrong CA fails clearly, a CA without use_tls is refused
+    async with Producer("permissive-wrong-ca", ns.addr, use_tls=True,
+                        tls_ca_path=tls_certs.wrong_ca,
+                        retry_times_when_send_failed=0) as producer:
+        with pytest.raises(MQClientError, match="certificate verification failed"):
+            await producer.send(Message(TOPIC, b"never"))
+    with pytest.raises(MQClientError, match="without use_tls"):
+        Producer("permissive-no-flag", ns.addr, tls_ca_path=tls_certs.ca)
     async with MQAdmin(ns.addr) as plain, secure_admin(ns.addr, tls_certs) as secure:
         assert (await plain.topic_route(TOPIC)).broker_datas
         assert (await secure.topic_route(TOPIC)).broker_datas
