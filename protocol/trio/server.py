@@ -146,7 +146,7 @@ class RemotingServer:
                 stream, self.tls, self._ssl_context, peer=peer,
                 first_byte_timeout=self.limits.idle_timeout,
                 handshake_timeout=min(HANDSHAKE_TIMEOUT_S, self.limits.frame_timeout),
-                max_frame_size=self.max_frame_size)
+                max_frame_size=self.max_frame_size, note=self._guard.note)
         except BaseException:
             gone()
             raise

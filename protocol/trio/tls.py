@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -250,12 +251,17 @@ async def _close(stream: trio.abc.Stream) -> None:
 
 async def accept(stream: trio.SocketStream, tls: ServerTls, ctx: ssl.SSLContext | None, *,
                  peer: str, first_byte_timeout: float, handshake_timeout: float,
-                 max_frame_size: int, answer_plain: bool = True) -> trio.abc.Stream | None:
+                 max_frame_size: int, answer_plain: bool = True,
+                 note: Callable[..., None] | None = None) -> trio.abc.Stream | None:
     """The stream to serve an accepted connection on: ``stream`` itself (plain),
     an SSLStream after its handshake, or None when the connection was refused
     or failed (it is then closed and logged). ``answer_plain``: a plain client
     of an enforcing server gets REQUIRES_TLS as the answer to its first request
-    (remoting ports; not the HA port, which has no requests)."""
+    (remoting ports; not the HA port, which has no requests). ``note``: a
+    rate-limited logger (Guard.note) for refusals, which any peer can repeat."""
+    if note is None:
+        def note(event: str, key: object, *, log_level: str = "info", **context: object) -> None:
+            getattr(log, log_level)(event, **context)
     if ctx is None or tls.mode == DISABLED:
         return stream
     first = None
@@ -267,7 +273,8 @@ async def accept(stream: trio.SocketStream, tls: ServerTls, ctx: ssl.SSLContext 
     if not is_tls_first_byte(first):
         if tls.mode == PERMISSIVE:
             return stream
-        log.info("plain connection refused: tlsMode=enforcing", peer=peer)
+        note("plain connection refused: tlsMode=enforcing", ("tls-plain", peer.rpartition(":")[0]),
+             log_level="info", peer=peer)
         if answer_plain:
             await refuse_plain(stream, max_frame_size)
         await _close(stream)
@@ -280,7 +287,8 @@ async def accept(stream: trio.SocketStream, tls: ServerTls, ctx: ssl.SSLContext 
             return ssl_stream
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             reason = describe_tls_failure(exc)
-    log.info("TLS handshake failed, connection closed", peer=peer, reason=reason)
+    note("TLS handshake failed, connection closed", ("tls-handshake", peer.rpartition(":")[0]),
+         log_level="info", peer=peer, reason=reason)
     await _close(stream)
     return None
 

@@ -179,3 +179,21 @@ async def test_a_stalled_handshake_is_closed_in_time(tls_certs: Certs) -> None:
         await stalled.aclose()
         await silent.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_garbage_after_a_tls_record_byte_is_closed_and_the_server_goes_on(
+        tls_certs: Certs) -> None:
+    server = RemotingServer(handlers(), tls=server_tls(tls_certs))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        for junk in (b"\x16" + b"\xff" * 600, b"\x16\x03\x01\x00\x05hello", b"\x16"):
+            peer = await trio.open_tcp_stream("127.0.0.1", port)
+            await peer.send_all(junk)
+            await peer.send_eof()
+            with trio.fail_after(15):
+                while await peer.receive_some(4096):
+                    pass  # a TLS alert at most, then the end
+            await peer.aclose()
+        async with RemotingClient(tls=ClientTls(ca_path=tls_certs.ca)) as client:
+            assert (await echo(client, port)).code == ResponseCode.SUCCESS
+        nursery.cancel_scope.cancel()
