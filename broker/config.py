@@ -19,7 +19,14 @@ from protocol import names
 from protocol.config import ConfigError, PropertiesConfig, load_properties, not_a_key
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.limits import ConnectionLimits, limits_of
-from protocol.trio.tls import ClientTls, ServerTls, TlsConfigError, parse_mode, server_tls_of
+from protocol.trio.tls import (
+    ClientTls,
+    ServerTls,
+    TlsConfigError,
+    parse_client_auth,
+    parse_mode,
+    server_tls_of,
+)
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -196,7 +203,7 @@ class BrokerConfig(PropertiesConfig):
     tls_server_cert_path: str = ""
     tls_server_key_path: str = ""
     tls_server_trust_cert_path: str = ""  # the CA of client certificates
-    tls_server_need_client_auth: bool = False
+    tls_server_need_client_auth: str = "none"  # none | optional | require (true/false)
     tls_enable: bool = False
     tls_client_trust_cert_path: str = ""  # empty: the system's CAs
     tls_client_cert_path: str = ""  # for servers with tls.server.need.client.auth
@@ -236,6 +243,7 @@ class BrokerConfig(PropertiesConfig):
     def _validate_tls(self) -> None:
         try:
             self.tls_mode = parse_mode(self.tls_mode)
+            self.tls_server_need_client_auth = parse_client_auth(self.tls_server_need_client_auth)
         except TlsConfigError as exc:
             raise ConfigError(str(exc)) from exc
         problem = self.server_tls().problem()

@@ -8,7 +8,13 @@ from namesrv.kv_config import KVLimits
 from protocol.config import ConfigError, PropertiesConfig, key_of
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.limits import ConnectionLimits, limits_of
-from protocol.trio.tls import ServerTls, TlsConfigError, parse_mode, server_tls_of
+from protocol.trio.tls import (
+    ServerTls,
+    TlsConfigError,
+    parse_client_auth,
+    parse_mode,
+    server_tls_of,
+)
 
 
 @dataclass(slots=True)
@@ -51,7 +57,7 @@ class NamesrvConfig(PropertiesConfig):
     tls_server_cert_path: str = ""
     tls_server_key_path: str = ""
     tls_server_trust_cert_path: str = ""  # the CA of client certificates
-    tls_server_need_client_auth: bool = False
+    tls_server_need_client_auth: str = "none"  # none | optional | require (true/false)
 
     def server_tls(self) -> ServerTls:
         return server_tls_of(self)
@@ -73,6 +79,7 @@ class NamesrvConfig(PropertiesConfig):
             raise ConfigError(f"connection limits: {problem}")
         try:
             self.tls_mode = parse_mode(self.tls_mode)
+            self.tls_server_need_client_auth = parse_client_auth(self.tls_server_need_client_auth)
         except TlsConfigError as exc:
             raise ConfigError(str(exc)) from exc
         problem = self.server_tls().problem()

@@ -67,6 +67,20 @@ def parse_mode(value: str) -> str:
     return mode
 
 
+# tls.server.need.client.auth, as RocketMQ's: none | optional | require (true/false too)
+CLIENT_AUTH = ("none", "optional", "require")
+
+
+def parse_client_auth(value: str | bool) -> str:
+    """``value`` as one of CLIENT_AUTH (true: require, false: none). Raises TlsConfigError."""
+    text = str(value).strip().lower()
+    text = {"true": "require", "false": "none"}.get(text, text)
+    if text not in CLIENT_AUTH:
+        raise TlsConfigError("tls.server.need.client.auth must be none, optional or require "
+                             f"(or true/false), not {value!r}")
+    return text
+
+
 def is_tls_first_byte(first: int) -> bool:
     """Whether a connection whose first byte is ``first`` starts a TLS handshake."""
     return first == TLS_HANDSHAKE_RECORD
@@ -87,7 +101,7 @@ class ServerTls:
     cert_path: str = ""
     key_path: str = ""
     trust_cert_path: str = ""  # CA of client certificates (need.client.auth)
-    need_client_auth: bool = False
+    need_client_auth: str = "none"  # none | optional | require (CLIENT_AUTH)
 
     @property
     def serves_tls(self) -> bool:
@@ -105,8 +119,12 @@ class ServerTls:
         if self.mode == ENFORCING and not self.cert_path:
             return ("tlsMode=enforcing needs tls.server.certPath and tls.server.keyPath "
                     "(or set tlsMode=disabled/permissive)")
-        if self.need_client_auth and self.cert_path and not self.trust_cert_path:
-            return "tls.server.need.client.auth=true needs tls.server.trustCertPath (the clients' CA)"
+        if self.need_client_auth not in CLIENT_AUTH:
+            return (f"tls.server.need.client.auth must be one of {', '.join(CLIENT_AUTH)}, "
+                    f"not {self.need_client_auth!r}")
+        if self.need_client_auth != "none" and self.cert_path and not self.trust_cert_path:
+            return (f"tls.server.need.client.auth={self.need_client_auth} needs "
+                    "tls.server.trustCertPath (the clients' CA)")
         return None
 
     def context(self) -> ssl.SSLContext | None:
@@ -124,13 +142,14 @@ class ServerTls:
             ctx.load_cert_chain(self.cert_path, self.key_path)
         except (ssl.SSLError, OSError) as exc:
             raise TlsConfigError(f"tls.server.certPath/keyPath cannot be loaded: {exc}") from exc
-        if self.trust_cert_path:
+        if self.need_client_auth != "none":
             _check_file("tls.server.trustCertPath", self.trust_cert_path)
             try:
                 ctx.load_verify_locations(self.trust_cert_path)
             except (ssl.SSLError, OSError) as exc:
                 raise TlsConfigError(f"tls.server.trustCertPath cannot be loaded: {exc}") from exc
-            ctx.verify_mode = ssl.CERT_REQUIRED if self.need_client_auth else ssl.CERT_OPTIONAL
+            ctx.verify_mode = (ssl.CERT_REQUIRED if self.need_client_auth == "require"
+                               else ssl.CERT_OPTIONAL)
         return ctx
 
 
@@ -141,7 +160,7 @@ class ServerTlsKeys(Protocol):
     tls_server_cert_path: str
     tls_server_key_path: str
     tls_server_trust_cert_path: str
-    tls_server_need_client_auth: bool
+    tls_server_need_client_auth: str
 
 
 def server_tls_of(config: ServerTlsKeys) -> ServerTls:
@@ -339,8 +358,8 @@ async def connect(stream: trio.SocketStream, ctx: ssl.SSLContext, addr: str,
 
 __all__ = [
     "DISABLED", "ENFORCING", "PERMISSIVE", "REQUIRES_TLS", "TLS_MODES", "ClientTls", "ServerTls",
-    "TlsConfigError", "accept", "client_tls", "connect", "describe_tls_failure",
-    "client_tls_from_env", "is_tls_first_byte", "parse_mode", "peek_first_byte", "refuse_plain", "server_tls_of",
+    "CLIENT_AUTH", "TlsConfigError", "accept", "client_tls", "connect", "describe_tls_failure",
+    "client_tls_from_env", "is_tls_first_byte", "parse_client_auth", "parse_mode", "peek_first_byte", "refuse_plain", "server_tls_of",
 ]
 
 

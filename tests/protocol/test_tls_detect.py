@@ -24,6 +24,7 @@ from protocol.trio.tls import (
     client_tls,
     client_tls_from_env,
     is_tls_first_byte,
+    parse_client_auth,
     parse_mode,
 )
 from tests.tls_certs import Certs, tls_certs_fixture  # noqa: F401 (the tls_certs fixture)
@@ -62,8 +63,13 @@ def test_server_settings_problems_name_the_key() -> None:
     assert ServerTls(mode="disabled", cert_path="a").problem() is None
     assert "certPath and tls.server.keyPath" in str(ServerTls(cert_path="a").problem())
     assert "tlsMode=enforcing needs" in str(ServerTls(mode="enforcing").problem())
-    need = ServerTls(cert_path="a", key_path="b", need_client_auth=True)
+    need = ServerTls(cert_path="a", key_path="b", need_client_auth="require")
     assert "trustCertPath" in str(need.problem())
+    assert "must be one of" in str(ServerTls(need_client_auth="always").problem())
+    assert parse_client_auth(" TRUE") == "require" and parse_client_auth("false") == "none"
+    assert parse_client_auth("Optional") == "optional"
+    with pytest.raises(TlsConfigError, match="need.client.auth"):
+        parse_client_auth("yes please")
     with pytest.raises(TlsConfigError, match="no such file"):
         ServerTls(cert_path="/nonexistent.pem", key_path="/nonexistent.key").context()
 
@@ -89,7 +95,7 @@ def handlers() -> HandlerTable:
     return t
 
 
-def server_tls(certs: Certs, mode: str = "permissive", need_client_auth: bool = False) -> ServerTls:
+def server_tls(certs: Certs, mode: str = "permissive", need_client_auth: str = "none") -> ServerTls:
     return ServerTls(mode=mode, cert_path=certs.server_cert, key_path=certs.server_key,
                      trust_cert_path=certs.ca, need_client_auth=need_client_auth)
 
@@ -145,7 +151,7 @@ async def test_a_tls_client_of_a_plain_server_is_told_why(tls_certs: Certs) -> N
 
 
 async def test_need_client_auth_refuses_a_client_without_a_certificate(tls_certs: Certs) -> None:
-    server = RemotingServer(handlers(), tls=server_tls(tls_certs, "enforcing", True))
+    server = RemotingServer(handlers(), tls=server_tls(tls_certs, "enforcing", "require"))
     async with trio.open_nursery() as nursery:
         port = await nursery.start(server.serve)
         async with RemotingClient(tls=ClientTls(ca_path=tls_certs.ca)) as anonymous:
