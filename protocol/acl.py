@@ -17,7 +17,6 @@ The broker rebuilds the same bytes from the ext fields it received and compares 
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 from collections.abc import Collection, Mapping
 
@@ -66,17 +65,27 @@ def signature_content(
     ``skip`` (a broker verifying a client of version <= V4_9_3 skips ``_UNIQUE_KEY_QUERY``,
     which those clients did not sign). Other value types raise TypeError.
     """
-    texts = [
-        _wire_text(key, value)
-        for key, value in sorted(fields.items(), key=lambda item: _java_order(item[0]))
-        if value is not None and key != SIGNATURE and key not in skip
-    ]
+    keys = sorted(fields)
+    try:
+        joined = "".join(keys)
+    except TypeError:  # a key that is not a str
+        raise TypeError("header field names must be strings") from None
+    # Python's order is Java's for names below U+D800 (ASCII ones, always here)
+    if not joined.isascii() and max(joined) >= "\ud800":
+        keys.sort(key=_java_order)
+    texts = []
+    add = texts.append
+    for key in keys:
+        value = fields[key]
+        if value is None or key == SIGNATURE or key in skip:
+            continue
+        add(value if type(value) is str else _wire_text(key, value))
     return _java_utf8("".join(texts)) + (body or b"")
 
 
 def calc_signature(content: bytes, secret_key: str) -> str:
     """Base64 of the HMAC-SHA1 of ``content`` keyed with ``secret_key`` (UTF-8)."""
-    digest = hmac.new(_java_utf8(secret_key), content, hashlib.sha1).digest()
+    digest = hmac.digest(_java_utf8(secret_key), content, "sha1")  # one-shot, in C
     return base64.b64encode(digest).decode("ascii")
 
 
@@ -90,7 +99,8 @@ def sign_fields(
     """The ext fields to send: ``fields`` as strings (None ones left out) with ``AccessKey``,
     ``SecurityToken`` (when given) and ``Signature`` added, as ``AclClientRPCHook`` does.
     A ``Signature`` already in ``fields`` is replaced."""
-    out = {key: _wire_text(key, value) for key, value in fields.items() if value is not None}
+    out = {key: value if type(value) is str else _wire_text(key, value)
+           for key, value in fields.items() if value is not None}
     out.pop(SIGNATURE, None)
     out[ACCESS_KEY] = access_key
     if security_token is not None:

@@ -28,11 +28,13 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
+from functools import lru_cache
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 ANY_PATTERNS = frozenset({"*", "*.*.*.*", "*:*:*:*:*:*:*:*"})
 
 
+@lru_cache(maxsize=4096)  # asked once per request: peers' addresses repeat
 def parse_host(host: str) -> IPAddress | None:
     """The address of ``host`` (an IPv4-mapped IPv6 address as its IPv4 one), or None."""
     text = host.strip()
