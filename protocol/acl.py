@@ -73,7 +73,7 @@ def signature_content(
     # Python's order is Java's for names below U+D800 (ASCII ones, always here)
     if not joined.isascii() and max(joined) >= "\ud800":
         keys.sort(key=_java_order)
-    texts = []
+    texts: list[str] = []
     add = texts.append
     for key in keys:
         value = fields[key]
