@@ -91,6 +91,18 @@ NO_EFFECT_KEYS: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class BrokerCredentials:
+    """The broker's own account (brokerAccessKey/brokerSecretKey)."""
+
+    access_key: str
+    secret_key: str
+    security_token: str | None = None
+
+    def __repr__(self) -> str:  # never show the secret
+        return f"BrokerCredentials(access_key={self.access_key!r}, secret_key='***')"
+
+
 @dataclass(slots=True)
 class BrokerConfig(PropertiesConfig):
     NO_EFFECT_KEYS: ClassVar[dict[str, str]] = NO_EFFECT_KEYS
@@ -195,6 +207,10 @@ class BrokerConfig(PropertiesConfig):
     # started from, else in storePathRootDir
     acl_plain_file: str = ""
     acl_reload_interval: int = 5000  # ms between checks of the accounts file's mtime
+    # the broker's own ACL account (issue 18): when set, its requests to name servers
+    # and to its master, and a slave's HA hello, are signed with it
+    broker_access_key: str = ""
+    broker_secret_key: str = ""
     # TLS (protocol/trio/tls.py), RocketMQ's keys. Served: tlsMode disabled | permissive
     # (TLS and plain on one port; plain only without a certificate) | enforcing, on the
     # remoting and HA ports. Used: tls.enable for the broker's own connections (name
@@ -277,6 +293,14 @@ class BrokerConfig(PropertiesConfig):
     def _validate_ha(self) -> None:
         if self.acl_reload_interval <= 0:
             raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
+        if bool(self.broker_access_key) != bool(self.broker_secret_key):
+            raise ConfigError("brokerAccessKey and brokerSecretKey go together: set both or neither")
+
+    def broker_credentials(self) -> BrokerCredentials | None:
+        """brokerAccessKey/brokerSecretKey as RemotingClient(credentials=...) takes them."""
+        if not self.broker_access_key:
+            return None
+        return BrokerCredentials(self.broker_access_key, self.broker_secret_key)
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError("metricsPort must be 0 (off) or a port")
         if not 0 <= self.ha_listen_port <= 65535:

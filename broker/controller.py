@@ -411,7 +411,8 @@ class BrokerController:
             gc.freeze()
             gc.set_threshold(YOUNG_GC_THRESHOLD, *gc.get_threshold()[1:])
         try:
-            async with RemotingClient(tls=self.config.client_tls()) as client:
+            async with RemotingClient(tls=self.config.client_tls(),
+                                      credentials=self.config.broker_credentials()) as client:
                 self.outer_api = BrokerOuterAPI(self.config, client)
                 async with trio.open_nursery() as nursery:
                     # an ephemeral listen port (tests) gets an ephemeral HA port too:
