@@ -64,7 +64,7 @@ def main(
         return
     start_logging(NAMESRV_LOGS, **log_opts)
     try:
-        controller = NamesrvController(config)
+        controller = NamesrvController(config, config_file)
     except Exception as exc:
         fail(log, "name server", exc)
     run_daemon(controller, log, "name server")

@@ -43,6 +43,12 @@ class NamesrvConfig(PropertiesConfig):
     kv_config_max_chars: int = 64 * 1024 * 1024
     # routes carry their topic's ORDER_TOPIC_CONFIG KV value as orderTopicConf
     order_message_enable: bool = False
+    # plain ACL (issue 18): requests are checked against plain_acl.yml, the broker's format
+    acl_enable: bool = False
+    # the accounts file; empty: plain_acl.yml beside the config file the name server was
+    # started from, else in the working directory
+    acl_plain_file: str = ""
+    acl_reload_interval: int = 5000  # ms between checks of the accounts file's mtime
     # connections (protocol/trio/limits.py), as the broker's keys
     server_channel_max_idle_time_seconds: int = 120
     frame_read_timeout_seconds: int = 30
@@ -74,6 +80,8 @@ class NamesrvConfig(PropertiesConfig):
     def validate(self) -> None:
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError("metricsPort must be 0 (off) or a port")
+        if self.acl_reload_interval <= 0:
+            raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")

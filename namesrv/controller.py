@@ -7,11 +7,14 @@ period scans again: nothing in the scan can stop the name server.
 from __future__ import annotations
 
 import gc
+from pathlib import Path
 from typing import Any
 
 import structlog
 import trio
 
+from broker.acl.guard import AclFile
+from namesrv.acl import guard_table
 from namesrv.config import NamesrvConfig
 from namesrv.kv_config import KVConfigManager
 from namesrv.metrics import namesrv_registry
@@ -27,8 +30,9 @@ log = structlog.get_logger("namesrv")
 
 
 class NamesrvController:
-    def __init__(self, config: NamesrvConfig) -> None:
+    def __init__(self, config: NamesrvConfig, config_file: str | Path | None = None) -> None:
         self.config = config
+        self.config_file = Path(config_file) if config_file is not None else None
         self.routes = RouteInfoManager(
             channel_expired_s=config.broker_channel_expired_time / 1000, deferred_removal=True)
         self._removal_wake = trio.Event()
@@ -41,8 +45,14 @@ class NamesrvController:
                                           order_message_enable=config.order_message_enable)
         self._kv_wake = trio.Event()
         self.processor.on_kv_change = lambda: self._kv_wake.set()
+        handlers = self.processor.handler_table()
+        # plain ACL (aclEnable): every served request is checked (namesrv/acl.py)
+        self.acl_file: AclFile | None = None
+        if config.acl_enable:
+            acl_file = self.acl_file = AclFile(self.acl_path())
+            handlers = guard_table(handlers, lambda: acl_file.config)
         self.server = RemotingServer(
-            self.processor.handler_table(),
+            handlers,
             config.listen_ip,
             config.listen_port,
             max_frame_size=config.max_frame_size,
@@ -60,6 +70,14 @@ class NamesrvController:
         self._scan_guard = Guard(log, "scan not active broker")
         self._kv_guard = Guard(log, "persist KV config")
 
+    def acl_path(self) -> Path:
+        """aclPlainFile, or plain_acl.yml beside the config file (else in the working dir)."""
+        if self.config.acl_plain_file:
+            return Path(self.config.acl_plain_file)
+        if self.config_file is not None:
+            return self.config_file.parent / "plain_acl.yml"
+        return Path("plain_acl.yml")
+
     @property
     def port(self) -> int:
         return self.server.port
@@ -69,6 +87,8 @@ class NamesrvController:
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled. Reports the bound port once listening."""
+        if self.acl_file is not None:
+            await trio.to_thread.run_sync(self.acl_file.load_at_start)
         await trio.to_thread.run_sync(self.kv.load)
         async with trio.open_nursery() as nursery:
             port = await nursery.start(self.server.serve)
@@ -79,6 +99,8 @@ class NamesrvController:
             gc.freeze()
             nursery.start_soon(self.scan_loop)
             nursery.start_soon(self.removal_loop)
+            if self.acl_file is not None:
+                nursery.start_soon(self.acl_file.watch, self.config.acl_reload_interval / 1000)
             if self.kv.path is not None:
                 nursery.start_soon(self.kv_persist_loop)
             if self.metrics_server is not None:
