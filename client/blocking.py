@@ -17,6 +17,10 @@ most ``consume_thread_max`` at once), so it may block. So are a
 TransactionProducer's listener methods: ``execute_local_transaction`` runs in
 the thread that called ``send_message_in_transaction``,
 ``check_local_transaction`` in worker threads (at most ``check_workers``).
+
+Every class takes the async classes' security keywords: ``credentials`` (or
+``access_key``/``secret_key``) to sign requests for brokers with ACL, and
+``use_tls``, ``tls_ca_path``, ``tls_cert_path``, ``tls_key_path`` for TLS.
 """
 
 from __future__ import annotations
@@ -167,6 +171,13 @@ class Producer(_BlockingClient):
         async_send_workers: int = 64,
         async_send_backlog: int = 10_000,
         metrics: ClientMetrics | None = None,
+        credentials: AclCredentials | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        use_tls: bool = False,
+        tls_ca_path: str | None = None,
+        tls_cert_path: str | None = None,
+        tls_key_path: str | None = None,
     ) -> None:
         super().__init__()
         self._impl = self._producer = AsyncProducer(
@@ -180,6 +191,13 @@ class Producer(_BlockingClient):
             async_send_workers=async_send_workers,
             async_send_backlog=async_send_backlog,
             metrics=metrics,
+            credentials=credentials,
+            access_key=access_key,
+            secret_key=secret_key,
+            use_tls=use_tls,
+            tls_ca_path=tls_ca_path,
+            tls_cert_path=tls_cert_path,
+            tls_key_path=tls_key_path,
         )
 
     @property
@@ -324,6 +342,12 @@ class PullConsumer(_BlockingClient):
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
         credentials: AclCredentials | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        use_tls: bool = False,
+        tls_ca_path: str | None = None,
+        tls_cert_path: str | None = None,
+        tls_key_path: str | None = None,
     ) -> None:
         super().__init__()
         self._impl = self._consumer = AsyncPullConsumer(
@@ -333,6 +357,12 @@ class PullConsumer(_BlockingClient):
             request_timeout=request_timeout,
             poll_name_server_interval=poll_name_server_interval,
             credentials=credentials,
+            access_key=access_key,
+            secret_key=secret_key,
+            use_tls=use_tls,
+            tls_ca_path=tls_ca_path,
+            tls_cert_path=tls_cert_path,
+            tls_key_path=tls_key_path,
         )
 
     @property

@@ -100,6 +100,11 @@ class SourceOptions:
     # ACL credentials (options accessKey/secretKey): the source's consumers sign requests
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
+    # TLS (options useTls, tlsCaPath, tlsCertPath, tlsKeyPath): the consumers connect over TLS
+    use_tls: bool = False
+    tls_ca_path: str | None = None
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
 
 
 def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
@@ -146,9 +151,22 @@ def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
     secret_key = opts.get("secretkey") or None
     if (access_key is None) != (secret_key is None):
         raise OptionError("options 'accessKey' and 'secretKey' go together")
+    use_tls = _bool(opts.get("usetls", "false"), "useTls")
+    tls_ca_path = opts.get("tlscapath", "").strip() or None
+    tls_cert_path = opts.get("tlscertpath", "").strip() or None
+    tls_key_path = opts.get("tlskeypath", "").strip() or None
+    if (tls_cert_path is None) != (tls_key_path is None):
+        raise OptionError("options 'tlsCertPath' and 'tlsKeyPath' go together")
+    if not use_tls and (tls_ca_path or tls_cert_path):
+        raise OptionError("options 'tlsCaPath', 'tlsCertPath' and 'tlsKeyPath' need "
+                          "useTls=true")
     return SourceOptions(
         access_key=access_key,
         secret_key=secret_key,
+        use_tls=use_tls,
+        tls_ca_path=tls_ca_path,
+        tls_cert_path=tls_cert_path,
+        tls_key_path=tls_key_path,
         namesrv=namesrv,
         topics=topics,
         consumer_group=group,

@@ -15,6 +15,19 @@ also records them as the consumer group's offsets on the brokers, so
 Against brokers with ``aclEnable=true``, the options ``accessKey`` and
 ``secretKey`` make the driver's and the executors' consumers sign their
 requests (the account needs SUB on the topics and the consumer group).
+
+Against daemons with ``tlsMode=enforcing`` (or to encrypt anyway), ``useTls``
+(true/false, default false) makes those consumers connect over TLS;
+``tlsCaPath`` is the CA the servers' certificates must chain to (default: the
+system's CAs), and ``tlsCertPath`` with ``tlsKeyPath`` a client certificate for
+servers with ``tls.server.need.client.auth``. The paths must exist on the
+driver and on every executor.
+
+Options (case-insensitive): ``namesrv`` (required), ``topic`` (one or a comma
+list, required), ``consumerGroup``, ``startingOffsets``, ``endingOffsets``
+(batch), ``maxOffsetsPerTrigger`` (streaming), ``failOnDataLoss``,
+``pullBatchSize``, ``subExpression``, ``accessKey``, ``secretKey``, ``useTls``,
+``tlsCaPath``, ``tlsCertPath``, ``tlsKeyPath``.
 """
 
 from __future__ import annotations
@@ -75,6 +88,32 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     range: QueueRange
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
+    use_tls: bool = False
+    tls_ca_path: str | None = None
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
+
+    def client_options(self) -> dict[str, Any]:
+        """The blocking PullConsumer's credentials and TLS keywords."""
+        return security(self.access_key, self.secret_key, self.use_tls, self.tls_ca_path,
+                        self.tls_cert_path, self.tls_key_path)
+
+
+def security(access_key: str | None, secret_key: str | None, use_tls: bool,
+             tls_ca_path: str | None, tls_cert_path: str | None,
+             tls_key_path: str | None) -> dict[str, Any]:
+    """Keyword arguments of the blocking PullConsumer from the source's options."""
+    return {"credentials": credentials(access_key, secret_key), "use_tls": use_tls,
+            "tls_ca_path": tls_ca_path, "tls_cert_path": tls_cert_path,
+            "tls_key_path": tls_key_path}
+
+
+def partition(opts: SourceOptions, r: QueueRange) -> RangePartition:
+    """The input partition reading ``r`` with the source's options."""
+    return RangePartition(opts.namesrv, opts.consumer_group, opts.sub_expression,
+                          opts.pull_batch_size, opts.fail_on_data_loss, r, opts.access_key,
+                          opts.secret_key, opts.use_tls, opts.tls_ca_path,
+                          opts.tls_cert_path, opts.tls_key_path)
 
 
 def credentials(access_key: str | None, secret_key: str | None) -> Any:
@@ -97,9 +136,10 @@ class _Brokers:
         if self._consumer is None:
             from client.blocking import PullConsumer
 
-            c = PullConsumer(self.opts.consumer_group, self.opts.namesrv,
-                             credentials=credentials(self.opts.access_key,
-                                                     self.opts.secret_key))
+            o = self.opts
+            c = PullConsumer(o.consumer_group, o.namesrv,
+                             **security(o.access_key, o.secret_key, o.use_tls, o.tls_ca_path,
+                                        o.tls_cert_path, o.tls_key_path))
             c.start()
             self._consumer = c
         return self._consumer
@@ -172,8 +212,7 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     def skipped(lo: int, hi: int) -> None:
         log.warning("skipping lost messages of %s %s from %d to %d", r.topic, key, lo, hi)
 
-    with PullConsumer(part.group, part.namesrv,
-                      credentials=credentials(part.access_key, part.secret_key)) as consumer:
+    with PullConsumer(part.group, part.namesrv, **part.client_options()) as consumer:
         start = moved(r.start, consumer.min_offset(mq))
         if start > r.start:
             skipped(r.start, start)
@@ -219,11 +258,7 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
                                                          opts.fail_on_data_loss)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [RangePartition(self.opts.namesrv, self.opts.consumer_group,
-                               self.opts.sub_expression, self.opts.pull_batch_size,
-                               self.opts.fail_on_data_loss, r, self.opts.access_key,
-                               self.opts.secret_key)
-                for r in plan_ranges(self.start, self.end)]
+        return [partition(self.opts, r) for r in plan_ranges(self.start, self.end)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, RangePartition)
@@ -287,10 +322,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     continue
                 r = QueueRange(r.topic, r.broker_name, r.queue_id, first, r.end)
             ranges.append(r)
-        return [RangePartition(self.opts.namesrv, self.opts.consumer_group,
-                               self.opts.sub_expression, self.opts.pull_batch_size,
-                               self.opts.fail_on_data_loss, r, self.opts.access_key,
-                               self.opts.secret_key) for r in ranges]
+        return [partition(self.opts, r) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, RangePartition)

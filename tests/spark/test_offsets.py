@@ -91,3 +91,46 @@ def test_limit_reads_exactly_min_of_limit_and_backlog(pairs: list[tuple[int, int
     taken = [end["A"][k] - start["A"][k] for k in start["A"]]
     assert all(0 <= t <= n for t, (_, n) in zip(taken, pairs, strict=True))
     assert sum(taken) == min(limit, sum(n for _, n in pairs))
+
+
+def test_tls_options() -> None:
+    base = {"namesrv": "h:1", "topic": "A"}
+    plain = parse_options(base, streaming=False)
+    assert plain.use_tls is False and plain.tls_ca_path is None and plain.tls_cert_path is None
+    o = parse_options({**base, "useTls": "TRUE", "tlsCaPath": " /ca.pem ",
+                       "TLSCERTPATH": "/c.pem", "tlsKeyPath": "/c.key"}, streaming=True)
+    assert (o.use_tls, o.tls_ca_path, o.tls_cert_path, o.tls_key_path) == \
+        (True, "/ca.pem", "/c.pem", "/c.key")
+    only_flag = parse_options({**base, "useTls": "true"}, streaming=False)
+    assert only_flag.use_tls and only_flag.tls_ca_path is None
+    assert parse_options({**base, "useTls": "false"}, streaming=False).use_tls is False
+    with pytest.raises(OptionError, match="useTls must be true or false"):
+        parse_options({**base, "useTls": "maybe"}, streaming=False)
+    with pytest.raises(OptionError, match="need useTls=true"):
+        parse_options({**base, "tlsCaPath": "/ca.pem"}, streaming=False)
+    with pytest.raises(OptionError, match="need useTls=true"):
+        parse_options({**base, "useTls": "false", "tlsCertPath": "/c.pem",
+                       "tlsKeyPath": "/c.key"}, streaming=False)
+    with pytest.raises(OptionError, match="'tlsCertPath' and 'tlsKeyPath' go together"):
+        parse_options({**base, "useTls": "true", "tlsCertPath": "/c.pem"}, streaming=False)
+    with pytest.raises(OptionError, match="'tlsCertPath' and 'tlsKeyPath' go together"):
+        parse_options({**base, "useTls": "true", "tlsKeyPath": "/c.key"}, streaming=False)
+
+
+def test_tls_and_credentials_reach_the_partitions_consumers() -> None:
+    pytest.importorskip("pyspark", reason="the source module needs pyspark")
+    from client.spark.source import partition
+
+    o = parse_options({"namesrv": "h:1", "topic": "A", "useTls": "true", "tlsCaPath": "/ca.pem",
+                       "tlsCertPath": "/c.pem", "tlsKeyPath": "/c.key", "accessKey": "ak1234",
+                       "secretKey": "sk1234"}, streaming=False)
+    part = partition(o, QueueRange("A", "b", 0, 0, 5))
+    kwargs = part.client_options()
+    assert kwargs["use_tls"] is True and kwargs["tls_ca_path"] == "/ca.pem"
+    assert (kwargs["tls_cert_path"], kwargs["tls_key_path"]) == ("/c.pem", "/c.key")
+    assert (kwargs["credentials"].access_key, kwargs["credentials"].secret_key) == \
+        ("ak1234", "sk1234")
+    plain = partition(parse_options({"namesrv": "h:1", "topic": "A"}, streaming=False),
+                      QueueRange("A", "b", 0, 0, 5)).client_options()
+    assert plain == {"credentials": None, "use_tls": False, "tls_ca_path": None,
+                     "tls_cert_path": None, "tls_key_path": None}
