@@ -168,6 +168,8 @@ class BrokerController:
         # triggers a registration); until then no HA address is advertised.
         self.ha_listen_port: int | None = None
         self.ha_service = HAService(config, self.message_store)
+        if self.acl_file is not None:  # a slave's HA hello: signed by an admin account
+            self.ha_service.acl_config = lambda: acl_file.config
         self.slave_synchronize = SlaveSynchronize(
             self, lambda: self.outer_api.master_addr if self.outer_api else None)
         if not config.is_slave:  # new commit-log data wakes the writers to the slaves

@@ -25,7 +25,10 @@ a slow or frozen slave never slows sends to an ASYNC_MASTER.
 
 from __future__ import annotations
 
-from typing import Any
+import secrets
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -36,10 +39,16 @@ from broker.store.ha.ha_client import HAClient
 from broker.store.ha.ha_connection import HAConnection, is_slave_ok, push_to_slave_max_offset
 from broker.store.ha.transfer import (
     HAProtocolError,
+    HelloCheck,
+    HelloDecoder,
+    NonceCache,
     ReportDecoder,
     TransferDecoder,
+    check_hello,
+    encode_hello,
     encode_report,
     encode_transfer,
+    make_hello,
 )
 from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
@@ -51,7 +60,11 @@ from protocol.trio.server import peer_name
 from protocol.trio.service import Guard, describe
 from protocol.trio.tls import accept, connect
 
+if TYPE_CHECKING:
+    from broker.acl.plain import AclConfig
+
 RECEIVE_CHUNK = 256 * 1024
+HELLO_TIMEOUT = 10.0  # s a new slave connection has to send its hello
 SEND_COALESCE = 256 * 1024  # bytes of transfers gathered into one send
 RECONNECT_BACKOFF = 1.0
 # what a network or a peer can do to an HA connection: logged without a traceback
@@ -84,6 +97,10 @@ class HAService:
         self.client: HAClient | None = None  # a slave's current connection
         self._appended = trio.Event()  # set by a slave's reader after an append
         self.port: int | None = None
+        # a master with aclEnable: the accounts in force (set by the controller); a
+        # slave's hello must then be signed by an admin account
+        self.acl_config: Callable[[], AclConfig | None] | None = None
+        self._nonces = NonceCache()
 
     # ---- used by the send path and the controller -------------------------------------
 
@@ -150,6 +167,13 @@ class HAService:
                               max_frame_size=0, answer_plain=False)
         if stream is None:
             return
+        try:
+            rest = await self._receive_hello(stream, peer)
+        except Exception as exc:
+            self.log.warning("HA connection refused", slave=peer, error=describe(exc))
+            with trio.move_on_after(1):
+                await stream.aclose()
+            return
         conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
                             self.heartbeat, self.housekeeping)
         conn.connected(trio.current_time())
@@ -157,7 +181,8 @@ class HAService:
         self.log.info("slave connected", slave=peer)
         try:
             async with stream, trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_reports, conn, stream, nursery.cancel_scope)
+                nursery.start_soon(self._read_reports, conn, stream, nursery.cancel_scope,
+                                   rest)
                 nursery.start_soon(self._write_transfers, conn, stream)
         except Exception as exc:
             self.log.warning("slave connection closed", slave=peer, error=describe(exc))
@@ -165,12 +190,53 @@ class HAService:
             self.connections.discard(conn)
             self.log.info("slave disconnected", slave=peer, acked_offset=conn.acked_offset)
 
+    def _admin_secret(self) -> Callable[[str], str | None] | None:
+        """With aclEnable: an admin account's secret by access key (None: no such admin)."""
+        if self.acl_config is None:
+            return None
+        acl = self.acl_config()
+
+        def secret(key: str) -> str | None:
+            account = acl.accounts.get(key) if acl is not None else None
+            return account.secret_key if account is not None and account.admin else None
+        return secret
+
+    async def _receive_hello(self, stream: trio.abc.Stream, peer: str) -> bytes:
+        """The slave's hello, within HELLO_TIMEOUT; HAProtocolError when refused.
+        Returns the bytes that followed it (the first reports)."""
+        decoder = HelloDecoder()
+        with trio.move_on_after(min(HELLO_TIMEOUT, self.housekeeping)):
+            while True:
+                data = await stream.receive_some(RECEIVE_CHUNK)
+                if not data:
+                    raise HAProtocolError("closed before its hello")
+                got = decoder.feed(data)
+                if got is None:
+                    continue
+                hello, rest = got
+                now_ms = int(time.time() * 1000)
+                check = HelloCheck(self.config.broker_name, self.config.broker_cluster_name)
+                refused = check_hello(hello, check, now_ms, self._admin_secret())
+                if refused is None and not self._nonces.accept(hello.fields["nonce"], now_ms):
+                    refused = "hello replayed (its nonce was seen already)"
+                if refused is not None:
+                    raise HAProtocolError(refused)
+                self.log.info("slave hello accepted", slave=peer,
+                              access_key=hello.access_key)
+                return rest
+        raise HAProtocolError(f"no hello within {min(HELLO_TIMEOUT, self.housekeeping):.0f}s")
+
     async def _read_reports(self, conn: HAConnection, stream: trio.abc.Stream,
-                            scope: trio.CancelScope) -> None:
+                            scope: trio.CancelScope, first: bytes = b"") -> None:
         decoder = ReportDecoder()
+        pending = first
+        data: bytes | bytearray
         while True:
             with trio.move_on_after(self.housekeeping):
-                data = await stream.receive_some(RECEIVE_CHUNK)
+                if pending:
+                    data, pending = pending, b""
+                else:
+                    data = await stream.receive_some(RECEIVE_CHUNK)
                 if not data:
                     scope.cancel()
                     return
@@ -243,6 +309,12 @@ class HAService:
                 stream = await connect(sock, self._tls_client, addr, 3)
             except RemotingConnectError as exc:
                 raise ConnectionError(str(exc)) from exc
+        cred = self.config.broker_credentials()
+        hello = make_hello(self.config.broker_name, self.config.broker_cluster_name,
+                           int(time.time() * 1000), secrets.token_hex(12),
+                           cred.access_key if cred else None, cred.secret_key if cred else None)
+        with trio.fail_after(3):
+            await stream.send_all(encode_hello(hello))
         client = self.client = HAClient(self.store, self.heartbeat, self.housekeeping,
                                         self.config.maped_file_size_commit_log)
         client.connected(trio.current_time())

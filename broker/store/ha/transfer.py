@@ -1,6 +1,7 @@
 """The HA wire: bytes only, sans-IO like protocol/frame.py.
 
-Slave to master, a report: the slave's max commit-log offset.
+Slave to master, first a hello (see ``encode_hello`` below), then reports.
+A report: the slave's max commit-log offset.
 
     +---------------------+
     | offset (8, BE, i64) |
@@ -22,8 +23,12 @@ stream is lost. The maximum bounds what a peer can make us buffer.
 
 from __future__ import annotations
 
+import json
 import struct
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
+from protocol.acl import ACCESS_KEY, sign_fields, verify
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 
 REPORT = struct.Struct(">q")  # the slave's max commit-log offset
@@ -140,3 +145,173 @@ class ReportDecoder(_Decoder):
             pos += size
         self._compact(pos)
         return out
+
+
+# ---- the slave's hello ---------------------------------------------------------------
+#
+# The first bytes a slave sends on a new HA connection, before any report:
+#
+#     +-------------+-------------+---------------------+----------------------------+
+#     | magic "RMQH"| version (1) | length (2, BE, u16) | JSON object (length bytes) |
+#     +-------------+-------------+---------------------+----------------------------+
+#
+# The object's values are strings: brokerName, clusterName (the broker group the
+# slave follows), timestamp (ms since the epoch, the slave's clock), nonce, and,
+# when the slave has brokerAccessKey, AccessKey and Signature: RocketMQ's request
+# signature (protocol/acl.py) over the other fields, so a master with aclEnable can
+# check the account (an admin one). The timestamp bounds a captured hello's replay
+# (accepted within ``HELLO_MAX_SKEW_MS``), the nonce makes each hello distinct.
+
+HELLO_MAGIC = b"RMQH"
+HELLO_VERSION = 1
+HELLO_HEADER = struct.Struct(">4sBH")
+HELLO_MAX_SIZE = 4096  # bytes of the JSON object
+HELLO_MAX_SKEW_MS = 60_000  # a hello older or newer than this is refused
+_HELLO_FIELDS = ("brokerName", "clusterName", "timestamp", "nonce")
+
+
+@dataclass(frozen=True)
+class Hello:
+    """What a slave says on connecting (see above); ``fields`` are the signed ones."""
+
+    fields: Mapping[str, str]
+
+    @property
+    def broker_name(self) -> str:
+        return self.fields["brokerName"]
+
+    @property
+    def cluster_name(self) -> str:
+        return self.fields["clusterName"]
+
+    @property
+    def timestamp_ms(self) -> int:
+        return int(self.fields["timestamp"])
+
+    @property
+    def access_key(self) -> str | None:
+        return self.fields.get(ACCESS_KEY)
+
+
+def make_hello(broker_name: str, cluster_name: str, now_ms: int, nonce: str,
+               access_key: str | None = None, secret_key: str | None = None) -> Hello:
+    fields: dict[str, str] = {"brokerName": broker_name, "clusterName": cluster_name,
+                              "timestamp": str(now_ms), "nonce": nonce}
+    if access_key:
+        signed = sign_fields(fields, None, access_key, secret_key or "")
+        fields = {k: str(v) for k, v in signed.items()}
+    return Hello(fields)
+
+
+def encode_hello(hello: Hello) -> bytes:
+    payload = json.dumps(dict(hello.fields), separators=(",", ":")).encode("utf-8")
+    if len(payload) > HELLO_MAX_SIZE:
+        raise LocalProtocolError(f"hello of {len(payload)} bytes exceeds {HELLO_MAX_SIZE}")
+    return HELLO_HEADER.pack(HELLO_MAGIC, HELLO_VERSION, len(payload)) + payload
+
+
+class HelloDecoder:
+    """The hello, from any split of the stream: ``feed`` returns (Hello, the bytes
+    after it) once complete, else None. HAProtocolError for anything else."""
+
+    __slots__ = ("_buf", "done")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+        self.done = False
+
+    def feed(self, data: bytes | bytearray | memoryview) -> tuple[Hello, bytes] | None:
+        if self.done:
+            raise HAProtocolError("hello already decoded")
+        self._buf += data
+        buf = self._buf
+        head = HELLO_HEADER.size
+        if len(buf) >= len(HELLO_MAGIC) and bytes(buf[:len(HELLO_MAGIC)]) != HELLO_MAGIC:
+            raise HAProtocolError("no hello: the slave must start with a signed hello "
+                                  "naming its broker group (an older slave?)")
+        if len(buf) < head:
+            return None
+        _magic, version, size = HELLO_HEADER.unpack_from(buf)
+        if version != HELLO_VERSION:
+            raise HAProtocolError(f"hello version {version} not understood "
+                                  f"(this master speaks {HELLO_VERSION})")
+        if size > HELLO_MAX_SIZE:
+            raise HAProtocolError(f"hello of {size} bytes exceeds {HELLO_MAX_SIZE}")
+        if len(buf) < head + size:
+            return None
+        self.done = True
+        rest = bytes(buf[head + size:])
+        hello = decode_hello_payload(bytes(buf[head:head + size]))
+        self._buf = bytearray()
+        return hello, rest
+
+
+def decode_hello_payload(payload: bytes) -> Hello:
+    try:
+        raw = json.loads(payload.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise HAProtocolError("hello is not a JSON object") from None
+    if not isinstance(raw, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
+        raise HAProtocolError("hello must be a JSON object of strings")
+    missing = [f for f in _HELLO_FIELDS if not raw.get(f)]
+    if missing:
+        raise HAProtocolError(f"hello without {', '.join(missing)}")
+    if not raw["timestamp"].isdigit() or len(raw["timestamp"]) > 18:
+        raise HAProtocolError("hello timestamp must be milliseconds since the epoch")
+    return Hello(raw)
+
+
+@dataclass(frozen=True)
+class HelloCheck:
+    """The master's side: which broker group, which accounts (None: ACL off)."""
+
+    broker_name: str
+    cluster_name: str
+    max_skew_ms: int = HELLO_MAX_SKEW_MS
+
+
+def check_hello(hello: Hello, check: HelloCheck, now_ms: int,
+                admin_secret: Callable[[str], str | None] | None) -> str | None:
+    """Why ``hello`` is refused, or None. ``admin_secret(access_key)`` is the secret
+    of an admin account of the master's ACL, None for no such account; with
+    ``admin_secret`` None (no aclEnable) the signature is not required."""
+    if hello.broker_name != check.broker_name or hello.cluster_name != check.cluster_name:
+        return (f"hello for broker group {hello.cluster_name}/{hello.broker_name}, this master "
+                f"is {check.cluster_name}/{check.broker_name}")
+    if abs(now_ms - hello.timestamp_ms) > check.max_skew_ms:
+        return (f"hello timestamp {hello.timestamp_ms} is more than {check.max_skew_ms} ms from "
+                f"the master's clock {now_ms} (a replay, or clocks apart)")
+    if admin_secret is None:
+        return None
+    key = hello.access_key
+    if not key:
+        return "aclEnable: the hello must be signed (brokerAccessKey/brokerSecretKey)"
+    secret = admin_secret(key)
+    if secret is None:
+        return f"accessKey={key} is not an admin account of this master's ACL"
+    if not verify(hello.fields, None, secret):
+        return f"hello signature check failed for accessKey={key}"
+    return None
+
+
+class NonceCache:
+    """Nonces of accepted hellos within the skew window: the same hello twice is a replay."""
+
+    __slots__ = ("_seen", "max_entries", "window_ms")
+
+    def __init__(self, window_ms: int = 2 * HELLO_MAX_SKEW_MS, max_entries: int = 4096) -> None:
+        self._seen: dict[str, int] = {}
+        self.window_ms = window_ms
+        self.max_entries = max_entries
+
+    def accept(self, nonce: str, now_ms: int) -> bool:
+        """False when ``nonce`` was seen within the window (a replay)."""
+        if len(self._seen) >= self.max_entries or nonce in self._seen:
+            self._seen = {n: t for n, t in self._seen.items() if now_ms - t <= self.window_ms}
+        if nonce in self._seen:
+            return False
+        if len(self._seen) >= self.max_entries:
+            return False  # flooded with fresh hellos: refuse rather than forget
+        self._seen[nonce] = now_ms
+        return True
