@@ -185,7 +185,8 @@ class HAService:
                                    rest)
                 nursery.start_soon(self._write_transfers, conn, stream)
         except Exception as exc:
-            self.log.warning("slave connection closed", slave=peer, error=describe(exc))
+            self.log.warning("slave connection closed", slave=peer,
+                             error=describe(first_leaf(exc)))
         finally:
             self.connections.discard(conn)
             self.log.info("slave disconnected", slave=peer, acked_offset=conn.acked_offset)
