@@ -290,17 +290,17 @@ class BrokerConfig(PropertiesConfig):
                 f"{self.broker_role.value}: a master has brokerId 0, a slave brokerRole SLAVE"
             )
 
-    def _validate_ha(self) -> None:
-        if self.acl_reload_interval <= 0:
-            raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
-        if bool(self.broker_access_key) != bool(self.broker_secret_key):
-            raise ConfigError("brokerAccessKey and brokerSecretKey go together: set both or neither")
-
     def broker_credentials(self) -> BrokerCredentials | None:
         """brokerAccessKey/brokerSecretKey as RemotingClient(credentials=...) takes them."""
         if not self.broker_access_key:
             return None
         return BrokerCredentials(self.broker_access_key, self.broker_secret_key)
+
+    def _validate_ha(self) -> None:
+        if self.acl_reload_interval <= 0:
+            raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
+        if bool(self.broker_access_key) != bool(self.broker_secret_key):
+            raise ConfigError("brokerAccessKey and brokerSecretKey go together: set both or neither")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError("metricsPort must be 0 (off) or a port")
         if not 0 <= self.ha_listen_port <= 65535:
