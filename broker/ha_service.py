@@ -101,6 +101,7 @@ class HAService:
         # slave's hello must then be signed by an admin account
         self.acl_config: Callable[[], AclConfig | None] | None = None
         self._nonces = NonceCache()
+        self._refusals = Guard(self.log, "HA accept")
 
     # ---- used by the send path and the controller -------------------------------------
 
@@ -170,7 +171,10 @@ class HAService:
         try:
             rest = await self._receive_hello(stream, peer)
         except Exception as exc:
-            self.log.warning("HA connection refused", slave=peer, error=describe(exc))
+            # anyone reaching the port can repeat this: rate-limited per host and reason
+            reason = describe(first_leaf(exc))
+            self._refusals.note("HA connection refused", (peer.rpartition(":")[0], reason),
+                                slave=peer, error=reason)
             with trio.move_on_after(1):
                 await stream.aclose()
             return
