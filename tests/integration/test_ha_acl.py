@@ -124,6 +124,11 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
             slave.thaw()
         # the real slave is still accepted afterwards
         await wait_for(replicated, TIMEOUT, "the thawed slave acknowledging sends")
+    # a connection stuck in its hello (the magic, then nothing) is dropped after 10 s
+    t0 = trio.current_time()
+    assert await dropped(ha_port, b"RMQH")
+    assert trio.current_time() - t0 >= 9.5
+    assert "no hello within" in master.log_text()
 
 
 async def _has_topic(slave: Daemon) -> bool:
