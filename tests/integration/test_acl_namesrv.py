@@ -95,6 +95,13 @@ async def test_namesrv_acl(cluster: Cluster, tmp_path: Path) -> None:
         await wait_for(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
     n = ns.addr
 
+    # a broker without brokerAccessKey cannot register (its routes never appear)
+    cluster.broker("broker-unsigned", n)
+    await wait_for(lambda: _logged(ns.log_text, "code=103"), TIMEOUT,
+                   "the unsigned registration refused")
+    async with MQAdmin(n, credentials=READER) as admin:
+        assert "broker-unsigned" not in str(await admin.cluster_info())
+
     # unsigned: every write and the look-up refused, on one connection that stays usable
     async with RemotingClient() as rc:
         for what, cmd in [*writes(), ("route", route_request())]:
