@@ -186,12 +186,15 @@ async def test_acl_admin_commands(cluster: Cluster, tmp_path: Path) -> None:
 async def test_slave_follows_master_acl_file(cluster: Cluster, tmp_path: Path) -> None:
     master_acl = tmp_path / "master_acl.yml"
     slave_acl = tmp_path / "slave_acl.yml"
-    # the slave's metadata sync is unsigned: the master trusts 127.0.0.1
-    master_acl.write_text(acl_text(white="127.0.0.1"))
-    slave_acl.write_text(acl_text(white="10.254.254.254"))
+    # no white address: the slave signs its metadata sync and its HA hello with its
+    # own account (brokerAccessKey, an admin of the master's file)
+    master_acl.write_text(acl_text())
+    slave_acl.write_text(acl_text(white="10.254.254.253"))
     ns = cluster.namesrv()
     common: dict[str, object] = {"aclEnable": "true", "aclReloadInterval": NO_RELOAD,
-                                 "slaveSyncInterval": 300, "brokerName": "broker-acl-ha"}
+                                 "slaveSyncInterval": 300, "brokerName": "broker-acl-ha",
+                                 "brokerAccessKey": ADMIN.access_key,
+                                 "brokerSecretKey": ADMIN.secret_key}
     master = cluster.broker("broker-acl-m", ns.addr, aclPlainFile=master_acl, **common)
     cluster.broker("broker-acl-s", ns.addr, aclPlainFile=slave_acl, brokerId=1,
                    brokerRole="SLAVE", **common)
@@ -217,7 +220,11 @@ async def test_slave_follows_master_acl_file(cluster: Cluster, tmp_path: Path) -
     await wait_for(lambda: slave_has(NEW.access_key, True), 20, "the slave's file copied")
     assert parse_plain_acl(slave_acl.read_text()).accounts[NEW.access_key].secret_key == \
         NEW.secret_key
-    assert slave_doc()["globalWhiteRemoteAddresses"] == ["127.0.0.1"]
+    assert slave_doc()["globalWhiteRemoteAddresses"] == ["10.254.254.254"]
+    async def hello_accepted() -> bool:
+        return "slave hello accepted" in master.log_text()
+
+    await wait_for(hello_accepted, 20, "the slave's signed HA hello")  # replication signed too
 
     await mqadmin("deleteAccessConfig", "-n", ns.addr, "-b", master.addr, "-a", NEW.access_key)
     await wait_for(lambda: slave_has(NEW.access_key, False), 20, "the deletion copied")
