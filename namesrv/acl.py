@@ -76,7 +76,14 @@ def decide_request(config: AclConfig | None, conn: Any, cmd: RemotingCommand) ->
                   lambda secret: verify(fields, body, secret))
 
 
-def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision) -> RemotingCommand | None:
+# called with (request code, Decision.reason) on each refusal (the name server's metrics)
+OnRefusal = Callable[[int, str], None]
+
+
+def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision,
+             on_refusal: OnRefusal | None = None) -> RemotingCommand | None:
+    if on_refusal is not None:
+        on_refusal(cmd.code, decision.reason)
     log.warning("request refused by ACL", code=cmd.code,
                 access_key=(cmd.ext_fields or {}).get(ACCESS_KEY),
                 remote=getattr(conn, "remote_addr", "?"), reason=decision.reason,
@@ -86,31 +93,35 @@ def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision) -> RemotingCom
     return cmd.response(ResponseCode.NO_PERMISSION, decision.remark)
 
 
-def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None]) -> HandlerTable:
-    """A new table whose handlers first ask ``decide`` with ``config()``."""
+def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],
+                on_refusal: OnRefusal | None = None) -> HandlerTable:
+    """A new table whose handlers first ask ``decide`` with ``config()``;
+    ``on_refusal(code, reason)`` counts each refusal."""
     out = HandlerTable()
     for code, sync in table._sync.items():
-        out.register(code, _guard_sync(sync, config))
+        out.register(code, _guard_sync(sync, config, on_refusal))
     for code, async_ in table._async.items():
-        out.register(code, _guard_async(async_, config))
+        out.register(code, _guard_async(async_, config, on_refusal))
     return out
 
 
 def _guard_sync(handler: Callable[..., RemotingCommand | None],
-                config: Callable[[], AclConfig | None]) -> Callable[..., RemotingCommand | None]:
+                config: Callable[[], AclConfig | None],
+                on_refusal: OnRefusal | None) -> Callable[..., RemotingCommand | None]:
     def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         decision = decide_request(config(), conn, cmd)
         if not decision.allowed:
-            return _refusal(conn, cmd, decision)
+            return _refusal(conn, cmd, decision, on_refusal)
         return handler(conn, cmd)
     return guarded
 
 
 def _guard_async(handler: Callable[..., Any],
-                 config: Callable[[], AclConfig | None]) -> Callable[..., Any]:
+                 config: Callable[[], AclConfig | None],
+                 on_refusal: OnRefusal | None) -> Callable[..., Any]:
     async def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         decision = decide_request(config(), conn, cmd)
         if not decision.allowed:
-            return _refusal(conn, cmd, decision)
+            return _refusal(conn, cmd, decision, on_refusal)
         return await handler(conn, cmd)  # type: ignore[no-any-return]
     return guarded

@@ -50,7 +50,8 @@ class NamesrvController:
         self.acl_file: AclFile | None = None
         if config.acl_enable:
             acl_file = self.acl_file = AclFile(self.acl_path())
-            handlers = guard_table(handlers, lambda: acl_file.config)
+            handlers = guard_table(handlers, lambda: acl_file.config,
+                                   self.processor.record_acl_refusal)
         self.server = RemotingServer(
             handlers,
             config.listen_ip,

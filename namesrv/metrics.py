@@ -4,7 +4,10 @@
 - ``rocketmq_namesrv_topics``: topics with routes;
 - ``rocketmq_namesrv_registrations_total``: REGISTER_BROKER requests applied;
 - ``rocketmq_namesrv_route_lookups_total{result}``: GET_ROUTEINFO_BY_TOPIC
-  answered, ``result`` "found" or "not_found".
+  answered, ``result`` "found" or "not_found";
+- ``rocketmq_namesrv_acl_refusals_total{code, reason}``: requests refused by the
+  ACL (aclEnable), by request code and reason (no_access_key, unknown_account,
+  signature, admin, permission, not_loaded).
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ class NamesrvCollector(Collector):
         lookups.add_metric(["found"], p.route_lookups - p.route_lookups_missed)
         lookups.add_metric(["not_found"], p.route_lookups_missed)
         yield lookups
+        refusals = CounterMetricFamily("rocketmq_namesrv_acl_refusals",
+                                       "Requests refused by the ACL (aclEnable)",
+                                       labels=["code", "reason"])
+        for (code, reason), count in sorted(p.acl_refusals.items()):
+            refusals.add_metric([str(code), reason], count)
+        yield refusals
 
 
 def namesrv_registry(routes: RouteInfoManager, processor: NamesrvProcessor) -> CollectorRegistry:

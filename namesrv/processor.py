@@ -222,8 +222,14 @@ class NamesrvProcessor:
         self.registrations = 0  # REGISTER_BROKER applied
         self.route_lookups = 0  # GET_ROUTEINFO_BY_TOPIC answered
         self.route_lookups_missed = 0  # ... with TOPIC_NOT_EXIST
+        # requests refused by the ACL (aclEnable), by (request code, reason)
+        self.acl_refusals: dict[tuple[int, str], int] = {}
         self._gc_holds = 0
         self._gc_was_enabled = True
+
+    def record_acl_refusal(self, code: int, reason: str) -> None:
+        key = (code, reason)
+        self.acl_refusals[key] = self.acl_refusals.get(key, 0) + 1
 
     def handler_table(self) -> HandlerTable:
         table = HandlerTable()

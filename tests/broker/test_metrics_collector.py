@@ -83,3 +83,32 @@ def test_namesrv_collector() -> None:
     assert samples[("rocketmq_namesrv_registrations_total", ())] == 3
     assert samples[("rocketmq_namesrv_route_lookups_total", (("result", "found"),))] == 5
     assert samples[("rocketmq_namesrv_route_lookups_total", (("result", "not_found"),))] == 2
+
+
+def test_namesrv_collector_counts_acl_refusals() -> None:
+    from broker.acl.plain import parse_plain_acl
+    from namesrv.acl import guard_table
+    from protocol.codes import RequestCode, ResponseCode
+    from protocol.command import RemotingCommand
+    from protocol.trio.connection import HandlerTable
+
+    routes = RouteInfoManager()
+    processor = NamesrvProcessor(routes, lambda: 0.0)
+    table = HandlerTable()
+    table.register(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                   lambda conn, cmd: cmd.response(ResponseCode.SUCCESS))
+    config = parse_plain_acl("accounts:\n  - accessKey: reader1\n    secretKey: '12345678'\n")
+    guarded = guard_table(table, lambda: config, processor.record_acl_refusal)
+    handler = guarded._sync[RequestCode.GET_ROUTEINFO_BY_TOPIC]
+
+    class Conn:
+        remote_addr = "10.1.2.3:4567"
+
+    for _ in range(2):  # unsigned: refused twice
+        resp = handler(Conn(), RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                       {"topic": "T"}))
+        assert resp is not None and resp.code == ResponseCode.NO_PERMISSION
+    samples = parse(generate_latest(namesrv_registry(routes, processor)))
+    key = ("rocketmq_namesrv_acl_refusals_total",
+           (("code", str(int(RequestCode.GET_ROUTEINFO_BY_TOPIC))), ("reason", "no_access_key")))
+    assert samples[key] == 2
