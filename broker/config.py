@@ -23,8 +23,7 @@ from protocol.trio.tls import (
     ClientTls,
     ServerTls,
     TlsConfigError,
-    parse_client_auth,
-    parse_mode,
+    normalize_server_tls,
     server_tls_of,
 )
 
@@ -258,13 +257,9 @@ class BrokerConfig(PropertiesConfig):
 
     def _validate_tls(self) -> None:
         try:
-            self.tls_mode = parse_mode(self.tls_mode)
-            self.tls_server_need_client_auth = parse_client_auth(self.tls_server_need_client_auth)
+            normalize_server_tls(self)
         except TlsConfigError as exc:
             raise ConfigError(str(exc)) from exc
-        problem = self.server_tls().problem()
-        if problem is not None:
-            raise ConfigError(problem)
         if bool(self.tls_client_cert_path) != bool(self.tls_client_key_path):
             raise ConfigError("tls.client.certPath and tls.client.keyPath must be given together")
 

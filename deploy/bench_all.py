@@ -229,12 +229,13 @@ def accepts(port: int) -> bool:
         return False
 
 
-def route_has(namesrv: str, broker_addr: str) -> bool:
-    """Whether the name server routes TBW102 (auto-created topics) to ``broker_addr``."""
+def route_has(namesrv: str, broker_addr: str, **admin_kwargs: Any) -> bool:
+    """Whether the name server routes TBW102 (auto-created topics) to ``broker_addr``
+    (``admin_kwargs``: MQAdmin's credentials and TLS options, if the pair needs them)."""
     from client.admin import MQAdmin
 
     async def go() -> bool:
-        async with MQAdmin(namesrv, timeout=3.0) as admin:
+        async with MQAdmin(namesrv, timeout=3.0, **admin_kwargs) as admin:
             route = await admin.topic_route("TBW102")
         return any(broker_addr in bd.broker_addrs.values() for bd in route.broker_datas)
 
@@ -259,10 +260,14 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -
 @dataclass
 class Pair:
     """A name server and a broker with ``flush``, each its own process, store
-    and logs under ``root``."""
+    and logs under ``root``; ``namesrv_args`` and ``broker_options`` are added to
+    their command lines, ``admin_kwargs`` to the MQAdmin that waits for the route."""
 
     root: Path
     flush: str
+    namesrv_args: list[str] = field(default_factory=list)
+    broker_options: list[str] = field(default_factory=list)
+    admin_kwargs: dict[str, Any] = field(default_factory=dict)
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     namesrv_port: int = 0
     broker_port: int = 0
@@ -288,7 +293,7 @@ class Pair:
         self.root.mkdir(parents=True, exist_ok=True)
         self.namesrv_port = free_port()
         ns = self._spawn("namesrv", ["namesrv.cli", "--port", str(self.namesrv_port),
-                                     "--log-level", "WARNING"])
+                                     "--log-level", "WARNING", *self.namesrv_args])
         wait_until("name server listening", lambda: accepts(self.namesrv_port), timeout,
                    lambda: ns.poll() is None)
         self.broker_port = free_port()
@@ -298,7 +303,8 @@ class Pair:
         broker = self._spawn("broker", [
             "broker.cli", "-n", self.namesrv, "-o", f"listenPort={self.broker_port}",
             "-o", f"haListenPort={ha_port}", "-o", f"storePathRootDir={self.store}",
-            "-o", f"flushDiskType={self.flush}", "--log-level", "WARNING"])
+            "-o", f"flushDiskType={self.flush}", "--log-level", "WARNING",
+            *self.broker_options])
 
         def alive() -> bool:
             return broker.poll() is None
@@ -306,7 +312,7 @@ class Pair:
         wait_until("broker listening", lambda: accepts(self.broker_port), timeout, alive)
         addr = f"127.0.0.1:{self.broker_port}"
         wait_until("broker registered with the name server",
-                   lambda: route_has(self.namesrv, addr), timeout, alive)
+                   lambda: route_has(self.namesrv, addr, **self.admin_kwargs), timeout, alive)
         log.info("pair started", flush=self.flush, namesrv=self.namesrv, broker=addr)
 
     def stop(self) -> None:

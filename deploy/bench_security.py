@@ -22,26 +22,16 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 import structlog
-import trio
 
-from deploy.bench_all import (
-    START_TIMEOUT,
-    accepts,
-    free_port,
-    mqbench_argv,
-    parse_json_lines,
-    stop_process,
-    wait_until,
-)
+from deploy.bench_all import ASYNC, Pair, mqbench_argv, parse_json_lines
 from protocol.logs import configure_logging
 
 log = structlog.get_logger("bench_security")
@@ -71,7 +61,10 @@ class Setup:
 SETUPS = (Setup("off", False, False), Setup("acl", True, False), Setup("acl+tls", True, True))
 
 
-def make_certs(d: Path) -> tuple[Path, Path, Path]:
+Certs = tuple[Path, Path, Path]  # CA, server certificate, server key
+
+
+def make_certs(d: Path) -> Certs:
     """A CA and a server certificate for 127.0.0.1 (openssl). Returns (ca, cert, key)."""
     if shutil.which("openssl") is None:
         raise click.ClickException("openssl is needed for the ACL + TLS figures")
@@ -90,117 +83,54 @@ def make_certs(d: Path) -> tuple[Path, Path, Path]:
     return d / "ca.pem", d / "server.pem", d / "server.key"
 
 
-@dataclass
-class SecuredPair:
-    root: Path
-    setup: Setup
-    certs: tuple[Path, Path, Path] | None
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    namesrv_port: int = 0
-    broker_port: int = 0
-
-    @property
-    def namesrv(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
-
-    def tls_options(self) -> list[str]:
-        if not self.setup.tls:
-            return ["-o", "tlsMode=disabled"]
-        assert self.certs is not None
-        ca, cert, key = self.certs
-        return ["-o", "tlsMode=enforcing", "-o", f"tls.server.certPath={cert}",
-                "-o", f"tls.server.keyPath={key}"]
-
-    def client_flags(self) -> list[str]:
-        """mqbench's options (before the subcommand) for this setup."""
-        flags: list[str] = []
-        if self.setup.acl:
-            flags += ["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY]
-        if self.setup.tls:
-            assert self.certs is not None
-            flags += ["--tls", "--tls-ca", str(self.certs[0])]
-        return flags
-
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        with open(self.root / f"{name}.log", "ab") as out:
-            args = [*args, "--log-dir", str(self.root / "logs" / name), "--log-level", "WARNING"]
-            proc = subprocess.Popen([sys.executable, "-m", *args], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self.procs.append(proc)
-        return proc
-
-    def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        conf = self.root / "namesrv.properties"
-        conf.write_text("\n".join(o for o in self.tls_options() if o != "-o") + "\n")
-        self.namesrv_port = free_port()
-        ns = self._spawn("namesrv", ["namesrv.cli", "--port", str(self.namesrv_port),
-                                     "-c", str(conf)])
-        wait_until("name server listening", lambda: accepts(self.namesrv_port), START_TIMEOUT,
-                   lambda: ns.poll() is None)
-        self.broker_port = free_port()
-        ha_port = free_port()
-        while ha_port == self.broker_port:
-            ha_port = free_port()
-        options = ["-o", f"listenPort={self.broker_port}", "-o", f"haListenPort={ha_port}",
-                   "-o", f"storePathRootDir={self.root / 'store'}", *self.tls_options()]
-        if self.setup.tls:
-            assert self.certs is not None
-            options += ["-o", "tls.enable=true", "-o", f"tls.client.trustCertPath={self.certs[0]}"]
-        if self.setup.acl:
-            acl = self.root / "plain_acl.yml"
-            acl.write_text(PLAIN_ACL)
-            options += ["-o", "aclEnable=true", "-o", f"aclPlainFile={acl}"]
-        broker = self._spawn("broker", ["broker.cli", "-n", self.namesrv, *options])
-
-        def alive() -> bool:
-            return broker.poll() is None
-
-        wait_until("broker listening", lambda: accepts(self.broker_port), START_TIMEOUT, alive)
-        wait_until("broker registered with the name server", self.routed, START_TIMEOUT, alive)
-        log.info("pair started", setup=self.setup.name, namesrv=self.namesrv,
-                 broker=f"127.0.0.1:{self.broker_port}")
-
-    def routed(self) -> bool:
-        from client.admin import MQAdmin
-
-        addr = f"127.0.0.1:{self.broker_port}"
-        kw: dict[str, Any] = {}
-        if self.setup.acl:
-            kw.update(access_key=ACCESS_KEY, secret_key=SECRET_KEY)
-        if self.setup.tls:
-            assert self.certs is not None
-            kw.update(use_tls=True, tls_ca_path=str(self.certs[0]))
-
-        async def go() -> bool:
-            async with MQAdmin(self.namesrv, timeout=3.0, **kw) as admin:
-                route = await admin.topic_route("TBW102")
-            return any(addr in bd.broker_addrs.values() for bd in route.broker_datas)
-
-        try:
-            return trio.run(go)
-        except Exception:  # noqa: BLE001 - not yet
-            return False
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            stop_process(proc)
-        self.procs.clear()
-
-    def log_tail(self, chars: int = 2000) -> str:
-        parts = []
-        for name in ("namesrv", "broker"):
-            path = self.root / f"{name}.log"
-            if path.exists():
-                parts.append(f"--- {name}.log ---\n{path.read_text(errors='replace')[-chars:]}")
-        return "\n".join(parts)
+def tls_options(setup: Setup, certs: Certs | None) -> list[str]:
+    """A daemon's TLS keys for ``setup`` (as ``-o KEY=VALUE`` pairs)."""
+    if not setup.tls:
+        return ["-o", "tlsMode=disabled"]
+    assert certs is not None
+    ca, cert, key = certs
+    return ["-o", "tlsMode=enforcing", "-o", f"tls.server.certPath={cert}",
+            "-o", f"tls.server.keyPath={key}"]
 
 
-def run_mqbench(pair: SecuredPair, args: Sequence[str]) -> dict[str, Any]:
-    argv = [*mqbench_argv(), *pair.client_flags(), *args, "-n", pair.namesrv, "--json"]
-    shown = " ".join(["mqbench", *pair.client_flags(), *args])
-    log.info("running", setup=pair.setup.name, command=shown)
-    entry: dict[str, Any] = {"setup": pair.setup.name, "command": shown}
+def client_flags(setup: Setup, certs: Certs | None) -> list[str]:
+    """mqbench's options (before the subcommand) for ``setup``."""
+    flags: list[str] = []
+    if setup.acl:
+        flags += ["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY]
+    if setup.tls:
+        assert certs is not None
+        flags += ["--tls", "--tls-ca", str(certs[0])]
+    return flags
+
+
+def secured_pair(root: Path, setup: Setup, certs: Certs | None) -> Pair:
+    """An ASYNC_FLUSH pair (bench_all's) with ``setup``'s ACL and TLS settings."""
+    root.mkdir(parents=True, exist_ok=True)
+    tls = tls_options(setup, certs)
+    conf = root / "namesrv.properties"
+    conf.write_text("\n".join(o for o in tls if o != "-o") + "\n")
+    broker_options = list(tls)
+    admin_kwargs: dict[str, Any] = {}
+    if setup.tls:
+        assert certs is not None
+        broker_options += ["-o", "tls.enable=true", "-o", f"tls.client.trustCertPath={certs[0]}"]
+        admin_kwargs.update(use_tls=True, tls_ca_path=str(certs[0]))
+    if setup.acl:
+        acl = root / "plain_acl.yml"
+        acl.write_text(PLAIN_ACL)
+        broker_options += ["-o", "aclEnable=true", "-o", f"aclPlainFile={acl}"]
+        admin_kwargs.update(access_key=ACCESS_KEY, secret_key=SECRET_KEY)
+    return Pair(root, ASYNC, namesrv_args=["-c", str(conf)], broker_options=broker_options,
+                admin_kwargs=admin_kwargs)
+
+
+def run_mqbench(pair: Pair, setup: Setup, flags: Sequence[str], args: Sequence[str]
+                ) -> dict[str, Any]:
+    argv = [*mqbench_argv(), *flags, *args, "-n", pair.namesrv, "--json"]
+    shown = " ".join(["mqbench", *flags, *args])
+    log.info("running", setup=setup.name, command=shown)
+    entry: dict[str, Any] = {"setup": setup.name, "command": shown}
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=STEP_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -221,13 +151,14 @@ def run(count: int, single: int, tmp_dir: str | None) -> list[dict[str, Any]]:
     try:
         certs = make_certs(root / "certs")
         for setup in SETUPS:
-            pair = SecuredPair(root / setup.name.replace("+", "-"), setup,
-                               certs if setup.tls else None)
+            mine = certs if setup.tls else None
+            pair = secured_pair(root / setup.name.replace("+", "-"), setup, mine)
+            flags = client_flags(setup, mine)
             try:
                 pair.start()
-                batched = run_mqbench(pair, ["producer", "-t", "BenchSecTopic", "-s", "1024",
+                batched = run_mqbench(pair, setup, flags, ["producer", "-t", "BenchSecTopic", "-s", "1024",
                                              "-b", "32", "-w", "16", "-c", str(count)])
-                one = run_mqbench(pair, ["producer", "-t", "BenchSecSingle", "-s", "1024",
+                one = run_mqbench(pair, setup, flags, ["producer", "-t", "BenchSecSingle", "-s", "1024",
                                          "-b", "1", "-w", "1", "-c", str(single)])
                 out.append({"setup": setup.name, "batched": batched, "single": one})
             finally:

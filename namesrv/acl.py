@@ -22,13 +22,14 @@ from typing import Any
 
 import structlog
 
-from broker.acl.guard import NOT_LOADED, remote_host
+from broker.acl import guard
+from broker.acl.guard import NOT_LOADED, OnRefusal, remote_host
 from broker.acl.plain import NOT_ADMIN, AclConfig, Decision
 from broker.acl.plain import NOT_LOADED as NOT_LOADED_REASON
-from protocol.acl import ACCESS_KEY, verify
-from protocol.codes import RequestCode, ResponseCode
+from protocol.acl import verify
+from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
-from protocol.trio.connection import HandlerTable, RemotingConnection
+from protocol.trio.connection import HandlerTable
 
 log = structlog.get_logger("namesrv.acl")
 
@@ -76,52 +77,7 @@ def decide_request(config: AclConfig | None, conn: Any, cmd: RemotingCommand) ->
                   lambda secret: verify(fields, body, secret))
 
 
-# called with (request code, Decision.reason) on each refusal (the name server's metrics)
-OnRefusal = Callable[[int, str], None]
-
-
-def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision,
-             on_refusal: OnRefusal | None = None) -> RemotingCommand | None:
-    if on_refusal is not None:
-        on_refusal(cmd.code, decision.reason)
-    log.warning("request refused by ACL", code=cmd.code,
-                access_key=(cmd.ext_fields or {}).get(ACCESS_KEY),
-                remote=getattr(conn, "remote_addr", "?"), reason=decision.reason,
-                remark=decision.remark)
-    if cmd.is_oneway:
-        return None
-    return cmd.response(ResponseCode.NO_PERMISSION, decision.remark)
-
-
 def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],
                 on_refusal: OnRefusal | None = None) -> HandlerTable:
-    """A new table whose handlers first ask ``decide`` with ``config()``;
-    ``on_refusal(code, reason)`` counts each refusal."""
-    out = HandlerTable()
-    for code, sync in table._sync.items():
-        out.register(code, _guard_sync(sync, config, on_refusal))
-    for code, async_ in table._async.items():
-        out.register(code, _guard_async(async_, config, on_refusal))
-    return out
-
-
-def _guard_sync(handler: Callable[..., RemotingCommand | None],
-                config: Callable[[], AclConfig | None],
-                on_refusal: OnRefusal | None) -> Callable[..., RemotingCommand | None]:
-    def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
-        decision = decide_request(config(), conn, cmd)
-        if not decision.allowed:
-            return _refusal(conn, cmd, decision, on_refusal)
-        return handler(conn, cmd)
-    return guarded
-
-
-def _guard_async(handler: Callable[..., Any],
-                 config: Callable[[], AclConfig | None],
-                 on_refusal: OnRefusal | None) -> Callable[..., Any]:
-    async def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
-        decision = decide_request(config(), conn, cmd)
-        if not decision.allowed:
-            return _refusal(conn, cmd, decision, on_refusal)
-        return await handler(conn, cmd)  # type: ignore[no-any-return]
-    return guarded
+    """The broker's guard (broker.acl.guard) with the name server's ``decide``."""
+    return guard.guard_table(table, config, on_refusal, decide_fn=decide_request, logger=log)

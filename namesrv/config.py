@@ -11,8 +11,7 @@ from protocol.trio.limits import ConnectionLimits, limits_of
 from protocol.trio.tls import (
     ServerTls,
     TlsConfigError,
-    parse_client_auth,
-    parse_mode,
+    normalize_server_tls,
     server_tls_of,
 )
 
@@ -86,13 +85,9 @@ class NamesrvConfig(PropertiesConfig):
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")
         try:
-            self.tls_mode = parse_mode(self.tls_mode)
-            self.tls_server_need_client_auth = parse_client_auth(self.tls_server_need_client_auth)
+            normalize_server_tls(self)
         except TlsConfigError as exc:
             raise ConfigError(str(exc)) from exc
-        problem = self.server_tls().problem()
-        if problem is not None:
-            raise ConfigError(problem)
         for key in ("kv_config_max_namespaces", "kv_config_max_keys", "kv_config_max_chars"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key_of(key)} must not be negative")

@@ -56,52 +56,58 @@ def decide(config: AclConfig | None, conn: Any, cmd: RemotingCommand) -> Decisio
         lambda secret: verify(fields, body, secret))
 
 
-# called with (request code, Decision.reason) on each refusal (the broker's metrics)
+# called with (request code, Decision.reason) on each refusal (the daemon's metrics)
 OnRefusal = Callable[[int, str], None]
+# what a daemon asks of each request: (accounts in force, connection, request) -> Decision
+DecideFn = Callable[[AclConfig | None, Any, RemotingCommand], Decision]
 
 
 def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision,
-             on_refusal: OnRefusal | None = None) -> RemotingCommand | None:
+             on_refusal: OnRefusal | None, logger: Any) -> RemotingCommand | None:
     if on_refusal is not None:
         on_refusal(cmd.code, decision.reason)
-    log.warning("request refused by ACL", code=cmd.code,
-                access_key=(cmd.ext_fields or {}).get(ACCESS_KEY),
-                remote=getattr(conn, "remote_addr", "?"), remark=decision.remark)
+    logger.warning("request refused by ACL", code=cmd.code,
+                   access_key=(cmd.ext_fields or {}).get(ACCESS_KEY),
+                   remote=getattr(conn, "remote_addr", "?"), reason=decision.reason,
+                   remark=decision.remark)
     if cmd.is_oneway:
         return None
     return cmd.response(ResponseCode.NO_PERMISSION, decision.remark)
 
 
 def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],
-                on_refusal: OnRefusal | None = None) -> HandlerTable:
-    """A new table whose handlers first ask ``config()`` whether the request is
-    allowed; ``on_refusal(code, reason)`` counts each refusal."""
+                on_refusal: OnRefusal | None = None, *, decide_fn: DecideFn = decide,
+                logger: Any = log) -> HandlerTable:
+    """A new table whose handlers first ask ``decide_fn(config(), conn, cmd)``
+    whether the request is allowed (the broker's ``decide`` unless another daemon
+    gives its own); ``on_refusal(code, reason)`` counts each refusal, ``logger``
+    logs it."""
     out = HandlerTable()
     for code, sync in table._sync.items():
-        out.register(code, _guard_sync(sync, config, on_refusal))
+        out.register(code, _guard_sync(sync, config, on_refusal, decide_fn, logger))
     for code, async_ in table._async.items():
-        out.register(code, _guard_async(async_, config, on_refusal))
+        out.register(code, _guard_async(async_, config, on_refusal, decide_fn, logger))
     return out
 
 
 def _guard_sync(handler: Callable[..., RemotingCommand | None],
-                config: Callable[[], AclConfig | None],
-                on_refusal: OnRefusal | None = None) -> Callable[..., RemotingCommand | None]:
+                config: Callable[[], AclConfig | None], on_refusal: OnRefusal | None,
+                decide_fn: DecideFn, logger: Any) -> Callable[..., RemotingCommand | None]:
     def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
-        decision = decide(config(), conn, cmd)
+        decision = decide_fn(config(), conn, cmd)
         if not decision.allowed:
-            return _refusal(conn, cmd, decision, on_refusal)
+            return _refusal(conn, cmd, decision, on_refusal, logger)
         return handler(conn, cmd)
     return guarded
 
 
 def _guard_async(handler: Callable[..., Any],
-                 config: Callable[[], AclConfig | None],
-                 on_refusal: OnRefusal | None = None) -> Callable[..., Any]:
+                 config: Callable[[], AclConfig | None], on_refusal: OnRefusal | None,
+                 decide_fn: DecideFn, logger: Any) -> Callable[..., Any]:
     async def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
-        decision = decide(config(), conn, cmd)
+        decision = decide_fn(config(), conn, cmd)
         if not decision.allowed:
-            return _refusal(conn, cmd, decision, on_refusal)
+            return _refusal(conn, cmd, decision, on_refusal, logger)
         return await handler(conn, cmd)  # type: ignore[no-any-return]
     return guarded
 

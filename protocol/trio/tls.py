@@ -163,6 +163,18 @@ class ServerTlsKeys(Protocol):
     tls_server_need_client_auth: str
 
 
+def normalize_server_tls(config: ServerTlsKeys) -> ServerTls:
+    """Check a daemon's TLS keys, writing back the normalized mode and client-auth
+    value; returns its ServerTls. Raises TlsConfigError saying what cannot work."""
+    config.tls_mode = parse_mode(config.tls_mode)
+    config.tls_server_need_client_auth = parse_client_auth(config.tls_server_need_client_auth)
+    settings = server_tls_of(config)
+    problem = settings.problem()
+    if problem is not None:
+        raise TlsConfigError(problem)
+    return settings
+
+
 def server_tls_of(config: ServerTlsKeys) -> ServerTls:
     return ServerTls(mode=config.tls_mode, cert_path=config.tls_server_cert_path,
                      key_path=config.tls_server_key_path,

@@ -4,15 +4,12 @@ do, the file written atomically and in force at once, the refusal metrics."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import structlog
 import yaml
-from prometheus_client.exposition import generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from broker.acl.admin import AccessConfig, AclAdminError, AclDocument, AclVersion
 from broker.acl.admin_processor import AclAdminProcessor
@@ -25,9 +22,6 @@ from broker.acl.plain import (
     Perm,
     parse_plain_acl,
 )
-from broker.config import BrokerConfig
-from broker.controller import BrokerController
-from broker.metrics import broker_registry
 from protocol.acl import sign_fields
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -313,32 +307,3 @@ def test_guard_reports_refusal_reasons() -> None:
     assert seen == [(RequestCode.SEND_MESSAGE_V2, NO_ACCESS_KEY),
                     (RequestCode.SEND_MESSAGE_V2, BAD_SIGNATURE),
                     (RequestCode.SEND_MESSAGE_V2, NO_PERMISSION)]
-
-
-@pytest.fixture
-def controller(tmp_path: Path) -> Iterator[BrokerController]:
-    config = BrokerConfig(store_path_root_dir=str(tmp_path / "store"),
-                          maped_file_size_commit_log=1 << 20,
-                          maped_file_size_consume_queue=100 * 20, max_hash_slot_num=64,
-                          max_index_num=256)
-    c = BrokerController(config)
-    c._load()
-    try:
-        yield c
-    finally:
-        c._persist_and_close()
-
-
-def test_collector_counts_refusals(controller: BrokerController) -> None:
-    controller.stats.record_acl_refusal(RequestCode.SEND_MESSAGE_V2, NO_PERMISSION)
-    controller.stats.record_acl_refusal(RequestCode.SEND_MESSAGE_V2, NO_PERMISSION)
-    controller.stats.record_acl_refusal(RequestCode.UPDATE_AND_CREATE_TOPIC, "admin")
-    samples = {}
-    for fam in text_string_to_metric_families(generate_latest(broker_registry(controller))
-                                              .decode()):
-        for s in fam.samples:
-            if s.name == "rocketmq_acl_refusals_total":
-                samples[(s.labels["code"], s.labels["reason"])] = s.value
-    assert samples == {("310", "permission"): 2, ("17", "admin"): 1}
-
-

@@ -9,12 +9,14 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from broker.acl.plain import NO_PERMISSION as PERMISSION_REFUSED
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.metrics import broker_registry
 from namesrv.metrics import namesrv_registry
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
+from protocol.codes import RequestCode
 from protocol.route import TopicConfig
 
 
@@ -112,3 +114,16 @@ def test_namesrv_collector_counts_acl_refusals() -> None:
     key = ("rocketmq_namesrv_acl_refusals_total",
            (("code", str(int(RequestCode.GET_ROUTEINFO_BY_TOPIC))), ("reason", "no_access_key")))
     assert samples[key] == 2
+
+
+def test_collector_counts_refusals(controller: BrokerController) -> None:
+    controller.stats.record_acl_refusal(RequestCode.SEND_MESSAGE_V2, PERMISSION_REFUSED)
+    controller.stats.record_acl_refusal(RequestCode.SEND_MESSAGE_V2, PERMISSION_REFUSED)
+    controller.stats.record_acl_refusal(RequestCode.UPDATE_AND_CREATE_TOPIC, "admin")
+    samples = {}
+    for fam in text_string_to_metric_families(generate_latest(broker_registry(controller))
+                                              .decode()):
+        for s in fam.samples:
+            if s.name == "rocketmq_acl_refusals_total":
+                samples[(s.labels["code"], s.labels["reason"])] = s.value
+    assert samples == {("310", "permission"): 2, ("17", "admin"): 1}
