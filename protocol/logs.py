@@ -122,6 +122,128 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+_QUOTED = frozenset(" \t=\r\n\"'")
+_LEVEL_WIDTH = len("exception")  # ConsoleRenderer pads levels to its longest name
+_EVENT_WIDTH = 30  # and events to 30 characters
+_ABSENT = object()
+
+
+class ConsoleLines:
+    """structlog's ``ConsoleRenderer(colors=False)``, its lines character for
+    character, at a fraction of its cost for the events without a traceback
+    or stack (nearly all of them); those go to ConsoleRenderer itself."""
+
+    def __init__(self) -> None:
+        self.full = structlog.dev.ConsoleRenderer(colors=False)
+
+    @staticmethod
+    def _value(v: object) -> str:
+        if isinstance(v, str):
+            return repr(v) if _QUOTED.intersection(v) else v
+        return repr(v)
+
+    def __call__(self, logger: Any, name: str, event_dict: structlog.typing.EventDict) -> str:
+        if "exc_info" in event_dict or "exception" in event_dict or "stack" in event_dict:
+            return str(self.full(logger, name, event_dict))
+        pop = event_dict.pop
+        parts: list[str] = []
+        ts = pop("timestamp", _ABSENT)
+        if ts is not _ABSENT:
+            parts.append(str(ts))
+        level = pop("level", _ABSENT)
+        if level is not _ABSENT:
+            parts.append(f"[{str(level).ljust(_LEVEL_WIDTH)}]")
+        event = pop("event", _ABSENT)
+        if event is not _ABSENT:
+            parts.append(str(event).ljust(_EVENT_WIDTH))
+        for key in ("logger", "logger_name"):
+            v = pop(key, _ABSENT)
+            if v is not _ABSENT:
+                parts.append(f"[{v}]")
+        value = self._value
+        parts.extend(f"{k}={value(event_dict[k])}" for k in sorted(event_dict))
+        return " ".join(p for p in parts if p).rstrip(" ")
+
+
+class _Line(str):
+    """A structlog event already rendered by the last processor of the chain."""
+
+    __slots__ = ()
+
+
+class _Prerender:
+    """The last structlog processor: renders the event (once, on the logging
+    thread, while a ``log.exception`` is still being handled) for stdlib logging."""
+
+    def __init__(self, renderer: structlog.typing.Processor) -> None:
+        self.renderer = renderer
+
+    def __call__(self, logger: Any, name: str, event_dict: structlog.typing.EventDict) -> str:
+        return _Line(self.renderer(logger, name, event_dict))
+
+
+class _RenderOnce(structlog.stdlib.ProcessorFormatter):
+    """Passes structlog's rendered lines through; renders the records of plain
+    ``logging`` users once however many handlers share this formatter (stderr
+    and the log files; a rotating file handler also formats a record to decide
+    whether to roll over): rendering is most of what a log line costs."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if type(record.msg) is _Line and not record.args:
+            return str(record.msg)
+        done = record.__dict__.get("_mq_line")
+        if done is not None and done[0] is self:
+            return str(done[1])
+        line = super().format(record)
+        record._mq_line = (self, line)  # type: ignore[attr-defined]
+        return line
+
+
+class _RotatingFile(logging.handlers.RotatingFileHandler):
+    """RotatingFileHandler that keeps count of the file's size instead of a
+    stat, a seek and a tell for every line. The count is re-read from the file
+    every ``RESYNC_LINES`` lines and after a roll-over, so a file an operator
+    truncated or another writer appended to is noticed soon."""
+
+    RESYNC_LINES = 1000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._size: int | None = None  # None: read it from the file next time
+        self._regular = True
+        self._lines = 0
+        self._pending = 0
+
+    def shouldRollover(self, record: logging.LogRecord) -> bool:
+        if self.stream is None:
+            self.stream = self._open()
+            self._size = None
+        if self.maxBytes <= 0:
+            return False
+        if self._size is None or self._lines >= self.RESYNC_LINES:
+            # never roll over anything but a regular file (bpo-45401)
+            self._regular = not os.path.exists(self.baseFilename) or os.path.isfile(
+                self.baseFilename)
+            self.stream.seek(0, 2)
+            self._size = self.stream.tell()
+            self._lines = 0
+        if not self._regular:
+            return False
+        self._pending = len(self.format(record).encode("utf-8", "replace")) + 1
+        return self._size + self._pending >= self.maxBytes
+
+    def doRollover(self) -> None:
+        super().doRollover()
+        self._size = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._pending = 0
+        super().emit(record)
+        if self._size is not None:
+            self._size += self._pending
+            self._lines += 1
+
+
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
@@ -142,7 +264,7 @@ def open_log_files(spec: LogFiles) -> list[logging.Handler]:
     handlers: list[logging.Handler] = []
     try:
         for f in spec.files:
-            h: logging.Handler = logging.handlers.RotatingFileHandler(
+            h: logging.Handler = _RotatingFile(
                 directory / f.name, maxBytes=spec.max_bytes, backupCount=spec.backups,
                 encoding="utf-8")
             h.addFilter(_RouteFilter(f.loggers, claimed))
@@ -160,15 +282,18 @@ def _level(level: str) -> int:
 
 
 def configure_logging(level: str = "INFO", json: bool = False, *,
-                      files: LogFiles | None = None, console: bool = True) -> list[Path]:
+                      files: LogFiles | None = None, console: bool = True,
+                      lean: bool = False) -> list[Path]:
     """Route structlog (and stdlib ``logging``) to stderr (``console``) and to
     ``files``, with a level filter; lines are JSON with ``json``. Returns the
     log files' paths. Raises LogDirError (nothing changed) when the files
-    cannot be opened."""
+    cannot be opened. ``lean`` (a daemon's own process): stdlib ``logging``
+    stops gathering for every record what no line shows (the caller's file and
+    line, the thread's and the process's names)."""
     lvl = _level(level)
     file_handlers = open_log_files(files) if files is not None else []
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer(colors=False)
+        structlog.processors.JSONRenderer() if json else ConsoleLines()
     )
     # the console renderer prints exc_info itself; JSON needs it turned into data
     tracebacks: list[structlog.typing.Processor] = (
@@ -180,7 +305,7 @@ def configure_logging(level: str = "INFO", json: bool = False, *,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso"),
     ]
-    formatter = structlog.stdlib.ProcessorFormatter(
+    formatter = _RenderOnce(
         foreign_pre_chain=shared,  # records of plain ``logging`` users (libraries)
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tracebacks,
                     renderer],
@@ -197,8 +322,15 @@ def configure_logging(level: str = "INFO", json: bool = False, *,
         h.setFormatter(formatter)
         root.addHandler(h)
     root.setLevel(lvl)
+    if lean:
+        # the caller's file and line cost a walk up the stack (logging's own
+        # comment names _srcfile = None as the way to skip it)
+        logging._srcfile = None  # type: ignore[attr-defined]
+        logging.logThreads = False
+        logging.logProcesses = False
+        logging.logMultiprocessing = False
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=[*shared, *tracebacks, _Prerender(renderer)],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True,

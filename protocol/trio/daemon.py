@@ -109,7 +109,7 @@ def start_logging(files: tuple[LogFile, ...], *, log_level: str, log_dir: str | 
                     max_bytes=log_max_bytes, backups=log_backups)
     try:
         return configure_logging(log_level, json=log_format == "json", files=spec,
-                                 console=log_console)
+                                 console=log_console, lean=True)
     except LogDirError as exc:
         print(exc, file=sys.stderr, flush=True)
         sys.exit(1)

@@ -215,7 +215,8 @@ async def test_ten_thousand_new_consumer_groups_register(cluster: Cluster) -> No
             opaque += len(batch)
         await stream.aclose()
 
-    with trio.fail_after(60):  # the goal is 30 s on an idle machine (mqbench attack groups)
+    # a bound against a hang, not a speed test: the figure is mqbench attack groups'
+    with trio.fail_after(180):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(normal_client)
             for k in range(4):
