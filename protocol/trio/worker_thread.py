@@ -5,7 +5,9 @@ hand-off and an abortable wait per call: on this project's 2-core target
 about 230 µs from the call to the result, as much as the ``fdatasync`` a
 SYNC_FLUSH send waits for. A service that makes one blocking call after
 another (the group commit's flushes) keeps its own thread instead: the call
-is a ``SimpleQueue.put`` and the result comes back through the trio token.
+is a ``SimpleQueue.put`` and the result comes back through the trio token:
+awaited (``run_sync``), or handed to a callback on the loop (``submit``),
+which saves the caller's wake-up when what follows is short.
 
 Calls are run one at a time, in order. A caller that is cancelled while its
 call runs still waits for it (the call cannot be interrupted and holds the
@@ -38,8 +40,10 @@ class WorkerThread:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._token: trio.lowlevel.TrioToken | None = None
 
     async def __aenter__(self) -> WorkerThread:
+        self._token = trio.lowlevel.current_trio_token()
         self._thread = threading.Thread(target=self._main, name=self.name, daemon=True)
         self._thread.start()
         return self
@@ -65,38 +69,33 @@ class WorkerThread:
             fn, report = job
             report(outcome.capture(fn))
 
-    async def run_sync(self, fn: Callable[[], T],
-                       on_result: Callable[[T], object] | None = None) -> T:
-        """Run ``fn()`` in the thread; its result or exception.
-
-        ``on_result(value)``, when given, runs in the trio thread as soon as
-        the loop hears of the result, before the caller is woken: what must
-        follow the call at once (the group commit answering the sends it
-        flushed) skips a scheduling round. If it raises, the caller gets that
-        exception."""
-        if self._closed or self._thread is None:
+    def submit(self, fn: Callable[[], T], done: Callable[[outcome.Outcome[T]], object]) -> None:
+        """Queue ``fn()`` without waiting: ``done(outcome)`` runs in the trio
+        thread as soon as the loop hears of it. ``done`` must not raise (it
+        runs as a ``run_sync_soon`` callback); it is never called once the
+        trio run has finished."""
+        token = self._token
+        if self._closed or self._thread is None or token is None:
             raise trio.ClosedResourceError(f"{self.name} is not running")
-        token = trio.lowlevel.current_trio_token()
-        done = trio.Event()
-        box: list[outcome.Outcome[T]] = []
-
-        def finish() -> None:
-            # a run_sync_soon callback: it must not raise (trio would crash)
-            if on_result is not None and isinstance(box[0], outcome.Value):
-                try:
-                    on_result(box[0].value)
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller
-                    box[0] = outcome.Error(exc)
-            done.set()
 
         def report(result: outcome.Outcome[T]) -> None:
-            box.append(result)
             try:
-                token.run_sync_soon(finish)
+                token.run_sync_soon(done, result)
             except trio.RunFinishedError:
                 pass
 
         self._jobs.put((fn, report))
+
+    async def run_sync(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` in the thread; its result or exception."""
+        done = trio.Event()
+        box: list[outcome.Outcome[T]] = []
+
+        def finish(result: outcome.Outcome[T]) -> None:
+            box.append(result)
+            done.set()
+
+        self.submit(fn, finish)
         with trio.CancelScope(shield=True):
             await done.wait()
         return box[0].unwrap()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import outcome
 import pytest
 import trio
 import trio.testing
@@ -71,36 +72,27 @@ async def test_calls_after_close_are_refused() -> None:
         await w.run_sync(lambda: 1)
 
 
-async def test_on_result_runs_in_the_trio_thread_before_the_caller_wakes() -> None:
-    order: list[str] = []
+async def test_submit_hands_the_outcome_to_a_callback_in_the_trio_thread() -> None:
+    got: list[tuple[str, object]] = []
     loop_thread = threading.current_thread()
-
-    def on_result(value: int) -> None:
-        assert threading.current_thread() is loop_thread
-        order.append(f"on_result {value}")
-
-    async with WorkerThread("t-on-result") as w:
-        assert await w.run_sync(lambda: 3, on_result=on_result) == 3
-        order.append("caller")
-    assert order == ["on_result 3", "caller"]
-
-
-async def test_on_result_is_skipped_for_an_exception_and_its_own_error_reaches_the_caller(
-) -> None:
-    called: list[int] = []
+    done = trio.Event()
 
     def boom() -> int:
         raise OSError(5, "I/O error")
 
-    def bad_callback(value: int) -> None:
-        called.append(value)
-        raise RuntimeError("callback failed")
+    def callback(result: outcome.Outcome[int]) -> None:
+        assert threading.current_thread() is loop_thread
+        got.append(("value", result.unwrap()) if isinstance(result, outcome.Value)
+                   else ("error", repr(result.error)))
+        if len(got) == 3:
+            done.set()
 
-    async with WorkerThread("t-on-result-err") as w:
-        with pytest.raises(OSError, match="I/O error"):
-            await w.run_sync(boom, on_result=called.append)
-        assert called == []
-        with pytest.raises(RuntimeError, match="callback failed"):
-            await w.run_sync(lambda: 4, on_result=bad_callback)
-        assert called == [4]
-        assert await w.run_sync(lambda: 5) == 5  # the thread and the loop go on
+    async with WorkerThread("t-submit") as w:
+        for fn in (lambda: 3, boom, lambda: 4):
+            w.submit(fn, callback)  # no await: queued in order
+        with trio.fail_after(10):
+            await done.wait()
+        assert await w.run_sync(lambda: 5) == 5  # the thread goes on
+    assert got == [("value", 3), ("error", "OSError(5, 'I/O error')"), ("value", 4)]
+    with pytest.raises(trio.ClosedResourceError):
+        w.submit(lambda: 1, callback)
