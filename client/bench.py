@@ -7,6 +7,7 @@
     mqbench latency -n 127.0.0.1:9876 -t LatencyTopic -r 2000 -d 10
     mqbench spark -n 127.0.0.1:9876 -t BenchTopic -r 3
     mqbench disk --dir .data/commitlog -s 1024 -c 2000 [--compare-zero-filled]
+    mqbench machine -c 5000
     mqbench attack held-pulls -n 127.0.0.1:9876 -b 127.0.0.1:10911 --broker-pid PID -d 30
       (kinds: unread-pulls heartbeat-flood idle-conns held-pulls groups topics; client/bench_attacks.py)
 
@@ -1183,6 +1184,120 @@ def disk(directory: Path | None, size: int, count: int, file_size: int, compare:
             emit(result, render_disk(result), as_json)
     except (DiskBenchError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+# ---- machine mode: what this machine gives Python right now ----------------------------
+
+# the loopback echo peer: reads a frame's 4-byte length and the frame, answers
+# ``reply`` bytes (a send's request and its short response)
+_ECHO_PEER = r"""
+import socket, struct, sys
+reply = bytes(int(sys.argv[1]))
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1)
+print(srv.getsockname()[1], flush=True)
+srv.settimeout(30)
+conn, _ = srv.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+buf = b""
+while True:
+    while len(buf) < 4:
+        data = conn.recv(65536)
+        if not data:
+            sys.exit(0)
+        buf += data
+    (n,) = struct.unpack(">I", buf[:4])
+    while len(buf) < 4 + n:
+        data = conn.recv(65536)
+        if not data:
+            sys.exit(0)
+        buf += data
+    buf = buf[4 + n:]
+    conn.sendall(reply)
+"""
+
+
+def python_loop_ns(iterations: int = 2_000_000) -> float:
+    """Nanoseconds per iteration of a fixed pure-Python loop (an int add, a
+    dict store and a modulo): a yardstick of the interpreter's speed on this
+    machine at this moment, to read the other figures against."""
+    d: dict[int, int] = {}
+    total = 0
+    t0 = time.perf_counter()
+    for i in range(iterations):
+        total += i
+        d[i & 1023] = total % 7
+    return (time.perf_counter() - t0) / iterations * 1e9
+
+
+def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120) -> list[float]:
+    """Round trips (seconds) of a ``request``-byte framed message to an echo
+    peer in another Python process over 127.0.0.1 answering ``reply`` bytes,
+    blocking sockets, one at a time: the floor under a single send's latency
+    here (two processes, a syscall each way, no event loop, no codec)."""
+    import socket
+    import struct
+    import subprocess
+
+    peer = subprocess.Popen([sys.executable, "-c", _ECHO_PEER, str(reply)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout is not None
+        port = int(peer.stdout.readline())
+        frame = struct.pack(">I", request) + bytes(request)
+        samples: list[float] = []
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            for _ in range(count):
+                t = time.perf_counter()
+                conn.sendall(frame)
+                got = 0
+                while got < reply:
+                    data = conn.recv(65536)
+                    if not data:
+                        raise OSError("the echo peer closed the connection")
+                    got += len(data)
+                samples.append(time.perf_counter() - t)
+        return samples
+    finally:
+        peer.kill()
+        peer.wait()
+
+
+def machine_result(count: int) -> dict[str, Any]:
+    samples = loopback_rtt(count)
+    return {
+        "mode": "machine",
+        "nproc": os.cpu_count(),
+        "python_loop_ns": python_loop_ns(),
+        "count": len(samples),
+        "latency_per": "loopback round trip",
+        "latency_us": latency_us(samples),
+        "max_us": max(samples) * 1e6,
+    }
+
+
+def render_machine(d: Mapping[str, Any]) -> str:
+    return (f"machine: {d['nproc']} CPUs; Python loop {d['python_loop_ns']:.1f} ns per "
+            f"iteration; {d['count']} loopback round trips (1100 B framed request, 120 B "
+            f"answer, blocking sockets, another Python process) "
+            f"{latency_text(d['latency_us'], unit='µs', digits=1)} (max {d['max_us']:.1f}µs)")
+
+
+@cli.command()
+@click.option("-c", "--count", type=click.IntRange(min=1, max=1_000_000), default=5000,
+              show_default=True, help="Loopback round trips to time.")
+@json_option
+def machine(count: int, as_json: bool) -> None:
+    """What this machine gives Python right now, to read the other figures
+    against: a fixed pure-Python loop's time per iteration, and round trips
+    to an echo process over 127.0.0.1 (the floor under a single send)."""
+    try:
+        result = machine_result(count)
+    except OSError as exc:
+        raise click.ClickException(f"loopback round trips failed: {exc}") from exc
+    emit(result, render_machine(result), as_json)
 
 
 def main() -> None:

@@ -6,7 +6,10 @@ Starts a name server and a broker (separate processes, free 127.0.0.1 ports,
 a temporary store) with ASYNC_FLUSH, runs the mqbench commands below one after
 another as subprocesses with ``--json``, stops the pair, does the same with a
 fresh SYNC_FLUSH pair, times fdatasync in the SYNC pair's commit-log directory
-(``mqbench disk``), and prints one table: figure | value | command.
+(``mqbench disk``), and prints one table: figure | value | command. Before
+the first pair and after the last, ``mqbench machine`` measures the machine
+itself (a pure-Python loop, loopback round trips between two Python
+processes), so the figures can be read against what the machine gave then.
 
     ASYNC_FLUSH  producer -t BenchTopic -s 1024 -b 32 -w 16 -c 200000   batched produce
                  consumer -t BenchTopic -c 200000 -m 32                  pull consume
@@ -15,6 +18,7 @@ fresh SYNC_FLUSH pair, times fdatasync in the SYNC pair's commit-log directory
                  spark -t BenchTopic -r 3                                Spark batch reads
     SYNC_FLUSH   producer (batched), producer (single), as above
     disk --dir <SYNC store>/commitlog -s 1024 -c 2000
+    machine -c 5000                                  first and last
 
 ``--quick`` divides the counts by 10 (a smoke test). ``--json PATH`` writes
 every raw result. The daemons are stopped (SIGTERM, then SIGKILL after a
@@ -95,7 +99,10 @@ def plan(divisor: int = 1, skip_spark: bool = False, disk_file_size: int = 1 << 
         async_steps.append(Step("spark", ASYNC, "spark", ("-t", BATCHED_TOPIC, "-r", "3")))
     disk = Step("disk", "", "disk", ("-s", "1024", "-c", n(2000), "--file-size",
                                      str(disk_file_size)))
-    return {ASYNC: async_steps, SYNC: [batched(SYNC), single(SYNC)], "disk": [disk]}
+    machine = [Step(name, "", "machine", ("-c", n(5000)))
+               for name in ("machine_start", "machine_end")]
+    return {ASYNC: async_steps, SYNC: [batched(SYNC), single(SYNC)], "disk": [disk],
+            "machine": machine}
 
 
 def parse_json_lines(out: str) -> list[dict[str, Any]]:
@@ -182,6 +189,21 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         first = summary.get("first_msgs_per_s") if summary else None
         value = "n/a" if first is None else f"{_num(warm)} / {_num(first)}"
         rows.append(("Spark warm/first msg/s", value, cmd))
+    start, cmd = find(results, "machine_start", "")
+    end, _ = find(results, "machine_end", "")
+
+    def both(key: Callable[[Mapping[str, Any] | None], float | None], digits: int) -> str:
+        a, b = key(start), key(end)
+        return "n/a" if a is None or b is None else f"{_num(a, digits)} / {_num(b, digits)}"
+
+    rows.append(("machine: Python loop ns/iteration, start / end",
+                 both(lambda r: None if r is None else r.get("python_loop_ns"), 1), cmd))
+    rows.append(("machine: loopback round trip p50 µs, start / end",
+                 both(lambda r: _lat(r, "p50"), 1), cmd))
+    single_p50, loop_p50 = _lat(single_async, "p50"), _lat(start, "p50")
+    rows.append(("single send ASYNC p50 / loopback p50",
+                 f"{single_p50 / loop_p50:.1f}" if single_p50 and loop_p50 else "n/a",
+                 "the rows above"))
     return rows
 
 
@@ -386,6 +408,7 @@ def run(divisor: int, skip_spark: bool, tmp_dir: str | None) -> dict[str, Any]:
                                "divisor": divisor, "skip_spark": skip_spark, "steps": []}
     root = Path(tempfile.mkdtemp(prefix="mq-bench-all-", dir=tmp_dir))
     try:
+        results["steps"].append(run_step(steps["machine"][0], None))
         done, _ = run_pair(root, ASYNC, steps[ASYNC])
         results["steps"] += done
         done, commitlog = run_pair(root, SYNC, steps[SYNC])
@@ -394,6 +417,7 @@ def run(divisor: int, skip_spark: bool, tmp_dir: str | None) -> dict[str, Any]:
         entry = run_step(disk, None, ("--dir", str(commitlog)))
         entry["command"] = entry["command"].replace(str(commitlog), "<SYNC store>/commitlog")
         results["steps"].append(entry)
+        results["steps"].append(run_step(steps["machine"][1], None))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return results

@@ -272,6 +272,31 @@ def test_mount_of_takes_the_longest_mount_point() -> None:
     assert mount_of("/x", "") is None
 
 
+# ---- machine -----------------------------------------------------------------------------
+
+
+def test_machine_command_times_the_interpreter_and_loopback() -> None:
+    result = CliRunner().invoke(cli, ["machine", "-c", "50", "--json"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    (d,) = [json.loads(line) for line in result.output.splitlines()]
+    assert d["mode"] == "machine" and d["count"] == 50 and d["nproc"] == os.cpu_count()
+    assert d["python_loop_ns"] > 0 and d["latency_per"] == "loopback round trip"
+    lat = d["latency_us"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= d["max_us"]
+    text = CliRunner().invoke(cli, ["machine", "-c", "20"])
+    assert text.exit_code == 0 and text.output.startswith("machine: ")
+    assert "20 loopback round trips" in text.output
+
+
+def test_loopback_peer_is_gone_afterwards() -> None:
+    from client.bench import loopback_rtt
+
+    before = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert len(loopback_rtt(10, request=10, reply=3)) == 10
+    after = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert after.count("socket.socket()") <= before.count("socket.socket()")
+
+
 # ---- bench_all: plan, parsing, table -------------------------------------------------------
 
 
@@ -288,6 +313,8 @@ def test_plan_divides_counts() -> None:
     assert [s.name for s in quick[ASYNC]][-1] == "push"
     assert quick[ASYNC][1].args[-3] == "20000"
     assert quick["disk"][0].shown() == "mqbench disk -s 1024 -c 200 --file-size 1048576"
+    assert [m.shown() for m in full["machine"]] == ["mqbench machine -c 5000"] * 2
+    assert [m.name for m in quick["machine"]] == ["machine_start", "machine_end"]
 
 
 def test_parse_json_lines_skips_other_lines() -> None:
@@ -324,6 +351,10 @@ RESULTS: dict[str, Any] = {"steps": [
          {"mode": "produce", "msgs_per_s": 900.0, "latency_us": lat(1000, 1400, 2000, 18000)}),
     step("disk", "", "mqbench disk --dir <SYNC store>/commitlog",
          {"mode": "disk", "latency_us": lat(250, 300, 400, 800)}),
+    step("machine_start", "", "mqbench machine -c 5000",
+         {"mode": "machine", "python_loop_ns": 185.84, "latency_us": lat(29.04, 35, 51, 84)}),
+    step("machine_end", "", "mqbench machine -c 5000",
+         {"mode": "machine", "python_loop_ns": 190.06, "latency_us": lat(40.0, 45, 60, 90)}),
 ]}
 
 
@@ -342,17 +373,22 @@ def test_table_rows_from_fixed_results() -> None:
          "mqbench producer -b 32 (sync)"),
         ("push consume msg/s", "54,000", "mqbench push"),
         ("Spark warm/first msg/s", "90,000 / 20,000", "mqbench spark -r 3"),
+        ("machine: Python loop ns/iteration, start / end", "185.8 / 190.1",
+         "mqbench machine -c 5000"),
+        ("machine: loopback round trip p50 µs, start / end", "29.0 / 40.0",
+         "mqbench machine -c 5000"),
+        ("single send ASYNC p50 / loopback p50", "10.5", "the rows above"),
     ]
     text = render_table(rows)
     lines = text.splitlines()
-    assert lines[0].split(" | ") == ["figure".ljust(42), "value".rjust(15), "command"]
+    assert lines[0].split(" | ") == ["figure".ljust(48), "value".rjust(15), "command"]
     assert len(lines) == 2 + len(rows)
     assert len({line.index("|") for line in lines}) == 1  # the columns line up
     assert lines[7].startswith("fdatasync p50/p99 µs ") and "|       250 / 400 |" in lines[7]
 
 
 def test_table_rows_with_failures_and_skipped_spark() -> None:
-    steps = [s for s in RESULTS["steps"] if s["name"] not in ("spark", "disk")]
+    steps = [s for s in RESULTS["steps"] if s["name"] not in ("spark", "disk", "machine_end")]
     steps.append(step("disk", "", "mqbench disk", error="exit 1"))
     steps = [s if s["name"] != "push" else step("push", ASYNC, "mqbench push", error="exit 2")
              for s in steps]
@@ -362,6 +398,8 @@ def test_table_rows_with_failures_and_skipped_spark() -> None:
     assert rows["push consume msg/s"] == ("n/a", "mqbench push  [exit 2]")
     assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
     assert rows["consume pull msg/s"] == ("66,000", "mqbench consumer")
+    assert rows["machine: Python loop ns/iteration, start / end"][0] == "n/a"
+    assert rows["single send ASYNC p50 / loopback p50"][0] == "10.5"
     assert find({"steps": []}, "push", ASYNC) == (None, "not run")
     assert table_rows({})[0] == ("batched produce ASYNC msg/s", "n/a", "not run")
 
@@ -398,14 +436,15 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 11
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 14
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
     names = [(s["name"], s["flush"]) for s in results["steps"]]
-    assert names == [("produce_batched", ASYNC), ("consume_pull", ASYNC),
+    assert names == [("machine_start", ""), ("produce_batched", ASYNC), ("consume_pull", ASYNC),
                      ("produce_single", ASYNC), ("push", ASYNC),
-                     ("produce_batched", SYNC), ("produce_single", SYNC), ("disk", "")]
+                     ("produce_batched", SYNC), ("produce_single", SYNC), ("disk", ""),
+                     ("machine_end", "")]
     assert all("error" not in s and s["returncode"] == 0 for s in results["steps"])
     by = {(s["name"], s["flush"]): s["results"] for s in results["steps"]}
     assert by[("produce_batched", ASYNC)][0]["count"] == 20_000
@@ -413,8 +452,9 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
     assert by[("consume_pull", ASYNC)][0]["count"] >= 20_000
     assert by[("push", ASYNC)][0]["count"] >= 20_000
     assert by[("disk", "")][0]["count"] == 200
-    assert bench_all.table_rows(results)[-1] == ("Spark warm/first msg/s", "skipped",
-                                                 "--skip-spark")
+    assert by[("machine_end", "")][0]["count"] == 500
+    rows = {r[0]: r[1:] for r in bench_all.table_rows(results)}
+    assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
     # no daemon of this run is left: the temporary store paths are in no process's arguments
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(work) not in ps
