@@ -18,7 +18,6 @@ and skipped).
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 import threading
 import time
@@ -73,9 +72,15 @@ DiskUsage = Callable[[Path], float]
 
 
 def disk_used_ratio(path: Path) -> float:
-    """Fraction (0..1) of the file system holding ``path`` that is in use."""
-    usage = shutil.disk_usage(path)
-    return (usage.total - usage.free) / usage.total if usage.total else 0.0
+    """Fraction (0..1) of the file system holding ``path`` that is in use, as
+    ``df`` shows it and RocketMQ's ``getDiskPartitionSpaceUsedPercent``
+    computes it: used / (used + available to us). Blocks reserved for root
+    count on neither side, so a file system with a large reserve is not
+    "full" while most of what we may write is still free."""
+    st = os.statvfs(path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    room = used + st.f_bavail * st.f_frsize
+    return used / room if room > 0 else 0.0
 
 
 def _physical_memory() -> int:

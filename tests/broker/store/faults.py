@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import pytest
 
+from broker.store import message_store
+
 _real_fallocate = os.posix_fallocate
 _real_disk_usage = shutil.disk_usage
 
@@ -26,21 +28,26 @@ def fd_path(fd: int) -> str:
 
 
 class Disk:
-    """Patches ``os.posix_fallocate`` and ``shutil.disk_usage``.
+    """Patches ``os.posix_fallocate``, ``shutil.disk_usage`` and the store's
+    used-space ratio.
 
     ``full_for``: files (by path) whose allocation fails with ENOSPC although
     the free-space check passed (another writer took the space meanwhile).
     ``free``: what disk_usage reports as free (None: the truth).
+    ``used_ratio``: what the store's periodic check reads (the host's own
+    fill never decides a test).
     ``no_fallocate``: posix_fallocate fails with EOPNOTSUPP (zeros are written).
     """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.full_for: Callable[[str], bool] = lambda path: False
         self.free: int | None = None
+        self.used_ratio = 0.5
         self.no_fallocate = False
         self.allocations: list[str] = []
         monkeypatch.setattr(os, "posix_fallocate", self._fallocate)
         monkeypatch.setattr(shutil, "disk_usage", self._disk_usage)
+        monkeypatch.setattr(message_store, "disk_used_ratio", lambda path: self.used_ratio)
 
     def _fallocate(self, fd: int, offset: int, length: int) -> None:
         path = fd_path(fd)

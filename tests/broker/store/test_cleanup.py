@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import NamedTuple
+
+import pytest
 
 from broker.store import GetMessageStatus, PutMessageStatus
+from broker.store.message_store import disk_used_ratio
 from tests.broker.store.helpers import inner, make_config, open_store
 
 HOUR_MS = 3_600_000
@@ -91,3 +95,44 @@ def test_full_disk_refuses_writes_keeps_reads(tmp_path: Path) -> None:
     store.check_disk()
     assert store.put_message(inner("T", 0, b"ok")).put_message_status == PutMessageStatus.PUT_OK
     store.shutdown()
+
+
+def test_used_ratio_is_dfs_blocks_reserved_for_root_count_on_neither_side(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """1,000 blocks, 600 unallocated of which 100 are ours to use (500
+    reserved for root): 400 used of 500 we could have, 80% as df and
+    RocketMQ say, not the 90% that counting the reserve as used would give."""
+
+    class Vfs(NamedTuple):
+        f_blocks: int
+        f_bfree: int
+        f_bavail: int
+        f_frsize: int
+
+    seen: list[str] = []
+
+    def statvfs(path: str | Path) -> Vfs:
+        seen.append(str(path))
+        return Vfs(1000, 600, 100, 4096)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    assert disk_used_ratio(tmp_path) == 0.8
+    assert seen == [str(tmp_path)]
+    monkeypatch.setattr(os, "statvfs", lambda path: Vfs(1000, 1000, 1000, 4096))
+    assert disk_used_ratio(tmp_path) == 0.0  # an empty file system
+    monkeypatch.setattr(os, "statvfs", lambda path: Vfs(0, 0, 0, 4096))
+    assert disk_used_ratio(tmp_path) == 0.0  # a pseudo file system with no blocks
+    monkeypatch.setattr(os, "statvfs", lambda path: Vfs(1000, 500, 0, 4096))
+    assert disk_used_ratio(tmp_path) == 1.0  # nothing left for us: full
+
+
+def test_a_new_store_reads_the_true_ratio_of_its_own_directory(tmp_path: Path) -> None:
+    store = open_store(make_config(tmp_path, cl_size=4096, cq_entries=10))
+    try:
+        st = os.statvfs(tmp_path)
+        used = st.f_blocks - st.f_bfree
+        expect = used / (used + st.f_bavail)
+        assert abs(store.check_disk() - expect) < 0.01
+    finally:
+        store.shutdown()
