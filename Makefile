@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA ?= ./.data
 
-.PHONY: run cluster test lint bench clean browser
+.PHONY: run cluster test lint bench clean browser bytecode
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -15,12 +15,18 @@ $(STAMP): pyproject.toml | $(PY)
 
 install: $(STAMP)
 
-run: $(STAMP)
+# .pyc files written ahead: our packages (no process writes them where
+# PYTHONDONTWRITEBYTECODE is set) and pyspark.zip, which Spark's Python workers
+# import from (see deploy/bytecode.py); only what changed is compiled again
+bytecode: $(STAMP)
+	@$(PY) -m deploy.bytecode
+
+run: $(STAMP) bytecode
 	$(PY) -m deploy.run_local --store $(DATA)
 
 # two masters and two slaves on loopback (DEPLOY=deploy/2m-2s-sync for SYNC_MASTER)
 DEPLOY ?= deploy/2m-2s-async
-cluster: $(STAMP)
+cluster: $(STAMP) bytecode
 	$(PY) -m deploy.run_cluster $(DEPLOY)
 
 # headless Chromium for tests/dashboard/test_browser.py: from Debian's packages when
@@ -37,14 +43,14 @@ browser:
 		echo "could not install chromium: the browser test will skip"; \
 	else echo "no /usr/bin/chromium or /usr/bin/chromedriver: the browser test will skip"; fi
 
-test: $(STAMP) browser
+test: $(STAMP) browser bytecode
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check protocol namesrv broker client tests deploy dashboard
 	$(VENV)/bin/mypy
 
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	$(PY) -m deploy.bench_all
 
 clean:
