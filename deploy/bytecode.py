@@ -10,10 +10,16 @@ Two places pay for compiling on every start:
   first on a worker's path, and that zip holds sources only, so every worker
   (the data source's lookup, create and plan runners and each ``pyspark.worker``)
   compiles pyspark from source: about 0.8 s of CPU each on a session's first
-  read. :func:`add_zip_bytecode` adds a ``.pyc`` beside each ``.py`` member,
-  the layout ``zipimport`` looks for, as checked hash-based pycs: the import
+  read. :func:`add_zip_bytecode` adds a ``.pyc`` beside a ``.py`` member, the
+  layout ``zipimport`` looks for, as checked hash-based pycs: the import
   compares the source's hash, so a ``.pyc`` can never stand in for a different
   source, and an interpreter of another version ignores them (magic number).
+  Only the modules Spark's Python processes import get one
+  (:func:`imported_members`: about 120 of pyspark's 1,300): every worker that
+  Spark forks for a task calls ``importlib.invalidate_caches()``, which makes
+  each of its ~15 zipimporters re-read the whole zip directory in pure Python
+  (15 ms for a directory of 2,800 entries here), so a ``.pyc`` for every
+  module would double that cost on every task.
 
 Both are idempotent; ``make`` runs this module before tests, runs and benches.
 """
@@ -24,11 +30,12 @@ import compileall
 import importlib.util
 import marshal
 import os
+import subprocess
 import sys
 import tempfile
 import warnings
 import zipfile
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 import click
@@ -53,19 +60,25 @@ def _pyc_is_current(data: bytes, source: bytes) -> bool:
             and data[8:16] == importlib.util.source_hash(source))
 
 
-def add_zip_bytecode(archive: Path) -> int:
-    """Give every ``.py`` member of ``archive`` a current ``.pyc`` beside it.
+def add_zip_bytecode(archive: Path, only: Collection[str] | None = None) -> int:
+    """Give the ``.py`` members of ``archive`` a current ``.pyc`` beside them:
+    every one, or those named in ``only`` (a ``.pyc`` we would have written
+    beside any other source is removed; members without a source stay).
 
     The archive is rewritten to a temporary file in its directory and renamed
     over the original, so a reader sees the old zip or the new one, whole.
-    Returns how many ``.pyc`` members were written (0: already current).
+    Returns how many ``.pyc`` members were written or removed (0: already as
+    wanted, the zip is left untouched).
     """
     with zipfile.ZipFile(archive) as zin:
         infos = zin.infolist()
         names = {i.filename for i in infos}
+        sources = {n for n in names if n.endswith(".py")}
+        unwanted = set() if only is None else {
+            n + "c" for n in sources - set(only) if n + "c" in names}
         stale: dict[str, bytes] = {}
         for info in infos:
-            if not info.filename.endswith(".py"):
+            if info.filename not in sources or (only is not None and info.filename not in only):
                 continue
             source = zin.read(info)
             pyc = info.filename + "c"
@@ -75,13 +88,13 @@ def add_zip_bytecode(archive: Path) -> int:
                 warnings.simplefilter("ignore")
                 code = compile(source, str(archive / info.filename), "exec", dont_inherit=True)
             stale[pyc] = hash_pyc(source, code)
-        if not stale:
+        if not stale and not unwanted:
             return 0
         fd, tmp = tempfile.mkstemp(prefix=archive.name + ".", suffix=".tmp", dir=archive.parent)
         try:
             with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as zout:
                 for info in infos:
-                    if info.filename not in stale:
+                    if info.filename not in stale and info.filename not in unwanted:
                         zout.writestr(info, zin.read(info))
                 for pyc, data in stale.items():
                     zout.writestr(zipfile.ZipInfo(pyc, date_time=(1980, 1, 1, 0, 0, 0)), data,
@@ -91,7 +104,53 @@ def add_zip_bytecode(archive: Path) -> int:
         except BaseException:
             os.unlink(tmp)
             raise
-    return len(stale)
+    return len(stale) + len(unwanted)
+
+
+# Run in a fresh interpreter: import the modules named in argv[2:] with the
+# archive argv[1] first on the path, print the archive's members they loaded.
+_LIST_IMPORTED = """
+import os, sys
+archive = sys.argv[1]
+sys.path.insert(0, archive)
+for name in sys.argv[2:]:
+    try:
+        __import__(name)
+    except Exception as exc:  # one module that cannot load does not stop the rest
+        print(f"cannot import {name}: {exc!r}", file=sys.stderr)
+prefix = archive + os.sep
+for module in list(sys.modules.values()):
+    path = getattr(module, "__file__", None) or ""
+    if path.startswith(prefix):
+        member = path[len(prefix):].replace(os.sep, "/")
+        print(member[:-1] if member.endswith(".pyc") else member)
+"""
+
+
+def imported_members(archive: Path, modules: Sequence[str],
+                     extra_path: Sequence[Path] = ()) -> set[str]:
+    """The ``.py`` members of ``archive`` that importing ``modules`` loads, in
+    a fresh interpreter with the archive first on its path (``extra_path``
+    after it). Raises RuntimeError if that interpreter fails."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in extra_path)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    out = subprocess.run([sys.executable, "-c", _LIST_IMPORTED, str(archive), *modules],
+                         capture_output=True, text=True, env=env, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"listing imports failed: {out.stderr.strip()[-500:]}")
+    return {line for line in out.stdout.splitlines() if line.endswith(".py")}
+
+
+def spark_worker_modules(archive: Path) -> list[str]:
+    """What Spark runs in its Python processes (the daemon, the worker and
+    every ``pyspark.sql.worker`` runner), and this project's data source."""
+    with zipfile.ZipFile(archive) as z:
+        runners = sorted(n[:-3].replace("/", ".") for n in z.namelist()
+                         if n.startswith("pyspark/sql/worker/") and n.endswith(".py")
+                         and n.count("/") == 3 and not n.endswith("__init__.py"))
+    return ["pyspark.daemon", "pyspark.worker", *runners, "client.spark.source",
+            "client.spark.arrow"]
 
 
 def pyspark_zip() -> Path | None:
@@ -125,12 +184,13 @@ def main(no_spark: bool) -> None:
     if archive is None:
         return
     try:
-        added = add_zip_bytecode(archive)
-    except OSError as e:  # a read-only install: the workers compile, as before
+        wanted = imported_members(archive, spark_worker_modules(archive), [ROOT])
+        changed = add_zip_bytecode(archive, wanted)
+    except (OSError, RuntimeError) as e:  # e.g. a read-only install: workers compile, as before
         click.echo(f"pyspark.zip left as it is ({e})", err=True)
         return
-    if added:
-        click.echo(f"{archive}: {added} modules compiled")
+    if changed:
+        click.echo(f"{archive}: bytecode for the {len(wanted)} modules Spark's workers import")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,12 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from deploy.bytecode import add_zip_bytecode, compile_packages
+from deploy.bytecode import (
+    add_zip_bytecode,
+    compile_packages,
+    imported_members,
+    spark_worker_modules,
+)
 
 
 def make_zip(path: Path, members: dict[str, bytes]) -> None:
@@ -61,6 +66,41 @@ def test_a_changed_source_never_runs_old_bytecode(tmp_path: Path) -> None:
     assert import_without_compiling(archive, "m").startswith("compiled from source")
     assert add_zip_bytecode(archive) == 1
     assert import_without_compiling(archive, "m").startswith("new ")
+
+
+def test_only_the_named_sources_get_bytecode(tmp_path: Path) -> None:
+    archive = tmp_path / "lib.zip"
+    make_zip(archive, {"a.py": b"VALUE = 'a'\n", "b.py": b"VALUE = 'b'\n",
+                       "shipped.pyc": b"not ours"})
+    assert add_zip_bytecode(archive, {"a.py"}) == 1
+    assert import_without_compiling(archive, "a").startswith("a ")
+    assert import_without_compiling(archive, "b").startswith("compiled from source")
+    # another set: b's written, a's (one we wrote beside a source) removed
+    assert add_zip_bytecode(archive, {"b.py"}) == 2
+    with zipfile.ZipFile(archive) as z:
+        assert sorted(z.namelist()) == ["a.py", "b.py", "b.pyc", "shipped.pyc"]
+    assert add_zip_bytecode(archive, {"b.py"}) == 0
+    assert import_without_compiling(archive, "b").startswith("b ")
+
+
+def test_imported_members_lists_what_an_import_loads(tmp_path: Path) -> None:
+    archive = tmp_path / "lib.zip"
+    make_zip(archive, {"pkg/__init__.py": b"from pkg import used\n",
+                       "pkg/used.py": b"X = 1\n", "pkg/unused.py": b"X = 2\n",
+                       "pkg/broken.py": b"raise ImportError('no')\n",
+                       "pkg/worker/__init__.py": b"", "pkg/worker/run.py": b"",
+                       "pkg/worker/deep/x.py": b""})
+    assert imported_members(archive, ["pkg", "pkg.broken"]) == {"pkg/__init__.py",
+                                                                 "pkg/used.py"}
+    add_zip_bytecode(archive)  # loaded from .pyc, still named by source
+    assert imported_members(archive, ["pkg.used"]) == {"pkg/__init__.py", "pkg/used.py"}
+    with zipfile.ZipFile(archive, "a") as z:
+        z.writestr("pyspark/sql/worker/__init__.py", b"")
+        z.writestr("pyspark/sql/worker/plan_read.py", b"")
+        z.writestr("pyspark/sql/worker/sub/deeper.py", b"")
+    assert spark_worker_modules(archive) == [
+        "pyspark.daemon", "pyspark.worker", "pyspark.sql.worker.plan_read",
+        "client.spark.source", "client.spark.arrow"]
 
 
 def test_our_packages_compile(tmp_path: Path) -> None:
