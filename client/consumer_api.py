@@ -186,16 +186,14 @@ class ConsumerAPI:
             except ProtocolError as exc:
                 raise MQClientError(f"undecodable pull body from {raw.addr}: {exc}") from exc
             tags = sub.tags_set
-            min_text = str(raw.min_offset)
-            max_text = str(raw.max_offset)
+            # one mapping for the whole pull, merged when a message's properties are read
+            offsets = {_MIN_OFFSET: str(raw.min_offset), _MAX_OFFSET: str(raw.max_offset)}
             for msg in decoded:
-                props = msg.properties
-                if tags is not None and props.get(_TAGS) not in tags:
+                if tags is not None and msg.properties.get(_TAGS) not in tags:
                     continue
                 if msg.sys_flag & FLAG_COMPRESSED:
                     self._uncompress(msg)
-                props[_MIN_OFFSET] = min_text
-                props[_MAX_OFFSET] = max_text
+                msg.put_properties(offsets)
                 msgs.append(msg)
         return PullResult(raw.pull_status, raw.next_begin_offset, raw.min_offset,
                           raw.max_offset, msgs)

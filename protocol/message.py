@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -123,27 +124,119 @@ class Message:
         return self.properties.get(name)
 
 
-@dataclass(slots=True)
-class MessageExt:
-    """A stored message as decoded from a commit-log record."""
+_EXT_FIELDS = ("topic", "body", "properties", "flag", "queue_id", "queue_offset",
+               "commit_log_offset", "sys_flag", "born_timestamp", "born_host",
+               "store_timestamp", "store_host", "reconsume_times",
+               "prepared_transaction_offset", "body_crc", "store_size", "msg_id")
 
-    topic: str
-    body: bytes
-    properties: dict[str, str]
-    flag: int = 0
-    queue_id: int = 0
-    queue_offset: int = 0
-    commit_log_offset: int = 0
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: str = ""
-    store_timestamp: int = 0
-    store_host: str = ""
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    body_crc: int = 0
-    store_size: int = 0
-    msg_id: str = ""
+
+class MessageExt:
+    """A stored message as decoded from a commit-log record.
+
+    A decoded message keeps its properties as the record's text and splits
+    it into ``properties`` on first use: a consumer that never reads a
+    property (most read the body) never pays for the dict. The text is
+    UTF-8-checked when the record is decoded.
+    """
+
+    __slots__ = ("topic", "body", "_properties", "_properties_text", "_properties_extra",
+                 "flag", "queue_id", "queue_offset", "commit_log_offset", "sys_flag",
+                 "born_timestamp", "born_host", "store_timestamp", "store_host",
+                 "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size",
+                 "msg_id")
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        properties: dict[str, str] | None,
+        flag: int = 0,
+        queue_id: int = 0,
+        queue_offset: int = 0,
+        commit_log_offset: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: str = "",
+        store_timestamp: int = 0,
+        store_host: str = "",
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        body_crc: int = 0,
+        store_size: int = 0,
+        msg_id: str = "",
+        properties_text: str = "",
+    ) -> None:
+        """``properties`` as a dict, or None with ``properties_text`` (RocketMQ's
+        ``key\\x01value\\x02...``), split when first read."""
+        self.topic = topic
+        self.body = body
+        self._properties = properties
+        self._properties_text = properties_text
+        self._properties_extra: Mapping[str, str] | None = None
+        self.flag = flag
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.body_crc = body_crc
+        self.store_size = store_size
+        self.msg_id = msg_id
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._properties
+        if props is None:
+            props = string_to_properties(self._properties_text)
+            if self._properties_extra:
+                props.update(self._properties_extra)
+                self._properties_extra = None
+            self._properties = props
+            self._properties_text = ""
+        return props
+
+    @properties.setter
+    def properties(self, value: dict[str, str]) -> None:
+        self._properties = value
+        self._properties_text = ""
+        self._properties_extra = None
+
+    def put_properties(self, extra: Mapping[str, str]) -> None:
+        """Set these properties. On a message whose properties were not read
+        yet they are merged when first read: ``extra`` is kept, not copied, so
+        one mapping may serve many messages but must not change afterwards."""
+        props = self._properties
+        if props is not None:
+            props.update(extra)
+        elif self._properties_extra is None:
+            self._properties_extra = extra
+        else:
+            self._properties_extra = {**self._properties_extra, **extra}
+
+    def _values(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in _EXT_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, MessageExt)
+        return self._values() == other._values()
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _EXT_FIELDS)
+        return f"MessageExt({shown})"
+
+    def __getstate__(self) -> tuple[object, ...]:
+        return self._values()
+
+    def __setstate__(self, state: tuple[object, ...]) -> None:
+        self.__init__(*state)  # type: ignore[misc]
 
     @property
     def tags(self) -> str | None:

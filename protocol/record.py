@@ -321,12 +321,14 @@ def _decode_at(view: Buffer, pos: int, limit: int, verify_crc: bool,
     id_head = cache.id_heads.get(store_host)
     if id_head is None:
         id_head = cache.id_heads[store_host] = store_host.hex().upper()
-    props = string_to_properties(bytes(view[props_at:end]).decode()) if props_at < end else {}
+    # UTF-8 checked here; split into a dict when the message's properties are first read
+    text = bytes(view[props_at:end]).decode() if props_at < end else ""
     return MessageExt(
-        topic, body, props, flag, queue_id, queue_offset, physical_offset, sys_flag,
+        topic, body, None, flag, queue_id, queue_offset, physical_offset, sys_flag,
         born_ts, born, store_ts, stored, reconsume, prepared, crc, total,
         id_head + (f"{physical_offset:016X}" if physical_offset >= 0
                    else _MSG_ID_TAIL.pack(physical_offset).hex().upper()),
+        text,
     )
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +18,7 @@ from protocol.errors import (
 )
 from protocol.frame import FrameDecoder, encode_frame
 from protocol.hashing import java_string_hash
-from protocol.message import properties_to_string, string_to_properties
+from protocol.message import MessageExt, properties_to_string, string_to_properties
 from protocol.record import (
     RecordStatus,
     check_record,
@@ -142,6 +145,46 @@ def test_record_decoders_fuzz(data: bytes) -> None:
     except CorruptRecordError:
         pass
     assert check_record(data, 0, len(data)).status in RecordStatus
+
+
+def test_decoded_properties_are_split_on_first_read() -> None:
+    data = record(3, props={"TAGS": "T", "KEYS": "k", "ü": "€"})
+    m = decode_record(data)
+    assert m._properties is None  # not split yet
+    shared = {"MIN_OFFSET": "0", "MAX_OFFSET": "9"}
+    m.put_properties(shared)
+    m.put_properties({"MAX_OFFSET": "10", "X": "1"})  # later wins, the shared map unchanged
+    assert m.properties == {"TAGS": "T", "KEYS": "k", "ü": "€", "MIN_OFFSET": "0",
+                            "MAX_OFFSET": "10", "X": "1"}
+    assert shared == {"MIN_OFFSET": "0", "MAX_OFFSET": "9"}
+    m.properties["Y"] = "2"  # the dict is the message's own from now on
+    m.put_properties({"Z": "3"})
+    assert m.get_property("Y") == "2" and m.get_property("Z") == "3" and m.tags == "T"
+    m.properties = {"only": "this"}
+    assert m.properties == {"only": "this"} and m.tags is None
+    # bad UTF-8 in the properties is still refused when the record is decoded
+    bad = data.replace("€".encode(), b"\xff\xfe\xfd")
+    with pytest.raises(CorruptRecordError):
+        decode_record(bad)
+
+
+def test_message_ext_compares_copies_and_pickles_by_value() -> None:
+    a, b = decode_records(record(1) + record(1))
+    assert a == b and a is not b
+    assert a == MessageExt(a.topic, a.body, {"TAGS": "TagA", "KEYS": "k1 k2"}, a.flag,
+                           a.queue_id, a.queue_offset, a.commit_log_offset, a.sys_flag,
+                           a.born_timestamp, a.born_host, a.store_timestamp, a.store_host,
+                           a.reconsume_times, a.prepared_transaction_offset, a.body_crc,
+                           a.store_size, a.msg_id)
+    b.put_properties({"MIN_OFFSET": "0"})
+    assert a != b
+    assert pickle.loads(pickle.dumps(b)) == b and copy.copy(b) == b
+    c = copy.deepcopy(a)
+    c.properties["TAGS"] = "other"
+    assert a.tags == "TagA" and c.tags == "other"
+    assert "queue_offset=1" in repr(a) and "'TAGS': 'TagA'" in repr(a)
+    with pytest.raises(TypeError):
+        hash(a)
 
 
 def test_properties_codec() -> None:
