@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -124,6 +125,8 @@ class Message:
         return self.properties.get(name)
 
 
+_OFFSET = struct.Struct(">q")
+
 _EXT_FIELDS = ("topic", "body", "properties", "flag", "queue_id", "queue_offset",
                "commit_log_offset", "sys_flag", "born_timestamp", "born_host",
                "store_timestamp", "store_host", "reconsume_times",
@@ -136,14 +139,15 @@ class MessageExt:
     A decoded message keeps its properties as the record's text and splits
     it into ``properties`` on first use: a consumer that never reads a
     property (most read the body) never pays for the dict. The text is
-    UTF-8-checked when the record is decoded.
+    UTF-8-checked when the record is decoded. Its ``msg_id`` is formatted on
+    first read, likewise.
     """
 
     __slots__ = ("topic", "body", "_properties", "_properties_text", "_properties_extra",
                  "flag", "queue_id", "queue_offset", "commit_log_offset", "sys_flag",
                  "born_timestamp", "born_host", "store_timestamp", "store_host",
                  "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size",
-                 "msg_id")
+                 "_msg_id", "_id_head")
     __hash__ = None  # type: ignore[assignment]  # mutable, compared by value
 
     def __init__(
@@ -164,11 +168,13 @@ class MessageExt:
         prepared_transaction_offset: int = 0,
         body_crc: int = 0,
         store_size: int = 0,
-        msg_id: str = "",
+        msg_id: str | None = "",
         properties_text: str = "",
+        id_head: str = "",
     ) -> None:
         """``properties`` as a dict, or None with ``properties_text`` (RocketMQ's
-        ``key\\x01value\\x02...``), split when first read."""
+        ``key\\x01value\\x02...``), split when first read; ``msg_id``, or None
+        with ``id_head`` (the store host's hex), formatted when first read."""
         self.topic = topic
         self.body = body
         self._properties = properties
@@ -187,7 +193,8 @@ class MessageExt:
         self.prepared_transaction_offset = prepared_transaction_offset
         self.body_crc = body_crc
         self.store_size = store_size
-        self.msg_id = msg_id
+        self._msg_id = msg_id
+        self._id_head = id_head
 
     @property
     def properties(self) -> dict[str, str]:
@@ -206,6 +213,22 @@ class MessageExt:
         self._properties = value
         self._properties_text = ""
         self._properties_extra = None
+
+    @property
+    def msg_id(self) -> str:
+        """RocketMQ's offset msgId (store host and commit-log offset, hex); a
+        decoded message formats it on first read from ``id_head``, the store
+        host's hex."""
+        mid = self._msg_id
+        if mid is None:
+            offset = self.commit_log_offset
+            mid = self._msg_id = self._id_head + (
+                f"{offset:016X}" if offset >= 0 else _OFFSET.pack(offset).hex().upper())
+        return mid
+
+    @msg_id.setter
+    def msg_id(self, value: str) -> None:
+        self._msg_id = value
 
     def put_properties(self, extra: Mapping[str, str]) -> None:
         """Set these properties. On a message whose properties were not read

@@ -325,10 +325,7 @@ def _decode_at(view: Buffer, pos: int, limit: int, verify_crc: bool,
     text = bytes(view[props_at:end]).decode() if props_at < end else ""
     return MessageExt(
         topic, body, None, flag, queue_id, queue_offset, physical_offset, sys_flag,
-        born_ts, born, store_ts, stored, reconsume, prepared, crc, total,
-        id_head + (f"{physical_offset:016X}" if physical_offset >= 0
-                   else _MSG_ID_TAIL.pack(physical_offset).hex().upper()),
-        text,
+        born_ts, born, store_ts, stored, reconsume, prepared, crc, total, None, text, id_head,
     )
 
 

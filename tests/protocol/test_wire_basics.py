@@ -160,6 +160,9 @@ def test_decoded_properties_are_split_on_first_read() -> None:
     m.properties["Y"] = "2"  # the dict is the message's own from now on
     m.put_properties({"Z": "3"})
     assert m.get_property("Y") == "2" and m.get_property("Z") == "3" and m.tags == "T"
+    assert m._msg_id is None and m.msg_id == encode_msg_id(pack_host("127.0.0.1:10911"), 3000)
+    m.msg_id = "set by hand"
+    assert m.msg_id == "set by hand"
     m.properties = {"only": "this"}
     assert m.properties == {"only": "this"} and m.tags is None
     # bad UTF-8 in the properties is still refused when the record is decoded
