@@ -250,7 +250,7 @@ class PushConsumer(ConsumerCore):
                 result = await result
         except Exception as exc:
             self._log.warning("message listener raised", error=repr(exc),
-                              msg_ids=[m.msg_id for m in msgs][:8])
+                              msg_ids=[m.msg_id for m in msgs[:8]])
             if metrics is not None:
                 metrics.consume_done(self.group, msgs, EXCEPTION, trio.current_time() - start)
             return None
