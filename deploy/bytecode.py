@@ -135,8 +135,11 @@ def imported_members(archive: Path, modules: Sequence[str],
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in extra_path)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    out = subprocess.run([sys.executable, "-c", _LIST_IMPORTED, str(archive), *modules],
-                         capture_output=True, text=True, env=env, timeout=300)
+    try:
+        out = subprocess.run([sys.executable, "-c", _LIST_IMPORTED, str(archive), *modules],
+                             capture_output=True, text=True, env=env, timeout=300)
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"listing imports took over {exc.timeout} s") from exc
     if out.returncode != 0:
         raise RuntimeError(f"listing imports failed: {out.stderr.strip()[-500:]}")
     return {line for line in out.stdout.splitlines() if line.endswith(".py")}

@@ -8,6 +8,8 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from deploy.bytecode import (
     add_zip_bytecode,
     compile_packages,
@@ -94,6 +96,10 @@ def test_imported_members_lists_what_an_import_loads(tmp_path: Path) -> None:
                                                                  "pkg/used.py"}
     add_zip_bytecode(archive)  # loaded from .pyc, still named by source
     assert imported_members(archive, ["pkg.used"]) == {"pkg/__init__.py", "pkg/used.py"}
+    with zipfile.ZipFile(archive, "a") as z:
+        z.writestr("dies.py", b"import os\nos._exit(3)\n")
+    with pytest.raises(RuntimeError, match="listing imports failed"):
+        imported_members(archive, ["dies"])  # make leaves the zip as it is then
     with zipfile.ZipFile(archive, "a") as z:
         z.writestr("pyspark/sql/worker/__init__.py", b"")
         z.writestr("pyspark/sql/worker/plan_read.py", b"")
