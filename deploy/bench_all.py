@@ -6,7 +6,9 @@ Starts a name server and a broker (separate processes, free 127.0.0.1 ports,
 a temporary store) with ASYNC_FLUSH, runs the mqbench commands below one after
 another as subprocesses with ``--json``, stops the pair, does the same with a
 fresh SYNC_FLUSH pair, times fdatasync in the SYNC pair's commit-log directory
-(``mqbench disk``), and prints one table: figure | value | command. Before
+(``mqbench disk``), and prints one table: figure | value | command. While
+each step runs, the broker's resident set size is sampled (every 50 ms) and
+its peak kept, for the memory rows. Before
 the first pair and after the last, ``mqbench machine`` measures the machine
 itself (a pure-Python loop, loopback round trips between two Python
 processes), so the figures can be read against what the machine gave then.
@@ -34,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +48,7 @@ import structlog
 import trio
 
 from protocol.logs import configure_logging
+from protocol.trio.memory import rss_bytes
 
 log = structlog.get_logger("bench_all")
 
@@ -54,6 +58,8 @@ SINGLE_TOPIC = "BenchSingle"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
 STEP_TIMEOUT = 1800.0
+MiB = 1 << 20
+RSS_INTERVAL = 0.05
 
 
 # ---- the plan (pure) -------------------------------------------------------------------
@@ -138,6 +144,15 @@ def find(results: Mapping[str, Any], name: str, flush: str, mode: str | None = N
     return None, "not run"
 
 
+def step_peak_rss(results: Mapping[str, Any], name: str, flush: str = ASYNC) -> int | None:
+    """The broker's peak RSS (bytes) sampled during step ``name``, if any."""
+    for step in results.get("steps", []):
+        if step["name"] == name and step["flush"] == flush:
+            peak = step.get("broker_rss_peak_bytes")
+            return int(peak) if peak else None
+    return None
+
+
 def _num(v: float | None, digits: int = 0) -> str:
     return "n/a" if v is None else f"{v:,.{digits}f}"
 
@@ -181,6 +196,11 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         pct_row(f"batched produce {label} request p99/p99.9 ms", r, cmd, "p99", "p99.9",
                 scale=1e3, digits=2)
     rate_row("push consume msg/s", "push", ASYNC)
+    pull_rss, push_rss = step_peak_rss(results, "consume_pull"), step_peak_rss(results, "push")
+    rows.append(("broker peak RSS MiB, pull / push consume",
+                 "n/a" if pull_rss is None or push_rss is None
+                 else f"{_num(pull_rss / MiB)} / {_num(push_rss / MiB)}",
+                 "sampled every 50 ms during the two steps above (1 GiB commit-log files)"))
     summary, cmd = find(results, "spark", ASYNC, "spark_summary")
     if summary is None and cmd == "not run":
         rows.append(("Spark warm/first msg/s", "skipped", "--skip-spark"))
@@ -299,6 +319,11 @@ class Pair:
         return f"127.0.0.1:{self.namesrv_port}"
 
     @property
+    def broker_pid(self) -> int:
+        """The broker's process id (once started)."""
+        return self.procs[-1].pid
+
+    @property
     def store(self) -> Path:
         return self.root / "store"
 
@@ -384,6 +409,37 @@ def run_step(step: Step, namesrv: str | None, extra: Sequence[str] = (),
     return entry
 
 
+class PeakRss:
+    """The peak resident set size of process ``pid`` while the ``with``
+    block runs, sampled every ``interval`` s by a thread (None if never read)."""
+
+    def __init__(self, pid: int, interval: float = RSS_INTERVAL) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.peak: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        while True:
+            rss = rss_bytes(self.pid)
+            if rss is not None and (self.peak is None or rss > self.peak):
+                self.peak = rss
+            if self._stop.wait(self.interval):
+                return
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        rss = rss_bytes(self.pid)  # one last look, after the step
+        if rss is not None and (self.peak is None or rss > self.peak):
+            self.peak = rss
+
+
 def run_pair(root: Path, flush: str, steps: Sequence[Step]) -> tuple[list[dict[str, Any]], Path]:
     """Start a fresh pair, run ``steps`` against it, stop it. Returns the
     step results and the pair's commit-log directory (kept until ``root`` goes)."""
@@ -392,7 +448,9 @@ def run_pair(root: Path, flush: str, steps: Sequence[Step]) -> tuple[list[dict[s
     try:
         pair.start()
         for step in steps:
-            entry = run_step(step, pair.namesrv)
+            with PeakRss(pair.broker_pid) as rss:
+                entry = run_step(step, pair.namesrv)
+            entry["broker_rss_peak_bytes"] = rss.peak
             done.append(entry)
             if "error" in entry:
                 log.error("daemon logs", tail=pair.log_tail())

@@ -46,6 +46,7 @@ from deploy import bench_all
 from deploy.bench_all import (
     ASYNC,
     SYNC,
+    PeakRss,
     find,
     parse_json_lines,
     plan,
@@ -53,6 +54,7 @@ from deploy.bench_all import (
     table_rows,
     wait_until,
 )
+from protocol.trio.memory import rss_bytes
 
 MiB = 1 << 20
 POINTS = ["p50", "p90", "p99", "p99.9"]
@@ -338,10 +340,12 @@ def step(name: str, flush: str, command: str, *results: dict[str, Any],
 RESULTS: dict[str, Any] = {"steps": [
     step("produce_batched", ASYNC, "mqbench producer -b 32",
          {"mode": "produce", "msgs_per_s": 30123.4, "latency_us": lat(1e4, 2e4, 33_000, 37_625)}),
-    step("consume_pull", ASYNC, "mqbench consumer", {"mode": "consume", "msgs_per_s": 66000.0}),
+    step("consume_pull", ASYNC, "mqbench consumer", {"mode": "consume", "msgs_per_s": 66000.0})
+    | {"broker_rss_peak_bytes": 95.4 * (1 << 20)},
     step("produce_single", ASYNC, "mqbench producer -b 1",
          {"mode": "produce", "msgs_per_s": 3000.0, "latency_us": lat(304.4, 400, 617, 3000)}),
-    step("push", ASYNC, "mqbench push", {"mode": "push", "msgs_per_s": 54000.0}),
+    step("push", ASYNC, "mqbench push", {"mode": "push", "msgs_per_s": 54000.0})
+    | {"broker_rss_peak_bytes": 120 << 20},
     step("spark", ASYNC, "mqbench spark -r 3",
          {"mode": "spark", "run": 1},
          {"mode": "spark_summary", "warm_msgs_per_s": 90000.0, "first_msgs_per_s": 20000.0}),
@@ -372,6 +376,8 @@ def test_table_rows_from_fixed_results() -> None:
         ("batched produce SYNC request p99/p99.9 ms", "40.00 / 50.00",
          "mqbench producer -b 32 (sync)"),
         ("push consume msg/s", "54,000", "mqbench push"),
+        ("broker peak RSS MiB, pull / push consume", "95 / 120",
+         "sampled every 50 ms during the two steps above (1 GiB commit-log files)"),
         ("Spark warm/first msg/s", "90,000 / 20,000", "mqbench spark -r 3"),
         ("machine: Python loop ns/iteration, start / end", "185.8 / 190.1",
          "mqbench machine -c 5000"),
@@ -396,12 +402,31 @@ def test_table_rows_with_failures_and_skipped_spark() -> None:
     assert rows["fdatasync p50/p99 µs"] == ("n/a", "mqbench disk  [exit 1]")
     assert rows["SYNC single p50 / fdatasync p50"][0] == "n/a"
     assert rows["push consume msg/s"] == ("n/a", "mqbench push  [exit 2]")
+    assert rows["broker peak RSS MiB, pull / push consume"][0] == "n/a"  # push has none
     assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
     assert rows["consume pull msg/s"] == ("66,000", "mqbench consumer")
     assert rows["machine: Python loop ns/iteration, start / end"][0] == "n/a"
     assert rows["single send ASYNC p50 / loopback p50"][0] == "10.5"
     assert find({"steps": []}, "push", ASYNC) == (None, "not run")
     assert table_rows({})[0] == ("batched produce ASYNC msg/s", "n/a", "not run")
+
+
+def test_peak_rss_keeps_the_highest_sample() -> None:
+    pid = os.getpid()
+    before = rss_bytes(pid)
+    assert before is not None
+    with PeakRss(pid, interval=0.01) as rss:
+        held = b"x" * (64 << 20)  # written, so resident
+
+        def seen() -> bool:
+            return rss.peak is not None and rss.peak >= before + (60 << 20)
+
+        wait_until("the sampler sees the 64 MiB", seen, timeout=30)
+        del held
+    assert rss.peak is not None and rss.peak >= before + (60 << 20)
+    with PeakRss(2**22 + 12345, interval=0.01) as gone:  # no such process
+        pass
+    assert gone.peak is None
 
 
 def test_wait_until_stops_on_a_dead_process_or_the_deadline() -> None:
@@ -436,7 +461,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 14
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 15
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
