@@ -45,6 +45,8 @@ BLANK_MAGIC_CODE = 0xCBD43194
 # TOTALSIZE .. BODY length, 88 bytes.
 RECORD_HEAD = struct.Struct(">iIiiiqqiq8sq8siqi")
 RECORD_HEAD_SIZE = RECORD_HEAD.size
+# The head's fields decode_columns keeps (the others skipped as padding).
+_COLUMNS_HEAD = struct.Struct(">iI4xi4xqqiq8xq8s12xi")
 # A BLANK pad: TOTALSIZE + MAGICCODE, the rest of the file end is filler.
 BLANK_HEAD = struct.Struct(">iI")
 BLANK_MIN_SIZE = BLANK_HEAD.size
@@ -420,8 +422,8 @@ def decode_columns(buf: bytes, out: RecordColumns | None = None,
     bodies = cols.bodies
     topics = cols.topics
     props = cols.property_texts
-    unpack = RECORD_HEAD.unpack_from
-    layout = _record_layout
+    unpack = _COLUMNS_HEAD.unpack_from
+    short = _SHORT.unpack_from
     view = memoryview(buf)
     pos = 0
     end = len(buf)
@@ -429,10 +431,18 @@ def decode_columns(buf: bytes, out: RecordColumns | None = None,
     last_topic_text = ""
     while pos < end:
         try:
-            (total, magic, _crc, queue_id, _flag, queue_offset, physical_offset, sys_flag,
-             born_ts, _born_host, store_ts, store_host, _reconsume, _prepared,
-             body_len) = unpack(buf, pos)
-            topic_at, props_at, rec_end = layout(buf, pos, end, total, magic, body_len)
+            (total, magic, queue_id, queue_offset, physical_offset, sys_flag, born_ts,
+             store_ts, store_host, body_len) = unpack(buf, pos)
+            rec_end = pos + total
+            topic_at = pos + RECORD_HEAD_SIZE + body_len
+            # _record_layout's checks, inline; it tells what is wrong
+            if (magic != MESSAGE_MAGIC_CODE or total < RECORD_HEAD_SIZE + 3
+                    or rec_end > end or body_len < 0 or topic_at + 3 > rec_end):
+                _record_layout(buf, pos, end, total, magic, body_len)
+            props_at = topic_at + 3 + buf[topic_at]
+            props_len = short(buf, props_at - 2)[0]
+            if props_len < 0 or props_at + props_len != rec_end:
+                _record_layout(buf, pos, end, total, magic, body_len)
             body: memoryview | bytes = view[pos + RECORD_HEAD_SIZE : topic_at]
             topic = buf[topic_at + 1 : props_at - 2]
             if topic != last_topic:
