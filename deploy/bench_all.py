@@ -130,27 +130,32 @@ def parse_json_lines(out: str) -> list[dict[str, Any]]:
 # ---- the table (pure) ------------------------------------------------------------------
 
 
+def _step(results: Mapping[str, Any], name: str, flush: str) -> dict[str, Any] | None:
+    """The entry of step ``name`` on the ``flush`` pair, if it ran."""
+    for step in results.get("steps", []):
+        if step["name"] == name and step["flush"] == flush:
+            return step
+    return None
+
+
 def find(results: Mapping[str, Any], name: str, flush: str, mode: str | None = None
          ) -> tuple[dict[str, Any] | None, str]:
     """The first result of ``mode`` (any when None) of step ``name`` on the
     ``flush`` pair, and the step's command as shown (or why there is none)."""
-    for step in results.get("steps", []):
-        if step["name"] != name or step["flush"] != flush:
-            continue
-        for r in step.get("results", []):
-            if mode is None or r.get("mode") == mode:
-                return r, step["command"]
-        return None, f"{step['command']}  [{step.get('error') or 'no result'}]"
-    return None, "not run"
+    step = _step(results, name, flush)
+    if step is None:
+        return None, "not run"
+    for r in step.get("results", []):
+        if mode is None or r.get("mode") == mode:
+            return r, step["command"]
+    return None, f"{step['command']}  [{step.get('error') or 'no result'}]"
 
 
 def step_peak_rss(results: Mapping[str, Any], name: str, flush: str = ASYNC) -> int | None:
     """The broker's peak RSS (bytes) sampled during step ``name``, if any."""
-    for step in results.get("steps", []):
-        if step["name"] == name and step["flush"] == flush:
-            peak = step.get("broker_rss_peak_bytes")
-            return int(peak) if peak else None
-    return None
+    step = _step(results, name, flush)
+    peak = step.get("broker_rss_peak_bytes") if step is not None else None
+    return int(peak) if peak else None
 
 
 def _num(v: float | None, digits: int = 0) -> str:
@@ -420,13 +425,15 @@ class PeakRss:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
 
+    def _look(self) -> None:
+        rss = rss_bytes(self.pid)
+        if rss is not None and (self.peak is None or rss > self.peak):
+            self.peak = rss
+
     def _sample(self) -> None:
-        while True:
-            rss = rss_bytes(self.pid)
-            if rss is not None and (self.peak is None or rss > self.peak):
-                self.peak = rss
-            if self._stop.wait(self.interval):
-                return
+        self._look()
+        while not self._stop.wait(self.interval):
+            self._look()
 
     def __enter__(self) -> PeakRss:
         self._thread.start()
@@ -435,9 +442,7 @@ class PeakRss:
     def __exit__(self, *exc_info: object) -> None:
         self._stop.set()
         self._thread.join()
-        rss = rss_bytes(self.pid)  # one last look, after the step
-        if rss is not None and (self.peak is None or rss > self.peak):
-            self.peak = rss
+        self._look()  # one last look, after the step
 
 
 def run_pair(root: Path, flush: str, steps: Sequence[Step]) -> tuple[list[dict[str, Any]], Path]:

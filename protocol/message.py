@@ -127,6 +127,14 @@ class Message:
 
 _OFFSET = struct.Struct(">q")
 
+
+def offset_msg_id(host_hex: str, commit_log_offset: int) -> str:
+    """RocketMQ's offset msgId: the store host's 8 bytes (``host_hex``, their
+    upper-case hex) and the commit-log offset's 8 bytes, in hex."""
+    if commit_log_offset >= 0:
+        return f"{host_hex}{commit_log_offset:016X}"
+    return host_hex + _OFFSET.pack(commit_log_offset).hex().upper()
+
 _EXT_FIELDS = ("topic", "body", "properties", "flag", "queue_id", "queue_offset",
                "commit_log_offset", "sys_flag", "born_timestamp", "born_host",
                "store_timestamp", "store_host", "reconsume_times",
@@ -221,9 +229,7 @@ class MessageExt:
         host's hex."""
         mid = self._msg_id
         if mid is None:
-            offset = self.commit_log_offset
-            mid = self._msg_id = self._id_head + (
-                f"{offset:016X}" if offset >= 0 else _OFFSET.pack(offset).hex().upper())
+            mid = self._msg_id = offset_msg_id(self._id_head, self.commit_log_offset)
         return mid
 
     @msg_id.setter

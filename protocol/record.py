@@ -35,7 +35,7 @@ from functools import lru_cache
 from typing import TypeAlias
 
 from protocol.errors import CorruptRecordError
-from protocol.message import MessageExt, string_to_properties
+from protocol.message import MessageExt, offset_msg_id, string_to_properties
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 
@@ -187,7 +187,7 @@ def encode_blank(size: int) -> bytes:
 
 def encode_msg_id(store_host: bytes, commit_log_offset: int) -> str:
     """RocketMQ's offset msgId: hex(store host 8 bytes + commit-log offset 8 bytes)."""
-    return (store_host + struct.pack(">q", commit_log_offset)).hex().upper()
+    return offset_msg_id(store_host.hex().upper(), commit_log_offset)
 
 
 def decode_msg_id(msg_id: str) -> tuple[str, int]:
@@ -253,9 +253,6 @@ def check_record(buf: Buffer, pos: int, limit: int, verify_crc: bool = True) -> 
 
 
 _SHORT = struct.Struct(">h")
-_MSG_ID_TAIL = struct.Struct(">q")
-
-
 def _record_layout(buf: Buffer, pos: int, limit: int, total: int, magic: int,
                    body_len: int) -> tuple[int, int, int]:
     """Check the sizes of the record at ``pos`` (its head already unpacked;
@@ -393,7 +390,7 @@ class RecordColumns:
 
     def offset_msg_id(self, i: int) -> str:
         """RocketMQ's offset msgId of message ``i``."""
-        return (self.store_hosts[i] + _MSG_ID_TAIL.pack(self.physical_offsets[i])).hex().upper()
+        return offset_msg_id(self.store_hosts[i].hex().upper(), self.physical_offsets[i])
 
     def properties(self, i: int) -> dict[str, str]:
         return string_to_properties(bytes(self.property_texts[i]).decode())
