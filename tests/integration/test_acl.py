@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from client import AclCredentials, Message, Producer, PullConsumer
-from client.admin import MQAdmin
+from client.admin import MQAdmin, MQAdminError
 from client.errors import MQBrokerError
 from protocol.codes import ResponseCode
 from tests.integration.cluster import Cluster
@@ -93,6 +93,16 @@ async def test_plain_acl(cluster: Cluster, tmp_path: Path) -> None:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1,
                                  write_queue_nums=1)
         await wait_for(routed(admin, TOPIC), 10, "routed")
+        config_before = await admin.get_broker_config(broker.addr)
+    # nor delete the topic or change the broker's config
+    async with MQAdmin(n, credentials=PUB) as admin:
+        with pytest.raises(MQAdminError, match="admin"):
+            await admin.delete_topic(TOPIC, "DefaultCluster")
+        with pytest.raises(MQAdminError, match="admin"):
+            await admin.update_broker_config(broker.addr, {"brokerPermission": "4"})
+    async with MQAdmin(n, access_key=ADMIN.access_key, secret_key=ADMIN.secret_key) as admin:
+        assert await admin.get_broker_config(broker.addr) == config_before
+        assert len(await admin.topic_status(TOPIC)) == 1  # the broker still has its queue
 
     # PUB-only sends, SUB-only cannot; DENY beats a default PUB
     await send(n, PUB, b"one")
