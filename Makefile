@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA ?= ./.data
 
-.PHONY: run cluster test lint bench clean browser bytecode
+.PHONY: run cluster test lint bench clean browser bytecode redis
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -43,15 +43,29 @@ browser:
 		echo "could not install chromium: the browser test will skip"; \
 	else echo "no /usr/bin/chromium or /usr/bin/chromedriver: the browser test will skip"; fi
 
-test: $(STAMP) browser bytecode
+# redis-server for the Redis Streams comparison (deploy/bench_redis.py, its test and
+# make bench): from Debian's packages when running as root on Debian; never fails
+redis:
+	@if command -v redis-server >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null; then \
+		echo "installing redis-server (apt-get)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1 || \
+		{ apt-get update -qq >/dev/null 2>&1 && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1; } || \
+		echo "could not install redis-server: its test will skip"; \
+	else echo "no redis-server: its test will skip and make bench leaves Redis out"; fi
+
+test: $(STAMP) browser redis bytecode
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check protocol namesrv broker client tests deploy dashboard
 	$(VENV)/bin/mypy
 
-bench: $(STAMP) bytecode
+bench: $(STAMP) redis bytecode
 	$(PY) -m deploy.bench_all
+	@if command -v redis-server >/dev/null; then \
+		echo; echo "Redis Streams on this machine, right after:"; $(PY) -m deploy.bench_redis; fi
 
 clean:
 	rm -rf $(VENV) $(DATA)

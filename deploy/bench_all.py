@@ -158,7 +158,7 @@ def step_peak_rss(results: Mapping[str, Any], name: str, flush: str = ASYNC) -> 
     return int(peak) if peak else None
 
 
-def _num(v: float | None, digits: int = 0) -> str:
+def number_text(v: float | None, digits: int = 0) -> str:
     return "n/a" if v is None else f"{v:,.{digits}f}"
 
 
@@ -175,13 +175,13 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
     def rate_row(figure: str, name: str, flush: str) -> None:
         r, cmd = find(results, name, flush)
-        rows.append((figure, _num(r["msgs_per_s"] if r else None), cmd))
+        rows.append((figure, number_text(r["msgs_per_s"] if r else None), cmd))
 
     def pct_row(figure: str, r: Mapping[str, Any] | None, cmd: str, a: str, b: str,
                 scale: float = 1.0, digits: int = 0) -> None:
         va, vb = _lat(r, a), _lat(r, b)
         value = ("n/a" if va is None or vb is None
-                 else f"{_num(va / scale, digits)} / {_num(vb / scale, digits)}")
+                 else f"{number_text(va / scale, digits)} / {number_text(vb / scale, digits)}")
         rows.append((figure, value, cmd))
 
     rate_row("batched produce ASYNC msg/s", "produce_batched", ASYNC)
@@ -204,7 +204,7 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     pull_rss, push_rss = step_peak_rss(results, "consume_pull"), step_peak_rss(results, "push")
     rows.append(("broker peak RSS MiB, pull / push consume",
                  "n/a" if pull_rss is None or push_rss is None
-                 else f"{_num(pull_rss / MiB)} / {_num(push_rss / MiB)}",
+                 else f"{number_text(pull_rss / MiB)} / {number_text(push_rss / MiB)}",
                  "sampled every 50 ms during the two steps above (1 GiB commit-log files)"))
     summary, cmd = find(results, "spark", ASYNC, "spark_summary")
     if summary is None and cmd == "not run":
@@ -212,14 +212,14 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     else:
         warm = summary.get("warm_msgs_per_s") if summary else None
         first = summary.get("first_msgs_per_s") if summary else None
-        value = "n/a" if first is None else f"{_num(warm)} / {_num(first)}"
+        value = "n/a" if first is None else f"{number_text(warm)} / {number_text(first)}"
         rows.append(("Spark warm/first msg/s", value, cmd))
     start, cmd = find(results, "machine_start", "")
     end, _ = find(results, "machine_end", "")
 
     def both(key: Callable[[Mapping[str, Any] | None], float | None], digits: int) -> str:
         a, b = key(start), key(end)
-        return "n/a" if a is None or b is None else f"{_num(a, digits)} / {_num(b, digits)}"
+        return "n/a" if a is None or b is None else f"{number_text(a, digits)} / {number_text(b, digits)}"
 
     rows.append(("machine: Python loop ns/iteration, start / end",
                  both(lambda r: None if r is None else r.get("python_loop_ns"), 1), cmd))
