@@ -27,6 +27,7 @@ from broker.config import BrokerRole
 from broker.message_rewrite import (
     DELAY,
     TRAN_MSG,
+    build_batch_inners,
     build_inner,
     is_prepared,
     send_back_message,
@@ -307,17 +308,19 @@ class SendMessageProcessor:
             raise RemoteProtocolError("batch body must hold at least one message")
         items = decode_batch(cmd.body)
         queue_id = self._queue_id(h, cfg)
-        inners = []
-        for item in items:
-            err = self._check_body(cmd, item[1])
-            if err is not None:
-                return err
-            inner = self._inner(h, queue_id, item[0], item[1], item[2], conn.remote_addr)
-            if TRAN_MSG + "\x01" in item[2] and is_prepared(0, string_to_properties(item[2])):
+        max_size = self.config.max_message_size
+        prepared = TRAN_MSG + "\x01"
+        for _, body, text in items:
+            if not body or len(body) > max_size:
+                return self._check_body(cmd, body)  # says which
+            if prepared in text and is_prepared(0, string_to_properties(text)):
                 return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
                                     "a batch cannot be transactional: send each prepared "
                                     "message alone")
-            inners.append(inner)
+        inners = build_batch_inners(h.topic, queue_id, items, sys_flag=h.sys_flag,
+                                    born_timestamp=h.born_timestamp,
+                                    born_host=conn.remote_addr,
+                                    reconsume_times=h.reconsume_times)
         started = time.perf_counter()
         result = self.controller.message_store.put_messages(inners)
         self._count(h.topic, result, started)

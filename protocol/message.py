@@ -67,6 +67,22 @@ def string_to_properties(text: str) -> dict[str, str]:
     return props
 
 
+def find_property(text: str, name: str) -> str | None:
+    """``string_to_properties(text).get(name)`` without building the dict (the
+    broker's batch path reads three properties of each message): the value of
+    the last entry whose key is ``name``. ``name`` holds neither separator."""
+    probe = name + NAME_VALUE_SEPARATOR
+    at = text.rfind(PROPERTY_SEPARATOR + probe)
+    if at >= 0:
+        start = at + 1 + len(probe)
+    elif text.startswith(probe):
+        start = len(probe)
+    else:
+        return None
+    end = text.find(PROPERTY_SEPARATOR, start)
+    return text[start:] if end < 0 else text[start:end]
+
+
 def check_property_text(value: str, what: str) -> None:
     """Properties may not contain the two separator characters."""
     if NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in value:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,6 @@ from protocol.record import (
     RECORD_HEAD_SIZE,
     Buffer,
     RecordStatus,
-    body_crc,
     check_record,
     encode_blank,
     pack_host,
@@ -180,26 +180,39 @@ class CommitLog:
         Raises AllocationError (DiskFullError) when the file it needs cannot
         be created; nothing is written then.
         """
-        encoded = []
+        encoded: list[tuple[MessageExtBrokerInner, bytes, bytes, int, int]] = []
+        add = encoded.append
         total = 0
+        max_body = self.max_message_size
+        topic: object = None  # the last topic checked, its field and length
+        topic_field = b""
+        fixed = 0
+        crc32 = zlib.crc32
         try:
             for m in msgs:
-                # Cheap checks here (protocol.names caches its topic checks); the
-                # other integer ranges are struct's when the record is encoded.
-                if topic_problem(m.topic) is not None:
-                    return _illegal(msgs)
+                # Cheap checks here (protocol.names caches its topic checks; a
+                # batch's messages share one topic, checked once); the other
+                # integer ranges are struct's when the record is encoded.
+                if m.topic is not topic:
+                    if topic_problem(m.topic) is not None:
+                        return _illegal(msgs)
+                    topic_b = m.topic.encode()
+                    if len(topic_b) > MAX_TOPIC_BYTES:
+                        return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
+                    topic, topic_field = m.topic, topic_part(topic_b)
+                    fixed = record_size(0, len(topic_b), 0)
                 if m.queue_id < 0 or m.reconsume_times < 0 or not (
                         INT64_MIN <= m.tags_code <= INT64_MAX):
                     return _illegal(msgs)
-                topic_b = m.topic.encode()
                 props_b = m.properties_string.encode()
                 if len(props_b) > MAX_PROPERTIES_BYTES:
                     return PutMessageResult(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED), []
-                if len(topic_b) > MAX_TOPIC_BYTES or len(m.body) > self.max_message_size:
+                body = m.body
+                if len(body) > max_body:
                     return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
-                size = record_size(len(m.body), len(topic_b), len(props_b))
-                encoded.append((m, topic_part(topic_b), properties_part(props_b), size,
-                                body_crc(m.body)))
+                size = fixed + len(body) + len(props_b)  # record_size, inline
+                add((m, topic_field, properties_part(props_b), size,
+                     crc32(body) & 0x7FFFFFFF))  # body_crc
                 total += size
         except (TypeError, ValueError, AttributeError) as exc:  # UnicodeEncodeError included
             return _illegal(msgs, exc)

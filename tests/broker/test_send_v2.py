@@ -9,21 +9,25 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.config import BrokerConfig, BrokerRole, FlushDiskType
 from broker.controller import BrokerController
+from broker.message_rewrite import build_batch_inners, build_inner
 from protocol.batch import encode_batch
 from protocol.codecs import ROCKETMQ_BINARY, ROCKETMQ_JSON
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
+from protocol.hashing import java_string_hash
 from protocol.headers import (
     SendMessageRequestHeader,
     SendMessageRequestHeaderV2,
     SendMessageResponseHeader,
     is_v2_send_header,
 )
-from protocol.message import properties_to_string
+from protocol.message import properties_to_string, string_to_properties
 from protocol.record import decode_records
 from protocol.route import TopicConfig
 from tests.broker.fakes import FakeConn
@@ -176,6 +180,63 @@ def test_a_bad_batch_body_is_refused(broker: BrokerController) -> None:
     with pytest.raises(RemoteProtocolError, match="batch entry 0"):
         handler(FakeConn(), RemotingCommand.request(  # type: ignore[arg-type]
             RequestCode.SEND_MESSAGE_V2, v2_fields(m="true"), b"\x00\x00\x00\x05x"))
+
+
+def test_batch_entries_are_checked_before_anything_is_stored(
+        broker: BrokerController) -> None:
+    ok = (0, b"fine", properties_to_string({"UNIQ_KEY": "u0"}))
+    big = b"x" * (broker.config.max_message_size + 1)
+    cases = [
+        ([ok, (0, b"", "")], ResponseCode.MESSAGE_ILLEGAL, "body is empty"),
+        ([ok, (0, big, "")], ResponseCode.MESSAGE_ILLEGAL, "exceeds maxMessageSize"),
+        ([ok, (0, b"half", properties_to_string({"TRAN_MSG": "true"}))],
+         ResponseCode.MESSAGE_ILLEGAL, "cannot be transactional"),
+    ]
+    fields = SendMessageRequestHeader("pg", "T", 0, batch=True).to_fields()
+    for items, code, remark in cases:
+        r = send(broker, RequestCode.SEND_BATCH_MESSAGE, fields, encode_batch(items))
+        assert r is not None and r.code == code and remark in (r.remark or ""), r
+    assert stored(broker, "T", 0) == []
+    assert broker.message_store.get_max_phy_offset() == 0
+
+
+def test_batch_messages_keep_their_tags_keys_and_ids(broker: BrokerController) -> None:
+    items = [(0, b"a", properties_to_string({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "ua"})),
+             (0, b"b", properties_to_string({"UNIQ_KEY": "ub", "TAGS": ""})),
+             (0, b"c", properties_to_string({"KEYS": "k1", "WAIT": "true"}))]
+    fields = SendMessageRequestHeader("pg", "T", 1, batch=True).to_fields()
+    r = send(broker, RequestCode.SEND_BATCH_MESSAGE, fields, encode_batch(items))
+    assert r is not None and r.code == ResponseCode.SUCCESS, r.remark
+    store = broker.message_store
+    entries = store.find_consume_queue("T", 1).get_entries(0, 10)
+    assert [tags for _, _, tags in entries] == [java_string_hash("TagA"), 0, 0]
+    msgs = stored(broker, "T", 1)
+    assert [m.tags for m in msgs] == ["TagA", "", None]
+    for key, want in [("k1", [b"c", b"a"]), ("k2", [b"a"]), ("ua", [b"a"]), ("ub", [b"b"])]:
+        found = [decode_records(r)[0].body for r in store.query_message("T", key, 10, 0, 2**62)]
+        assert sorted(found) == sorted(want), key
+
+
+_PIECES = st.sampled_from(["TAGS\x01", "KEYS\x01", "UNIQ_KEY\x01", "\x02", "\x01", "a", "b c",
+                           "XTAGS\x01", "ü", ""])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.binary(min_size=1, max_size=8),
+                          st.lists(_PIECES, max_size=10).map("".join)), min_size=1, max_size=5),
+       st.integers(0, 2**40))
+def test_batch_inners_are_build_inner_of_each_message(
+        items: list[tuple[int, bytes, str]], born: int) -> None:
+    got = build_batch_inners("T", 3, items, sys_flag=4, born_timestamp=born,
+                             born_host="10.0.0.1:9", reconsume_times=2)
+    want = [build_inner("T", 3, body, string_to_properties(text), props_text=text, flag=flag,
+                        sys_flag=4, born_timestamp=born, born_host="10.0.0.1:9",
+                        reconsume_times=2) for flag, body, text in items]
+    if not born:  # both stamp the time of the call
+        for g, w in zip(got, want, strict=True):
+            assert abs(g.born_timestamp - w.born_timestamp) < 5000
+            g.born_timestamp = w.born_timestamp
+    assert got == want
 
 
 def test_unknown_topic_is_created_from_tbw102(broker: BrokerController) -> None:

@@ -18,7 +18,12 @@ from protocol.errors import (
 )
 from protocol.frame import FrameDecoder, encode_frame
 from protocol.hashing import java_string_hash
-from protocol.message import MessageExt, properties_to_string, string_to_properties
+from protocol.message import (
+    MessageExt,
+    find_property,
+    properties_to_string,
+    string_to_properties,
+)
 from protocol.record import (
     RecordStatus,
     check_record,
@@ -194,6 +199,27 @@ def test_properties_codec() -> None:
     props = {"TAGS": "A", "KEYS": "x y", "empty": ""}
     assert string_to_properties(properties_to_string(props)) == props
     assert properties_to_string({}) == "" and string_to_properties("") == {}
+
+
+# texts a hostile producer may send: the names, look-alikes, separators anywhere
+_PROPERTY_PIECES = st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "XKEYS", "KEY", "S", "a b",
+                                    "", "\x01", "\x02", "ü"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(_PROPERTY_PIECES, max_size=12).map("".join),
+       st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "KEY", "S"]))
+def test_find_property_reads_what_the_dict_holds(text: str, name: str) -> None:
+    assert find_property(text, name) == string_to_properties(text).get(name)
+
+
+def test_find_property_cases() -> None:
+    text = properties_to_string({"XKEYS": "no", "KEYS": "a b", "TAGS": ""})
+    assert find_property(text, "KEYS") == "a b" and find_property(text, "TAGS") == ""
+    assert find_property(text, "UNIQ_KEY") is None and find_property("", "KEYS") is None
+    assert find_property("KEYS\x01first\x02KEYS\x01last", "KEYS") == "last"  # the last wins
+    assert find_property("KEYS\x01a\x01b", "KEYS") == "a\x01b"  # split at the first \x01
+    assert find_property("KEYS\x02KEYS", "KEYS") is None  # no value separator: no entry
 
 
 def _java_hash_reference(s: str) -> int:
