@@ -40,14 +40,20 @@ class UniqIdGenerator:
         self._counter = itertools.count(random.getrandbits(16))
         self._month_start = 0
         self._next_check = 0
+        # (ms, the id's first 28 digits then): formatted once per millisecond;
+        # one tuple, so a thread never pairs one ms with another's digits
+        self._head: tuple[int, str] = (-1, "")
 
     def next_id(self) -> str:
         now = time.time_ns() // 1_000_000
-        if now >= self._next_check:
-            self._month_start = _month_start_ms(now)
-            self._next_check = now + 3_600_000  # re-check the month every hour
-        diff = (now - self._month_start) & 0x7FFFFFFF
-        return f"{self._prefix}{diff:08X}{next(self._counter) & 0xFFFF:04X}"
+        ms, head = self._head
+        if now != ms:
+            if now >= self._next_check:
+                self._month_start = _month_start_ms(now)
+                self._next_check = now + 3_600_000  # re-check the month every hour
+            head = f"{self._prefix}{(now - self._month_start) & 0x7FFFFFFF:08X}"
+            self._head = (now, head)
+        return f"{head}{next(self._counter) & 0xFFFF:04X}"
 
 
 _default = UniqIdGenerator()

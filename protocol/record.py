@@ -177,7 +177,7 @@ def topic_part(topic: bytes) -> bytes:
 
 def properties_part(properties: bytes) -> bytes:
     """The PROPERTIES field: its 2-byte length, then the text."""
-    return _SHORT.pack(len(properties)) + properties
+    return PROPERTIES_LENGTH.pack(len(properties)) + properties
 
 
 def encode_blank(size: int) -> bytes:
@@ -252,7 +252,7 @@ def check_record(buf: Buffer, pos: int, limit: int, verify_crc: bool = True) -> 
     return RecordCheck(RecordStatus.MESSAGE, total)
 
 
-_SHORT = struct.Struct(">h")
+_SHORT = PROPERTIES_LENGTH = struct.Struct(">h")  # the PROPERTIES field's length
 def _record_layout(buf: Buffer, pos: int, limit: int, total: int, magic: int,
                    body_len: int) -> tuple[int, int, int]:
     """Check the sizes of the record at ``pos`` (its head already unpacked;

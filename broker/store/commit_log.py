@@ -41,6 +41,7 @@ from protocol.record import (
     MAX_TOPIC_BYTES,
     MESSAGE_MAGIC_CODE,
     OFF_STORE_TIMESTAMP,
+    PROPERTIES_LENGTH,
     RECORD_HEAD,
     RECORD_HEAD_SIZE,
     Buffer,
@@ -48,7 +49,6 @@ from protocol.record import (
     check_record,
     encode_blank,
     pack_host,
-    properties_part,
     record_size,
     topic_part,
 )
@@ -188,6 +188,7 @@ class CommitLog:
         topic_field = b""
         fixed = 0
         crc32 = zlib.crc32
+        pack_props_len = PROPERTIES_LENGTH.pack
         try:
             for m in msgs:
                 # Cheap checks here (protocol.names caches its topic checks; a
@@ -211,8 +212,9 @@ class CommitLog:
                 if len(body) > max_body:
                     return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
                 size = fixed + len(body) + len(props_b)  # record_size, inline
-                add((m, topic_field, properties_part(props_b), size,
-                     crc32(body) & 0x7FFFFFFF))  # body_crc
+                # properties_part and body_crc, inline
+                add((m, topic_field, pack_props_len(len(props_b)) + props_b, size,
+                     crc32(body) & 0x7FFFFFFF))
                 total += size
         except (TypeError, ValueError, AttributeError) as exc:  # UnicodeEncodeError included
             return _illegal(msgs, exc)
@@ -276,12 +278,17 @@ class CommitLog:
         store_host = self.store_host
         id_head = self._id_head
         schedule_levels = self.delay_levels
+        born_host: str | None = None  # a batch's messages share one: packed once
+        born_field = b""
         for i, (m, topic_field, props_field, size, crc) in enumerate(encoded):
             if queue_offsets is not None:
                 queue_offset = queue_offsets[i]
             body = m.body
+            if m.born_host is not born_host:
+                born_host = m.born_host
+                born_field = pack_host(born_host)
             add(pack_head(size, MESSAGE_MAGIC_CODE, crc, m.queue_id, m.flag, queue_offset, phys,
-                          m.sys_flag, m.born_timestamp, pack_host(m.born_host), now, store_host,
+                          m.sys_flag, m.born_timestamp, born_field, now, store_host,
                           m.reconsume_times, m.prepared_transaction_offset, len(body)))
             add(body)
             add(topic_field)

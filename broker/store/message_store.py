@@ -294,8 +294,8 @@ class DefaultMessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
-        first = msgs[0]
-        if any(m.topic != first.topic or m.queue_id != first.queue_id for m in msgs):
+        topic, queue_id = msgs[0].topic, msgs[0].queue_id
+        if any(m.topic != topic or m.queue_id != queue_id for m in msgs):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
         if self.dispatch_behind and not self.reput():
             return self._behind_result()
@@ -309,7 +309,7 @@ class DefaultMessageStore:
             return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, detail=str(exc))
         if result.put_message_status is PutMessageStatus.MESSAGE_ILLEGAL and result.detail:
             self._illegal(self.log, "illegal message refused", level="warning",
-                          topic=shown(first.topic), reason=result.detail)
+                          topic=shown(topic), reason=result.detail)
         if dispatches:
             ar = result.append_result
             assert ar is not None
