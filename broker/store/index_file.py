@@ -88,6 +88,7 @@ class IndexFile:
             self.begin_phy_offset = keys[0][1]
         begin = self.begin_timestamp
         new_slots = 0
+        last_ms = diff = -1  # a batch's keys share a store time: its diff made once
         for key, phy_offset, store_ms in keys:
             h = crc32(key.encode()) & 0x7FFFFFFF
             slot_pos = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
@@ -95,9 +96,11 @@ class IndexFile:
             if prev <= 0 or prev >= count:
                 prev = 0
                 new_slots += 1
-            diff = (store_ms - begin) // 1000
-            pack_entry(mm, entries_at + count * INDEX_ENTRY_SIZE, h, phy_offset,
-                       0 if diff < 0 else min(diff, 2**31 - 1), prev)
+            if store_ms != last_ms:
+                last_ms = store_ms
+                diff = (store_ms - begin) // 1000
+                diff = 0 if diff < 0 else min(diff, 2**31 - 1)
+            pack_entry(mm, entries_at + count * INDEX_ENTRY_SIZE, h, phy_offset, diff, prev)
             pack_slot(mm, slot_pos, count)
             count += 1
         self.hash_slot_count += new_slots

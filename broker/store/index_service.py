@@ -67,13 +67,17 @@ class IndexService:
         keys: list[tuple[str, int, int]] = []
         add = keys.append
         indexed_to = self._indexed_to
+        topic: str | None = None  # a batch's requests share one: its prefix made once
+        prefix = ""
         for req in requests:
             phy = req.commit_log_offset
             if phy <= indexed_to:
                 continue  # already indexed (re-dispatch after recovery)
             if transaction_type(req.sys_flag) not in (TRANSACTION_PREPARED_TYPE,
                                                       TRANSACTION_ROLLBACK_TYPE):
-                prefix = req.topic + "#"
+                if req.topic is not topic:
+                    topic = req.topic
+                    prefix = topic + "#"
                 ts = req.store_timestamp
                 if req.keys:
                     for key in req.keys.split(" "):
