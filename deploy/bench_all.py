@@ -30,6 +30,7 @@ timeout) and the temporary directory removed whatever happens.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -158,6 +159,18 @@ def step_peak_rss(results: Mapping[str, Any], name: str, flush: str = ASYNC) -> 
     return int(peak) if peak else None
 
 
+def step_cpu_us_per_msg(results: Mapping[str, Any], name: str, flush: str) -> float | None:
+    """The broker's CPU time (user + system) during step ``name`` per message
+    the step moved, in µs, if both were measured."""
+    step = _step(results, name, flush)
+    r, _ = find(results, name, flush)
+    cpu = step.get("broker_cpu_s") if step is not None else None
+    count = r.get("count") if r is not None else None
+    if cpu is None or not count:
+        return None
+    return float(cpu) / float(count) * 1e6
+
+
 def number_text(v: float | None, digits: int = 0) -> str:
     return "n/a" if v is None else f"{v:,.{digits}f}"
 
@@ -206,6 +219,12 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                  "n/a" if pull_rss is None or push_rss is None
                  else f"{number_text(pull_rss / MiB)} / {number_text(push_rss / MiB)}",
                  "sampled every 50 ms during the two steps above (1 GiB commit-log files)"))
+    cpu = [step_cpu_us_per_msg(results, name, flush) for name, flush in (
+        ("produce_batched", ASYNC), ("produce_batched", SYNC), ("consume_pull", ASYNC),
+        ("push", ASYNC))]
+    rows.append(("broker CPU µs/msg: batched ASYNC / SYNC, pull, push",
+                 " / ".join(number_text(c, 1) for c in cpu),
+                 "user + system time of the broker process during those steps"))
     summary, cmd = find(results, "spark", ASYNC, "spark_summary")
     if summary is None and cmd == "not run":
         rows.append(("Spark warm/first msg/s", "skipped", "--skip-spark"))
@@ -414,6 +433,16 @@ def run_step(step: Step, namesrv: str | None, extra: Sequence[str] = (),
     return entry
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a live process so far (Linux /proc), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class PeakRss:
     """The peak resident set size of process ``pid`` while the ``with``
     block runs, sampled every ``interval`` s by a thread (None if never read)."""
@@ -453,9 +482,13 @@ def run_pair(root: Path, flush: str, steps: Sequence[Step]) -> tuple[list[dict[s
     try:
         pair.start()
         for step in steps:
+            cpu_before = cpu_seconds(pair.broker_pid)
             with PeakRss(pair.broker_pid) as rss:
                 entry = run_step(step, pair.namesrv)
+            cpu_after = cpu_seconds(pair.broker_pid)
             entry["broker_rss_peak_bytes"] = rss.peak
+            if cpu_before is not None and cpu_after is not None:
+                entry["broker_cpu_s"] = cpu_after - cpu_before
             done.append(entry)
             if "error" in entry:
                 log.error("daemon logs", tail=pair.log_tail())

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from deploy.bench_all import (
     ASYNC,
     SYNC,
     PeakRss,
+    cpu_seconds,
     find,
     parse_json_lines,
     plan,
@@ -339,9 +341,11 @@ def step(name: str, flush: str, command: str, *results: dict[str, Any],
 
 RESULTS: dict[str, Any] = {"steps": [
     step("produce_batched", ASYNC, "mqbench producer -b 32",
-         {"mode": "produce", "msgs_per_s": 30123.4, "latency_us": lat(1e4, 2e4, 33_000, 37_625)}),
-    step("consume_pull", ASYNC, "mqbench consumer", {"mode": "consume", "msgs_per_s": 66000.0})
-    | {"broker_rss_peak_bytes": 95.4 * (1 << 20)},
+         {"mode": "produce", "count": 200_000, "msgs_per_s": 30123.4,
+          "latency_us": lat(1e4, 2e4, 33_000, 37_625)}) | {"broker_cpu_s": 1.5},
+    step("consume_pull", ASYNC, "mqbench consumer",
+         {"mode": "consume", "count": 100_000, "msgs_per_s": 66000.0})
+    | {"broker_rss_peak_bytes": 95.4 * (1 << 20), "broker_cpu_s": 0.25},
     step("produce_single", ASYNC, "mqbench producer -b 1",
          {"mode": "produce", "msgs_per_s": 3000.0, "latency_us": lat(304.4, 400, 617, 3000)}),
     step("push", ASYNC, "mqbench push", {"mode": "push", "msgs_per_s": 54000.0})
@@ -378,6 +382,9 @@ def test_table_rows_from_fixed_results() -> None:
         ("push consume msg/s", "54,000", "mqbench push"),
         ("broker peak RSS MiB, pull / push consume", "95 / 120",
          "sampled every 50 ms during the two steps above (1 GiB commit-log files)"),
+        # push and the SYNC pair measured no CPU time: n/a
+        ("broker CPU µs/msg: batched ASYNC / SYNC, pull, push", "7.5 / n/a / 2.5 / n/a",
+         "user + system time of the broker process during those steps"),
         ("Spark warm/first msg/s", "90,000 / 20,000", "mqbench spark -r 3"),
         ("machine: Python loop ns/iteration, start / end", "185.8 / 190.1",
          "mqbench machine -c 5000"),
@@ -387,10 +394,12 @@ def test_table_rows_from_fixed_results() -> None:
     ]
     text = render_table(rows)
     lines = text.splitlines()
-    assert lines[0].split(" | ") == ["figure".ljust(48), "value".rjust(15), "command"]
+    widths = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
+    assert widths == (51, 21)
+    assert lines[0].split(" | ") == ["figure".ljust(51), "value".rjust(21), "command"]
     assert len(lines) == 2 + len(rows)
     assert len({line.index("|") for line in lines}) == 1  # the columns line up
-    assert lines[7].startswith("fdatasync p50/p99 µs ") and "|       250 / 400 |" in lines[7]
+    assert lines[7].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>21} |" in lines[7]
 
 
 def test_table_rows_with_failures_and_skipped_spark() -> None:
@@ -429,6 +438,17 @@ def test_peak_rss_keeps_the_highest_sample() -> None:
     assert gone.peak is None
 
 
+def test_cpu_seconds_of_a_process() -> None:
+    before = cpu_seconds(os.getpid())
+    assert before is not None
+    deadline = time.process_time() + 0.2
+    while time.process_time() < deadline:  # burn 0.2 s of CPU (bounded)
+        pass
+    after = cpu_seconds(os.getpid())
+    assert after is not None and after - before >= 0.1
+    assert cpu_seconds(2**22 + 12345) is None  # no such process
+
+
 def test_wait_until_stops_on_a_dead_process_or_the_deadline() -> None:
     calls: list[int] = []
 
@@ -461,7 +481,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 15
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 16
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
