@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client.spark.arrow import SCHEMA, to_record_batch
 from protocol.message import MessageExt, properties_to_string
@@ -164,6 +166,29 @@ def test_no_properties() -> None:
     assert r[1]["properties"] == props_of(1)
     assert batch.column("properties").null_count == 0
     assert r == [expected_row(m) for m in decode_records(buf)]
+
+
+def test_property_columns_read_the_last_of_duplicates() -> None:
+    texts = [b"TAGS\x01a\x02TAGS\x01b\x02UNIQ_KEY\x01u0\x02", None,
+             b"KEYS\x01k\x02XTAGS\x01no\x02", b"UNIQ_KEY\x01x\x02UNIQ_KEY\x01y\x02KEYS",
+             b"TAGS\x01\x02", b""]
+    buf = b"".join(record(i, props_of(i), properties=t) for i, t in enumerate(texts))
+    msgs = decode_records(buf)
+    batch = batch_of(buf)
+    assert rows(batch) == [expected_row(m) for m in msgs]
+    assert batch.column("tags").to_pylist() == ["b", "TagA", None, None, "", None]
+    assert batch.column("msgId").to_pylist()[3] == "y"
+
+
+_PIECES = st.sampled_from(["TAGS\x01", "KEYS\x01", "UNIQ_KEY\x01", "\x02", "\x01", "a", "ü",
+                           "XTAGS\x01", ""])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(_PIECES, max_size=8).map("".join), min_size=1, max_size=6))
+def test_property_columns_are_what_message_ext_reads(texts: list[str]) -> None:
+    buf = b"".join(record(i, None, properties=t.encode()) for i, t in enumerate(texts))
+    assert rows(batch_of(buf)) == [expected_row(m) for m in decode_records(buf)]
 
 
 def test_tag_filter() -> None:
