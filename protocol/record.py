@@ -29,6 +29,7 @@ import mmap
 import socket
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -120,6 +121,34 @@ def record_crc_ok(record: Buffer) -> bool:
         return False
     view = memoryview(record)[RECORD_HEAD_SIZE : RECORD_HEAD_SIZE + body_len]
     return (zlib.crc32(view) & 0x7FFFFFFF) == crc
+
+
+def check_run(buf: bytes, run: Sequence[tuple[int, int]]
+              ) -> tuple[list[memoryview], list[int]]:
+    """Records lying back to back in ``buf``, one per (commit-log offset, size)
+    of ``run``: views of those whose body matches its BODYCRC field (as
+    ``record_crc_ok``), and the offsets of those that do not."""
+    view = memoryview(buf)
+    good: list[memoryview] = []
+    bad: list[int] = []
+    unpack = _CRC_AND_BODY_LEN.unpack_from
+    crc32 = zlib.crc32
+    head = RECORD_HEAD_SIZE
+    at = 0
+    for phys, size in run:
+        end = at + size
+        ok = False
+        if size >= head and end <= len(buf):
+            (crc,) = unpack(buf, at + OFF_BODY_CRC)
+            (body_len,) = unpack(buf, at + OFF_BODY_LEN)
+            ok = (0 <= body_len <= size - head
+                  and crc32(view[at + head:at + head + body_len]) & 0x7FFFFFFF == crc)
+        if ok:
+            good.append(view[at:end])
+        else:
+            bad.append(phys)
+        at = end
+    return good, bad
 
 
 def record_size(body_len: int, topic_len: int, props_len: int) -> int:

@@ -60,6 +60,7 @@ from protocol.record import (
     Buffer,
     RecordStatus,
     check_record,
+    check_run,
     decode_record,
     record_crc_ok,
 )
@@ -585,15 +586,10 @@ class DefaultMessageStore:
             else:
                 self._crc_failed(topic, queue_id, run[0][0])
             return
-        view = memoryview(data)
-        at = 0
-        for phys, size in run:
-            record = view[at : at + size]
-            at += size
-            if record_crc_ok(record):
-                buffers.append(record)  # copied once, when the response is joined
-            else:
-                self._crc_failed(topic, queue_id, phys)
+        good, bad = check_run(data, run)
+        buffers += good  # copied once, when the response is joined
+        for phys in bad:
+            self._crc_failed(topic, queue_id, phys)
 
     def _crc_failed(self, topic: str, queue_id: int, phys: int) -> None:
         self.log.error("record fails its CRC, not served", topic=topic,

@@ -27,6 +27,7 @@ from protocol.message import (
 from protocol.record import (
     RecordStatus,
     check_record,
+    check_run,
     decode_msg_id,
     decode_record,
     decode_records,
@@ -237,3 +238,20 @@ def test_java_string_hash() -> None:
     for s in ("TagA", "a-much-longer-tag-that-overflows-32-bits", "标签", "😀emoji"):
         assert java_string_hash(s) == _java_hash_reference(s)
     assert java_string_hash("a-much-longer-tag-that-overflows-32-bits") < 2**31
+
+
+def test_check_run_keeps_the_records_whose_crc_holds() -> None:
+    recs = [record(i, body=bytes([i]) * (10 + i)) for i in range(5)]
+    bad_body = bytearray(recs[1])
+    bad_body[-40] ^= 0xFF  # a byte of the body (before topic and properties) flipped
+    bad_len = bytearray(recs[3])
+    bad_len[84:88] = (10**6).to_bytes(4, "big")  # BODYLEN past the record
+    parts = [recs[0], bytes(bad_body), recs[2], bytes(bad_len), recs[4]]
+    run = [(1000 * i, len(p)) for i, p in enumerate(parts)]
+    good, bad = check_run(b"".join(parts), run)
+    assert [bytes(g) for g in good] == [recs[0], recs[2], recs[4]]
+    assert bad == [1000, 3000]
+    # a run that says more than the buffer holds, or a record shorter than a head
+    good, bad = check_run(recs[0], [(0, len(recs[0])), (7, 50)])
+    assert [bytes(g) for g in good] == [recs[0]] and bad == [7]
+    assert check_run(b"x" * 20, [(5, 20)]) == ([], [5])
