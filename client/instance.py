@@ -67,6 +67,7 @@ from protocol.route import MASTER_ID, TopicRouteData
 from protocol.trio import HandlerTable, RemotingClient, RemotingError, split_addr
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.errors import RemotingTimeoutError
+from protocol.trio.memory import tune_malloc
 from protocol.trio.service import Guard
 from protocol.trio.tls import ClientTls, TlsConfigError, client_tls, client_tls_from_env
 
@@ -301,6 +302,7 @@ class MQClientInstance:
         if self._state != "created":
             raise MQClientError(f"client instance is {self._state}, it can be started once")
         self._state = "starting"
+        tune_malloc()  # pull responses from the heap, not fresh mappings (protocol.trio.memory)
         try:
             await self._service.start()
             self._remoting = await self._service.start_task(self._run_remoting)

@@ -65,7 +65,8 @@ class FrameDecoder:
             stop = pos + _HEADER_SIZE + length
             if stop > end:
                 break
-            frames.append(bytes(buf[pos + _HEADER_SIZE : stop]))
+            with memoryview(buf) as view:  # one copy (a bytearray slice would be two)
+                frames.append(bytes(view[pos + _HEADER_SIZE : stop]))
             pos = stop
         if pos == end:
             buf.clear()

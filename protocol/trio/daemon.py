@@ -29,6 +29,7 @@ from protocol.logs import (
     default_log_dir,
     parse_size,
 )
+from protocol.trio.memory import tune_malloc
 from protocol.trio.service import describe
 
 log = structlog.get_logger("daemon")
@@ -134,6 +135,7 @@ def run_daemon(daemon: Daemon, logger: Any, what: str,
     traceback) when it fails, whatever the exception. An operator's mistake
     (``operator_errors``, or a listen port already in use) is logged as one
     line without a traceback: the message says what to fix."""
+    tune_malloc()  # big buffers from the heap, not fresh mappings (protocol.trio.memory)
     try:
         trio.run(run_until_signal, daemon)
     except SystemExit:
