@@ -12,7 +12,8 @@ allocations of 128 KiB to 16 MiB (pull responses, their frames, produce
 batches) in the heap: by default glibc maps each one afresh and unmaps it
 when freed, and every page of a fresh mapping faults when first written. On
 the VMs this project is measured on, taking one 256 KiB pull response frame
-out of a receive buffer cost 390 µs that way, and 14 µs from the heap.
+out of a receive buffer (``FrameDecoder``) cost 159 µs that way, and 14 µs
+from the heap.
 """
 
 from __future__ import annotations
