@@ -307,12 +307,14 @@ def test_loopback_peer_is_gone_afterwards() -> None:
 def test_plan_divides_counts() -> None:
     full = plan()
     assert [s.name for s in full[ASYNC]] == ["produce_batched", "consume_pull", "produce_single",
-                                             "push", "spark"]
+                                             "push", "spark_fill", "spark"]
     assert [s.name for s in full[SYNC]] == ["produce_batched", "produce_single"]
     assert full[ASYNC][0].shown() == ("mqbench producer -t BenchTopic -s 1024 -b 32 -w 16 "
                                       "-c 200000")
     assert full[SYNC][1].shown() == "mqbench producer -t BenchSingle -s 1024 -b 1 -w 1 -c 20000"
-    assert full[ASYNC][4].shown() == "mqbench spark -t BenchTopic -r 3"
+    assert full[ASYNC][4].shown() == ("mqbench producer -t BenchTopic -s 1024 -b 32 -w 16 "
+                                      "-c 800000")  # Spark then reads 1,000,000
+    assert full[ASYNC][5].shown() == "mqbench spark -t BenchTopic -r 3"
     quick = plan(10, skip_spark=True, disk_file_size=MiB)
     assert [s.name for s in quick[ASYNC]][-1] == "push"
     assert quick[ASYNC][1].args[-3] == "20000"
