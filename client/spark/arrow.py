@@ -10,6 +10,7 @@ Spark's own conversion in the Spark tests.
 from __future__ import annotations
 
 import array
+import functools
 import itertools
 from collections.abc import Iterable, Sequence
 
@@ -40,6 +41,21 @@ _KEYS = MessageConst.PROPERTY_KEYS
 _TAGS = MessageConst.PROPERTY_TAGS
 _UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 
+# Compute kernels get Arrow scalars made once: a Python value is converted on
+# every call, and the conversion looks for dateutil each time (about 45 µs a
+# call where it is not installed, more with Spark's zips on sys.path).
+_ZERO, _ONE = pa.scalar(0, pa.int32()), pa.scalar(1, pa.int32())
+_PAIR = pa.scalar(2, pa.int32())
+_ONE_64, _ZERO_64 = pa.scalar(1, pa.int64()), pa.scalar(0, pa.int64())
+_US_PER_MS = pa.scalar(1000, pa.int64())
+_NO_STRING = pa.scalar(None, pa.string())
+_FALSE = pa.scalar(False)
+
+
+@functools.lru_cache(maxsize=64)
+def _string(value: str) -> pa.Scalar:
+    return pa.scalar(value, pa.string())
+
 
 def _concat(pieces: Sequence[memoryview | bytes], kind: pa.DataType) -> pa.Array:
     """A binary/string array from byte pieces with one copy of the data."""
@@ -69,11 +85,11 @@ class _Properties:
         items = pc.split_pattern(text, "\x02")
         pairs = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
         # items without \x01 (like the empty one after the last \x02) are dropped
-        keep = pc.equal(pc.list_value_length(pairs), 2)
+        keep = pc.equal(pc.list_value_length(pairs), _PAIR)
         pairs = pairs.filter(keep)
         self.rows = pc.list_parent_indices(items).filter(keep)  # ascending
-        self.keys = pc.list_element(pairs, 0)
-        self.values = pc.list_element(pairs, 1)
+        self.keys = pc.list_element(pairs, _ZERO)
+        self.values = pc.list_element(pairs, _ONE)
         self.row_numbers = _arange(n)
         offsets = pc.search_sorted(self.rows, _arange(n + 1), side="left").cast(pa.int32())
         self.map = pa.MapArray.from_arrays(offsets, self.keys, self.values, type=PROPERTIES)
@@ -82,7 +98,7 @@ class _Properties:
         """Each row's value of ``name``, null where it has none; of two entries
         the later one, as a MessageExt's properties dict holds."""
         n = len(self.row_numbers)
-        hits = pc.indices_nonzero(pc.equal(self.keys, name))
+        hits = pc.indices_nonzero(pc.equal(self.keys, _string(name)))
         if len(hits) == 0:
             return pa.nulls(n, pa.string())
         rows = self.rows.take(hits)
@@ -90,16 +106,35 @@ class _Properties:
             return self.values.take(hits)  # one each: the usual UNIQ_KEY
         # the last hit of each row: hits with a row <= r, less one
         last = pc.subtract(pc.search_sorted(rows, self.row_numbers, side="right")
-                           .cast(pa.int64()), 1)
-        at = pc.max_element_wise(last, 0)
-        found = pc.and_(pc.greater_equal(last, 0),
+                           .cast(pa.int64()), _ONE_64)
+        at = pc.max_element_wise(last, _ZERO_64)
+        found = pc.and_(pc.greater_equal(last, _ZERO_64),
                         pc.equal(rows.take(at), self.row_numbers))
-        return pc.if_else(found, self.values.take(hits.take(at)),
-                          pa.scalar(None, pa.string()))
+        return pc.if_else(found, self.values.take(hits.take(at)), _NO_STRING)
+
+
+def _repeated(value: str, n: int) -> pa.Array:
+    """A string array of ``n`` times ``value``, built from its buffers (a list
+    of ``n`` str would be converted one by one)."""
+    data = value.encode()
+    arange = getattr(pa, "arange", None)
+    if arange is None or not data or n * len(data) > 0x7FFFFFFF:
+        return pa.array(itertools.repeat(value, n), pa.string(), size=n)
+    offsets = arange(0, (n + 1) * len(data), len(data)).cast(pa.int32())
+    return pa.Array.from_buffers(pa.string(), n, [None, offsets.buffers()[1],
+                                                  pa.py_buffer(data * n)])
+
+
+def _topics(topics: list[str]) -> pa.Array:
+    """The topic column: one topic (a queue's read) repeated, else converted."""
+    n = len(topics)
+    if n and topics.count(topics[0]) == n:
+        return _repeated(topics[0], n)
+    return pa.array(topics, pa.string())
 
 
 def _timestamps(millis: Sequence[int]) -> pa.Array:
-    return pc.multiply(pa.array(millis, pa.int64()), 1000).cast(TIMESTAMP)
+    return pc.multiply(pa.array(millis, pa.int64()), _US_PER_MS).cast(TIMESTAMP)
 
 
 def to_record_batch(cols: RecordColumns, broker_name: str,
@@ -117,8 +152,8 @@ def to_record_batch(cols: RecordColumns, broker_name: str,
         msg_ids = uniq
     tag_col = props.value(_TAGS)
     batch = pa.RecordBatch.from_arrays([
-        pa.array(cols.topics, pa.string()),
-        pa.array(itertools.repeat(broker_name, n), pa.string(), size=n),
+        _topics(cols.topics),
+        _repeated(broker_name, n),
         pa.array(cols.queue_ids, pa.int32()),
         pa.array(cols.queue_offsets, pa.int64()),
         msg_ids,
@@ -132,4 +167,4 @@ def to_record_batch(cols: RecordColumns, broker_name: str,
     if tags is None:
         return batch
     return batch.filter(pc.fill_null(
-        pc.is_in(tag_col, value_set=pa.array(sorted(tags), pa.string())), False))
+        pc.is_in(tag_col, value_set=pa.array(sorted(tags), pa.string())), _FALSE))

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.spark.arrow import SCHEMA, to_record_batch
+from client.spark.arrow import SCHEMA, _repeated, _topics, to_record_batch
 from protocol.message import MessageExt, properties_to_string
 from protocol.record import (
     FLAG_COMPRESSED,
@@ -189,6 +189,18 @@ _PIECES = st.sampled_from(["TAGS\x01", "KEYS\x01", "UNIQ_KEY\x01", "\x02", "\x01
 def test_property_columns_are_what_message_ext_reads(texts: list[str]) -> None:
     buf = b"".join(record(i, None, properties=t.encode()) for i, t in enumerate(texts))
     assert rows(batch_of(buf)) == [expected_row(m) for m in decode_records(buf)]
+
+
+@pytest.mark.parametrize("value", ["TopicTest", "", "ünï-cödé", "x" * 300])
+@pytest.mark.parametrize("n", [0, 1, 5, 8192])
+def test_repeated_strings_are_built_from_buffers(value: str, n: int) -> None:
+    got = _repeated(value, n)
+    got.validate(full=True)
+    assert got.type == pa.string() and got.to_pylist() == [value] * n
+    topics = [value] * n
+    assert _topics(topics).to_pylist() == topics
+    mixed = topics + ["Other"]
+    assert _topics(mixed).to_pylist() == mixed
 
 
 def test_tag_filter() -> None:
