@@ -105,6 +105,9 @@ def _explain(m: MessageExtBrokerInner) -> str | None:
     return None
 
 
+_NOTHING = object()  # "none seen yet", unlike any value a message may hold
+
+
 def _illegal(msgs: list[MessageExtBrokerInner], exc: Exception | None = None
              ) -> tuple[PutMessageResult, list[DispatchRequest]]:
     """MESSAGE_ILLEGAL (the slow path: say which field is wrong)."""
@@ -184,7 +187,7 @@ class CommitLog:
         add = encoded.append
         total = 0
         max_body = self.max_message_size
-        topic: object = None  # the last topic checked, its field and length
+        topic: object = _NOTHING  # the last topic checked (any value can be wrong), its field
         topic_field = b""
         fixed = 0
         crc32 = zlib.crc32
@@ -278,7 +281,7 @@ class CommitLog:
         store_host = self.store_host
         id_head = self._id_head
         schedule_levels = self.delay_levels
-        born_host: str | None = None  # a batch's messages share one: packed once
+        born_host: object = _NOTHING  # a batch's messages share one: packed once
         born_field = b""
         for i, (m, topic_field, props_field, size, crc) in enumerate(encoded):
             if queue_offsets is not None:
@@ -286,7 +289,7 @@ class CommitLog:
             body = m.body
             if m.born_host is not born_host:
                 born_host = m.born_host
-                born_field = pack_host(born_host)
+                born_field = pack_host(m.born_host)
             add(pack_head(size, MESSAGE_MAGIC_CODE, crc, m.queue_id, m.flag, queue_offset, phys,
                           m.sys_flag, m.born_timestamp, born_field, now, store_host,
                           m.reconsume_times, m.prepared_transaction_offset, len(body)))

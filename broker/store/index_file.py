@@ -88,7 +88,8 @@ class IndexFile:
             self.begin_phy_offset = keys[0][1]
         begin = self.begin_timestamp
         new_slots = 0
-        last_ms = diff = -1  # a batch's keys share a store time: its diff made once
+        last_ms: int | None = None  # a batch's keys share a store time: its diff made once
+        diff = 0
         for key, phy_offset, store_ms in keys:
             h = crc32(key.encode()) & 0x7FFFFFFF
             slot_pos = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE

@@ -83,6 +83,8 @@ def test_put_refuses_invalid_topics(sandbox: tuple[DefaultMessageStore, Path], t
     ("reconsume_times", -1), ("reconsume_times", 2**31), ("prepared_transaction_offset", 2**64),
     ("tags_code", 2**63), ("flag", None), ("born_host", "host:notaport"),
     ("born_host", "1.2.3.4:99999999999"), ("properties_string", "\ud800"),
+    # a value the put path's "seen before" checks must not take for a known one
+    ("topic", None), ("born_host", None), ("topic", 7),
 ])
 def test_put_refuses_out_of_range_fields(tmp_path: Path, field: str, value: object) -> None:
     store = open_store(make_config(tmp_path, cl_size=1 << 16))
