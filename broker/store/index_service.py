@@ -23,6 +23,9 @@ from protocol.record import (
 log = structlog.get_logger("store.index")
 
 
+_NOTHING = object()  # no topic seen yet
+
+
 class IndexService:
     def __init__(self, store_dir: Path, hash_slot_num: int = 5_000_000,
                  index_num: int = 20_000_000) -> None:
@@ -67,7 +70,7 @@ class IndexService:
         keys: list[tuple[str, int, int]] = []
         add = keys.append
         indexed_to = self._indexed_to
-        topic: str | None = None  # a batch's requests share one: its prefix made once
+        topic: object = _NOTHING  # a batch's requests share one: its prefix made once
         prefix = ""
         for req in requests:
             phy = req.commit_log_offset
