@@ -537,7 +537,7 @@ class DefaultMessageStore:
         # sends to one queue in a row) are read with one pread: a run is
         # (file, position in it, [(commit-log offset, size), ...]).
         run_file: MappedFile | None = None
-        run_start = run_end = 0
+        run_base = run_start = run_end = 0
         run: list[tuple[int, int]] = []
         picked = 0
         for phys, size, tag in entries:
@@ -552,6 +552,13 @@ class DefaultMessageStore:
             if phys < cl_min:
                 status = GetMessageStatus.MESSAGE_WAS_REMOVING if not picked else status
                 continue
+            if (run_file is not None and phys == run_base + run_end
+                    and run_end + size <= run_file.wrote_position):
+                run.append((phys, size))  # the run's next record (the usual case)
+                run_end += size
+                picked += 1
+                total += size
+                continue
             mf = find_file(phys)
             pos = phys - mf.file_from_offset if mf is not None else 0
             if mf is None or pos + size > mf.wrote_position:
@@ -562,6 +569,7 @@ class DefaultMessageStore:
                 if run:
                     self._read_run(run_file, run_start, run_end, run, buffers, topic, queue_id)
                 run_file, run_start, run = mf, pos, []
+                run_base = mf.file_from_offset
             run.append((phys, size))
             run_end = pos + size
             picked += 1
