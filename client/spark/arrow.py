@@ -75,7 +75,7 @@ def _arange(n: int) -> pa.Array:
 
 
 class _Properties:
-    """The ``key\x01value\x02...`` texts of a batch split once: the map column,
+    """The ``key\\x01value\\x02...`` texts of a batch split once: the map column,
     and the pairs with the row each came from, for ``value``'s look-ups."""
 
     def __init__(self, texts: Sequence[memoryview]) -> None:
