@@ -29,7 +29,7 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 16 << 20  # the largest frame (DEFAULT_MAX_FRAME_SIZE) stays in the heap
 TRIM_THRESHOLD = 32 << 20  # free memory the heap keeps at its top before giving it back
-# set to 0 to leave malloc as it is; glibc's own MALLOC_MMAP_THRESHOLD_ also wins
+# set to 0 to leave malloc as it is; glibc's own settings in the environment also win
 TUNE_ENV = "ROCKETMQ_TUNE_MALLOC"
 
 
@@ -58,8 +58,11 @@ def tune_malloc(mmap_threshold: int = MMAP_THRESHOLD,
     up to ``trim_threshold`` free bytes at its top (glibc's mallopt; the
     process's memory is still given back by ``trim_free_memory``). True when
     set; False where there is no glibc, when ``ROCKETMQ_TUNE_MALLOC=0``, or
-    when the environment already sets glibc's own thresholds."""
-    if os.environ.get(TUNE_ENV, "1") == "0" or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+    when the environment already sets glibc's own threshold
+    (``MALLOC_MMAP_THRESHOLD_``, or ``glibc.malloc.mmap_threshold`` in
+    ``GLIBC_TUNABLES``)."""
+    if (os.environ.get(TUNE_ENV, "1") == "0" or "MALLOC_MMAP_THRESHOLD_" in os.environ
+            or "glibc.malloc.mmap_threshold" in os.environ.get("GLIBC_TUNABLES", "")):
         return False
     libc = _libc()
     opt = getattr(libc, "mallopt", None) if libc is not None else None

@@ -45,8 +45,9 @@ print(before, tuned, after, huge)
 
 def child(**env: str) -> list[str]:
     full = {**os.environ, "PYTHONPATH": str(REPO), **env}
-    if "MALLOC_MMAP_THRESHOLD_" not in env:
-        full.pop("MALLOC_MMAP_THRESHOLD_", None)
+    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"):
+        if name not in env:  # glibc's defaults, whatever this process runs with
+            full.pop(name, None)
     out = subprocess.run([sys.executable, "-c", CHILD], env=full, capture_output=True,
                          text=True, timeout=60, check=True)
     return out.stdout.split()
@@ -64,3 +65,4 @@ def test_big_buffers_come_from_the_heap_once_tuned() -> None:
     # opted out, or glibc's own setting in the environment: left alone
     assert child(ROCKETMQ_TUNE_MALLOC="0")[1] == "False"
     assert child(MALLOC_MMAP_THRESHOLD_="131072")[1] == "False"
+    assert child(GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072")[1] == "False"
