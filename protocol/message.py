@@ -151,6 +151,7 @@ def offset_msg_id(host_hex: str, commit_log_offset: int) -> str:
         return f"{host_hex}{commit_log_offset:016X}"
     return host_hex + _OFFSET.pack(commit_log_offset).hex().upper()
 
+
 _EXT_FIELDS = ("topic", "body", "properties", "flag", "queue_id", "queue_offset",
                "commit_log_offset", "sys_flag", "born_timestamp", "born_host",
                "store_timestamp", "store_host", "reconsume_times",

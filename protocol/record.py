@@ -113,21 +113,14 @@ _CRC_AND_BODY_LEN = struct.Struct(">i")
 
 def record_crc_ok(record: Buffer) -> bool:
     """Whether one whole message record's body matches its BODYCRC field."""
-    if len(record) < RECORD_HEAD_SIZE:
-        return False
-    (crc,) = _CRC_AND_BODY_LEN.unpack_from(record, OFF_BODY_CRC)
-    (body_len,) = _CRC_AND_BODY_LEN.unpack_from(record, OFF_BODY_LEN)
-    if body_len < 0 or RECORD_HEAD_SIZE + body_len > len(record):
-        return False
-    view = memoryview(record)[RECORD_HEAD_SIZE : RECORD_HEAD_SIZE + body_len]
-    return (zlib.crc32(view) & 0x7FFFFFFF) == crc
+    return bool(check_run(record, ((0, len(record)),))[0])
 
 
-def check_run(buf: bytes, run: Sequence[tuple[int, int]]
+def check_run(buf: Buffer, run: Sequence[tuple[int, int]]
               ) -> tuple[list[memoryview], list[int]]:
     """Records lying back to back in ``buf``, one per (commit-log offset, size)
-    of ``run``: views of those whose body matches its BODYCRC field (as
-    ``record_crc_ok``), and the offsets of those that do not."""
+    of ``run``: views of those whose body matches its BODYCRC field, and the
+    offsets of those that do not (or that the record's sizes do not fit)."""
     view = memoryview(buf)
     good: list[memoryview] = []
     bad: list[int] = []
@@ -281,7 +274,9 @@ def check_record(buf: Buffer, pos: int, limit: int, verify_crc: bool = True) -> 
     return RecordCheck(RecordStatus.MESSAGE, total)
 
 
-_SHORT = PROPERTIES_LENGTH = struct.Struct(">h")  # the PROPERTIES field's length
+PROPERTIES_LENGTH = struct.Struct(">h")  # the PROPERTIES field's length
+
+
 def _record_layout(buf: Buffer, pos: int, limit: int, total: int, magic: int,
                    body_len: int) -> tuple[int, int, int]:
     """Check the sizes of the record at ``pos`` (its head already unpacked;
@@ -297,7 +292,7 @@ def _record_layout(buf: Buffer, pos: int, limit: int, total: int, magic: int,
     if topic_at + 3 > end:
         raise CorruptRecordError(f"bad body length at {pos}")
     props_at = topic_at + 3 + buf[topic_at]
-    (props_len,) = _SHORT.unpack_from(buf, props_at - 2)
+    (props_len,) = PROPERTIES_LENGTH.unpack_from(buf, props_at - 2)
     if props_len < 0 or props_at + props_len != end:
         raise CorruptRecordError(f"record sizes do not add up at {pos}")
     return topic_at, props_at, end
@@ -329,7 +324,7 @@ def _decode_at(view: Buffer, pos: int, limit: int, verify_crc: bool,
             or body_len < 0 or topic_at + 3 > end):
         _record_layout(view, pos, limit, total, magic, body_len)  # raises with the reason
     props_at = topic_at + 3 + view[topic_at]
-    (props_len,) = _SHORT.unpack_from(view, props_at - 2)
+    (props_len,) = PROPERTIES_LENGTH.unpack_from(view, props_at - 2)
     if props_len < 0 or props_at + props_len != end:
         raise CorruptRecordError(f"record sizes do not add up at {pos}")
     body = bytes(view[pos + RECORD_HEAD_SIZE : topic_at])
@@ -449,7 +444,7 @@ def decode_columns(buf: bytes, out: RecordColumns | None = None,
     topics = cols.topics
     props = cols.property_texts
     unpack = _COLUMNS_HEAD.unpack_from
-    short = _SHORT.unpack_from
+    short = PROPERTIES_LENGTH.unpack_from
     view = memoryview(buf)
     pos = 0
     end = len(buf)

@@ -552,15 +552,12 @@ class DefaultMessageStore:
             if phys < cl_min:
                 status = GetMessageStatus.MESSAGE_WAS_REMOVING if not picked else status
                 continue
-            if (run_file is not None and phys == run_base + run_end
-                    and run_end + size <= run_file.wrote_position):
-                run.append((phys, size))  # the run's next record (the usual case)
-                run_end += size
-                picked += 1
-                total += size
-                continue
-            mf = find_file(phys)
-            pos = phys - mf.file_from_offset if mf is not None else 0
+            mf: MappedFile | None
+            if run_file is not None and phys == run_base + run_end:
+                mf, pos = run_file, run_end  # the run's next record: no file look-up
+            else:
+                mf = find_file(phys)
+                pos = phys - mf.file_from_offset if mf is not None else 0
             if mf is None or pos + size > mf.wrote_position:
                 if not picked:
                     status = GetMessageStatus.MESSAGE_WAS_REMOVING
@@ -587,14 +584,7 @@ class DefaultMessageStore:
         """Read records lying back to back in ``mf`` from ``start`` to ``end``
         with one pread and add each that passes its CRC to ``buffers``."""
         assert mf is not None
-        data = mf.pread(start, end - start)
-        if len(run) == 1:
-            if record_crc_ok(data):
-                buffers.append(data)
-            else:
-                self._crc_failed(topic, queue_id, run[0][0])
-            return
-        good, bad = check_run(data, run)
+        good, bad = check_run(mf.pread(start, end - start), run)
         buffers += good  # copied once, when the response is joined
         for phys in bad:
             self._crc_failed(topic, queue_id, phys)
