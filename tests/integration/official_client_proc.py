@@ -11,7 +11,9 @@ ends this process only, and its threads never outlive it.
             {"op": "batch", "messages": [M, ...]}
         with M = {"topic", "body", "tags"?, "keys"?, "props"?: {k: v}}; the answer
         {"i": <request number>, "status": "OK", "msg_id": ..., "offset": ...},
-        {"i": ..., "status": "SENT"} (oneway) or {"i": ..., "error": "..."}.
+        {"i": ..., "status": "SENT"} (oneway) or {"i": ..., "error": "..."}; with
+        "attempts": N when the C++ client's own connection race made it retry
+        (see NOTHING_SENT).
         EOF on stdin: the producer shuts down and {"event": "stopped"} is printed.
 
     python -m tests.integration.official_client_proc consume -n NAMESRV -g GROUP -t TOPIC
@@ -38,6 +40,7 @@ import json
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 _out_lock = threading.Lock()
@@ -108,6 +111,42 @@ def _result(i: int, r: Any) -> dict[str, Any]:
     return {"i": i, "status": r.status.name, "msg_id": r.msg_id, "offset": r.offset}
 
 
+# The C++ client guards its connection table with a std::timed_mutex (3 s).
+# While its heartbeat thread was opening a connection to a broker, a send's
+# wait for that lock has been seen to give up at once ("GetTransport of:...
+# get timed_mutex timeout" in its log): every attempt fails before anything
+# is written and the send raises "No route info of this topic". Such a send
+# is tried again until RETRY_FOR seconds have passed, as an application would;
+# the answer says how many attempts it took. A route that is really missing
+# still fails, after RETRY_FOR.
+NOTHING_SENT = "No route info of this topic"
+RETRY_FOR = 5.0
+
+
+def _send(p: Any, req: dict[str, Any]) -> tuple[Any, int]:
+    """One request's send (None for oneway) and its attempts."""
+    op = req["op"]
+    deadline = time.monotonic() + RETRY_FOR
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            if op == "sync":
+                return p.send_sync(make_message(req["message"])), attempts
+            if op == "oneway":
+                p.send_oneway(make_message(req["message"]))
+                return None, attempts
+            if op == "orderly":
+                return p.send_orderly(make_message(req["message"]), int(req["arg"])), attempts
+            if op == "batch":
+                return p.send_batch([make_message(m) for m in req["messages"]]), attempts
+            raise ValueError(f"unknown op {op!r}")
+        except Exception as e:
+            if NOTHING_SENT not in str(e) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)  # the connection under way takes a few ms
+
+
 def cmd_produce(args: argparse.Namespace) -> None:
     p = _producer(args.namesrv, args.group, args=args)
     emit({"event": "started"})
@@ -115,22 +154,15 @@ def cmd_produce(args: argparse.Namespace) -> None:
         line = line.strip()
         if not line:
             continue
-        req = json.loads(line)
-        op = req["op"]
         try:
-            if op == "sync":
-                emit(_result(i, p.send_sync(make_message(req["message"]))))
-            elif op == "oneway":
-                p.send_oneway(make_message(req["message"]))
-                emit({"i": i, "status": "SENT"})
-            elif op == "orderly":
-                emit(_result(i, p.send_orderly(make_message(req["message"]), int(req["arg"]))))
-            elif op == "batch":
-                emit(_result(i, p.send_batch([make_message(m) for m in req["messages"]])))
-            else:
-                emit({"i": i, "error": f"unknown op {op!r}"})
+            r, attempts = _send(p, json.loads(line))
         except Exception as e:  # the wrapper's exceptions carry the C++ client's message
             emit({"i": i, "error": f"{type(e).__name__}: {e}"})
+            continue
+        answer = {"i": i, "status": "SENT"} if r is None else _result(i, r)
+        if attempts > 1:
+            answer["attempts"] = attempts
+        emit(answer)
     p.shutdown()
     emit({"event": "stopped"})
     _exit(0)
