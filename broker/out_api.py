@@ -19,7 +19,6 @@ getting whole tables. Whole tables are copied on the event loop and encoded
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -31,6 +30,7 @@ from broker.config import BrokerConfig
 from protocol.body import compress_body, pack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from protocol.crc import crc32
 from protocol.errors import RemoteProtocolError
 from protocol.headers import (
     RegisterBrokerRequestHeader,
@@ -96,7 +96,7 @@ def encode_register_body(wire: dict[str, Any], always_compress: bool) -> Registe
     crc = 0
     if compressed:
         body = compress_body(body)
-        crc = zlib.crc32(body) & 0x7FFFFFFF
+        crc = crc32(body) & 0x7FFFFFFF
     names = tuple(sorted(table, key=len, reverse=True)[:3]) if isinstance(table, dict) else ()
     return RegisterBody(body, compressed, crc, len(table) if isinstance(table, dict) else 0,
                         names=names)

@@ -35,6 +35,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import TypeAlias
 
+from protocol.crc import crc32
 from protocol.errors import CorruptRecordError
 from protocol.message import MessageExt, offset_msg_id, string_to_properties
 
@@ -88,7 +89,7 @@ MAX_PROPERTIES_BYTES = 32767
 
 
 def body_crc(body: bytes) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 @lru_cache(maxsize=4096)
@@ -125,7 +126,6 @@ def check_run(buf: Buffer, run: Sequence[tuple[int, int]]
     good: list[memoryview] = []
     bad: list[int] = []
     unpack = _CRC_AND_BODY_LEN.unpack_from
-    crc32 = zlib.crc32
     head = RECORD_HEAD_SIZE
     at = 0
     for phys, size in run:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import struct
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from broker.store.status import (
     StoreError,
 )
 from broker.topic_validator import RMQ_SYS_SCHEDULE_TOPIC as SCHEDULE_TOPIC
+from protocol.crc import crc32
 from protocol.names import topic_problem
 from protocol.record import (
     BLANK_HEAD,
@@ -190,7 +190,6 @@ class CommitLog:
         topic: object = _NOTHING  # the last topic checked (any value can be wrong), its field
         topic_field = b""
         fixed = 0
-        crc32 = zlib.crc32
         pack_props_len = PROPERTIES_LENGTH.pack
         try:
             for m in msgs:

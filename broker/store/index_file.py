@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import struct
 import time
-import zlib
 from pathlib import Path
 
 from broker.store.mapped_file import MappedFile
+from protocol.crc import crc32
 
 INDEX_HEADER = struct.Struct(">qqqqii")
 INDEX_HEADER_SIZE = 40
@@ -35,7 +35,7 @@ _SLOT = struct.Struct(">i")
 def key_hash(key: str) -> int:
     """crc32 of the UTF-8 key, 31 bits. (RocketMQ uses abs(String.hashCode);
     that costs ~10x more in Python and only these files ever read the hash.)"""
-    return zlib.crc32(key.encode()) & 0x7FFFFFFF
+    return crc32(key.encode()) & 0x7FFFFFFF
 
 
 def index_file_name(now_ms: int) -> str:
@@ -81,7 +81,6 @@ class IndexFile:
         unpack_slot = _SLOT.unpack_from
         pack_slot = _SLOT.pack_into
         pack_entry = INDEX_ENTRY.pack_into
-        crc32 = zlib.crc32
         count = self.index_count
         if count == 1:
             self.begin_timestamp = keys[0][2]
