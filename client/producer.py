@@ -56,7 +56,7 @@ from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
 from protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from protocol.message import Message, MessageConst, MessageQueue
-from protocol.message_id import create_uniq_id
+from protocol.message_id import create_uniq_id, create_uniq_ids
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from protocol.record import FLAG_COMPRESSED
 from protocol.trio import RemotingError
@@ -349,8 +349,9 @@ class Producer:
             raise MQClientError("retry group topics are not supported for batching")
         max_size = self.max_message_size
         items: list[tuple[int, bytes, str]] = []
-        ids: list[str] = []
-        for msg in batch:
+        add_item = items.append
+        ids = create_uniq_ids(len(batch))  # what messages without a UNIQ_KEY get
+        for i, msg in enumerate(batch):
             if not isinstance(msg, Message):
                 raise MQClientError(f"expected Messages, got {type(msg).__name__}")
             if msg.topic != topic:
@@ -359,13 +360,18 @@ class Producer:
                 )
             check_body(msg, max_size)
             props = msg.properties
+            if not props:  # the usual message: its text is its new id's, no checks needed
+                uniq = props[_UNIQ_KEY] = ids[i]
+                add_item((msg.flag, bytes(msg.body), f"{_UNIQ_KEY}\x01{uniq}\x02"))
+                continue
             if props.get(_DELAY, "0") != "0":
                 raise MQClientError("delay levels are not supported for batching")
             uniq = props.get(_UNIQ_KEY)
-            if not uniq:
-                uniq = props[_UNIQ_KEY] = create_uniq_id()
-            ids.append(uniq)
-            items.append((msg.flag, bytes(msg.body), encode_properties(props)))
+            if uniq:
+                ids[i] = uniq
+            else:
+                props[_UNIQ_KEY] = ids[i]
+            add_item((msg.flag, bytes(msg.body), encode_properties(props)))
         try:
             body = encode_batch(items)
         except ValueError as exc:

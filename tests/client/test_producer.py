@@ -18,6 +18,7 @@ from client import (
     SendStatus,
 )
 from client.instance import MQClientInstance
+from client.validators import encode_properties
 from protocol.batch import decode_batch
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import FLAG_ONEWAY
@@ -297,6 +298,27 @@ async def test_send_batch_encoding(cluster: FakeCluster) -> None:
     assert result.offset_msg_id is not None and len(result.offset_msg_id.split(",")) == 5
     assert result.queue_offset == 0
     assert len(broker.queues[(TOPIC, result.message_queue.queue_id)]) == 5
+
+
+async def test_send_batch_properties_texts(cluster: FakeCluster) -> None:
+    """Plain messages get a new id each (their text written directly), a
+    message keeps its own UNIQ_KEY; every entry carries its message's
+    properties as encode_properties writes them."""
+    msgs = [Message(TOPIC, b"plain"), Message(TOPIC, b"own", properties={PROPERTY_UNIQ_KEY: "MINE"}),
+            Message(TOPIC, b"tagged", tags="TagA", keys="k1"), Message(TOPIC, b"plain2"),
+            Message(TOPIC, b"empty-id", properties={PROPERTY_UNIQ_KEY: ""})]
+    async with make_producer(cluster) as producer:
+        result = await producer.send_batch(msgs)
+    (req,) = cluster.broker(result.message_queue.broker_name).requests_of(
+        RequestCode.SEND_BATCH_MESSAGE)
+    texts = [text for _, _, text in decode_batch(req.body)]
+    assert texts == [encode_properties(m.properties) for m in msgs]
+    uniq = [m.properties[PROPERTY_UNIQ_KEY] for m in msgs]
+    assert uniq[1] == "MINE" and result.msg_id == ",".join(uniq)
+    new = [u for i, u in enumerate(uniq) if i != 1]
+    assert len(set(new)) == 4 and all(len(u) == 32 and int(u, 16) >= 0 for u in new)
+    assert string_to_properties(texts[2]) == {"TAGS": "TagA", "KEYS": "k1",
+                                              PROPERTY_UNIQ_KEY: uniq[2]}
 
 
 async def test_send_batch_rules(cluster: FakeCluster) -> None:

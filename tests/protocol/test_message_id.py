@@ -50,3 +50,35 @@ def test_ids_are_unique_across_threads() -> None:
     ids = [i for o in out for i in o]
     # 20,000 ids: the 16-bit counter cannot wrap, so none repeats
     assert len(set(ids)) == len(ids) == 20_000
+
+
+def test_next_ids_is_next_id_n_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    now_ms = 1_764_000_000_123
+    monkeypatch.setattr(message_id.time, "time_ns", lambda: now_ms * 1_000_000)
+    gen = UniqIdGenerator()
+    first = gen.next_id()
+    batch = gen.next_ids(300)  # the counter passes a multiple of 256 on the way
+    last = gen.next_id()
+    ids = [first, *batch, last]
+    assert len(batch) == 300 and gen.next_ids(0) == []
+    parts = [fields(i) for i in ids]
+    assert {p[:2] for p in parts} == {parts[0][:2]}
+    counters = [p[2] for p in parts]
+    assert counters == [(counters[0] + k) & 0xFFFF for k in range(302)]
+
+
+def test_ids_and_batches_are_unique_across_threads() -> None:
+    gen = UniqIdGenerator()
+    out: list[list[str]] = [[] for _ in range(4)]
+
+    def run(mine: list[str], batched: bool) -> None:
+        for _ in range(250):
+            mine.extend(gen.next_ids(10) if batched else [gen.next_id() for _ in range(10)])
+
+    threads = [threading.Thread(target=run, args=(o, k % 2 == 0)) for k, o in enumerate(out)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [i for o in out for i in o]
+    assert len(set(ids)) == len(ids) == 10_000
