@@ -361,14 +361,14 @@ class Producer:
             check_body(msg, max_size)
             props = msg.properties
             if not props:  # the usual message: its text is its new id's, no checks needed
-                uniq = props[_UNIQ_KEY] = ids[i]
-                add_item((msg.flag, bytes(msg.body), f"{_UNIQ_KEY}\x01{uniq}\x02"))
+                new_id = props[_UNIQ_KEY] = ids[i]
+                add_item((msg.flag, bytes(msg.body), f"{_UNIQ_KEY}\x01{new_id}\x02"))
                 continue
             if props.get(_DELAY, "0") != "0":
                 raise MQClientError("delay levels are not supported for batching")
-            uniq = props.get(_UNIQ_KEY)
-            if uniq:
-                ids[i] = uniq
+            own = props.get(_UNIQ_KEY)
+            if own:
+                ids[i] = own
             else:
                 props[_UNIQ_KEY] = ids[i]
             add_item((msg.flag, bytes(msg.body), encode_properties(props)))
