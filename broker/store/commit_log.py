@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import structlog
 
@@ -136,9 +137,10 @@ class MessageExtBrokerInner:
     prepared_transaction_offset: int = 0
 
 
-@dataclass(slots=True)
-class DispatchRequest:
-    """What the indexes need to know of one stored record."""
+class DispatchRequest(NamedTuple):
+    """What the indexes need to know of one stored record. A named tuple: the
+    put path makes one per message with ``tuple.__new__`` (90 ns against 360
+    for a dataclass's ``__init__``)."""
 
     topic: str
     queue_id: int
@@ -280,6 +282,7 @@ class CommitLog:
         store_host = self.store_host
         id_head = self._id_head
         schedule_levels = self.delay_levels
+        new_tuple = tuple.__new__
         born_host: object = _NOTHING  # a batch's messages share one: packed once
         born_field = b""
         for i, (m, topic_field, props_field, size, crc) in enumerate(encoded):
@@ -299,10 +302,10 @@ class CommitLog:
             topic = m.topic
             if topic == SCHEDULE_TOPIC:
                 tags_code = now + schedule_levels.get(m.queue_id + 1, 0)
-            add_dispatch(DispatchRequest(
+            add_dispatch(new_tuple(DispatchRequest, (
                 topic, m.queue_id, phys, size, tags_code, now, queue_offset,
                 m.keys, m.uniq_key, m.sys_flag,
-            ))
+            )))
             add_id(f"{id_head}{phys:016X}")
             phys += size
             queue_offset += 1
