@@ -18,6 +18,7 @@ from typing import ClassVar
 from protocol import names
 from protocol.config import ConfigError, PropertiesConfig, load_properties, not_a_key
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
+from protocol.trio.busy_poll import check_window_us
 from protocol.trio.limits import ConnectionLimits, limits_of
 from protocol.trio.tls import (
     ClientTls,
@@ -127,6 +128,9 @@ class BrokerConfig(PropertiesConfig):
     # messages
     max_message_size: int = 4 * MiB
     max_frame_size: int = 16 * MiB
+    # µs the event loop keeps polling after a request instead of sleeping
+    # (protocol/trio/busy_poll.py): lower latency for CPU; 0 (off) by default
+    busy_poll_micros: int = 0
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
     # store
     store_path_root_dir: str = field(default_factory=lambda: str(Path.home() / "store"))
@@ -251,6 +255,10 @@ class BrokerConfig(PropertiesConfig):
             raise ConfigError(f"connection limits: {problem}")
         if not 1 <= self.heartbeat_lane_percent <= 100:
             raise ConfigError("heartbeatLanePercent is a percentage (1..100)")
+        try:
+            check_window_us(self.busy_poll_micros, "busyPollMicros")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         self._validate_role()
         self._validate_ha()
         self._validate_tls()

@@ -63,6 +63,7 @@ from protocol.command import RemotingCommand
 from protocol.config import rewrite_properties
 from protocol.names import shown
 from protocol.record import pack_host
+from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import Lane, Lanes, SharedBudget
@@ -154,12 +155,15 @@ class BrokerController:
             acl_file = self.acl_file
             handlers = guard_table(handlers, lambda: acl_file.config,
                                    self.stats.record_acl_refusal)
+        # spin after requests instead of sleeping (busyPollMicros; off by default)
+        self.busy_poll = BusyPoll(config.busy_poll_micros)
         self.server = RemotingServer(
             handlers, self.listen_host,
             config.listen_port, max_frame_size=config.max_frame_size,
             limits=config.connection_limits(),
             budget=SharedBudget(config.max_total_connection_buffer_bytes),
             lanes=request_lanes(config), tls=config.server_tls(),
+            busy_poll=self.busy_poll,
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self.server.on_connection_closed(self.pull_hold_service.connection_closed)
@@ -177,7 +181,8 @@ class BrokerController:
         self.group_commit: GroupCommitService | None = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(
-                self.timed_flush_commit_log, config.sync_flush_timeout, config.broker_name
+                self.timed_flush_commit_log, config.sync_flush_timeout, config.broker_name,
+                busy_poll=self.busy_poll,
             )
         self._overlay_lock = trio.Lock()
         self.metrics_port: int | None = None  # once served
@@ -577,7 +582,8 @@ class BrokerController:
         guard = Guard(self.log, name)
         while True:
             await trio.sleep(interval_ms / 1000)
-            await guard.run(trio.to_thread.run_sync, flush)
+            with self.busy_poll.paused():  # the flush thread needs the CPU and the GIL
+                await guard.run(trio.to_thread.run_sync, flush)
 
     def answer_when_topics_durable(self, conn: RemotingConnection, cmd: RemotingCommand,
                                    seq: int) -> RemotingCommand | None:

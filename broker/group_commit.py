@@ -33,13 +33,16 @@ import trio
 from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
 from broker.waiting_sends import WaitingSends
+from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.service import Guard
 from protocol.trio.worker_thread import WorkerThread
 
 
 class GroupCommitService:
-    def __init__(self, flush: Callable[[], int], timeout_ms: int, broker_name: str) -> None:
+    def __init__(self, flush: Callable[[], int], timeout_ms: int, broker_name: str,
+                 busy_poll: BusyPoll | None = None) -> None:
         self.flush = flush
+        self.busy_poll = busy_poll  # paused while an fsync runs (protocol/trio/busy_poll.py)
         self.log = structlog.get_logger("broker.flush").bind(broker=broker_name)
         self.guard = Guard(self.log, "group commit")
         self.sends = WaitingSends(PutMessageStatus.FLUSH_DISK_TIMEOUT, timeout_ms / 1000,
@@ -59,7 +62,7 @@ class GroupCommitService:
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         try:
-            async with WorkerThread("group-commit") as thread, trio.open_nursery() as nursery:
+            async with WorkerThread("group-commit", self.busy_poll) as thread, trio.open_nursery() as nursery:
                 self._thread = thread
                 nursery.start_soon(self._retry_after_failures)
                 nursery.start_soon(self.sends.run_expiry)

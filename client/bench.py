@@ -51,6 +51,7 @@ from client.admin_cli import (
 )
 from client.bench_attacks import attack
 from protocol.logs import configure_logging
+from protocol.trio.busy_poll import ENV_BUSY_POLL_US, MAX_BUSY_POLL_US
 
 if TYPE_CHECKING:
     from client import LocalTransactionState, Message, MessageExt
@@ -395,12 +396,19 @@ class BenchTransactionListener:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @credential_options
 @tls_options
+@click.option("--busy-poll-us", "busy_poll_us", type=click.IntRange(0, MAX_BUSY_POLL_US),
+              default=None, envvar=ENV_BUSY_POLL_US, show_envvar=True,
+              help="µs the clients keep polling after each request instead of sleeping "
+                   "(lower latency for CPU; default 0, off).")
 @click.pass_context
 def cli(ctx: click.Context, access_key: str | None, secret_key: str | None, use_tls: bool,
-        tls_ca: str | None, tls_cert: str | None, tls_key: str | None) -> None:
+        tls_ca: str | None, tls_cert: str | None, tls_key: str | None,
+        busy_poll_us: int | None) -> None:
     """Benchmark producers and consumers against a running cluster."""
     ctx.obj = check_credentials(access_key, secret_key)
     apply_tls_options(use_tls, tls_ca, tls_cert, tls_key)  # members inherit ROCKETMQ_TLS_*
+    if busy_poll_us is not None:  # client instances (and push members) read it
+        os.environ[ENV_BUSY_POLL_US] = str(busy_poll_us)
 
 
 def _spark_credentials(reader: Any) -> Any:

@@ -65,6 +65,7 @@ from protocol.message import MessageConst, MessageExt, MessageQueue
 from protocol.record import decode_record
 from protocol.route import MASTER_ID, TopicRouteData
 from protocol.trio import HandlerTable, RemotingClient, RemotingError, split_addr
+from protocol.trio.busy_poll import BusyPoll, busy_poll_us_from_env, check_window_us
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.errors import RemotingTimeoutError
 from protocol.trio.memory import tune_malloc
@@ -182,8 +183,16 @@ class MQClientInstance:
         persist_consumer_offset_interval: float = DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
         credentials: AclCredentials | None = None,
         tls: ClientTls | None = None,
+        busy_poll_us: int | None = None,
     ) -> None:
         self.credentials = credentials
+        # µs to keep polling after each request instead of sleeping
+        # (protocol/trio/busy_poll.py): ``busy_poll_us``, else ROCKETMQ_BUSY_POLL_US; 0: off
+        try:
+            self.busy_poll_us = (busy_poll_us_from_env() if busy_poll_us is None
+                                 else check_window_us(busy_poll_us, "busy_poll_us"))
+        except ValueError as exc:
+            raise MQClientError(str(exc)) from None
         # TLS on every connection: ``tls``, else ROCKETMQ_TLS_ENABLE/ROCKETMQ_TLS_CA/...
         # (RocketMQ's clients: the tls.enable system property); None: plain
         self.tls = tls if tls is not None else client_tls_from_env()
@@ -340,7 +349,8 @@ class MQClientInstance:
     async def _run_remoting(self, task_status: trio.TaskStatus[RemotingClient]) -> None:
         try:
             remoting = RemotingClient(self.handlers, connect_timeout=self.request_timeout,
-                                      credentials=self.credentials, tls=self.tls)
+                                      credentials=self.credentials, tls=self.tls,
+                                      busy_poll=BusyPoll(self.busy_poll_us))
         except TlsConfigError as exc:
             raise MQClientError(str(exc)) from exc
         async with remoting as rc:

@@ -20,6 +20,8 @@ processes), so the figures can be read against what the machine gave then.
                  producer -t BenchTopic ... -c 800000                   to 1,000,000 for Spark
                  spark -t BenchTopic -r 3                                Spark batch reads
     SYNC_FLUSH   producer (batched), producer (single), as above
+    ASYNC_FLUSH and SYNC_FLUSH again, broker with busyPollMicros=1000:
+                 --busy-poll-us 1000 producer (single), as above
     disk --dir <SYNC store>/commitlog -s 1024 -c 2000
     machine -c 5000                                  first and last
 
@@ -55,6 +57,10 @@ from protocol.trio.memory import rss_bytes
 log = structlog.get_logger("bench_all")
 
 ASYNC, SYNC = "ASYNC_FLUSH", "SYNC_FLUSH"
+# the pairs whose broker and client spin after each request (busyPollMicros,
+# mqbench --busy-poll-us: protocol/trio/busy_poll.py), for the single sends
+BUSY_POLL_US = 1000
+ASYNC_BUSY, SYNC_BUSY = f"{ASYNC}+busyPoll", f"{SYNC}+busyPoll"
 BATCHED_TOPIC = "BenchTopic"
 SINGLE_TOPIC = "BenchSingle"
 START_TIMEOUT = 60.0
@@ -75,9 +81,10 @@ class Step:
     flush: str  # the pair it runs against ("" for disk)
     command: str
     args: tuple[str, ...]
+    options: tuple[str, ...] = ()  # mqbench's own, before the command
 
     def shown(self) -> str:
-        return " ".join(("mqbench", self.command, *self.args))
+        return " ".join(("mqbench", *self.options, self.command, *self.args))
 
 
 def plan(divisor: int = 1, skip_spark: bool = False, disk_file_size: int = 1 << 30
@@ -93,8 +100,10 @@ def plan(divisor: int = 1, skip_spark: bool = False, disk_file_size: int = 1 << 
                     ("-t", BATCHED_TOPIC, "-s", "1024", "-b", "32", "-w", "16", "-c", n(200_000)))
 
     def single(flush: str) -> Step:
+        options = ("--busy-poll-us", str(BUSY_POLL_US)) if flush in (ASYNC_BUSY, SYNC_BUSY) else ()
         return Step("produce_single", flush, "producer",
-                    ("-t", SINGLE_TOPIC, "-s", "1024", "-b", "1", "-w", "1", "-c", n(20_000)))
+                    ("-t", SINGLE_TOPIC, "-s", "1024", "-b", "1", "-w", "1", "-c", n(20_000)),
+                    options)
 
     async_steps = [
         batched(ASYNC),
@@ -113,7 +122,8 @@ def plan(divisor: int = 1, skip_spark: bool = False, disk_file_size: int = 1 << 
                                      str(disk_file_size)))
     machine = [Step(name, "", "machine", ("-c", n(5000)))
                for name in ("machine_start", "machine_end")]
-    return {ASYNC: async_steps, SYNC: [batched(SYNC), single(SYNC)], "disk": [disk],
+    return {ASYNC: async_steps, SYNC: [batched(SYNC), single(SYNC)],
+            ASYNC_BUSY: [single(ASYNC_BUSY)], SYNC_BUSY: [single(SYNC_BUSY)], "disk": [disk],
             "machine": machine}
 
 
@@ -209,6 +219,11 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     pct_row("single send ASYNC p50/p99 µs", single_async, cmd, "p50", "p99")
     single_sync, cmd = find(results, "produce_single", SYNC)
     pct_row("single send SYNC p50/p99 µs", single_sync, cmd, "p50", "p99")
+    for key, label in ((ASYNC_BUSY, "ASYNC"), (SYNC_BUSY, "SYNC")):
+        r, cmd = find(results, "produce_single", key)
+        pct_row(f"single send {label} p50/p99 µs, busy poll {BUSY_POLL_US} µs", r,
+                f"{cmd}, broker busyPollMicros={BUSY_POLL_US}" if r is not None else cmd,
+                "p50", "p99")
     disk, disk_cmd = find(results, "disk", "")
     pct_row("fdatasync p50/p99 µs", disk, disk_cmd, "p50", "p99")
     sync_p50, disk_p50 = _lat(single_sync, "p50"), _lat(disk, "p50")
@@ -416,7 +431,7 @@ def mqbench_argv() -> list[str]:
 def run_step(step: Step, namesrv: str | None, extra: Sequence[str] = (),
              timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
     """Run one mqbench command with --json; its results and how it went."""
-    args = [step.command, *step.args, *extra]
+    args = [*step.options, step.command, *step.args, *extra]
     shown = " ".join((step.shown(), *extra))
     argv = [*mqbench_argv(), *args, *(("-n", namesrv) if namesrv else ()), "--json"]
     log.info("running", flush=step.flush or None, command=shown)
@@ -479,10 +494,13 @@ class PeakRss:
         self._look()  # one last look, after the step
 
 
-def run_pair(root: Path, flush: str, steps: Sequence[Step]) -> tuple[list[dict[str, Any]], Path]:
+def run_pair(root: Path, key: str, steps: Sequence[Step]) -> tuple[list[dict[str, Any]], Path]:
     """Start a fresh pair, run ``steps`` against it, stop it. Returns the
-    step results and the pair's commit-log directory (kept until ``root`` goes)."""
-    pair = Pair(root / flush.lower(), flush)
+    step results and the pair's commit-log directory (kept until ``root`` goes).
+    ``key``: the flush type, with ``+busyPoll`` for a broker that spins."""
+    flush, _, variant = key.partition("+")
+    options = ["-o", f"busyPollMicros={BUSY_POLL_US}"] if variant == "busyPoll" else []
+    pair = Pair(root / key.lower().replace("+", "-"), flush, broker_options=options)
     done: list[dict[str, Any]] = []
     try:
         pair.start()
@@ -514,6 +532,9 @@ def run(divisor: int, skip_spark: bool, tmp_dir: str | None) -> dict[str, Any]:
         results["steps"] += done
         done, commitlog = run_pair(root, SYNC, steps[SYNC])
         results["steps"] += done
+        for key in (ASYNC_BUSY, SYNC_BUSY):
+            done, _ = run_pair(root, key, steps[key])
+            results["steps"] += done
         disk = steps["disk"][0]
         entry = run_step(disk, None, ("--dir", str(commitlog)))
         entry["command"] = entry["command"].replace(str(commitlog), "<SYNC store>/commitlog")

@@ -12,6 +12,7 @@ from protocol.codecs.base import Codec
 from protocol.command import RemotingCommand
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
 from protocol.names import shown
+from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.errors import RemotingConnectError
 from protocol.trio.tls import ClientTls, connect
@@ -44,7 +45,10 @@ class RemotingClient:
         codec: Codec | None = None,
         credentials: Any = None,
         tls: ClientTls | None = None,
+        busy_poll: BusyPoll | None = None,
     ) -> None:
+        # spin after each request instead of sleeping (protocol/trio/busy_poll.py)
+        self.busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
         # anything with access_key/secret_key/security_token: every request is
         # signed as RocketMQ's AclClientRPCHook does (None: unsigned)
         self.credentials = credentials
@@ -64,6 +68,8 @@ class RemotingClient:
     async def __aenter__(self) -> RemotingClient:
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
+        if self.busy_poll is not None:
+            self._nursery.start_soon(self.busy_poll.run)
         return self
 
     async def __aexit__(self, *exc: Any) -> bool | None:
@@ -121,7 +127,7 @@ class RemotingClient:
                 served = await connect(stream, self._ssl_context, addr, self.connect_timeout)
             conn = RemotingConnection(
                 served, self.handlers, remote_addr=addr, max_frame_size=self.max_frame_size,
-                codec=self.codec,
+                codec=self.codec, busy_poll=self.busy_poll,
             )
             conn.on_close(lambda c: self._forget(addr, c))
             await self._nursery.start(conn.run)

@@ -29,6 +29,7 @@ from protocol.codes import RequestCode, ResponseCode, code_name
 from protocol.command import FLAG_RESPONSE, RemotingCommand
 from protocol.errors import ProtocolError, RemoteProtocolError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
+from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.errors import (
     RemotingConnectError,
     RemotingSendRequestError,
@@ -99,6 +100,7 @@ class RemotingConnection:
         budget: SharedBudget | None = None,
         lanes: Lanes | None = None,
         codec: Codec | None = None,
+        busy_poll: BusyPoll | None = None,
     ) -> None:
         self.stream = stream
         # The connection's codec: given by who opens it, else read from the
@@ -111,6 +113,9 @@ class RemotingConnection:
         self.limits = limits or ConnectionLimits()
         self._budget = budget
         self._lanes = lanes
+        # the process's spin window (protocol/trio/busy_poll.py): touched on
+        # every chunk read and frame queued; None when off
+        self._busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
         self.attrs: dict[str, Any] = {}
         self.closed = False
         # why the peer's side failed, when it says more than "closed" (a TLS alert)
@@ -311,6 +316,8 @@ class RemotingConnection:
     def _enqueue(self, cmd: RemotingCommand) -> None:
         if self.closed:
             raise RemotingSendRequestError(f"connection to {self.remote_addr} is closed")
+        if self._busy_poll is not None:
+            self._busy_poll.touch()
         frame = self._encode(cmd)
         if not self._out and not self._sending and not self._batching and self._raw is not None:
             # Nothing queued and the writer is idle: try the socket right away,
@@ -491,6 +498,8 @@ class RemotingConnection:
             if not data:
                 return
             now = self.last_read = trio.current_time()
+            if self._busy_poll is not None:
+                self._busy_poll.touch()
             try:
                 frames = decoder.feed(data)
             except ProtocolError as exc:

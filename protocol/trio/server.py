@@ -9,6 +9,7 @@ import structlog
 import trio
 
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
 from protocol.trio.service import Guard
@@ -46,8 +47,11 @@ class RemotingServer:
         budget: SharedBudget | None = None,
         lanes: Lanes | None = None,
         tls: ServerTls | None = None,
+        busy_poll: BusyPoll | None = None,
     ) -> None:
         self.handlers = handlers
+        # spin after each request instead of sleeping (protocol/trio/busy_poll.py)
+        self.busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size
@@ -84,6 +88,8 @@ class RemotingServer:
         async with trio.open_nursery() as nursery:
             await nursery.start(trio.serve_listeners, self._handle, listeners)
             nursery.start_soon(self._sweep_loop)
+            if self.busy_poll is not None:
+                nursery.start_soon(self.busy_poll.run)
             task_status.started(self.port)
 
     def sweep(self, now: float) -> int:
@@ -156,6 +162,7 @@ class RemotingServer:
         conn = RemotingConnection(
             served, self.handlers, remote_addr=peer, max_frame_size=self.max_frame_size,
             limits=self.limits, budget=self.budget, lanes=self.lanes,
+            busy_poll=self.busy_poll,
         )
         conn.on_close(gone)
         self.connections.add(conn)

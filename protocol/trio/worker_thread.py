@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
+from protocol.trio.busy_poll import BusyPoll
+
 T = TypeVar("T")
 
 _STOP = object()
@@ -35,8 +37,10 @@ class WorkerThread:
     Leaving the block stops the thread once its queued calls are done and
     joins it (in a trio worker thread, so the loop keeps serving)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, busy_poll: BusyPoll | None = None) -> None:
         self.name = name
+        # a spinning loop pauses while a call runs: the thread needs a CPU and the GIL
+        self._busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -77,6 +81,15 @@ class WorkerThread:
         token = self._token
         if self._closed or self._thread is None or token is None:
             raise trio.ClosedResourceError(f"{self.name} is not running")
+
+        busy_poll = self._busy_poll
+        if busy_poll is not None:
+            busy_poll.pause()
+            then = done
+
+            def done(result: outcome.Outcome[T]) -> None:
+                busy_poll.resume()
+                then(result)
 
         def report(result: outcome.Outcome[T]) -> None:
             try:

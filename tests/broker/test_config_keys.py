@@ -149,6 +149,19 @@ def test_ha_keys_and_their_defaults() -> None:
         BrokerConfig.from_properties({"listenPort": "65535"})
 
 
+def test_busy_poll_key(tmp_path: Path) -> None:
+    assert BrokerConfig.from_properties({}).busy_poll_micros == 0  # off by default
+    cfg = BrokerConfig.from_properties({"busyPollMicros": "500",
+                                        "storePathRootDir": str(tmp_path / "store")})
+    assert cfg.busy_poll_micros == 500
+    controller = BrokerController(cfg)
+    assert controller.busy_poll.window == 0.0005
+    assert controller.server.busy_poll is controller.busy_poll
+    for bad in ("-1", "1000001"):
+        with pytest.raises(ConfigError, match="busyPollMicros must be a whole number"):
+            BrokerConfig.from_properties({"busyPollMicros": bad})
+
+
 def test_misspelt_keys_are_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"storePathComitLog \(did you mean storePathCommitLog\?\)"):
         BrokerConfig.from_properties({"storePathComitLog": "/x"})

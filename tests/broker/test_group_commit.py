@@ -13,6 +13,7 @@ from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
+from protocol.trio.busy_poll import BusyPoll
 from tests.broker.fakes import FakeConn
 
 
@@ -57,6 +58,35 @@ async def test_one_fsync_covers_every_waiting_put() -> None:
         assert all(c.code == ResponseCode.SUCCESS for c in conn.sent)
         assert log.flushes <= 2
         nursery.cancel_scope.cancel()
+
+
+async def test_the_busy_poll_pauses_while_an_fsync_runs() -> None:
+    """A spinning loop would keep the CPU and the GIL from the fsync thread:
+    the poll is paused from hand-over to answer, and never left paused."""
+    log = FakeLog()
+    bp = BusyPoll(1000)
+    paused_in_flush: list[int] = []
+    flush = log.flush
+
+    def watched_flush() -> int:
+        paused_in_flush.append(bp._paused)
+        return flush()
+
+    svc = GroupCommitService(watched_flush, 5000, "b", busy_poll=bp)
+    conn = FakeConn()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(bp.run)
+        await nursery.start(svc.run)
+        for i in range(50):
+            log.written += 100
+            bp.touch()
+            submit(svc, conn, ok_response(i), log.written)
+            with trio.fail_after(10):
+                await conn.wait_sent(i + 1)
+        nursery.cancel_scope.cancel()
+    assert [c.ext_fields["i"] for c in conn.sent] == list(range(50))
+    assert paused_in_flush and set(paused_in_flush) == {1}
+    assert bp._paused == 0
 
 
 async def test_unflushed_put_times_out(autojump_clock: trio.testing.MockClock) -> None:

@@ -234,3 +234,17 @@ async def test_instance_not_running() -> None:
     instance = MQClientInstance("127.0.0.1:9")
     with pytest.raises(MQClientError, match="not running"):
         await instance.update_topic_route("T")
+
+
+def test_busy_poll_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ROCKETMQ_BUSY_POLL_US", raising=False)
+    assert MQClientInstance("127.0.0.1:9876").busy_poll_us == 0
+    assert MQClientInstance("127.0.0.1:9876", busy_poll_us=300).busy_poll_us == 300
+    monkeypatch.setenv("ROCKETMQ_BUSY_POLL_US", "700")
+    assert MQClientInstance("127.0.0.1:9876").busy_poll_us == 700
+    assert MQClientInstance("127.0.0.1:9876", busy_poll_us=0).busy_poll_us == 0
+    monkeypatch.setenv("ROCKETMQ_BUSY_POLL_US", "lots")
+    with pytest.raises(MQClientError, match="ROCKETMQ_BUSY_POLL_US"):
+        MQClientInstance("127.0.0.1:9876")
+    with pytest.raises(MQClientError, match="busy_poll_us"):
+        MQClientInstance("127.0.0.1:9876", busy_poll_us=-3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
 from protocol.message import MessageQueue
@@ -141,3 +143,32 @@ async def _route_brokers(admin: MQAdmin, topic: str, n: int) -> bool:
     except Exception:
         return False
     return len(route.queue_datas) == n
+
+
+async def test_busy_poll_on_both_sides(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SYNC_FLUSH broker and a client that spin after requests: sends
+    (single, batch) are answered once flushed, every message reads back, and
+    the broker stops cleanly."""
+    monkeypatch.setenv("ROCKETMQ_BUSY_POLL_US", "1000")
+    ns = cluster.namesrv()
+    broker = cluster.broker("broker-bp", ns.addr, flushDiskType="SYNC_FLUSH",
+                            busyPollMicros=1000, **SMALL_FILES)
+    topic = "BusyPollTopic"
+    async with MQAdmin(ns.addr) as admin:
+        await wait_for(lambda: _brokers_registered(admin, 1), 10, "the broker")
+        await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=2,
+                                 write_queue_nums=2)
+        await wait_for(lambda: _route_brokers(admin, topic, 1), 10, "the topic route")
+    bodies = [f"bp-{i}".encode() for i in range(300)]
+    async with Producer("bp-producer", ns.addr) as producer:
+        assert producer._running_instance().busy_poll_us == 1000
+        for body in bodies[:200]:
+            assert (await producer.send(Message(topic, body))).send_status == SendStatus.SEND_OK
+        for start in range(200, 300, 50):
+            r = await producer.send_batch([Message(topic, b) for b in bodies[start:start + 50]])
+            assert r.send_status == SendStatus.SEND_OK
+    async with PullConsumer("bp-consumer", ns.addr) as consumer:
+        queues = await consumer.fetch_subscribe_message_queues(topic)
+        got = await pull_all(consumer, queues)
+    assert sorted(m.body for msgs in got.values() for m in msgs) == sorted(bodies)
+    assert broker.stop() == 0
