@@ -44,6 +44,7 @@ from __future__ import annotations
 import os
 import random
 import socket
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -187,10 +188,16 @@ class MQClientInstance:
     ) -> None:
         self.credentials = credentials
         # µs to keep polling after each request instead of sleeping
-        # (protocol/trio/busy_poll.py): ``busy_poll_us``, else ROCKETMQ_BUSY_POLL_US; 0: off
+        # (protocol/trio/busy_poll.py): ``busy_poll_us``, else ROCKETMQ_BUSY_POLL_US; 0: off.
+        # A loop in a helper thread (the blocking client's) shares the GIL with
+        # the application's threads, so it spins only when asked explicitly.
         try:
-            self.busy_poll_us = (busy_poll_us_from_env() if busy_poll_us is None
-                                 else check_window_us(busy_poll_us, "busy_poll_us"))
+            if busy_poll_us is not None:
+                self.busy_poll_us = check_window_us(busy_poll_us, "busy_poll_us")
+            elif threading.current_thread() is threading.main_thread():
+                self.busy_poll_us = busy_poll_us_from_env()
+            else:
+                self.busy_poll_us = 0
         except ValueError as exc:
             raise MQClientError(str(exc)) from None
         # TLS on every connection: ``tls``, else ROCKETMQ_TLS_ENABLE/ROCKETMQ_TLS_CA/...

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 import trio
 
@@ -243,6 +245,12 @@ def test_busy_poll_window(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROCKETMQ_BUSY_POLL_US", "700")
     assert MQClientInstance("127.0.0.1:9876").busy_poll_us == 700
     assert MQClientInstance("127.0.0.1:9876", busy_poll_us=0).busy_poll_us == 0
+    in_thread: list[int] = []
+    t = threading.Thread(target=lambda: in_thread.append(
+        MQClientInstance("127.0.0.1:9876").busy_poll_us))
+    t.start()
+    t.join()
+    assert in_thread == [0]  # a loop in a helper thread spins only when asked explicitly
     monkeypatch.setenv("ROCKETMQ_BUSY_POLL_US", "lots")
     with pytest.raises(MQClientError, match="ROCKETMQ_BUSY_POLL_US"):
         MQClientInstance("127.0.0.1:9876")
