@@ -317,9 +317,12 @@ def test_plan_divides_counts() -> None:
     assert full[ASYNC][4].shown() == ("mqbench producer -t BenchTopic -s 1024 -b 32 -w 16 "
                                       "-c 800000")  # Spark then reads 1,000,000
     assert full[ASYNC][5].shown() == "mqbench spark -t BenchTopic -r 3"
-    for key in (ASYNC_BUSY, SYNC_BUSY):  # single sends against a spinning broker, spinning
-        assert [s.shown() for s in full[key]] == [
-            "mqbench --busy-poll-us 1000 producer -t BenchSingle -s 1024 -b 1 -w 1 -c 20000"]
+    # against a spinning broker, spinning: batched (ASYNC) and single sends
+    single_busy = "mqbench --busy-poll-us 1000 producer -t BenchSingle -s 1024 -b 1 -w 1 -c 20000"
+    assert [s.shown() for s in full[ASYNC_BUSY]] == [
+        "mqbench --busy-poll-us 1000 producer -t BenchTopic -s 1024 -b 32 -w 16 -c 200000",
+        single_busy]
+    assert [s.shown() for s in full[SYNC_BUSY]] == [single_busy]
     quick = plan(10, skip_spark=True, disk_file_size=MiB)
     assert [s.name for s in quick[ASYNC]][-1] == "push"
     assert quick[ASYNC][1].args[-3] == "20000"
@@ -364,6 +367,8 @@ RESULTS: dict[str, Any] = {"steps": [
          {"mode": "produce", "msgs_per_s": 43000.0, "latency_us": lat(1e4, 2e4, 40_000, 50_000)}),
     step("produce_single", SYNC, "mqbench producer -b 1 (sync)",
          {"mode": "produce", "msgs_per_s": 900.0, "latency_us": lat(1000, 1400, 2000, 18000)}),
+    step("produce_batched", ASYNC_BUSY, "mqbench --busy-poll-us 1000 producer -b 32",
+         {"mode": "produce", "msgs_per_s": 35000.0, "latency_us": lat(1e4, 2e4, 3e4, 4e4)}),
     step("produce_single", ASYNC_BUSY, "mqbench --busy-poll-us 1000 producer -b 1",
          {"mode": "produce", "msgs_per_s": 5000.0, "latency_us": lat(150.4, 200, 290, 900)}),
     step("produce_single", SYNC_BUSY, "mqbench --busy-poll-us 1000 producer -b 1 (sync)",
@@ -383,6 +388,8 @@ def test_table_rows_from_fixed_results() -> None:
         ("batched produce ASYNC msg/s", "30,123", "mqbench producer -b 32"),
         ("consume pull msg/s", "66,000", "mqbench consumer"),
         ("batched produce SYNC msg/s", "43,000", "mqbench producer -b 32 (sync)"),
+        ("batched produce ASYNC msg/s, busy poll 1000 µs", "35,000",
+         "mqbench --busy-poll-us 1000 producer -b 32, broker busyPollMicros=1000"),
         ("single send ASYNC p50/p99 µs", "304 / 617", "mqbench producer -b 1"),
         ("single send SYNC p50/p99 µs", "1,000 / 2,000", "mqbench producer -b 1 (sync)"),
         ("single send ASYNC p50/p99 µs, busy poll 1000 µs", "150 / 290",
@@ -414,7 +421,7 @@ def test_table_rows_from_fixed_results() -> None:
     assert lines[0].split(" | ") == ["figure".ljust(51), "value".rjust(21), "command"]
     assert len(lines) == 2 + len(rows)
     assert len({line.index("|") for line in lines}) == 1  # the columns line up
-    assert lines[9].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>21} |" in lines[9]
+    assert lines[10].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>21} |" in lines[10]
 
 
 def test_table_rows_with_failures_and_skipped_spark() -> None:
@@ -496,7 +503,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 18
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 19
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
@@ -504,7 +511,8 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
     assert names == [("machine_start", ""), ("produce_batched", ASYNC), ("consume_pull", ASYNC),
                      ("produce_single", ASYNC), ("push", ASYNC),
                      ("produce_batched", SYNC), ("produce_single", SYNC),
-                     ("produce_single", ASYNC_BUSY), ("produce_single", SYNC_BUSY), ("disk", ""),
+                     ("produce_batched", ASYNC_BUSY), ("produce_single", ASYNC_BUSY),
+                     ("produce_single", SYNC_BUSY), ("disk", ""),
                      ("machine_end", "")]
     assert all("error" not in s and s["returncode"] == 0 for s in results["steps"])
     by = {(s["name"], s["flush"]): s["results"] for s in results["steps"]}
