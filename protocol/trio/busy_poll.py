@@ -37,7 +37,7 @@ def busy_poll_us_from_env(env: dict[str, str] | None = None) -> int:
     raw = (dict(os.environ) if env is None else env).get(ENV_BUSY_POLL_US, "").strip()
     if not raw:
         return 0
-    return check_window_us(int(raw) if raw.isdigit() else -1, ENV_BUSY_POLL_US)
+    return check_window_us(int(raw) if raw.isascii() and raw.isdigit() else -1, ENV_BUSY_POLL_US)
 
 
 def check_window_us(value: int, name: str) -> int:

@@ -34,7 +34,7 @@ def test_window_from_the_environment() -> None:
     assert busy_poll_us_from_env({}) == 0
     assert busy_poll_us_from_env({ENV_BUSY_POLL_US: ""}) == 0
     assert busy_poll_us_from_env({ENV_BUSY_POLL_US: " 250 "}) == 250
-    for bad in ("-5", "abc", "1e3", str(MAX_BUSY_POLL_US + 1)):
+    for bad in ("-5", "abc", "1e3", "\u00b2", "\u0663", str(MAX_BUSY_POLL_US + 1)):
         with pytest.raises(ValueError, match=ENV_BUSY_POLL_US):
             busy_poll_us_from_env({ENV_BUSY_POLL_US: bad})
 
