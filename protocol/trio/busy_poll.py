@@ -49,6 +49,11 @@ def check_window_us(value: int, name: str) -> int:
     return value
 
 
+def active(busy_poll: BusyPoll | None) -> BusyPoll | None:
+    """``busy_poll`` when it has a window, else None (what its users keep)."""
+    return busy_poll if busy_poll is not None and busy_poll.enabled else None
+
+
 class BusyPoll:
     """Run ``run()`` in a nursery; ``touch()`` on activity. With a window of 0
     it is off: ``touch()`` does nothing and ``run()`` returns at once."""

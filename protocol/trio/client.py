@@ -12,7 +12,7 @@ from protocol.codecs.base import Codec
 from protocol.command import RemotingCommand
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
 from protocol.names import shown
-from protocol.trio.busy_poll import BusyPoll
+from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.errors import RemotingConnectError
 from protocol.trio.tls import ClientTls, connect
@@ -48,7 +48,7 @@ class RemotingClient:
         busy_poll: BusyPoll | None = None,
     ) -> None:
         # spin after each request instead of sleeping (protocol/trio/busy_poll.py)
-        self.busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
+        self.busy_poll = active(busy_poll)
         # anything with access_key/secret_key/security_token: every request is
         # signed as RocketMQ's AclClientRPCHook does (None: unsigned)
         self.credentials = credentials

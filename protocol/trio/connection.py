@@ -29,7 +29,7 @@ from protocol.codes import RequestCode, ResponseCode, code_name
 from protocol.command import FLAG_RESPONSE, RemotingCommand
 from protocol.errors import ProtocolError, RemoteProtocolError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
-from protocol.trio.busy_poll import BusyPoll
+from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.errors import (
     RemotingConnectError,
     RemotingSendRequestError,
@@ -115,7 +115,7 @@ class RemotingConnection:
         self._lanes = lanes
         # the process's spin window (protocol/trio/busy_poll.py): touched on
         # every chunk read and frame queued; None when off
-        self._busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
+        self._busy_poll = active(busy_poll)
         self.attrs: dict[str, Any] = {}
         self.closed = False
         # why the peer's side failed, when it says more than "closed" (a TLS alert)

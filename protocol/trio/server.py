@@ -9,7 +9,7 @@ import structlog
 import trio
 
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
-from protocol.trio.busy_poll import BusyPoll
+from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
 from protocol.trio.service import Guard
@@ -51,7 +51,7 @@ class RemotingServer:
     ) -> None:
         self.handlers = handlers
         # spin after each request instead of sleeping (protocol/trio/busy_poll.py)
-        self.busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
+        self.busy_poll = active(busy_poll)
         self.host = host
         self.port = port
         self.max_frame_size = max_frame_size

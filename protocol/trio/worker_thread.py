@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import outcome
 import trio
 
-from protocol.trio.busy_poll import BusyPoll
+from protocol.trio.busy_poll import BusyPoll, active
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ class WorkerThread:
     def __init__(self, name: str, busy_poll: BusyPoll | None = None) -> None:
         self.name = name
         # a spinning loop pauses while a call runs: the thread needs a CPU and the GIL
-        self._busy_poll = busy_poll if busy_poll is not None and busy_poll.enabled else None
+        self._busy_poll = active(busy_poll)
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False

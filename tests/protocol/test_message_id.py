@@ -4,6 +4,7 @@ once per millisecond, and unique under threads."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -34,20 +35,25 @@ def test_layout_time_and_counter(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fields(gen.next_id())[1] == later - _month_start_ms(later)
 
 
-def test_ids_are_unique_across_threads() -> None:
-    gen = UniqIdGenerator()
-    out: list[list[str]] = [[] for _ in range(4)]
+def ids_from_threads(make: list[Callable[[], list[str]]], rounds: int) -> list[str]:
+    """Every id made by ``rounds`` calls of each ``make`` function, one thread each."""
+    out: list[list[str]] = [[] for _ in make]
 
-    def run(mine: list[str]) -> None:
-        for _ in range(5000):
-            mine.append(gen.next_id())
+    def run(mine: list[str], fn: Callable[[], list[str]]) -> None:
+        for _ in range(rounds):
+            mine.extend(fn())
 
-    threads = [threading.Thread(target=run, args=(o,)) for o in out]
+    threads = [threading.Thread(target=run, args=(o, fn)) for o, fn in zip(out, make, strict=True)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    ids = [i for o in out for i in o]
+    return [i for o in out for i in o]
+
+
+def test_ids_are_unique_across_threads() -> None:
+    gen = UniqIdGenerator()
+    ids = ids_from_threads([lambda: [gen.next_id()]] * 4, 5000)
     # 20,000 ids: the 16-bit counter cannot wrap, so none repeats
     assert len(set(ids)) == len(ids) == 20_000
 
@@ -69,16 +75,12 @@ def test_next_ids_is_next_id_n_times(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_ids_and_batches_are_unique_across_threads() -> None:
     gen = UniqIdGenerator()
-    out: list[list[str]] = [[] for _ in range(4)]
 
-    def run(mine: list[str], batched: bool) -> None:
-        for _ in range(250):
-            mine.extend(gen.next_ids(10) if batched else [gen.next_id() for _ in range(10)])
+    def batch() -> list[str]:
+        return gen.next_ids(10)
 
-    threads = [threading.Thread(target=run, args=(o, k % 2 == 0)) for k, o in enumerate(out)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    ids = [i for o in out for i in o]
+    def singles() -> list[str]:
+        return [gen.next_id() for _ in range(10)]
+
+    ids = ids_from_threads([batch, singles, batch, singles], 250)
     assert len(set(ids)) == len(ids) == 10_000
