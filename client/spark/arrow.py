@@ -1,8 +1,21 @@
 """Pull response records -> Arrow record batches of the ``rocketmq`` source's schema.
 
 The Python worker hands Arrow batches to Spark as they are, so building them
-column by column here (one copy of the bodies, property maps split by Arrow
-compute kernels) replaces Spark's per-value conversion of Python rows.
+column by column here (property maps split by Arrow compute kernels) replaces
+Spark's per-value conversion of Python rows.
+
+Two ways to the same batch:
+
+- ``RecordScan`` (what the source uses): a Python loop only walks the record
+  sizes of each pull body; the heads are then read for all records at once
+  with NumPy (big-endian fields of a strided view) and the bodies and property
+  texts are cut out of the joined pull bodies by Arrow's ``take``. About a
+  third of the per-message cost of the other way.
+- ``to_record_batch`` of ``RecordColumns`` (``decode_columns``, one record
+  at a time): the reference, and what ``RecordScan`` falls back to for what
+  it does not do itself: a compressed body, several topics in one batch, a
+  malformed record (whose exact CorruptRecordError comes from there).
+
 No Spark import: tested on its own, and the schema is checked against
 Spark's own conversion in the Spark tests.
 """
@@ -12,13 +25,25 @@ from __future__ import annotations
 import array
 import functools
 import itertools
+import struct
 from collections.abc import Iterable, Sequence
+from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from protocol.message import MessageConst
-from protocol.record import RecordColumns
+from protocol.errors import CorruptRecordError
+from protocol.message import MessageConst, offset_msg_id
+from protocol.record import (
+    FLAG_COMPRESSED,
+    MESSAGE_MAGIC_CODE,
+    RECORD_HEAD_SIZE,
+    RecordColumns,
+    decode_columns,
+    empty_columns,
+)
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 PROPERTIES = pa.map_(pa.string(), pa.string())
@@ -78,10 +103,9 @@ class _Properties:
     """The ``key\\x01value\\x02...`` texts of a batch split once: the map column,
     and the pairs with the row each came from, for ``value``'s look-ups."""
 
-    def __init__(self, texts: Sequence[memoryview]) -> None:
-        n = len(texts)
-        text = _concat(texts, pa.string())
-        text.validate(full=True)  # UTF-8, as decoding a MessageExt would check
+    def __init__(self, text: pa.Array) -> None:
+        """``text``: one property text a row, checked UTF-8."""
+        n = len(text)
         items = pc.split_pattern(text, "\x02")
         pairs = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
         # items without \x01 (like the empty one after the last \x02) are dropped
@@ -143,28 +167,199 @@ def to_record_batch(cols: RecordColumns, broker_name: str,
     messages with one of these tags (None: all). Raises ValueError on bad
     UTF-8 in properties."""
     n = len(cols)
-    props = _Properties(cols.property_texts)
+    text = _concat(cols.property_texts, pa.string())
+    text.validate(full=True)  # UTF-8, as decoding a MessageExt would check
+    props = _Properties(text)
     uniq = props.value(_UNIQ_KEY)
     if uniq.null_count:
         msg_ids = pa.array([u if u is not None else cols.offset_msg_id(i)
                             for i, u in enumerate(uniq.to_pylist())], pa.string())
     else:
         msg_ids = uniq
+    return _assemble(
+        props, msg_ids, tags, _topics(cols.topics), _repeated(broker_name, n),
+        pa.array(cols.queue_ids, pa.int32()), pa.array(cols.queue_offsets, pa.int64()),
+        _concat(cols.bodies, pa.binary()), _timestamps(cols.born_timestamps),
+        _timestamps(cols.store_timestamps))
+
+
+def _assemble(props: _Properties, msg_ids: pa.Array, tags: Iterable[str] | None,
+              *columns: pa.Array) -> pa.RecordBatch:
+    """The batch of ``SCHEMA`` from its columns in order, the property ones
+    from ``props``; only rows with one of ``tags`` (None: all)."""
+    (topics, broker_names, queue_ids, queue_offsets, bodies, born, stored) = columns
     tag_col = props.value(_TAGS)
     batch = pa.RecordBatch.from_arrays([
-        _topics(cols.topics),
-        _repeated(broker_name, n),
-        pa.array(cols.queue_ids, pa.int32()),
-        pa.array(cols.queue_offsets, pa.int64()),
-        msg_ids,
-        props.value(_KEYS),
-        tag_col,
-        _concat(cols.bodies, pa.binary()),
-        _timestamps(cols.born_timestamps),
-        _timestamps(cols.store_timestamps),
-        props.map,
+        topics, broker_names, queue_ids, queue_offsets, msg_ids, props.value(_KEYS),
+        tag_col, bodies, born, stored, props.map,
     ], schema=SCHEMA)
     if tags is None:
         return batch
     return batch.filter(pc.fill_null(
         pc.is_in(tag_col, value_set=pa.array(sorted(tags), pa.string())), _FALSE))
+
+
+# ---- RecordScan ---------------------------------------------------------------------
+
+# TOTALSIZE and QUEUEOFFSET, all the Python loop reads of a record
+_TOTAL_AND_QUEUE_OFFSET = struct.Struct(">i16xq")
+# TOTALSIZE .. the TOPIC length byte and the PROPERTIES length
+_MIN_RECORD = RECORD_HEAD_SIZE + 3
+# The record head's fields the batch needs, big-endian at their offsets.
+_HEAD = np.dtype({
+    "names": ["magic", "queue_id", "queue_offset", "physical_offset", "sys_flag",
+              "born", "store", "body_len"],
+    "formats": [">u4", ">i4", ">i8", ">i8", ">i4", ">i8", ">i8", ">i4"],
+    "offsets": [4, 12, 20, 28, 36, 40, 56, 84],
+    "itemsize": RECORD_HEAD_SIZE,
+})
+_STORE_HOST_AT = 64
+_INT32_MAX = 0x7FFFFFFF
+Int64s = npt.NDArray[np.int64]
+
+
+def _every(data: bytes, dtype: Any) -> npt.NDArray[Any]:
+    """``data`` read as one ``dtype`` at every byte position (a strided view,
+    nothing copied): ``_every(data, d)[positions]`` reads a d at each position."""
+    dt = np.dtype(dtype)
+    return np.ndarray(shape=(len(data) - dt.itemsize + 1,), dtype=dt, buffer=data,
+                      strides=(1,))
+
+
+def _cut(data: pa.Buffer, size: int, lo: Int64s, hi: Int64s) -> pa.Array:
+    """The byte ranges [lo[i], hi[i]) of ``data`` (ascending, not overlapping)
+    as one binary array, copied once: ``take`` of every other piece of an
+    array whose pieces tile all of ``data``."""
+    n = len(lo)
+    offsets = np.empty(2 * n + 2, np.int32)
+    offsets[0] = 0
+    offsets[1:-1:2] = lo
+    offsets[2:-1:2] = hi
+    offsets[-1] = size
+    pieces = pa.Array.from_buffers(pa.binary(), 2 * n + 1,
+                                   [None, pa.py_buffer(offsets), data])
+    return pieces.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64)))
+
+
+class RecordScan:
+    """Pull response bodies collected for one Arrow batch.
+
+    ``add`` walks a body's records by their TOTALSIZE (stopping, as
+    ``decode_columns`` does, at the first of queue offset >= ``stop_offset``);
+    ``len`` is the records found, ``size`` their bytes; ``to_batch`` makes
+    the batch, equal to ``to_record_batch`` of ``decode_columns`` of the same
+    bodies, and raises what that raises."""
+
+    def __init__(self) -> None:
+        self._pulls: list[tuple[bytes, int | None]] = []  # as added
+        self._kept: list[bytes] = []  # each body up to its last record taken
+        self._starts: list[int] = []  # of the records, in the joined kept bytes
+        self.size = 0
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    def add(self, body: bytes, stop_offset: int | None = None) -> None:
+        """Take the records of ``body`` (a pull response body) before the
+        first of queue offset >= ``stop_offset``. A record whose size does
+        not fit raises decode_columns' CorruptRecordError, the scan then
+        unusable."""
+        unpack = _TOTAL_AND_QUEUE_OFFSET.unpack_from
+        starts = self._starts
+        base = self.size
+        pos = 0
+        end = len(body)
+        fits = True
+        try:
+            while pos < end:
+                total, queue_offset = unpack(body, pos)
+                if total < _MIN_RECORD or total > end - pos:
+                    fits = False
+                    break
+                if stop_offset is not None and queue_offset >= stop_offset:
+                    # decode_columns checks the record it stops at too
+                    decode_columns(body, stop_offset=stop_offset)
+                    break
+                starts.append(base + pos)
+                pos += total
+        except struct.error:  # fewer bytes left than a head
+            fits = False
+        if not fits:
+            decode_columns(body, stop_offset=stop_offset)  # raises, saying what is wrong
+            raise CorruptRecordError(f"undecodable record at {pos}")
+        self._pulls.append((body, stop_offset))
+        self._kept.append(body if pos == end else body[:pos])
+        self.size = base + pos
+
+    def _by_record(self, broker_name: str, tags: Iterable[str] | None) -> pa.RecordBatch:
+        cols = empty_columns()
+        for body, stop in self._pulls:
+            decode_columns(body, cols, stop_offset=stop)
+        return to_record_batch(cols, broker_name, tags)
+
+    def to_batch(self, broker_name: str, tags: Iterable[str] | None = None) -> pa.RecordBatch:
+        n = len(self._starts)
+        if self.size > _INT32_MAX:
+            return self._by_record(broker_name, tags)
+        if n == 0:
+            return pa.RecordBatch.from_pylist([], schema=SCHEMA)
+        data = b"".join(self._kept)
+        starts = np.array(self._starts, np.int64)
+        ends = np.empty_like(starts)
+        ends[:-1] = starts[1:]
+        ends[-1] = len(data)
+        head = _every(data, _HEAD)[starts]
+        body_len = head["body_len"].astype(np.int64)
+        topic_at = starts + RECORD_HEAD_SIZE + body_len
+        if not ((head["magic"] == MESSAGE_MAGIC_CODE).all() and (body_len >= 0).all()
+                and (topic_at + 3 <= ends).all()):
+            return self._by_record(broker_name, tags)  # it says what is wrong
+        if (head["sys_flag"] & FLAG_COMPRESSED).any():
+            return self._by_record(broker_name, tags)  # zlib, one body at a time
+        octets = np.frombuffer(data, np.uint8)
+        topic_len = octets[topic_at].astype(np.int64)
+        props_at = topic_at + 3 + topic_len
+        if not (props_at <= ends).all():
+            return self._by_record(broker_name, tags)
+        props_len = _every(data, ">i2")[props_at - 2].astype(np.int64)
+        if not ((props_len >= 0).all() and (props_at + props_len == ends).all()):
+            return self._by_record(broker_name, tags)
+        topic = self._one_topic(data, octets, topic_at, topic_len)
+        if topic is None:
+            return self._by_record(broker_name, tags)
+        buf = pa.py_buffer(data)
+        text = _cut(buf, len(data), props_at, ends).cast(pa.string())  # checks UTF-8
+        props = _Properties(text)
+        uniq = props.value(_UNIQ_KEY)
+        if uniq.null_count:
+            hosts = _every(data, "V8")[starts + _STORE_HOST_AT]
+            physical = head["physical_offset"]
+            msg_ids = pa.array([
+                u if u is not None
+                else offset_msg_id(hosts[i].tobytes().hex().upper(), int(physical[i]))
+                for i, u in enumerate(uniq.to_pylist())], pa.string())
+        else:
+            msg_ids = uniq
+        return _assemble(
+            props, msg_ids, tags, _repeated(topic, n), _repeated(broker_name, n),
+            pa.array(head["queue_id"].astype(np.int32)),
+            pa.array(head["queue_offset"].astype(np.int64)),
+            _cut(buf, len(data), starts + RECORD_HEAD_SIZE, topic_at),
+            pa.array(head["born"].astype(np.int64) * 1000, TIMESTAMP),
+            pa.array(head["store"].astype(np.int64) * 1000, TIMESTAMP))
+
+    @staticmethod
+    def _one_topic(data: bytes, octets: npt.NDArray[np.uint8], topic_at: Int64s,
+                   topic_len: Int64s) -> str | None:
+        """The topic when every record has the same one (a queue's read), else
+        None; None too for a name that is not UTF-8 (decode_columns says so)."""
+        length = int(topic_len[0])
+        if not (topic_len == length).all():
+            return None
+        names = octets[(topic_at + 1)[:, None] + np.arange(length)]
+        if not (names == names[0]).all():
+            return None
+        try:
+            return names[0].tobytes().decode()
+        except UnicodeDecodeError:
+            return None

@@ -197,9 +197,8 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     """Read one queue range as Arrow record batches of ``arrow.SCHEMA``."""
     quiet_client_logs()
     from client.blocking import MessageQueue, PullConsumer
-    from client.spark.arrow import to_record_batch
+    from client.spark.arrow import RecordScan
     from client.subscription import build_subscription
-    from protocol.record import decode_columns, empty_columns
 
     r = part.range
     key = queue_key(r.broker_name, r.queue_id)
@@ -219,23 +218,20 @@ def _batches(part: RangePartition) -> Iterator[Any]:
         with consumer.read_range(mq, part.expression, start, r.end,
                                  batch_size=part.batch_size, in_flight=PULLS_IN_FLIGHT,
                                  on_offset_moved=moved) as reader:
-            cols = empty_columns()
-            size = 0
+            scan = RecordScan()
             for chunks in reader:
                 for chunk in chunks:
                     for lo, hi in chunk.skipped:
                         skipped(lo, hi)
                     for body in chunk.bodies:
-                        decode_columns(body, cols, stop_offset=chunk.end)
-                        size += len(body)
-                if len(cols) >= BATCH_ROWS or size >= BATCH_BYTES:
-                    batch = to_record_batch(cols, r.broker_name, tags)
+                        scan.add(body, stop_offset=chunk.end)
+                if len(scan) >= BATCH_ROWS or scan.size >= BATCH_BYTES:
+                    batch = scan.to_batch(r.broker_name, tags)
                     if batch.num_rows:
                         yield batch
-                    cols = empty_columns()
-                    size = 0
-            if len(cols):
-                batch = to_record_batch(cols, r.broker_name, tags)
+                    scan = RecordScan()
+            if len(scan):
+                batch = scan.to_batch(r.broker_name, tags)
                 if batch.num_rows:
                     yield batch
 

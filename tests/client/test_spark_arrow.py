@@ -1,8 +1,13 @@
-"""to_record_batch: RecordColumns -> an Arrow batch of the ``rocketmq`` source schema."""
+"""Pull bodies -> an Arrow batch of the ``rocketmq`` source schema, both ways:
+``to_record_batch`` of ``decode_columns`` (record by record, the reference) and
+``RecordScan`` (heads read for all records at once). The tests through the
+``batch_of`` fixture run on both; the hypothesis tests hold them equal,
+malformed records included."""
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -10,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.spark.arrow import SCHEMA, _repeated, _topics, to_record_batch
+from client.spark.arrow import SCHEMA, RecordScan, _repeated, _topics, to_record_batch
+from protocol.errors import CorruptRecordError
 from protocol.message import MessageExt, properties_to_string
 from protocol.record import (
     FLAG_COMPRESSED,
@@ -92,11 +98,28 @@ def rows(batch: pa.RecordBatch) -> list[dict[str, object]]:
     return out
 
 
-def batch_of(buf: bytes, stop_offset: int | None = None, **kw: object) -> pa.RecordBatch:
-    return to_record_batch(decode_columns(buf, stop_offset=stop_offset), BROKER, **kw)  # type: ignore[arg-type]
+BatchOf = Callable[..., pa.RecordBatch]
 
 
-def test_schema_exact() -> None:
+def by_record(buf: bytes, stop_offset: int | None = None,
+              tags: Iterable[str] | None = None) -> pa.RecordBatch:
+    return to_record_batch(decode_columns(buf, stop_offset=stop_offset), BROKER, tags)
+
+
+def by_scan(buf: bytes, stop_offset: int | None = None,
+            tags: Iterable[str] | None = None) -> pa.RecordBatch:
+    scan = RecordScan()
+    scan.add(buf, stop_offset)
+    return scan.to_batch(BROKER, tags)
+
+
+@pytest.fixture(params=[by_record, by_scan], ids=["by_record", "scan"])
+def batch_of(request: pytest.FixtureRequest) -> BatchOf:
+    fn: BatchOf = request.param
+    return fn
+
+
+def test_schema_exact(batch_of: BatchOf) -> None:
     batch = batch_of(record(0, props_of(0)))
     assert batch.schema == SCHEMA
     assert batch.schema.names == [
@@ -111,7 +134,7 @@ def test_schema_exact() -> None:
     batch.validate(full=True)
 
 
-def test_rows_match_decode_records() -> None:
+def test_rows_match_decode_records(batch_of: BatchOf) -> None:
     buf = b"".join([
         record(0, props_of(0)),
         record(1, props_of(1, "TagB"), body=b"", topic="Other", queue_id=3),
@@ -140,7 +163,7 @@ def test_columns_from_several_buffers_and_compressed_body() -> None:
     assert batch.column("queueOffset").to_pylist() == [0, 1, 2]
 
 
-def test_msg_id_falls_back_to_the_offset_msg_id() -> None:
+def test_msg_id_falls_back_to_the_offset_msg_id(batch_of: BatchOf) -> None:
     no_uniq = {"TAGS": "TagA", "KEYS": "k"}
     buf = record(0, props_of(0)) + record(1, no_uniq) + record(2, props_of(2))
     msgs = decode_records(buf)
@@ -156,7 +179,7 @@ def test_msg_id_falls_back_to_the_offset_msg_id() -> None:
                                                  decode_records(record(5, no_uniq) + record(6, None))]
 
 
-def test_no_properties() -> None:
+def test_no_properties(batch_of: BatchOf) -> None:
     buf = record(0, None) + record(1, props_of(1)) + record(2, {})
     batch = batch_of(buf)
     r = rows(batch)
@@ -168,7 +191,7 @@ def test_no_properties() -> None:
     assert r == [expected_row(m) for m in decode_records(buf)]
 
 
-def test_property_columns_read_the_last_of_duplicates() -> None:
+def test_property_columns_read_the_last_of_duplicates(batch_of: BatchOf) -> None:
     texts = [b"TAGS\x01a\x02TAGS\x01b\x02UNIQ_KEY\x01u0\x02", None,
              b"KEYS\x01k\x02XTAGS\x01no\x02", b"UNIQ_KEY\x01x\x02UNIQ_KEY\x01y\x02KEYS",
              b"TAGS\x01\x02", b""]
@@ -188,7 +211,9 @@ _PIECES = st.sampled_from(["TAGS\x01", "KEYS\x01", "UNIQ_KEY\x01", "\x02", "\x01
 @given(st.lists(st.lists(_PIECES, max_size=8).map("".join), min_size=1, max_size=6))
 def test_property_columns_are_what_message_ext_reads(texts: list[str]) -> None:
     buf = b"".join(record(i, None, properties=t.encode()) for i, t in enumerate(texts))
-    assert rows(batch_of(buf)) == [expected_row(m) for m in decode_records(buf)]
+    want = [expected_row(m) for m in decode_records(buf)]
+    assert rows(by_record(buf)) == want
+    assert rows(by_scan(buf)) == want
 
 
 @pytest.mark.parametrize("value", ["TopicTest", "", "ünï-cödé", "x" * 300])
@@ -203,7 +228,7 @@ def test_repeated_strings_are_built_from_buffers(value: str, n: int) -> None:
     assert _topics(mixed).to_pylist() == mixed
 
 
-def test_tag_filter() -> None:
+def test_tag_filter(batch_of: BatchOf) -> None:
     buf = b"".join([
         record(0, props_of(0, "A")),
         record(1, props_of(1, "B")),
@@ -221,7 +246,7 @@ def test_tag_filter() -> None:
     assert rows(kept) == [expected_row(msgs[0]), expected_row(msgs[3])]
 
 
-def test_stop_offset() -> None:
+def test_stop_offset(batch_of: BatchOf) -> None:
     buf = b"".join(record(i, props_of(i, "A" if i % 2 else "B")) for i in range(10, 16))
     assert batch_of(buf, stop_offset=13).column("queueOffset").to_pylist() == [10, 11, 12]
     assert batch_of(buf, stop_offset=16).num_rows == 6
@@ -258,3 +283,197 @@ def test_many_rows_properties_line_up() -> None:
         cols.properties(i) for i in range(200)
     ]
     assert rows(batch) == [expected_row(m) for m in decode_records(buf)]
+
+
+# ---- RecordScan against the reference ---------------------------------------------
+
+def scan_of(bodies: list[tuple[bytes, int | None]]) -> RecordScan:
+    scan = RecordScan()
+    for body, stop in bodies:
+        scan.add(body, stop)
+    return scan
+
+
+def reference(bodies: list[tuple[bytes, int | None]],
+              tags: Iterable[str] | None = None) -> pa.RecordBatch:
+    cols = empty_columns()
+    for body, stop in bodies:
+        decode_columns(body, cols, stop_offset=stop)
+    return to_record_batch(cols, BROKER, tags)
+
+
+def outcome(build: Callable[[], pa.RecordBatch]) -> tuple[str, object]:
+    """A batch's rows, or the exception's type (and a CorruptRecordError's text)."""
+    try:
+        batch = build()
+    except CorruptRecordError as exc:
+        return "corrupt", str(exc)
+    except ValueError:  # pyarrow's ArrowInvalid for bad UTF-8: texts differ
+        return "invalid", None
+    batch.validate(full=True)
+    assert batch.schema == SCHEMA
+    return "rows", batch
+
+
+def assert_same(bodies: list[tuple[bytes, int | None]],
+                tags: Iterable[str] | None = None) -> tuple[str, object]:
+    want = outcome(lambda: reference(bodies, tags))
+
+    def scanned() -> pa.RecordBatch:
+        return scan_of(bodies).to_batch(BROKER, tags)
+
+    got = outcome(scanned)
+    if want[0] == "rows":
+        assert got[0] == "rows", got
+        assert got[1].equals(want[1])  # type: ignore[attr-defined]
+    elif want[0] == "corrupt" and len(bodies) > 1:
+        # the scan may find a bad size in a later body before a bad head in an earlier one
+        assert got[0] == "corrupt", got
+    else:
+        assert got == want
+    return want
+
+
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+_TEXT = st.lists(_PIECES, max_size=6).map("".join)
+
+
+@st.composite
+def records(draw: st.DrawFn, queue_offset: int, topic: str) -> bytes:
+    body = draw(st.binary(max_size=40))
+    sys_flag = draw(st.sampled_from([0, 0, 0, 2, FLAG_COMPRESSED]))
+    if sys_flag & FLAG_COMPRESSED and draw(st.booleans()):
+        body = zlib.compress(body)  # else: flagged but not zlib, served as stored
+    return encode_record(
+        topic=topic.encode(), queue_id=draw(st.integers(-(2**31), 2**31 - 1)), flag=0,
+        body=body, properties=draw(_TEXT).encode(), sys_flag=sys_flag,
+        born_timestamp=draw(_INT64), born_host=pack_host("10.0.0.7:40000"),
+        store_timestamp=draw(_INT64), store_host=draw(st.binary(min_size=8, max_size=8)),
+        reconsume_times=0, prepared_transaction_offset=0, queue_offset=queue_offset,
+        physical_offset=draw(_INT64))
+
+
+@st.composite
+def pulls(draw: st.DrawFn) -> list[tuple[bytes, int | None]]:
+    topics = draw(st.sampled_from([["T"], ["TopicTest"], ["ü"], [""], ["A", "B"], ["AB", "AC"]]))
+    offset = draw(st.integers(0, 2**40))
+    bodies = []
+    for _ in range(draw(st.integers(1, 4))):
+        n = draw(st.integers(0, 5))
+        recs = [draw(records(offset + i, draw(st.sampled_from(topics)))) for i in range(n)]
+        stop = draw(st.none() | st.integers(offset, offset + n))
+        bodies.append((b"".join(recs), stop))
+        offset += n
+    return bodies
+
+
+@settings(max_examples=300, deadline=None)
+@given(pulls(), st.none() | st.sets(st.sampled_from(["a", "ü", ""]), max_size=2))
+def test_scan_equals_the_record_by_record_batch(bodies: list[tuple[bytes, int | None]],
+                                                tags: set[str] | None) -> None:
+    assert_same(bodies, tags)
+
+
+@settings(max_examples=400, deadline=None)
+@given(pulls(), st.data())
+def test_scan_of_damaged_bodies_fails_or_reads_as_the_reference(
+        bodies: list[tuple[bytes, int | None]], data: st.DataObject) -> None:
+    i = data.draw(st.integers(0, len(bodies) - 1))
+    body, stop = bodies[i]
+    how = data.draw(st.sampled_from(["flip", "cut", "grow"]))
+    if how == "flip" and body:
+        at = data.draw(st.integers(0, len(body) - 1))
+        body = body[:at] + bytes([body[at] ^ data.draw(st.integers(1, 255))]) + body[at + 1:]
+    elif how == "cut" and body:
+        body = body[:data.draw(st.integers(0, len(body) - 1))]
+    else:
+        body += data.draw(st.binary(min_size=1, max_size=100))
+    bodies[i] = (body, stop)
+    assert_same(bodies)
+
+
+def test_scan_sizes_of_a_record_that_do_not_fit() -> None:
+    good = record(0, props_of(0))
+    for bad in (good[:-1], good + b"\x00" * 10, b"\x00\x00\x00\x05" + good[4:],
+                b"\x7f\xff\xff\xff" + good[4:], good + good[:40]):
+        kind, text = assert_same([(bad, None)])
+        assert kind == "corrupt", text
+        with pytest.raises(CorruptRecordError):
+            RecordScan().add(bad)
+
+
+def test_scan_bad_head_fields_raise_the_reference_error() -> None:
+    good = record(0, props_of(0)) + record(1, props_of(1))
+    magic = good[:4] + b"\x00\x00\x00\x00" + good[8:]
+    body_len = good[:84] + b"\x7f\x00\x00\x00" + good[88:]
+    for bad in (magic, body_len):
+        scan = RecordScan()
+        scan.add(bad)  # its sizes fit: the heads are read in to_batch
+        assert len(scan) == 2
+        with pytest.raises(CorruptRecordError) as exc:
+            scan.to_batch(BROKER)
+        with pytest.raises(CorruptRecordError) as ref:
+            reference([(bad, None)])
+        assert str(exc.value) == str(ref.value)
+
+
+def test_scan_stops_at_the_stop_offset_of_each_body() -> None:
+    first = b"".join(record(i, props_of(i)) for i in range(0, 4))
+    second = b"".join(record(i, props_of(i)) for i in range(4, 8))
+    scan = scan_of([(first, 2), (second, 7), (b"", 9)])
+    assert len(scan) == 5
+    assert scan.size == 2 * len(record(0, props_of(0))) + 3 * len(record(4, props_of(4)))
+    batch = scan.to_batch(BROKER)
+    assert batch.column("queueOffset").to_pylist() == [0, 1, 4, 5, 6]
+    assert batch.equals(reference([(first, 2), (second, 7)]))
+
+
+def test_scan_with_compressed_bodies_and_several_topics() -> None:
+    raw = b"a compressed body " * 20
+    bodies: list[tuple[bytes, int | None]] = [
+        (record(0, props_of(0)) + record(1, props_of(1), topic="Other"), None),
+        (record(2, props_of(2), body=zlib.compress(raw), sys_flag=FLAG_COMPRESSED), None),
+    ]
+    batch = scan_of(bodies).to_batch(BROKER)
+    assert batch.column("body").to_pylist() == [b"body-0", b"body-1", raw]
+    assert batch.column("topic").to_pylist() == ["TopicTest", "Other", "TopicTest"]
+    assert_same(bodies)
+
+
+def test_scan_invalid_utf8_raises() -> None:
+    bodies: list[tuple[bytes, int | None]] = [
+        (record(0, props_of(0)) + record(1, None, properties=b"KEYS\x01\xff\xfe\x02"), None)]
+    with pytest.raises(ValueError):
+        scan_of(bodies).to_batch(BROKER)
+    bad_topic = record(0, props_of(0), topic="ab")
+    bad_topic = bad_topic.replace(b"\x02ab", b"\x02\xff\xfe", 1)
+    assert assert_same([(bad_topic, None)])[0] == "corrupt"
+
+
+def test_scan_zero_rows_and_many() -> None:
+    batch = RecordScan().to_batch(BROKER)
+    assert batch.num_rows == 0 and batch.schema == SCHEMA
+    assert scan_of([(record(3, props_of(3)), 3)]).to_batch(BROKER, {"A"}).num_rows == 0
+    bodies: list[tuple[bytes, int | None]] = [
+        (b"".join(record(i, {f"k{j}": f"v{i}.{j}" for j in range(i % 5)} | props_of(i))
+                  for i in range(start, start + 32)), None)
+        for start in range(0, 320, 32)]
+    scan = scan_of(bodies)
+    assert len(scan) == 320 and scan.size == sum(len(b) for b, _ in bodies)
+    assert scan.to_batch(BROKER).equals(reference(bodies))
+
+
+def test_scan_reads_plain_bodies_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without compression, several topics or a bad record, no record-by-record
+    fallback: the equality above is of two ways, not of one with itself."""
+    bodies: list[tuple[bytes, int | None]] = [
+        (record(0, props_of(0)) + record(1, {"TAGS": "x"}) + record(2, None, body=b""), 2),
+        (record(3, props_of(3), store=-(2**62)), None)]
+    want = reference(bodies)
+
+    def no_fallback(*_: object) -> pa.RecordBatch:
+        raise AssertionError("fell back to decode_columns")
+
+    monkeypatch.setattr(RecordScan, "_by_record", no_fallback)
+    assert scan_of(bodies).to_batch(BROKER).equals(want)
+    assert scan_of(bodies).to_batch(BROKER, {"x"}).equals(reference(bodies, {"x"}))
