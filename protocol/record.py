@@ -109,7 +109,8 @@ def unpack_host(data: bytes) -> str:
     return f"{socket.inet_ntoa(data[:4])}:{port}"
 
 
-_CRC_AND_BODY_LEN = struct.Struct(">i")
+# BODYCRC and BODY length of a record head, read from its start in one call
+_CRC_AND_BODY_LEN = struct.Struct(f">{OFF_BODY_CRC}xi{OFF_BODY_LEN - OFF_BODY_CRC - 4}xi")
 
 
 def record_crc_ok(record: Buffer) -> bool:
@@ -127,19 +128,18 @@ def check_run(buf: Buffer, run: Sequence[tuple[int, int]]
     bad: list[int] = []
     unpack = _CRC_AND_BODY_LEN.unpack_from
     head = RECORD_HEAD_SIZE
+    limit = len(buf)
     at = 0
     for phys, size in run:
         end = at + size
-        ok = False
-        if size >= head and end <= len(buf):
-            (crc,) = unpack(buf, at + OFF_BODY_CRC)
-            (body_len,) = unpack(buf, at + OFF_BODY_LEN)
-            ok = (0 <= body_len <= size - head
-                  and crc32(view[at + head:at + head + body_len]) & 0x7FFFFFFF == crc)
-        if ok:
-            good.append(view[at:end])
-        else:
-            bad.append(phys)
+        if size >= head and end <= limit:
+            crc, body_len = unpack(buf, at)
+            if (0 <= body_len <= size - head
+                    and crc32(view[at + head:at + head + body_len]) & 0x7FFFFFFF == crc):
+                good.append(view[at:end])
+                at = end
+                continue
+        bad.append(phys)
         at = end
     return good, bad
 
