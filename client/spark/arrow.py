@@ -213,6 +213,7 @@ _HEAD = np.dtype({
     "offsets": [4, 12, 20, 28, 36, 40, 56, 84],
     "itemsize": RECORD_HEAD_SIZE,
 })
+_HEAD_BYTES = np.dtype(f"V{RECORD_HEAD_SIZE}")
 _STORE_HOST_AT = 64
 _INT32_MAX = 0x7FFFFFFF
 Int64s = npt.NDArray[np.int64]
@@ -308,7 +309,9 @@ class RecordScan:
         ends = np.empty_like(starts)
         ends[:-1] = starts[1:]
         ends[-1] = len(data)
-        head = _every(data, _HEAD)[starts]
+        # gathered as plain 88-byte items (one copy each), then read as fields:
+        # a gather of the structured type copies field by field, 9x slower
+        head = _every(data, _HEAD_BYTES)[starts].view(_HEAD)
         body_len = head["body_len"].astype(np.int64)
         topic_at = starts + RECORD_HEAD_SIZE + body_len
         if not ((head["magic"] == MESSAGE_MAGIC_CODE).all() and (body_len >= 0).all()
@@ -324,7 +327,7 @@ class RecordScan:
         props_len = _every(data, ">i2")[props_at - 2].astype(np.int64)
         if not ((props_len >= 0).all() and (props_at + props_len == ends).all()):
             return self._by_record(broker_name, tags)
-        topic = self._one_topic(data, octets, topic_at, topic_len)
+        topic = self._one_topic(data, topic_at, topic_len)
         if topic is None:
             return self._by_record(broker_name, tags)
         buf = pa.py_buffer(data)
@@ -349,17 +352,17 @@ class RecordScan:
             pa.array(head["store"].astype(np.int64) * 1000, TIMESTAMP))
 
     @staticmethod
-    def _one_topic(data: bytes, octets: npt.NDArray[np.uint8], topic_at: Int64s,
-                   topic_len: Int64s) -> str | None:
+    def _one_topic(data: bytes, topic_at: Int64s, topic_len: Int64s) -> str | None:
         """The topic when every record has the same one (a queue's read), else
         None; None too for a name that is not UTF-8 (decode_columns says so)."""
         length = int(topic_len[0])
         if not (topic_len == length).all():
             return None
-        names = octets[(topic_at + 1)[:, None] + np.arange(length)]
-        if not (names == names[0]).all():
+        first = int(topic_at[0]) + 1
+        name = data[first:first + length]
+        if length and not (_every(data, f"V{length}")[topic_at + 1] == np.void(name)).all():
             return None
         try:
-            return names[0].tobytes().decode()
+            return name.decode()
         except UnicodeDecodeError:
             return None
