@@ -17,6 +17,8 @@ from protocol.errors import FrameTooLargeError, LocalProtocolError
 DEFAULT_MAX_FRAME_SIZE = 16 * 1024 * 1024
 FRAME_HEADER = struct.Struct(">I")
 _HEADER_SIZE = FRAME_HEADER.size
+# the shortest unfinished tail of a fed chunk kept as a view of the chunk
+_VIEW_MIN = 64 * 1024
 
 
 def encode_frame(payload: bytes, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> bytes:
@@ -31,32 +33,74 @@ class FrameDecoder:
 
     Raises FrameTooLargeError as soon as a header declares a length above
     ``max_frame_size``; the decoder is then unusable (the stream is lost).
+
+    Each payload is copied once: a frame that lies within one fed chunk is
+    cut out of it; one that spans chunks is joined from its pieces when its
+    last byte arrives. A chunk's unfinished tail is kept as a view of the
+    chunk when the chunk is ``bytes`` and the tail is at least 64 KiB and at
+    least half of it (so what is held stays under twice ``buffered``), and
+    copied otherwise.
     """
 
-    __slots__ = ("_buf", "_pos", "max_frame_size", "_broken")
+    __slots__ = ("_parts", "_held", "_need", "max_frame_size", "_broken")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
-        self._buf = bytearray()
-        self._pos = 0
+        self._parts: list[bytes | memoryview] = []  # an unfinished frame, header first
+        self._held = 0  # their bytes
+        self._need = 0  # that frame's whole size (header included) once its header is in
         self.max_frame_size = max_frame_size
         self._broken = False
 
     @property
     def buffered(self) -> int:
         """Bytes held that do not yet form a complete frame."""
-        return len(self._buf) - self._pos
+        return self._held
+
+    def _frame_size(self, header: bytes | memoryview) -> int:
+        (length,) = FRAME_HEADER.unpack_from(header)
+        if length > self.max_frame_size:
+            self._broken = True
+            raise FrameTooLargeError(
+                f"declared frame length {length} exceeds {self.max_frame_size}"
+            )
+        return _HEADER_SIZE + length
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         if self._broken:
             raise FrameTooLargeError("decoder already saw an oversize frame")
-        buf = self._buf
-        buf += data
-        pos = self._pos
-        end = len(buf)
         frames: list[bytes] = []
+        end = len(data)
+        if not end:
+            return frames
+        view = memoryview(data)
+        pos = 0
+        if self._held:  # go on with the unfinished frame
+            parts = self._parts
+            if not self._need:  # its header was cut
+                pos = min(_HEADER_SIZE - self._held, end)
+                parts.append(bytes(view[:pos]))
+                self._held += pos
+                if self._held < _HEADER_SIZE:
+                    return frames
+                header = b"".join(parts)
+                parts[:] = [header]
+                self._need = self._frame_size(header)
+            take = min(self._need - self._held, end - pos)
+            if take:
+                parts.append(view[pos:pos + take])
+                self._held += take
+                pos += take
+            if self._held < self._need:
+                if type(data) is not bytes:  # the caller may reuse its buffer
+                    parts[-1] = bytes(parts[-1])
+                return frames
+            parts[0] = parts[0][_HEADER_SIZE:]
+            frames.append(b"".join(parts))
+            parts.clear()
+            self._held = self._need = 0
         unpack_from = FRAME_HEADER.unpack_from
         while end - pos >= _HEADER_SIZE:
-            (length,) = unpack_from(buf, pos)
+            (length,) = unpack_from(view, pos)
             if length > self.max_frame_size:
                 self._broken = True
                 raise FrameTooLargeError(
@@ -65,14 +109,17 @@ class FrameDecoder:
             stop = pos + _HEADER_SIZE + length
             if stop > end:
                 break
-            with memoryview(buf) as view:  # one copy (a bytearray slice would be two)
-                frames.append(bytes(view[pos + _HEADER_SIZE : stop]))
+            frames.append(bytes(view[pos + _HEADER_SIZE:stop]))
             pos = stop
-        if pos == end:
-            buf.clear()
-            pos = 0
-        elif pos > 65536:
-            del buf[:pos]
-            pos = 0
-        self._pos = pos
+        if pos < end:  # the start of an unfinished frame
+            rest = end - pos
+            piece: bytes | memoryview
+            if type(data) is bytes and rest >= _VIEW_MIN and 2 * rest >= end:
+                piece = view[pos:]
+            else:
+                piece = bytes(view[pos:])
+            self._parts.append(piece)
+            self._held = rest
+            if rest >= _HEADER_SIZE:
+                self._need = self._frame_size(piece)
         return frames

@@ -16,7 +16,7 @@ from protocol.errors import (
     ProtocolError,
     RemoteProtocolError,
 )
-from protocol.frame import FrameDecoder, encode_frame
+from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
 from protocol.hashing import java_string_hash
 from protocol.message import (
     MessageExt,
@@ -69,6 +69,83 @@ def test_frames_any_split(payloads: list[bytes], cuts: list[int]) -> None:
         pos += c
     out.extend(dec.feed(stream[pos:]))
     assert out == payloads and dec.buffered == 0
+
+
+class ReferenceDecoder:
+    """The plainest frame decoder: a growing buffer, frames cut off its front."""
+
+    def __init__(self, max_frame_size: int) -> None:
+        self.buf = b""
+        self.max = max_frame_size
+
+    def feed(self, data: bytes) -> list[bytes]:
+        self.buf += data
+        out = []
+        while len(self.buf) >= 4:
+            n = int.from_bytes(self.buf[:4], "big")
+            if n > self.max:
+                raise FrameTooLargeError("too large")
+            if len(self.buf) < 4 + n:
+                break
+            out.append(self.buf[4:4 + n])
+            self.buf = self.buf[4 + n:]
+        return out
+
+
+_PAYLOAD_SIZES = st.sampled_from([0, 1, 3, 4, 5, 100, 65_535, 65_536, 70_000, 140_000])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_PAYLOAD_SIZES, max_size=6),
+       st.lists(st.sampled_from([1, 2, 3, 4, 5, 1000, 65_536, 65_540, 131_072, 200_000]),
+                max_size=12),
+       st.sampled_from(["bytes", "bytearray", "memoryview"]))
+def test_frames_any_split_of_big_frames_equal_the_reference(
+        sizes: list[int], cuts: list[int], kind: str) -> None:
+    pattern = bytes(range(1, 252)) * 600  # no zero byte: a zeroed buffer shows
+    payloads = [pattern[i:i + n] for i, n in enumerate(sizes)]
+    stream = b"".join(encode_frame(p) for p in payloads)
+    dec, ref = FrameDecoder(), ReferenceDecoder(DEFAULT_MAX_FRAME_SIZE)
+    out: list[bytes] = []
+    pos = 0
+    for c in [*cuts, len(stream)]:
+        chunk = stream[pos:pos + c]
+        pos += len(chunk)
+        fed: bytes | bytearray | memoryview = chunk
+        if kind != "bytes":
+            fed = bytearray(chunk) if kind == "bytearray" else memoryview(bytearray(chunk))
+        got = dec.feed(fed)
+        if not isinstance(fed, bytes):  # the caller reuses its buffer: what is held is a copy
+            fed[:] = bytes(len(chunk))
+        assert got == ref.feed(chunk)
+        assert all(type(f) is bytes for f in got)
+        assert dec.buffered == len(ref.buf)
+        out.extend(got)
+    assert out == payloads and dec.buffered == 0
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 40), min_size=1, max_size=6), st.integers(0, 40),
+       st.lists(st.integers(1, 30), max_size=10))
+def test_oversize_frame_raises_where_the_reference_does(
+        sizes: list[int], big: int, cuts: list[int]) -> None:
+    stream = b"".join(encode_frame(bytes(n)) for n in sizes)
+    stream += (33 + big).to_bytes(4, "big") + bytes(10)
+    dec, ref = FrameDecoder(max_frame_size=32), ReferenceDecoder(32)
+    pos = 0
+    for c in [*cuts, len(stream)]:
+        chunk = stream[pos:pos + c]
+        pos += len(chunk)
+        try:
+            want = ref.feed(chunk)
+        except FrameTooLargeError:
+            with pytest.raises(FrameTooLargeError):
+                dec.feed(chunk)
+            with pytest.raises(FrameTooLargeError):  # and stays unusable
+                dec.feed(b"")
+            return
+        assert dec.feed(chunk) == want
+    raise AssertionError("the oversize header was never reached")
 
 
 def test_oversize_frame() -> None:
