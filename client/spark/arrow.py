@@ -99,23 +99,74 @@ def _arange(n: int) -> pa.Array:
     return arange(0, n) if arange is not None else pa.array(range(n), pa.int64())
 
 
+def _plain_pairs(text: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array] | None:
+    """(row of each pair, keys, values, map offsets) of property texts that
+    are each a run of whole ``key\x01value\x02`` items (or empty), from the
+    separators' positions: what the kernels' split gives for such texts,
+    at about a third of its cost. None for any other batch."""
+    if text.offset or text.null_count:
+        return None
+    n = len(text)
+    _, offsets_buf, data_buf = text.buffers()
+    offsets = np.frombuffer(offsets_buf, np.int32, count=n + 1).astype(np.int64)
+    start, stop = int(offsets[0]), int(offsets[-1])
+    octets = np.frombuffer(data_buf, np.uint8, count=stop)[start:]
+    ones = np.flatnonzero(octets == 1) + start
+    twos = np.flatnonzero(octets == 2) + start
+    m = len(twos)
+    if len(ones) != m:
+        return None
+    filled = offsets[1:] > offsets[:-1]
+    if m == 0:
+        if filled.any():  # text without a separator: the kernels' job
+            return None
+        empty = pa.array([], pa.string())
+        return (pa.array([], pa.int64()), empty, empty,
+                pa.array(np.zeros(n + 1, np.int32)))
+    # \x01 and \x02 alternate, each row ends with \x02: items are whole pairs
+    if not ((ones < twos).all() and (twos[:-1] < ones[1:]).all()
+            and (octets[offsets[1:][filled] - 1 - start] == 2).all()):
+        return None
+    # the pieces key, \x01, value, \x02 of each pair tile the texts
+    bounds = np.empty(4 * m + 1, np.int64)
+    bounds[0] = start
+    bounds[4::4] = twos + 1
+    bounds[1::4] = ones
+    bounds[2::4] = ones + 1
+    bounds[3::4] = twos
+    pieces = pa.Array.from_buffers(pa.string(), 4 * m,
+                                   [None, pa.py_buffer(bounds.astype(np.int32)), data_buf])
+    keys = pieces.take(pa.array(np.arange(0, 4 * m, 4, dtype=np.int64)))
+    values = pieces.take(pa.array(np.arange(2, 4 * m, 4, dtype=np.int64)))
+    rows = np.searchsorted(offsets, ones, side="right") - 1
+    map_offsets = np.searchsorted(rows, np.arange(n + 1), side="left").astype(np.int32)
+    return pa.array(rows), keys, values, pa.array(map_offsets)
+
+
 class _Properties:
     """The ``key\\x01value\\x02...`` texts of a batch split once: the map column,
     and the pairs with the row each came from, for ``value``'s look-ups."""
 
-    def __init__(self, text: pa.Array) -> None:
-        """``text``: one property text a row, checked UTF-8."""
+    def __init__(self, text: pa.Array, by_kernels: bool = False) -> None:
+        """``text``: one property text a row, checked UTF-8. Texts made only of
+        whole ``key\x01value\x02`` items are cut by their separators' positions
+        (``_plain_pairs``); others, or with ``by_kernels``, are split by Arrow's
+        string kernels as RocketMQ's parser splits them."""
         n = len(text)
-        items = pc.split_pattern(text, "\x02")
-        pairs = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
-        # items without \x01 (like the empty one after the last \x02) are dropped
-        keep = pc.equal(pc.list_value_length(pairs), _PAIR)
-        pairs = pairs.filter(keep)
-        self.rows = pc.list_parent_indices(items).filter(keep)  # ascending
-        self.keys = pc.list_element(pairs, _ZERO)
-        self.values = pc.list_element(pairs, _ONE)
         self.row_numbers = _arange(n)
-        offsets = pc.search_sorted(self.rows, _arange(n + 1), side="left").cast(pa.int32())
+        plain = None if by_kernels else _plain_pairs(text)
+        if plain is not None:
+            self.rows, self.keys, self.values, offsets = plain
+        else:
+            items = pc.split_pattern(text, "\x02")
+            pairs = pc.split_pattern(pc.list_flatten(items), "\x01", max_splits=1)
+            # items without \x01 (like the empty one after the last \x02) are dropped
+            keep = pc.equal(pc.list_value_length(pairs), _PAIR)
+            pairs = pairs.filter(keep)
+            self.rows = pc.list_parent_indices(items).filter(keep)  # ascending
+            self.keys = pc.list_element(pairs, _ZERO)
+            self.values = pc.list_element(pairs, _ONE)
+            offsets = pc.search_sorted(self.rows, _arange(n + 1), side="left").cast(pa.int32())
         self.map = pa.MapArray.from_arrays(offsets, self.keys, self.values, type=PROPERTIES)
 
     def value(self, name: str) -> pa.Array:

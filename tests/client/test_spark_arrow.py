@@ -15,7 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.spark.arrow import SCHEMA, RecordScan, _repeated, _topics, to_record_batch
+from client.spark.arrow import (
+    SCHEMA,
+    RecordScan,
+    _plain_pairs,
+    _Properties,
+    _repeated,
+    _topics,
+    to_record_batch,
+)
 from protocol.errors import CorruptRecordError
 from protocol.message import MessageExt, properties_to_string
 from protocol.record import (
@@ -477,3 +485,46 @@ def test_scan_reads_plain_bodies_itself(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(RecordScan, "_by_record", no_fallback)
     assert scan_of(bodies).to_batch(BROKER).equals(want)
     assert scan_of(bodies).to_batch(BROKER, {"x"}).equals(reference(bodies, {"x"}))
+
+
+# ---- property texts: cut at their separators, or split by the kernels --------------
+
+def assert_same_split(texts: list[str]) -> _Properties:
+    text = pa.array(texts, pa.string())
+    got, want = _Properties(text), _Properties(text, by_kernels=True)
+    assert got.map.equals(want.map)
+    assert got.keys.equals(want.keys) and got.values.equals(want.values)
+    assert got.rows.equals(want.rows)
+    for name in ("TAGS", "KEYS", "UNIQ_KEY", "a", ""):
+        assert got.value(name).equals(want.value(name))
+    return got
+
+
+_WORD = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
+                max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "a", ""]) | _WORD,
+                                   _WORD), max_size=4), max_size=8))
+def test_whole_items_are_cut_at_their_separators(rows: list[list[tuple[str, str]]]) -> None:
+    texts = ["".join(f"{k}\x01{v}\x02" for k, v in row) for row in rows]
+    assert _plain_pairs(pa.array(texts, pa.string())) is not None
+    assert_same_split(texts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_PIECES, max_size=8).map("".join), max_size=8))
+def test_any_texts_split_as_the_kernels_split_them(texts: list[str]) -> None:
+    assert_same_split(texts)
+
+
+def test_texts_that_are_not_whole_items_go_to_the_kernels() -> None:
+    for texts in (["KEYS\x01v"], ["a\x01b\x01c\x02"], ["x\x02"], ["junk"], ["k\x01v\x02", "tail"],
+                  ["\x02k\x01v\x02"], ["a\x01b\x01c\x02d\x02"]):
+        assert _plain_pairs(pa.array(texts, pa.string())) is None, texts
+        assert_same_split(texts)
+    sliced = pa.array(["k\x01v\x02", "a\x01b\x02"], pa.string()).slice(1)
+    assert _plain_pairs(sliced) is None
+    got = _Properties(sliced)
+    assert got.map.to_pylist() == [[("a", "b")]]
