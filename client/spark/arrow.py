@@ -136,6 +136,7 @@ def _plain_pairs(text: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array
     bounds[3::4] = twos
     pieces = pa.Array.from_buffers(pa.string(), 4 * m,
                                    [None, pa.py_buffer(bounds.astype(np.int32)), data_buf])
+    pieces.validate()  # offsets in order and in the buffer (O(n)): never a bad read
     keys = pieces.take(pa.array(np.arange(0, 4 * m, 4, dtype=np.int64)))
     values = pieces.take(pa.array(np.arange(2, 4 * m, 4, dtype=np.int64)))
     rows = np.searchsorted(offsets, ones, side="right") - 1
@@ -290,6 +291,7 @@ def _cut(data: pa.Buffer, size: int, lo: Int64s, hi: Int64s) -> pa.Array:
     offsets[-1] = size
     pieces = pa.Array.from_buffers(pa.binary(), 2 * n + 1,
                                    [None, pa.py_buffer(offsets), data])
+    pieces.validate()  # offsets in order and in the buffer (O(n)): never a bad read
     return pieces.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64)))
 
 
