@@ -59,11 +59,12 @@ class FrameDecoder:
     def _frame_size(self, header: bytes | memoryview) -> int:
         (length,) = FRAME_HEADER.unpack_from(header)
         if length > self.max_frame_size:
-            self._broken = True
-            raise FrameTooLargeError(
-                f"declared frame length {length} exceeds {self.max_frame_size}"
-            )
+            raise self._oversize(length)
         return _HEADER_SIZE + length
+
+    def _oversize(self, length: int) -> FrameTooLargeError:
+        self._broken = True
+        return FrameTooLargeError(f"declared frame length {length} exceeds {self.max_frame_size}")
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         if self._broken:
@@ -102,10 +103,7 @@ class FrameDecoder:
         while end - pos >= _HEADER_SIZE:
             (length,) = unpack_from(view, pos)
             if length > self.max_frame_size:
-                self._broken = True
-                raise FrameTooLargeError(
-                    f"declared frame length {length} exceeds {self.max_frame_size}"
-                )
+                raise self._oversize(length)
             stop = pos + _HEADER_SIZE + length
             if stop > end:
                 break

@@ -127,18 +127,12 @@ def _plain_pairs(text: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array
     if not ((ones < twos).all() and (twos[:-1] < ones[1:]).all()
             and (octets[offsets[1:][filled] - 1 - start] == 2).all()):
         return None
-    # the pieces key, \x01, value, \x02 of each pair tile the texts
-    bounds = np.empty(4 * m + 1, np.int64)
-    bounds[0] = start
-    bounds[4::4] = twos + 1
-    bounds[1::4] = ones
-    bounds[2::4] = ones + 1
-    bounds[3::4] = twos
-    pieces = pa.Array.from_buffers(pa.string(), 4 * m,
-                                   [None, pa.py_buffer(bounds.astype(np.int32)), data_buf])
-    pieces.validate()  # offsets in order and in the buffer (O(n)): never a bad read
-    keys = pieces.take(pa.array(np.arange(0, 4 * m, 4, dtype=np.int64)))
-    values = pieces.take(pa.array(np.arange(2, 4 * m, 4, dtype=np.int64)))
+    # a key runs from the item's start (after the previous \x02) to its \x01
+    key_starts = np.empty(m, np.int64)
+    key_starts[0] = start
+    key_starts[1:] = twos[:-1] + 1
+    keys = _cut(data_buf, stop, key_starts, ones, pa.string())
+    values = _cut(data_buf, stop, ones + 1, twos, pa.string())
     rows = np.searchsorted(offsets, ones, side="right") - 1
     map_offsets = np.searchsorted(rows, np.arange(n + 1), side="left").astype(np.int32)
     return pa.array(rows), keys, values, pa.array(map_offsets)
@@ -268,6 +262,7 @@ _HEAD = np.dtype({
 _HEAD_BYTES = np.dtype(f"V{RECORD_HEAD_SIZE}")
 _STORE_HOST_AT = 64
 _INT32_MAX = 0x7FFFFFFF
+_BINARY = pa.binary()
 Int64s = npt.NDArray[np.int64]
 
 
@@ -279,17 +274,19 @@ def _every(data: bytes, dtype: Any) -> npt.NDArray[Any]:
                       strides=(1,))
 
 
-def _cut(data: pa.Buffer, size: int, lo: Int64s, hi: Int64s) -> pa.Array:
-    """The byte ranges [lo[i], hi[i]) of ``data`` (ascending, not overlapping)
-    as one binary array, copied once: ``take`` of every other piece of an
-    array whose pieces tile all of ``data``."""
+def _cut(data: pa.Buffer, size: int, lo: Int64s, hi: Int64s,
+         kind: pa.DataType = _BINARY) -> pa.Array:
+    """The byte ranges [lo[i], hi[i]) of ``data``'s first ``size`` bytes
+    (ascending, not overlapping) as one array of ``kind``, copied once:
+    ``take`` of every other piece of an array whose pieces tile those bytes
+    (for pa.string(), every range and gap must be whole UTF-8)."""
     n = len(lo)
     offsets = np.empty(2 * n + 2, np.int32)
     offsets[0] = 0
     offsets[1:-1:2] = lo
     offsets[2:-1:2] = hi
     offsets[-1] = size
-    pieces = pa.Array.from_buffers(pa.binary(), 2 * n + 1,
+    pieces = pa.Array.from_buffers(kind, 2 * n + 1,
                                    [None, pa.py_buffer(offsets), data])
     pieces.validate()  # offsets in order and in the buffer (O(n)): never a bad read
     return pieces.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64)))
