@@ -104,6 +104,10 @@ class RemotingCommand:
         """The frame payload (without the frame length), in this command's codec."""
         return self.wire_codec.encode(self)
 
+    def encode_parts(self) -> list[bytes]:
+        """``encode()`` as pieces to send in order (a large body is one, uncopied)."""
+        return self.wire_codec.encode_parts(self)
+
     @classmethod
     def decode(cls, payload: bytes) -> RemotingCommand:
         """Decode one msgpack frame payload. Raises RemoteProtocolError on bad input."""

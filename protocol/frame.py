@@ -28,6 +28,31 @@ def encode_frame(payload: bytes, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -
     return FRAME_HEADER.pack(len(payload)) + payload
 
 
+def frame_parts(parts: list[bytes], max_frame_size: int = DEFAULT_MAX_FRAME_SIZE
+                ) -> list[bytes | memoryview]:
+    """``encode_frame`` of the pieces of one payload (``Codec.encode_parts``),
+    still in pieces: the length goes in front of the first. Raises
+    LocalProtocolError if too large."""
+    size = sum(map(len, parts))
+    if size > max_frame_size:
+        raise LocalProtocolError(f"frame of {size} bytes exceeds {max_frame_size}")
+    return [FRAME_HEADER.pack(size) + parts[0], *parts[1:]]
+
+
+def unsent(pieces: list[bytes | memoryview], sent: int) -> list[bytes | memoryview]:
+    """What is left of ``pieces`` once their first ``sent`` bytes went out (a
+    piece cut short becomes a view of its rest)."""
+    for i, piece in enumerate(pieces):
+        n = len(piece)
+        if sent < n:
+            rest = pieces[i:]
+            if sent:
+                rest[0] = memoryview(piece)[sent:]
+            return rest
+        sent -= n
+    return []
+
+
 class FrameDecoder:
     """Incremental frame decoder.
 

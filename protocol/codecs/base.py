@@ -17,6 +17,12 @@ if TYPE_CHECKING:
     from protocol.command import RemotingCommand
 
 
+# A body at least this long leaves as its own piece of the frame (encode_parts);
+# a shorter one is copied into the frame, which costs less than another piece
+# (in one process: 16 KiB bodies 8.0 against 8.7 us, 38 KiB 11.3 against 10.2).
+GATHER_MIN = 32 * 1024
+
+
 class NotAMapError(RemoteProtocolError):
     """A body reader found another value where a map was expected."""
 
@@ -48,6 +54,12 @@ class Codec(Protocol):
     def encode(self, cmd: RemotingCommand) -> bytes:
         """The frame payload of ``cmd``. Raises ProtocolError, TypeError,
         ValueError or OverflowError when ``cmd`` cannot be encoded."""
+
+    def encode_parts(self, cmd: RemotingCommand) -> list[bytes]:
+        """``encode(cmd)`` as pieces to send one after another: a ``bytes``
+        body of ``GATHER_MIN`` bytes or more is a piece of its own, not copied
+        (a 256 KiB pull response was copied twice more to make its frame).
+        Raises what ``encode`` raises."""
 
     def decode(self, payload: bytes) -> RemotingCommand:
         """The command in a frame payload; RemoteProtocolError on bad input."""

@@ -9,11 +9,12 @@ with RocketMQ's camelCase keys.
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import msgpack
 
-from protocol.codecs.base import NotAMapError
+from protocol.codecs.base import GATHER_MIN, NotAMapError
 from protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from protocol.errors import RemoteProtocolError
 
@@ -22,6 +23,9 @@ FIRST_BYTE = 0x97
 READ_SIZE = 256 * 1024
 
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
+_BIN16 = struct.Struct(">BH")  # msgpack's bin 16 and bin 32 headers: type, length
+_BIN32 = struct.Struct(">BI")
+_UINT32_MAX = 2**32 - 1
 
 
 def _unpackb(payload: bytes) -> Any:
@@ -77,6 +81,17 @@ class MsgpackCodec:
     def encode(self, cmd: RemotingCommand) -> bytes:
         return _packb([cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields, cmd.body,
                        cmd.version])
+
+    def encode_parts(self, cmd: RemotingCommand) -> list[bytes]:
+        body = cmd.body
+        if type(body) is not bytes or not GATHER_MIN <= len(body) <= _UINT32_MAX:
+            return [self.encode(cmd)]
+        # the first five elements as an array of five, made an array of seven;
+        # then the body's bin header (as msgpack writes it), the body, the version
+        n = len(body)
+        fields = _packb([cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext_fields])
+        head = _BIN16.pack(0xC5, n) if n <= 0xFFFF else _BIN32.pack(0xC6, n)
+        return [b"\x97" + fields[1:] + head, body, _packb(cmd.version)]
 
     def decode(self, payload: bytes) -> RemotingCommand:
         try:

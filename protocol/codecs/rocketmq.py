@@ -29,7 +29,7 @@ import re
 import struct
 from typing import Any
 
-from protocol.codecs.base import NotAMapError
+from protocol.codecs.base import GATHER_MIN, NotAMapError
 from protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 
@@ -297,6 +297,17 @@ class RocketMQCodec:
     # ---- commands ------------------------------------------------------------
 
     def encode(self, cmd: RemotingCommand) -> bytes:
+        body = cmd.body
+        return self._head(cmd) + body if body else self._head(cmd)
+
+    def encode_parts(self, cmd: RemotingCommand) -> list[bytes]:
+        body = cmd.body
+        if type(body) is not bytes or len(body) < GATHER_MIN:
+            return [self.encode(cmd)]
+        return [self._head(cmd), body]
+
+    def _head(self, cmd: RemotingCommand) -> bytes:
+        """The payload up to the body: the header's length and type, the header."""
         binary = self.serialize_type == BINARY_TYPE
         lo, hi = (_INT16_MIN, _INT16_MAX) if binary else (_INT32_MIN, _INT32_MAX)
         if not (lo <= cmd.code <= hi and lo <= cmd.version <= hi
@@ -309,9 +320,7 @@ class RocketMQCodec:
             header = self._binary(cmd, ext)
         if len(header) > MAX_HEADER:
             raise LocalProtocolError(f"header of {len(header)} bytes exceeds {MAX_HEADER}")
-        word = _WORD.pack((self.serialize_type << 24) | len(header))
-        body = cmd.body
-        return word + header + body if body else word + header
+        return _WORD.pack((self.serialize_type << 24) | len(header)) + header
 
     def _out_of_range(self, cmd: RemotingCommand, lo: int, hi: int) -> None:
         """LocalProtocolError naming the field of ``cmd`` this header cannot hold."""

@@ -28,7 +28,7 @@ from protocol.codecs.base import Codec
 from protocol.codes import RequestCode, ResponseCode, code_name
 from protocol.command import FLAG_RESPONSE, RemotingCommand
 from protocol.errors import ProtocolError, RemoteProtocolError
-from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
+from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame, frame_parts, unsent
 from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.errors import (
     RemotingConnectError,
@@ -45,6 +45,8 @@ Handler = SyncHandler | AsyncHandler
 RECEIVE_CHUNK = 256 * 1024
 # Above this many queued outgoing bytes, invoke() waits for the writer.
 HIGH_WATER = 8 * 1024 * 1024
+# the most pieces one sendmsg takes (Linux's IOV_MAX); more are joined first
+_IOV_MAX = 1024
 # The reader lets other tasks run after this many requests of one received
 # chunk, or after this long handling them, whichever comes first.
 YIELD_EVERY = 64
@@ -121,7 +123,7 @@ class RemotingConnection:
         # why the peer's side failed, when it says more than "closed" (a TLS alert)
         self.close_reason = ""
         self._decoder = FrameDecoder(max_frame_size)
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []  # frames, or pieces of frames, in order
         self._out_bytes = 0
         # bytes queued or being written (what the peer is owed), and the part
         # of it and of the decoder's partial frame counted in the shared budget
@@ -290,15 +292,16 @@ class RemotingConnection:
 
     # ---- sending -------------------------------------------------------------
 
-    def _encode(self, cmd: RemotingCommand) -> bytes:
-        """The frame of ``cmd``. A response that cannot be framed (too large, or
-        holding what its codec cannot encode) becomes a short SYSTEM_ERROR response;
-        a request that cannot be framed raises RemotingSendRequestError."""
+    def _encode(self, cmd: RemotingCommand) -> list[bytes | memoryview]:
+        """The frame of ``cmd``, in pieces (a large body is one of them, not
+        copied). A response that cannot be framed (too large, or holding what
+        its codec cannot encode) becomes a short SYSTEM_ERROR response; a
+        request that cannot be framed raises RemotingSendRequestError."""
         codec = cmd.codec
         if codec is None:
             codec = cmd.codec = self.codec
         try:
-            return encode_frame(cmd.encode(), self.max_frame_size)
+            return frame_parts(cmd.encode_parts(), self.max_frame_size)
         except (ProtocolError, TypeError, ValueError, OverflowError) as exc:
             reason = f"{type(exc).__name__}: {exc}"
             if not cmd.flag & FLAG_RESPONSE:
@@ -311,7 +314,7 @@ class RemotingConnection:
                 code=ResponseCode.SYSTEM_ERROR, opaque=cmd.opaque, flag=FLAG_RESPONSE,
                 remark=f"the response cannot be sent: {reason[:200]}", codec=codec,
             )
-            return encode_frame(error.encode(), self.max_frame_size)
+            return [encode_frame(error.encode(), self.max_frame_size)]
 
     def _enqueue(self, cmd: RemotingCommand) -> None:
         if self.closed:
@@ -319,23 +322,33 @@ class RemotingConnection:
         if self._busy_poll is not None:
             self._busy_poll.touch()
         frame = self._encode(cmd)
+        size = sum(map(len, frame)) if len(frame) > 1 else len(frame[0])
         if not self._out and not self._sending and not self._batching and self._raw is not None:
             # Nothing queued and the writer is idle: try the socket right away,
             # which saves a task switch per frame; the writer takes any rest.
-            try:
-                sent = self._raw.send(frame)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                sent = 0  # the writer's send_all will see the error and close
-            if sent == len(frame):
+            sent = self._send_now(frame)
+            if sent == size:
                 return
-            frame = frame[sent:]
-        self._out.append(frame)
-        self._out_bytes += len(frame)
-        self._owe(len(frame))
+            frame = unsent(frame, sent)
+            size -= sent
+        self._out += frame
+        self._out_bytes += size
+        self._owe(size)
         if not self._batching:
             self._wake_writer()
+
+    def _send_now(self, pieces: list[bytes | memoryview]) -> int:
+        """Write what the socket takes of ``pieces`` without waiting (one
+        gathering write for several); the bytes written, 0 on any error (the
+        writer's send_all will see it and close)."""
+        try:
+            if len(pieces) == 1:
+                return int(self._raw.send(pieces[0]))
+            if len(pieces) <= _IOV_MAX:
+                return int(self._raw.sendmsg(pieces))
+            return int(self._raw.send(b"".join(pieces)))
+        except OSError:  # BlockingIOError and InterruptedError included
+            return 0
 
     def _wake_writer(self) -> None:
         wake = self._wake
@@ -349,22 +362,17 @@ class RemotingConnection:
         if not self._out:
             return
         if not self._sending and self._raw is not None and not self.closed:
-            data = b"".join(self._out)
-            try:
-                sent = self._raw.send(data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                sent = 0
-            self._out.clear()
-            self._out_bytes = 0
+            out = self._out
+            sent = self._send_now(out)
             if sent:
                 self._owe(-sent)
                 self.last_write = trio.current_time()
-            if sent == len(data):
+            if sent == self._out_bytes:
+                out.clear()
+                self._out_bytes = 0
                 return
-            self._out.append(data[sent:])
-            self._out_bytes = len(data) - sent
+            self._out = unsent(out, sent)
+            self._out_bytes -= sent
         self._wake_writer()
 
     def send_response(self, response: RemotingCommand) -> None:

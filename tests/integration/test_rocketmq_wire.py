@@ -97,6 +97,9 @@ class CppJsonCodec(RocketMQCodec):
                              "extFields": ext}, separators=(",", ":")).encode()
         return struct.pack(">I", len(header)) + header + (cmd.body or b"")
 
+    def encode_parts(self, cmd: RemotingCommand) -> list[bytes]:
+        return [self.encode(cmd)]  # whatever the body's size, this header
+
 
 class Inbox:
     """Requests the broker sends the client (NOTIFY_CONSUMER_IDS_CHANGED,
