@@ -1273,8 +1273,43 @@ def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120) -> li
         peer.wait()
 
 
+def _sys_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def cpu_idle(sys_root: Path = Path("/sys")) -> dict[str, Any]:
+    """How an idle CPU waits for work, from sysfs: the cpuidle driver and
+    governor, and for the haltpoll driver (KVM guests) its guest_halt_poll_ns,
+    how long an idle vCPU polls before it halts. Each is None where unknown."""
+    idle = sys_root / "devices/system/cpu/cpuidle"
+    poll = _sys_text(sys_root / "module/haltpoll/parameters/guest_halt_poll_ns")
+    return {
+        "driver": _sys_text(idle / "current_driver"),
+        "governor": _sys_text(idle / "current_governor") or _sys_text(idle / "current_governor_ro"),
+        "halt_poll_ns": int(poll) if poll is not None and poll.isdigit() else None,
+    }
+
+
+def idle_text(idle: Mapping[str, Any] | None) -> str:
+    """``cpu_idle`` in words; with the haltpoll driver it says whether an idle
+    vCPU polls before it halts (woken from a halt, it pays a VM exit)."""
+    if not idle or idle.get("driver") is None:
+        return "no cpuidle driver seen"
+    driver, poll = idle["driver"], idle.get("halt_poll_ns")
+    if driver == "haltpoll" and poll is not None:
+        if poll == 0:
+            return "haltpoll, guest halt polling off (guest_halt_poll_ns=0)"
+        return f"haltpoll, guest halt polling up to {poll / 1000:g} µs"
+    governor = idle.get("governor")
+    return f"{driver} ({governor})" if governor else str(driver)
+
+
 def machine_result(count: int) -> dict[str, Any]:
     samples = loopback_rtt(count)
+    idle = cpu_idle()
     return {
         "mode": "machine",
         "nproc": os.cpu_count(),
@@ -1283,6 +1318,8 @@ def machine_result(count: int) -> dict[str, Any]:
         "latency_per": "loopback round trip",
         "latency_us": latency_us(samples),
         "max_us": max(samples) * 1e6,
+        "cpu_idle": idle,
+        "cpu_idle_text": idle_text(idle),
     }
 
 
@@ -1290,7 +1327,8 @@ def render_machine(d: Mapping[str, Any]) -> str:
     return (f"machine: {d['nproc']} CPUs; Python loop {d['python_loop_ns']:.1f} ns per "
             f"iteration; {d['count']} loopback round trips (1100 B framed request, 120 B "
             f"answer, blocking sockets, another Python process) "
-            f"{latency_text(d['latency_us'], unit='µs', digits=1)} (max {d['max_us']:.1f}µs)")
+            f"{latency_text(d['latency_us'], unit='µs', digits=1)} (max {d['max_us']:.1f}µs); "
+            f"CPU idle: {d.get('cpu_idle_text') or idle_text(d.get('cpu_idle'))}")
 
 
 @cli.command()
@@ -1299,8 +1337,9 @@ def render_machine(d: Mapping[str, Any]) -> str:
 @json_option
 def machine(count: int, as_json: bool) -> None:
     """What this machine gives Python right now, to read the other figures
-    against: a fixed pure-Python loop's time per iteration, and round trips
-    to an echo process over 127.0.0.1 (the floor under a single send)."""
+    against: a fixed pure-Python loop's time per iteration, round trips to an
+    echo process over 127.0.0.1 (the floor under a single send), and how an
+    idle CPU waits (cpuidle driver; a KVM guest's halt polling)."""
     try:
         result = machine_result(count)
     except OSError as exc:

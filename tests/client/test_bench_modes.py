@@ -289,9 +289,46 @@ def test_machine_command_times_the_interpreter_and_loopback() -> None:
     assert d["python_loop_ns"] > 0 and d["latency_per"] == "loopback round trip"
     lat = d["latency_us"]
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= d["max_us"]
+    assert set(d["cpu_idle"]) == {"driver", "governor", "halt_poll_ns"}
+    assert d["cpu_idle_text"]
     text = CliRunner().invoke(cli, ["machine", "-c", "20"])
     assert text.exit_code == 0 and text.output.startswith("machine: ")
+    assert f"CPU idle: {d['cpu_idle_text']}" in text.output
     assert "20 loopback round trips" in text.output
+
+
+def fake_sys(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text + "\n")
+    return root
+
+
+IDLE = "devices/system/cpu/cpuidle"
+HALT_POLL = "module/haltpoll/parameters/guest_halt_poll_ns"
+
+
+def test_cpu_idle_reads_the_driver_and_a_kvm_guests_halt_polling(tmp_path: Path) -> None:
+    from client.bench import cpu_idle, idle_text
+
+    off = cpu_idle(fake_sys(tmp_path / "a", {f"{IDLE}/current_driver": "haltpoll",
+                                             f"{IDLE}/current_governor": "haltpoll",
+                                             HALT_POLL: "0"}))
+    assert off == {"driver": "haltpoll", "governor": "haltpoll", "halt_poll_ns": 0}
+    assert idle_text(off) == "haltpoll, guest halt polling off (guest_halt_poll_ns=0)"
+    on = cpu_idle(fake_sys(tmp_path / "b", {f"{IDLE}/current_driver": "haltpoll",
+                                            HALT_POLL: "200000"}))
+    assert idle_text(on) == "haltpoll, guest halt polling up to 200 µs"
+    intel = cpu_idle(fake_sys(tmp_path / "c", {f"{IDLE}/current_driver": "intel_idle",
+                                               f"{IDLE}/current_governor_ro": "menu"}))
+    assert intel == {"driver": "intel_idle", "governor": "menu", "halt_poll_ns": None}
+    assert idle_text(intel) == "intel_idle (menu)"
+    none = cpu_idle(tmp_path / "empty")
+    assert none == {"driver": None, "governor": None, "halt_poll_ns": None}
+    assert idle_text(none) == idle_text(None) == "no cpuidle driver seen"
+    odd = cpu_idle(fake_sys(tmp_path / "d", {f"{IDLE}/current_driver": "haltpoll",
+                                             HALT_POLL: "lots"}))
+    assert odd["halt_poll_ns"] is None and idle_text(odd) == "haltpoll"
 
 
 def test_loopback_peer_is_gone_afterwards() -> None:
@@ -376,7 +413,8 @@ RESULTS: dict[str, Any] = {"steps": [
     step("disk", "", "mqbench disk --dir <SYNC store>/commitlog",
          {"mode": "disk", "latency_us": lat(250, 300, 400, 800)}),
     step("machine_start", "", "mqbench machine -c 5000",
-         {"mode": "machine", "python_loop_ns": 185.84, "latency_us": lat(29.04, 35, 51, 84)}),
+         {"mode": "machine", "python_loop_ns": 185.84, "latency_us": lat(29.04, 35, 51, 84),
+          "cpu_idle_text": "haltpoll, guest halt polling off (guest_halt_poll_ns=0)"}),
     step("machine_end", "", "mqbench machine -c 5000",
          {"mode": "machine", "python_loop_ns": 190.06, "latency_us": lat(40.0, 45, 60, 90)}),
 ]}
@@ -413,15 +451,17 @@ def test_table_rows_from_fixed_results() -> None:
         ("machine: loopback round trip p50 µs, start / end", "29.0 / 40.0",
          "mqbench machine -c 5000"),
         ("single send ASYNC p50 / loopback p50", "10.5", "the rows above"),
+        ("machine: CPU idle, start", "haltpoll, guest halt polling off (guest_halt_poll_ns=0)",
+         "mqbench machine -c 5000"),
     ]
     text = render_table(rows)
     lines = text.splitlines()
     widths = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
-    assert widths == (51, 21)
-    assert lines[0].split(" | ") == ["figure".ljust(51), "value".rjust(21), "command"]
+    assert widths == (51, 55)
+    assert lines[0].split(" | ") == ["figure".ljust(51), "value".rjust(55), "command"]
     assert len(lines) == 2 + len(rows)
     assert len({line.index("|") for line in lines}) == 1  # the columns line up
-    assert lines[10].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>21} |" in lines[10]
+    assert lines[10].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>55} |" in lines[10]
 
 
 def test_table_rows_with_failures_and_skipped_spark() -> None:
@@ -438,6 +478,7 @@ def test_table_rows_with_failures_and_skipped_spark() -> None:
     assert rows["consume pull msg/s"] == ("66,000", "mqbench consumer")
     assert rows["machine: Python loop ns/iteration, start / end"][0] == "n/a"
     assert rows["single send ASYNC p50 / loopback p50"][0] == "10.5"
+    assert rows["machine: CPU idle, start"][0] == "haltpoll, guest halt polling off (guest_halt_poll_ns=0)"
     assert find({"steps": []}, "push", ASYNC) == (None, "not run")
     assert table_rows({})[0] == ("batched produce ASYNC msg/s", "n/a", "not run")
 
@@ -503,7 +544,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 19
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 20
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
