@@ -1294,15 +1294,13 @@ def cpu_idle(sys_root: Path = Path("/sys")) -> dict[str, Any]:
 
 
 def idle_text(idle: Mapping[str, Any] | None) -> str:
-    """``cpu_idle`` in words; with the haltpoll driver it says whether an idle
+    """``cpu_idle`` in a few words; with the haltpoll driver, whether an idle
     vCPU polls before it halts (woken from a halt, it pays a VM exit)."""
     if not idle or idle.get("driver") is None:
         return "no cpuidle driver seen"
     driver, poll = idle["driver"], idle.get("halt_poll_ns")
     if driver == "haltpoll" and poll is not None:
-        if poll == 0:
-            return "haltpoll, guest halt polling off (guest_halt_poll_ns=0)"
-        return f"haltpoll, guest halt polling up to {poll / 1000:g} µs"
+        return "haltpoll, halt poll off" if poll == 0 else f"haltpoll, halt poll {poll / 1000:g} µs"
     governor = idle.get("governor")
     return f"{driver} ({governor})" if governor else str(driver)
 

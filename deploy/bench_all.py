@@ -277,7 +277,8 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                  f"{single_p50 / loop_p50:.1f}" if single_p50 and loop_p50 else "n/a",
                  "the rows above"))
     idle = start.get("cpu_idle_text") if start is not None else None
-    rows.append(("machine: CPU idle, start", idle or "n/a", cmd))
+    rows.append(("machine: CPU idle, start", idle or "n/a",
+                 f"{cmd} (cpuidle driver; a KVM guest's guest_halt_poll_ns)"))
     return rows
 
 
