@@ -183,6 +183,8 @@ class BrokerController:
             self.group_commit = GroupCommitService(
                 self.timed_flush_commit_log, config.sync_flush_timeout, config.broker_name,
                 busy_poll=self.busy_poll,
+                direct=self.message_store if config.aio_fsync_enable else None,
+                observe=self.flush_latency.observe,
             )
         self._overlay_lock = trio.Lock()
         self.metrics_port: int | None = None  # once served

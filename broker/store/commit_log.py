@@ -532,9 +532,15 @@ class CommitLog:
 
     def preallocate_next(self) -> None:
         """Create and reserve the next file once the current one is half full."""
-        last = self.mapped_file_queue.last()
-        if last is not None and last.wrote_position * 2 >= self.file_size:
+        if self.wants_next_file():
             self.mapped_file_queue.preallocate_next()
+
+    def wants_next_file(self) -> bool:
+        """Whether the current file is half full and its successor not made yet."""
+        mfq = self.mapped_file_queue
+        last = mfq.last()
+        return (last is not None and last.wrote_position * 2 >= self.file_size
+                and not mfq.next_ready)
 
     def _scan_file(self, mf: MappedFile) -> tuple[int, bool]:
         """(end of valid data in the file, whether the file is complete)."""

@@ -131,6 +131,11 @@ class MappedFileQueue:
         self.flushed_where = max(self.flushed_where, target)
         return flushed
 
+    @property
+    def next_ready(self) -> bool:
+        """Whether the file after the last one was created ahead (preallocate_next)."""
+        return self._next is not None
+
     def preallocate_next(self) -> None:
         """Create the file after the last one ahead of need (run in a worker
         thread). A failure (disk full) is logged, at most every 10 s, and

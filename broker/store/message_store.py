@@ -22,6 +22,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -107,6 +108,24 @@ def _cut_by_end(mf: MappedFile, pos: int, end: int) -> bool:
         return room > 0
     total, magic = BLANK_HEAD.unpack_from(mf.mm, pos)
     return magic in (MESSAGE_MAGIC_CODE, BLANK_MAGIC_CODE) and room < total <= mf.file_size - pos
+
+
+@dataclass(slots=True)
+class CommitLogFlush:
+    """The fsyncs ``begin_commit_log_flush`` planned: (file, its write position
+    then, a dup of its fd) each, the log's end then, and the time before it."""
+
+    files: list[tuple[MappedFile, int, int]]
+    target: int
+    before_ms: int
+
+    def close(self) -> None:
+        """Close the dup'ed fds (once the fsyncs are done)."""
+        for _, _, fd in self.files:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
 
 class DefaultMessageStore:
@@ -834,6 +853,52 @@ class DefaultMessageStore:
         if flushed:  # written to the file by flush_consume_queues (see store_checkpoint.py)
             self.checkpoint.physic_msg_timestamp = before
         return self.commit_log.flushed_where
+
+    def begin_commit_log_flush(self) -> CommitLogFlush | None:
+        """On the event loop, for an fsync no thread runs (protocol/aio_fsync.py):
+        each commit-log file with bytes not yet fsynced, with its write position
+        and a dup of its fd (the fsync may outlive the file's own fd). None when
+        the file lock is held (a thread is deleting or creating files): use
+        ``flush_commit_log`` in a thread then. OSError if an fd cannot be dup'ed."""
+        if not self._file_lock.acquire(blocking=False):
+            return None
+        try:
+            before = int(time.time() * 1000)
+            mfq = self.commit_log.mapped_file_queue
+            plan = CommitLogFlush([], mfq.max_offset, before)
+            try:
+                for mf in list(mfq.files):
+                    if mf.wrote_position > mf.flushed_position and mf.fd >= 0:
+                        plan.files.append((mf, mf.wrote_position, os.dup(mf.fd)))
+            except OSError:
+                plan.close()
+                raise
+            return plan
+        finally:
+            self._file_lock.release()
+
+    def end_commit_log_flush(self, plan: CommitLogFlush) -> int:
+        """After every fsync of ``plan`` succeeded: what ``flush_commit_log``
+        records after its own (flushed positions, the checkpoint's time).
+        Returns the commit-log offset known to be on disk."""
+        for mf, wrote, _ in plan.files:
+            if wrote > mf.flushed_position:
+                mf.flushed_position = wrote
+        mfq = self.commit_log.mapped_file_queue
+        mfq.flushed_where = max(mfq.flushed_where, plan.target)
+        if plan.files:
+            self.checkpoint.physic_msg_timestamp = plan.before_ms
+        return mfq.flushed_where
+
+    def commit_log_wants_next_file(self) -> bool:
+        """Whether ``prepare_next_commit_log_file`` has a file to create."""
+        return self.running and self.commit_log.wants_next_file()
+
+    def prepare_next_commit_log_file(self) -> None:
+        """Create the commit log's next file ahead of need (blocking: a worker thread)."""
+        with self._file_lock:
+            if self.running:
+                self.commit_log.preallocate_next()
 
     def flush_consume_queues(self) -> bool:
         before = int(time.time() * 1000)

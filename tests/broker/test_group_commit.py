@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import threading
+from pathlib import Path
 
+import pytest
 import trio
 import trio.testing
 
+from broker import group_commit
 from broker.group_commit import GroupCommitService
 from broker.send_processor import answer_when_done
 from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
+from protocol.aio_fsync import AioFsync
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.trio.busy_poll import BusyPoll
@@ -126,3 +132,238 @@ async def test_a_send_joining_several_waiters_gets_the_worst_status() -> None:
         assert conn.sent[0].code == ResponseCode.SLAVE_NOT_AVAILABLE
         assert conn.sent[0].ext_fields == {"i": 7}  # the send result still travels
         nursery.cancel_scope.cancel()
+
+
+# ---- fsyncs through the kernel (protocol/aio_fsync.py) ------------------------------------
+
+
+class FakePlan:
+    def __init__(self, files: list[tuple[object, int, int]], target: int) -> None:
+        self.files = files
+        self.target = target
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        for _, _, fd in self.files:
+            if fd != 10_000:  # not ours to close
+                os.close(fd)
+
+
+class DirectLog(FakeLog):
+    """A log in a real file: the direct steps dup its fd, as the store does."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.flushed = 0
+        self.begins = 0
+        self.ends = 0
+        self.busy = False  # the store's file lock is held
+        self.bad_fd = False  # hand the kernel an fd it refuses
+        self.plans: list[FakePlan] = []
+        self.wants_next = False
+        self.prepared: list[str] = []
+
+    def write(self, n: int) -> int:
+        os.pwrite(self.fd, b"m" * n, self.written)
+        self.written += n
+        return self.written
+
+    def flush(self) -> int:  # the thread's way
+        os.fdatasync(self.fd)
+        return super().flush()
+
+    def begin_commit_log_flush(self) -> FakePlan | None:
+        if self.busy:
+            return None
+        self.begins += 1
+        files: list[tuple[object, int, int]] = []
+        if self.written > self.flushed:
+            if self.bad_fd:  # a number no open file has here: EBADF at submission
+                files.append(("file", self.written, 10_000))
+            else:
+                files.append(("file", self.written, os.dup(self.fd)))
+        plan = FakePlan(files, self.written)
+        self.plans.append(plan)
+        return plan
+
+    def end_commit_log_flush(self, plan: FakePlan) -> int:
+        self.ends += 1
+        self.flushed = max(self.flushed, plan.target)
+        return self.flushed
+
+    def commit_log_wants_next_file(self) -> bool:
+        return self.wants_next
+
+    def prepare_next_commit_log_file(self) -> None:
+        self.prepared.append(threading.current_thread().name)
+        self.wants_next = False
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def aio_available() -> bool:
+    a = AioFsync.open()
+    if a is None:
+        return False
+    a.close()
+    return True
+
+
+needs_aio = pytest.mark.skipif(not aio_available(), reason="Linux AIO is not available here")
+
+
+@needs_aio
+async def test_direct_fsyncs_answer_every_put_without_the_thread(tmp_path: Path) -> None:
+    log = DirectLog(tmp_path / "log")
+    svc = GroupCommitService(log.flush, 5000, "b", direct=log)
+    conn = FakeConn()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(svc.run)
+            for i in range(200):
+                submit(svc, conn, ok_response(i), log.write(100))
+            with trio.fail_after(10):
+                await conn.wait_sent(200)
+            for i in range(200, 220):  # one at a time too
+                submit(svc, conn, ok_response(i), log.write(100))
+                with trio.fail_after(10):
+                    await conn.wait_sent(i + 1)
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+    assert [c.ext_fields["i"] for c in conn.sent] == list(range(220))
+    assert all(c.code == ResponseCode.SUCCESS for c in conn.sent)
+    assert log.flushes == 0 and log.begins >= 21 and log.ends == log.begins
+    assert log.flushed == log.written
+    assert all(p.closed for p in log.plans)  # every dup'ed fd closed
+
+
+@needs_aio
+async def test_a_busy_file_lock_or_a_refused_fd_falls_back_to_the_thread(tmp_path: Path) -> None:
+    log = DirectLog(tmp_path / "log")
+    svc = GroupCommitService(log.flush, 5000, "b", direct=log)
+    conn = FakeConn()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(svc.run)
+            log.busy = True
+            submit(svc, conn, ok_response(0), log.write(100))
+            with trio.fail_after(10):
+                await conn.wait_sent(1)
+            assert (log.flushes, log.begins) == (1, 0)
+            log.busy, log.bad_fd = False, True
+            submit(svc, conn, ok_response(1), log.write(100))
+            with trio.fail_after(10):
+                await conn.wait_sent(2)
+            assert log.flushes == 2 and log.plans[-1].closed
+            log.bad_fd = False  # EBADF is not the file system's fault: direct again
+            submit(svc, conn, ok_response(2), log.write(100))
+            with trio.fail_after(10):
+                await conn.wait_sent(3)
+            assert log.flushes == 2 and log.ends == 1
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+    assert [c.code for c in conn.sent] == [ResponseCode.SUCCESS] * 3
+
+
+@needs_aio
+async def test_the_thread_creates_the_next_file_after_a_direct_flush(tmp_path: Path) -> None:
+    log = DirectLog(tmp_path / "log")
+    svc = GroupCommitService(log.flush, 5000, "b", direct=log)
+    conn = FakeConn()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(svc.run)
+            log.wants_next = True
+            submit(svc, conn, ok_response(0), log.write(100))
+            with trio.fail_after(10):
+                await conn.wait_sent(1)
+                while not log.prepared:
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+    assert log.prepared == ["group-commit"]
+
+
+class FailingAio:
+    """An AioFsync whose fsyncs end with EIO."""
+
+    def __init__(self) -> None:
+        self.eventfd = os.eventfd(0, os.EFD_NONBLOCK)
+        self.pending: list[int] = []
+        self.closed = False
+
+    def submit(self, fd: int) -> int:
+        self.pending.append(len(self.pending))
+        os.eventfd_write(self.eventfd, 1)
+        return self.pending[-1]
+
+    def reap(self) -> list[tuple[int, int]]:
+        try:
+            os.eventfd_read(self.eventfd)
+        except BlockingIOError:
+            pass
+        done, self.pending = [(t, errno.EIO) for t in self.pending], []
+        return done
+
+    def close(self) -> None:
+        self.closed = True
+        os.close(self.eventfd)
+
+
+async def test_a_failed_direct_fsync_is_retried_and_its_sends_time_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        autojump_clock: trio.testing.MockClock) -> None:
+    failing = FailingAio()
+    monkeypatch.setattr(group_commit.AioFsync, "open", classmethod(lambda cls: failing))
+    log = DirectLog(tmp_path / "log")
+    svc = GroupCommitService(log.flush, 5000, "b", direct=log)
+    conn = FakeConn()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(svc.run)
+            submit(svc, conn, ok_response(0), log.write(100))
+            await trio.sleep(6)
+            assert [c.code for c in conn.sent] == [ResponseCode.FLUSH_DISK_TIMEOUT]
+            assert log.begins >= 2 and log.ends == 0  # tried again after the back-off
+            assert all(p.closed for p in log.plans)
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+    assert failing.closed
+
+
+@needs_aio
+async def test_the_busy_poll_pauses_while_a_direct_fsync_runs(tmp_path: Path) -> None:
+    log = DirectLog(tmp_path / "log")
+    bp = BusyPoll(1000)
+    paused_at_submit: list[int] = []
+    begin = log.begin_commit_log_flush
+
+    def watched() -> FakePlan | None:
+        paused_at_submit.append(bp._paused)
+        return begin()
+
+    log.begin_commit_log_flush = watched  # type: ignore[method-assign]
+    svc = GroupCommitService(log.flush, 5000, "b", busy_poll=bp, direct=log)
+    conn = FakeConn()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bp.run)
+            await nursery.start(svc.run)
+            for i in range(30):
+                bp.touch()
+                submit(svc, conn, ok_response(i), log.write(100))
+                assert bp._paused == 1  # from submission ...
+                with trio.fail_after(10):
+                    await conn.wait_sent(i + 1)
+                assert bp._paused == 0  # ... to the answer
+            nursery.cancel_scope.cancel()
+    finally:
+        log.close()
+    assert log.flushes == 0 and set(paused_at_submit) == {0}
