@@ -164,6 +164,7 @@ class DirectLog(FakeLog):
         self.plans: list[FakePlan] = []
         self.wants_next = False
         self.prepared: list[str] = []
+        self.prepared_event = threading.Event()
 
     def write(self, n: int) -> int:
         os.pwrite(self.fd, b"m" * n, self.written)
@@ -199,6 +200,7 @@ class DirectLog(FakeLog):
     def prepare_next_commit_log_file(self) -> None:
         self.prepared.append(threading.current_thread().name)
         self.wants_next = False
+        self.prepared_event.set()
 
     def close(self) -> None:
         os.close(self.fd)
@@ -282,8 +284,7 @@ async def test_the_thread_creates_the_next_file_after_a_direct_flush(tmp_path: P
             submit(svc, conn, ok_response(0), log.write(100))
             with trio.fail_after(10):
                 await conn.wait_sent(1)
-                while not log.prepared:
-                    await trio.sleep(0.01)
+            assert await trio.to_thread.run_sync(log.prepared_event.wait, 10)
             nursery.cancel_scope.cancel()
     finally:
         log.close()
