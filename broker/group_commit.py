@@ -35,6 +35,7 @@ import errno
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -72,6 +73,18 @@ class DirectFlush(Protocol):
     def prepare_next_commit_log_file(self) -> None: ...
 
 
+@dataclass(slots=True)
+class _InFlight:
+    """A direct flush the kernel is running: its plan, the tokens not yet
+    reaped, the first errno reported, the lowest waiter it was started for."""
+
+    plan: FlushPlan
+    tokens: set[int]
+    errno: int
+    lowest: int
+    started: float  # perf_counter before the first submission
+
+
 class GroupCommitService:
     def __init__(self, flush: Callable[[], int], timeout_ms: int, broker_name: str,
                  busy_poll: BusyPoll | None = None, direct: DirectFlush | None = None,
@@ -81,11 +94,7 @@ class GroupCommitService:
         self.direct = direct
         self.observe = observe  # seconds of each direct flush, submission to end
         self._aio: AioFsync | None = None
-        self._plan: Any = None  # the direct flush in flight: its plan, tokens, errno, start
-        self._tokens: set[int] = set()
-        self._plan_errno = 0
-        self._plan_lowest = 0
-        self._plan_started = 0.0
+        self._direct: _InFlight | None = None  # the direct flush in flight
         self._preparing = False  # the next commit-log file is being created
         self._paused: BusyPoll | None = None  # paused by the direct flush in flight
         self.busy_poll = busy_poll  # paused while an fsync runs (protocol/trio/busy_poll.py)
@@ -123,9 +132,9 @@ class GroupCommitService:
         finally:
             self._thread = None
             self._aio = None
-            if self._plan is not None:
-                self._plan.close()
-                self._plan = None
+            if self._direct is not None:
+                self._direct.plan.close()
+                self._direct = None
                 self._resume()
             if aio is not None:  # io_destroy waits for fsyncs still running
                 with trio.CancelScope(shield=True):
@@ -162,7 +171,7 @@ class GroupCommitService:
             return True
         if plan is None:
             return False
-        self._plan_started = time.perf_counter()
+        started = time.perf_counter()
         tokens: set[int] = set()
         error = 0
         for _, _, fd in plan.files:
@@ -178,7 +187,7 @@ class GroupCommitService:
                     return False
                 error = exc.errno or errno.EIO
                 break
-        self._plan, self._tokens, self._plan_errno, self._plan_lowest = plan, tokens, error, lowest
+        self._direct = _InFlight(plan, tokens, error, lowest, started)
         if not tokens:  # nothing to sync: every byte was already flushed
             self._direct_done()
             return True
@@ -192,27 +201,29 @@ class GroupCommitService:
         """Hear the kernel's fsyncs end and finish the flush they belong to."""
         while True:
             await trio.lowlevel.wait_readable(aio.eventfd)
-            for token, err in aio.reap():
-                self._tokens.discard(token)
-                if err and not self._plan_errno:
-                    self._plan_errno = err
-            if self._plan is not None and not self._tokens:
+            done = aio.reap()
+            flight = self._direct
+            if flight is None:
+                continue
+            for token, err in done:
+                flight.tokens.discard(token)
+                flight.errno = flight.errno or err
+            if not flight.tokens:
                 self._direct_done()
 
     def _direct_done(self) -> None:
-        plan, self._plan = self._plan, None
-        plan.close()
+        flight, self._direct = self._direct, None
+        assert flight is not None and self.direct is not None
+        flight.plan.close()
         self._resume()
-        assert self.direct is not None
         if self.observe is not None:
-            self.observe(time.perf_counter() - self._plan_started)
-        if self._plan_errno:
-            err = self._plan_errno
-            result: outcome.Outcome[int] = outcome.Error(
-                OSError(err, f"fdatasync of the commit log failed: {os.strerror(err)}"))
+            self.observe(time.perf_counter() - flight.started)
+        if flight.errno:
+            result: outcome.Outcome[int] = outcome.Error(OSError(
+                flight.errno, f"fdatasync of the commit log failed: {os.strerror(flight.errno)}"))
         else:
-            result = outcome.Value(self.direct.end_commit_log_flush(plan))
-        self._flushed(self._plan_lowest, result)
+            result = outcome.Value(self.direct.end_commit_log_flush(flight.plan))
+        self._flushed(flight.lowest, result)
         self._prepare_next_file()
 
     def _resume(self) -> None:

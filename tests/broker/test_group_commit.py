@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -217,25 +219,45 @@ def aio_available() -> bool:
 needs_aio = pytest.mark.skipif(not aio_available(), reason="Linux AIO is not available here")
 
 
-@needs_aio
-async def test_direct_fsyncs_answer_every_put_without_the_thread(tmp_path: Path) -> None:
+@pytest.fixture
+def direct_log(tmp_path: Path) -> Iterator[DirectLog]:
     log = DirectLog(tmp_path / "log")
+    yield log
+    log.close()
+
+
+@asynccontextmanager
+async def serving(svc: GroupCommitService, *tasks: Callable[[], Awaitable[object]]
+                  ) -> AsyncIterator[None]:
+    """``svc`` (and ``tasks``) running until the block ends."""
+    async with trio.open_nursery() as nursery:
+        for task in tasks:
+            nursery.start_soon(task)
+        await nursery.start(svc.run)
+        yield
+        nursery.cancel_scope.cancel()
+
+
+async def send_one(svc: GroupCommitService, conn: FakeConn, log: DirectLog, i: int) -> None:
+    """A SYNC_FLUSH send of 100 bytes, waited for until answered."""
+    answered = len(conn.sent) + 1
+    submit(svc, conn, ok_response(i), log.write(100))
+    with trio.fail_after(10):
+        await conn.wait_sent(answered)
+
+
+@needs_aio
+async def test_direct_fsyncs_answer_every_put_without_the_thread(direct_log: DirectLog) -> None:
+    log = direct_log
     svc = GroupCommitService(log.flush, 5000, "b", direct=log)
     conn = FakeConn()
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(svc.run)
-            for i in range(200):
-                submit(svc, conn, ok_response(i), log.write(100))
-            with trio.fail_after(10):
-                await conn.wait_sent(200)
-            for i in range(200, 220):  # one at a time too
-                submit(svc, conn, ok_response(i), log.write(100))
-                with trio.fail_after(10):
-                    await conn.wait_sent(i + 1)
-            nursery.cancel_scope.cancel()
-    finally:
-        log.close()
+    async with serving(svc):
+        for i in range(200):
+            submit(svc, conn, ok_response(i), log.write(100))
+        with trio.fail_after(10):
+            await conn.wait_sent(200)
+        for i in range(200, 220):  # one at a time too
+            await send_one(svc, conn, log, i)
     assert [c.ext_fields["i"] for c in conn.sent] == list(range(220))
     assert all(c.code == ResponseCode.SUCCESS for c in conn.sent)
     assert log.flushes == 0 and log.begins >= 21 and log.ends == log.begins
@@ -244,50 +266,33 @@ async def test_direct_fsyncs_answer_every_put_without_the_thread(tmp_path: Path)
 
 
 @needs_aio
-async def test_a_busy_file_lock_or_a_refused_fd_falls_back_to_the_thread(tmp_path: Path) -> None:
-    log = DirectLog(tmp_path / "log")
+async def test_a_busy_file_lock_or_a_refused_fd_falls_back_to_the_thread(
+        direct_log: DirectLog) -> None:
+    log = direct_log
     svc = GroupCommitService(log.flush, 5000, "b", direct=log)
     conn = FakeConn()
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(svc.run)
-            log.busy = True
-            submit(svc, conn, ok_response(0), log.write(100))
-            with trio.fail_after(10):
-                await conn.wait_sent(1)
-            assert (log.flushes, log.begins) == (1, 0)
-            log.busy, log.bad_fd = False, True
-            submit(svc, conn, ok_response(1), log.write(100))
-            with trio.fail_after(10):
-                await conn.wait_sent(2)
-            assert log.flushes == 2 and log.plans[-1].closed
-            log.bad_fd = False  # EBADF is not the file system's fault: direct again
-            submit(svc, conn, ok_response(2), log.write(100))
-            with trio.fail_after(10):
-                await conn.wait_sent(3)
-            assert log.flushes == 2 and log.ends == 1
-            nursery.cancel_scope.cancel()
-    finally:
-        log.close()
+    async with serving(svc):
+        log.busy = True
+        await send_one(svc, conn, log, 0)
+        assert (log.flushes, log.begins) == (1, 0)
+        log.busy, log.bad_fd = False, True
+        await send_one(svc, conn, log, 1)
+        assert log.flushes == 2 and log.plans[-1].closed
+        log.bad_fd = False  # EBADF is not the file system's fault: direct again
+        await send_one(svc, conn, log, 2)
+        assert log.flushes == 2 and log.ends == 1
     assert [c.code for c in conn.sent] == [ResponseCode.SUCCESS] * 3
 
 
 @needs_aio
-async def test_the_thread_creates_the_next_file_after_a_direct_flush(tmp_path: Path) -> None:
-    log = DirectLog(tmp_path / "log")
+async def test_the_thread_creates_the_next_file_after_a_direct_flush(direct_log: DirectLog) -> None:
+    log = direct_log
     svc = GroupCommitService(log.flush, 5000, "b", direct=log)
     conn = FakeConn()
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(svc.run)
-            log.wants_next = True
-            submit(svc, conn, ok_response(0), log.write(100))
-            with trio.fail_after(10):
-                await conn.wait_sent(1)
-            assert await trio.to_thread.run_sync(log.prepared_event.wait, 10)
-            nursery.cancel_scope.cancel()
-    finally:
-        log.close()
+    async with serving(svc):
+        log.wants_next = True
+        await send_one(svc, conn, log, 0)
+        assert await trio.to_thread.run_sync(log.prepared_event.wait, 10)
     assert log.prepared == ["group-commit"]
 
 
@@ -318,30 +323,25 @@ class FailingAio:
 
 
 async def test_a_failed_direct_fsync_is_retried_and_its_sends_time_out(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        direct_log: DirectLog, monkeypatch: pytest.MonkeyPatch,
         autojump_clock: trio.testing.MockClock) -> None:
     failing = FailingAio()
     monkeypatch.setattr(group_commit.AioFsync, "open", classmethod(lambda cls: failing))
-    log = DirectLog(tmp_path / "log")
+    log = direct_log
     svc = GroupCommitService(log.flush, 5000, "b", direct=log)
     conn = FakeConn()
-    try:
-        async with trio.open_nursery() as nursery:
-            await nursery.start(svc.run)
-            submit(svc, conn, ok_response(0), log.write(100))
-            await trio.sleep(6)
-            assert [c.code for c in conn.sent] == [ResponseCode.FLUSH_DISK_TIMEOUT]
-            assert log.begins >= 2 and log.ends == 0  # tried again after the back-off
-            assert all(p.closed for p in log.plans)
-            nursery.cancel_scope.cancel()
-    finally:
-        log.close()
+    async with serving(svc):
+        submit(svc, conn, ok_response(0), log.write(100))
+        await trio.sleep(6)  # virtual time (MockClock): past the 5 s flush timeout
+        assert [c.code for c in conn.sent] == [ResponseCode.FLUSH_DISK_TIMEOUT]
+        assert log.begins >= 2 and log.ends == 0  # tried again after the back-off
+        assert all(p.closed for p in log.plans)
     assert failing.closed
 
 
 @needs_aio
-async def test_the_busy_poll_pauses_while_a_direct_fsync_runs(tmp_path: Path) -> None:
-    log = DirectLog(tmp_path / "log")
+async def test_the_busy_poll_pauses_while_a_direct_fsync_runs(direct_log: DirectLog) -> None:
+    log = direct_log
     bp = BusyPoll(1000)
     paused_at_submit: list[int] = []
     begin = log.begin_commit_log_flush
@@ -353,18 +353,12 @@ async def test_the_busy_poll_pauses_while_a_direct_fsync_runs(tmp_path: Path) ->
     log.begin_commit_log_flush = watched  # type: ignore[method-assign]
     svc = GroupCommitService(log.flush, 5000, "b", busy_poll=bp, direct=log)
     conn = FakeConn()
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(bp.run)
-            await nursery.start(svc.run)
-            for i in range(30):
-                bp.touch()
-                submit(svc, conn, ok_response(i), log.write(100))
-                assert bp._paused == 1  # from submission ...
-                with trio.fail_after(10):
-                    await conn.wait_sent(i + 1)
-                assert bp._paused == 0  # ... to the answer
-            nursery.cancel_scope.cancel()
-    finally:
-        log.close()
+    async with serving(svc, bp.run):
+        for i in range(30):
+            bp.touch()
+            submit(svc, conn, ok_response(i), log.write(100))
+            assert bp._paused == 1  # from submission ...
+            with trio.fail_after(10):
+                await conn.wait_sent(i + 1)
+            assert bp._paused == 0  # ... to the answer
     assert log.flushes == 0 and set(paused_at_submit) == {0}
