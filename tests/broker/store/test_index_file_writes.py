@@ -1,0 +1,222 @@
+"""IndexFile's writes: the slot table in memory, the file by pwrite only.
+
+The file must hold RocketMQ's layout after a flush, the header only what is
+on disk before it, and a flush from a thread must never lose a store the event
+loop makes meanwhile."""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import broker.store.index_file as index_file
+from broker.store.index_file import (
+    HASH_SLOT_SIZE,
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER_SIZE,
+    IndexFile,
+    key_hash,
+)
+
+
+def _model(keys: list[tuple[str, int, int]], slots: int, index_num: int) -> bytes:
+    """The file RocketMQ's layout gives for ``keys`` added in order, built the
+    plain way: header, slots (newest entry of each), entries (linked)."""
+    table = [0] * slots
+    entries = bytearray(index_num * INDEX_ENTRY_SIZE)
+    begin_ts, begin_phy = keys[0][2], keys[0][1]
+    used = 0
+    for n, (key, phy, ts) in enumerate(keys, start=1):
+        h = key_hash(key)
+        prev = table[h % slots]
+        if prev == 0:
+            used += 1
+        diff = max(0, (ts - begin_ts) // 1000)
+        struct.pack_into(">iqii", entries, n * INDEX_ENTRY_SIZE, h, phy, diff, prev)
+        table[h % slots] = n
+    header = struct.pack(">qqqqii", begin_ts, keys[-1][2], begin_phy, keys[-1][1], used,
+                         len(keys) + 1)
+    return header + struct.pack(f">{slots}i", *table) + bytes(entries)
+
+
+def _keys(n: int, start: int = 0, distinct: int = 0) -> list[tuple[str, int, int]]:
+    """n keys; with ``distinct`` they repeat (collisions and chains)."""
+    return [(f"T#k{(i % distinct) if distinct else i}", 1000 + i * 100, 1_700_000_000_000 + i * 300)
+            for i in range(start, start + n)]
+
+
+def _slot_region(path: Path, slots: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(INDEX_HEADER_SIZE)
+        return f.read(slots * HASH_SLOT_SIZE)
+
+
+def test_flush_writes_rocketmq_layout(tmp_path: Path) -> None:
+    keys = _keys(60, distinct=23)
+    f = IndexFile(tmp_path / "idx", 7, 100)
+    for at in range(0, 60, 16):
+        f.put_keys(keys[at : at + 16])
+    f.flush()
+    assert (tmp_path / "idx").read_bytes() == _model(keys, 7, 100)
+    f.close()
+
+
+def test_slots_and_header_reach_the_file_only_at_flush(tmp_path: Path) -> None:
+    path = tmp_path / "idx"
+    f = IndexFile(path, 1000, 100)
+    f.put_keys(_keys(10))
+    # entries are written at once; slots and header wait for the flush
+    assert _slot_region(path, 1000) == bytes(1000 * HASH_SLOT_SIZE)
+    assert path.read_bytes()[:INDEX_HEADER_SIZE] == bytes(INDEX_HEADER_SIZE)
+    entries_at = INDEX_HEADER_SIZE + 1000 * HASH_SLOT_SIZE
+    assert path.read_bytes()[entries_at + INDEX_ENTRY_SIZE : entries_at + 11 * INDEX_ENTRY_SIZE] \
+        == _model(_keys(10), 1000, 100)[entries_at + INDEX_ENTRY_SIZE : entries_at + 11 * INDEX_ENTRY_SIZE]
+    # found before any flush (the table in memory, the entries through the mapping)
+    assert f.select_phy_offsets("T#k3", 10, 0, 2**62) == [1300]
+    f.flush()
+    assert path.read_bytes() == _model(_keys(10), 1000, 100)
+    f.close()
+
+
+def test_flush_with_nothing_new_writes_nothing(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    syncs: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(index_file.os, "fdatasync", lambda fd: (syncs.append(fd), real(fd)))
+    f = IndexFile(tmp_path / "idx", 50, 100)
+    f.flush()  # a new file: its header, once
+    f.flush()
+    assert len(syncs) == 1
+    f.put_keys(_keys(5))
+    f.flush()
+    f.flush()
+    assert len(syncs) == 2
+    f.put_keys(_keys(1, start=5))
+    f.flush()
+    assert len(syncs) == 3
+    f.close()
+    reopened = IndexFile(tmp_path / "idx", 50, 100)
+    reopened.flush()  # as it was read
+    assert len(syncs) == 3
+    reopened.close()
+
+
+def test_file_killed_before_its_first_flush(tmp_path: Path) -> None:
+    """A new file whose header never reached the disk (all zeros) starts
+    at entry 1 like a new one; entry 0 stays unused."""
+    f = IndexFile(tmp_path / "idx", 7, 100)
+    f.put_keys(_keys(3))
+    again = IndexFile(tmp_path / "idx", 7, 100)
+    assert again.index_count == 1
+    again.put_keys(_keys(3))
+    again.flush()
+    assert (tmp_path / "idx").read_bytes() == _model(_keys(3), 7, 100)
+    again.close()
+    f.close()
+
+
+def test_reopened_file_continues_its_chains(tmp_path: Path) -> None:
+    keys = _keys(80, distinct=9)
+    f = IndexFile(tmp_path / "idx", 5, 200)
+    f.put_keys(keys[:50])
+    f.close()  # writes slots and header
+    again = IndexFile(tmp_path / "idx", 5, 200)
+    again.put_keys(keys[50:])
+    again.flush()
+    assert (tmp_path / "idx").read_bytes() == _model(keys, 5, 200)
+    expect = [phy for k, phy, _ in reversed(keys) if k == "T#k4"]
+    assert again.select_phy_offsets("T#k4", 100, 0, 2**62) == expect
+    again.close()
+
+
+def test_killed_process_leaves_the_last_flush(tmp_path: Path) -> None:
+    """A process killed after a flush: the file says what that flush wrote;
+    re-adding what came after (as recovery does) gives full chains."""
+    keys = _keys(70, distinct=11)
+    path = tmp_path / "idx"
+    f = IndexFile(path, 6, 200)
+    f.put_keys(keys[:40])
+    f.flush()
+    f.put_keys(keys[40:])  # never flushed: the "process" dies here
+    after_kill = IndexFile(path, 6, 200)
+    assert after_kill.index_count == 41
+    assert after_kill.end_phy_offset == keys[39][1]
+    assert after_kill.select_phy_offsets("T#k2", 100, 0, 2**62) == \
+        [phy for k, phy, _ in reversed(keys[:40]) if k == "T#k2"]
+    after_kill.put_keys(keys[40:])
+    after_kill.flush()
+    assert path.read_bytes() == _model(keys, 6, 200)
+    after_kill.close()
+    f.close()
+
+
+def test_full_file_frees_its_table_and_still_answers(tmp_path: Path) -> None:
+    keys = _keys(30, distinct=13)
+    f = IndexFile(tmp_path / "idx", 8, 31)  # entry 0 unused: 30 keys fill it
+    assert f.put_keys(keys + _keys(5, start=30)) == 30
+    assert f.is_full()
+    f.flush()
+    assert f._slots is None
+    assert f.select_phy_offsets("T#k5", 10, 0, 2**62) == \
+        [phy for k, phy, _ in reversed(keys) if k == "T#k5"]
+    assert (tmp_path / "idx").read_bytes() == _model(keys, 8, 31)
+    f.close()
+    reopened = IndexFile(tmp_path / "idx", 8, 31)
+    assert reopened._slots is None and reopened.is_full()
+    assert reopened.select_phy_offsets("T#k5", 10, 0, 2**62) == \
+        [phy for k, phy, _ in reversed(keys) if k == "T#k5"]
+    reopened.close()
+
+
+def test_scattered_dirty_pages_are_all_written(tmp_path: Path) -> None:
+    """Slots over many pages, a few dirty ones far apart and some runs close
+    together: after the flush the file's slots equal the table in memory."""
+    slots = 200_000  # 800 KB of slots, about 196 pages
+    f = IndexFile(tmp_path / "idx", slots, 5_000)
+    f.put_keys(_keys(40))
+    f.flush()
+    f.put_keys(_keys(3_000, start=40))
+    f.flush()
+    assert f._slots is not None
+    assert _slot_region(tmp_path / "idx", slots) == bytes(f._slots[: slots * HASH_SLOT_SIZE])
+    assert f._dirty.find(1) < 0
+    f.close()
+
+
+def test_flush_in_a_thread_while_keys_are_added(tmp_path: Path) -> None:
+    """A thread flushes over and over while this one adds keys, as the flush
+    thread and the event loop do: after a last flush, a reopened file has every
+    chain in full."""
+    # 1 MB of slots: each flush writes long runs, during which (the GIL is
+    # released in pwrite) stores land in pages being written; few stores a
+    # page, so a lost one is seldom repaired by a later store to its page
+    slots, n = 262_144, 20_000
+    keys = _keys(n, distinct=15_000)
+    path = tmp_path / "idx"
+    f = IndexFile(path, slots, n + 1)
+    stop = threading.Event()
+    flushes = [0]
+
+    def flusher() -> None:
+        while not stop.is_set():
+            f.flush()
+            flushes[0] += 1
+
+    thread = threading.Thread(target=flusher)
+    thread.start()
+    try:
+        for at in range(0, n, 32):
+            f.put_keys(keys[at : at + 32])
+            time.sleep(0)  # lets the flusher take the GIL, as the loop's waits do
+    finally:
+        stop.set()
+        thread.join()
+    assert flushes[0] > 10
+    f.flush()
+    assert path.read_bytes() == _model(keys, slots, n + 1)
+    f.close()
