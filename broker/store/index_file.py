@@ -227,8 +227,8 @@ class IndexFile:
         if self._write_out():
             os.fdatasync(self.file.fd)
 
-    def close(self) -> None:
-        if self.file.fd >= 0:
+    def close(self, write: bool = True) -> None:
+        if write and self.file.fd >= 0:
             self._write_out()
         self.file.close()
         table, self._slots = self._slots, None
@@ -239,7 +239,7 @@ class IndexFile:
                 pass
 
     def destroy(self) -> None:
-        self.close()
+        self.close(write=False)  # nothing of it is kept
         self.file.destroy()
 
 
