@@ -14,21 +14,24 @@
 keyHash = crc32(key) & 0x7fffffff. Entry 0 is never used, so a slot or ``prevIndex`` of 0 ends a chain. The file
 is named after its creation time (yyyyMMddHHmmssSSS), as RocketMQ's.
 
-Writing. A file taking keys keeps its slot table in anonymous memory and
-writes the file only with ``pwrite``: each ``put_keys`` writes its entries
-(sequential, one call), and a flush writes the slot pages changed since the
-last one, then the header, then fdatasyncs. Stores through a shared mapping
-of the file would be write-protected again by every flush (a fault per page
-on the next store, waiting for the page's writeback when it is under way):
-with 150k keys/s spread over the 20 MB of slots that stalled the event loop
-for tens of ms after each flush. Reads (queries, old files) still go through
-the mapping; it sees the same page cache.
+Writing. A file taking keys keeps its slot table in anonymous memory, and
+the entries added since the last flush in a list; only the flush (a worker
+thread) writes the file, with ``pwrite``: the new entries, the slot pages
+changed since the last flush, then the header, then it fdatasyncs. So the
+event loop never writes the file:
+- stores through a shared mapping of the file are write-protected again by
+  every flush (a fault per page on the next store, waiting for the page's
+  writeback when it is under way): with 150k keys/s spread over the 20 MB of
+  slots that stalled the loop for tens of ms after each flush;
+- a ``pwrite`` of the loop's to the file waits for the flush's (a buffered
+  write holds the file's inode lock): 3-8 ms behind 20 MB of slot pages.
+If flushes fail for long (a failing disk), the loop writes the entries itself
+once more than ``PENDING_MAX`` wait, so memory stays bounded.
 
-Order on disk: entries before the count that covers them (put_keys), slot
-pages before the header (flush), so every slot on disk points at an entry the
-header's count covers. A flush taken while keys are added may also write
-slots pointing past its header's count; readers treat those as the end of the
-chain, and recovery re-indexes past the header's endPhyOffset.
+Order on disk: entries before the slots and the header that point at them,
+so every slot on disk points at an entry the header's count covers. Reads
+(queries, old files) go through the mapping, and to the list for entries not
+yet written.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -51,6 +55,8 @@ _SLOT = struct.Struct(">i")
 _PAGE_SHIFT = 12  # dirty slot pages are tracked 4 KiB at a time
 _SLOTS_PER_PAGE_SHIFT = _PAGE_SHIFT - 2  # 1,024 slots of 4 bytes a page
 _MERGE_GAP = 8  # clean pages between two dirty runs written with them: fewer pwrites
+_IOV_MAX = 1024  # pieces one pwritev takes (Linux's UIO_MAXIOV)
+PENDING_MAX = 1 << 20  # entries kept for the flush (20 MiB) before the loop writes them
 
 
 def key_hash(key: str) -> int:
@@ -90,6 +96,12 @@ class IndexFile:
         self._slots: mmap.mmap | None = None
         self._dirty = bytearray(((table - 1) >> _PAGE_SHIFT) + 1 if table else 0)
         self._written_header: tuple[int, ...] | None = self._header() if existed else None
+        # entries [1, _pending_first) are in the file, [_pending_first, index_count)
+        # in _pending, in order; both change together, under _pending_lock
+        self._pending: list[bytearray] = []
+        self._pending_first = self.index_count
+        self._pending_count = 0
+        self._pending_lock = threading.Lock()
         if not self.is_full():
             self._slots = _anonymous(table)
             if existed:
@@ -116,7 +128,7 @@ class IndexFile:
         unpack_slot = _SLOT.unpack_from
         pack_slot = _SLOT.pack_into
         pack_entry = INDEX_ENTRY.pack_into
-        first = count = self.index_count
+        count = self.index_count
         if count == 1:
             self.begin_timestamp = keys[0][2]
             self.begin_phy_offset = keys[0][1]
@@ -143,28 +155,65 @@ class IndexFile:
             pack_slot(table, slot_pos, count)
             dirty[slot >> _SLOTS_PER_PAGE_SHIFT] = 1
             count += 1
-        # the entries are in the file before the count covering them is
-        _pwrite_all(self.file.fd, entries, self._entries_at + first * INDEX_ENTRY_SIZE, self.path)
-        self.hash_slot_count += new_slots
-        self.index_count = count
-        _, self.end_phy_offset, self.end_timestamp = keys[-1]
+        with self._pending_lock:  # the entries and the header's fields move together
+            self._pending.append(entries)
+            self._pending_count += len(keys)
+            self.hash_slot_count += new_slots
+            self.index_count = count
+            _, self.end_phy_offset, self.end_timestamp = keys[-1]
+            if self._pending_count > PENDING_MAX:  # no flush for long: write them here
+                chunks, first, n = self._pending, self._pending_first, self._pending_count
+                self._write_entries(chunks, first)
+                self._drop_written(chunks, first, n)
         return len(keys)
 
     def _header(self) -> tuple[int, ...]:
         return (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
                 self.end_phy_offset, self.hash_slot_count, self.index_count)
 
+    def _write_entries(self, chunks: list[bytearray], first: int) -> None:
+        """Write ``chunks`` of entries, the first being entry ``first``."""
+        pos = self._entries_at + first * INDEX_ENTRY_SIZE
+        for at in range(0, len(chunks), _IOV_MAX):
+            part = chunks[at : at + _IOV_MAX]
+            size = sum(map(len, part))
+            if os.pwritev(self.file.fd, part, pos) != size:  # a regular file takes it all
+                _pwrite_all(self.file.fd, b"".join(part), pos, self.path)
+            pos += size
+
+    def _drop_written(self, chunks: list[bytearray], first: int, count: int) -> None:
+        """Take the ``count`` entries of ``chunks``, written, off the pending
+        list (hold ``_pending_lock``), unless the loop wrote them meanwhile."""
+        if self._pending_first == first:
+            del self._pending[: len(chunks)]
+            self._pending_first = first + count
+            self._pending_count -= count
+
+    def _write_pending(self) -> tuple[bool, tuple[int, ...]]:
+        """Write the entries pending now; returns whether there were any, and
+        the header as of them (its count covers exactly what is written)."""
+        with self._pending_lock:
+            chunks, first, count = list(self._pending), self._pending_first, self._pending_count
+            header = self._header()
+        if chunks:  # written outside the lock: the loop goes on adding
+            self._write_entries(chunks, first)
+            with self._pending_lock:
+                self._drop_written(chunks, first, count)
+        return bool(chunks), header
+
     def _write_out(self) -> bool:
-        """Write the slot pages changed since the last call, then the header
-        (written at flush and close only: after a crash, recovery re-indexes
-        everything past the header's endPhyOffset, in the same order). Safe in
-        a worker thread while the event loop adds keys: a page's flag is
-        cleared before the page is written and set after each store into it,
-        so a store the write may miss leaves its page dirty for the next call.
-        Returns whether anything was written."""
+        """Write the entries added and the slot pages changed since the last
+        call, then the header (written at flush and close only: after a crash,
+        recovery re-indexes everything past the header's endPhyOffset, in the
+        same order). Safe in a worker thread while the event loop adds keys:
+        the entries leave the list only once written, and the lock is never
+        held across a write (but by the loop itself, once PENDING_MAX wait); a page's flag
+        is cleared before the page is written and set after each store into
+        it, so a store the write may miss leaves its page dirty for the next
+        call. Returns whether anything was written."""
         fd = self.file.fd
         table = self._slots
-        wrote = False
+        wrote, _ = self._write_pending()
         if table is not None:
             dirty = self._dirty
             view = memoryview(table)  # slices of it go to pwrite: no copies
@@ -187,7 +236,10 @@ class IndexFile:
                 start = more
             if self.is_full() and dirty.find(1) < 0:
                 self._slots = None  # all on disk: reads go through the mapping
-        header = self._header()
+        # the entries added while the slots were written, and a header covering
+        # them: every slot and entry on disk is within its count
+        more, header = self._write_pending()
+        wrote = wrote or more
         if header != self._written_header:
             _pwrite_all(fd, INDEX_HEADER.pack(*header), 0, self.path)
             self._written_header = header
@@ -207,9 +259,16 @@ class IndexFile:
             (idx,) = _SLOT.unpack_from(table, slot_pos)
         else:
             (idx,) = _SLOT.unpack_from(mm, INDEX_HEADER_SIZE + slot_pos)
+        with self._pending_lock:  # the entries not written yet
+            first, pending = self._pending_first, b"".join(self._pending)
         out: list[int] = []
         while 0 < idx < self.index_count and len(out) < max_num:
-            eh, phy, diff, prev = INDEX_ENTRY.unpack_from(mm, self._entries_at + idx * INDEX_ENTRY_SIZE)
+            if idx >= first:
+                eh, phy, diff, prev = INDEX_ENTRY.unpack_from(pending,
+                                                              (idx - first) * INDEX_ENTRY_SIZE)
+            else:
+                eh, phy, diff, prev = INDEX_ENTRY.unpack_from(
+                    mm, self._entries_at + idx * INDEX_ENTRY_SIZE)
             stored = self.begin_timestamp + diff * 1000
             # timeDiff has second granularity: widen the window by a second
             if eh == h and begin_ms - 1000 < stored <= end_ms + 1000:

@@ -66,20 +66,56 @@ def test_flush_writes_rocketmq_layout(tmp_path: Path) -> None:
     f.close()
 
 
-def test_slots_and_header_reach_the_file_only_at_flush(tmp_path: Path) -> None:
+def test_nothing_reaches_the_file_before_a_flush(tmp_path: Path) -> None:
     path = tmp_path / "idx"
     f = IndexFile(path, 1000, 100)
+    before = path.read_bytes()
     f.put_keys(_keys(10))
-    # entries are written at once; slots and header wait for the flush
-    assert _slot_region(path, 1000) == bytes(1000 * HASH_SLOT_SIZE)
-    assert path.read_bytes()[:INDEX_HEADER_SIZE] == bytes(INDEX_HEADER_SIZE)
-    entries_at = INDEX_HEADER_SIZE + 1000 * HASH_SLOT_SIZE
-    assert path.read_bytes()[entries_at + INDEX_ENTRY_SIZE : entries_at + 11 * INDEX_ENTRY_SIZE] \
-        == _model(_keys(10), 1000, 100)[entries_at + INDEX_ENTRY_SIZE : entries_at + 11 * INDEX_ENTRY_SIZE]
-    # found before any flush (the table in memory, the entries through the mapping)
+    f.put_keys(_keys(5, start=10))
+    assert path.read_bytes() == before  # the event loop never writes the file
+    # found all the same: the table and the entries in memory
     assert f.select_phy_offsets("T#k3", 10, 0, 2**62) == [1300]
+    assert f.select_phy_offsets("T#k14", 10, 0, 2**62) == [2400]
     f.flush()
-    assert path.read_bytes() == _model(_keys(10), 1000, 100)
+    assert path.read_bytes() == _model(_keys(15), 1000, 100)
+    assert f.select_phy_offsets("T#k3", 10, 0, 2**62) == [1300]  # now from the file
+    f.close()
+
+
+def test_entries_half_written_and_half_pending_are_found(tmp_path: Path) -> None:
+    keys = _keys(40, distinct=6)
+    f = IndexFile(tmp_path / "idx", 3, 100)
+    f.put_keys(keys[:25])
+    f.flush()
+    f.put_keys(keys[25:])  # chains run from the list into the file
+    for k in ("T#k0", "T#k5"):
+        assert f.select_phy_offsets(k, 100, 0, 2**62) == \
+            [phy for key, phy, _ in reversed(keys) if key == k]
+    f.close()
+
+
+def test_the_loop_writes_entries_itself_past_the_pending_bound(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No flush for long (a failing disk, say): past PENDING_MAX entries the
+    loop writes them, so memory stays bounded; the header still waits."""
+    monkeypatch.setattr(index_file, "PENDING_MAX", 10)
+    path = tmp_path / "idx"
+    keys = _keys(25, distinct=9)
+    f = IndexFile(path, 5, 100)
+    for at in range(0, 25, 4):
+        f.put_keys(keys[at : at + 4])
+    assert f._pending_count <= 10
+    entries_at = INDEX_HEADER_SIZE + 5 * HASH_SLOT_SIZE
+    written = f._pending_first - 1
+    assert written >= 12
+    model = _model(keys, 5, 100)
+    span = slice(entries_at + INDEX_ENTRY_SIZE, entries_at + (written + 1) * INDEX_ENTRY_SIZE)
+    assert path.read_bytes()[span] == model[span]
+    assert path.read_bytes()[:INDEX_HEADER_SIZE] == bytes(INDEX_HEADER_SIZE)
+    assert f.select_phy_offsets("T#k2", 100, 0, 2**62) == \
+        [phy for key, phy, _ in reversed(keys) if key == "T#k2"]
+    f.flush()
+    assert path.read_bytes() == model
     f.close()
 
 
@@ -188,10 +224,14 @@ def test_scattered_dirty_pages_are_all_written(tmp_path: Path) -> None:
     f.close()
 
 
-def test_flush_in_a_thread_while_keys_are_added(tmp_path: Path) -> None:
-    """A thread flushes over and over while this one adds keys, as the flush
-    thread and the event loop do: after a last flush, a reopened file has every
-    chain in full."""
+@pytest.mark.parametrize("pending_max", [index_file.PENDING_MAX, 64])
+def test_flush_in_a_thread_while_keys_are_added(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                pending_max: int) -> None:
+    """A thread flushes over and over while this one adds keys and queries, as
+    the flush thread and the event loop do (with a small PENDING_MAX this one
+    also writes entries itself meanwhile): every query sees every key added so
+    far, and after a last flush the file is the model's."""
+    monkeypatch.setattr(index_file, "PENDING_MAX", pending_max)
     # 1 MB of slots: each flush writes long runs, during which (the GIL is
     # released in pwrite) stores land in pages being written; few stores a
     # page, so a lost one is seldom repaired by a later store to its page
@@ -212,6 +252,10 @@ def test_flush_in_a_thread_while_keys_are_added(tmp_path: Path) -> None:
     try:
         for at in range(0, n, 32):
             f.put_keys(keys[at : at + 32])
+            if at % 1600 == 0:
+                probe = keys[at][0]
+                assert f.select_phy_offsets(probe, 100, 0, 2**62) == \
+                    [phy for k, phy, _ in reversed(keys[: at + 32]) if k == probe]
             time.sleep(0)  # lets the flusher take the GIL, as the loop's waits do
     finally:
         stop.set()
@@ -219,4 +263,36 @@ def test_flush_in_a_thread_while_keys_are_added(tmp_path: Path) -> None:
     assert flushes[0] > 10
     f.flush()
     assert path.read_bytes() == _model(keys, slots, n + 1)
+    f.close()
+
+
+def test_keys_added_while_slots_are_written_are_covered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys arrive while a flush writes the slot pages (the loop runs while
+    the flush thread is in pwrite): the header that flush writes covers every
+    slot and entry it wrote, so a process killed right after reads whole
+    chains."""
+    keys = _keys(60, distinct=10)
+    path = tmp_path / "idx"
+    f = IndexFile(path, 7, 200)
+    f.put_keys(keys[:30])
+    real = index_file._pwrite_all
+    slots_end = INDEX_HEADER_SIZE + 7 * HASH_SLOT_SIZE
+
+    def pwrite(fd: int, data: bytes | bytearray | memoryview, pos: int, where: Path) -> None:
+        if INDEX_HEADER_SIZE <= pos < slots_end and len(f._pending) == 0 and \
+                f.index_count == 31:
+            f.put_keys(keys[30:])  # "the loop", between the entries and the slots
+        real(fd, data, pos, where)
+
+    monkeypatch.setattr(index_file, "_pwrite_all", pwrite)
+    f.flush()
+    monkeypatch.setattr(index_file, "_pwrite_all", real)
+    killed = IndexFile(path, 7, 200)  # as read after a kill -9 right here
+    assert killed.index_count == 61
+    assert path.read_bytes() == _model(keys, 7, 200)
+    for k in ("T#k1", "T#k9"):
+        assert killed.select_phy_offsets(k, 100, 0, 2**62) == \
+            [phy for key, phy, _ in reversed(keys) if key == k]
+    killed.close()
     f.close()
