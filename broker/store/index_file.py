@@ -24,7 +24,7 @@ event loop never writes the file:
   writeback when it is under way): with 150k keys/s spread over the 20 MB of
   slots that stalled the loop for tens of ms after each flush;
 - a ``pwrite`` of the loop's to the file waits for the flush's (a buffered
-  write holds the file's inode lock): 3-8 ms behind 20 MB of slot pages.
+  write holds the file's inode lock): 2-8 ms behind 20 MB of slot pages.
 If flushes fail for long (a failing disk), the loop writes the entries itself
 once more than ``PENDING_MAX`` wait, so memory stays bounded.
 
