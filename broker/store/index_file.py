@@ -113,8 +113,13 @@ class IndexFile:
 
     def put_keys(self, keys: list[tuple[str, int, int]]) -> int:
         """Add (key, commit-log offset, store time ms) entries in order; returns
-        how many fit (the rest go to the next file). A slot holds its newest
-        entry; an entry links to the slot's previous one (0 ends a chain)."""
+        how many fit (the rest go to the next file)."""
+        return self.put_hashes([(key_hash(k), phy, ms) for k, phy, ms in keys])
+
+    def put_hashes(self, keys: list[tuple[int, int, int]]) -> int:
+        """``put_keys`` of (``key_hash(key)``, commit-log offset, store time ms)
+        entries. A slot holds its newest entry; an entry links to the slot's
+        previous one (0 ends a chain)."""
         room = self.index_num - self.index_count
         if room <= 0 or not keys:
             return 0
@@ -138,8 +143,7 @@ class IndexFile:
         new_slots = 0
         last_ms: int | None = None  # a batch's keys share a store time: its diff made once
         diff = 0
-        for key, phy_offset, store_ms in keys:
-            h = crc32(key.encode()) & 0x7FFFFFFF
+        for h, phy_offset, store_ms in keys:
             slot = h % slots
             slot_pos = slot << 2
             (prev,) = unpack_slot(table, slot_pos)

@@ -14,10 +14,11 @@ import structlog
 from broker.store.allocation import remove_stale_allocations
 from broker.store.commit_log import DispatchRequest
 from broker.store.index_file import IndexFile, index_file_name
+from protocol.crc import crc32
 from protocol.record import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
-    transaction_type,
+    TRANSACTION_TYPE_MASK,
 )
 
 log = structlog.get_logger("store.index")
@@ -66,32 +67,35 @@ class IndexService:
     def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
         """Index the keys of each request (prepared and rolled-back transaction
         records have none), written in one pass per index file. A record counts
-        as indexed once all keys of the batch are in (see the module's note)."""
-        keys: list[tuple[str, int, int]] = []
-        add = keys.append
+        as indexed once all keys of the batch are in (see the module's note).
+
+        A key's hash is ``key_hash("topic#key")``, made as the CRC of the key
+        continuing from the CRC of "topic#" (a batch's requests share a topic:
+        its CRC made once), so no "topic#key" string is built."""
+        hashed: list[tuple[int, int, int]] = []
+        add = hashed.append
         indexed_to = self._indexed_to
-        topic: object = _NOTHING  # a batch's requests share one: its prefix made once
-        prefix = ""
+        topic: object = _NOTHING  # the last topic seen, and the CRC of "topic#"
+        topic_crc = 0
         for req in requests:
-            phy = req.commit_log_offset
+            req_topic, _, phy, _, _, ts, _, keys, uniq_key, sys_flag = req
             if phy <= indexed_to:
                 continue  # already indexed (re-dispatch after recovery)
-            if transaction_type(req.sys_flag) not in (TRANSACTION_PREPARED_TYPE,
-                                                      TRANSACTION_ROLLBACK_TYPE):
-                if req.topic is not topic:
-                    topic = req.topic
-                    prefix = topic + "#"
-                ts = req.store_timestamp
-                if req.keys:
-                    for key in req.keys.split(" "):
+            tx = sys_flag & TRANSACTION_TYPE_MASK
+            if tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE:
+                if req_topic is not topic:
+                    topic = req_topic
+                    topic_crc = crc32(f"{req_topic}#".encode())
+                if keys:
+                    for key in keys.split(" "):
                         if key:
-                            add((prefix + key, phy, ts))
-                if req.uniq_key:
-                    add((prefix + req.uniq_key, phy, ts))
+                            add((crc32(key.encode(), topic_crc) & 0x7FFFFFFF, phy, ts))
+                if uniq_key:
+                    add((crc32(uniq_key.encode(), topic_crc) & 0x7FFFFFFF, phy, ts))
             indexed_to = phy
         done = 0
-        while done < len(keys):  # _writable gives a file with room: each pass adds some
-            done += self._writable(keys[done][2]).put_keys(keys[done:] if done else keys)
+        while done < len(hashed):  # _writable gives a file with room: each pass adds some
+            done += self._writable(hashed[done][2]).put_hashes(hashed[done:] if done else hashed)
         self._indexed_to = indexed_to
 
     def query_offset(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:

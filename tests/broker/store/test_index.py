@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.store.commit_log import DispatchRequest
-from broker.store.index_file import key_hash
+from broker.store.index_file import INDEX_ENTRY_SIZE, key_hash
 from broker.store.index_service import IndexService
 from tests.broker.store.helpers import inner, make_config, open_store
 
@@ -106,3 +106,26 @@ def test_batch_dispatch_writes_the_files_one_by_one_dispatch_writes(tmp_path: Pa
     assert many.query_offset("T", "shared", 64, 0, 2**62)  # found at all
     one.close()
     many.close()
+
+
+def test_dispatch_hashes_match_the_query_key(tmp_path: Path) -> None:
+    """dispatch_batch hashes "topic#key" as the CRC of the key continuing from
+    the CRC of "topic#": the very hash a query computes of the whole string,
+    non-ASCII text and several topics in one batch included."""
+    svc = IndexService(tmp_path / "index", hash_slot_num=97, index_num=1000)
+    topics = ["T", "Tópico-ß", "话题"]
+    reqs = [DispatchRequest(topics[i % 3], 0, 1000 + i * 100, 100, 0, 1_700_000_000_000 + i,
+                            i, f"ключ{i % 4} k{i}" if i % 2 else None, f"U{i}ü", 0)
+            for i in range(30)]
+    svc.dispatch_batch(reqs)
+    for r in reqs:
+        assert r.commit_log_offset in svc.query_offset(r.topic, f"U{r.consume_queue_offset}ü",
+                                                       10, 0, 2**62)
+        for key in (r.keys or "").split():
+            assert r.commit_log_offset in svc.query_offset(r.topic, key, 64, 0, 2**62)
+    f = svc.files[0]
+    f.flush()
+    # the entries' hash fields are key_hash of "topic#key"
+    entry = f.file.mm[f._entries_at + INDEX_ENTRY_SIZE : f._entries_at + 2 * INDEX_ENTRY_SIZE]
+    assert int.from_bytes(entry[:4], "big") == key_hash(f"{reqs[0].topic}#U0ü")
+    svc.close()
