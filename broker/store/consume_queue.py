@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import struct
+from itertools import starmap
 from pathlib import Path
 
 from broker.store.mapped_file import MappedFile
@@ -117,8 +118,7 @@ class ConsumeQueue:
             and mfq.max_offset == first_index * CQ_STORE_UNIT_SIZE
             and last.remaining >= blob_size
         ):
-            pack = CQ_ENTRY.pack
-            last.append(b"".join([pack(p, s, t) for p, s, t in entries]))
+            last.append(b"".join(starmap(CQ_ENTRY.pack, entries)))
             self.max_physic_offset = entries[-1][0] + entries[-1][1]
             return
         for i, (phys, size, tag) in enumerate(entries):

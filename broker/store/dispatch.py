@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import TYPE_CHECKING, Protocol
 
 from broker.store.commit_log import DispatchRequest
 
 if TYPE_CHECKING:
     from broker.store.message_store import DefaultMessageStore
+
+
+# (commit_log_offset, msg_size, tags_code) of a DispatchRequest, taken in C
+_CQ_FIELDS = itemgetter(
+    DispatchRequest._fields.index("commit_log_offset"),
+    DispatchRequest._fields.index("msg_size"),
+    DispatchRequest._fields.index("tags_code"),
+)
 
 
 class CommitLogDispatcher(Protocol):
@@ -29,7 +38,4 @@ class CommitLogDispatcherBuildConsumeQueue:
     def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
         first = requests[0]
         cq = self.store.find_consume_queue(first.topic, first.queue_id)
-        cq.put_entries(
-            [(r.commit_log_offset, r.msg_size, r.tags_code) for r in requests],
-            first.consume_queue_offset,
-        )
+        cq.put_entries(list(map(_CQ_FIELDS, requests)), first.consume_queue_offset)
