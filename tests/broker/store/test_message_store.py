@@ -376,3 +376,23 @@ def test_pulls_read_back_to_back_runs_and_scattered_records_alike(tmp_path: Path
     r = store.get_message("g", "T", 0, 5, 32, {tags_hash_code("A")})
     assert [m.body for m in decode_records(b"".join(r.buffers))] == [b"mix-1", b"mix-3"]
     store.shutdown()
+
+
+def test_a_batch_spanning_topics_or_queues_is_refused(tmp_path: Path) -> None:
+    """put_messages takes one topic and queue: anything else, an unhashable
+    topic included, is MESSAGE_ILLEGAL with nothing written."""
+    import dataclasses
+
+    store = open_store(make_config(tmp_path))
+    end = store.commit_log.max_offset
+    batches = [
+        [inner("T", 0, b"a"), inner("U", 0, b"b")],
+        [inner("T", 0, b"a"), inner("T", 1, b"b")],
+        [inner("T", 0, b"a"), dataclasses.replace(inner("T", 0, b"b"), topic=["T"])],
+    ]
+    for msgs in batches:
+        assert store.put_messages(msgs).put_message_status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.commit_log.max_offset == end
+    assert store.put_messages([inner("T", 0, b"a"), inner("T", 0, b"b")]).put_message_status \
+        is PutMessageStatus.PUT_OK
+    store.shutdown()
