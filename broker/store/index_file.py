@@ -100,13 +100,11 @@ class IndexFile:
         # in _pending, in order; both change together, under _pending_lock
         self._pending: list[bytearray] = []
         self._pending_first = self.index_count
-        self._pending_count = 0
         self._pending_lock = threading.Lock()
         if not self.is_full():
             self._slots = _anonymous(table)
             if existed:
-                _pread_into(self.file.fd, memoryview(self._slots)[:table], INDEX_HEADER_SIZE,
-                            path)
+                self._slots[:table] = self.file.pread(INDEX_HEADER_SIZE, table)
 
     def is_full(self) -> bool:
         return self.index_count >= self.index_num
@@ -161,14 +159,14 @@ class IndexFile:
             count += 1
         with self._pending_lock:  # the entries and the header's fields move together
             self._pending.append(entries)
-            self._pending_count += len(keys)
             self.hash_slot_count += new_slots
             self.index_count = count
             _, self.end_phy_offset, self.end_timestamp = keys[-1]
-            if self._pending_count > PENDING_MAX:  # no flush for long: write them here
-                chunks, first, n = self._pending, self._pending_first, self._pending_count
+            first = self._pending_first
+            if count - first > PENDING_MAX:  # no flush for long: write them here
+                chunks = self._pending
                 self._write_entries(chunks, first)
-                self._drop_written(chunks, first, n)
+                self._drop_written(chunks, first, count)
         return len(keys)
 
     def _header(self) -> tuple[int, ...]:
@@ -182,27 +180,27 @@ class IndexFile:
             part = chunks[at : at + _IOV_MAX]
             size = sum(map(len, part))
             if os.pwritev(self.file.fd, part, pos) != size:  # a regular file takes it all
-                _pwrite_all(self.file.fd, b"".join(part), pos, self.path)
+                self.file.write_at(pos, b"".join(part))
             pos += size
 
-    def _drop_written(self, chunks: list[bytearray], first: int, count: int) -> None:
-        """Take the ``count`` entries of ``chunks``, written, off the pending
-        list (hold ``_pending_lock``), unless the loop wrote them meanwhile."""
+    def _drop_written(self, chunks: list[bytearray], first: int, end: int) -> None:
+        """Take ``chunks``, entries ``first`` to ``end`` (excluded), written,
+        off the pending list (hold ``_pending_lock``), unless the loop wrote
+        them meanwhile."""
         if self._pending_first == first:
             del self._pending[: len(chunks)]
-            self._pending_first = first + count
-            self._pending_count -= count
+            self._pending_first = end
 
     def _write_pending(self) -> tuple[bool, tuple[int, ...]]:
         """Write the entries pending now; returns whether there were any, and
         the header as of them (its count covers exactly what is written)."""
         with self._pending_lock:
-            chunks, first, count = list(self._pending), self._pending_first, self._pending_count
+            chunks, first = list(self._pending), self._pending_first
             header = self._header()
         if chunks:  # written outside the lock: the loop goes on adding
             self._write_entries(chunks, first)
             with self._pending_lock:
-                self._drop_written(chunks, first, count)
+                self._drop_written(chunks, first, header[5])  # the header's index_count
         return bool(chunks), header
 
     def _write_out(self) -> bool:
@@ -215,7 +213,6 @@ class IndexFile:
         is cleared before the page is written and set after each store into
         it, so a store the write may miss leaves its page dirty for the next
         call. Returns whether anything was written."""
-        fd = self.file.fd
         table = self._slots
         wrote, _ = self._write_pending()
         if table is not None:
@@ -235,7 +232,7 @@ class IndexFile:
                     more = dirty.find(1, end)
                 dirty[start:end] = bytes(end - start)
                 lo, hi = start << _PAGE_SHIFT, min(end << _PAGE_SHIFT, size)
-                _pwrite_all(fd, view[lo:hi], INDEX_HEADER_SIZE + lo, self.path)
+                self.file.write_at(INDEX_HEADER_SIZE + lo, view[lo:hi])
                 wrote = True
                 start = more
             if self.is_full() and dirty.find(1) < 0:
@@ -245,7 +242,7 @@ class IndexFile:
         more, header = self._write_pending()
         wrote = wrote or more
         if header != self._written_header:
-            _pwrite_all(fd, INDEX_HEADER.pack(*header), 0, self.path)
+            self.file.write_at(0, INDEX_HEADER.pack(*header))
             self._written_header = header
             wrote = True
         return wrote
@@ -309,7 +306,7 @@ class IndexFile:
 def _anonymous(size: int) -> mmap.mmap:
     """Private anonymous memory of ``size`` zero bytes, in 2 MiB pages where
     the kernel gives them: keys land on random slots, and with 4 KiB pages
-    most would miss the TLB (about 400 ns a key over 20 MB of slots here).
+    most would also miss the TLB (20 MB of slots is about 5,000 pages).
     Each 2 MiB is written once, so that no read maps the zero page first
     (a write to it would split it into 4 KiB pages)."""
     table = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -321,22 +318,3 @@ def _anonymous(size: int) -> mmap.mmap:
     for pos in range(0, size, 1 << 21):
         table[pos] = 0
     return table
-
-
-def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, pos: int, path: Path) -> None:
-    view = memoryview(data)
-    done = 0
-    while done < len(view):
-        n = os.pwrite(fd, view[done:], pos + done)
-        if n <= 0:
-            raise OSError(f"short write to {path.name} at {pos + done}")
-        done += n
-
-
-def _pread_into(fd: int, view: memoryview, pos: int, path: Path) -> None:
-    done = 0
-    while done < len(view):
-        n = os.preadv(fd, [view[done:]], pos + done)
-        if n <= 0:
-            raise OSError(f"short read of {path.name} at {pos + done}")
-        done += n

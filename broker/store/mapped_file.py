@@ -92,6 +92,12 @@ class MappedFile:
         # same page cache, and an fdatasync after pages were dirtied through a
         # large mapping cost 2-5 ms here against 0.15 ms after pwrite (mqbench
         # disk), which every SYNC_FLUSH send waited for.
+        self.write_at(pos, data)
+        self.wrote_position = end
+        return pos
+
+    def write_at(self, pos: int, data: bytes | bytearray | memoryview) -> None:
+        """``pwrite`` all of ``data`` at ``pos``; the write position stays."""
         fd = self.fd
         done = os.pwrite(fd, data, pos)
         while done < len(data):  # a regular file takes it all at once; just in case
@@ -99,8 +105,6 @@ class MappedFile:
             if n <= 0:
                 raise StoreError(f"short write to {self.path.name} at {pos + done}")
             done += n
-        self.wrote_position = end
-        return pos
 
     def read(self, pos: int, size: int) -> bytes:
         return self.mm[pos : pos + size]

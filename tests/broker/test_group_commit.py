@@ -8,6 +8,7 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import trio
@@ -226,6 +227,19 @@ def direct_log(tmp_path: Path) -> Iterator[DirectLog]:
     log.close()
 
 
+class Direct(NamedTuple):
+    log: DirectLog
+    svc: GroupCommitService
+    conn: FakeConn
+
+
+@pytest.fixture
+def direct(direct_log: DirectLog) -> Direct:
+    """A group commit with the direct path over ``direct_log``, and a connection."""
+    return Direct(direct_log, GroupCommitService(direct_log.flush, 5000, "b", direct=direct_log),
+                  FakeConn())
+
+
 @asynccontextmanager
 async def serving(svc: GroupCommitService, *tasks: Callable[[], Awaitable[object]]
                   ) -> AsyncIterator[None]:
@@ -247,10 +261,8 @@ async def send_one(svc: GroupCommitService, conn: FakeConn, log: DirectLog, i: i
 
 
 @needs_aio
-async def test_direct_fsyncs_answer_every_put_without_the_thread(direct_log: DirectLog) -> None:
-    log = direct_log
-    svc = GroupCommitService(log.flush, 5000, "b", direct=log)
-    conn = FakeConn()
+async def test_direct_fsyncs_answer_every_put_without_the_thread(direct: Direct) -> None:
+    log, svc, conn = direct
     async with serving(svc):
         for i in range(200):
             submit(svc, conn, ok_response(i), log.write(100))
@@ -267,10 +279,8 @@ async def test_direct_fsyncs_answer_every_put_without_the_thread(direct_log: Dir
 
 @needs_aio
 async def test_a_busy_file_lock_or_a_refused_fd_falls_back_to_the_thread(
-        direct_log: DirectLog) -> None:
-    log = direct_log
-    svc = GroupCommitService(log.flush, 5000, "b", direct=log)
-    conn = FakeConn()
+        direct: Direct) -> None:
+    log, svc, conn = direct
     async with serving(svc):
         log.busy = True
         await send_one(svc, conn, log, 0)
@@ -285,10 +295,8 @@ async def test_a_busy_file_lock_or_a_refused_fd_falls_back_to_the_thread(
 
 
 @needs_aio
-async def test_the_thread_creates_the_next_file_after_a_direct_flush(direct_log: DirectLog) -> None:
-    log = direct_log
-    svc = GroupCommitService(log.flush, 5000, "b", direct=log)
-    conn = FakeConn()
+async def test_the_thread_creates_the_next_file_after_a_direct_flush(direct: Direct) -> None:
+    log, svc, conn = direct
     async with serving(svc):
         log.wants_next = True
         await send_one(svc, conn, log, 0)
@@ -323,13 +331,11 @@ class FailingAio:
 
 
 async def test_a_failed_direct_fsync_is_retried_and_its_sends_time_out(
-        direct_log: DirectLog, monkeypatch: pytest.MonkeyPatch,
+        direct: Direct, monkeypatch: pytest.MonkeyPatch,
         autojump_clock: trio.testing.MockClock) -> None:
     failing = FailingAio()
     monkeypatch.setattr(group_commit.AioFsync, "open", classmethod(lambda cls: failing))
-    log = direct_log
-    svc = GroupCommitService(log.flush, 5000, "b", direct=log)
-    conn = FakeConn()
+    log, svc, conn = direct
     async with serving(svc):
         submit(svc, conn, ok_response(0), log.write(100))
         await trio.sleep(6)  # virtual time (MockClock): past the 5 s flush timeout
