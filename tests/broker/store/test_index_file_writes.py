@@ -241,11 +241,14 @@ def test_flush_in_a_thread_while_keys_are_added(tmp_path: Path, monkeypatch: pyt
     f = IndexFile(path, slots, n + 1)
     stop = threading.Event()
     flushes = [0]
+    progress = threading.Condition()
 
     def flusher() -> None:
         while not stop.is_set():
             f.flush()
-            flushes[0] += 1
+            with progress:
+                flushes[0] += 1
+                progress.notify_all()
 
     thread = threading.Thread(target=flusher)
     interval = sys.getswitchinterval()
@@ -258,6 +261,9 @@ def test_flush_in_a_thread_while_keys_are_added(tmp_path: Path, monkeypatch: pyt
                 probe = keys[at][0]
                 assert f.select_phy_offsets(probe, 100, 0, 2**62) == \
                     [phy for k, phy, _ in reversed(keys[: at + 32]) if k == probe]
+                with progress:  # one more whole flush by now, however slow the machine
+                    seen = flushes[0]
+                    progress.wait_for(lambda seen=seen: flushes[0] > seen, timeout=10)
     finally:
         stop.set()
         thread.join()
