@@ -32,12 +32,15 @@ if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
                 "chromium-driver; `make test` does it as root)", allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    StaleElementReferenceException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
-from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 
@@ -81,13 +84,28 @@ def live(cluster: Cluster) -> Iterator[tuple[str, str, str]]:
     assert "Traceback" not in text, text
 
 
+def replaced(old: WebElement) -> bool:
+    """Whether ``old`` left the document. Mid-navigation, Chromium may answer
+    "Node with given id does not belong to the document" instead of a stale
+    element reference: that is the same news."""
+    try:
+        old.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in (exc.msg or ""):
+            return True
+        raise
+    return False
+
+
 def click_and_load(driver: WebDriver, element: WebElement) -> None:
     """Click what loads a new page, and wait until the new page has replaced
     the old one (a click does not wait for the navigation it starts)."""
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
     wait = WebDriverWait(driver, 15)
-    wait.until(expected_conditions.staleness_of(old))
+    wait.until(lambda _: replaced(old))
     wait.until(lambda drv: drv.execute_script("return document.readyState") == "complete")
 
 
