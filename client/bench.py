@@ -1273,6 +1273,137 @@ def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120) -> li
         peer.wait()
 
 
+# the trio echo peer: the same framing and answer as _ECHO_PEER, served by a
+# trio task (one connection) as the broker serves its connections
+_TRIO_ECHO_PEER = r"""
+import struct, sys, trio
+reply = bytes(int(sys.argv[1]))
+async def serve(stream):
+    buf = b""
+    while True:
+        while len(buf) < 4 or len(buf) < 4 + struct.unpack(">I", buf[:4])[0]:
+            data = await stream.receive_some(65536)
+            if not data:
+                raise SystemExit(0)
+            buf += data
+        buf = buf[4 + struct.unpack(">I", buf[:4])[0]:]
+        await stream.send_all(reply)
+async def main():
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    print(listeners[0].socket.getsockname()[1], flush=True)
+    with trio.move_on_after(30):
+        stream = await listeners[0].accept()
+        stream.setsockopt(6, 1, 1)  # TCP_NODELAY
+        await serve(stream)
+trio.run(main)
+"""
+
+
+def trio_loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120) -> list[float]:
+    """``loopback_rtt`` with trio on both sides: a trio client here and a trio
+    echo task in another process, no codec and no RPC layer. The floor under
+    a single send for an event-loop client and server on this machine (an
+    idle loop blocks in ``epoll_wait``; every frame wakes it)."""
+    import struct
+    import subprocess
+
+    peer = subprocess.Popen([sys.executable, "-c", _TRIO_ECHO_PEER, str(reply)],
+                            stdout=subprocess.PIPE, text=True)
+
+    async def run(port: int) -> list[float]:
+        frame = struct.pack(">I", request) + bytes(request)
+        samples: list[float] = []
+        with trio.fail_after(60):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                stream.setsockopt(6, 1, 1)  # TCP_NODELAY
+                for _ in range(count):
+                    t = time.perf_counter()
+                    await stream.send_all(frame)
+                    got = 0
+                    while got < reply:
+                        data = await stream.receive_some(65536)
+                        if not data:
+                            raise OSError("the trio echo peer closed the connection")
+                        got += len(data)
+                    samples.append(time.perf_counter() - t)
+        return samples
+
+    try:
+        assert peer.stdout is not None
+        port = int(peer.stdout.readline())
+        return trio.run(run, port)
+    except trio.TooSlowError as exc:
+        raise OSError("trio loopback round trips took over 60 s") from exc
+    finally:
+        peer.kill()
+        peer.wait()
+
+
+class _SendWork:
+    """A fixed piece of a single send's own work: a SEND_MESSAGE request frame
+    decoded and its header parsed, a response encoded, and 1 KiB written with
+    ``pwrite`` to a scratch file. It runs many different functions and a
+    syscall, as a request does; a tight loop would not show what a woken CPU
+    has lost (on this project's VM a loop ran 1.1x slower after a sleep, this
+    2.5x)."""
+
+    def __init__(self, scratch: Path) -> None:
+        from protocol.codecs.msgpack_codec import MSGPACK
+        from protocol.command import RemotingCommand
+        from protocol.headers import SendMessageRequestHeader
+
+        self._codec, self._header = MSGPACK, SendMessageRequestHeader
+        body = bytes(1024)
+        header = SendMessageRequestHeader(producer_group="bench", topic="BenchTopic",
+                                          queue_id=1, sys_flag=0, born_timestamp=1,
+                                          flag=0, properties="UNIQ_KEY\x01AB01")
+        self._frame = MSGPACK.encode(RemotingCommand(code=10, ext_fields=header.to_fields(),
+                                                     body=body))
+        self._body = body
+        self._fd = os.open(scratch, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+
+    def __call__(self) -> None:
+        cmd = self._codec.decode(self._frame)
+        h = self._header.from_fields(cmd.ext_fields)
+        self._codec.encode(cmd.response(0, None, ext_fields={
+            "msgId": "0" * 32, "queueId": str(h.queue_id), "queueOffset": "1"}))
+        os.pwrite(self._fd, self._body, 0)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def wake_cost(rounds: int = 300, pause: float = 300e-6) -> dict[str, Any]:
+    """How much slower the same work runs right after the thread slept
+    ``pause`` seconds (an idle CPU: on a KVM guest without halt polling the
+    vCPU halts) than right after itself. Each round times ``_SendWork`` once
+    more just after running it, then once after the pause; the p50s and their
+    ratio. A ratio well above 1 means every request that wakes an idle
+    process pays it, on the client and on the broker, which is what busy
+    polling (``busyPollMicros``, ``ROCKETMQ_BUSY_POLL_US``) avoids."""
+    warm: list[float] = []
+    woken: list[float] = []
+    clock = time.perf_counter
+    with tempfile.TemporaryDirectory(prefix="mqbench-wake-") as tmp:
+        work = _SendWork(Path(tmp) / "scratch")
+        try:
+            for _ in range(rounds):
+                work()
+                t = clock()
+                work()
+                warm.append(clock() - t)
+                time.sleep(pause)
+                t = clock()
+                work()
+                woken.append(clock() - t)
+        finally:
+            work.close()
+    hot, cold = percentiles(warm, (50,))[50] * 1e6, percentiles(woken, (50,))[50] * 1e6
+    return {"rounds": rounds, "pause_us": pause * 1e6, "back_to_back_us": hot,
+            "after_pause_us": cold, "ratio": cold / hot if hot > 0 else None}
+
+
 def _sys_text(path: Path) -> str | None:
     try:
         return path.read_text().strip() or None
@@ -1307,6 +1438,7 @@ def idle_text(idle: Mapping[str, Any] | None) -> str:
 
 def machine_result(count: int) -> dict[str, Any]:
     samples = loopback_rtt(count)
+    trio_samples = trio_loopback_rtt(count)
     idle = cpu_idle()
     return {
         "mode": "machine",
@@ -1316,17 +1448,27 @@ def machine_result(count: int) -> dict[str, Any]:
         "latency_per": "loopback round trip",
         "latency_us": latency_us(samples),
         "max_us": max(samples) * 1e6,
+        "trio_latency_us": latency_us(trio_samples),
+        "wake": wake_cost(),
         "cpu_idle": idle,
         "cpu_idle_text": idle_text(idle),
     }
 
 
 def render_machine(d: Mapping[str, Any]) -> str:
-    return (f"machine: {d['nproc']} CPUs; Python loop {d['python_loop_ns']:.1f} ns per "
+    text = (f"machine: {d['nproc']} CPUs; Python loop {d['python_loop_ns']:.1f} ns per "
             f"iteration; {d['count']} loopback round trips (1100 B framed request, 120 B "
             f"answer, blocking sockets, another Python process) "
-            f"{latency_text(d['latency_us'], unit='µs', digits=1)} (max {d['max_us']:.1f}µs); "
-            f"CPU idle: {d.get('cpu_idle_text') or idle_text(d.get('cpu_idle'))}")
+            f"{latency_text(d['latency_us'], unit='µs', digits=1)} (max {d['max_us']:.1f}µs)")
+    if d.get("trio_latency_us"):
+        text += (f"; the same with trio on both sides "
+                 f"{latency_text(d['trio_latency_us'], unit='µs', digits=1)}")
+    wake = d.get("wake")
+    if wake:
+        text += (f"; a send's codec work and a 1 KiB pwrite {wake['back_to_back_us']:.1f}µs back to "
+                 f"back, {wake['after_pause_us']:.1f}µs right after a "
+                 f"{wake['pause_us']:.0f}µs sleep ({wake['ratio']:.1f}x, p50s)")
+    return text + f"; CPU idle: {d.get('cpu_idle_text') or idle_text(d.get('cpu_idle'))}"
 
 
 @cli.command()
@@ -1336,8 +1478,10 @@ def render_machine(d: Mapping[str, Any]) -> str:
 def machine(count: int, as_json: bool) -> None:
     """What this machine gives Python right now, to read the other figures
     against: a fixed pure-Python loop's time per iteration, round trips to an
-    echo process over 127.0.0.1 (the floor under a single send), and how an
-    idle CPU waits (cpuidle driver; a KVM guest's halt polling)."""
+    echo process over 127.0.0.1 with blocking sockets and with trio on both
+    sides (the floors under a single send), how much slower the same Python
+    work runs right after a 300 µs sleep than back to back, and how an idle
+    CPU waits (cpuidle driver; a KVM guest's halt polling)."""
     try:
         result = machine_result(count)
     except OSError as exc:

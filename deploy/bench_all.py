@@ -272,6 +272,12 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                  both(lambda r: None if r is None else r.get("python_loop_ns"), 1), cmd))
     rows.append(("machine: loopback round trip p50 µs, start / end",
                  both(lambda r: _lat(r, "p50"), 1), cmd))
+    rows.append(("machine: trio loopback round trip p50 µs, start / end",
+                 both(lambda r: None if r is None or not r.get("trio_latency_us")
+                      else float(r["trio_latency_us"]["p50"]), 1), cmd))
+    rows.append(("machine: send work after a 300 µs sleep / back to back, start / end",
+                 both(lambda r: None if r is None or not r.get("wake")
+                      else r["wake"].get("ratio"), 1), cmd))
     single_p50, loop_p50 = _lat(single_async, "p50"), _lat(start, "p50")
     rows.append(("single send ASYNC p50 / loopback p50",
                  f"{single_p50 / loop_p50:.1f}" if single_p50 and loop_p50 else "n/a",

@@ -295,6 +295,35 @@ def test_machine_command_times_the_interpreter_and_loopback() -> None:
     assert text.exit_code == 0 and text.output.startswith("machine: ")
     assert f"CPU idle: {d['cpu_idle_text']}" in text.output
     assert "20 loopback round trips" in text.output
+    trio_lat = d["trio_latency_us"]
+    assert 0 < trio_lat["p50"] <= trio_lat["p90"] <= trio_lat["p99"] <= trio_lat["p99.9"]
+    wake = d["wake"]
+    assert wake["rounds"] == 300 and wake["pause_us"] == 300
+    assert wake["back_to_back_us"] > 0 and wake["after_pause_us"] > 0
+    assert wake["ratio"] == pytest.approx(wake["after_pause_us"] / wake["back_to_back_us"])
+    assert "the same with trio on both sides p50=" in text.output
+    assert "right after a 300µs sleep (" in text.output
+
+
+def test_wake_cost_times_the_same_work_warm_and_after_a_pause(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import client.bench as bench
+
+    calls: list[str] = []
+    real = bench._SendWork.__call__
+
+    def traced(self: Any) -> None:
+        calls.append("work")
+        real(self)
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(bench._SendWork, "__call__", traced)
+    monkeypatch.setattr(bench.time, "sleep", sleeps.append)
+    d = bench.wake_cost(rounds=4, pause=0.001)
+    # each round: a warm-up run, the timed warm run, the pause, the timed woken run
+    assert calls == ["work"] * 12 and sleeps == [0.001] * 4
+    assert d["rounds"] == 4 and d["pause_us"] == 1000
+    assert d["ratio"] == pytest.approx(d["after_pause_us"] / d["back_to_back_us"])
 
 
 def fake_sys(root: Path, files: dict[str, str]) -> Path:
@@ -414,9 +443,11 @@ RESULTS: dict[str, Any] = {"steps": [
          {"mode": "disk", "latency_us": lat(250, 300, 400, 800)}),
     step("machine_start", "", "mqbench machine -c 5000",
          {"mode": "machine", "python_loop_ns": 185.84, "latency_us": lat(29.04, 35, 51, 84),
+          "trio_latency_us": lat(61.26, 70, 90, 120), "wake": {"ratio": 2.44},
           "cpu_idle_text": "haltpoll, halt poll off"}),
     step("machine_end", "", "mqbench machine -c 5000",
-         {"mode": "machine", "python_loop_ns": 190.06, "latency_us": lat(40.0, 45, 60, 90)}),
+         {"mode": "machine", "python_loop_ns": 190.06, "latency_us": lat(40.0, 45, 60, 90),
+          "trio_latency_us": lat(70.0, 80, 90, 120), "wake": {"ratio": 2.0}}),
 ]}
 
 
@@ -450,6 +481,10 @@ def test_table_rows_from_fixed_results() -> None:
          "mqbench machine -c 5000"),
         ("machine: loopback round trip p50 µs, start / end", "29.0 / 40.0",
          "mqbench machine -c 5000"),
+        ("machine: trio loopback round trip p50 µs, start / end", "61.3 / 70.0",
+         "mqbench machine -c 5000"),
+        ("machine: send work after a 300 µs sleep / back to back, start / end", "2.4 / 2.0",
+         "mqbench machine -c 5000"),
         ("single send ASYNC p50 / loopback p50", "10.5", "the rows above"),
         ("machine: CPU idle, start", "haltpoll, halt poll off",
          "mqbench machine -c 5000 (cpuidle driver; a KVM guest's guest_halt_poll_ns)"),
@@ -457,8 +492,8 @@ def test_table_rows_from_fixed_results() -> None:
     text = render_table(rows)
     lines = text.splitlines()
     widths = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
-    assert widths == (51, 23)
-    assert lines[0].split(" | ") == ["figure".ljust(51), "value".rjust(23), "command"]
+    assert widths == (67, 23)
+    assert lines[0].split(" | ") == ["figure".ljust(67), "value".rjust(23), "command"]
     assert len(lines) == 2 + len(rows)
     assert len({line.index("|") for line in lines}) == 1  # the columns line up
     assert lines[10].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>23} |" in lines[10]
@@ -544,7 +579,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 20
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 22
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
