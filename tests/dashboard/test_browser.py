@@ -45,13 +45,18 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 
 @pytest.fixture
-def browser() -> Iterator[WebDriver]:
+def browser(tmp_path: Path) -> Iterator[WebDriver]:
+    # Chromium's profile, and the directory of its singleton socket (made
+    # under TMPDIR and left behind after quit), in the test's own directory
+    # rather than in /tmp
     options = Options()
     options.binary_location = str(CHROMIUM)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1280,860", "--disable-extensions", "--no-first-run"):
+                "--window-size=1280,860", "--disable-extensions", "--no-first-run",
+                f"--user-data-dir={tmp_path / 'profile'}"):
         options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    service = Service(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": str(tmp_path)})
+    driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(20)
     try:
         yield driver
