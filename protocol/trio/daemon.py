@@ -45,7 +45,7 @@ async def run_until_signal(daemon: Daemon) -> None:
     """Run ``daemon`` until it returns; the first signal asks it to shut down
     cleanly, a second one cancels it."""
     async with trio.open_nursery() as nursery:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
 
             async def _main() -> None:
                 await daemon.run()
@@ -129,6 +129,17 @@ def fail(logger: Any, what: str, exc: BaseException) -> NoReturn:
     sys.exit(1)
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def unblock_stop_signals() -> None:
+    """Let SIGINT and SIGTERM reach this process. A signal mask survives
+    ``exec``: started by a parent that had blocked them (to ``sigwait``, as
+    some supervisors and scripts do), a daemon would never see either, and
+    an orderly stop would end as a SIGKILL."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 def run_daemon(daemon: Daemon, logger: Any, what: str,
                operator_errors: tuple[type[BaseException], ...] = ()) -> None:
     """Run ``daemon`` until a signal stops it; exit 1 (logged, with the
@@ -136,6 +147,7 @@ def run_daemon(daemon: Daemon, logger: Any, what: str,
     (``operator_errors``, or a listen port already in use) is logged as one
     line without a traceback: the message says what to fix."""
     tune_malloc()  # big buffers from the heap, not fresh mappings (protocol.trio.memory)
+    unblock_stop_signals()
     try:
         trio.run(run_until_signal, daemon)
     except SystemExit:
