@@ -1199,8 +1199,10 @@ def disk(directory: Path | None, size: int, count: int, file_size: int, compare:
 # the loopback echo peer: reads a frame's 4-byte length and the frame, answers
 # ``reply`` bytes (a send's request and its short response)
 _ECHO_PEER = r"""
-import socket, struct, sys
+import os, socket, struct, sys
 reply = bytes(int(sys.argv[1]))
+if len(sys.argv) > 2:
+    os.sched_setaffinity(0, {int(sys.argv[2])})
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
 srv.listen(1)
@@ -1239,18 +1241,24 @@ def python_loop_ns(iterations: int = 2_000_000) -> float:
     return (time.perf_counter() - t0) / iterations * 1e9
 
 
-def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120) -> list[float]:
+def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120,
+                 cpus: tuple[int, int] | None = None) -> list[float]:
     """Round trips (seconds) of a ``request``-byte framed message to an echo
     peer in another Python process over 127.0.0.1 answering ``reply`` bytes,
     blocking sockets, one at a time: the floor under a single send's latency
-    here (two processes, a syscall each way, no event loop, no codec)."""
+    here (two processes, a syscall each way, no event loop, no codec). With
+    ``cpus`` (this process's CPU, the peer's), both are pinned for the run."""
     import socket
     import struct
     import subprocess
 
-    peer = subprocess.Popen([sys.executable, "-c", _ECHO_PEER, str(reply)],
+    peer = subprocess.Popen([sys.executable, "-c", _ECHO_PEER, str(reply),
+                             *(() if cpus is None else (str(cpus[1]),))],
                             stdout=subprocess.PIPE, text=True)
+    affinity = os.sched_getaffinity(0) if cpus is not None else None
     try:
+        if cpus is not None:
+            os.sched_setaffinity(0, {cpus[0]})
         assert peer.stdout is not None
         port = int(peer.stdout.readline())
         frame = struct.pack(">I", request) + bytes(request)
@@ -1269,8 +1277,28 @@ def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120) -> li
                 samples.append(time.perf_counter() - t)
         return samples
     finally:
+        if affinity is not None:
+            os.sched_setaffinity(0, affinity)
         peer.kill()
         peer.wait()
+
+
+def pinned_loopback(count: int) -> dict[str, Any] | None:
+    """``loopback_rtt`` with both processes on one CPU, then on two: the
+    difference is what waking a process on another, idle CPU costs (on a VM,
+    an interrupt to a halted vCPU), paid once each way by a single send
+    whose client and broker run on different CPUs. None where this process
+    may not use two CPUs or cannot set affinities."""
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    if len(allowed) < 2:
+        return None
+    a, b = allowed[0], allowed[1]
+    return {"cpus": [a, b],
+            "same_cpu_us": latency_us(loopback_rtt(count, cpus=(a, a))),
+            "two_cpus_us": latency_us(loopback_rtt(count, cpus=(a, b)))}
 
 
 # the trio echo peer: the same framing and answer as _ECHO_PEER, served by a
@@ -1449,6 +1477,7 @@ def machine_result(count: int) -> dict[str, Any]:
         "latency_us": latency_us(samples),
         "max_us": max(samples) * 1e6,
         "trio_latency_us": latency_us(trio_samples),
+        "pinned": pinned_loopback(min(count, 2000)),
         "wake": wake_cost(),
         "cpu_idle": idle,
         "cpu_idle_text": idle_text(idle),
@@ -1463,6 +1492,11 @@ def render_machine(d: Mapping[str, Any]) -> str:
     if d.get("trio_latency_us"):
         text += (f"; the same with trio on both sides "
                  f"{latency_text(d['trio_latency_us'], unit='µs', digits=1)}")
+    pinned = d.get("pinned")
+    if pinned:
+        text += (f"; blocking round trip p50 with both processes on one CPU "
+                 f"{pinned['same_cpu_us']['p50']:.1f}µs, on two "
+                 f"{pinned['two_cpus_us']['p50']:.1f}µs")
     wake = d.get("wake")
     if wake:
         text += (f"; a send's codec work and a 1 KiB pwrite {wake['back_to_back_us']:.1f}µs back to "
@@ -1479,7 +1513,8 @@ def machine(count: int, as_json: bool) -> None:
     """What this machine gives Python right now, to read the other figures
     against: a fixed pure-Python loop's time per iteration, round trips to an
     echo process over 127.0.0.1 with blocking sockets and with trio on both
-    sides (the floors under a single send), how much slower the same Python
+    sides (the floors under a single send), the blocking round trip with both
+    processes pinned to one CPU and to two, how much slower the same Python
     work runs right after a 300 µs sleep than back to back, and how an idle
     CPU waits (cpuidle driver; a KVM guest's halt polling)."""
     try:

@@ -275,6 +275,11 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     rows.append(("machine: trio loopback round trip p50 µs, start / end",
                  both(lambda r: None if r is None or not r.get("trio_latency_us")
                       else float(r["trio_latency_us"]["p50"]), 1), cmd))
+    pinned = start.get("pinned") if start is not None else None
+    rows.append(("machine: loopback p50 µs, both on one CPU / on two, start",
+                 "n/a" if not pinned else
+                 f"{number_text(pinned['same_cpu_us']['p50'], 1)} / "
+                 f"{number_text(pinned['two_cpus_us']['p50'], 1)}", cmd))
     rows.append(("machine: send work after a 300 µs sleep / back to back, start / end",
                  both(lambda r: None if r is None or not r.get("wake")
                       else r["wake"].get("ratio"), 1), cmd))

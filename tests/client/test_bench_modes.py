@@ -282,6 +282,7 @@ def test_mount_of_takes_the_longest_mount_point() -> None:
 
 
 def test_machine_command_times_the_interpreter_and_loopback() -> None:
+    affinity = os.sched_getaffinity(0)
     result = CliRunner().invoke(cli, ["machine", "-c", "50", "--json"])
     assert result.exit_code == 0, (result.output, result.exception)
     (d,) = [json.loads(line) for line in result.output.splitlines()]
@@ -303,6 +304,22 @@ def test_machine_command_times_the_interpreter_and_loopback() -> None:
     assert wake["ratio"] == pytest.approx(wake["after_pause_us"] / wake["back_to_back_us"])
     assert "the same with trio on both sides p50=" in text.output
     assert "right after a 300µs sleep (" in text.output
+    pinned = d["pinned"]
+    if len(os.sched_getaffinity(0)) < 2:
+        assert pinned is None
+    else:
+        assert pinned["cpus"] == sorted(os.sched_getaffinity(0))[:2]
+        assert pinned["same_cpu_us"]["p50"] > 0 and pinned["two_cpus_us"]["p50"] > 0
+        assert "with both processes on one CPU " in text.output
+    # the measurement gave this process back all its CPUs
+    assert os.sched_getaffinity(0) == affinity
+
+
+def test_pinned_loopback_needs_two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import client.bench as bench
+
+    monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: {3})
+    assert bench.pinned_loopback(10) is None
 
 
 def test_wake_cost_times_the_same_work_warm_and_after_a_pause(
@@ -444,6 +461,8 @@ RESULTS: dict[str, Any] = {"steps": [
     step("machine_start", "", "mqbench machine -c 5000",
          {"mode": "machine", "python_loop_ns": 185.84, "latency_us": lat(29.04, 35, 51, 84),
           "trio_latency_us": lat(61.26, 70, 90, 120), "wake": {"ratio": 2.44},
+          "pinned": {"cpus": [0, 1], "same_cpu_us": lat(18.04, 20, 30, 40),
+                     "two_cpus_us": lat(79.61, 90, 150, 300)},
           "cpu_idle_text": "haltpoll, halt poll off"}),
     step("machine_end", "", "mqbench machine -c 5000",
          {"mode": "machine", "python_loop_ns": 190.06, "latency_us": lat(40.0, 45, 60, 90),
@@ -482,6 +501,8 @@ def test_table_rows_from_fixed_results() -> None:
         ("machine: loopback round trip p50 µs, start / end", "29.0 / 40.0",
          "mqbench machine -c 5000"),
         ("machine: trio loopback round trip p50 µs, start / end", "61.3 / 70.0",
+         "mqbench machine -c 5000"),
+        ("machine: loopback p50 µs, both on one CPU / on two, start", "18.0 / 79.6",
          "mqbench machine -c 5000"),
         ("machine: send work after a 300 µs sleep / back to back, start / end", "2.4 / 2.0",
          "mqbench machine -c 5000"),
@@ -579,7 +600,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 22
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 23
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
