@@ -39,6 +39,25 @@ def test_put_get_round_trip(tmp_path: Path) -> None:
     store.shutdown()
 
 
+def test_batch_msg_ids_are_each_records_offset_msg_id(tmp_path: Path) -> None:
+    store = open_store(make_config(tmp_path, cl_size=64 * 1024, cq_entries=200))
+    results = []
+    for n in (1, 3, 32, 70, 3):  # the last repeats a count: its format is reused
+        batch = [inner("T", 2, bytes([n, j]) * 40) for j in range(n)]
+        r = store.put_messages(batch)
+        assert r.put_message_status == PutMessageStatus.PUT_OK and r.append_result is not None
+        results.append((n, r.append_result.msg_id))
+    pulled = pull_all(store, "T", 2)
+    assert len(pulled) == 1 + 3 + 32 + 70 + 3
+    at = 0
+    for n, ids in results:
+        expected = [m.msg_id for m in pulled[at:at + n]]
+        assert ids.split(",") == expected
+        assert all(len(i) == 32 and i == i.upper() for i in expected)
+        at += n
+    store.shutdown()
+
+
 def test_rollover_with_blank_padding_and_batches(tmp_path: Path) -> None:
     store = open_store(make_config(tmp_path, cl_size=4096, cq_entries=10))
     sent = []
