@@ -54,6 +54,8 @@ from protocol.logs import configure_logging
 from protocol.trio.busy_poll import ENV_BUSY_POLL_US, MAX_BUSY_POLL_US
 
 if TYPE_CHECKING:
+    import subprocess
+
     from client import LocalTransactionState, Message, MessageExt
 
 # mqbench latency: how long a new consumer may take to get its queues
@@ -1241,6 +1243,15 @@ def python_loop_ns(iterations: int = 2_000_000) -> float:
     return (time.perf_counter() - t0) / iterations * 1e9
 
 
+def _peer_port(peer: subprocess.Popen[str]) -> int:
+    """The port an echo peer printed; OSError when it exited without one."""
+    assert peer.stdout is not None
+    line = peer.stdout.readline()
+    if not line.strip().isdigit():
+        raise OSError(f"the echo peer did not start (exit code {peer.wait()})")
+    return int(line)
+
+
 def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120,
                  cpus: tuple[int, int] | None = None) -> list[float]:
     """Round trips (seconds) of a ``request``-byte framed message to an echo
@@ -1260,7 +1271,7 @@ def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120,
         if cpus is not None:
             os.sched_setaffinity(0, {cpus[0]})
         assert peer.stdout is not None
-        port = int(peer.stdout.readline())
+        port = _peer_port(peer)
         frame = struct.pack(">I", request) + bytes(request)
         samples: list[float] = []
         with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
@@ -1296,9 +1307,11 @@ def pinned_loopback(count: int) -> dict[str, Any] | None:
     if len(allowed) < 2:
         return None
     a, b = allowed[0], allowed[1]
-    return {"cpus": [a, b],
-            "same_cpu_us": latency_us(loopback_rtt(count, cpus=(a, a))),
-            "two_cpus_us": latency_us(loopback_rtt(count, cpus=(a, b)))}
+    try:
+        same, two = loopback_rtt(count, cpus=(a, a)), loopback_rtt(count, cpus=(a, b))
+    except OSError:  # a CPU the kernel would not pin to (a cpuset changed meanwhile)
+        return None
+    return {"cpus": [a, b], "same_cpu_us": latency_us(same), "two_cpus_us": latency_us(two)}
 
 
 # the trio echo peer: the same framing and answer as _ECHO_PEER, served by a
@@ -1359,7 +1372,7 @@ def trio_loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120) 
 
     try:
         assert peer.stdout is not None
-        port = int(peer.stdout.readline())
+        port = _peer_port(peer)
         return trio.run(run, port)
     except trio.TooSlowError as exc:
         raise OSError("trio loopback round trips took over 60 s") from exc

@@ -322,6 +322,34 @@ def test_pinned_loopback_needs_two_cpus(monkeypatch: pytest.MonkeyPatch) -> None
     assert bench.pinned_loopback(10) is None
 
 
+def test_pinned_loopback_left_out_when_pinning_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU the kernel will not pin to (a cpuset changed meanwhile): the
+    pinned figure is left out, the rest of ``mqbench machine`` goes on."""
+    import client.bench as bench
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two CPUs")
+
+    def refused(count: int, cpus: tuple[int, int] | None = None) -> list[float]:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(bench, "loopback_rtt", refused)
+    assert bench.pinned_loopback(10) is None
+
+
+def test_an_echo_peer_that_exits_is_an_os_error() -> None:
+    import subprocess
+
+    from client.bench import _peer_port
+
+    peer = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"],
+                            stdout=subprocess.PIPE, text=True)
+    with pytest.raises(OSError, match="did not start \\(exit code 3\\)"):
+        _peer_port(peer)
+    assert peer.stdout is not None
+    peer.stdout.close()
+
+
 def test_wake_cost_times_the_same_work_warm_and_after_a_pause(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import client.bench as bench
