@@ -128,14 +128,19 @@ class _BlockingClient:
             self._loop = loop
 
     def shutdown(self) -> None:
-        """Shut down; the last blocking object stops the loop thread. Idempotent."""
+        """Shut down; the last blocking object stops the loop thread. Idempotent.
+
+        After the loop thread is gone (the interpreter's exit stopped it, e.g.
+        before a generator suspended in a ``with`` block is finalized) there is
+        nothing left to close: its connections and tasks went with it."""
         with self._lock:
             self._started = True
             loop, self._loop = self._loop, None
         if loop is None:
             return
         try:
-            loop.run(self._impl.shutdown)
+            if loop.alive:
+                loop.run(self._impl.shutdown)
         finally:
             release_loop()
 
