@@ -138,13 +138,24 @@ class MessageExtBrokerInner:
     prepared_transaction_offset: int = 0
 
 
+# batches up to this many records keep their msgId format cached: at most 64
+# formats of 33 bytes a record (about 2 MiB), whatever counts peers send
+_CACHED_IDS_MAX = 1024
+
+
 @lru_cache(maxsize=64)
-def msg_ids_format(id_head: str, count: int) -> str:
-    """A ``%`` format that makes the comma-separated offset msgIds of
-    ``count`` records (``id_head`` then 16 upper-case hex digits each) from
-    their commit-log offsets in one call: 100 ns a record, against 250 for
-    an f-string per record."""
+def _msg_ids_format(id_head: str, count: int) -> str:
     return ",".join([id_head + "%016X"] * count)
+
+
+def msg_ids(id_head: str, offsets: list[int]) -> str:
+    """The comma-separated offset msgIds of records at ``offsets`` (``id_head``
+    then 16 upper-case hex digits each), made by one ``%`` of a format: 100 ns
+    a record, against 250 for an f-string per record."""
+    n = len(offsets)
+    fmt = (_msg_ids_format(id_head, n) if n <= _CACHED_IDS_MAX
+           else ",".join([id_head + "%016X"] * n))
+    return fmt % tuple(offsets)
 
 
 class DispatchRequest(NamedTuple):
@@ -320,7 +331,7 @@ class CommitLog:
             queue_offset += 1
         result = AppendMessageResult(
             AppendMessageStatus.PUT_OK, wrote_offset, total,
-            msg_ids_format(self._id_head, len(offsets)) % tuple(offsets), now,
+            msg_ids(self._id_head, offsets), now,
             dispatches[0].consume_queue_offset, len(dispatches),
         )
         return b"".join(parts), result, dispatches

@@ -34,6 +34,9 @@ from protocol.trio.service import describe
 
 log = structlog.get_logger("daemon")
 
+# what asks a daemon to stop: the first cleanly, a second at once
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 class Daemon(Protocol):
     async def run(self, task_status: Any = ...) -> None: ...
@@ -127,9 +130,6 @@ def fail(logger: Any, what: str, exc: BaseException) -> NoReturn:
     """Log why ``what`` (e.g. "broker") stopped, with the whole traceback, and exit 1."""
     logger.error(f"{what} failed", error=describe(first_leaf(exc)), exc_info=exc)
     sys.exit(1)
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def unblock_stop_signals() -> None:

@@ -58,6 +58,16 @@ def test_batch_msg_ids_are_each_records_offset_msg_id(tmp_path: Path) -> None:
     store.shutdown()
 
 
+def test_msg_ids_of_a_batch_too_big_to_cache_its_format() -> None:
+    from broker.store.commit_log import _CACHED_IDS_MAX, msg_ids
+    from protocol.message import offset_msg_id
+
+    head = "7F000001000027AF"
+    for n in (1, 2, _CACHED_IDS_MAX, _CACHED_IDS_MAX + 1, 3 * _CACHED_IDS_MAX):
+        offsets = [i * 1100 + (1 << 40) for i in range(n)]
+        assert msg_ids(head, offsets) == ",".join(offset_msg_id(head, o) for o in offsets)
+
+
 def test_rollover_with_blank_padding_and_batches(tmp_path: Path) -> None:
     store = open_store(make_config(tmp_path, cl_size=4096, cq_entries=10))
     sent = []
