@@ -34,7 +34,8 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, TypeVar
@@ -1252,6 +1253,21 @@ def _peer_port(peer: subprocess.Popen[str]) -> int:
     return int(line)
 
 
+@contextmanager
+def _echo_peer(script: str, *args: str) -> Iterator[int]:
+    """Run an echo peer ``script`` in another Python process; yields its port,
+    kills it on the way out."""
+    import subprocess
+
+    peer = subprocess.Popen([sys.executable, "-c", script, *args],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        yield _peer_port(peer)
+    finally:
+        peer.kill()
+        peer.wait()
+
+
 def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120,
                  cpus: tuple[int, int] | None = None) -> list[float]:
     """Round trips (seconds) of a ``request``-byte framed message to an echo
@@ -1261,20 +1277,15 @@ def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120,
     ``cpus`` (this process's CPU, the peer's), both are pinned for the run."""
     import socket
     import struct
-    import subprocess
 
-    peer = subprocess.Popen([sys.executable, "-c", _ECHO_PEER, str(reply),
-                             *(() if cpus is None else (str(cpus[1]),))],
-                            stdout=subprocess.PIPE, text=True)
     affinity = os.sched_getaffinity(0) if cpus is not None else None
     try:
         if cpus is not None:
             os.sched_setaffinity(0, {cpus[0]})
-        assert peer.stdout is not None
-        port = _peer_port(peer)
-        frame = struct.pack(">I", request) + bytes(request)
-        samples: list[float] = []
-        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        with _echo_peer(_ECHO_PEER, str(reply), *(() if cpus is None else (str(cpus[1]),))) \
+                as port, socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+            frame = struct.pack(">I", request) + bytes(request)
+            samples: list[float] = []
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             for _ in range(count):
                 t = time.perf_counter()
@@ -1290,8 +1301,6 @@ def loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120,
     finally:
         if affinity is not None:
             os.sched_setaffinity(0, affinity)
-        peer.kill()
-        peer.wait()
 
 
 def pinned_loopback(count: int) -> dict[str, Any] | None:
@@ -1347,10 +1356,7 @@ def trio_loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120) 
     idle loop blocks in ``epoll_wait``; every frame wakes it)."""
     import socket
     import struct
-    import subprocess
 
-    peer = subprocess.Popen([sys.executable, "-c", _TRIO_ECHO_PEER, str(reply)],
-                            stdout=subprocess.PIPE, text=True)
     limit = 60 + count * 0.001  # a millisecond a round trip on top of a minute
 
     async def run(port: int) -> list[float]:
@@ -1373,14 +1379,10 @@ def trio_loopback_rtt(count: int = 5000, request: int = 1100, reply: int = 120) 
         return samples
 
     try:
-        assert peer.stdout is not None
-        port = _peer_port(peer)
-        return trio.run(run, port)
+        with _echo_peer(_TRIO_ECHO_PEER, str(reply)) as port:
+            return trio.run(run, port)
     except trio.TooSlowError as exc:
         raise OSError(f"trio loopback round trips took over {limit:.0f} s") from exc
-    finally:
-        peer.kill()
-        peer.wait()
 
 
 class _SendWork:

@@ -260,11 +260,14 @@ class IndexFile:
             (idx,) = _SLOT.unpack_from(table, slot_pos)
         else:
             (idx,) = _SLOT.unpack_from(mm, INDEX_HEADER_SIZE + slot_pos)
-        with self._pending_lock:  # the entries not written yet
-            first, pending = self._pending_first, b"".join(self._pending)
+        with self._pending_lock:  # the entries not written yet (joined if a chain gets there)
+            first, chunks = self._pending_first, list(self._pending)
+        pending: bytes | None = None
         out: list[int] = []
         while 0 < idx < self.index_count and len(out) < max_num:
             if idx >= first:
+                if pending is None:
+                    pending = b"".join(chunks)
                 eh, phy, diff, prev = INDEX_ENTRY.unpack_from(pending,
                                                               (idx - first) * INDEX_ENTRY_SIZE)
             else:

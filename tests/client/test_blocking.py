@@ -151,11 +151,22 @@ def test_blocking_call_from_a_callback_is_refused(fakes: ThreadedCluster) -> Non
     assert len(errors) == 1 and "own loop thread" in str(errors[0])
 
 
+def run_to_exit(code: str) -> str:
+    """Run ``code`` in a child interpreter that must print "started" and exit
+    0 (through the atexit hooks); its stderr."""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "started" in proc.stdout
+    return proc.stderr
+
+
 def test_interpreter_exits_inside_a_with_block() -> None:
     # A generator suspended inside ``with PullConsumer(...)`` (a Spark reader
     # Spark stopped reading) is finalized after the atexit hook stopped the
     # loop thread: its shutdown has nothing left to do and must not raise.
-    code = (
+    stderr = run_to_exit(
         "from client.blocking import PullConsumer\n"
         "def gen():\n"
         "    with PullConsumer('left_open', '127.0.0.1:9'):\n"
@@ -164,25 +175,15 @@ def test_interpreter_exits_inside_a_with_block() -> None:
         "next(g)\n"
         "print('started')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "started" in proc.stdout
-    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr, stderr
 
 
 def test_interpreter_exits_with_a_producer_left_running() -> None:
     # Start needs no server; the atexit hook must stop the loop thread cleanly.
-    code = (
+    stderr = run_to_exit(
         "from client.blocking import Producer\n"
         "p = Producer('left_running', '127.0.0.1:9')\n"
         "p.start()\n"
         "print('started')\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "started" in proc.stdout
-    assert "Traceback" not in proc.stderr
+    assert "Traceback" not in stderr

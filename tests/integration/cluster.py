@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,6 +57,8 @@ class Daemon:
     proc: subprocess.Popen[bytes] | None = None
     # a log line printed once the daemon is fully up (a broker: after registering)
     ready_marker: str | None = None
+    # run in the child between fork and exec (e.g. to start it with signals blocked)
+    preexec: Callable[[], None] | None = None
 
     @property
     def addr(self) -> str:
@@ -65,7 +68,7 @@ class Daemon:
         seen = self.log_text().count(self.ready_marker) if self.ready_marker and self.log_path.exists() else 0
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, preexec_fn=self.preexec)
         log.close()
         wait_port(self.port, timeout, proc=self.proc)
         if self.ready_marker:
