@@ -137,7 +137,7 @@ class ServerTls:
             return None
         _check_file("tls.server.certPath", self.cert_path)
         _check_file("tls.server.keyPath", self.key_path)
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx = new_context(ssl.Purpose.CLIENT_AUTH)
         try:
             ctx.load_cert_chain(self.cert_path, self.key_path)
         except (ssl.SSLError, OSError) as exc:
@@ -198,7 +198,7 @@ class ClientTls:
         """The client's SSLContext. Raises TlsConfigError."""
         if bool(self.cert_path) != bool(self.key_path):
             raise TlsConfigError("a client certificate and its key must be given together")
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        ctx = new_context(ssl.Purpose.SERVER_AUTH)
         ctx.check_hostname = self.check_hostname
         try:
             if self.ca_path:
@@ -325,6 +325,22 @@ async def accept(stream: trio.SocketStream, tls: ServerTls, ctx: ssl.SSLContext 
 
 
 # ---- client side -------------------------------------------------------------------
+
+
+def new_context(purpose: ssl.Purpose) -> ssl.SSLContext:
+    """``ssl.create_default_context(purpose)`` where a peer that drops the TCP
+    connection without TLS's close_notify is an error (``SSLEOFError``) on every
+    Python build. Some builds (Debian's 3.11.2) set ``OP_IGNORE_UNEXPECTED_EOF``
+    by default, which makes that drop a clean end of stream: a client refused
+    for want of a certificate then saw only "connection closed", without the
+    reason (``describe_tls_failure``)."""
+    ctx = ssl.create_default_context(purpose)
+    ctx.options &= ~IGNORE_UNEXPECTED_EOF
+    return ctx
+
+
+# 0 where the ssl module does not name the option (nothing to clear then)
+IGNORE_UNEXPECTED_EOF: ssl.Options = getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", ssl.Options(0))
 
 
 def describe_tls_failure(exc: BaseException) -> str:

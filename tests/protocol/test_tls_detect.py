@@ -17,6 +17,7 @@ from protocol.trio.errors import RemotingConnectError, RemotingError
 from protocol.trio.limits import ConnectionLimits
 from protocol.trio.server import RemotingServer
 from protocol.trio.tls import (
+    IGNORE_UNEXPECTED_EOF,
     REQUIRES_TLS,
     ClientTls,
     ServerTls,
@@ -24,6 +25,7 @@ from protocol.trio.tls import (
     client_tls,
     client_tls_from_env,
     is_tls_first_byte,
+    new_context,
     parse_client_auth,
     parse_mode,
 )
@@ -55,6 +57,27 @@ def test_a_client_hello_is_told_from_our_frames_and_rocketmqs() -> None:
     with pytest.raises(ssl.SSLWantReadError):
         obj.do_handshake()
     assert is_tls_first_byte(outgoing.read()[0])
+
+
+def test_a_connection_dropped_without_close_notify_is_an_error_on_every_build(
+    tls_certs: Certs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # some Python builds (Debian's 3.11.2) set the option by default: a refused
+    # client then read a clean end of stream and lost the reason
+    made = ssl.create_default_context
+
+    def like_such_a_build(purpose: ssl.Purpose = ssl.Purpose.SERVER_AUTH) -> ssl.SSLContext:
+        ctx = made(purpose)
+        ctx.options |= IGNORE_UNEXPECTED_EOF
+        return ctx
+
+    monkeypatch.setattr(ssl, "create_default_context", like_such_a_build)
+    assert ssl.create_default_context().options & IGNORE_UNEXPECTED_EOF == IGNORE_UNEXPECTED_EOF
+    contexts = [new_context(ssl.Purpose.SERVER_AUTH), new_context(ssl.Purpose.CLIENT_AUTH),
+                ClientTls(ca_path=tls_certs.ca).context(),
+                server_tls(tls_certs, "enforcing", "require").context()]
+    for ctx in contexts:
+        assert ctx is not None and not ctx.options & IGNORE_UNEXPECTED_EOF
 
 
 def test_server_settings_problems_name_the_key() -> None:
