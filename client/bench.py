@@ -30,6 +30,7 @@ import errno
 import json
 import mmap
 import os
+import platform
 import shutil
 import sys
 import tempfile
@@ -1244,6 +1245,14 @@ def python_loop_ns(iterations: int = 2_000_000) -> float:
     return (time.perf_counter() - t0) / iterations * 1e9
 
 
+def interpreter() -> str:
+    """The running Python's version and the interpreter behind it (a venv's
+    ``python`` is a link to the one it was made from), e.g. "3.11.2
+    /usr/bin/python3.11": the same code runs at different speeds on different
+    builds of one version."""
+    return f"{platform.python_version()} {os.path.realpath(sys.executable)}"
+
+
 def _peer_port(peer: subprocess.Popen[str]) -> int:
     """The port an echo peer printed; OSError when it exited without one."""
     assert peer.stdout is not None
@@ -1488,6 +1497,7 @@ def machine_result(count: int) -> dict[str, Any]:
     return {
         "mode": "machine",
         "nproc": os.cpu_count(),
+        "python": interpreter(),
         "python_loop_ns": python_loop_ns(),
         "count": len(samples),
         "latency_per": "loopback round trip",
@@ -1502,7 +1512,8 @@ def machine_result(count: int) -> dict[str, Any]:
 
 
 def render_machine(d: Mapping[str, Any]) -> str:
-    text = (f"machine: {d['nproc']} CPUs; Python loop {d['python_loop_ns']:.1f} ns per "
+    python = f"Python {d['python']}; " if d.get("python") else ""
+    text = (f"machine: {d['nproc']} CPUs; {python}Python loop {d['python_loop_ns']:.1f} ns per "
             f"iteration; {d['count']} loopback round trips (1100 B framed request, 120 B "
             f"answer, blocking sockets, another Python process) "
             f"{latency_text(d['latency_us'], unit='µs', digits=1)} (max {d['max_us']:.1f}µs)")

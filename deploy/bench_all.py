@@ -268,6 +268,8 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         a, b = key(start), key(end)
         return "n/a" if a is None or b is None else f"{number_text(a, digits)} / {number_text(b, digits)}"
 
+    rows.append(("machine: Python (version, interpreter)",
+                 str(start.get("python") or "n/a") if start is not None else "n/a", cmd))
     rows.append(("machine: Python loop ns/iteration, start / end",
                  both(lambda r: None if r is None else r.get("python_loop_ns"), 1), cmd))
     rows.append(("machine: loopback round trip p50 µs, start / end",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
@@ -288,6 +289,8 @@ def test_machine_command_times_the_interpreter_and_loopback() -> None:
     (d,) = [json.loads(line) for line in result.output.splitlines()]
     assert d["mode"] == "machine" and d["count"] == 50 and d["nproc"] == os.cpu_count()
     assert d["python_loop_ns"] > 0 and d["latency_per"] == "loopback round trip"
+    # the version and the interpreter behind the venv's link
+    assert d["python"] == f"{platform.python_version()} {os.path.realpath(sys.executable)}"
     lat = d["latency_us"]
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= d["max_us"]
     assert set(d["cpu_idle"]) == {"driver", "governor", "halt_poll_ns"}
@@ -296,6 +299,7 @@ def test_machine_command_times_the_interpreter_and_loopback() -> None:
     assert text.exit_code == 0 and text.output.startswith("machine: ")
     assert f"CPU idle: {d['cpu_idle_text']}" in text.output
     assert "20 loopback round trips" in text.output
+    assert f"; Python {d['python']}; Python loop " in text.output
     trio_lat = d["trio_latency_us"]
     assert 0 < trio_lat["p50"] <= trio_lat["p90"] <= trio_lat["p99"] <= trio_lat["p99.9"]
     wake = d["wake"]
@@ -487,7 +491,8 @@ RESULTS: dict[str, Any] = {"steps": [
     step("disk", "", "mqbench disk --dir <SYNC store>/commitlog",
          {"mode": "disk", "latency_us": lat(250, 300, 400, 800)}),
     step("machine_start", "", "mqbench machine -c 5000",
-         {"mode": "machine", "python_loop_ns": 185.84, "latency_us": lat(29.04, 35, 51, 84),
+         {"mode": "machine", "python": "3.11.2 /usr/bin/python3.11", "python_loop_ns": 185.84,
+          "latency_us": lat(29.04, 35, 51, 84),
           "trio_latency_us": lat(61.26, 70, 90, 120), "wake": {"ratio": 2.44},
           "pinned": {"cpus": [0, 1], "same_cpu_us": lat(18.04, 20, 30, 40),
                      "two_cpus_us": lat(79.61, 90, 150, 300)},
@@ -524,6 +529,8 @@ def test_table_rows_from_fixed_results() -> None:
         ("broker CPU µs/msg: batched ASYNC / SYNC, pull, push", "7.5 / n/a / 2.5 / n/a",
          "user + system time of the broker process during those steps"),
         ("Spark warm/first msg/s", "90,000 / 20,000", "mqbench spark -r 3"),
+        ("machine: Python (version, interpreter)", "3.11.2 /usr/bin/python3.11",
+         "mqbench machine -c 5000"),
         ("machine: Python loop ns/iteration, start / end", "185.8 / 190.1",
          "mqbench machine -c 5000"),
         ("machine: loopback round trip p50 µs, start / end", "29.0 / 40.0",
@@ -541,11 +548,11 @@ def test_table_rows_from_fixed_results() -> None:
     text = render_table(rows)
     lines = text.splitlines()
     widths = max(len(r[0]) for r in rows), max(len(r[1]) for r in rows)
-    assert widths == (67, 23)
-    assert lines[0].split(" | ") == ["figure".ljust(67), "value".rjust(23), "command"]
+    assert widths == (67, 26)
+    assert lines[0].split(" | ") == ["figure".ljust(67), "value".rjust(26), "command"]
     assert len(lines) == 2 + len(rows)
     assert len({line.index("|") for line in lines}) == 1  # the columns line up
-    assert lines[10].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>23} |" in lines[10]
+    assert lines[10].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>26} |" in lines[10]
 
 
 def test_table_rows_with_failures_and_skipped_spark() -> None:
@@ -561,6 +568,7 @@ def test_table_rows_with_failures_and_skipped_spark() -> None:
     assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
     assert rows["consume pull msg/s"] == ("66,000", "mqbench consumer")
     assert rows["machine: Python loop ns/iteration, start / end"][0] == "n/a"
+    assert rows["machine: Python (version, interpreter)"][0] == "3.11.2 /usr/bin/python3.11"
     assert rows["single send ASYNC p50 / loopback p50"][0] == "10.5"
     assert rows["machine: CPU idle, start"][0] == "haltpoll, halt poll off"
     assert find({"steps": []}, "push", ASYNC) == (None, "not run")
@@ -628,7 +636,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 23
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 24
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
