@@ -55,6 +55,22 @@ REFUSAL_READ_LIMIT = 64 * 1024
 REFUSAL_TIMEOUT_S = 5.0
 
 
+# 0 where the ssl module does not name the option (nothing to clear then)
+IGNORE_UNEXPECTED_EOF: ssl.Options = getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", ssl.Options(0))
+
+
+def new_context(purpose: ssl.Purpose) -> ssl.SSLContext:
+    """``ssl.create_default_context(purpose)`` where a peer that drops the TCP
+    connection without TLS's close_notify is an error (``SSLEOFError``) on every
+    Python build. Some builds (Debian's 3.11.2) set ``OP_IGNORE_UNEXPECTED_EOF``
+    by default, which makes that drop a clean end of stream: a client refused
+    for want of a certificate then saw only "connection closed", without the
+    reason (``describe_tls_failure``)."""
+    ctx = ssl.create_default_context(purpose)
+    ctx.options &= ~IGNORE_UNEXPECTED_EOF
+    return ctx
+
+
 class TlsConfigError(ValueError):
     """TLS settings that cannot work (a mode unknown, a file missing or unreadable)."""
 
@@ -325,22 +341,6 @@ async def accept(stream: trio.SocketStream, tls: ServerTls, ctx: ssl.SSLContext 
 
 
 # ---- client side -------------------------------------------------------------------
-
-
-def new_context(purpose: ssl.Purpose) -> ssl.SSLContext:
-    """``ssl.create_default_context(purpose)`` where a peer that drops the TCP
-    connection without TLS's close_notify is an error (``SSLEOFError``) on every
-    Python build. Some builds (Debian's 3.11.2) set ``OP_IGNORE_UNEXPECTED_EOF``
-    by default, which makes that drop a clean end of stream: a client refused
-    for want of a certificate then saw only "connection closed", without the
-    reason (``describe_tls_failure``)."""
-    ctx = ssl.create_default_context(purpose)
-    ctx.options &= ~IGNORE_UNEXPECTED_EOF
-    return ctx
-
-
-# 0 where the ssl module does not name the option (nothing to clear then)
-IGNORE_UNEXPECTED_EOF: ssl.Options = getattr(ssl, "OP_IGNORE_UNEXPECTED_EOF", ssl.Options(0))
 
 
 def describe_tls_failure(exc: BaseException) -> str:
