@@ -52,6 +52,7 @@ from client.admin_cli import (
     tool_credentials,
 )
 from client.bench_attacks import attack
+from client.pywork import work_ns
 from protocol.logs import configure_logging
 from protocol.trio.busy_poll import ENV_BUSY_POLL_US, MAX_BUSY_POLL_US
 
@@ -1499,6 +1500,7 @@ def machine_result(count: int) -> dict[str, Any]:
         "nproc": os.cpu_count(),
         "python": interpreter(),
         "python_loop_ns": python_loop_ns(),
+        "python_work_ns": work_ns(),
         "count": len(samples),
         "latency_per": "loopback round trip",
         "latency_us": latency_us(samples),
@@ -1513,8 +1515,10 @@ def machine_result(count: int) -> dict[str, Any]:
 
 def render_machine(d: Mapping[str, Any]) -> str:
     python = f"Python {d['python']}; " if d.get("python") else ""
+    work = (f"Python work (calls, objects, struct) {d['python_work_ns']:.0f} ns a step; "
+            if d.get("python_work_ns") else "")
     text = (f"machine: {d['nproc']} CPUs; {python}Python loop {d['python_loop_ns']:.1f} ns per "
-            f"iteration; {d['count']} loopback round trips (1100 B framed request, 120 B "
+            f"iteration; {work}{d['count']} loopback round trips (1100 B framed request, 120 B "
             f"answer, blocking sockets, another Python process) "
             f"{latency_text(d['latency_us'], unit='µs', digits=1)} (max {d['max_us']:.1f}µs)")
     if d.get("trio_latency_us"):

@@ -272,6 +272,8 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                  str(start.get("python") or "n/a") if start is not None else "n/a", cmd))
     rows.append(("machine: Python loop ns/iteration, start / end",
                  both(lambda r: None if r is None else r.get("python_loop_ns"), 1), cmd))
+    rows.append(("machine: Python work ns/step (calls, objects, struct), start / end",
+                 both(lambda r: None if r is None else r.get("python_work_ns"), 0), cmd))
     rows.append(("machine: loopback round trip p50 µs, start / end",
                  both(lambda r: _lat(r, "p50"), 1), cmd))
     rows.append(("machine: trio loopback round trip p50 µs, start / end",

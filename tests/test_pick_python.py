@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deploy import pick_python
-from deploy.pick_python import choose, describe, usable
+from deploy.pick_python import best_of, choose, describe, usable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +47,24 @@ def test_only_a_python_3_11_that_can_make_a_venv_counts() -> None:
     assert describe("x", fast_but_312) == "x 3.12.1: not Python 3.11"
     assert describe("z", None) == "z: did not run"
     assert describe("p", result(412.4)) == "p 3.11.7: 412 ns a loop step"
+
+
+def test_each_candidate_keeps_its_fastest_probe_the_candidates_taking_turns() -> None:
+    calls: list[str] = []
+    timings = {"a": [500.0, 300.0, 310.0], "b": [450.0, 900.0, 440.0]}
+    failing = iter([None, result(350), None])
+
+    def run(path: str) -> dict[str, object] | None:
+        calls.append(path)
+        if path == "c":
+            return next(failing)
+        return result(timings[path][calls.count(path) - 1])
+
+    got = dict(best_of(["a", "b", "c"], rounds=3, run=run))
+    assert calls == ["a", "b", "c"] * 3  # turns, not all of one candidate's first
+    assert got["a"] == result(300.0) and got["b"] == result(440.0)
+    assert got["c"] == result(350)  # one probe of three ran: it counts
+    assert dict(best_of(["d"], rounds=2, run=lambda path: None)) == {"d": None}
 
 
 def test_the_probe_runs_under_a_real_interpreter() -> None:

@@ -291,6 +291,7 @@ def test_machine_command_times_the_interpreter_and_loopback() -> None:
     assert d["python_loop_ns"] > 0 and d["latency_per"] == "loopback round trip"
     # the version and the interpreter behind the venv's link
     assert d["python"] == f"{platform.python_version()} {os.path.realpath(sys.executable)}"
+    assert d["python_work_ns"] > 0
     lat = d["latency_us"]
     assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["p99.9"] <= d["max_us"]
     assert set(d["cpu_idle"]) == {"driver", "governor", "halt_poll_ns"}
@@ -300,6 +301,7 @@ def test_machine_command_times_the_interpreter_and_loopback() -> None:
     assert f"CPU idle: {d['cpu_idle_text']}" in text.output
     assert "20 loopback round trips" in text.output
     assert f"; Python {d['python']}; Python loop " in text.output
+    assert " ns per iteration; Python work (calls, objects, struct) " in text.output
     trio_lat = d["trio_latency_us"]
     assert 0 < trio_lat["p50"] <= trio_lat["p90"] <= trio_lat["p99"] <= trio_lat["p99.9"]
     wake = d["wake"]
@@ -492,13 +494,15 @@ RESULTS: dict[str, Any] = {"steps": [
          {"mode": "disk", "latency_us": lat(250, 300, 400, 800)}),
     step("machine_start", "", "mqbench machine -c 5000",
          {"mode": "machine", "python": "3.11.2 /usr/bin/python3.11", "python_loop_ns": 185.84,
+          "python_work_ns": 301.4,
           "latency_us": lat(29.04, 35, 51, 84),
           "trio_latency_us": lat(61.26, 70, 90, 120), "wake": {"ratio": 2.44},
           "pinned": {"cpus": [0, 1], "same_cpu_us": lat(18.04, 20, 30, 40),
                      "two_cpus_us": lat(79.61, 90, 150, 300)},
           "cpu_idle_text": "haltpoll, halt poll off"}),
     step("machine_end", "", "mqbench machine -c 5000",
-         {"mode": "machine", "python_loop_ns": 190.06, "latency_us": lat(40.0, 45, 60, 90),
+         {"mode": "machine", "python_loop_ns": 190.06, "python_work_ns": 310.6,
+          "latency_us": lat(40.0, 45, 60, 90),
           "trio_latency_us": lat(70.0, 80, 90, 120), "wake": {"ratio": 2.0}}),
 ]}
 
@@ -532,6 +536,8 @@ def test_table_rows_from_fixed_results() -> None:
         ("machine: Python (version, interpreter)", "3.11.2 /usr/bin/python3.11",
          "mqbench machine -c 5000"),
         ("machine: Python loop ns/iteration, start / end", "185.8 / 190.1",
+         "mqbench machine -c 5000"),
+        ("machine: Python work ns/step (calls, objects, struct), start / end", "301 / 311",
          "mqbench machine -c 5000"),
         ("machine: loopback round trip p50 µs, start / end", "29.0 / 40.0",
          "mqbench machine -c 5000"),
@@ -568,6 +574,7 @@ def test_table_rows_with_failures_and_skipped_spark() -> None:
     assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
     assert rows["consume pull msg/s"] == ("66,000", "mqbench consumer")
     assert rows["machine: Python loop ns/iteration, start / end"][0] == "n/a"
+    assert rows["machine: Python work ns/step (calls, objects, struct), start / end"][0] == "n/a"
     assert rows["machine: Python (version, interpreter)"][0] == "3.11.2 /usr/bin/python3.11"
     assert rows["single send ASYNC p50 / loopback p50"][0] == "10.5"
     assert rows["machine: CPU idle, start"][0] == "haltpoll, halt poll off"
@@ -636,7 +643,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 24
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 25
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
