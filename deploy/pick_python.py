@@ -5,9 +5,9 @@ path on stdout and why on stderr. The candidates are ``python3`` and
 ``python3.11`` on PATH and the distribution's ``/usr/bin/python3.11`` and
 ``/usr/bin/python3``; each must be 3.11 and able to make a venv (``venv`` and
 ``ensurepip``). Each runs ``client/pywork.py``, a pure-Python loop of the kinds
-of work the broker's hot path does (best of several runs; ``mqbench machine``
-reports the same figure);
-another interpreter is chosen over ``python3`` only when it is at least
+of work the broker's hot path does (``mqbench machine`` reports the same
+figure), ``ROUNDS`` times in turns with the others, and its best run counts.
+Another interpreter is chosen over ``python3`` only when it is at least
 ``MARGIN`` faster, so two builds that are alike never flip from one run to the
 next.
 
@@ -135,8 +135,8 @@ def best_of(paths: Sequence[str], rounds: int = ROUNDS,
 
 
 def _ns_of(result: dict[str, object]) -> float:
-    ns = result.get("ns")
-    return float(ns) if isinstance(ns, (int, float)) else float("inf")
+    ns = loop_ns(result)
+    return float("inf") if ns is None else ns
 
 
 def main() -> int:
