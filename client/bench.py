@@ -901,31 +901,44 @@ def render_latency(d: Mapping[str, Any]) -> str:
               help="Stream mode: read limit per micro-batch.")
 @click.option("--checkpoint", default=None,
               help="Stream mode: checkpoint directory (default: a new temporary one).")
+@click.option("--noop", is_flag=True,
+              help="Batch mode: read a built-in Python data source that connects nowhere "
+                   "(one row in each of 4 partitions, the rocketmq schema) instead of the "
+                   "topic: what Spark's own Python data-source machinery costs a read.")
 @json_option
 def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
-          max_per_trigger: int | None, checkpoint: str | None, as_json: bool) -> None:
+          max_per_trigger: int | None, checkpoint: str | None, noop: bool,
+          as_json: bool) -> None:
     """Read a whole topic with the Spark source; report msg/s (batch) or the
     wall time of availableNow runs from earliest into a no-op sink (stream).
     Each run is one read of the whole topic: no per-request latency applies;
     with more than one run, the run times' p50 is reported."""
+    if noop and mode != "batch":
+        raise click.UsageError("--noop reads in batch mode only")
     from pyspark.sql import functions as F
 
     from client.spark import spark_session
+    from client.spark.noop import NOOP_NAME, noop_source
 
     session = spark_session("mqbench-spark", master, **{"spark.ui.enabled": "false"})
     session.sparkContext.setLogLevel("ERROR")
+    if noop:
+        session.dataSource.register(noop_source())
     done: list[dict[str, Any]] = []
     try:
         if mode == "batch":
             for run in range(1, runs + 1):
                 t0 = time.perf_counter()
-                df = _spark_credentials(session.read.format("rocketmq")
-                                        .option("namesrv", namesrv)
-                                        .option("topic", topic)).load()
+                if noop:
+                    df = session.read.format(NOOP_NAME).load()
+                else:
+                    df = _spark_credentials(session.read.format("rocketmq")
+                                            .option("namesrv", namesrv)
+                                            .option("topic", topic)).load()
                 row = df.agg(F.count("*"), F.sum(F.length("body"))).collect()[0]
                 elapsed = time.perf_counter() - t0
                 result = spark_run_result("batch", run, row[0], row[1] or 0, elapsed,
-                                          topic=topic)
+                                          topic=NOOP_NAME if noop else topic)
                 done.append(result)
                 emit(result, render_spark_run(result), as_json)
             summary = spark_summary(done)
@@ -988,6 +1001,7 @@ def spark_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "run_seconds": ({"p50": percentiles(times, (50,))[50], "min": min(times),
                          "max": max(times)} if len(times) > 1 else None),
         "first_msgs_per_s": float(runs[0]["msgs_per_s"]) if runs else None,
+        "first_seconds": float(runs[0]["seconds"]) if runs else None,
         "warm_msgs_per_s": percentiles(warm, (50,))[50] if warm else None,
         "latency_us": None,
         "note": "no per-request latency applies: each run is one read of the whole topic",

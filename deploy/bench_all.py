@@ -19,6 +19,7 @@ processes), so the figures can be read against what the machine gave then.
                  push -t BenchTopic -c 200000 -i 1                       push consume
                  producer -t BenchTopic ... -c 800000                   to 1,000,000 for Spark
                  spark -t BenchTopic -r 3                                Spark batch reads
+                 spark --noop -r 3                                       Spark's own part
     SYNC_FLUSH   producer (batched), producer (single), as above
     ASYNC_FLUSH and SYNC_FLUSH again, broker with busyPollMicros=1000:
                  --busy-poll-us 1000 producer (batched: ASYNC only; single), as above
@@ -121,6 +122,9 @@ def plan(divisor: int = 1, skip_spark: bool = False, disk_file_size: int = 1 << 
         async_steps.append(Step("spark_fill", ASYNC, "producer", (
             "-t", BATCHED_TOPIC, "-s", "1024", "-b", "32", "-w", "16", "-c", n(800_000))))
         async_steps.append(Step("spark", ASYNC, "spark", ("-t", BATCHED_TOPIC, "-r", "3")))
+        # the same reads of a source that connects nowhere, in a session of its
+        # own: what Spark's Python data-source machinery alone costs a first read
+        async_steps.append(Step("spark_noop", ASYNC, "spark", ("--noop", "-r", "3")))
     disk = Step("disk", "", "disk", ("-s", "1024", "-c", n(2000), "--file-size",
                                      str(disk_file_size)))
     machine = [Step(name, "", "machine", ("-c", n(5000)))
@@ -256,11 +260,20 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     summary, cmd = find(results, "spark", ASYNC, "spark_summary")
     if summary is None and cmd == "not run":
         rows.append(("Spark warm/first msg/s", "skipped", "--skip-spark"))
+        rows.append(("Spark first read s: rocketmq / a no-op Python source", "skipped",
+                     "--skip-spark"))
     else:
         warm = summary.get("warm_msgs_per_s") if summary else None
         first = summary.get("first_msgs_per_s") if summary else None
         value = "n/a" if first is None else f"{number_text(warm)} / {number_text(first)}"
         rows.append(("Spark warm/first msg/s", value, cmd))
+        noop, noop_cmd = find(results, "spark_noop", ASYNC, "spark_summary")
+        ours_s = summary.get("first_seconds") if summary else None
+        noop_s = noop.get("first_seconds") if noop else None
+        rows.append(("Spark first read s: rocketmq / a no-op Python source",
+                     "n/a" if ours_s is None or noop_s is None
+                     else f"{number_text(ours_s, 2)} / {number_text(noop_s, 2)}",
+                     f"{cmd}; {noop_cmd} (a session of its own)"))
     start, cmd = find(results, "machine_start", "")
     end, _ = find(results, "machine_end", "")
 

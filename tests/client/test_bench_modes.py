@@ -161,6 +161,7 @@ def test_spark_runs_and_summary() -> None:
     assert json.loads(json.dumps(s)) == s
     assert s["run_seconds"] == {"p50": 2.0, "min": 1.0, "max": 5.0}
     assert s["first_msgs_per_s"] == pytest.approx(200.0)
+    assert s["first_seconds"] == 5.0
     assert s["warm_msgs_per_s"] == pytest.approx(1000.0)  # of 1,000 and 500: nearest rank
     assert s["latency_us"] is None
     line = render_spark_summary(s)
@@ -426,7 +427,7 @@ def test_loopback_peer_is_gone_afterwards() -> None:
 def test_plan_divides_counts() -> None:
     full = plan()
     assert [s.name for s in full[ASYNC]] == ["produce_batched", "consume_pull", "produce_single",
-                                             "push", "spark_fill", "spark"]
+                                             "push", "spark_fill", "spark", "spark_noop"]
     assert [s.name for s in full[SYNC]] == ["produce_batched", "produce_single"]
     assert full[ASYNC][0].shown() == ("mqbench producer -t BenchTopic -s 1024 -b 32 -w 16 "
                                       "-c 200000")
@@ -434,6 +435,7 @@ def test_plan_divides_counts() -> None:
     assert full[ASYNC][4].shown() == ("mqbench producer -t BenchTopic -s 1024 -b 32 -w 16 "
                                       "-c 800000")  # Spark then reads 1,000,000
     assert full[ASYNC][5].shown() == "mqbench spark -t BenchTopic -r 3"
+    assert full[ASYNC][6].shown() == "mqbench spark --noop -r 3"  # a session of its own
     # against a spinning broker, spinning: batched (ASYNC) and single sends
     single_busy = "mqbench --busy-poll-us 1000 producer -t BenchSingle -s 1024 -b 1 -w 1 -c 20000"
     assert [s.shown() for s in full[ASYNC_BUSY]] == [
@@ -479,7 +481,12 @@ RESULTS: dict[str, Any] = {"steps": [
     | {"broker_rss_peak_bytes": 120 << 20},
     step("spark", ASYNC, "mqbench spark -r 3",
          {"mode": "spark", "run": 1},
-         {"mode": "spark_summary", "warm_msgs_per_s": 90000.0, "first_msgs_per_s": 20000.0}),
+         {"mode": "spark_summary", "warm_msgs_per_s": 90000.0, "first_msgs_per_s": 20000.0,
+          "first_seconds": 50.004}),
+    step("spark_noop", ASYNC, "mqbench spark --noop -r 3",
+         {"mode": "spark", "run": 1},
+         {"mode": "spark_summary", "warm_msgs_per_s": 12.0, "first_msgs_per_s": 1.0,
+          "first_seconds": 4.1}),
     step("produce_batched", SYNC, "mqbench producer -b 32 (sync)",
          {"mode": "produce", "msgs_per_s": 43000.0, "latency_us": lat(1e4, 2e4, 40_000, 50_000)}),
     step("produce_single", SYNC, "mqbench producer -b 1 (sync)",
@@ -533,6 +540,8 @@ def test_table_rows_from_fixed_results() -> None:
         ("broker CPU µs/msg: batched ASYNC / SYNC, pull, push", "7.5 / n/a / 2.5 / n/a",
          "user + system time of the broker process during those steps"),
         ("Spark warm/first msg/s", "90,000 / 20,000", "mqbench spark -r 3"),
+        ("Spark first read s: rocketmq / a no-op Python source", "50.00 / 4.10",
+         "mqbench spark -r 3; mqbench spark --noop -r 3 (a session of its own)"),
         ("machine: Python (version, interpreter)", "3.11.2 /usr/bin/python3.11",
          "mqbench machine -c 5000"),
         ("machine: Python loop ns/iteration, start / end", "185.8 / 190.1",
@@ -572,6 +581,8 @@ def test_table_rows_with_failures_and_skipped_spark() -> None:
     assert rows["push consume msg/s"] == ("n/a", "mqbench push  [exit 2]")
     assert rows["broker peak RSS MiB, pull / push consume"][0] == "n/a"  # push has none
     assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
+    assert rows["Spark first read s: rocketmq / a no-op Python source"] == (
+        "skipped", "--skip-spark")
     assert rows["consume pull msg/s"] == ("66,000", "mqbench consumer")
     assert rows["machine: Python loop ns/iteration, start / end"][0] == "n/a"
     assert rows["machine: Python work ns/step (calls, objects, struct), start / end"][0] == "n/a"
@@ -643,7 +654,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 25
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 26
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
