@@ -52,6 +52,7 @@ from client.admin_cli import (
     tool_credentials,
 )
 from client.bench_attacks import attack
+from client.proc_cpu import tree_cpu_seconds
 from client.pywork import work_ns
 from protocol.logs import configure_logging
 from protocol.trio.busy_poll import ENV_BUSY_POLL_US, MAX_BUSY_POLL_US
@@ -922,12 +923,14 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
 
     session = spark_session("mqbench-spark", master, **{"spark.ui.enabled": "false"})
     session.sparkContext.setLogLevel("ERROR")
+    me = os.getpid()
     if noop:
         session.dataSource.register(noop_source())
     done: list[dict[str, Any]] = []
     try:
         if mode == "batch":
             for run in range(1, runs + 1):
+                cpu0 = tree_cpu_seconds(me)
                 t0 = time.perf_counter()
                 if noop:
                     df = session.read.format(NOOP_NAME).load()
@@ -937,8 +940,11 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
                                             .option("topic", topic)).load()
                 row = df.agg(F.count("*"), F.sum(F.length("body"))).collect()[0]
                 elapsed = time.perf_counter() - t0
+                cpu1 = tree_cpu_seconds(me)
                 result = spark_run_result("batch", run, row[0], row[1] or 0, elapsed,
-                                          topic=NOOP_NAME if noop else topic)
+                                          topic=NOOP_NAME if noop else topic,
+                                          cpu_s=None if cpu0 is None or cpu1 is None
+                                          else cpu1 - cpu0)
                 done.append(result)
                 emit(result, render_spark_run(result), as_json)
             summary = spark_summary(done)
@@ -978,10 +984,18 @@ def spark_run_result(kind: str, run: int, count: int, nbytes: int | None, elapse
             "latency_us": None, **extra}
 
 
+def _cpu_us_per_msg(d: Mapping[str, Any]) -> float | None:
+    """CPU µs a message of a Spark run's own processes (driver, JVM, Python workers)."""
+    cpu, count = d.get("cpu_s"), d.get("count")
+    return None if cpu is None or not count else cpu / count * 1e6
+
+
 def render_spark_run(d: Mapping[str, Any]) -> str:
     if d["kind"] == "batch":
+        cpu = d.get("cpu_s")
         return (f"spark batch run {d['run']}: {d['count']} msgs ({d['bytes'] / 1e6:.1f} MB of "
-                f"bodies) in {d['seconds']:.2f}s = {d['msgs_per_s']:,.0f} msg/s")
+                f"bodies) in {d['seconds']:.2f}s = {d['msgs_per_s']:,.0f} msg/s"
+                + ("" if cpu is None else f"; {cpu:.2f}s of CPU in the session's processes"))
     return (f"spark stream run {d['run']} (availableNow, from earliest): {d['count']} msgs "
             f"in {d['micro_batches']} micro-batches, {d['seconds']:.2f}s wall = "
             f"{d['msgs_per_s']:,.0f} msg/s")
@@ -991,9 +1005,13 @@ def spark_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The runs together: run time percentiles (seconds, when more than one
     run), the first run's msg/s (it also starts Spark's Python workers) and the
     later runs' nearest-rank median msg/s ("warm": of two runs, the faster;
-    None with a single run)."""
+    None with a single run), and the CPU µs a message the session's own
+    processes spent in the first run and in that warm one (where /proc tells)."""
     times = [float(r["seconds"]) for r in runs]
     warm = sorted(float(r["msgs_per_s"]) for r in runs[1:])
+    # the CPU of the run whose rate is the warm figure
+    warm_run = next((r for r in runs[1:] if warm and float(r["msgs_per_s"]) ==
+                     percentiles(warm, (50,))[50]), None)
     return {
         "mode": "spark_summary",
         "kind": runs[0]["kind"] if runs else None,
@@ -1002,6 +1020,9 @@ def spark_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                          "max": max(times)} if len(times) > 1 else None),
         "first_msgs_per_s": float(runs[0]["msgs_per_s"]) if runs else None,
         "first_seconds": float(runs[0]["seconds"]) if runs else None,
+        # CPU of the driver, the JVM and the Python workers a message: first and warm reads
+        "first_cpu_us_per_msg": _cpu_us_per_msg(runs[0]) if runs else None,
+        "warm_cpu_us_per_msg": None if warm_run is None else _cpu_us_per_msg(warm_run),
         "warm_msgs_per_s": percentiles(warm, (50,))[50] if warm else None,
         "latency_us": None,
         "note": "no per-request latency applies: each run is one read of the whole topic",

@@ -52,6 +52,7 @@ import click
 import structlog
 import trio
 
+from client.proc_cpu import cpu_seconds
 from protocol.logs import configure_logging
 from protocol.trio.memory import rss_bytes
 
@@ -260,6 +261,8 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     summary, cmd = find(results, "spark", ASYNC, "spark_summary")
     if summary is None and cmd == "not run":
         rows.append(("Spark warm/first msg/s", "skipped", "--skip-spark"))
+        rows.append(("Spark CPU µs/msg: Spark's processes first / warm; broker", "skipped",
+                     "--skip-spark"))
         rows.append(("Spark first read s: rocketmq / a no-op Python source", "skipped",
                      "--skip-spark"))
     else:
@@ -267,6 +270,19 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         first = summary.get("first_msgs_per_s") if summary else None
         value = "n/a" if first is None else f"{number_text(warm)} / {number_text(first)}"
         rows.append(("Spark warm/first msg/s", value, cmd))
+        spark_step = _step(results, "spark", ASYNC)
+        broker_cpu = spark_step.get("broker_cpu_s") if spark_step is not None else None
+        read = sum(int(r.get("count") or 0) for r in (spark_step or {}).get("results", [])
+                   if r.get("mode") == "spark")
+        first_cpu = summary.get("first_cpu_us_per_msg") if summary else None
+        warm_cpu = summary.get("warm_cpu_us_per_msg") if summary else None
+        rows.append(("Spark CPU µs/msg: Spark's processes first / warm; broker",
+                     "n/a" if first_cpu is None or warm_cpu is None
+                     else f"{number_text(first_cpu, 1)} / {number_text(warm_cpu, 1)}; "
+                          + ("n/a" if broker_cpu is None or not read
+                             else number_text(broker_cpu / read * 1e6, 1)),
+                     "the driver, its JVM and Python workers during each read (/proc); "
+                     "the broker over all the reads"))
         noop, noop_cmd = find(results, "spark_noop", ASYNC, "spark_summary")
         ours_s = summary.get("first_seconds") if summary else None
         noop_s = noop.get("first_seconds") if noop else None
@@ -490,16 +506,6 @@ def run_step(step: Step, namesrv: str | None, extra: Sequence[str] = (),
         log.error("mqbench failed", command=shown, returncode=proc.returncode,
                   stderr=proc.stderr[-2000:])
     return entry
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a live process so far (Linux /proc), or None."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class PeakRss:

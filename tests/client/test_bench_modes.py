@@ -153,15 +153,20 @@ def test_latency_result_renders_the_old_line() -> None:
 
 
 def test_spark_runs_and_summary() -> None:
-    runs = [spark_run_result("batch", i + 1, 1000, 1_000_000, secs)
-            for i, secs in enumerate([5.0, 1.0, 2.0])]
+    runs = [spark_run_result("batch", i + 1, 1000, 1_000_000, secs, cpu_s=cpu)
+            for i, (secs, cpu) in enumerate([(5.0, 9.0), (1.0, 1.5), (2.0, 2.5)])]
     assert render_spark_run(runs[1]) == ("spark batch run 2: 1000 msgs (1.0 MB of bodies) in "
-                                         "1.00s = 1,000 msg/s")
+                                         "1.00s = 1,000 msg/s; 1.50s of CPU in the session's "
+                                         "processes")
     s = spark_summary(runs)
     assert json.loads(json.dumps(s)) == s
     assert s["run_seconds"] == {"p50": 2.0, "min": 1.0, "max": 5.0}
     assert s["first_msgs_per_s"] == pytest.approx(200.0)
     assert s["first_seconds"] == 5.0
+    assert s["first_cpu_us_per_msg"] == pytest.approx(9000.0)
+    assert s["warm_cpu_us_per_msg"] == pytest.approx(1500.0)  # the faster run's, as the rate
+    no_cpu = spark_summary([spark_run_result("batch", 1, 10, 10, 1.0, cpu_s=None)] * 2)
+    assert no_cpu["first_cpu_us_per_msg"] is None and no_cpu["warm_cpu_us_per_msg"] is None
     assert s["warm_msgs_per_s"] == pytest.approx(1000.0)  # of 1,000 and 500: nearest rank
     assert s["latency_us"] is None
     line = render_spark_summary(s)
@@ -480,9 +485,12 @@ RESULTS: dict[str, Any] = {"steps": [
     step("push", ASYNC, "mqbench push", {"mode": "push", "msgs_per_s": 54000.0})
     | {"broker_rss_peak_bytes": 120 << 20},
     step("spark", ASYNC, "mqbench spark -r 3",
-         {"mode": "spark", "run": 1},
+         {"mode": "spark", "run": 1, "count": 1_000_000},
+         {"mode": "spark", "run": 2, "count": 1_000_000},
+         {"mode": "spark", "run": 3, "count": 1_000_000},
          {"mode": "spark_summary", "warm_msgs_per_s": 90000.0, "first_msgs_per_s": 20000.0,
-          "first_seconds": 50.004}),
+          "first_seconds": 50.004, "first_cpu_us_per_msg": 14.64,
+          "warm_cpu_us_per_msg": 4.36}) | {"broker_cpu_s": 6.0},
     step("spark_noop", ASYNC, "mqbench spark --noop -r 3",
          {"mode": "spark", "run": 1},
          {"mode": "spark_summary", "warm_msgs_per_s": 12.0, "first_msgs_per_s": 1.0,
@@ -540,6 +548,9 @@ def test_table_rows_from_fixed_results() -> None:
         ("broker CPU µs/msg: batched ASYNC / SYNC, pull, push", "7.5 / n/a / 2.5 / n/a",
          "user + system time of the broker process during those steps"),
         ("Spark warm/first msg/s", "90,000 / 20,000", "mqbench spark -r 3"),
+        ("Spark CPU µs/msg: Spark's processes first / warm; broker", "14.6 / 4.4; 2.0",
+         "the driver, its JVM and Python workers during each read (/proc); the broker over "
+         "all the reads"),
         ("Spark first read s: rocketmq / a no-op Python source", "50.00 / 4.10",
          "mqbench spark -r 3; mqbench spark --noop -r 3 (a session of its own)"),
         ("machine: Python (version, interpreter)", "3.11.2 /usr/bin/python3.11",
@@ -582,6 +593,8 @@ def test_table_rows_with_failures_and_skipped_spark() -> None:
     assert rows["broker peak RSS MiB, pull / push consume"][0] == "n/a"  # push has none
     assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
     assert rows["Spark first read s: rocketmq / a no-op Python source"] == (
+        "skipped", "--skip-spark")
+    assert rows["Spark CPU µs/msg: Spark's processes first / warm; broker"] == (
         "skipped", "--skip-spark")
     assert rows["consume pull msg/s"] == ("66,000", "mqbench consumer")
     assert rows["machine: Python loop ns/iteration, start / end"][0] == "n/a"
@@ -654,7 +667,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 26
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 27
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
