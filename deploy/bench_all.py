@@ -34,7 +34,6 @@ timeout) and the temporary directory removed whatever happens.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import socket
