@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA ?= ./.data
 
-.PHONY: run cluster test lint bench clean browser bytecode redis
+.PHONY: run cluster test lint bench clean browser bytecode redis speedups
 
 # .venv is made from VENV_PYTHON when given (make VENV_PYTHON=/path/to/python3.11), else from
 # the fastest Python 3.11 on the machine (deploy/pick_python.py: a distribution's
@@ -16,7 +16,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pip install -q -e '.[test,spark,speed]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -27,12 +27,17 @@ install: $(STAMP)
 bytecode: $(STAMP)
 	@$(PY) -m deploy.bytecode
 
-run: $(STAMP) bytecode
+# the hot loops written for Cython's pure Python mode, compiled in place where Cython and
+# a C compiler are at hand (deploy/speedups.py); never fails: the plain loops run without
+speedups: $(STAMP)
+	@$(PY) -m deploy.speedups
+
+run: $(STAMP) bytecode speedups
 	$(PY) -m deploy.run_local --store $(DATA)
 
 # two masters and two slaves on loopback (DEPLOY=deploy/2m-2s-sync for SYNC_MASTER)
 DEPLOY ?= deploy/2m-2s-async
-cluster: $(STAMP) bytecode
+cluster: $(STAMP) bytecode speedups
 	$(PY) -m deploy.run_cluster $(DEPLOY)
 
 # headless Chromium for tests/dashboard/test_browser.py: from Debian's packages when
@@ -61,14 +66,14 @@ redis:
 		echo "could not install redis-server: its test will skip"; \
 	else echo "no redis-server: its test will skip and make bench leaves Redis out"; fi
 
-test: $(STAMP) browser redis bytecode
+test: $(STAMP) browser redis bytecode speedups
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check protocol namesrv broker client tests deploy dashboard
 	$(VENV)/bin/mypy
 
-bench: $(STAMP) redis bytecode
+bench: $(STAMP) redis bytecode speedups
 	$(PY) -m deploy.bench_all
 	@if command -v redis-server >/dev/null; then \
 		echo; echo "Redis Streams on this machine, right after:"; $(PY) -m deploy.bench_redis; fi

@@ -36,12 +36,16 @@ yet written.
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import mmap
 import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from broker.store.mapped_file import MappedFile
 from protocol.crc import crc32
@@ -56,6 +60,27 @@ _PAGE_SHIFT = 12  # dirty slot pages are tracked 4 KiB at a time
 _SLOTS_PER_PAGE_SHIFT = _PAGE_SHIFT - 2  # 1,024 slots of 4 bytes a page
 _MERGE_GAP = 8  # clean pages between two dirty runs written with them: fewer pwrites
 _IOV_MAX = 1024  # pieces one pwritev takes (Linux's UIO_MAXIOV)
+# set (to anything) to run the plain Python loop even where the kernel is compiled
+NO_SPEEDUPS_ENV = "ROCKETMQ_NO_SPEEDUPS"
+
+
+def compiled_kernel() -> Callable[..., Any] | None:
+    """``index_kernel.put_hashes`` compiled (deploy/speedups.py), when built
+    from the source beside this file and not turned off; else None."""
+    if os.environ.get(NO_SPEEDUPS_ENV):
+        return None
+    try:
+        mod = importlib.import_module("broker.store._index_kernel_c")
+        source = Path(__file__).with_name("index_kernel.py").read_bytes()
+    except (ImportError, OSError):
+        return None
+    if getattr(mod, "SOURCE_SHA", None) != hashlib.sha256(source).hexdigest():
+        return None  # built from another version of the source
+    kernel: Callable[..., Any] = mod.put_hashes
+    return kernel
+
+
+_KERNEL = compiled_kernel()
 PENDING_MAX = 1 << 20  # entries kept for the flush (20 MiB) before the loop writes them
 
 
@@ -101,6 +126,8 @@ class IndexFile:
         self._pending: list[bytearray] = []
         self._pending_first = self.index_count
         self._pending_lock = threading.Lock()
+        # the compiled per-key loop where there is one (tests turn it off to compare)
+        self.use_kernel = True
         if not self.is_full():
             self._slots = _anonymous(table)
             if existed:
@@ -126,37 +153,17 @@ class IndexFile:
         table = self._slots
         if table is None:  # not full, so never dropped: a table always exists here
             raise RuntimeError(f"{self.path.name} has no slot table")
-        slots = self.hash_slot_num
-        dirty = self._dirty
-        unpack_slot = _SLOT.unpack_from
-        pack_slot = _SLOT.pack_into
-        pack_entry = INDEX_ENTRY.pack_into
         count = self.index_count
         if count == 1:
             self.begin_timestamp = keys[0][2]
             self.begin_phy_offset = keys[0][1]
-        begin = self.begin_timestamp
-        entries = bytearray(len(keys) * INDEX_ENTRY_SIZE)
-        at = 0
-        new_slots = 0
-        last_ms: int | None = None  # a batch's keys share a store time: its diff made once
-        diff = 0
-        for h, phy_offset, store_ms in keys:
-            slot = h % slots
-            slot_pos = slot << 2
-            (prev,) = unpack_slot(table, slot_pos)
-            if prev <= 0 or prev >= count:
-                prev = 0
-                new_slots += 1
-            if store_ms != last_ms:
-                last_ms = store_ms
-                diff = (store_ms - begin) // 1000
-                diff = 0 if diff < 0 else min(diff, 2**31 - 1)
-            pack_entry(entries, at, h, phy_offset, diff, prev)
-            at += INDEX_ENTRY_SIZE
-            pack_slot(table, slot_pos, count)
-            dirty[slot >> _SLOTS_PER_PAGE_SHIFT] = 1
-            count += 1
+        kernel = _KERNEL if self.use_kernel else None
+        if kernel is not None:
+            entries, count, new_slots = kernel(keys, table, self._dirty, self.hash_slot_num,
+                                               count, self.begin_timestamp)
+        else:
+            entries, count, new_slots = put_hashes_loop(
+                keys, table, self._dirty, self.hash_slot_num, count, self.begin_timestamp)
         with self._pending_lock:  # the entries and the header's fields move together
             self._pending.append(entries)
             self.hash_slot_count += new_slots
@@ -304,6 +311,38 @@ class IndexFile:
     def destroy(self) -> None:
         self.close(write=False)  # nothing of it is kept
         self.file.destroy()
+
+
+def put_hashes_loop(keys: list[tuple[int, int, int]], table: Any, dirty: bytearray,
+                    slots: int, count: int, begin: int) -> tuple[bytearray, int, int]:
+    """The per-key loop of ``IndexFile.put_hashes`` in Python (the reference
+    ``index_kernel.put_hashes`` is compared with): (the entries' bytes, the
+    next count, how many slots were empty)."""
+    unpack_slot = _SLOT.unpack_from
+    pack_slot = _SLOT.pack_into
+    pack_entry = INDEX_ENTRY.pack_into
+    entries = bytearray(len(keys) * INDEX_ENTRY_SIZE)
+    at = 0
+    new_slots = 0
+    last_ms: int | None = None  # a batch's keys share a store time: its diff made once
+    diff = 0
+    for h, phy_offset, store_ms in keys:
+        slot = h % slots
+        slot_pos = slot << 2
+        (prev,) = unpack_slot(table, slot_pos)
+        if prev <= 0 or prev >= count:
+            prev = 0
+            new_slots += 1
+        if store_ms != last_ms:
+            last_ms = store_ms
+            diff = (store_ms - begin) // 1000
+            diff = 0 if diff < 0 else min(diff, 2**31 - 1)
+        pack_entry(entries, at, h, phy_offset, diff, prev)
+        at += INDEX_ENTRY_SIZE
+        pack_slot(table, slot_pos, count)
+        dirty[slot >> _SLOTS_PER_PAGE_SHIFT] = 1
+        count += 1
+    return entries, count, new_slots
 
 
 def _anonymous(size: int) -> mmap.mmap:
