@@ -27,8 +27,9 @@ import click
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# (source, compiled module): the compiled module is built in the source's package
-KERNELS = (("broker/store/index_kernel.py", "broker.store._index_kernel_c"),)
+# (source, compiled module, the function its user takes): built in the source's package
+KERNELS = (("broker/store/index_kernel.py", "broker.store._index_kernel_c", "put_hashes"),
+           ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"))
 
 
 def source_sha(path: Path) -> str:
@@ -107,7 +108,7 @@ def main(force: bool) -> None:
     if why is not None:
         click.echo(f"speedups: not compiled ({why}); the plain Python loops run")
         return
-    for rel, module in KERNELS:
+    for rel, module, _ in KERNELS:
         source = ROOT / rel
         if not force and built_sha(module) == source_sha(source):
             continue

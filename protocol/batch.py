@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from pathlib import Path
 
 from protocol.errors import RemoteProtocolError
+from protocol.speedups import compiled
 
 _FIXED = struct.Struct(">iiiii")
 _PROPS_LEN = struct.Struct(">h")
@@ -44,7 +46,20 @@ def encode_batch(items: Iterable[tuple[int, bytes, str]]) -> bytes:
 
 def decode_batch(data: bytes) -> list[tuple[int, bytes, str]]:
     """The (flag, body, properties) of each message of a batch body. Raises
-    RemoteProtocolError, naming the entry, when the layout does not hold."""
+    RemoteProtocolError, naming the entry, when the layout does not hold.
+
+    Where ``protocol/batch_kernel.py`` is compiled (deploy/speedups.py), a
+    ``bytes`` body is walked by it; it gives None for a bad layout, and the
+    loop below then says what is wrong."""
+    if _KERNEL is not None and type(data) is bytes:
+        items: list[tuple[int, bytes, str]] | None = _KERNEL(data)
+        if items is not None:
+            return items
+    return decode_batch_loop(data)
+
+
+def decode_batch_loop(data: bytes) -> list[tuple[int, bytes, str]]:
+    """``decode_batch`` in Python: the reference the compiled walk is compared with."""
     out: list[tuple[int, bytes, str]] = []
     append = out.append
     end = len(data)
@@ -77,3 +92,7 @@ def decode_batch(data: bytes) -> list[tuple[int, bytes, str]]:
 
 def _bad(out: list[tuple[int, bytes, str]], pos: int, what: str) -> RemoteProtocolError:
     return RemoteProtocolError(f"batch entry {len(out)} (byte {pos}): {what}")
+
+
+_KERNEL = compiled("protocol._batch_kernel_c", Path(__file__).with_name("batch_kernel.py"),
+                   "decode_batch")

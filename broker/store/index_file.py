@@ -36,8 +36,6 @@ yet written.
 
 from __future__ import annotations
 
-import hashlib
-import importlib
 import mmap
 import os
 import struct
@@ -49,6 +47,7 @@ from typing import Any
 
 from broker.store.mapped_file import MappedFile
 from protocol.crc import crc32
+from protocol.speedups import compiled
 
 INDEX_HEADER = struct.Struct(">qqqqii")
 INDEX_HEADER_SIZE = 40
@@ -60,24 +59,13 @@ _PAGE_SHIFT = 12  # dirty slot pages are tracked 4 KiB at a time
 _SLOTS_PER_PAGE_SHIFT = _PAGE_SHIFT - 2  # 1,024 slots of 4 bytes a page
 _MERGE_GAP = 8  # clean pages between two dirty runs written with them: fewer pwrites
 _IOV_MAX = 1024  # pieces one pwritev takes (Linux's UIO_MAXIOV)
-# set (to anything) to run the plain Python loop even where the kernel is compiled
-NO_SPEEDUPS_ENV = "ROCKETMQ_NO_SPEEDUPS"
 
 
 def compiled_kernel() -> Callable[..., Any] | None:
     """``index_kernel.put_hashes`` compiled (deploy/speedups.py), when built
     from the source beside this file and not turned off; else None."""
-    if os.environ.get(NO_SPEEDUPS_ENV):
-        return None
-    try:
-        mod = importlib.import_module("broker.store._index_kernel_c")
-        source = Path(__file__).with_name("index_kernel.py").read_bytes()
-    except (ImportError, OSError):
-        return None
-    if getattr(mod, "SOURCE_SHA", None) != hashlib.sha256(source).hexdigest():
-        return None  # built from another version of the source
-    kernel: Callable[..., Any] = mod.put_hashes
-    return kernel
+    return compiled("broker.store._index_kernel_c",
+                    Path(__file__).with_name("index_kernel.py"), "put_hashes")
 
 
 _KERNEL = compiled_kernel()

@@ -1,12 +1,11 @@
 """broker/store/index_kernel.py, the index's per-key loop written for Cython: run as
 plain Python and compiled (deploy/speedups.py), each compared with the reference
-loop in index_file.py; the broker's choice of the compiled one; the builder."""
+loop in index_file.py; the broker's choice of the compiled one."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib
-import os
 import random
 import struct
 import types
@@ -18,7 +17,7 @@ import pytest
 
 from broker.store import index_file, index_kernel
 from broker.store.index_file import IndexFile, compiled_kernel, put_hashes_loop
-from deploy import speedups
+from protocol.speedups import NO_SPEEDUPS_ENV
 
 Loop = Callable[..., tuple[bytearray, int, int]]
 
@@ -116,43 +115,18 @@ def test_the_broker_takes_the_compiled_loop_only_when_current(
         mod.put_hashes = put_hashes_loop  # type: ignore[attr-defined]
         return lambda name: mod
 
-    monkeypatch.delenv(index_file.NO_SPEEDUPS_ENV, raising=False)
+    monkeypatch.delenv(NO_SPEEDUPS_ENV, raising=False)
     monkeypatch.setattr(importlib, "import_module", fake(current))
     assert compiled_kernel() is put_hashes_loop
     monkeypatch.setattr(importlib, "import_module", fake("0" * 64))  # a stale build
     assert compiled_kernel() is None
     monkeypatch.setattr(importlib, "import_module", fake(current))
-    monkeypatch.setenv(index_file.NO_SPEEDUPS_ENV, "1")  # turned off
+    monkeypatch.setenv(NO_SPEEDUPS_ENV, "1")  # turned off
     assert compiled_kernel() is None
 
     def missing(name: str) -> types.ModuleType:
         raise ImportError(name)
 
-    monkeypatch.delenv(index_file.NO_SPEEDUPS_ENV)
+    monkeypatch.delenv(NO_SPEEDUPS_ENV)
     monkeypatch.setattr(importlib, "import_module", missing)  # never built
     assert compiled_kernel() is None
-
-
-def test_it_is_compiled_wherever_the_tools_are() -> None:
-    """``make`` builds it before the tests; where Cython and a C compiler are at
-    hand a missing or stale build is a failure, not a silent fallback."""
-    why = speedups.missing_tools()
-    if why is not None or os.environ.get(index_file.NO_SPEEDUPS_ENV):
-        pytest.skip(f"nothing to compile with here: {why or 'turned off'}")
-    assert COMPILED is not None, "run `make speedups` (python -m deploy.speedups)"
-    assert index_file._KERNEL is COMPILED
-
-
-def test_the_builder_embeds_the_source_hash(tmp_path: Path) -> None:
-    why = speedups.missing_tools()
-    if why is not None:
-        pytest.skip(f"nothing to compile with here: {why}")
-    package = tmp_path / "kpkg"
-    package.mkdir()
-    (package / "__init__.py").write_text("")
-    source = package / "tiny.py"
-    source.write_text("import cython\n\n\ndef twice(x: cython.int) -> int:\n    return x * 2\n")
-    built = speedups.build(source, "kpkg._tiny_c", root=tmp_path)
-    assert built == speedups.built_path("kpkg._tiny_c", tmp_path) and built.exists()
-    assert speedups.built_sha("kpkg._tiny_c", tmp_path) == speedups.source_sha(source)
-    assert speedups.built_sha("kpkg._nothing_c", tmp_path) is None
