@@ -29,8 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (source, compiled module, the function its user takes): built in the source's package
 KERNELS = (("broker/store/index_kernel.py", "broker.store._index_kernel_c", "put_hashes"),
-           ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"),
-           ("broker/store/record_kernel.py", "broker.store._record_kernel_c", "encode_records"))
+           ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"))
 
 
 def source_sha(path: Path) -> str:

@@ -16,11 +16,10 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import structlog
 
@@ -55,7 +54,6 @@ from protocol.record import (
     record_size,
     topic_part,
 )
-from protocol.speedups import compiled
 
 log = structlog.get_logger("store.commitlog")
 
@@ -177,56 +175,6 @@ class DispatchRequest(NamedTuple):
     sys_flag: int
 
 
-def encode_records_loop(encoded: list[Any], wrote_offset: int, total: int, queue_offset: int,
-                        queue_offsets: list[int] | None, now: int, store_host: bytes,
-                        schedule_topic: str, schedule_levels: dict[int, int],
-                        dispatch_type: type[DispatchRequest], pack_host: Callable[[str], bytes],
-                        ) -> tuple[bytes, list[DispatchRequest], list[int]]:
-    """``CommitLog._encode``'s loop in Python (``record_kernel.encode_records``
-    compiled does the same): the records' bytes, a dispatch request each, and
-    each record's commit-log offset (for its msgId)."""
-    phys = wrote_offset
-    parts: list[bytes] = []
-    add = parts.append
-    dispatches: list[DispatchRequest] = []
-    add_dispatch = dispatches.append
-    offsets: list[int] = []
-    add_offset = offsets.append
-    pack_head = RECORD_HEAD.pack
-    new_tuple = tuple.__new__
-    born_host: object = _NOTHING  # a batch's messages share one: packed once
-    born_field = b""
-    for i, (m, topic_field, props_field, size, crc) in enumerate(encoded):
-        if queue_offsets is not None:
-            queue_offset = queue_offsets[i]
-        body = m.body
-        if m.born_host is not born_host:
-            born_host = m.born_host
-            born_field = pack_host(m.born_host)
-        add(pack_head(size, MESSAGE_MAGIC_CODE, crc, m.queue_id, m.flag, queue_offset, phys,
-                      m.sys_flag, m.born_timestamp, born_field, now, store_host,
-                      m.reconsume_times, m.prepared_transaction_offset, len(body)))
-        add(body)
-        add(topic_field)
-        add(props_field)
-        tags_code = m.tags_code
-        topic = m.topic
-        if topic == schedule_topic:
-            tags_code = now + schedule_levels.get(m.queue_id + 1, 0)
-        add_dispatch(new_tuple(dispatch_type, (
-            topic, m.queue_id, phys, size, tags_code, now, queue_offset,
-            m.keys, m.uniq_key, m.sys_flag,
-        )))
-        add_offset(phys)
-        phys += size
-        queue_offset += 1
-    return b"".join(parts), dispatches, offsets
-
-
-_RECORDS = compiled("broker.store._record_kernel_c",
-                    Path(__file__).with_name("record_kernel.py"), "encode_records")
-
-
 class CommitLog:
     def __init__(self, store_dir: Path, file_size: int, store_host: str,
                  max_message_size: int, delay_levels: dict[int, int] | None = None) -> None:
@@ -240,8 +188,6 @@ class CommitLog:
         self.max_message_size = max_message_size
         self.topic_queue_table: dict[str, int] = {}
         self._lock = threading.Lock()
-        # the compiled record loop where there is one (tests turn it off to compare)
-        self.use_kernel = True
         # append_data: (log end, offset of the next record header) as of the
         # last replica append; stale once anything else moves the end.
         self._replica_mark: tuple[int, int] | None = None
@@ -336,7 +282,7 @@ class CommitLog:
 
     def _encode(self, encoded: list, wrote_offset: int, total: int, queue_offset: int,
                 queue_offsets: list[int] | None = None,
-                ) -> tuple[bytes | bytearray, AppendMessageResult, list[DispatchRequest]]:
+                ) -> tuple[bytes, AppendMessageResult, list[DispatchRequest]]:
         """The bytes of the records appended at ``wrote_offset`` (nothing written):
         queue offsets from ``queue_offset`` on, or ``queue_offsets``, one per
         record. Raises struct.error for an integer out of its field's range.
@@ -346,16 +292,49 @@ class CommitLog:
         topic and properties arrive as their fields (``topic_part``,
         ``properties_part``)."""
         now = int(time.time() * 1000)
-        encode = _RECORDS if self.use_kernel and _RECORDS is not None else encode_records_loop
-        data, dispatches, offsets = encode(encoded, wrote_offset, total, queue_offset,
-                                           queue_offsets, now, self.store_host, SCHEDULE_TOPIC,
-                                           self.delay_levels, DispatchRequest, pack_host)
+        phys = wrote_offset
+        parts: list[bytes] = []
+        add = parts.append
+        dispatches: list[DispatchRequest] = []
+        add_dispatch = dispatches.append
+        offsets: list[int] = []  # each record's commit-log offset, for its msgId
+        add_offset = offsets.append
+        pack_head = RECORD_HEAD.pack
+        store_host = self.store_host
+        schedule_levels = self.delay_levels
+        new_tuple = tuple.__new__
+        born_host: object = _NOTHING  # a batch's messages share one: packed once
+        born_field = b""
+        for i, (m, topic_field, props_field, size, crc) in enumerate(encoded):
+            if queue_offsets is not None:
+                queue_offset = queue_offsets[i]
+            body = m.body
+            if m.born_host is not born_host:
+                born_host = m.born_host
+                born_field = pack_host(m.born_host)
+            add(pack_head(size, MESSAGE_MAGIC_CODE, crc, m.queue_id, m.flag, queue_offset, phys,
+                          m.sys_flag, m.born_timestamp, born_field, now, store_host,
+                          m.reconsume_times, m.prepared_transaction_offset, len(body)))
+            add(body)
+            add(topic_field)
+            add(props_field)
+            tags_code = m.tags_code
+            topic = m.topic
+            if topic == SCHEDULE_TOPIC:
+                tags_code = now + schedule_levels.get(m.queue_id + 1, 0)
+            add_dispatch(new_tuple(DispatchRequest, (
+                topic, m.queue_id, phys, size, tags_code, now, queue_offset,
+                m.keys, m.uniq_key, m.sys_flag,
+            )))
+            add_offset(phys)
+            phys += size
+            queue_offset += 1
         result = AppendMessageResult(
             AppendMessageStatus.PUT_OK, wrote_offset, total,
             msg_ids(self._id_head, offsets), now,
             dispatches[0].consume_queue_offset, len(dispatches),
         )
-        return data, result, dispatches
+        return b"".join(parts), result, dispatches
 
     # ---- replica append (a slave writes its master's bytes) ----------------------
 
