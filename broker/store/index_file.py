@@ -59,6 +59,7 @@ _PAGE_SHIFT = 12  # dirty slot pages are tracked 4 KiB at a time
 _SLOTS_PER_PAGE_SHIFT = _PAGE_SHIFT - 2  # 1,024 slots of 4 bytes a page
 _MERGE_GAP = 8  # clean pages between two dirty runs written with them: fewer pwrites
 _IOV_MAX = 1024  # pieces one pwritev takes (Linux's UIO_MAXIOV)
+PENDING_MAX = 1 << 20  # entries kept for the flush (20 MiB) before the loop writes them
 
 
 def compiled_kernel() -> Callable[..., Any] | None:
@@ -69,7 +70,6 @@ def compiled_kernel() -> Callable[..., Any] | None:
 
 
 _KERNEL = compiled_kernel()
-PENDING_MAX = 1 << 20  # entries kept for the flush (20 MiB) before the loop writes them
 
 
 def key_hash(key: str) -> int:
