@@ -36,7 +36,7 @@ def put_hashes(keys: list, table: cython.uchar[::1], dirty: cython.uchar[::1],
     int32_max: cython.longlong = 2147483647
     int32_min: cython.longlong = -2147483648
     int64_max: cython.longlong = 9223372036854775807
-    int64_min: cython.longlong = -9223372036854775807 - 1
+    int64_min: cython.longlong = -int64_max - 1  # not a literal: C has no such constant
     entry_size: cython.Py_ssize_t = 20
     page_shift: cython.int = 10  # 1,024 slots of 4 bytes in a 4 KiB page
     n: cython.Py_ssize_t = len(keys)
