@@ -80,3 +80,4 @@ bench: $(STAMP) redis bytecode speedups
 
 clean:
 	rm -rf $(VENV) $(DATA)
+	rm -f broker/store/_*_c.*.so protocol/_*_c.*.so
