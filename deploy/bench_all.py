@@ -52,6 +52,7 @@ import structlog
 import trio
 
 from client.proc_cpu import cpu_seconds
+from deploy import speedups
 from protocol.logs import configure_logging
 from protocol.trio.memory import rss_bytes
 
@@ -298,6 +299,9 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
 
     rows.append(("machine: Python (version, interpreter)",
                  str(start.get("python") or "n/a") if start is not None else "n/a", cmd))
+    rows.append(("broker: compiled loops in use", speedups.in_use_text(
+        results.get("compiled_loops")), "deploy/speedups.py (make speedups; "
+        "ROCKETMQ_NO_SPEEDUPS=1 runs the Python loops)"))
     rows.append(("machine: Python loop ns/iteration, start / end",
                  both(lambda r: None if r is None else r.get("python_loop_ns"), 1), cmd))
     rows.append(("machine: Python work ns/step (calls, objects, struct), start / end",
@@ -568,7 +572,9 @@ def run(divisor: int, skip_spark: bool, tmp_dir: str | None) -> dict[str, Any]:
     """The whole benchmark; the raw results."""
     steps = plan(divisor, skip_spark, disk_file_size=(1 << 30) if divisor == 1 else 64 << 20)
     results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                               "divisor": divisor, "skip_spark": skip_spark, "steps": []}
+                               "divisor": divisor, "skip_spark": skip_spark, "steps": [],
+                               # the daemons start from this tree with this environment
+                               "compiled_loops": speedups.in_use()}
     root = Path(tempfile.mkdtemp(prefix="mq-bench-all-", dir=tmp_dir))
     try:
         results["steps"].append(run_step(steps["machine"][0], None))

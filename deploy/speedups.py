@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import shutil
 import sys
 import sysconfig
@@ -24,6 +25,8 @@ import tempfile
 from pathlib import Path
 
 import click
+
+from protocol.speedups import NO_SPEEDUPS_ENV, compiled
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -88,6 +91,27 @@ def build(source: Path, module: str, root: Path = ROOT) -> Path:
         shutil.copyfile(built, part)
         part.replace(target)  # a loader never sees half a file
     return target
+
+
+def in_use(root: Path = ROOT) -> dict[str, bool]:
+    """Whether each kernel's compiled module is what runs (built, current, not
+    turned off), by module name: what a process started now would take."""
+    return {module: compiled(module, root / rel, name) is not None
+            for rel, module, name in KERNELS}
+
+
+def in_use_text(state: dict[str, bool] | None) -> str:
+    """``in_use`` in a few words: "2 of 2", or which are not and why."""
+    if not state:
+        return "n/a"
+    on = sum(state.values())
+    text = f"{on} of {len(state)}"
+    if on < len(state):
+        off = [m for m, used in state.items() if not used]
+        why = (f"{NO_SPEEDUPS_ENV} set" if os.environ.get(NO_SPEEDUPS_ENV)
+               else "not built or stale: " + ", ".join(off))
+        text += f" ({why})"
+    return text
 
 
 def missing_tools() -> str | None:

@@ -47,3 +47,15 @@ def test_without_cython_nothing_is_built_and_make_goes_on(
     result = CliRunner().invoke(speedups.main, [])
     assert result.exit_code == 0
     assert "not compiled (Cython is not installed); the plain Python loops run" in result.output
+
+
+def test_in_use_says_which_and_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert speedups.in_use_text({"a._x_c": True, "b._y_c": True}) == "2 of 2"
+    monkeypatch.delenv(NO_SPEEDUPS_ENV, raising=False)
+    assert speedups.in_use_text({"a._x_c": True, "b._y_c": False}) == (
+        "1 of 2 (not built or stale: b._y_c)")
+    monkeypatch.setenv(NO_SPEEDUPS_ENV, "1")
+    assert speedups.in_use_text({"a._x_c": False, "b._y_c": False}) == (
+        f"0 of 2 ({NO_SPEEDUPS_ENV} set)")
+    assert speedups.in_use() == {m: False for _, m, _ in speedups.KERNELS}  # turned off
+    assert speedups.in_use_text(None) == speedups.in_use_text({}) == "n/a"

@@ -44,7 +44,7 @@ from client.bench import (
     spark_summary,
     throughput_result,
 )
-from deploy import bench_all
+from deploy import bench_all, speedups
 from deploy.bench_all import (
     ASYNC,
     ASYNC_BUSY,
@@ -473,7 +473,7 @@ def step(name: str, flush: str, command: str, *results: dict[str, Any],
     return d
 
 
-RESULTS: dict[str, Any] = {"steps": [
+RESULTS: dict[str, Any] = {"compiled_loops": {"a._x_c": True, "b._y_c": True}, "steps": [
     step("produce_batched", ASYNC, "mqbench producer -b 32",
          {"mode": "produce", "count": 200_000, "msgs_per_s": 30123.4,
           "latency_us": lat(1e4, 2e4, 33_000, 37_625)}) | {"broker_cpu_s": 1.5},
@@ -555,6 +555,8 @@ def test_table_rows_from_fixed_results() -> None:
          "mqbench spark -r 3; mqbench spark --noop -r 3 (a session of its own)"),
         ("machine: Python (version, interpreter)", "3.11.2 /usr/bin/python3.11",
          "mqbench machine -c 5000"),
+        ("broker: compiled loops in use", "2 of 2",
+         "deploy/speedups.py (make speedups; ROCKETMQ_NO_SPEEDUPS=1 runs the Python loops)"),
         ("machine: Python loop ns/iteration, start / end", "185.8 / 190.1",
          "mqbench machine -c 5000"),
         ("machine: Python work ns/step (calls, objects, struct), start / end", "301 / 311",
@@ -667,7 +669,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 27
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 28
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
@@ -688,6 +690,8 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
     assert by[("machine_end", "")][0]["count"] == 500
     rows = {r[0]: r[1:] for r in bench_all.table_rows(results)}
     assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
+    # what the daemons of the run took, as this process sees the tree and environment
+    assert rows["broker: compiled loops in use"][0] == speedups.in_use_text(speedups.in_use())
     # no daemon of this run is left: the temporary store paths are in no process's arguments
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(work) not in ps
