@@ -1009,9 +1009,9 @@ def spark_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     processes spent in the first run and in that warm one (where /proc tells)."""
     times = [float(r["seconds"]) for r in runs]
     warm = sorted(float(r["msgs_per_s"]) for r in runs[1:])
+    warm_rate = percentiles(warm, (50,))[50] if warm else None
     # the CPU of the run whose rate is the warm figure
-    warm_run = next((r for r in runs[1:] if warm and float(r["msgs_per_s"]) ==
-                     percentiles(warm, (50,))[50]), None)
+    warm_run = next((r for r in runs[1:] if float(r["msgs_per_s"]) == warm_rate), None)
     return {
         "mode": "spark_summary",
         "kind": runs[0]["kind"] if runs else None,
@@ -1023,7 +1023,7 @@ def spark_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         # CPU of the driver, the JVM and the Python workers a message: first and warm reads
         "first_cpu_us_per_msg": _cpu_us_per_msg(runs[0]) if runs else None,
         "warm_cpu_us_per_msg": None if warm_run is None else _cpu_us_per_msg(warm_run),
-        "warm_msgs_per_s": percentiles(warm, (50,))[50] if warm else None,
+        "warm_msgs_per_s": warm_rate,
         "latency_us": None,
         "note": "no per-request latency applies: each run is one read of the whole topic",
     }

@@ -15,28 +15,22 @@ when the module in place was built from the same source.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import shutil
-import sys
 import sysconfig
 import tempfile
 from pathlib import Path
 
 import click
 
-from protocol.speedups import NO_SPEEDUPS_ENV, compiled
+from protocol.speedups import NO_SPEEDUPS_ENV, compiled, source_sha
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # (source, compiled module, the function its user takes): built in the source's package
 KERNELS = (("broker/store/index_kernel.py", "broker.store._index_kernel_c", "put_hashes"),
            ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"))
-
-
-def source_sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def built_path(module: str, root: Path = ROOT) -> Path:
@@ -147,4 +141,3 @@ def main(force: bool) -> None:
 
 if __name__ == "__main__":
     main()
-    sys.exit(0)

@@ -22,19 +22,24 @@ from typing import Any
 NO_SPEEDUPS_ENV = "ROCKETMQ_NO_SPEEDUPS"
 
 
+def source_sha(source: Path) -> str:
+    """The SHA-256 a build of ``source`` carries as ``SOURCE_SHA``. Raises OSError."""
+    return hashlib.sha256(source.read_bytes()).hexdigest()
+
+
 def compiled(module: str, source: Path, name: str) -> Callable[..., Any] | None:
     """Function ``name`` of the compiled ``module`` built from ``source``, or None."""
     if os.environ.get(NO_SPEEDUPS_ENV):
         return None
     try:
         mod = importlib.import_module(module)
-        text = source.read_bytes()
+        sha = source_sha(source)
     except (ImportError, OSError):
         return None
-    if getattr(mod, "SOURCE_SHA", None) != hashlib.sha256(text).hexdigest():
+    if getattr(mod, "SOURCE_SHA", None) != sha:
         return None  # built from another version of the source
     fn: Callable[..., Any] = getattr(mod, name)
     return fn
 
 
-__all__ = ["NO_SPEEDUPS_ENV", "compiled"]
+__all__ = ["NO_SPEEDUPS_ENV", "compiled", "source_sha"]

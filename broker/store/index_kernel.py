@@ -47,6 +47,7 @@ def put_hashes(keys: list, table: cython.uchar[::1], dirty: cython.uchar[::1],
     entries = bytearray(n * entry_size)
     out: cython.uchar[::1] = entries
     i: cython.Py_ssize_t
+    k: cython.int
     at: cython.Py_ssize_t = 0
     pos: cython.Py_ssize_t
     h: cython.longlong
@@ -84,31 +85,15 @@ def put_hashes(keys: list, table: cython.uchar[::1], dirty: cython.uchar[::1],
                 diff = 0
             elif diff > int32_max:
                 diff = int32_max
-        out[at] = (h >> 24) & 0xFF
-        out[at + 1] = (h >> 16) & 0xFF
-        out[at + 2] = (h >> 8) & 0xFF
-        out[at + 3] = h & 0xFF
-        out[at + 4] = (phy >> 56) & 0xFF
-        out[at + 5] = (phy >> 48) & 0xFF
-        out[at + 6] = (phy >> 40) & 0xFF
-        out[at + 7] = (phy >> 32) & 0xFF
-        out[at + 8] = (phy >> 24) & 0xFF
-        out[at + 9] = (phy >> 16) & 0xFF
-        out[at + 10] = (phy >> 8) & 0xFF
-        out[at + 11] = phy & 0xFF
-        out[at + 12] = (diff >> 24) & 0xFF
-        out[at + 13] = (diff >> 16) & 0xFF
-        out[at + 14] = (diff >> 8) & 0xFF
-        out[at + 15] = diff & 0xFF
-        out[at + 16] = (prev >> 24) & 0xFF
-        out[at + 17] = (prev >> 16) & 0xFF
-        out[at + 18] = (prev >> 8) & 0xFF
-        out[at + 19] = prev & 0xFF
+        # the entry: hash (4), offset (8), time diff (4), previous entry (4), big-endian
+        for k in range(4):
+            out[at + 3 - k] = (h >> (8 * k)) & 0xFF
+            out[at + 15 - k] = (diff >> (8 * k)) & 0xFF
+            out[at + 19 - k] = (prev >> (8 * k)) & 0xFF
+            table[pos + 3 - k] = (count >> (8 * k)) & 0xFF  # the slot: this entry
+        for k in range(8):
+            out[at + 11 - k] = (phy >> (8 * k)) & 0xFF
         at += entry_size
-        table[pos] = (count >> 24) & 0xFF
-        table[pos + 1] = (count >> 16) & 0xFF
-        table[pos + 2] = (count >> 8) & 0xFF
-        table[pos + 3] = count & 0xFF
         dirty[slot >> page_shift] = 1
         count += 1
     return entries, count, new_slots
