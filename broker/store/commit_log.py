@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -34,6 +35,8 @@ from broker.store.status import (
 )
 from broker.topic_validator import RMQ_SYS_SCHEDULE_TOPIC as SCHEDULE_TOPIC
 from protocol.crc import crc32
+from protocol.hashing import tags_hash_code
+from protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, find_property
 from protocol.names import topic_problem
 from protocol.record import (
     BLANK_HEAD,
@@ -245,6 +248,125 @@ class CommitLog:
             return _illegal(msgs, exc)
         if not encoded or total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
+        first = encoded[0][0]
+        nexts: dict[str, int] | None = {} if mixed else None
+
+        def encode(start: int, queue_offset: int
+                   ) -> tuple[bytes, AppendMessageResult, list[DispatchRequest]]:
+            offsets: list[int] | None = None
+            if nexts is not None:  # under the lock: each queue's next offset
+                offsets = []
+                table = self.topic_queue_table
+                for m in msgs:
+                    k = f"{m.topic}-{m.queue_id}"
+                    o = nexts.get(k, table.get(k, 0))
+                    offsets.append(o)
+                    nexts[k] = o + 1
+            return self._encode(encoded, start, total, queue_offset, offsets)
+
+        try:
+            return self._append(total, f"{first.topic}-{first.queue_id}", encode, nexts)
+        except (struct.error, ValueError, OverflowError, TypeError, AttributeError) as exc:
+            return _illegal(msgs, exc)
+
+    def put_batch(self, topic: str, queue_id: int, items: list[tuple[int, bytes, str]], *,
+                  sys_flag: int, born_timestamp: int, born_host: str,
+                  reconsume_times: int,
+                  ) -> tuple[PutMessageResult, list[DispatchRequest]] | None:
+        """Append a producer's batch as it came off the wire: the (flag, body,
+        properties text) of each message (protocol.batch.decode_batch), one
+        topic and queue. The records are those ``put_messages`` writes for
+        ``build_batch_inners`` of the same arguments, made without a message
+        object each (a fifth of a batched send's broker CPU).
+
+        Returns None, writing nothing, when anything is out of the ordinary (a
+        topic, size, range or text that ``put_messages`` refuses, or the
+        schedule topic): the caller then puts the messages the general way,
+        which says what is wrong. Raises AllocationError as ``put_messages``."""
+        if topic == SCHEDULE_TOPIC or not items \
+                or topic_problem(topic) is not None:
+            return None
+        topic_b = topic.encode()
+        if len(topic_b) > MAX_TOPIC_BYTES or not 0 <= queue_id <= INT32_MAX \
+                or not 0 <= reconsume_times <= INT32_MAX:
+            return None
+        try:
+            born_field = pack_host(born_host)
+        except (ValueError, TypeError, AttributeError, struct.error):
+            return None
+        topic_field = topic_part(topic_b)
+        fixed = record_size(0, len(topic_b), 0)
+        max_body = self.max_message_size
+        pack_props_len = PROPERTIES_LENGTH.pack
+        has_tags, has_keys = PROPERTY_TAGS + "\x01", PROPERTY_KEYS + "\x01"
+        pre: list[tuple[int, bytes, bytes, int, int, int, str | None, str | None]] = []
+        add = pre.append
+        total = 0
+        try:
+            for flag, body, text in items:
+                props_b = text.encode()
+                if len(props_b) > MAX_PROPERTIES_BYTES or len(body) > max_body:
+                    return None
+                size = fixed + len(body) + len(props_b)
+                tags = find_property(text, PROPERTY_TAGS) if has_tags in text else None
+                add((flag, body, pack_props_len(len(props_b)) + props_b, size,
+                     crc32(body) & 0x7FFFFFFF, tags_hash_code(tags) if tags else 0,
+                     find_property(text, PROPERTY_KEYS) if has_keys in text else None,
+                     find_property(text, PROPERTY_UNIQ_KEY)))
+                total += size
+        except (TypeError, ValueError, AttributeError):  # UnicodeEncodeError included
+            return None
+        if total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return None
+
+        def encode(start: int, queue_offset: int
+                   ) -> tuple[bytes, AppendMessageResult, list[DispatchRequest]]:
+            now = int(time.time() * 1000)
+            phys = start
+            parts: list[bytes] = []
+            add_part = parts.append
+            dispatches: list[DispatchRequest] = []
+            add_dispatch = dispatches.append
+            offsets: list[int] = []
+            add_offset = offsets.append
+            pack_head = RECORD_HEAD.pack
+            store_host = self.store_host
+            new_tuple = tuple.__new__
+            for flag, body, props_field, size, crc, tags_code, keys, uniq_key in pre:
+                add_part(pack_head(size, MESSAGE_MAGIC_CODE, crc, queue_id, flag, queue_offset,
+                                   phys, sys_flag, born_timestamp, born_field, now, store_host,
+                                   reconsume_times, 0, len(body)))
+                add_part(body)
+                add_part(topic_field)
+                add_part(props_field)
+                add_dispatch(new_tuple(DispatchRequest, (
+                    topic, queue_id, phys, size, tags_code, now, queue_offset, keys, uniq_key,
+                    sys_flag,
+                )))
+                add_offset(phys)
+                phys += size
+                queue_offset += 1
+            result = AppendMessageResult(
+                AppendMessageStatus.PUT_OK, start, total, msg_ids(self._id_head, offsets), now,
+                dispatches[0].consume_queue_offset, len(dispatches),
+            )
+            return b"".join(parts), result, dispatches
+
+        try:
+            return self._append(total, f"{topic}-{queue_id}", encode, None)
+        except (struct.error, ValueError, OverflowError, TypeError, AttributeError):
+            return None  # a flag, sysFlag or born time out of its field: nothing written
+
+    def _append(self, total: int, key: str,
+                encode: Callable[[int, int], tuple[bytes, AppendMessageResult,
+                                                   list[DispatchRequest]]],
+                nexts: dict[str, int] | None,
+                ) -> tuple[PutMessageResult, list[DispatchRequest]]:
+        """Write ``total`` bytes of records made by ``encode(log offset, queue
+        offset of queue ``key``)`` at the log's end (in the next file when they
+        do not fit this one); then move the queues on: ``key`` by the records
+        written, or each queue of ``nexts`` to its next offset (a mixed put).
+        Raises what ``encode`` raises, with nothing written."""
         with self._lock:
             mfq = self.mapped_file_queue
             mf = mfq.last_for_append()
@@ -253,28 +375,14 @@ class CommitLog:
                 target = mfq.prepare_next()  # before the pad: a failure writes nothing
             start = target.file_from_offset + (target.wrote_position if target is mf else 0)
             table = self.topic_queue_table
-            key = f"{encoded[0][0].topic}-{encoded[0][0].queue_id}"
-            nexts: dict[str, int] = {}
-            offsets: list[int] | None = None
-            if mixed:
-                offsets = []
-                for m in msgs:
-                    k = f"{m.topic}-{m.queue_id}"
-                    o = nexts.get(k, table.get(k, 0))
-                    offsets.append(o)
-                    nexts[k] = o + 1
-            try:
-                data, result, dispatches = self._encode(encoded, start, total,
-                                                        table.get(key, 0), offsets)
-            except (struct.error, ValueError, OverflowError, TypeError, AttributeError) as exc:
-                return _illegal(msgs, exc)
+            data, result, dispatches = encode(start, table.get(key, 0))
             if target is not mf:
                 if mf.remaining > 0:
                     mf.append(encode_blank(mf.remaining))
                 target = mfq.last_for_append()
             target.append(data)
             target.store_timestamp = result.store_timestamp
-            if mixed:
+            if nexts is not None:
                 table.update(nexts)
             else:
                 table[key] = result.logics_offset + len(dispatches)

@@ -317,16 +317,41 @@ class DefaultMessageStore:
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
         if any(m.topic != topic or m.queue_id != queue_id for m in msgs):
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        result = self._put(topic, lambda: self.commit_log.put_messages(msgs))
+        assert result is not None  # put_messages always answers
+        return result
+
+    def put_batch(self, topic: str, queue_id: int, items: list[tuple[int, bytes, str]], *,
+                  sys_flag: int, born_timestamp: int, born_host: str, reconsume_times: int,
+                  ) -> PutMessageResult | None:
+        """Append a producer's batch as decoded from the wire and index it
+        (CommitLog.put_batch): the same records, results and refusals as
+        ``put_messages(build_batch_inners(...))`` of the same arguments, or
+        None, with nothing written, when the batch must go that way."""
+        return self._put(topic, lambda: self.commit_log.put_batch(
+            topic, queue_id, items, sys_flag=sys_flag, born_timestamp=born_timestamp,
+            born_host=born_host, reconsume_times=reconsume_times))
+
+    def _put(self, topic: str,
+             put: Callable[[], tuple[PutMessageResult, list[DispatchRequest]] | None],
+             ) -> PutMessageResult | None:
+        """Run a commit-log put of one queue's records and dispatch them; the
+        refusals of a store that is not running, is full or is behind."""
+        if not self.running or self.disk_full:
+            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if self.dispatch_behind and not self.reput():
             return self._behind_result()
         try:
-            result, dispatches = self.commit_log.put_messages(msgs)
+            done = put()
         except DiskFullError as exc:
             self._refusals(self.log, "disk full, put refused", error=str(exc))
             return PutMessageResult(PutMessageStatus.DISK_FULL, detail=str(exc))
         except (AllocationError, OSError) as exc:
             self.log.error("commit log append failed", error=str(exc))
             return PutMessageResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED, detail=str(exc))
+        if done is None:
+            return None
+        result, dispatches = done
         if result.put_message_status is PutMessageStatus.MESSAGE_ILLEGAL and result.detail:
             self._illegal(self.log, "illegal message refused", level="warning",
                           topic=shown(topic), reason=result.detail)

@@ -279,3 +279,22 @@ async def test_oneway_sync_flush_send_is_flushed_not_answered(tmp_path: Path) ->
         assert answer.code == ResponseCode.SUCCESS and answer.opaque == cmd.opaque
     finally:
         c._persist_and_close()
+
+
+def test_a_batch_the_fast_put_leaves_alone_is_answered_by_the_general_path(
+        broker: BrokerController) -> None:
+    """A batch bigger than a commit-log file (1 MiB here): the fast put
+    (CommitLog.put_batch) writes nothing and the general path refuses it, so
+    the producer hears MESSAGE_ILLEGAL and the log stays empty; a batch that
+    fits is stored by the fast put, ids and all."""
+    big = [(0, b"x" * 400_000, properties_to_string({"UNIQ_KEY": f"u{i}"})) for i in range(3)]
+    fields = SendMessageRequestHeader("pg", "T", 0, batch=True).to_fields()
+    r = send(broker, RequestCode.SEND_BATCH_MESSAGE, fields, encode_batch(big))
+    assert r is not None and r.code == ResponseCode.MESSAGE_ILLEGAL, r
+    assert broker.message_store.get_max_phy_offset() == 0
+    r = send(broker, RequestCode.SEND_BATCH_MESSAGE, fields, encode_batch(big[:2]))
+    assert r is not None and r.code == ResponseCode.SUCCESS, r.remark
+    assert len(broker.message_store.find_consume_queue("T", 0).get_entries(0, 10)) == 2
+    assert [m.body for m in stored(broker, "T", 0)][0] == b"x" * 400_000  # a pull's bytes: one
+    header = SendMessageResponseHeader.from_fields(r.ext_fields)
+    assert len(header.msg_id.split(",")) == 2
