@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # (source, compiled module, the function its user takes): built in the source's package
 KERNELS = (("broker/store/index_kernel.py", "broker.store._index_kernel_c", "put_hashes"),
+           ("broker/store/batch_records_kernel.py", "broker.store._batch_records_kernel_c",
+            "encode_batch"),
            ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"))
 
 

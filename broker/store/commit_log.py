@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -57,6 +57,7 @@ from protocol.record import (
     record_size,
     topic_part,
 )
+from protocol.speedups import compiled
 
 log = structlog.get_logger("store.commitlog")
 
@@ -141,6 +142,26 @@ class MessageExtBrokerInner:
     prepared_transaction_offset: int = 0
 
 
+class BatchKernel(NamedTuple):
+    """``batch_records_kernel``'s two functions (compiled, or its plain Python
+    source in the tests)."""
+
+    encode_batch: Callable[..., Any]
+    stamp_batch: Callable[..., Any]
+
+
+def compiled_batch_kernel() -> BatchKernel | None:
+    """``batch_records_kernel`` compiled (deploy/speedups.py), when built from
+    the source beside this file and not turned off; else None."""
+    source = Path(__file__).with_name("batch_records_kernel.py")
+    encode = compiled("broker.store._batch_records_kernel_c", source, "encode_batch")
+    stamp = compiled("broker.store._batch_records_kernel_c", source, "stamp_batch")
+    return None if encode is None or stamp is None else BatchKernel(encode, stamp)
+
+
+_BATCH_KERNEL = compiled_batch_kernel()
+
+
 # batches up to this many records keep their msgId format cached: at most 64
 # formats of 33 bytes a record (about 2 MiB), whatever counts peers send
 _CACHED_IDS_MAX = 1024
@@ -194,6 +215,8 @@ class CommitLog:
         # append_data: (log end, offset of the next record header) as of the
         # last replica append; stale once anything else moves the end.
         self._replica_mark: tuple[int, int] | None = None
+        # put_batch_body's compiled loops (None: not built or turned off)
+        self.batch_kernel: BatchKernel | None = _BATCH_KERNEL
 
     # ---- append ----------------------------------------------------------------
 
@@ -283,19 +306,13 @@ class CommitLog:
         topic, size, range or text that ``put_messages`` refuses, or the
         schedule topic): the caller then puts the messages the general way,
         which says what is wrong. Raises AllocationError as ``put_messages``."""
-        if topic == SCHEDULE_TOPIC or not items \
-                or topic_problem(topic) is not None:
+        if not items:
             return None
-        topic_b = topic.encode()
-        if len(topic_b) > MAX_TOPIC_BYTES or not 0 <= queue_id <= INT32_MAX \
-                or not 0 <= reconsume_times <= INT32_MAX:
+        fields = self._batch_fields(topic, queue_id, sys_flag, born_timestamp, born_host,
+                                    reconsume_times)
+        if fields is None:
             return None
-        try:
-            born_field = pack_host(born_host)
-        except (ValueError, TypeError, AttributeError, struct.error):
-            return None
-        topic_field = topic_part(topic_b)
-        fixed = record_size(0, len(topic_b), 0)
+        topic_field, fixed, born_field = fields
         max_body = self.max_message_size
         pack_props_len = PROPERTIES_LENGTH.pack
         has_tags, has_keys = PROPERTY_TAGS + "\x01", PROPERTY_KEYS + "\x01"
@@ -357,8 +374,73 @@ class CommitLog:
         except (struct.error, ValueError, OverflowError, TypeError, AttributeError):
             return None  # a flag, sysFlag or born time out of its field: nothing written
 
+    def put_batch_body(self, topic: str, queue_id: int, data: bytes, *, sys_flag: int,
+                       born_timestamp: int, born_host: str, reconsume_times: int,
+                       ) -> tuple[PutMessageResult, list[DispatchRequest]] | None:
+        """``put_batch`` of ``decode_batch(data)``, straight from the batch body
+        by the compiled loops of ``batch_records_kernel.py``: each body and
+        properties field copied once from the request into the records.
+
+        None, with nothing written, where those loops are not in use (not
+        built, stale, or turned off), where ``put_batch`` would answer None,
+        and where the body holds anything out of the ordinary (a bad layout,
+        an empty or too long body, properties not UTF-8, a TRAN_MSG
+        property): the caller then decodes the body and goes the general way,
+        which says what is wrong. Raises AllocationError as ``put_messages``."""
+        kernel = self.batch_kernel
+        if kernel is None or type(data) is not bytes:
+            return None
+        fields = self._batch_fields(topic, queue_id, sys_flag, born_timestamp, born_host,
+                                    reconsume_times)
+        if fields is None:
+            return None
+        topic_field, fixed, born_field = fields
+        laid = kernel.encode_batch(data, fixed, topic_field, queue_id, sys_flag, born_timestamp,
+                                   born_field, self.store_host, reconsume_times,
+                                   self.max_message_size, MAX_PROPERTIES_BYTES, crc32,
+                                   tags_hash_code)
+        if laid is None:
+            return None
+        records, metas = laid
+        total = len(records)
+        if not metas or total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+            return None
+        stamp = kernel.stamp_batch
+
+        def encode(start: int, queue_offset: int
+                   ) -> tuple[bytearray, AppendMessageResult, list[DispatchRequest]]:
+            now = int(time.time() * 1000)
+            dispatches, offsets = stamp(records, metas, topic, queue_id, sys_flag, start,
+                                        queue_offset, now, tuple.__new__, DispatchRequest)
+            return records, AppendMessageResult(
+                AppendMessageStatus.PUT_OK, start, total, msg_ids(self._id_head, offsets), now,
+                queue_offset, len(dispatches),
+            ), dispatches
+
+        return self._append(total, f"{topic}-{queue_id}", encode, None)
+
+    def _batch_fields(self, topic: str, queue_id: int, sys_flag: int, born_timestamp: int,
+                      born_host: str, reconsume_times: int,
+                      ) -> tuple[bytes, int, bytes] | None:
+        """(topic field, record size without body and properties, born host
+        field) for a batch's records; None for a batch the general path must
+        take (the schedule topic, a bad topic, a value out of its field)."""
+        if topic == SCHEDULE_TOPIC or topic_problem(topic) is not None:
+            return None
+        topic_b = topic.encode()
+        if len(topic_b) > MAX_TOPIC_BYTES or not 0 <= queue_id <= INT32_MAX \
+                or not 0 <= reconsume_times <= INT32_MAX \
+                or not INT32_MIN <= sys_flag <= INT32_MAX \
+                or not INT64_MIN <= born_timestamp <= INT64_MAX:
+            return None
+        try:
+            born_field = pack_host(born_host)
+        except (ValueError, TypeError, AttributeError, struct.error):
+            return None
+        return topic_part(topic_b), record_size(0, len(topic_b), 0), born_field
+
     def _append(self, total: int, key: str,
-                encode: Callable[[int, int], tuple[bytes, AppendMessageResult,
+                encode: Callable[[int, int], tuple[bytes | bytearray, AppendMessageResult,
                                                    list[DispatchRequest]]],
                 nexts: dict[str, int] | None,
                 ) -> tuple[PutMessageResult, list[DispatchRequest]]:

@@ -80,7 +80,7 @@ class MappedFile:
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
-    def append(self, data: bytes) -> int:
+    def append(self, data: bytes | bytearray) -> int:
         """Write at the end; returns the file position written at."""
         pos = self.wrote_position
         end = pos + len(data)

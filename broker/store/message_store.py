@@ -332,6 +332,20 @@ class DefaultMessageStore:
             topic, queue_id, items, sys_flag=sys_flag, born_timestamp=born_timestamp,
             born_host=born_host, reconsume_times=reconsume_times))
 
+    def put_batch_body(self, topic: str, queue_id: int, data: bytes, *, sys_flag: int,
+                       born_timestamp: int, born_host: str, reconsume_times: int,
+                       ) -> PutMessageResult | None:
+        """``put_batch`` of ``decode_batch(data)`` by the compiled loops
+        (CommitLog.put_batch_body), or None, with nothing written, when the
+        batch must be decoded and go the other ways: those loops are not in
+        use, the body holds anything out of the ordinary, or the store is not
+        taking writes as it is (the other ways check the messages first)."""
+        if not self.running or self.disk_full or self.dispatch_behind:
+            return None
+        return self._put(topic, lambda: self.commit_log.put_batch_body(
+            topic, queue_id, data, sys_flag=sys_flag, born_timestamp=born_timestamp,
+            born_host=born_host, reconsume_times=reconsume_times))
+
     def _put(self, topic: str,
              put: Callable[[], tuple[PutMessageResult, list[DispatchRequest]] | None],
              ) -> PutMessageResult | None:
