@@ -89,6 +89,10 @@ PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
 }
 
 
+# a single send holding neither property takes the batch's way into the log
+DELAY_PROBE, TRAN_PROBE = DELAY + "\x01", TRAN_MSG + "\x01"
+
+
 class SendMessageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.controller = controller
@@ -212,7 +216,22 @@ class SendMessageProcessor:
             return err
         assert cmd.body is not None
         queue_id = self._queue_id(h, cfg)
-        props = string_to_properties(h.properties)
+        text = h.properties
+        if DELAY_PROBE not in text and TRAN_PROBE not in text \
+                and transaction_type(h.sys_flag) == TRANSACTION_NOT_TYPE:
+            # the usual send (no delay, no transaction): as one message of a batch,
+            # with no properties dict or message object (CommitLog.put_batch)
+            store = self.controller.message_store
+            started = time.perf_counter()
+            result = store.put_batch(h.topic, queue_id, [(h.flag, cmd.body, text)],
+                                     sys_flag=h.sys_flag,
+                                     born_timestamp=h.born_timestamp or int(time.time() * 1000),
+                                     born_host=conn.remote_addr,
+                                     reconsume_times=h.reconsume_times)
+            if result is not None:
+                self._count(h.topic, result, started)
+                return self._reply(conn, cmd, self._response(cmd, result, queue_id), result)
+        props = string_to_properties(text)
         inner = self._inner(h, queue_id, h.flag, cmd.body, h.properties, conn.remote_addr, props)
         level = props.get(DELAY, "0")
         if level not in ("0", ""):

@@ -3,15 +3,19 @@ and which of the three send codes is a batch, as RocketMQ's Java and C++ clients
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from broker import send_processor
 from broker.config import BrokerConfig, BrokerRole, FlushDiskType
 from broker.controller import BrokerController
 from broker.message_rewrite import build_batch_inners, build_inner
@@ -298,3 +302,44 @@ def test_a_batch_the_fast_put_leaves_alone_is_answered_by_the_general_path(
     assert [m.body for m in stored(broker, "T", 0)][0] == b"x" * 400_000  # a pull's bytes: one
     header = SendMessageResponseHeader.from_fields(r.ext_fields)
     assert len(header.msg_id.split(",")) == 2
+
+
+_SINGLE_PIECES = st.sampled_from(["TAGS\x01", "KEYS\x01", "UNIQ_KEY\x01", "DELAY\x01",
+                                  "TRAN_MSG\x01", "true", "3", "\x02", "\x01", "a", "b c", "ü",
+                                  "XDELAY\x01", "WAIT\x01false"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(sends=st.lists(st.tuples(st.lists(_SINGLE_PIECES, max_size=8).map("".join),
+                                st.sampled_from(["0", "4", "8"]), st.binary(min_size=1, max_size=64)),
+                      min_size=1, max_size=4))
+def test_single_sends_store_what_the_general_path_stores(
+        sends: list[tuple[str, str, bytes]]) -> None:
+    """A single send without delay or transaction goes into the log as a batch
+    of one (CommitLog.put_batch); with DELAY_PROBE emptied every send takes the
+    general path instead. Both brokers answer alike and hold the same bytes."""
+    logs = []
+    for probe in (send_processor.DELAY_PROBE, ""):
+        with tempfile.TemporaryDirectory() as tmp, \
+                mock.patch.object(send_processor, "DELAY_PROBE", probe), \
+                mock.patch("broker.store.commit_log.time",
+                           SimpleNamespace(time=lambda: 1_700_000_000.5)):
+            c = BrokerController(BrokerConfig(
+                store_path_root_dir=tmp, listen_port=0, maped_file_size_commit_log=1 << 20,
+                maped_file_size_consume_queue=100 * 20, max_hash_slot_num=64,
+                max_index_num=256))
+            c._load()
+            c.topic_config_manager.update(TopicConfig("T", 2, 2))
+            try:
+                answers = []
+                for props, sys_flag, body in sends:
+                    r = send(c, RequestCode.SEND_MESSAGE_V2, v2_fields(i=props, f=sys_flag),
+                             body)
+                    assert r is not None
+                    answers.append((r.code, r.remark, r.ext_fields))
+                store = c.message_store
+                logs.append((answers, store.commit_log.get_data(0, store.commit_log.max_offset),
+                             store.find_consume_queue("T", 1).get_entries(0, 10)))
+            finally:
+                c._persist_and_close()
+    assert logs[0] == logs[1]
