@@ -18,9 +18,10 @@ from pathlib import Path
 from protocol.errors import RemoteProtocolError
 from protocol.speedups import compiled
 
-_FIXED = struct.Struct(">iiiii")
-_PROPS_LEN = struct.Struct(">h")
-ENTRY_OVERHEAD = _FIXED.size + _PROPS_LEN.size
+# an entry: TOTALSIZE, MAGICCODE, BODYCRC, FLAG, BODY length; body; properties length; properties
+ENTRY_HEAD = struct.Struct(">iiiii")
+PROPERTIES_LENGTH = struct.Struct(">h")
+ENTRY_OVERHEAD = ENTRY_HEAD.size + PROPERTIES_LENGTH.size
 MAX_PROPERTIES = 32767
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
@@ -30,7 +31,7 @@ def encode_batch(items: Iterable[tuple[int, bytes, str]]) -> bytes:
     properties are longer than 32,767 bytes, a flag is no 32-bit integer or an
     entry would pass 2 GiB."""
     parts: list[bytes] = []
-    pack, pack_props = _FIXED.pack, _PROPS_LEN.pack
+    pack, pack_props = ENTRY_HEAD.pack, PROPERTIES_LENGTH.pack
     for flag, body, properties in items:
         props = properties.encode()
         if len(props) > MAX_PROPERTIES:
@@ -64,8 +65,8 @@ def decode_batch_loop(data: bytes) -> list[tuple[int, bytes, str]]:
     append = out.append
     end = len(data)
     pos = 0
-    unpack, unpack_props = _FIXED.unpack_from, _PROPS_LEN.unpack_from
-    fixed, overhead = _FIXED.size, ENTRY_OVERHEAD
+    unpack, unpack_props = ENTRY_HEAD.unpack_from, PROPERTIES_LENGTH.unpack_from
+    fixed, overhead = ENTRY_HEAD.size, ENTRY_OVERHEAD
     while pos < end:
         left = end - pos
         if left < overhead:

@@ -6,6 +6,8 @@ import time
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client import (
     Message,
@@ -19,7 +21,7 @@ from client import (
 )
 from client.instance import MQClientInstance
 from client.validators import encode_properties
-from protocol.batch import decode_batch
+from protocol.batch import decode_batch, encode_batch
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import FLAG_ONEWAY
 from protocol.message import PROPERTY_UNIQ_KEY, string_to_properties
@@ -468,3 +470,57 @@ async def test_producers_share_one_client_instance(cluster: FakeCluster) -> None
     await p3.start()
     assert p3._instance is not instance
     await p3.shutdown()
+
+
+_PROP_VALUES = st.sampled_from(["", "v", "ü€", "a b", "k\x01v"])  # the last is refused
+_BATCH_MESSAGES = st.lists(st.tuples(
+    st.sampled_from([0, 1, -(2**31), 2**31 - 1, 2**31, -(2**31) - 1]),
+    st.sampled_from([b"b", b"body" * 50, bytearray(b"ba"), memoryview(b"mv")]),
+    st.dictionaries(st.sampled_from(["TAGS", "KEYS", PROPERTY_UNIQ_KEY, "WAIT", "k"]),
+                    _PROP_VALUES, max_size=3)), min_size=1, max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_BATCH_MESSAGES)
+def test_prepare_batch_lays_out_what_encode_batch_makes(
+        parts: list[tuple[int, bytes, dict[str, str]]]) -> None:
+    """The producer lays out the batch body as it checks each message; the
+    body is encode_batch's of (flag, body, encode_properties(properties)) of
+    the messages as sent (their UNIQ_KEYs set), or the same refusal: the first
+    message whose properties cannot be encoded, else encode_batch's."""
+    producer = Producer("pg", max_message_size=100_000)
+    msgs = [Message(TOPIC, body, flag=flag, properties=dict(props))
+            for flag, body, props in parts]
+    try:
+        prepared = producer._prepare_batch(msgs)
+    except MQClientError as exc:
+        try:  # the refusal of the first message that cannot be encoded
+            items = [(m.flag, bytes(m.body), encode_properties(m.properties)) for m in msgs]
+        except MQClientError as refused:
+            assert str(exc) == str(refused)
+            return
+        with pytest.raises(ValueError) as want:
+            encode_batch(items)
+        assert str(exc) == f"a message of the batch cannot be sent: {want.value}"
+        return
+    assert prepared.body == encode_batch(
+        [(m.flag, bytes(m.body), encode_properties(m.properties)) for m in msgs])
+    assert prepared.msg_id == ",".join(m.properties[PROPERTY_UNIQ_KEY] for m in msgs)
+
+
+def test_prepare_batch_refusals_keep_their_order_and_words() -> None:
+    producer = Producer("pg")
+    long_props = {"k": "x" * 32_800}
+    cases = [
+        ([Message(TOPIC, b"a", flag=2**31)], "flag 2147483648 is not a 32-bit integer"),
+        ([Message(TOPIC, b"a"), Message(TOPIC, b"b", properties=long_props)],
+         "longer than 32767 bytes"),
+        # a message-level refusal comes first, wherever the entry it follows failed
+        ([Message(TOPIC, b"a", flag=2**31), Message("Other", b"b")], "must be the same"),
+        ([Message(TOPIC, b"a", flag=-(2**31) - 1), Message(TOPIC, b"")], "length is zero"),
+    ]
+    for msgs, words in cases:
+        with pytest.raises(MQClientError, match=words):
+            producer._prepare_batch(msgs)
+    with pytest.raises(TypeError):  # as encode_batch: not a number at all
+        producer._prepare_batch([Message(TOPIC, b"a", flag="7")])  # type: ignore[arg-type]
