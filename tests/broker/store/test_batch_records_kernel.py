@@ -28,6 +28,7 @@ from tests.broker.store.test_put_batch import (
     log_bytes,
     new_log,
     outcome,
+    two_logs,
 )
 
 COMPILED = compiled_batch_kernel()
@@ -59,25 +60,18 @@ def same_as_put_batch(kernel: BatchKernel, root: Path, batches: list[tuple[str, 
                       **kw: Any) -> None:
     """Each body put by put_batch_body with ``kernel`` and by put_batch of its
     items, into two fresh logs: the same answers, and the same bytes after."""
-    general, fast = new_log(root / "general"), kernel_log(root / "fast", kernel)
-    try:
-        with fixed_clock():
-            for topic, queue_id, data in batches:
-                got = fast.put_batch_body(topic, queue_id, data, **kw)
-                if must_give_up(data):
-                    assert got is None
-                    continue
-                want = general.put_batch(topic, queue_id, decode_batch_loop(data), **kw)
-                if want is None:  # put_batch leaves it to the general path: so does this
-                    assert got is None
-                else:
-                    assert got is not None
-                    assert outcome(got) == outcome(want)
-        assert log_bytes(fast) == log_bytes(general)
-        assert fast.topic_queue_table == general.topic_queue_table
-    finally:
-        general.close()
-        fast.close()
+    with two_logs(root, kernel) as (general, fast), fixed_clock():
+        for topic, queue_id, data in batches:
+            got = fast.put_batch_body(topic, queue_id, data, **kw)
+            if must_give_up(data):
+                assert got is None
+                continue
+            want = general.put_batch(topic, queue_id, decode_batch_loop(data), **kw)
+            if want is None:  # put_batch leaves it to the general path: so does this
+                assert got is None
+            else:
+                assert got is not None
+                assert outcome(got) == outcome(want)
 
 
 _PIECES = st.sampled_from(["TAGS\x01", "KEYS\x01", "UNIQ_KEY\x01", "TRAN_MSG\x01", "\x02", "\x01",

@@ -54,6 +54,23 @@ def log_bytes(log: CommitLog) -> list[tuple[str, bytes]]:
             for mf in log.mapped_file_queue.files]
 
 
+@contextmanager
+def two_logs(root: Path, fast_kernel: Any = None) -> Iterator[tuple[CommitLog, CommitLog]]:
+    """(general, fast): two fresh logs under ``root``, closed after; the fast
+    one runs ``fast_kernel`` as its batch kernel when one is given. After the
+    block they must hold the same bytes and queue offsets."""
+    general, fast = new_log(root / "general"), new_log(root / "fast")
+    if fast_kernel is not None:
+        fast.batch_kernel = fast_kernel
+    try:
+        yield general, fast
+        assert log_bytes(fast) == log_bytes(general)
+        assert fast.topic_queue_table == general.topic_queue_table
+    finally:
+        general.close()
+        fast.close()
+
+
 def put_general(log: CommitLog, topic: str, queue_id: int, items: list[Item],
                 **kw: Any) -> tuple[Any, list[DispatchRequest]]:
     return log.put_messages(build_batch_inners(topic, queue_id, items, **kw))
@@ -89,22 +106,14 @@ def test_put_batch_writes_what_the_general_path_writes(
         tmp_path_factory: pytest.TempPathFactory,
         batches: list[tuple[str, int, list[Item]]], sys_flag: int, born: int) -> None:
     kw: dict[str, Any] = dict(KW, sys_flag=sys_flag, born_timestamp=born)
-    root = tmp_path_factory.mktemp("logs")
-    general, fast = new_log(root / "general"), new_log(root / "fast")
-    try:
-        with fixed_clock():
-            for topic, queue_id, items in batches:
-                want = put_general(general, topic, queue_id, items, **kw)
-                got = fast.put_batch(topic, queue_id, items, **kw)
-                if got is None:  # left to the general path, which refuses it
-                    assert want[0].put_message_status is PutMessageStatus.MESSAGE_ILLEGAL
-                else:
-                    assert outcome(got) == outcome(want)
-        assert log_bytes(fast) == log_bytes(general)
-        assert fast.topic_queue_table == general.topic_queue_table
-    finally:
-        general.close()
-        fast.close()
+    with two_logs(tmp_path_factory.mktemp("logs")) as (general, fast), fixed_clock():
+        for topic, queue_id, items in batches:
+            want = put_general(general, topic, queue_id, items, **kw)
+            got = fast.put_batch(topic, queue_id, items, **kw)
+            if got is None:  # left to the general path, which refuses it
+                assert want[0].put_message_status is PutMessageStatus.MESSAGE_ILLEGAL
+            else:
+                assert outcome(got) == outcome(want)
 
 
 def test_a_batch_that_does_not_fit_goes_to_the_next_file_behind_a_blank(
