@@ -79,14 +79,15 @@ NO_EFFECT_KEYS: dict[str, str] = {
     **{k: _FLUSH for k in (
         "flushCommitLogLeastPages", "flushConsumeQueueLeastPages",
         "flushCommitLogThoroughInterval", "flushConsumeQueueThoroughInterval",
-        "flushLeastPagesWhenWarmMapedFile", "commitCommitLogLeastPages",
+        "commitCommitLogLeastPages",
         "commitCommitLogThoroughInterval", "commitIntervalCommitLog", "flushCommitLogTimed",
     )},
     **{k: _FILES for k in ("destroyMapedFileIntervalForcibly", "redeleteHangedFileInterval")},
+    "flushLeastPagesWhenWarmMapedFile": "a warm file is fdatasynced every 1 MiB as its zeros "
+                                        "are written",
     "checkTransactionMessageEnable": "a RocketMQ 3.x switch with no counterpart here",
     "transientStorePoolEnable": "appends go straight to the mapped file (no off-heap pool)",
     "transientStorePoolSize": "appends go straight to the mapped file (no off-heap pool)",
-    "warmMapedFileEnable": "new files are allocated on disk when created (allocation.py)",
     "rocketmqHome": "nothing is read from a RocketMQ installation",
 }
 
@@ -145,6 +146,9 @@ class BrokerConfig(PropertiesConfig):
     abort_file: str = ""  # <root>/abort
     maped_file_size_commit_log: int = 1 * GiB
     maped_file_size_consume_queue: int = 300_000 * 20
+    # commit-log files made ahead of need get zeros written into every block
+    # (allocation.py): a SYNC_FLUSH fsync then commits no journal for them
+    warm_maped_file_enable: bool = False
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     flush_interval_commit_log: int = 500
     flush_interval_consume_queue: int = 1000

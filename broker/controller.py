@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import random
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -181,10 +182,12 @@ class BrokerController:
         self.group_commit: GroupCommitService | None = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(
-                self.timed_flush_commit_log, config.sync_flush_timeout, config.broker_name,
+                partial(self.timed_flush_commit_log, prepare=False),
+                config.sync_flush_timeout, config.broker_name,
                 busy_poll=self.busy_poll,
                 direct=self.message_store if config.aio_fsync_enable else None,
                 observe=self.flush_latency.observe,
+                next_file=self.message_store,
             )
         self._overlay_lock = trio.Lock()
         self.metrics_port: int | None = None  # once served
@@ -270,13 +273,18 @@ class BrokerController:
             attrs["version"] = cmd.version
         return self.client_manage_processor.heart_beat(conn, cmd)
 
-    def timed_flush_commit_log(self) -> Any:
-        """Flush the commit log (a worker thread); its time goes to flush_latency."""
+    def timed_flush_commit_log(self, prepare: bool = True) -> Any:
+        """Flush the commit log (a worker thread); its time goes to flush_latency.
+        ``prepare``: then create the next file when due, a time not counted
+        (the group commit has its own thread for that)."""
         started = time.perf_counter()
         try:
-            return self.message_store.flush_commit_log()
+            offset = self.message_store.flush_commit_log(prepare=False)
         finally:
             self.flush_latency.observe(time.perf_counter() - started)
+        if prepare:
+            self.message_store.prepare_next_commit_log_file()
+        return offset
 
     async def apply_runtime_config(self, changes: dict[str, str]) -> None:
         """UPDATE_BROKER_CONFIG's checked changes: written (atomically, in a

@@ -20,9 +20,12 @@ flush steps (``DirectFlush``), the fsync is not handed to the thread at all:
 the loop dups the fds of the files to sync, submits an fdatasync of each to the
 kernel (protocol/aio_fsync.py) and hears of their end on an eventfd, with no
 thread woken and no GIL handed over (a SYNC_FLUSH single send's p50 in
-alternating runs is in the README). The thread then only creates the next
-commit-log file ahead of need, and takes a flush whenever the store's file lock
-is busy or the kernel refuses a submission.
+alternating runs is in the README). The thread then only takes a flush
+whenever the store's file lock is busy or the kernel refuses a submission.
+
+After each flush, a second thread creates the next commit-log file ahead of
+need once the current one is half full (``NextFile``): with
+warmMapedFileEnable that writes the whole file, and no fsync waits behind it.
 
 A failing fsync (an I/O error) is logged, rate-limited, and tried again after
 a back-off (the one task of the service); the waiters it leaves end
@@ -68,6 +71,10 @@ class DirectFlush(Protocol):
 
     def end_commit_log_flush(self, plan: Any) -> int: ...
 
+
+class NextFile(Protocol):
+    """The store's creation of the next commit-log file (DefaultMessageStore)."""
+
     def commit_log_wants_next_file(self) -> bool: ...
 
     def prepare_next_commit_log_file(self) -> None: ...
@@ -88,10 +95,12 @@ class _InFlight:
 class GroupCommitService:
     def __init__(self, flush: Callable[[], int], timeout_ms: int, broker_name: str,
                  busy_poll: BusyPoll | None = None, direct: DirectFlush | None = None,
-                 observe: Callable[[float], None] | None = None) -> None:
-        self.flush = flush
+                 observe: Callable[[float], None] | None = None,
+                 next_file: NextFile | None = None) -> None:
+        self.flush = flush  # must not create files: next_file does, in its own thread
         # the kernel's fsyncs (protocol/aio_fsync.py) when given and available
         self.direct = direct
+        self.next_file = next_file
         self.observe = observe  # seconds of each direct flush, submission to end
         self._aio: AioFsync | None = None
         self._direct: _InFlight | None = None  # the direct flush in flight
@@ -104,6 +113,7 @@ class GroupCommitService:
                                   self.guard, "flush disk timeout")
         self.waiters = self.sends.waiters
         self._thread: WorkerThread | None = None
+        self._files: WorkerThread | None = None  # creates the next file (next_file)
         self._in_flight = False  # an fsync is running in the thread
         self._failure: Exception | None = None  # the last fsync's: the retry task backs off
         self._wake_retry: trio.Event | None = None
@@ -118,8 +128,11 @@ class GroupCommitService:
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         aio = AioFsync.open() if self.direct is not None else None
         try:
-            async with WorkerThread("group-commit", self.busy_poll) as thread, trio.open_nursery() as nursery:
+            # the files thread waits on the disk, not the CPU: a spinning loop goes on
+            async with WorkerThread("group-commit", self.busy_poll) as thread, \
+                    WorkerThread("commit-log-files") as files, trio.open_nursery() as nursery:
                 self._thread = thread
+                self._files = files
                 nursery.start_soon(self._retry_after_failures)
                 nursery.start_soon(self.sends.run_expiry)
                 if aio is not None:
@@ -131,6 +144,7 @@ class GroupCommitService:
                 self._start_flush()  # sends that came before the thread
         finally:
             self._thread = None
+            self._files = None
             self._aio = None
             if self._direct is not None:
                 self._direct.plan.close()
@@ -224,7 +238,6 @@ class GroupCommitService:
         else:
             result = outcome.Value(self.direct.end_commit_log_flush(flight.plan))
         self._flushed(flight.lowest, result)
-        self._prepare_next_file()
 
     def _resume(self) -> None:
         paused, self._paused = self._paused, None
@@ -232,11 +245,11 @@ class GroupCommitService:
             paused.resume()
 
     def _prepare_next_file(self) -> None:
-        """Have the thread create the next commit-log file once the current one
-        is half full (the direct flush does not; the thread's own flush does)."""
-        thread, direct = self._thread, self.direct
-        if self._preparing or thread is None or direct is None \
-                or not direct.commit_log_wants_next_file():
+        """Have the files thread create the next commit-log file once the
+        current one is half full."""
+        thread, next_file = self._files, self.next_file
+        if self._preparing or thread is None or next_file is None \
+                or not next_file.commit_log_wants_next_file():
             return
         self._preparing = True
 
@@ -247,7 +260,7 @@ class GroupCommitService:
                                  error=str(result.error))
 
         try:
-            thread.submit(direct.prepare_next_commit_log_file, prepared)
+            thread.submit(next_file.prepare_next_commit_log_file, prepared)
         except trio.ClosedResourceError:
             self._preparing = False
 
@@ -269,6 +282,7 @@ class GroupCommitService:
             return
         self.guard.ok()
         self._start_flush()
+        self._prepare_next_file()
 
     async def _retry_after_failures(self) -> None:
         """A failed fsync is logged (rate-limited) and, after the guard's back-off,

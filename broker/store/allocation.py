@@ -12,6 +12,18 @@ space) or ``AllocationError`` (any other reason) is raised.
 
 Files of older brokers may be sparse: ``allocate_existing`` fills their holes
 before the first write.
+
+``warm`` (``warmMapedFileEnable``) also writes zeros into every block of a new
+file, through the page cache, fdatasyncing every ``WARM_SYNC_BYTES`` (1 MiB),
+before the file is used.
+``posix_fallocate`` leaves its blocks unwritten: the first data written into
+each must be recorded as written in the file system's journal, so an
+``fdatasync`` after an append into such blocks commits the journal as well
+(ext4, XFS); into blocks already written it only writes the data. The zeros
+stay in the page cache, so an append finds its page there; were it written
+with ``O_DIRECT`` (less CPU), each append into a new page would first read the
+page from the disk (batched SYNC_FLUSH produce fell from 161-185k to
+110-122k msg/s here that way).
 """
 
 from __future__ import annotations
@@ -27,7 +39,15 @@ from broker.store.status import StoreError
 
 ALLOCATION_MARGIN = 1 << 20  # free bytes kept beyond a new file (configs, checkpoint)
 TMP_SUFFIX = ".alloc"
+BUILD_SUFFIX = ".build"  # a file built ahead of need, off the queue's lock (MappedFileQueue)
+STALE_SUFFIXES = (TMP_SUFFIX, BUILD_SUFFIX)
 _ZERO_CHUNK = 1 << 20
+# a warm file is fdatasynced every this many bytes while its zeros are written:
+# a build never leaves more dirty, and a send's fdatasync that meets one of
+# these writes waits for 1 MiB, not more (with 16 MiB, as RocketMQ's
+# flushLeastPagesWhenWarmMapedFile, batched SYNC_FLUSH p99 was 10-15 ms
+# against 5-6 while files of 128 MiB were built)
+WARM_SYNC_BYTES = 1 << 20
 _NO_FALLOCATE = {errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS}
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
 
@@ -72,33 +92,56 @@ def _error(exc: OSError, path: Path, size: int, what: str, new: bool) -> Allocat
                            path, size, free)
 
 
-def create_allocated(path: Path, size: int, what: str = "store file") -> int:
-    """Create ``path`` with ``size`` bytes on disk; returns a read-write fd.
+def create_allocated(path: Path, size: int, what: str = "store file", warm: bool = False) -> int:
+    """Create ``path`` with ``size`` bytes on disk (zeros written into every
+    block with ``warm``); returns a read-write fd.
 
     Raises DiskFullError when less than ``size + ALLOCATION_MARGIN`` bytes are
     free (nothing is created) or the file system runs out meanwhile, and
     AllocationError for any other failure; no file is left behind either way.
     """
-    free = free_bytes(path.parent)
-    if free is not None and free < size + ALLOCATION_MARGIN:
-        raise DiskFullError(
-            f"disk full: cannot allocate a new {what} ({size} bytes, {free} bytes free)",
-            path, size, free,
-        )
     tmp = path.with_name(path.name + TMP_SUFFIX)
+    fd = build_allocated(tmp, size, what, warm, path)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    except OSError as exc:
-        raise _error(exc, path, size, what, new=True) from exc
-    try:
-        _reserve_new(fd, size)
         os.rename(tmp, path)
     except BaseException as exc:
         os.close(fd)
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise _error(exc, path, size, what, new=True) from exc
+        raise
+    return fd
+
+
+def build_allocated(tmp: Path, size: int, what: str = "store file", warm: bool = False,
+                    path: Path | None = None) -> int:
+    """Create ``tmp`` (a temporary name: the caller renames it into place)
+    with ``size`` bytes on disk, zeros written into every block with ``warm``
+    and fdatasynced; returns a read-write fd. ``path`` is the name errors give.
+    Raises as ``create_allocated``; ``tmp`` is removed on failure."""
+    named = path if path is not None else tmp
+    free = free_bytes(tmp.parent)
+    if free is not None and free < size + ALLOCATION_MARGIN:
+        raise DiskFullError(
+            f"disk full: cannot allocate a new {what} ({size} bytes, {free} bytes free)",
+            named, size, free,
+        )
+    try:
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as exc:
+        raise _error(exc, named, size, what, new=True) from exc
+    try:
+        _reserve_new(fd, size)
+        if warm:  # written back as it goes: no append's fdatasync pays for it
+            for start in range(0, size, WARM_SYNC_BYTES):
+                _write_zeros(fd, start, min(size, start + WARM_SYNC_BYTES))
+                os.fdatasync(fd)
+    except BaseException as exc:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _error(exc, named, size, what, new=True) from exc
         raise
     return fd
 
@@ -173,7 +216,7 @@ def _fill_holes(fd: int, size: int) -> None:
 def remove_stale_allocations(directory: Path) -> None:
     """Delete temporary files a crash left in the middle of an allocation."""
     try:
-        stale = [p for p in directory.iterdir() if p.name.endswith(TMP_SUFFIX)]
+        stale = [p for p in directory.iterdir() if p.name.endswith(STALE_SUFFIXES)]
     except OSError:
         return
     for p in stale:

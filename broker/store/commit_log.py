@@ -201,11 +201,13 @@ class DispatchRequest(NamedTuple):
 
 class CommitLog:
     def __init__(self, store_dir: Path, file_size: int, store_host: str,
-                 max_message_size: int, delay_levels: dict[int, int] | None = None) -> None:
+                 max_message_size: int, delay_levels: dict[int, int] | None = None,
+                 warm: bool = False) -> None:
         # SCHEDULE_TOPIC_XXXX queue n holds delay level n + 1; its consume-queue
         # tag field carries the delivery time instead of a tag hash (as RocketMQ).
         self.delay_levels = delay_levels or {}
-        self.mapped_file_queue = MappedFileQueue(store_dir, file_size, "commit-log file")
+        # warm: files made ahead have every block written (warmMapedFileEnable)
+        self.mapped_file_queue = MappedFileQueue(store_dir, file_size, "commit-log file", warm)
         self.file_size = file_size
         self.store_host = pack_host(store_host)
         self._id_head = self.store_host.hex().upper()  # offset msgIds: this + 16 hex digits

@@ -138,7 +138,7 @@ class DefaultMessageStore:
         self.log = structlog.get_logger("store").bind(broker=config.broker_name)
         self.commit_log = CommitLog(
             config.commit_log_path, config.maped_file_size_commit_log, config.broker_addr,
-            config.max_message_size, config.delay_level_table(),
+            config.max_message_size, config.delay_level_table(), config.warm_maped_file_enable,
         )
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self.checkpoint = StoreCheckpoint(config.checkpoint_path)
@@ -228,6 +228,9 @@ class DefaultMessageStore:
             except StoreError as exc:
                 self.log.error("cannot read the records past the reput cursor", error=str(exc))
         self.commit_log.topic_queue_table = table
+        mfq = self.commit_log.mapped_file_queue
+        if self.config.warm_maped_file_enable and not mfq.files:
+            mfq.preallocate_next(first=True)  # a new store's first file, warm too
         self.log.info("store loaded", abnormal=abnormal, commit_log_end=end,
                       consume_queues=len(cqs), replayed=replayed,
                       seconds=round(time.monotonic() - t0, 3))
@@ -879,16 +882,18 @@ class DefaultMessageStore:
 
     # ---- flush -----------------------------------------------------------------------
 
-    def flush_commit_log(self) -> int:
-        """fsync the commit log (blocking: run it in a worker thread).
+    def flush_commit_log(self, prepare: bool = True) -> int:
+        """fsync the commit log (blocking: run it in a worker thread); then,
+        with ``prepare``, create the next file once the current one is half
+        full (``prepare_next_commit_log_file``).
 
         Returns the commit-log offset known to be on disk.
         """
         before = int(time.time() * 1000)  # every record stored before this is covered
         with self._file_lock:
             flushed = self.commit_log.flush()
-            if self.running:
-                self.commit_log.preallocate_next()
+        if prepare:
+            self.prepare_next_commit_log_file()
         if flushed:  # written to the file by flush_consume_queues (see store_checkpoint.py)
             self.checkpoint.physic_msg_timestamp = before
         return self.commit_log.flushed_where
@@ -934,10 +939,12 @@ class DefaultMessageStore:
         return self.running and self.commit_log.wants_next_file()
 
     def prepare_next_commit_log_file(self) -> None:
-        """Create the commit log's next file ahead of need (blocking: a worker thread)."""
-        with self._file_lock:
-            if self.running:
-                self.commit_log.preallocate_next()
+        """Create the commit log's next file ahead of need (blocking: a worker
+        thread). The file lock is not held: with warmMapedFileEnable the file
+        takes a while (its blocks are written), and the commit log's flushes
+        must not wait for it (the queue's own lock guards the hand-over)."""
+        if self.running:
+            self.commit_log.preallocate_next()
 
     def flush_consume_queues(self) -> bool:
         before = int(time.time() * 1000)

@@ -162,6 +162,18 @@ def test_busy_poll_key(tmp_path: Path) -> None:
             BrokerConfig.from_properties({"busyPollMicros": bad})
 
 
+def test_warm_maped_file_key(tmp_path: Path) -> None:
+    assert not BrokerConfig.from_properties({}).warm_maped_file_enable  # off, as RocketMQ
+    cfg = BrokerConfig.from_properties({"warmMapedFileEnable": "true",
+                                        "storePathRootDir": str(tmp_path / "store")})
+    assert cfg.warm_maped_file_enable and cfg.no_effect_notices() == []
+    controller = BrokerController(cfg)
+    assert controller.message_store.commit_log.mapped_file_queue.warm
+    # the consume queues' files are small and made by the writer: never warm
+    cq = controller.message_store.find_consume_queue("T", 0)
+    assert not cq.mapped_file_queue.warm
+
+
 def test_misspelt_keys_are_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"storePathComitLog \(did you mean storePathCommitLog\?\)"):
         BrokerConfig.from_properties({"storePathComitLog": "/x"})

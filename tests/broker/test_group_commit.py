@@ -236,7 +236,8 @@ class Direct(NamedTuple):
 @pytest.fixture
 def direct(direct_log: DirectLog) -> Direct:
     """A group commit with the direct path over ``direct_log``, and a connection."""
-    return Direct(direct_log, GroupCommitService(direct_log.flush, 5000, "b", direct=direct_log),
+    return Direct(direct_log, GroupCommitService(direct_log.flush, 5000, "b", direct=direct_log,
+                                                 next_file=direct_log),
                   FakeConn())
 
 
@@ -295,13 +296,53 @@ async def test_a_busy_file_lock_or_a_refused_fd_falls_back_to_the_thread(
 
 
 @needs_aio
-async def test_the_thread_creates_the_next_file_after_a_direct_flush(direct: Direct) -> None:
+async def test_the_files_thread_creates_the_next_file_after_a_direct_flush(direct: Direct) -> None:
     log, svc, conn = direct
     async with serving(svc):
         log.wants_next = True
         await send_one(svc, conn, log, 0)
         assert await trio.to_thread.run_sync(log.prepared_event.wait, 10)
-    assert log.prepared == ["group-commit"]
+    assert log.prepared == ["commit-log-files"]
+
+
+async def test_the_files_thread_creates_the_next_file_after_a_thread_flush(
+        direct_log: DirectLog) -> None:
+    log = direct_log
+    svc = GroupCommitService(log.flush, 5000, "b", next_file=log)  # no direct flush
+    conn = FakeConn()
+    async with serving(svc):
+        await send_one(svc, conn, log, 0)
+        assert log.prepared == []  # not wanted yet
+        log.wants_next = True
+        await send_one(svc, conn, log, 1)
+        assert await trio.to_thread.run_sync(log.prepared_event.wait, 10)
+    assert log.prepared == ["commit-log-files"] and log.flushes == 2
+
+
+@pytest.mark.parametrize("aio", [False, pytest.param(True, marks=needs_aio)])
+async def test_fsyncs_go_on_while_the_next_file_is_made(direct_log: DirectLog, aio: bool) -> None:
+    """A file that takes long to make (warmMapedFileEnable writes all of it)
+    holds up no send: it has a thread of its own."""
+    log = direct_log
+    release = threading.Event()
+    prepare = log.prepare_next_commit_log_file
+
+    def slow_prepare() -> None:
+        assert release.wait(10)
+        prepare()
+
+    log.prepare_next_commit_log_file = slow_prepare  # type: ignore[method-assign]
+    svc = GroupCommitService(log.flush, 5000, "b", direct=log if aio else None, next_file=log)
+    conn = FakeConn()
+    async with serving(svc):
+        log.wants_next = True
+        for i in range(5):  # the first starts the slow file; all are answered meanwhile
+            await send_one(svc, conn, log, i)
+        assert log.prepared == []
+        release.set()
+        assert await trio.to_thread.run_sync(log.prepared_event.wait, 10)
+    assert [c.code for c in conn.sent] == [ResponseCode.SUCCESS] * 5
+    assert log.prepared == ["commit-log-files"]
 
 
 class FailingAio:

@@ -55,12 +55,14 @@ def store_consistency(root: Path) -> int:
     return total
 
 
-@pytest.mark.parametrize("flush", ["SYNC_FLUSH", "ASYNC_FLUSH"])
-async def test_kill_9_under_load(cluster: Cluster, flush: str) -> None:
+@pytest.mark.parametrize(("flush", "warm"), [("SYNC_FLUSH", False), ("SYNC_FLUSH", True),
+                                             ("ASYNC_FLUSH", False)])
+async def test_kill_9_under_load(cluster: Cluster, flush: str, warm: bool) -> None:
     ns = cluster.namesrv()
     broker = cluster.broker("broker-a", ns.addr, flushDiskType=flush,
                             mapedFileSizeCommitLog=256 * 1024,
-                            mapedFileSizeConsumeQueue=20 * 2000)
+                            mapedFileSizeConsumeQueue=20 * 2000,
+                            warmMapedFileEnable=str(warm).lower())
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=4, write_queue_nums=4)
         await wait_for(routed(admin, TOPIC), 10, "topic routed")
