@@ -21,10 +21,9 @@ processes), so the figures can be read against what the machine gave then.
                  spark -t BenchTopic -r 3                                Spark batch reads
                  spark --noop -r 3                                       Spark's own part
     SYNC_FLUSH   producer (batched), producer (single), as above
-    SYNC_FLUSH again, broker with warmMapedFileEnable=true: the same two
     ASYNC_FLUSH and SYNC_FLUSH again, broker with busyPollMicros=1000:
                  --busy-poll-us 1000 producer (batched: ASYNC only; single), as above
-    disk --dir <SYNC store>/commitlog -s 1024 -c 2000 --compare-zero-filled
+    disk --dir <SYNC store>/commitlog -s 1024 -c 2000
     machine -c 5000                                  first and last
 
 ``--quick`` divides the counts by 10 (a smoke test). ``--json PATH`` writes
@@ -64,10 +63,6 @@ ASYNC, SYNC = "ASYNC_FLUSH", "SYNC_FLUSH"
 # mqbench --busy-poll-us: protocol/trio/busy_poll.py), for the single sends
 BUSY_POLL_US = 1000
 ASYNC_BUSY, SYNC_BUSY = f"{ASYNC}+busyPoll", f"{SYNC}+busyPoll"
-# the SYNC_FLUSH pair whose commit-log files are written ahead (warmMapedFileEnable)
-SYNC_WARM = f"{SYNC}+warm"
-PAIR_OPTIONS = {"busyPoll": ("-o", f"busyPollMicros={BUSY_POLL_US}"),
-                "warm": ("-o", "warmMapedFileEnable=true")}
 BATCHED_TOPIC = "BenchTopic"
 SINGLE_TOPIC = "BenchSingle"
 START_TIMEOUT = 60.0
@@ -132,11 +127,10 @@ def plan(divisor: int = 1, skip_spark: bool = False, disk_file_size: int = 1 << 
         # own: what Spark's Python data-source machinery alone costs a first read
         async_steps.append(Step("spark_noop", ASYNC, "spark", ("--noop", "-r", "3")))
     disk = Step("disk", "", "disk", ("-s", "1024", "-c", n(2000), "--file-size",
-                                     str(disk_file_size), "--compare-zero-filled"))
+                                     str(disk_file_size)))
     machine = [Step(name, "", "machine", ("-c", n(5000)))
                for name in ("machine_start", "machine_end")]
     return {ASYNC: async_steps, SYNC: [batched(SYNC), single(SYNC)],
-            SYNC_WARM: [batched(SYNC_WARM), single(SYNC_WARM)],
             ASYNC_BUSY: [batched(ASYNC_BUSY), single(ASYNC_BUSY)], SYNC_BUSY: [single(SYNC_BUSY)],
             "disk": [disk],
             "machine": machine}
@@ -212,23 +206,6 @@ def _lat(r: Mapping[str, Any] | None, key: str) -> float | None:
     return None if v is None else float(v)
 
 
-def warm_cmd(r: Mapping[str, Any] | None, cmd: str) -> str:
-    return f"{cmd}, broker warmMapedFileEnable=true" if r is not None else cmd
-
-
-def ratio_text(a: float | None, b: float | None) -> str:
-    return f"{a / b:.2f}" if a is not None and b else "n/a"
-
-
-def zero_filled_disk(results: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The disk step's result on a zero-filled file (--compare-zero-filled)."""
-    step = _step(results, "disk", "")
-    for r in (step or {}).get("results", []):
-        if r.get("mode") == "disk" and r.get("preparation") == "zero-filled":
-            return dict(r)
-    return None
-
-
 def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(figure, value, command) rows from the raw results (``run``'s dict)."""
     rows: list[tuple[str, str, str]] = []
@@ -247,9 +224,6 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     rate_row("batched produce ASYNC msg/s", "produce_batched", ASYNC)
     rate_row("consume pull msg/s", "consume_pull", ASYNC)
     rate_row("batched produce SYNC msg/s", "produce_batched", SYNC)
-    r, cmd = find(results, "produce_batched", SYNC_WARM)
-    rows.append(("batched produce SYNC msg/s, warmMapedFileEnable",
-                 number_text(r["msgs_per_s"] if r else None), warm_cmd(r, cmd)))
     r, cmd = find(results, "produce_batched", ASYNC_BUSY)
     rows.append((f"batched produce ASYNC msg/s, busy poll {BUSY_POLL_US} µs",
                  number_text(r["msgs_per_s"] if r else None),
@@ -258,9 +232,6 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     pct_row("single send ASYNC p50/p99 µs", single_async, cmd, "p50", "p99")
     single_sync, cmd = find(results, "produce_single", SYNC)
     pct_row("single send SYNC p50/p99 µs", single_sync, cmd, "p50", "p99")
-    single_warm, cmd = find(results, "produce_single", SYNC_WARM)
-    pct_row("single send SYNC p50/p99 µs, warmMapedFileEnable", single_warm,
-            warm_cmd(single_warm, cmd), "p50", "p99")
     for key, label in ((ASYNC_BUSY, "ASYNC"), (SYNC_BUSY, "SYNC")):
         r, cmd = find(results, "produce_single", key)
         pct_row(f"single send {label} p50/p99 µs, busy poll {BUSY_POLL_US} µs", r,
@@ -268,14 +239,10 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                 "p50", "p99")
     disk, disk_cmd = find(results, "disk", "")
     pct_row("fdatasync p50/p99 µs", disk, disk_cmd, "p50", "p99")
-    zeroed = zero_filled_disk(results)
-    pct_row("fdatasync p50/p99 µs, zero-filled file", zeroed, disk_cmd, "p50", "p99")
     sync_p50, disk_p50 = _lat(single_sync, "p50"), _lat(disk, "p50")
-    warm_p50, zeroed_p50 = _lat(single_warm, "p50"), _lat(zeroed, "p50")
-    rows.append(("SYNC single p50 / fdatasync p50: fallocated / warm (zero-filled)",
-                 f"{ratio_text(sync_p50, disk_p50)} / {ratio_text(warm_p50, zeroed_p50)}",
-                 "the rows above"))
-    for flush, label in ((ASYNC, "ASYNC"), (SYNC, "SYNC"), (SYNC_WARM, "SYNC warm")):
+    ratio = (f"{sync_p50 / disk_p50:.2f}" if sync_p50 is not None and disk_p50 else "n/a")
+    rows.append(("SYNC single p50 / fdatasync p50", ratio, "the two rows above"))
+    for flush, label in ((ASYNC, "ASYNC"), (SYNC, "SYNC")):
         r, cmd = find(results, "produce_batched", flush)
         pct_row(f"batched produce {label} request p99/p99.9 ms", r, cmd, "p99", "p99.9",
                 scale=1e3, digits=2)
@@ -578,10 +545,9 @@ class PeakRss:
 def run_pair(root: Path, key: str, steps: Sequence[Step]) -> tuple[list[dict[str, Any]], Path]:
     """Start a fresh pair, run ``steps`` against it, stop it. Returns the
     step results and the pair's commit-log directory (kept until ``root`` goes).
-    ``key``: the flush type, with ``+busyPoll`` for a broker that spins, or
-    ``+warm`` for one that writes its commit-log files ahead."""
+    ``key``: the flush type, with ``+busyPoll`` for a broker that spins."""
     flush, _, variant = key.partition("+")
-    options = list(PAIR_OPTIONS.get(variant, ()))
+    options = ["-o", f"busyPollMicros={BUSY_POLL_US}"] if variant == "busyPoll" else []
     pair = Pair(root / key.lower().replace("+", "-"), flush, broker_options=options)
     done: list[dict[str, Any]] = []
     try:
@@ -616,7 +582,7 @@ def run(divisor: int, skip_spark: bool, tmp_dir: str | None) -> dict[str, Any]:
         results["steps"] += done
         done, commitlog = run_pair(root, SYNC, steps[SYNC])
         results["steps"] += done
-        for key in (SYNC_WARM, ASYNC_BUSY, SYNC_BUSY):
+        for key in (ASYNC_BUSY, SYNC_BUSY):
             done, _ = run_pair(root, key, steps[key])
             results["steps"] += done
         disk = steps["disk"][0]

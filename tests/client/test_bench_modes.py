@@ -50,7 +50,6 @@ from deploy.bench_all import (
     ASYNC_BUSY,
     SYNC,
     SYNC_BUSY,
-    SYNC_WARM,
     PeakRss,
     cpu_seconds,
     find,
@@ -448,12 +447,10 @@ def test_plan_divides_counts() -> None:
         "mqbench --busy-poll-us 1000 producer -t BenchTopic -s 1024 -b 32 -w 16 -c 200000",
         single_busy]
     assert [s.shown() for s in full[SYNC_BUSY]] == [single_busy]
-    assert [s.shown() for s in full[SYNC_WARM]] == [s.shown() for s in full[SYNC]]
     quick = plan(10, skip_spark=True, disk_file_size=MiB)
     assert [s.name for s in quick[ASYNC]][-1] == "push"
     assert quick[ASYNC][1].args[-3] == "20000"
-    assert quick["disk"][0].shown() == ("mqbench disk -s 1024 -c 200 --file-size 1048576 "
-                                        "--compare-zero-filled")
+    assert quick["disk"][0].shown() == "mqbench disk -s 1024 -c 200 --file-size 1048576"
     assert [m.shown() for m in full["machine"]] == ["mqbench machine -c 5000"] * 2
     assert [m.name for m in quick["machine"]] == ["machine_start", "machine_end"]
 
@@ -502,10 +499,6 @@ RESULTS: dict[str, Any] = {"compiled_loops": {"a._x_c": True, "b._y_c": True}, "
          {"mode": "produce", "msgs_per_s": 43000.0, "latency_us": lat(1e4, 2e4, 40_000, 50_000)}),
     step("produce_single", SYNC, "mqbench producer -b 1 (sync)",
          {"mode": "produce", "msgs_per_s": 900.0, "latency_us": lat(1000, 1400, 2000, 18000)}),
-    step("produce_batched", SYNC_WARM, "mqbench producer -b 32 (warm)",
-         {"mode": "produce", "msgs_per_s": 47000.0, "latency_us": lat(1e4, 2e4, 30_000, 45_000)}),
-    step("produce_single", SYNC_WARM, "mqbench producer -b 1 (warm)",
-         {"mode": "produce", "msgs_per_s": 1000.0, "latency_us": lat(900, 1200, 1800, 9000)}),
     step("produce_batched", ASYNC_BUSY, "mqbench --busy-poll-us 1000 producer -b 32",
          {"mode": "produce", "msgs_per_s": 35000.0, "latency_us": lat(1e4, 2e4, 3e4, 4e4)}),
     step("produce_single", ASYNC_BUSY, "mqbench --busy-poll-us 1000 producer -b 1",
@@ -513,8 +506,7 @@ RESULTS: dict[str, Any] = {"compiled_loops": {"a._x_c": True, "b._y_c": True}, "
     step("produce_single", SYNC_BUSY, "mqbench --busy-poll-us 1000 producer -b 1 (sync)",
          {"mode": "produce", "msgs_per_s": 1000.0, "latency_us": lat(800, 1000, 1600, 9000)}),
     step("disk", "", "mqbench disk --dir <SYNC store>/commitlog",
-         {"mode": "disk", "preparation": "fallocate", "latency_us": lat(250, 300, 400, 800)},
-         {"mode": "disk", "preparation": "zero-filled", "latency_us": lat(200, 250, 300, 500)}),
+         {"mode": "disk", "latency_us": lat(250, 300, 400, 800)}),
     step("machine_start", "", "mqbench machine -c 5000",
          {"mode": "machine", "python": "3.11.2 /usr/bin/python3.11", "python_loop_ns": 185.84,
           "python_work_ns": 301.4,
@@ -536,28 +528,19 @@ def test_table_rows_from_fixed_results() -> None:
         ("batched produce ASYNC msg/s", "30,123", "mqbench producer -b 32"),
         ("consume pull msg/s", "66,000", "mqbench consumer"),
         ("batched produce SYNC msg/s", "43,000", "mqbench producer -b 32 (sync)"),
-        ("batched produce SYNC msg/s, warmMapedFileEnable", "47,000",
-         "mqbench producer -b 32 (warm), broker warmMapedFileEnable=true"),
         ("batched produce ASYNC msg/s, busy poll 1000 µs", "35,000",
          "mqbench --busy-poll-us 1000 producer -b 32, broker busyPollMicros=1000"),
         ("single send ASYNC p50/p99 µs", "304 / 617", "mqbench producer -b 1"),
         ("single send SYNC p50/p99 µs", "1,000 / 2,000", "mqbench producer -b 1 (sync)"),
-        ("single send SYNC p50/p99 µs, warmMapedFileEnable", "900 / 1,800",
-         "mqbench producer -b 1 (warm), broker warmMapedFileEnable=true"),
         ("single send ASYNC p50/p99 µs, busy poll 1000 µs", "150 / 290",
          "mqbench --busy-poll-us 1000 producer -b 1, broker busyPollMicros=1000"),
         ("single send SYNC p50/p99 µs, busy poll 1000 µs", "800 / 1,600",
          "mqbench --busy-poll-us 1000 producer -b 1 (sync), broker busyPollMicros=1000"),
         ("fdatasync p50/p99 µs", "250 / 400", "mqbench disk --dir <SYNC store>/commitlog"),
-        ("fdatasync p50/p99 µs, zero-filled file", "200 / 300",
-         "mqbench disk --dir <SYNC store>/commitlog"),
-        ("SYNC single p50 / fdatasync p50: fallocated / warm (zero-filled)", "4.00 / 4.50",
-         "the rows above"),
+        ("SYNC single p50 / fdatasync p50", "4.00", "the two rows above"),
         ("batched produce ASYNC request p99/p99.9 ms", "33.00 / 37.62", "mqbench producer -b 32"),
         ("batched produce SYNC request p99/p99.9 ms", "40.00 / 50.00",
          "mqbench producer -b 32 (sync)"),
-        ("batched produce SYNC warm request p99/p99.9 ms", "30.00 / 45.00",
-         "mqbench producer -b 32 (warm)"),
         ("push consume msg/s", "54,000", "mqbench push"),
         ("broker peak RSS MiB, pull / push consume", "95 / 120",
          "sampled every 50 ms during the two steps above (1 GiB commit-log files)"),
@@ -597,7 +580,7 @@ def test_table_rows_from_fixed_results() -> None:
     assert lines[0].split(" | ") == ["figure".ljust(67), "value".rjust(26), "command"]
     assert len(lines) == 2 + len(rows)
     assert len({line.index("|") for line in lines}) == 1  # the columns line up
-    assert lines[12].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>26} |" in lines[12]
+    assert lines[10].startswith("fdatasync p50/p99 µs ") and f"| {'250 / 400':>26} |" in lines[10]
 
 
 def test_table_rows_with_failures_and_skipped_spark() -> None:
@@ -607,9 +590,7 @@ def test_table_rows_with_failures_and_skipped_spark() -> None:
              for s in steps]
     rows = dict((r[0], (r[1], r[2])) for r in table_rows({"steps": steps}))
     assert rows["fdatasync p50/p99 µs"] == ("n/a", "mqbench disk  [exit 1]")
-    assert rows["SYNC single p50 / fdatasync p50: fallocated / warm (zero-filled)"][0] == \
-        "n/a / n/a"
-    assert rows["fdatasync p50/p99 µs, zero-filled file"][0] == "n/a"
+    assert rows["SYNC single p50 / fdatasync p50"][0] == "n/a"
     assert rows["push consume msg/s"] == ("n/a", "mqbench push  [exit 2]")
     assert rows["broker peak RSS MiB, pull / push consume"][0] == "n/a"  # push has none
     assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
@@ -688,7 +669,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("figure ") and len(lines) == 2 + 32
+    assert lines[0].startswith("figure ") and len(lines) == 2 + 28
     assert not any(" n/a " in line for line in lines), proc.stdout
     assert list(work.iterdir()) == []  # the stores were removed
     results = json.loads(raw.read_text())
@@ -696,7 +677,6 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
     assert names == [("machine_start", ""), ("produce_batched", ASYNC), ("consume_pull", ASYNC),
                      ("produce_single", ASYNC), ("push", ASYNC),
                      ("produce_batched", SYNC), ("produce_single", SYNC),
-                     ("produce_batched", SYNC_WARM), ("produce_single", SYNC_WARM),
                      ("produce_batched", ASYNC_BUSY), ("produce_single", ASYNC_BUSY),
                      ("produce_single", SYNC_BUSY), ("disk", ""),
                      ("machine_end", "")]
@@ -706,8 +686,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
     assert by[("produce_single", SYNC)][0]["count"] == 2_000
     assert by[("consume_pull", ASYNC)][0]["count"] >= 20_000
     assert by[("push", ASYNC)][0]["count"] >= 20_000
-    assert [(r["preparation"], r["count"]) for r in by[("disk", "")]] == [
-        ("fallocate", 200), ("zero-filled", 200)]
+    assert by[("disk", "")][0]["count"] == 200
     assert by[("machine_end", "")][0]["count"] == 500
     rows = {r[0]: r[1:] for r in bench_all.table_rows(results)}
     assert rows["Spark warm/first msg/s"] == ("skipped", "--skip-spark")
