@@ -32,7 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = (("broker/store/index_kernel.py", "broker.store._index_kernel_c", "put_hashes"),
            ("broker/store/batch_records_kernel.py", "broker.store._batch_records_kernel_c",
             "encode_batch"),
-           ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"))
+           ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"),
+           ("broker/store/pull_kernel.py", "broker.store._pull_kernel_c", "scan_entries"))
 
 
 def built_path(module: str, root: Path = ROOT) -> Path:

@@ -128,18 +128,21 @@ class ConsumeQueue:
 
     def get_entries(self, index: int, max_count: int) -> list[tuple[int, int, int]]:
         """Up to ``max_count`` entries from ``index``, within one file."""
+        return list(CQ_ENTRY.iter_unpack(self.get_entry_bytes(index, max_count)))
+
+    def get_entry_bytes(self, index: int, max_count: int) -> bytes:
+        """``get_entries``' entries as they lie in the file (20 bytes each)."""
         offset = index * CQ_STORE_UNIT_SIZE
         mf = self.mapped_file_queue.find_by_offset(offset)
         if mf is None or not mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
             mf = self._file_holding(offset)  # the files have a gap: look it up
             if mf is None:
-                return []
+                return b""
         pos = offset - mf.file_from_offset
         n = min(max_count, (mf.wrote_position - pos) // CQ_STORE_UNIT_SIZE)
         if n <= 0:
-            return []
-        data = mf.read(pos, n * CQ_STORE_UNIT_SIZE)
-        return list(CQ_ENTRY.iter_unpack(data))
+            return b""
+        return mf.read(pos, n * CQ_STORE_UNIT_SIZE)
 
     def _file_holding(self, offset: int) -> MappedFile | None:
         files = self.mapped_file_queue.files

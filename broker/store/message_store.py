@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -35,7 +36,7 @@ from broker.store.commit_log import (
     DispatchRequest,
     MessageExtBrokerInner,
 )
-from broker.store.consume_queue import ConsumeQueue, InvalidQueueError, queue_problem
+from broker.store.consume_queue import CQ_ENTRY, ConsumeQueue, InvalidQueueError, queue_problem
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
 from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
@@ -48,6 +49,7 @@ from broker.store.status import (
 )
 from broker.store.store_checkpoint import StoreCheckpoint
 from broker.store.store_lock import StoreLock
+from protocol.crc import crc32
 from protocol.errors import CorruptRecordError
 from protocol.hashing import tags_hash_code
 from protocol.message import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, MessageExt
@@ -57,7 +59,10 @@ from protocol.record import (
     BLANK_MAGIC_CODE,
     BLANK_MIN_SIZE,
     MESSAGE_MAGIC_CODE,
+    OFF_BODY_CRC,
+    OFF_BODY_LEN,
     OFF_STORE_TIMESTAMP,
+    RECORD_HEAD_SIZE,
     Buffer,
     RecordStatus,
     check_record,
@@ -65,6 +70,7 @@ from protocol.record import (
     decode_record,
     record_crc_ok,
 )
+from protocol.speedups import compiled
 
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
@@ -95,6 +101,26 @@ def _physical_memory() -> int:
 
 # Read once, as RocketMQ's StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE.
 TOTAL_PHYSICAL_MEMORY_SIZE = _physical_memory()
+
+
+class PullKernel(NamedTuple):
+    """``pull_kernel``'s two functions (compiled, or its plain Python source in
+    the tests)."""
+
+    scan_entries: Callable[..., Any]
+    check_records: Callable[..., Any]
+
+
+def compiled_pull_kernel() -> PullKernel | None:
+    """``pull_kernel`` compiled (deploy/speedups.py), when built from the source
+    beside this file and not turned off; else None."""
+    source = Path(__file__).with_name("pull_kernel.py")
+    scan = compiled("broker.store._pull_kernel_c", source, "scan_entries")
+    check = compiled("broker.store._pull_kernel_c", source, "check_records")
+    return None if scan is None or check is None else PullKernel(scan, check)
+
+
+_PULL_KERNEL = compiled_pull_kernel()
 
 
 def _cut_by_end(mf: MappedFile, pos: int, end: int) -> bool:
@@ -140,6 +166,8 @@ class DefaultMessageStore:
             config.commit_log_path, config.maped_file_size_commit_log, config.broker_addr,
             config.max_message_size, config.delay_level_table(), config.warm_maped_file_enable,
         )
+        # get_message's compiled loops (None: not built or turned off)
+        self.pull_kernel: PullKernel | None = _PULL_KERNEL
         self.consume_queue_table: dict[str, dict[int, ConsumeQueue]] = {}
         self.checkpoint = StoreCheckpoint(config.checkpoint_path)
         self.abort_file = config.abort_path
@@ -583,10 +611,17 @@ class DefaultMessageStore:
         max_count = min(max_nums, self.config.max_transfer_count_on_message_in_memory)
         max_bytes = self.config.max_transfer_bytes_on_message_in_memory
         # scan more entries than we return, so a tag filter can skip unmatched ones
-        entries = cq.get_entries(offset, max(max_count, 16) if tag_codes is None else 400)
-        if not entries:  # no entry here (a missing file): go on at the queue's next file
+        data = cq.get_entry_bytes(offset, max(max_count, 16) if tag_codes is None else 400)
+        if not data:  # no entry here (a missing file): go on at the queue's next file
             nxt = cq.roll_next_file(offset)
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, nxt, min_off, max_off)
+        kernel = self.pull_kernel
+        if kernel is not None:
+            found = self._get_by_kernel(kernel, data, offset, max_count, max_bytes, tag_codes,
+                                        min_off, max_off, topic, queue_id)
+            if found is not None:
+                return found
+        entries = list(CQ_ENTRY.iter_unpack(data))
         buffers: list[bytes | memoryview] = []
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         total = 0
@@ -636,6 +671,37 @@ class DefaultMessageStore:
             self._read_run(run_file, run_start, run_end, run, buffers, topic, queue_id)
         if buffers:
             status = GetMessageStatus.FOUND
+        return GetMessageResult(status, offset + scanned, min_off, max_off, buffers,
+                                suggest_pulling_from_slave=self._cold(last_phys))
+
+    def _get_by_kernel(self, kernel: PullKernel, data: bytes, offset: int, max_count: int,
+                       max_bytes: int, tag_codes: set[int] | None, min_off: int, max_off: int,
+                       topic: str, queue_id: int) -> GetMessageResult | None:
+        """``get_message``'s walk over the entries ``data`` by the compiled
+        loops: the same result, or None (nothing read) when a run of records
+        does not lie within its file's written bytes (a file missing in the
+        middle of the log), for the general loop to sort out."""
+        mfq = self.commit_log.mapped_file_queue
+        scanned, last_phys, removing, runs = kernel.scan_entries(
+            data, max_count, max_bytes, tag_codes, self.commit_log.min_offset,
+            mfq.max_offset, self.commit_log.file_size)
+        files: list[MappedFile] = []
+        for start, end, _, _ in runs:
+            mf = mfq.find_by_offset(start)
+            if mf is None or not (mf.file_from_offset <= start
+                                  and end <= mf.file_from_offset + mf.wrote_position):
+                return None
+            files.append(mf)
+        buffers: list[bytes | memoryview] = []
+        for (start, end, first, after), mf in zip(runs, files, strict=True):
+            good, bad = kernel.check_records(
+                mf.pread(start - mf.file_from_offset, end - start), data, first, after, crc32,
+                RECORD_HEAD_SIZE, OFF_BODY_CRC, OFF_BODY_LEN)
+            buffers += good  # copied once, when the response is joined
+            for phys in bad:
+                self._crc_failed(topic, queue_id, phys)
+        status = (GetMessageStatus.FOUND if buffers else GetMessageStatus.MESSAGE_WAS_REMOVING
+                  if removing else GetMessageStatus.NO_MATCHED_MESSAGE)
         return GetMessageResult(status, offset + scanned, min_off, max_off, buffers,
                                 suggest_pulling_from_slave=self._cold(last_phys))
 
