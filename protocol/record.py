@@ -29,15 +29,17 @@ import mmap
 import socket
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
-from typing import TypeAlias
+from pathlib import Path
+from typing import Any, TypeAlias
 
 from protocol.crc import crc32
 from protocol.errors import CorruptRecordError
 from protocol.message import MessageExt, offset_msg_id, string_to_properties
+from protocol.speedups import compiled
 
 Buffer: TypeAlias = bytes | bytearray | memoryview | mmap.mmap
 
@@ -370,9 +372,23 @@ def decode_record(buf: Buffer, pos: int = 0, verify_crc: bool = False) -> Messag
         raise CorruptRecordError(f"undecodable record at {pos}: {exc}") from exc
 
 
+# records_kernel.decode_records compiled (deploy/speedups.py), when built from the
+# source beside this file and not turned off; else None (the loop below runs)
+RECORDS_KERNEL: Callable[..., Any] | None = compiled(
+    "protocol._records_kernel_c", Path(__file__).with_name("records_kernel.py"), "decode_records")
+
+
 def decode_records(buf: Buffer, verify_crc: bool = False) -> list[MessageExt]:
     """Decode a concatenation of message records (a pull response body).
-    Topic names and hosts repeat from record to record: decoded once per call."""
+    Topic names and hosts repeat from record to record: decoded once per call.
+    A ``bytes`` body goes to the compiled loop first (records_kernel.py); what
+    that leaves (anything out of the ordinary) is decoded here, which says
+    what is wrong."""
+    kernel = RECORDS_KERNEL
+    if kernel is not None and type(buf) is bytes:
+        done: list[MessageExt] | None = kernel(buf, verify_crc, crc32, MessageExt, unpack_host)
+        if done is not None:
+            return done
     out: list[MessageExt] = []
     pos = 0
     limit = len(buf)
