@@ -6,7 +6,7 @@ is unchanged, so the next append simply tries again.
 
 ``preallocate_next`` builds the next file ahead of need in a worker thread,
 under a temporary name and without the queue's lock (with ``warm`` it writes
-every block, which takes a while: 0.6 s for 1 GiB here); only the rename into
+every block, which takes a while: 0.7-1.8 s for 1 GiB here); only the rename into
 place and the opening are done under the lock. A writer that needs the file
 before it is ready creates it at once (its blocks allocated, not written) and
 the build is thrown away.
