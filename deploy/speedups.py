@@ -33,7 +33,6 @@ KERNELS = (("broker/store/index_kernel.py", "broker.store._index_kernel_c", "put
            ("broker/store/batch_records_kernel.py", "broker.store._batch_records_kernel_c",
             "encode_batch"),
            ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"),
-           ("broker/store/pull_kernel.py", "broker.store._pull_kernel_c", "scan_entries"),
            ("protocol/records_kernel.py", "protocol._records_kernel_c", "decode_records"))
 
 

@@ -374,8 +374,10 @@ def decode_record(buf: Buffer, pos: int = 0, verify_crc: bool = False) -> Messag
 
 # records_kernel.decode_records compiled (deploy/speedups.py), when built from the
 # source beside this file and not turned off; else None (the loop below runs)
+RECORDS_KERNEL_MODULE = "protocol._records_kernel_c"
+RECORDS_KERNEL_SOURCE = Path(__file__).with_name("records_kernel.py")
 RECORDS_KERNEL: Callable[..., Any] | None = compiled(
-    "protocol._records_kernel_c", Path(__file__).with_name("records_kernel.py"), "decode_records")
+    RECORDS_KERNEL_MODULE, RECORDS_KERNEL_SOURCE, "decode_records")
 
 
 def decode_records(buf: Buffer, verify_crc: bool = False) -> list[MessageExt]:

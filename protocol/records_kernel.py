@@ -1,5 +1,19 @@
-"""A pull response body's records into messages, written to be compiled by
-Cython (pure Python mode).
+"""Reading stored records back, written to be compiled by Cython (pure Python
+mode): a pull's walk over its consume-queue entries and its CRC checks (the
+broker's side), and a pull body's records decoded into messages (the
+consumers' side).
+
+``scan_entries`` does what ``DefaultMessageStore.get_message``'s loop does
+with the raw consume-queue entries of one pull (20 bytes each: commit-log
+offset, size, tag code, big-endian), with no tuple made for an entry: it
+stops at the count and byte limits, skips empty entries, entries whose tag
+is not wanted and entries below the log's start or past its end, and groups
+the entries it picks into runs of records lying back to back in one
+commit-log file. ``check_records`` then checks the records of one run, read
+with one ``pread``, against their BODYCRC, as ``protocol.record.check_run``.
+The caller still checks each run against its file (the run must lie within
+the file's written bytes) and takes the general path when one does not, so a
+file missing in the middle of the log is never read past.
 
 ``decode_records`` walks the records of one pull body (protocol/record.py's
 layout) and makes one message of each, as ``protocol.record.decode_records``
@@ -8,13 +22,14 @@ topic names and hosts decoded once a body. It gives up (None) on anything out
 of the ordinary: a size, magic code or length that does not hold, properties
 that are not UTF-8, a topic name that is not, or (``verify_crc``) a body that
 does not match its BODYCRC; the caller then decodes the body with its own
-loop, which says what is wrong. What it does make is what that loop makes,
-field for field; the tests compare the two, with this source run as plain
-Python and compiled.
+loop, which says what is wrong.
 
+What each makes is what the Python loop it stands for makes; the tests
+compare them, with this source run as plain Python and compiled.
 ``deploy/speedups.py`` compiles it into ``protocol._records_kernel_c`` with
-this file's SHA-256 in it; ``protocol/record.py`` uses the compiled module
-only when that matches this source.
+this file's SHA-256 in it; ``protocol/record.py`` and
+``broker/store/message_store.py`` use the compiled module only when that
+matches this source.
 """
 
 from __future__ import annotations
@@ -137,3 +152,110 @@ def decode_records(data: bytes, verify_crc: cython.bint, crc32: Callable[[bytes]
                         _i32(d, pos + 72), _i64(d, pos + 76), crc, total, None, text, id_head))
         pos = end
     return out
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def scan_entries(entries: bytes, max_count: cython.longlong, max_bytes: cython.longlong,
+                 tag_codes: set | None, log_start: cython.longlong,
+                 log_end: cython.longlong, file_size: cython.longlong) -> tuple:
+    """(entries scanned, the last one's commit-log offset, whether an entry was
+    gone before the first pick, runs): each run (first commit-log offset, end,
+    first entry, entry after the last), its entries all picked and back to
+    back within one file. Entries from ``log_start`` to ``log_end`` are in the
+    log, which is cut into files of ``file_size`` at its multiples."""
+    d: cython.const[cython.uchar][::1] = entries  # type: ignore[valid-type]
+    n: cython.Py_ssize_t = len(entries) // 20
+    runs: list = []
+    i: cython.Py_ssize_t
+    at: cython.Py_ssize_t
+    phys: cython.longlong
+    size: cython.longlong
+    picked: cython.longlong = 0
+    total: cython.longlong = 0
+    scanned: cython.Py_ssize_t = 0
+    last_phys: cython.longlong = _i64(d, 0) if n > 0 else 0
+    removing: cython.bint = False
+    run_open: cython.bint = False
+    run_start: cython.longlong = 0
+    run_end: cython.longlong = 0
+    run_first: cython.Py_ssize_t = 0
+    run_next: cython.Py_ssize_t = 0
+    if file_size <= 0 or log_start < 0 or log_end < log_start:
+        raise ValueError(f"not a log: files of {file_size} bytes from {log_start} to {log_end}")
+    for i in range(n):
+        at = i * 20
+        phys = _i64(d, at)
+        size = _i32(d, at + 8)
+        if picked and (picked >= max_count or total + size > max_bytes):
+            break
+        scanned += 1
+        last_phys = phys
+        if size <= 0 or (tag_codes is not None and _i64(d, at + 12) not in tag_codes):
+            if run_open:
+                runs.append((run_start, run_end, run_first, run_next))
+                run_open = False
+            continue
+        if phys < log_start or phys > log_end or size > log_end - phys \
+                or phys % file_size + size > file_size:
+            if not picked:
+                removing = True
+            if run_open:
+                runs.append((run_start, run_end, run_first, run_next))
+                run_open = False
+            continue
+        if run_open and (phys != run_end or phys // file_size != run_start // file_size):
+            runs.append((run_start, run_end, run_first, run_next))
+            run_open = False
+        if not run_open:
+            run_open = True
+            run_start = phys
+            run_first = i
+        run_end = phys + size
+        run_next = i + 1
+        picked += 1
+        total += size
+    if run_open:
+        runs.append((run_start, run_end, run_first, run_next))
+    return scanned, last_phys, removing, runs
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def check_records(buf: bytes, entries: bytes, first: cython.Py_ssize_t,
+                  last: cython.Py_ssize_t, crc32: Callable[[memoryview], int],
+                  head: cython.Py_ssize_t, crc_at: cython.Py_ssize_t,
+                  len_at: cython.Py_ssize_t) -> tuple:
+    """The records of entries ``first``..``last`` (exclusive), back to back in
+    ``buf``: (views of those whose body matches its BODYCRC, the commit-log
+    offsets of those that do not or whose sizes do not fit)."""
+    d: cython.const[cython.uchar][::1] = buf  # type: ignore[valid-type]
+    e: cython.const[cython.uchar][::1] = entries  # type: ignore[valid-type]
+    view = memoryview(buf)
+    good: list = []
+    bad: list = []
+    limit: cython.Py_ssize_t = len(buf)
+    pos: cython.Py_ssize_t = 0
+    end: cython.Py_ssize_t
+    i: cython.Py_ssize_t
+    size: cython.longlong
+    body_len: cython.longlong
+    crc: cython.longlong
+    if first < 0 or last * 20 > len(entries) or first > last:
+        raise ValueError(f"entries {first}..{last} are not in the {len(entries)} bytes given")
+    if head < max(crc_at, len_at) + 4:
+        raise ValueError(f"a record head of {head} bytes cannot hold its fields")
+    for i in range(first, last):
+        size = _i32(e, i * 20 + 8)
+        end = pos + size
+        if pos >= 0 and size >= head and end <= limit:
+            crc = _i32(d, pos + crc_at)
+            body_len = _i32(d, pos + len_at)
+            if 0 <= body_len <= size - head \
+                    and (crc32(view[pos + head:pos + head + body_len]) & 0x7FFFFFFF) == crc:
+                good.append(view[pos:end])
+                pos = end
+                continue
+        bad.append(_i64(e, i * 20))
+        pos = end
+    return good, bad

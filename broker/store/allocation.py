@@ -100,25 +100,17 @@ def create_allocated(path: Path, size: int, what: str = "store file", warm: bool
     free (nothing is created) or the file system runs out meanwhile, and
     AllocationError for any other failure; no file is left behind either way.
     """
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = build_allocated(tmp, size, what, warm, path)
-    try:
-        os.rename(tmp, path)
-    except BaseException as exc:
-        os.close(fd)
-        tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise _error(exc, path, size, what, new=True) from exc
-        raise
-    return fd
+    return build_allocated(path.with_name(path.name + TMP_SUFFIX), size, what, warm, path,
+                           rename=True)
 
 
 def build_allocated(tmp: Path, size: int, what: str = "store file", warm: bool = False,
-                    path: Path | None = None) -> int:
-    """Create ``tmp`` (a temporary name: the caller renames it into place)
-    with ``size`` bytes on disk, zeros written into every block with ``warm``
-    and fdatasynced; returns a read-write fd. ``path`` is the name errors give.
-    Raises as ``create_allocated``; ``tmp`` is removed on failure."""
+                    path: Path | None = None, rename: bool = False) -> int:
+    """Create ``tmp`` (a temporary name) with ``size`` bytes on disk, zeros
+    written into every block with ``warm`` and fdatasynced; with ``rename``
+    it then becomes ``path``, else the caller renames it. Returns a read-write
+    fd. ``path`` is the name errors give. Raises as ``create_allocated``;
+    ``tmp`` is removed on failure."""
     named = path if path is not None else tmp
     free = free_bytes(tmp.parent)
     if free is not None and free < size + ALLOCATION_MARGIN:
@@ -137,6 +129,8 @@ def build_allocated(tmp: Path, size: int, what: str = "store file", warm: bool =
             for start in range(0, size, WARM_SYNC_BYTES):
                 _write_zeros(fd, start, min(size, start + WARM_SYNC_BYTES))
                 os.fdatasync(fd)
+        if rename:
+            os.rename(tmp, named)
     except BaseException as exc:
         os.close(fd)
         tmp.unlink(missing_ok=True)

@@ -63,6 +63,8 @@ from protocol.record import (
     OFF_BODY_LEN,
     OFF_STORE_TIMESTAMP,
     RECORD_HEAD_SIZE,
+    RECORDS_KERNEL_MODULE,
+    RECORDS_KERNEL_SOURCE,
     Buffer,
     RecordStatus,
     check_record,
@@ -104,19 +106,18 @@ TOTAL_PHYSICAL_MEMORY_SIZE = _physical_memory()
 
 
 class PullKernel(NamedTuple):
-    """``pull_kernel``'s two functions (compiled, or its plain Python source in
-    the tests)."""
+    """``protocol/records_kernel.py``'s two pull functions (compiled, or its
+    plain Python source in the tests)."""
 
     scan_entries: Callable[..., Any]
     check_records: Callable[..., Any]
 
 
 def compiled_pull_kernel() -> PullKernel | None:
-    """``pull_kernel`` compiled (deploy/speedups.py), when built from the source
-    beside this file and not turned off; else None."""
-    source = Path(__file__).with_name("pull_kernel.py")
-    scan = compiled("broker.store._pull_kernel_c", source, "scan_entries")
-    check = compiled("broker.store._pull_kernel_c", source, "check_records")
+    """Those functions compiled (deploy/speedups.py), when built from the
+    source and not turned off; else None."""
+    scan = compiled(RECORDS_KERNEL_MODULE, RECORDS_KERNEL_SOURCE, "scan_entries")
+    check = compiled(RECORDS_KERNEL_MODULE, RECORDS_KERNEL_SOURCE, "check_records")
     return None if scan is None or check is None else PullKernel(scan, check)
 
 

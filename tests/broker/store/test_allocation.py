@@ -128,11 +128,12 @@ def test_truncate_writes_only_up_to_stale_data(tmp_path: Path) -> None:
     assert blocks(path) < SIZE  # the holes after the data were never written
 
 
-def test_queue_load_removes_interrupted_allocations(tmp_path: Path) -> None:
+@pytest.mark.parametrize("suffix", [".alloc", ".build"])  # made by the writer, or ahead of it
+def test_queue_load_removes_interrupted_allocations(tmp_path: Path, suffix: str) -> None:
     mfq = MappedFileQueue(tmp_path, SIZE)
     mfq.last_for_append().append(b"x")
     mfq.close()
-    (tmp_path / "00000000000000262144.alloc").write_bytes(b"partial")
+    (tmp_path / f"00000000000000262144{suffix}").write_bytes(b"partial")
     again = MappedFileQueue(tmp_path, SIZE)
     again.load()
     assert sorted(os.listdir(tmp_path)) == ["00000000000000000000"]

@@ -1,6 +1,6 @@
-"""broker/store/pull_kernel.py, a pull's walk over consume-queue entries and
-its CRC checks, run as plain Python and compiled (deploy/speedups.py):
-get_message with it must answer what get_message's own loop answers, and the
+"""protocol/records_kernel.py's pull functions (a pull's walk over its
+consume-queue entries and its CRC checks), run as plain Python and compiled
+(deploy/speedups.py): get_message with it must answer what get_message's own loop answers, and the
 two functions must agree with reference loops on any entries and bytes."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import structlog
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.store import pull_kernel as plain
 from broker.store.consume_queue import CQ_ENTRY
 from broker.store.message_store import DefaultMessageStore, PullKernel, compiled_pull_kernel
 from broker.store.status import GetMessageResult
+from protocol import records_kernel as plain
 from protocol.crc import crc32
 from protocol.hashing import tags_hash_code
 from protocol.record import (

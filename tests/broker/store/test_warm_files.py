@@ -207,17 +207,6 @@ def test_one_build_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     mfq.close()
 
 
-def test_load_removes_an_interrupted_build(tmp_path: Path) -> None:
-    mfq = MappedFileQueue(tmp_path, SIZE)
-    mfq.last_for_append().append(b"x")
-    mfq.close()
-    (tmp_path / "00000000000000262144.build").write_bytes(b"partial")
-    again = MappedFileQueue(tmp_path, SIZE)
-    again.load()
-    assert os.listdir(tmp_path) == ["00000000000000000000"]
-    again.close()
-
-
 # ---- the store ----------------------------------------------------------------------
 
 
