@@ -234,26 +234,50 @@ def encode_batch(data: bytes, fixed: cython.Py_ssize_t, topic_field: bytes,
 def stamp_batch(records: bytearray, metas: list, topic: str, queue_id: object,
                 sys_flag: object, phys: cython.longlong, queue_offset: cython.longlong,
                 now: cython.longlong, new_tuple: Callable[..., tuple], request: type,
-                ) -> tuple:
+                id_head: str) -> tuple:
     """Write each record's queue offset (from ``queue_offset`` on), commit-log
     offset (``phys`` is the first record's) and store time ``now`` into
     ``records``; returns (the dispatch requests, ``new_tuple(request, ...)``
-    each, and the records' commit-log offsets)."""
+    each, and the records' offset msgIds: ``id_head`` then the commit-log
+    offset in 16 upper-case hex digits each, comma-separated, as
+    ``commit_log.msg_ids`` makes them). Raises ValueError for a negative
+    offset or an ``id_head`` that is not ASCII."""
     o: cython.uchar[::1] = records
+    head_b = id_head.encode("ascii")
+    head = cython.declare(cython.const[cython.uchar][::1], head_b)
+    digits = cython.declare(cython.const[cython.uchar][::1], b"0123456789ABCDEF")
+    head_len: cython.Py_ssize_t = len(head_b)
+    step: cython.Py_ssize_t = head_len + 17  # the head, 16 digits and a comma
+    n: cython.Py_ssize_t = len(metas)
+    ids = bytearray(n * step - 1 if n else 0)
+    io: cython.uchar[::1] = ids
     dispatches: list = []
-    offsets: list = []
     rec: cython.Py_ssize_t
     at: cython.longlong
+    u: cython.ulonglong
+    w: cython.Py_ssize_t = 0
+    k: cython.Py_ssize_t
     now_obj = now
     for meta in metas:
         rec = meta[0]
         at = phys + rec
+        if at < 0:
+            raise ValueError(f"a record at the negative offset {at}")
         _put(o, rec + 20, 8, queue_offset)
         _put(o, rec + 28, 8, at)
         _put(o, rec + 56, 8, now)
-        offset = at
-        offsets.append(offset)
-        dispatches.append(new_tuple(request, (topic, queue_id, offset, meta[1], meta[2], now_obj,
+        for k in range(head_len):
+            io[w + k] = head[k]
+        w += head_len
+        u = cython.cast(cython.ulonglong, at)
+        for k in range(15, -1, -1):
+            io[w + k] = digits[u & 0xF]
+            u >>= 4
+        w += 16
+        if w < n * step - 1:
+            io[w] = 44  # ","
+            w += 1
+        dispatches.append(new_tuple(request, (topic, queue_id, at, meta[1], meta[2], now_obj,
                                               queue_offset, meta[3], meta[4], sys_flag)))
         queue_offset += 1
-    return dispatches, offsets
+    return dispatches, ids.decode("ascii")

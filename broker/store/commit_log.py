@@ -412,10 +412,11 @@ class CommitLog:
         def encode(start: int, queue_offset: int
                    ) -> tuple[bytearray, AppendMessageResult, list[DispatchRequest]]:
             now = int(time.time() * 1000)
-            dispatches, offsets = stamp(records, metas, topic, queue_id, sys_flag, start,
-                                        queue_offset, now, tuple.__new__, DispatchRequest)
+            dispatches, ids = stamp(records, metas, topic, queue_id, sys_flag, start,
+                                    queue_offset, now, tuple.__new__, DispatchRequest,
+                                    self._id_head)
             return records, AppendMessageResult(
-                AppendMessageStatus.PUT_OK, start, total, msg_ids(self._id_head, offsets), now,
+                AppendMessageStatus.PUT_OK, start, total, ids, now,
                 queue_offset, len(dispatches),
             ), dispatches
 

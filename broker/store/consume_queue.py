@@ -124,6 +124,21 @@ class ConsumeQueue:
         for i, (phys, size, tag) in enumerate(entries):
             self.put_entry(phys, size, tag, first_index + i)
 
+    def put_packed(self, packed: bytes | bytearray, first_index: int, end: int) -> bool:
+        """``put_entries``' one-append case for entries already packed (20
+        bytes each, from ``first_index``; ``end`` is where the last one's
+        record ends): True when written, False (nothing written) when they do
+        not follow the queue's last entry in its last file, with room; the
+        caller then goes through ``put_entries``."""
+        mfq = self.mapped_file_queue
+        last = mfq.last()
+        if last is None or mfq.max_offset != first_index * CQ_STORE_UNIT_SIZE \
+                or last.remaining < len(packed):
+            return False
+        last.append(packed)
+        self.max_physic_offset = end
+        return True
+
     # ---- read ----------------------------------------------------------------------
 
     def get_entries(self, index: int, max_count: int) -> list[tuple[int, int, int]]:

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import itemgetter
-from typing import TYPE_CHECKING, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from broker.store.commit_log import DispatchRequest
+from protocol.speedups import compiled
 
 if TYPE_CHECKING:
     from broker.store.message_store import DefaultMessageStore
+
+
+def compiled_dispatch_kernel(name: str) -> Callable[..., Any] | None:
+    """Function ``name`` of ``dispatch_kernel`` compiled (deploy/speedups.py),
+    when built from the source beside this file and not turned off; else None."""
+    return compiled("broker.store._dispatch_kernel_c",
+                    Path(__file__).with_name("dispatch_kernel.py"), name)
 
 
 # (commit_log_offset, msg_size, tags_code) of a DispatchRequest, taken in C
@@ -29,6 +39,9 @@ class CommitLogDispatcher(Protocol):
 class CommitLogDispatcherBuildConsumeQueue:
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
+        # dispatch_kernel.cq_entries compiled, or None: the entries packed by struct
+        self.cq_entries: Callable[[list[DispatchRequest]], bytearray | None] | None = \
+            compiled_dispatch_kernel("cq_entries")
 
     def dispatch(self, request: DispatchRequest) -> None:
         cq = self.store.find_consume_queue(request.topic, request.queue_id)
@@ -38,4 +51,12 @@ class CommitLogDispatcherBuildConsumeQueue:
     def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
         first = requests[0]
         cq = self.store.find_consume_queue(first.topic, first.queue_id)
+        pack = self.cq_entries
+        if pack is not None:
+            packed = pack(requests)
+            if packed is not None:
+                last = requests[-1]
+                if cq.put_packed(packed, first.consume_queue_offset,
+                                 last.commit_log_offset + last.msg_size):
+                    return
         cq.put_entries(list(map(_CQ_FIELDS, requests)), first.consume_queue_offset)

@@ -7,12 +7,14 @@ reput) indexes the record again (a key added twice is found once).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
 from broker.store.allocation import remove_stale_allocations
 from broker.store.commit_log import DispatchRequest
+from broker.store.dispatch import compiled_dispatch_kernel
 from broker.store.index_file import IndexFile, index_file_name
 from protocol.crc import crc32
 from protocol.record import (
@@ -27,6 +29,40 @@ log = structlog.get_logger("store.index")
 _NOTHING = object()  # no topic seen yet
 
 
+def index_hashes_loop(requests: list[DispatchRequest], indexed_to: int,
+                      ) -> tuple[list[tuple[int, int, int]], int]:
+    """(hash, commit-log offset, store ms) of each key of ``requests`` to
+    index, and the highest commit-log offset seen: records at or below
+    ``indexed_to`` are skipped (a replay), prepared and rolled-back
+    transaction records have no keys. The reference for
+    ``dispatch_kernel.index_hashes``, which the broker runs where it is built.
+
+    A key's hash is ``key_hash("topic#key")``, made as the CRC of the key
+    continuing from the CRC of "topic#" (a batch's requests share a topic:
+    its CRC made once), so no "topic#key" string is built."""
+    hashed: list[tuple[int, int, int]] = []
+    add = hashed.append
+    topic: object = _NOTHING  # the last topic seen, and the CRC of "topic#"
+    topic_crc = 0
+    for req in requests:
+        req_topic, _, phy, _, _, ts, _, keys, uniq_key, sys_flag = req
+        if phy <= indexed_to:
+            continue  # already indexed (re-dispatch after recovery)
+        tx = sys_flag & TRANSACTION_TYPE_MASK
+        if tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE:
+            if req_topic is not topic:
+                topic = req_topic
+                topic_crc = crc32(f"{req_topic}#".encode())
+            if keys:
+                for key in keys.split(" "):
+                    if key:
+                        add((crc32(key.encode(), topic_crc) & 0x7FFFFFFF, phy, ts))
+            if uniq_key:
+                add((crc32(uniq_key.encode(), topic_crc) & 0x7FFFFFFF, phy, ts))
+        indexed_to = phy
+    return hashed, indexed_to
+
+
 class IndexService:
     def __init__(self, store_dir: Path, hash_slot_num: int = 5_000_000,
                  index_num: int = 20_000_000) -> None:
@@ -35,6 +71,9 @@ class IndexService:
         self.index_num = index_num
         self.files: list[IndexFile] = []
         self._indexed_to = -1  # highest commit-log offset indexed: replays are skipped
+        # dispatch_kernel.index_hashes compiled, or None: index_hashes_loop
+        self.hash_kernel: Callable[..., tuple[list[tuple[int, int, int]], int] | None] | None = \
+            compiled_dispatch_kernel("index_hashes")
 
     def load(self) -> None:
         if not self.store_dir.exists():
@@ -68,31 +107,10 @@ class IndexService:
         """Index the keys of each request (prepared and rolled-back transaction
         records have none), written in one pass per index file. A record counts
         as indexed once all keys of the batch are in (see the module's note).
-
-        A key's hash is ``key_hash("topic#key")``, made as the CRC of the key
-        continuing from the CRC of "topic#" (a batch's requests share a topic:
-        its CRC made once), so no "topic#key" string is built."""
-        hashed: list[tuple[int, int, int]] = []
-        add = hashed.append
-        indexed_to = self._indexed_to
-        topic: object = _NOTHING  # the last topic seen, and the CRC of "topic#"
-        topic_crc = 0
-        for req in requests:
-            req_topic, _, phy, _, _, ts, _, keys, uniq_key, sys_flag = req
-            if phy <= indexed_to:
-                continue  # already indexed (re-dispatch after recovery)
-            tx = sys_flag & TRANSACTION_TYPE_MASK
-            if tx != TRANSACTION_PREPARED_TYPE and tx != TRANSACTION_ROLLBACK_TYPE:
-                if req_topic is not topic:
-                    topic = req_topic
-                    topic_crc = crc32(f"{req_topic}#".encode())
-                if keys:
-                    for key in keys.split(" "):
-                        if key:
-                            add((crc32(key.encode(), topic_crc) & 0x7FFFFFFF, phy, ts))
-                if uniq_key:
-                    add((crc32(uniq_key.encode(), topic_crc) & 0x7FFFFFFF, phy, ts))
-            indexed_to = phy
+        The keys' hashes: ``index_hashes_loop``, or its compiled twin."""
+        kernel = self.hash_kernel
+        got = None if kernel is None else kernel(requests, self._indexed_to, crc32)
+        hashed, indexed_to = got or index_hashes_loop(requests, self._indexed_to)
         done = 0
         while done < len(hashed):  # _writable gives a file with room: each pass adds some
             done += self._writable(hashed[done][2]).put_hashes(hashed[done:] if done else hashed)

@@ -199,3 +199,19 @@ def test_the_store_takes_a_body_only_when_it_takes_writes_as_it_is(tmp_path: Pat
         assert len(store.query_message("T", "k1", 10, 0, 2**62)) == 1
     finally:
         store.shutdown()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_stamp_batch_makes_the_offset_msg_ids(kernel: BatchKernel) -> None:
+    from broker.store.commit_log import DispatchRequest, msg_ids
+    head = "0A00000100002A9F"
+    for phys, recs in ((0, [0]), (2**40 + 7, [0, 100, 250]), (2**63 - 300, [0, 299]), (5, [])):
+        records = bytearray(max(recs, default=0) + 100)
+        metas = [(rec, 100, 0, None, None) for rec in recs]
+        dispatches, ids = kernel.stamp_batch(records, metas, "T", 0, 0, phys, 0, 1,
+                                             tuple.__new__, DispatchRequest, head)
+        assert ids == msg_ids(head, [phys + rec for rec in recs])
+        assert [d.commit_log_offset for d in dispatches] == [phys + rec for rec in recs]
+    with pytest.raises(ValueError):  # a negative offset has no such id
+        kernel.stamp_batch(bytearray(100), [(0, 100, 0, None, None)], "T", 0, 0, -1, 0, 1,
+                           tuple.__new__, DispatchRequest, head)
