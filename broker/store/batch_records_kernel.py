@@ -64,9 +64,10 @@ def _put(o: cython.uchar[::1], at: cython.Py_ssize_t, width: cython.int,
 @cython.wraparound(False)
 def _is(d: cython.const[cython.uchar][::1],  # type: ignore[valid-type]
         at: cython.Py_ssize_t, length: cython.Py_ssize_t,
-        name: cython.const[cython.uchar][::1],  # type: ignore[valid-type]
-        ) -> cython.bint:
-    """Whether the ``length`` bytes at ``at`` are ``name``."""
+        name: bytes) -> cython.bint:
+    """Whether the ``length`` bytes at ``at`` are ``name`` (a bytes object:
+    compiled, read in place, where a memoryview of it is an object made and
+    freed each call)."""
     i: cython.Py_ssize_t
     if length != len(name):
         return False
@@ -95,9 +96,6 @@ def encode_batch(data: bytes, fixed: cython.Py_ssize_t, topic_field: bytes,
     back; ``metas`` holds (start in ``records``, size, tags code, keys,
     unique key) for each."""
     d = cython.declare(cython.const[cython.uchar][::1], data)
-    topic_b = cython.declare(cython.const[cython.uchar][::1], topic_field)
-    born_b = cython.declare(cython.const[cython.uchar][::1], born_field)
-    store_b = cython.declare(cython.const[cython.uchar][::1], store_host)
     sep: cython.uchar = 2  # \x02 between properties (typed locals: C values compiled)
     kv: cython.uchar = 1  # \x01 between a property's name and its value
     end: cython.Py_ssize_t = len(data)
@@ -132,10 +130,11 @@ def encode_batch(data: bytes, fixed: cython.Py_ssize_t, topic_field: bytes,
     records = bytearray(total)
     o: cython.uchar[::1] = records
     view = memoryview(data)
-    tags_name = cython.declare(cython.const[cython.uchar][::1], b"TAGS")
-    keys_name = cython.declare(cython.const[cython.uchar][::1], b"KEYS")
-    uniq_name = cython.declare(cython.const[cython.uchar][::1], b"UNIQ_KEY")
-    tran_name = cython.declare(cython.const[cython.uchar][::1], b"TRAN_MSG")
+    tags_name: bytes = b"TAGS"
+    keys_name: bytes = b"KEYS"
+    uniq_name: bytes = b"UNIQ_KEY"
+    tran_name: bytes = b"TRAN_MSG"
+    k: cython.Py_ssize_t
     metas: list = []
     pos = 0
     w: cython.Py_ssize_t = 0  # where the record goes in ``records``
@@ -206,16 +205,19 @@ def encode_batch(data: bytes, fixed: cython.Py_ssize_t, topic_field: bytes,
         # QUEUEOFFSET (20) and PHYSICALOFFSET (28): stamp_batch's
         _put(o, w + 36, 4, sys_flag)
         _put(o, w + 40, 8, born_timestamp)
-        o[w + 48:w + 56] = born_b
+        for k in range(8):  # the hosts and the topic byte by byte: a few bytes each
+            o[w + 48 + k] = born_field[k]
         # STORETIMESTAMP (56): stamp_batch's
-        o[w + 64:w + 72] = store_b
+        for k in range(8):
+            o[w + 64 + k] = store_host[k]
         _put(o, w + 72, 4, reconsume_times)
         # PREPARED TRANSACTION OFFSET (76): 0
         _put(o, w + 84, 4, body_len)
         w += head_size
         o[w:w + body_len] = d[body_at:at]
         w += body_len
-        o[w:w + topic_len] = topic_b
+        for k in range(topic_len):
+            o[w + k] = topic_field[k]
         w += topic_len
         o[w:w + 2 + props_len] = d[at:stop]
         w += 2 + props_len
@@ -243,9 +245,7 @@ def stamp_batch(records: bytearray, metas: list, topic: str, queue_id: object,
     ``commit_log.msg_ids`` makes them). Raises ValueError for a negative
     offset or an ``id_head`` that is not ASCII."""
     o: cython.uchar[::1] = records
-    head_b = id_head.encode("ascii")
-    head = cython.declare(cython.const[cython.uchar][::1], head_b)
-    digits = cython.declare(cython.const[cython.uchar][::1], b"0123456789ABCDEF")
+    head_b: bytes = id_head.encode("ascii")
     head_len: cython.Py_ssize_t = len(head_b)
     step: cython.Py_ssize_t = head_len + 17  # the head, 16 digits and a comma
     n: cython.Py_ssize_t = len(metas)
@@ -255,6 +255,7 @@ def stamp_batch(records: bytearray, metas: list, topic: str, queue_id: object,
     rec: cython.Py_ssize_t
     at: cython.longlong
     u: cython.ulonglong
+    digit: cython.int
     w: cython.Py_ssize_t = 0
     k: cython.Py_ssize_t
     now_obj = now
@@ -267,11 +268,12 @@ def stamp_batch(records: bytearray, metas: list, topic: str, queue_id: object,
         _put(o, rec + 28, 8, at)
         _put(o, rec + 56, 8, now)
         for k in range(head_len):
-            io[w + k] = head[k]
+            io[w + k] = head_b[k]
         w += head_len
         u = cython.cast(cython.ulonglong, at)
         for k in range(15, -1, -1):
-            io[w + k] = digits[u & 0xF]
+            digit = u & 0xF
+            io[w + k] = digit + 48 if digit < 10 else digit + 55  # 0-9, A-F
             u >>= 4
         w += 16
         if w < n * step - 1:
