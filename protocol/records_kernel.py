@@ -60,9 +60,10 @@ def _u32(d: cython.const[cython.uchar][::1],  # type: ignore[valid-type]
 def _i32(d: cython.const[cython.uchar][::1],  # type: ignore[valid-type]
          at: cython.Py_ssize_t) -> cython.longlong:
     """The signed big-endian 4-byte integer at ``at`` (in bounds)."""
+    one: cython.longlong = 1  # constants made by shifts: a literal past 2**31 is a Python int
     value: cython.longlong = _u32(d, at)
-    if value >= 0x80000000:
-        value -= 0x100000000
+    if value >= one << 31:
+        value -= one << 32
     return value
 
 
@@ -74,7 +75,22 @@ def _i64(d: cython.const[cython.uchar][::1],  # type: ignore[valid-type]
          at: cython.Py_ssize_t) -> cython.longlong:
     """The signed big-endian 8-byte integer at ``at`` (in bounds): the high
     half signed, the low half not, so no step overflows."""
-    return _i32(d, at) * 0x100000000 + _u32(d, at + 4)
+    one: cython.longlong = 1
+    return _i32(d, at) * (one << 32) + _u32(d, at + 4)
+
+
+@cython.cfunc
+@cython.inline
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def _same(d: cython.const[cython.uchar][::1],  # type: ignore[valid-type]
+          a: cython.Py_ssize_t, b: cython.Py_ssize_t, n: cython.Py_ssize_t) -> cython.bint:
+    """Whether the ``n`` bytes at ``a`` and at ``b`` are the same (in bounds)."""
+    i: cython.Py_ssize_t
+    for i in range(n):
+        if d[a + i] != d[b + i]:
+            return False
+    return True
 
 
 @cython.boundscheck(False)
@@ -100,11 +116,20 @@ def decode_records(data: bytes, verify_crc: cython.bint, crc32: Callable[[bytes]
     topics: dict = {}
     hosts: dict = {}
     id_heads: dict = {}
+    prev: cython.Py_ssize_t = -1  # the previous record's start
+    prev_topic_at: cython.Py_ssize_t = 0
+    prev_topic_len: cython.Py_ssize_t = 0
+    topic_len: cython.Py_ssize_t
+    topic: object = None
+    born: object = None
+    stored: object = None
+    id_head: object = None
     while pos < limit:
         if limit - pos < head + 3:
             return None
         total = _i32(d, pos)
-        if _u32(d, pos + 4) != 0xDAA320A7 or total < head + 3 or total > limit - pos:
+        # MESSAGE_MAGIC_CODE 0xDAA320A7, read signed (as a C literal: no Python int)
+        if _i32(d, pos + 4) != -626843481 or total < head + 3 or total > limit - pos:
             return None
         end = pos + total
         body_len = _i32(d, pos + 84)
@@ -121,24 +146,34 @@ def decode_records(data: bytes, verify_crc: cython.bint, crc32: Callable[[bytes]
         crc = _i32(d, pos + 8)
         if verify_crc and (crc32(body) & 0x7FFFFFFF) != crc:
             return None
-        topic_b = data[topic_at + 1:props_at - 2]
-        topic = topics.get(topic_b)
-        if topic is None:
-            try:
-                topic = topics[topic_b] = topic_b.decode()
-            except UnicodeDecodeError:
-                return None
-        born_b = data[pos + 48:pos + 56]
-        born = hosts.get(born_b)
-        if born is None:
-            born = hosts[born_b] = unpack_host(born_b)
-        store_b = data[pos + 64:pos + 72]
-        stored = hosts.get(store_b)
-        if stored is None:
-            stored = hosts[store_b] = unpack_host(store_b)
-        id_head = id_heads.get(store_b)
-        if id_head is None:
-            id_head = id_heads[store_b] = store_b.hex().upper()
+        # the topic and hosts: the previous record's when their bytes are the
+        # same (no slice, no look-up), else from the body's caches
+        topic_len = props_at - 2 - (topic_at + 1)
+        if prev < 0 or topic_len != prev_topic_len \
+                or not _same(d, topic_at + 1, prev_topic_at, topic_len):
+            topic_b = data[topic_at + 1:props_at - 2]
+            topic = topics.get(topic_b)
+            if topic is None:
+                try:
+                    topic = topics[topic_b] = topic_b.decode()
+                except UnicodeDecodeError:
+                    return None
+        if prev < 0 or not _same(d, pos + 48, prev + 48, 8):
+            born_b = data[pos + 48:pos + 56]
+            born = hosts.get(born_b)
+            if born is None:
+                born = hosts[born_b] = unpack_host(born_b)
+        if prev < 0 or not _same(d, pos + 64, prev + 64, 8):
+            store_b = data[pos + 64:pos + 72]
+            stored = hosts.get(store_b)
+            if stored is None:
+                stored = hosts[store_b] = unpack_host(store_b)
+            id_head = id_heads.get(store_b)
+            if id_head is None:
+                id_head = id_heads[store_b] = store_b.hex().upper()
+        prev = pos
+        prev_topic_at = topic_at + 1
+        prev_topic_len = topic_len
         if props_at < end:
             try:
                 text = data[props_at:end].decode()

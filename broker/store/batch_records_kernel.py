@@ -198,7 +198,7 @@ def encode_batch(data: bytes, fixed: cython.Py_ssize_t, topic_field: bytes,
                 return None
         rec = w
         _put(o, w, 4, fixed + body_len + props_len)
-        _put(o, w + 4, 4, 0xDAA320A7)  # MESSAGE_MAGIC_CODE
+        _put(o, w + 4, 4, -626843481)  # MESSAGE_MAGIC_CODE 0xDAA320A7 (signed: a C literal)
         _put(o, w + 8, 4, crc32(view[body_at:at]) & 0x7FFFFFFF)
         _put(o, w + 12, 4, queue_id)
         o[w + 16:w + 20] = d[pos + 12:pos + 16]  # FLAG, as the producer sent it
