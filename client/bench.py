@@ -906,16 +906,25 @@ def render_latency(d: Mapping[str, Any]) -> str:
               help="Batch mode: read a built-in Python data source that connects nowhere "
                    "(one row in each of 4 partitions, the rocketmq schema) instead of the "
                    "topic: what Spark's own Python data-source machinery costs a read.")
+@click.option("--noop-rows", "noop_rows", type=click.IntRange(0, 10**9), default=0,
+              show_default=True,
+              help="With --noop: this many rows a read in all (bodies of --noop-body-size "
+                   "bytes, in the rocketmq source's batch size) instead of one a partition: "
+                   "what Spark alone costs to take them from a Python source.")
+@click.option("--noop-body-size", "noop_body_size", type=click.IntRange(0, 4 << 20),
+              default=1024, show_default=True, help="With --noop-rows: each row's body bytes.")
 @json_option
 def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
-          max_per_trigger: int | None, checkpoint: str | None, noop: bool,
-          as_json: bool) -> None:
+          max_per_trigger: int | None, checkpoint: str | None, noop: bool, noop_rows: int,
+          noop_body_size: int, as_json: bool) -> None:
     """Read a whole topic with the Spark source; report msg/s (batch) or the
     wall time of availableNow runs from earliest into a no-op sink (stream).
     Each run is one read of the whole topic: no per-request latency applies;
     with more than one run, the run times' p50 is reported."""
     if noop and mode != "batch":
         raise click.UsageError("--noop reads in batch mode only")
+    if noop_rows and not noop:
+        raise click.UsageError("--noop-rows goes with --noop")
     from pyspark.sql import functions as F
 
     from client.spark import spark_session
@@ -933,7 +942,8 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
                 cpu0 = tree_cpu_seconds(me)
                 t0 = time.perf_counter()
                 if noop:
-                    df = session.read.format(NOOP_NAME).load()
+                    df = (session.read.format(NOOP_NAME).option("rows", str(noop_rows))
+                          .option("bodySize", str(noop_body_size)).load())
                 else:
                     df = _spark_credentials(session.read.format("rocketmq")
                                             .option("namesrv", namesrv)

@@ -20,6 +20,7 @@ processes), so the figures can be read against what the machine gave then.
                  producer -t BenchTopic ... -c 800000                   to 1,000,000 for Spark
                  spark -t BenchTopic -r 3                                Spark batch reads
                  spark --noop -r 3                                       Spark's own part
+                 spark --noop --noop-rows 1000000 -r 3                   ... of as many rows
     SYNC_FLUSH   producer (batched), producer (single), as above
     ASYNC_FLUSH and SYNC_FLUSH again, broker with busyPollMicros=1000:
                  --busy-poll-us 1000 producer (batched: ASYNC only; single), as above
@@ -126,6 +127,10 @@ def plan(divisor: int = 1, skip_spark: bool = False, disk_file_size: int = 1 << 
         # the same reads of a source that connects nowhere, in a session of its
         # own: what Spark's Python data-source machinery alone costs a first read
         async_steps.append(Step("spark_noop", ASYNC, "spark", ("--noop", "-r", "3")))
+        # and of as many rows as the topic holds, 1 KiB bodies: what Spark alone
+        # costs to take them from a Python source, first read and warm
+        async_steps.append(Step("spark_noop_rows", ASYNC, "spark",
+                                ("--noop", "--noop-rows", n(1_000_000), "-r", "3")))
     disk = Step("disk", "", "disk", ("-s", "1024", "-c", n(2000), "--file-size",
                                      str(disk_file_size)))
     machine = [Step(name, "", "machine", ("-c", n(5000)))
@@ -290,6 +295,14 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
                      "n/a" if ours_s is None or noop_s is None
                      else f"{number_text(ours_s, 2)} / {number_text(noop_s, 2)}",
                      f"{cmd}; {noop_cmd} (a session of its own)"))
+        same, same_cmd = find(results, "spark_noop_rows", ASYNC, "spark_summary")
+        same_warm = same.get("warm_msgs_per_s") if same else None
+        same_first = same.get("first_msgs_per_s") if same else None
+        rows.append(("Spark warm/first msg/s of a no-op source of as many rows",
+                     "n/a" if same_warm is None or same_first is None
+                     else f"{number_text(same_warm)} / {number_text(same_first)}",
+                     f"{same_cmd} (1 KiB bodies, a session of its own: Spark's own cost, "
+                     "the most any Python source could give)"))
     start, cmd = find(results, "machine_start", "")
     end, _ = find(results, "machine_end", "")
 

@@ -432,7 +432,8 @@ def test_loopback_peer_is_gone_afterwards() -> None:
 def test_plan_divides_counts() -> None:
     full = plan()
     assert [s.name for s in full[ASYNC]] == ["produce_batched", "consume_pull", "produce_single",
-                                             "push", "spark_fill", "spark", "spark_noop"]
+                                             "push", "spark_fill", "spark", "spark_noop",
+                                             "spark_noop_rows"]
     assert [s.name for s in full[SYNC]] == ["produce_batched", "produce_single"]
     assert full[ASYNC][0].shown() == ("mqbench producer -t BenchTopic -s 1024 -b 32 -w 16 "
                                       "-c 200000")
@@ -441,6 +442,7 @@ def test_plan_divides_counts() -> None:
                                       "-c 800000")  # Spark then reads 1,000,000
     assert full[ASYNC][5].shown() == "mqbench spark -t BenchTopic -r 3"
     assert full[ASYNC][6].shown() == "mqbench spark --noop -r 3"  # a session of its own
+    assert full[ASYNC][7].shown() == "mqbench spark --noop --noop-rows 1000000 -r 3"
     # against a spinning broker, spinning: batched (ASYNC) and single sends
     single_busy = "mqbench --busy-poll-us 1000 producer -t BenchSingle -s 1024 -b 1 -w 1 -c 20000"
     assert [s.shown() for s in full[ASYNC_BUSY]] == [
@@ -495,6 +497,10 @@ RESULTS: dict[str, Any] = {"compiled_loops": {"a._x_c": True, "b._y_c": True}, "
          {"mode": "spark", "run": 1},
          {"mode": "spark_summary", "warm_msgs_per_s": 12.0, "first_msgs_per_s": 1.0,
           "first_seconds": 4.1}),
+    step("spark_noop_rows", ASYNC, "mqbench spark --noop --noop-rows 1000000 -r 3",
+         {"mode": "spark", "run": 1},
+         {"mode": "spark_summary", "warm_msgs_per_s": 400000.0, "first_msgs_per_s": 125000.0,
+          "first_seconds": 8.0}),
     step("produce_batched", SYNC, "mqbench producer -b 32 (sync)",
          {"mode": "produce", "msgs_per_s": 43000.0, "latency_us": lat(1e4, 2e4, 40_000, 50_000)}),
     step("produce_single", SYNC, "mqbench producer -b 1 (sync)",
@@ -553,6 +559,9 @@ def test_table_rows_from_fixed_results() -> None:
          "all the reads"),
         ("Spark first read s: rocketmq / a no-op Python source", "50.00 / 4.10",
          "mqbench spark -r 3; mqbench spark --noop -r 3 (a session of its own)"),
+        ("Spark warm/first msg/s of a no-op source of as many rows", "400,000 / 125,000",
+         "mqbench spark --noop --noop-rows 1000000 -r 3 (1 KiB bodies, a session of its own: "
+         "Spark's own cost, the most any Python source could give)"),
         ("machine: Python (version, interpreter)", "3.11.2 /usr/bin/python3.11",
          "mqbench machine -c 5000"),
         ("broker: compiled loops in use", "2 of 2",

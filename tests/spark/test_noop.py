@@ -40,6 +40,38 @@ def test_a_bad_partition_count_is_refused(spark: Any, bad: str) -> None:
         spark.read.format(NOOP_NAME).option("partitions", bad).load().collect()
 
 
+def test_rows_split_over_the_partitions_in_the_sources_batches(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    from client.spark.source import BATCH_ROWS
+    spark.dataSource.register(noop_source())
+    rows = 9 * BATCH_ROWS + 3  # partitions of unequal shares, each over two batches
+    df = (spark.read.format(NOOP_NAME).option("rows", str(rows)).option("bodySize", "10")
+          .load())
+    got = {r.queueId: (r.n, r.bytes, r.offsets, r.lo, r.hi) for r in df.groupBy("queueId").agg(
+        F.count("*").alias("n"), F.sum(F.length("body")).alias("bytes"),
+        F.countDistinct("queueOffset").alias("offsets"), F.min("queueOffset").alias("lo"),
+        F.max("queueOffset").alias("hi")).collect()}
+    share = rows // 4
+    assert {q: n for q, (n, *_) in got.items()} == {0: share + 1, 1: share + 1, 2: share + 1,
+                                                   3: share}
+    assert share > 2 * BATCH_ROWS
+    assert all(b == n * 10 for n, b, *_ in got.values())
+    assert all((offsets, lo, hi) == (BATCH_ROWS, 0, BATCH_ROWS - 1)
+               for _, _, offsets, lo, hi in got.values()), got  # one batch, given again
+    one = spark.read.format(NOOP_NAME).option("rows", "3").option("partitions", "4").load()
+    assert sorted(r.queueId for r in one.collect()) == [0, 1, 2]  # a share of 0: no rows
+    assert {len(r.body) for r in one.collect()} == {1024}  # the default body
+
+
+@pytest.mark.parametrize(("name", "bad"), [("rows", "-1"), ("rows", "many"),
+                                           ("bodySize", str((4 << 20) + 1))])
+def test_bad_rows_or_body_sizes_are_refused(spark: Any, name: str, bad: str) -> None:
+    spark.dataSource.register(noop_source())
+    with pytest.raises(Exception, match=f"option {name} must be"):
+        spark.read.format(NOOP_NAME).option(name, bad).load().collect()
+
+
 def test_it_is_pickled_by_value_and_imports_nothing_of_ours(tmp_path: Path) -> None:
     from pyspark import cloudpickle
 
@@ -60,3 +92,5 @@ def test_it_is_pickled_by_value_and_imports_nothing_of_ours(tmp_path: Path) -> N
 def test_mqbench_noop_reads_in_batch_mode_only() -> None:
     result = CliRunner().invoke(cli, ["spark", "--noop", "--mode", "stream"])
     assert result.exit_code == 2 and "--noop reads in batch mode only" in result.output
+    result = CliRunner().invoke(cli, ["spark", "--noop-rows", "10"])
+    assert result.exit_code == 2 and "--noop-rows goes with --noop" in result.output
