@@ -30,9 +30,13 @@ from tests.broker.store.helpers import inner, make_config, open_store
 
 CQ_KERNELS: list[Any] = [pytest.param(dispatch_kernel.cq_entries, id="plain-python")]
 HASH_KERNELS: list[Any] = [pytest.param(dispatch_kernel.index_hashes, id="plain-python")]
+BOTH: list[Any] = [pytest.param(dispatch_kernel.cq_entries, dispatch_kernel.index_hashes,
+                                id="plain-python")]
 if compiled_dispatch_kernel("cq_entries") is not None:
     CQ_KERNELS.append(pytest.param(compiled_dispatch_kernel("cq_entries"), id="compiled"))
     HASH_KERNELS.append(pytest.param(compiled_dispatch_kernel("index_hashes"), id="compiled"))
+    BOTH.append(pytest.param(compiled_dispatch_kernel("cq_entries"),
+                             compiled_dispatch_kernel("index_hashes"), id="compiled"))
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
@@ -148,10 +152,7 @@ def _queues_and_index(store: Any) -> tuple[Any, ...]:
     return queues, found
 
 
-@pytest.mark.parametrize(("cq", "hashes"), [
-    pytest.param(dispatch_kernel.cq_entries, dispatch_kernel.index_hashes, id="plain-python"),
-    pytest.param(compiled_dispatch_kernel("cq_entries"), compiled_dispatch_kernel("index_hashes"),
-                 id="compiled (None where not built)")])
+@pytest.mark.parametrize(("cq", "hashes"), BOTH)
 def test_a_store_dispatches_the_same_with_the_kernel(tmp_path: Path, cq: Any, hashes: Any
                                                      ) -> None:
     answers = []
