@@ -33,8 +33,7 @@ KERNELS = (("broker/store/index_kernel.py", "broker.store._index_kernel_c", "put
            ("broker/store/batch_records_kernel.py", "broker.store._batch_records_kernel_c",
             "encode_batch"),
            ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"),
-           ("protocol/records_kernel.py", "protocol._records_kernel_c", "decode_records"),
-           ("broker/store/dispatch_kernel.py", "broker.store._dispatch_kernel_c", "cq_entries"))
+           ("protocol/records_kernel.py", "protocol._records_kernel_c", "decode_records"))
 
 
 def built_path(module: str, root: Path = ROOT) -> Path:

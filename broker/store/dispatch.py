@@ -15,10 +15,11 @@ if TYPE_CHECKING:
 
 
 def compiled_dispatch_kernel(name: str) -> Callable[..., Any] | None:
-    """Function ``name`` of ``dispatch_kernel`` compiled (deploy/speedups.py),
-    when built from the source beside this file and not turned off; else None."""
-    return compiled("broker.store._dispatch_kernel_c",
-                    Path(__file__).with_name("dispatch_kernel.py"), name)
+    """Dispatch loop ``name`` (``cq_entries``, ``index_hashes``) of
+    ``batch_records_kernel`` compiled (deploy/speedups.py), when built from the
+    source beside this file and not turned off; else None."""
+    return compiled("broker.store._batch_records_kernel_c",
+                    Path(__file__).with_name("batch_records_kernel.py"), name)
 
 
 # (commit_log_offset, msg_size, tags_code) of a DispatchRequest, taken in C
@@ -39,7 +40,7 @@ class CommitLogDispatcher(Protocol):
 class CommitLogDispatcherBuildConsumeQueue:
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
-        # dispatch_kernel.cq_entries compiled, or None: the entries packed by struct
+        # batch_records_kernel.cq_entries compiled, or None: the entries packed by struct
         self.cq_entries: Callable[[list[DispatchRequest]], bytearray | None] | None = \
             compiled_dispatch_kernel("cq_entries")
 

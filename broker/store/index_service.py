@@ -35,7 +35,7 @@ def index_hashes_loop(requests: list[DispatchRequest], indexed_to: int,
     index, and the highest commit-log offset seen: records at or below
     ``indexed_to`` are skipped (a replay), prepared and rolled-back
     transaction records have no keys. The reference for
-    ``dispatch_kernel.index_hashes``, which the broker runs where it is built.
+    ``batch_records_kernel.index_hashes``, which the broker runs where it is built.
 
     A key's hash is ``key_hash("topic#key")``, made as the CRC of the key
     continuing from the CRC of "topic#" (a batch's requests share a topic:
@@ -71,7 +71,7 @@ class IndexService:
         self.index_num = index_num
         self.files: list[IndexFile] = []
         self._indexed_to = -1  # highest commit-log offset indexed: replays are skipped
-        # dispatch_kernel.index_hashes compiled, or None: index_hashes_loop
+        # batch_records_kernel.index_hashes compiled, or None: index_hashes_loop
         self.hash_kernel: Callable[..., tuple[list[tuple[int, int, int]], int] | None] | None = \
             compiled_dispatch_kernel("index_hashes")
 

@@ -1,4 +1,4 @@
-"""broker/store/dispatch_kernel.py, the dispatchers' per-record loops, run as
+"""The dispatchers' per-record loops of broker/store/batch_records_kernel.py, run as
 plain Python and compiled (deploy/speedups.py): each against the reference
 loops (struct's packing in dispatch.py, index_service.index_hashes_loop); a
 store dispatching with them against one dispatching without; the store's
@@ -19,7 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.store import dispatch, dispatch_kernel
+from broker.store import batch_records_kernel as dispatch_kernel
+from broker.store import dispatch
 from broker.store.commit_log import DispatchRequest
 from broker.store.consume_queue import CQ_ENTRY
 from broker.store.dispatch import _CQ_FIELDS, compiled_dispatch_kernel
@@ -191,7 +192,7 @@ def test_put_packed_only_follows_the_last_entry(tmp_path: Path) -> None:
 
 def test_the_store_takes_the_compiled_loops_only_when_current(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    source = Path(dispatch.__file__).with_name("dispatch_kernel.py").read_bytes()
+    source = Path(dispatch.__file__).with_name("batch_records_kernel.py").read_bytes()
     current = hashlib.sha256(source).hexdigest()
 
     def fake(sha: str) -> Callable[[str], types.ModuleType]:
