@@ -24,6 +24,10 @@ that are not UTF-8, a topic name that is not, or (``verify_crc``) a body that
 does not match its BODYCRC; the caller then decodes the body with its own
 loop, which says what is wrong.
 
+``walk_records`` is the Spark source's walk of a pull body
+(client/spark/arrow.py's ``RecordScan.add``): each record's start, by
+TOTALSIZE, up to a stop offset, no tuple unpacked a record.
+
 What each makes is what the Python loop it stands for makes; the tests
 compare them, with this source run as plain Python and compiled.
 ``deploy/speedups.py`` compiles it into ``protocol._records_kernel_c`` with
@@ -294,3 +298,36 @@ def check_records(buf: bytes, entries: bytes, first: cython.Py_ssize_t,
         bad.append(_i64(e, i * 20))
         pos = end
     return good, bad
+
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def walk_records(body: bytes, base: cython.longlong, stop_offset: cython.longlong,
+                 use_stop: cython.bint, starts: list) -> tuple:
+    """RecordScan.add's walk of a pull body (client/spark/arrow.py): each
+    record's start plus ``base`` appended to ``starts``, by TOTALSIZE, up to
+    the first record whose queue offset is at least ``stop_offset`` (when
+    ``use_stop``). Returns (the bytes walked, how the walk ended): 0 at the
+    body's end; 1 at such a record; 2 at a record whose size does not fit
+    (fewer than 28 bytes left for TOTALSIZE .. QUEUEOFFSET, or a TOTALSIZE
+    below 91, a head, a topic length and a properties length, or past the
+    body's end)."""
+    d: cython.const[cython.uchar][::1] = body  # type: ignore[valid-type]
+    end: cython.Py_ssize_t = len(body)
+    pos: cython.Py_ssize_t = 0
+    total: cython.longlong
+    # typed locals: a module constant would be a Python object, looked up each time
+    walk_head: cython.Py_ssize_t = 28
+    min_record: cython.longlong = 91
+    while pos < end:
+        if end - pos < walk_head:
+            return pos, 2
+        total = _i32(d, pos)
+        if total < min_record or total > end - pos:
+            return pos, 2
+        if use_stop and _i64(d, pos + 20) >= stop_offset:
+            return pos, 1
+        starts.append(base + pos)
+        pos += total
+    return pos, 0

@@ -6,8 +6,9 @@ Spark's per-value conversion of Python rows.
 
 Two ways to the same batch:
 
-- ``RecordScan`` (what the source uses): a Python loop only walks the record
-  sizes of each pull body; the heads are then read for all records at once
+- ``RecordScan`` (what the source uses): a loop only walks the record sizes
+  of each pull body (``records_kernel.walk_records`` compiled where it is
+  built, else in Python); the heads are then read for all records at once
   with NumPy (big-endian fields of a strided view) and the bodies and property
   texts are cut out of the joined pull bodies by Arrow's ``take``. About a
   third of the per-message cost of the other way.
@@ -26,7 +27,7 @@ import array
 import functools
 import itertools
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,10 +41,13 @@ from protocol.record import (
     FLAG_COMPRESSED,
     MESSAGE_MAGIC_CODE,
     RECORD_HEAD_SIZE,
+    RECORDS_KERNEL_MODULE,
+    RECORDS_KERNEL_SOURCE,
     RecordColumns,
     decode_columns,
     empty_columns,
 )
+from protocol.speedups import compiled
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 PROPERTIES = pa.map_(pa.string(), pa.string())
@@ -262,6 +266,7 @@ _HEAD = np.dtype({
 _HEAD_BYTES = np.dtype(f"V{RECORD_HEAD_SIZE}")
 _STORE_HOST_AT = 64
 _INT32_MAX = 0x7FFFFFFF
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _BINARY = pa.binary()
 Int64s = npt.NDArray[np.int64]
 
@@ -292,6 +297,13 @@ def _cut(data: pa.Buffer, size: int, lo: Int64s, hi: Int64s,
     return pieces.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64)))
 
 
+# records_kernel.walk_records compiled (deploy/speedups.py), when built from the
+# source beside protocol/record.py and not turned off; else None: RecordScan.add
+# walks a body with its own loop
+WALK_KERNEL: Callable[..., tuple[int, int]] | None = compiled(
+    RECORDS_KERNEL_MODULE, RECORDS_KERNEL_SOURCE, "walk_records")
+
+
 class RecordScan:
     """Pull response bodies collected for one Arrow batch.
 
@@ -315,18 +327,39 @@ class RecordScan:
         first of queue offset >= ``stop_offset``. A record whose size does
         not fit raises decode_columns' CorruptRecordError, the scan then
         unusable."""
+        walk = WALK_KERNEL
+        if walk is not None and type(body) is bytes:
+            # a queue offset is an int64: a stop past its range stops no
+            # record, one below it the first
+            use_stop = stop_offset is not None and stop_offset <= _INT64_MAX
+            stop = max(stop_offset, _INT64_MIN) if use_stop else 0  # type: ignore[type-var]
+            pos, ended = walk(body, self.size, stop, use_stop, self._starts)
+            if ended == 1:  # decode_columns checks the record it stops at too
+                decode_columns(body, stop_offset=stop_offset)
+            fits = ended != 2
+        else:
+            pos, fits = self._walk(body, stop_offset)
+        if not fits:
+            decode_columns(body, stop_offset=stop_offset)  # raises, saying what is wrong
+            raise CorruptRecordError(f"undecodable record at {pos}")
+        self._pulls.append((body, stop_offset))
+        self._kept.append(body if pos == len(body) else body[:pos])
+        self.size += pos
+
+    def _walk(self, body: bytes, stop_offset: int | None) -> tuple[int, bool]:
+        """``add``'s walk in Python (records_kernel.walk_records when it is
+        built): the records' starts appended; (bytes walked, whether every
+        size fit)."""
         unpack = _TOTAL_AND_QUEUE_OFFSET.unpack_from
         starts = self._starts
         base = self.size
         pos = 0
         end = len(body)
-        fits = True
         try:
             while pos < end:
                 total, queue_offset = unpack(body, pos)
                 if total < _MIN_RECORD or total > end - pos:
-                    fits = False
-                    break
+                    return pos, False
                 if stop_offset is not None and queue_offset >= stop_offset:
                     # decode_columns checks the record it stops at too
                     decode_columns(body, stop_offset=stop_offset)
@@ -334,13 +367,8 @@ class RecordScan:
                 starts.append(base + pos)
                 pos += total
         except struct.error:  # fewer bytes left than a head
-            fits = False
-        if not fits:
-            decode_columns(body, stop_offset=stop_offset)  # raises, saying what is wrong
-            raise CorruptRecordError(f"undecodable record at {pos}")
-        self._pulls.append((body, stop_offset))
-        self._kept.append(body if pos == end else body[:pos])
-        self.size = base + pos
+            return pos, False
+        return pos, True
 
     def _by_record(self, broker_name: str, tags: Iterable[str] | None) -> pa.RecordBatch:
         cols = empty_columns()

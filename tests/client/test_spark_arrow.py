@@ -2,19 +2,23 @@
 ``to_record_batch`` of ``decode_columns`` (record by record, the reference) and
 ``RecordScan`` (heads read for all records at once). The tests through the
 ``batch_of`` fixture run on both; the hypothesis tests hold them equal,
-malformed records included."""
+malformed records included. RecordScan's tests run with each walk of a body:
+its Python loop, and records_kernel.walk_records as plain Python and compiled
+(where deploy/speedups.py built it)."""
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from client.spark import arrow
 from client.spark.arrow import (
     SCHEMA,
     RecordScan,
@@ -24,6 +28,7 @@ from client.spark.arrow import (
     _topics,
     to_record_batch,
 )
+from protocol import records_kernel
 from protocol.errors import CorruptRecordError
 from protocol.message import MessageExt, properties_to_string
 from protocol.record import (
@@ -295,6 +300,20 @@ def test_many_rows_properties_line_up() -> None:
 
 # ---- RecordScan against the reference ---------------------------------------------
 
+WALKS = [pytest.param(None, id="loop"),
+         pytest.param(records_kernel.walk_records, id="kernel-plain-python")]
+if arrow.WALK_KERNEL is not None:
+    WALKS.append(pytest.param(arrow.WALK_KERNEL, id="kernel-compiled"))
+FIXTURE_SAFE = [HealthCheck.function_scoped_fixture]  # the walk is the same for every example
+
+
+@pytest.fixture(params=WALKS)
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> object:
+    """RecordScan.add walks with this: its loop (None) or a walk_records."""
+    monkeypatch.setattr(arrow, "WALK_KERNEL", request.param)
+    return request.param
+
+
 def scan_of(bodies: list[tuple[bytes, int | None]]) -> RecordScan:
     scan = RecordScan()
     for body, stop in bodies:
@@ -375,14 +394,16 @@ def pulls(draw: st.DrawFn) -> list[tuple[bytes, int | None]]:
     return bodies
 
 
-@settings(max_examples=300, deadline=None)
+@pytest.mark.usefixtures("walk")
+@settings(max_examples=300, deadline=None, suppress_health_check=FIXTURE_SAFE)
 @given(pulls(), st.none() | st.sets(st.sampled_from(["a", "ü", ""]), max_size=2))
 def test_scan_equals_the_record_by_record_batch(bodies: list[tuple[bytes, int | None]],
                                                 tags: set[str] | None) -> None:
     assert_same(bodies, tags)
 
 
-@settings(max_examples=400, deadline=None)
+@pytest.mark.usefixtures("walk")
+@settings(max_examples=400, deadline=None, suppress_health_check=FIXTURE_SAFE)
 @given(pulls(), st.data())
 def test_scan_of_damaged_bodies_fails_or_reads_as_the_reference(
         bodies: list[tuple[bytes, int | None]], data: st.DataObject) -> None:
@@ -400,6 +421,42 @@ def test_scan_of_damaged_bodies_fails_or_reads_as_the_reference(
     assert_same(bodies)
 
 
+def added(body: bytes, stop: int | None, walk: Any) -> tuple[object, ...]:
+    """What ``RecordScan.add(body, stop)`` leaves with ``walk``, or its error."""
+    saved, arrow.WALK_KERNEL = arrow.WALK_KERNEL, walk
+    try:
+        scan = RecordScan()
+        scan.add(body, stop)
+    except CorruptRecordError as exc:
+        return "corrupt", str(exc)
+    finally:
+        arrow.WALK_KERNEL = saved
+    return len(scan), scan.size, scan._starts, scan._kept, scan._pulls
+
+
+@settings(max_examples=400, deadline=None)
+@given(pulls(), st.data())
+def test_walk_kernel_takes_what_the_loop_takes(bodies: list[tuple[bytes, int | None]],
+                                               data: st.DataObject) -> None:
+    """walk_records (plain Python and compiled) against add's Python loop, on
+    whole, cut, grown and flipped bodies and stops in and out of int64's range."""
+    body, stop = bodies[0]
+    how = data.draw(st.sampled_from(["whole", "flip", "cut", "grow"]))
+    if how == "flip" and body:
+        at = data.draw(st.integers(0, len(body) - 1))
+        body = body[:at] + bytes([body[at] ^ data.draw(st.integers(1, 255))]) + body[at + 1:]
+    elif how == "cut" and body:
+        body = body[:data.draw(st.integers(0, len(body) - 1))]
+    elif how == "grow":
+        body += data.draw(st.binary(min_size=1, max_size=100))
+    if data.draw(st.booleans()):
+        stop = data.draw(st.sampled_from([-(2**70), -(2**63), 2**63 - 1, 2**63, 2**70]))
+    want = added(body, stop, None)
+    for param in WALKS[1:]:
+        assert added(body, stop, param.values[0]) == want, param.id
+
+
+@pytest.mark.usefixtures("walk")
 def test_scan_sizes_of_a_record_that_do_not_fit() -> None:
     good = record(0, props_of(0))
     for bad in (good[:-1], good + b"\x00" * 10, b"\x00\x00\x00\x05" + good[4:],
@@ -410,6 +467,7 @@ def test_scan_sizes_of_a_record_that_do_not_fit() -> None:
             RecordScan().add(bad)
 
 
+@pytest.mark.usefixtures("walk")
 def test_scan_bad_head_fields_raise_the_reference_error() -> None:
     good = record(0, props_of(0)) + record(1, props_of(1))
     magic = good[:4] + b"\x00\x00\x00\x00" + good[8:]
@@ -425,6 +483,7 @@ def test_scan_bad_head_fields_raise_the_reference_error() -> None:
         assert str(exc.value) == str(ref.value)
 
 
+@pytest.mark.usefixtures("walk")
 def test_scan_stops_at_the_stop_offset_of_each_body() -> None:
     first = b"".join(record(i, props_of(i)) for i in range(0, 4))
     second = b"".join(record(i, props_of(i)) for i in range(4, 8))
@@ -436,6 +495,7 @@ def test_scan_stops_at_the_stop_offset_of_each_body() -> None:
     assert batch.equals(reference([(first, 2), (second, 7)]))
 
 
+@pytest.mark.usefixtures("walk")
 def test_scan_with_compressed_bodies_and_several_topics() -> None:
     raw = b"a compressed body " * 20
     bodies: list[tuple[bytes, int | None]] = [
@@ -448,6 +508,7 @@ def test_scan_with_compressed_bodies_and_several_topics() -> None:
     assert_same(bodies)
 
 
+@pytest.mark.usefixtures("walk")
 def test_scan_invalid_utf8_raises() -> None:
     bodies: list[tuple[bytes, int | None]] = [
         (record(0, props_of(0)) + record(1, None, properties=b"KEYS\x01\xff\xfe\x02"), None)]
@@ -458,6 +519,7 @@ def test_scan_invalid_utf8_raises() -> None:
     assert assert_same([(bad_topic, None)])[0] == "corrupt"
 
 
+@pytest.mark.usefixtures("walk")
 def test_scan_zero_rows_and_many() -> None:
     batch = RecordScan().to_batch(BROKER)
     assert batch.num_rows == 0 and batch.schema == SCHEMA
@@ -471,6 +533,7 @@ def test_scan_zero_rows_and_many() -> None:
     assert scan.to_batch(BROKER).equals(reference(bodies))
 
 
+@pytest.mark.usefixtures("walk")
 def test_scan_reads_plain_bodies_itself(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without compression, several topics or a bad record, no record-by-record
     fallback: the equality above is of two ways, not of one with itself."""
