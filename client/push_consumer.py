@@ -52,6 +52,9 @@ from client.rebalance import AllocateStrategy
 from protocol.message import MessageExt, MessageQueue
 from protocol.trio.service import Guard
 
+# what a synchronous listener returns (a bad status is warned about after)
+_STATUS_TYPES = frozenset({ConsumeConcurrentlyStatus, ConsumeOrderlyStatus, type(None)})
+
 SEND_BACK_FAILED_RETRY_DELAY = 5.0
 _DEF = ConsumerCore.DEFAULTS
 
@@ -245,7 +248,9 @@ class PushConsumer(ConsumerCore):
         start = trio.current_time() if metrics is not None else 0.0
         try:
             result = self._listener(msgs, ctx)
-            if self._listener_is_async or inspect.isawaitable(result):
+            # a plain status is the usual answer: no awaitable check (an ABC's) for it
+            if self._listener_is_async or (type(result) not in _STATUS_TYPES
+                                           and inspect.isawaitable(result)):
                 assert isinstance(result, Awaitable)
                 result = await result
         except Exception as exc:
@@ -267,10 +272,13 @@ class PushConsumer(ConsumerCore):
             async for mq, pq, msgs in rx:
                 size = self.consume_message_batch_max_size
                 try:
+                    if mq.topic == self.retry_topic:  # only its messages show another topic
+                        self._reset_retry_topic(msgs)
                     for i in range(0, len(msgs), size):
                         if pq.dropped:
                             break
                         await self._consume_concurrently(mq, pq, msgs[i:i + size])
+                    pq.last_consume_time = trio.current_time()
                 except Exception:
                     # a bug here must not stop the consumer; the messages stay
                     # uncommitted and come back after a restart or rebalance
@@ -279,7 +287,6 @@ class PushConsumer(ConsumerCore):
     async def _consume_concurrently(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
     ) -> None:
-        self._reset_retry_topic(msgs)
         ctx = ConsumeConcurrentlyContext(mq)
         status = await self._call_listener(msgs, ctx)
         if not isinstance(status, ConsumeConcurrentlyStatus):
@@ -287,7 +294,6 @@ class PushConsumer(ConsumerCore):
                 self._log.warning("listener returned a bad status, reconsume later",
                                   status=repr(status))
             status = ConsumeConcurrentlyStatus.RECONSUME_LATER
-        pq.last_consume_time = trio.current_time()
         if status is ConsumeConcurrentlyStatus.CONSUME_SUCCESS:
             ack = min(ctx.ack_index, len(msgs) - 1)
         else:
