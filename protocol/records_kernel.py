@@ -300,7 +300,6 @@ def check_records(buf: bytes, entries: bytes, first: cython.Py_ssize_t,
     return good, bad
 
 
-
 @cython.boundscheck(False)
 @cython.wraparound(False)
 def walk_records(body: bytes, base: cython.longlong, stop_offset: cython.longlong,

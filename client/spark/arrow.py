@@ -334,22 +334,22 @@ class RecordScan:
             use_stop = stop_offset is not None and stop_offset <= _INT64_MAX
             stop = max(stop_offset, _INT64_MIN) if use_stop else 0  # type: ignore[type-var]
             pos, ended = walk(body, self.size, stop, use_stop, self._starts)
-            if ended == 1:  # decode_columns checks the record it stops at too
-                decode_columns(body, stop_offset=stop_offset)
-            fits = ended != 2
         else:
-            pos, fits = self._walk(body, stop_offset)
-        if not fits:
+            pos, ended = self._walk(body, stop_offset)
+        if ended == 1:  # decode_columns checks the record it stops at too
+            decode_columns(body, stop_offset=stop_offset)
+        elif ended == 2:
             decode_columns(body, stop_offset=stop_offset)  # raises, saying what is wrong
             raise CorruptRecordError(f"undecodable record at {pos}")
         self._pulls.append((body, stop_offset))
         self._kept.append(body if pos == len(body) else body[:pos])
         self.size += pos
 
-    def _walk(self, body: bytes, stop_offset: int | None) -> tuple[int, bool]:
-        """``add``'s walk in Python (records_kernel.walk_records when it is
-        built): the records' starts appended; (bytes walked, whether every
-        size fit)."""
+    def _walk(self, body: bytes, stop_offset: int | None) -> tuple[int, int]:
+        """``add``'s walk in Python, where records_kernel.walk_records is not
+        built: the records' starts appended; (bytes walked, how it ended) as
+        walk_records says it (0 the end, 1 the stop offset, 2 a size that
+        does not fit)."""
         unpack = _TOTAL_AND_QUEUE_OFFSET.unpack_from
         starts = self._starts
         base = self.size
@@ -359,16 +359,14 @@ class RecordScan:
             while pos < end:
                 total, queue_offset = unpack(body, pos)
                 if total < _MIN_RECORD or total > end - pos:
-                    return pos, False
+                    return pos, 2
                 if stop_offset is not None and queue_offset >= stop_offset:
-                    # decode_columns checks the record it stops at too
-                    decode_columns(body, stop_offset=stop_offset)
-                    break
+                    return pos, 1
                 starts.append(base + pos)
                 pos += total
         except struct.error:  # fewer bytes left than a head
-            return pos, False
-        return pos, True
+            return pos, 2
+        return pos, 0
 
     def _by_record(self, broker_name: str, tags: Iterable[str] | None) -> pa.RecordBatch:
         cols = empty_columns()
