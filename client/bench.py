@@ -928,10 +928,12 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
     from pyspark.sql import functions as F
 
     from client.spark import spark_session
+    from client.spark.cds import mapped_archive
     from client.spark.noop import NOOP_NAME, noop_source
 
     session = spark_session("mqbench-spark", master, **{"spark.ui.enabled": "false"})
     session.sparkContext.setLogLevel("ERROR")
+    sharing = mapped_archive(session) is not None
     me = os.getpid()
     if noop:
         session.dataSource.register(noop_source())
@@ -957,7 +959,7 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
                                           else cpu1 - cpu0)
                 done.append(result)
                 emit(result, render_spark_run(result), as_json)
-            summary = spark_summary(done)
+            summary = spark_summary(done, sharing)
             emit(summary, render_spark_summary(summary), as_json)
             return
         for run in range(1, runs + 1):
@@ -979,7 +981,7 @@ def spark(namesrv: str, topic: str, master: str, mode: str, runs: int,
                                           micro_batches=batches)
                 done.append(result)
                 emit(result, render_spark_run(result), as_json)
-        summary = spark_summary(done)
+        summary = spark_summary(done, sharing)
         emit(summary, render_spark_summary(summary), as_json)
     finally:
         session.stop()
@@ -1011,12 +1013,14 @@ def render_spark_run(d: Mapping[str, Any]) -> str:
             f"{d['msgs_per_s']:,.0f} msg/s")
 
 
-def spark_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def spark_summary(runs: Sequence[Mapping[str, Any]],
+                  class_sharing: bool | None = None) -> dict[str, Any]:
     """The runs together: run time percentiles (seconds, when more than one
     run), the first run's msg/s (it also starts Spark's Python workers) and the
     later runs' nearest-rank median msg/s ("warm": of two runs, the faster;
     None with a single run), and the CPU µs a message the session's own
-    processes spent in the first run and in that warm one (where /proc tells)."""
+    processes spent in the first run and in that warm one (where /proc tells);
+    whether the driver's JVM mapped a class-sharing archive (client.spark.cds)."""
     times = [float(r["seconds"]) for r in runs]
     warm = sorted(float(r["msgs_per_s"]) for r in runs[1:])
     warm_rate = percentiles(warm, (50,))[50] if warm else None
@@ -1034,6 +1038,7 @@ def spark_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "first_cpu_us_per_msg": _cpu_us_per_msg(runs[0]) if runs else None,
         "warm_cpu_us_per_msg": None if warm_run is None else _cpu_us_per_msg(warm_run),
         "warm_msgs_per_s": warm_rate,
+        "jvm_class_sharing": class_sharing,
         "latency_us": None,
         "note": "no per-request latency applies: each run is one read of the whole topic",
     }
@@ -1047,6 +1052,9 @@ def render_spark_summary(d: Mapping[str, Any]) -> str:
     if d["warm_msgs_per_s"] is not None:
         line += (f"; warm {d['warm_msgs_per_s']:,.0f} msg/s (nearest-rank median of runs 2..), "
                  f"first {d['first_msgs_per_s']:,.0f} msg/s")
+    sharing = d.get("jvm_class_sharing")
+    if sharing is not None:
+        line += f"; driver JVM class sharing {'on' if sharing else 'off'}"
     return line + "; no per-request latency applies (each run reads the whole topic)"
 
 

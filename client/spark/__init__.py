@@ -34,9 +34,19 @@ def register(spark: Any) -> None:
 
 
 def spark_session(app_name: str = "rocketmq", master: str | None = None, **conf: str) -> Any:
-    """A SparkSession with the environment prepared and the source registered."""
+    """A SparkSession with the environment prepared and the source registered.
+
+    Where this starts the JVM and a class-sharing archive for this JDK and
+    Spark is in place (``python -m client.spark.cds build``), the driver's JVM
+    starts with it (``client.spark.cds``; ``ROCKETMQ_SPARK_CDS=off`` turns it off)."""
     prepare_environment()
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
+
+    if SparkContext._gateway is None:  # the JVM is not running yet
+        from client.spark import cds
+
+        conf = cds.with_archive(conf, cds.java_options())
 
     builder = SparkSession.builder.appName(app_name)
     if master is not None:

@@ -176,6 +176,13 @@ def test_spark_runs_and_summary() -> None:
     assert one["run_seconds"] is None and one["warm_msgs_per_s"] is None
     assert render_spark_summary(one) == ("spark batch: 1 runs; no per-request latency applies "
                                          "(each run reads the whole topic)")
+    assert s["jvm_class_sharing"] is None
+    for sharing, word in ((True, "on"), (False, "off")):
+        d = spark_summary(runs[:1], sharing)
+        assert d["jvm_class_sharing"] is sharing
+        assert render_spark_summary(d) == (f"spark batch: 1 runs; driver JVM class sharing "
+                                           f"{word}; no per-request latency applies (each run "
+                                           "reads the whole topic)")
     stream = spark_run_result("stream", 1, 10, None, 2.0, micro_batches=2)
     assert render_spark_run(stream) == ("spark stream run 1 (availableNow, from earliest): "
                                         "10 msgs in 2 micro-batches, 2.00s wall = 5 msg/s")
