@@ -43,7 +43,8 @@ def spark_session(app_name: str = "rocketmq", master: str | None = None, **conf:
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
-    if SparkContext._gateway is None:  # the JVM is not running yet
+    # the JVM is not running yet (spark-submit starts it first and names its port)
+    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         from client.spark import cds
 
         conf = cds.with_archive(conf, cds.java_options())

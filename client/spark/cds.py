@@ -24,8 +24,8 @@ still has the size recorded; otherwise sessions start as before.
 - ``ROCKETMQ_SPARK_CDS_DIR`` is where archives go (default: ``var/spark-cds``
   in the virtual environment, else ``~/.cache/trio-rocketmq/spark-cds``).
 - It only helps where ``spark_session`` starts the JVM; under ``spark-submit``
-  the JVM is already running (pass ``--driver-java-options`` with the path
-  ``python -m client.spark.cds path`` prints).
+  the JVM is already running: pass ``--driver-java-options`` with what
+  ``python -m client.spark.cds options`` prints (``deploy/spark/submit.sh`` does).
 """
 
 from __future__ import annotations
@@ -323,7 +323,7 @@ def train(target: Path, rows: int = 200_000) -> None:
 
 
 def main(argv: list[str]) -> int:
-    usage = "usage: python -m client.spark.cds build [--force] | path | train TARGET"
+    usage = "usage: python -m client.spark.cds build [--force] | path | options | train TARGET"
     if not argv:
         print(usage, file=sys.stderr)
         return 2
@@ -334,6 +334,9 @@ def main(argv: list[str]) -> int:
 
     prepare_environment()  # the JDK spark_session would start
     archive = locate()
+    if argv[0] == "options":  # for spark-submit's --driver-java-options (deploy/spark/submit.sh)
+        print(java_options(archive) or "" if archive is not None else "")
+        return 0
     if argv[0] == "path":
         if archive is None or not usable(archive):
             print("no usable archive for this JDK and Spark", file=sys.stderr)
