@@ -274,7 +274,9 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         warm = summary.get("warm_msgs_per_s") if summary else None
         first = summary.get("first_msgs_per_s") if summary else None
         value = "n/a" if first is None else f"{number_text(warm)} / {number_text(first)}"
-        rows.append(("Spark warm/first msg/s", value, cmd))
+        sharing = summary.get("jvm_class_sharing") if summary else None
+        rows.append(("Spark warm/first msg/s", value, cmd if sharing is None else
+                     f"{cmd} (driver JVM class sharing {'on' if sharing else 'off'})"))
         spark_step = _step(results, "spark", ASYNC)
         broker_cpu = spark_step.get("broker_cpu_s") if spark_step is not None else None
         read = sum(int(r.get("count") or 0) for r in (spark_step or {}).get("results", [])

@@ -499,7 +499,7 @@ RESULTS: dict[str, Any] = {"compiled_loops": {"a._x_c": True, "b._y_c": True}, "
          {"mode": "spark", "run": 3, "count": 1_000_000},
          {"mode": "spark_summary", "warm_msgs_per_s": 90000.0, "first_msgs_per_s": 20000.0,
           "first_seconds": 50.004, "first_cpu_us_per_msg": 14.64,
-          "warm_cpu_us_per_msg": 4.36}) | {"broker_cpu_s": 6.0},
+          "warm_cpu_us_per_msg": 4.36, "jvm_class_sharing": True}) | {"broker_cpu_s": 6.0},
     step("spark_noop", ASYNC, "mqbench spark --noop -r 3",
          {"mode": "spark", "run": 1},
          {"mode": "spark_summary", "warm_msgs_per_s": 12.0, "first_msgs_per_s": 1.0,
@@ -560,7 +560,8 @@ def test_table_rows_from_fixed_results() -> None:
         # push and the SYNC pair measured no CPU time: n/a
         ("broker CPU µs/msg: batched ASYNC / SYNC, pull, push", "7.5 / n/a / 2.5 / n/a",
          "user + system time of the broker process during those steps"),
-        ("Spark warm/first msg/s", "90,000 / 20,000", "mqbench spark -r 3"),
+        ("Spark warm/first msg/s", "90,000 / 20,000",
+         "mqbench spark -r 3 (driver JVM class sharing on)"),
         ("Spark CPU µs/msg: Spark's processes first / warm; broker", "14.6 / 4.4; 2.0",
          "the driver, its JVM and Python workers during each read (/proc); the broker over "
          "all the reads"),
