@@ -319,7 +319,12 @@ def train(target: Path, rows: int = 200_000) -> None:
     # the JVM exits when its standard input closes, writing the archive first
     if proc.stdin is not None:
         proc.stdin.close()
-    proc.wait(timeout=300)
+    try:
+        proc.wait(timeout=300)
+    except subprocess.TimeoutExpired:  # no archive then, and no JVM left behind
+        proc.kill()
+        proc.wait()
+        raise
 
 
 def main(argv: list[str]) -> int:
