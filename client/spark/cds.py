@@ -52,6 +52,7 @@ UNSAFE_PATH_CHARS = frozenset(" \t\n\"'\\$`")
 # the JVM is told not to log CDS to its standard output: a session whose class
 # path differs from the archive's (spark.driver.extraClassPath) starts without it
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+JDK_ARCHIVES = frozenset({"classes.jsa", "classes_nocoops.jsa"})  # the JDK's default ones
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,8 @@ def with_archive(conf: dict[str, str], options: str | None) -> dict[str, str]:
 
 def mapped_archive(session: object) -> str | None:
     """The class-sharing archive a running session's JVM has mapped, other than
-    the JDK's own (``lib/server/classes.jsa``), or None (also off Linux)."""
+    the JDK's own (``lib/server/classes.jsa``, or ``classes_nocoops.jsa`` for
+    heaps past 32 GiB), or None (also off Linux)."""
     try:
         pid = session._jvm.java.lang.ProcessHandle.current().pid()  # type: ignore[attr-defined]
         maps = Path(f"/proc/{pid}/maps").read_text()
@@ -189,7 +191,7 @@ def mapped_archive(session: object) -> str | None:
     for line in maps.splitlines():
         parts = line.split(maxsplit=5)
         path = parts[5] if len(parts) == 6 else ""
-        if path.endswith(".jsa") and not path.endswith("/classes.jsa"):
+        if path.endswith(".jsa") and os.path.basename(path) not in JDK_ARCHIVES:
             return path
     return None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,46 @@ def test_environment_switch_is_read_at_each_call(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv(cds.ENV_SWITCH)
     assert cds.enabled()
     assert cds.enabled({}) and not cds.enabled({cds.ENV_SWITCH: " Off "})
+
+
+
+class FakeSession:
+    """What mapped_archive reads of a session: its JVM's pid."""
+
+    def __init__(self, pid: int) -> None:
+        handle = type("H", (), {"pid": lambda self: pid})()
+        current = type("P", (), {"current": staticmethod(lambda: handle)})
+        lang = type("L", (), {"ProcessHandle": current})
+        java = type("J", (), {"lang": lang})
+        self._jvm = type("V", (), {"java": java})
+
+
+MAPS_FILES = """
+import mmap, sys
+maps = []
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+print("mapped", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_mapped_archive_names_a_top_archive_not_the_jdks(tmp_path: Path) -> None:
+    jdk = [tmp_path / "classes.jsa", tmp_path / "classes_nocoops.jsa"]
+    top = tmp_path / "spark-abc.jsa"
+    for path in (*jdk, top):
+        path.write_bytes(MAGIC + bytes(4092))
+
+    def mapped_by(*paths: Path) -> str | None:
+        proc = subprocess.Popen([sys.executable, "-c", MAPS_FILES, *map(str, paths)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "mapped"
+            return cds.mapped_archive(FakeSession(proc.pid))
+        finally:
+            proc.communicate(timeout=30)
+
+    assert mapped_by(*jdk) is None  # only the JDK's own archives
+    assert mapped_by(*jdk, top) == str(top)
+    assert cds.mapped_archive(object()) is None  # no JVM handle
