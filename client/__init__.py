@@ -76,38 +76,7 @@ _EXPORTS = {
     "allocate_by_consistent_hash": "client.rebalance",
 }
 
-__all__ = [
-    "AclCredentials",
-    "AllocateByConsistentHash",
-    "ClientMetrics",
-    "ConsumeConcurrentlyContext",
-    "ConsumeConcurrentlyStatus",
-    "ConsumeFromWhere",
-    "ConsumeOrderlyContext",
-    "ConsumeOrderlyStatus",
-    "LitePullConsumer",
-    "LocalTransactionState",
-    "MQBrokerError",
-    "MQClientError",
-    "Message",
-    "MessageExt",
-    "MessageModel",
-    "MessageQueue",
-    "Producer",
-    "PullConsumer",
-    "PullResult",
-    "PullStatus",
-    "PushConsumer",
-    "SendFuture",
-    "SendResult",
-    "SendStatus",
-    "TransactionListener",
-    "TransactionProducer",
-    "TransactionSendResult",
-    "allocate_averagely",
-    "allocate_averagely_by_circle",
-    "allocate_by_consistent_hash",
-]
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

@@ -342,7 +342,7 @@ def main(argv: list[str]) -> int:
     prepare_environment()  # the JDK spark_session would start
     archive = locate()
     if argv[0] == "options":  # for spark-submit's --driver-java-options (deploy/spark/submit.sh)
-        print(java_options(archive) or "" if archive is not None else "")
+        print((java_options(archive) if archive is not None else None) or "")
         return 0
     if argv[0] == "path":
         if archive is None or not usable(archive):

@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -248,15 +249,11 @@ def test_environment_switch_is_read_at_each_call(monkeypatch: pytest.MonkeyPatch
 
 
 
-class FakeSession:
+def fake_session(pid: int) -> SimpleNamespace:
     """What mapped_archive reads of a session: its JVM's pid."""
-
-    def __init__(self, pid: int) -> None:
-        handle = type("H", (), {"pid": lambda self: pid})()
-        current = type("P", (), {"current": staticmethod(lambda: handle)})
-        lang = type("L", (), {"ProcessHandle": current})
-        java = type("J", (), {"lang": lang})
-        self._jvm = type("V", (), {"java": java})
+    current = SimpleNamespace(current=lambda: SimpleNamespace(pid=lambda: pid))
+    return SimpleNamespace(_jvm=SimpleNamespace(
+        java=SimpleNamespace(lang=SimpleNamespace(ProcessHandle=current))))
 
 
 MAPS_FILES = """
@@ -281,7 +278,7 @@ def test_mapped_archive_names_a_top_archive_not_the_jdks(tmp_path: Path) -> None
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == "mapped"
-            return cds.mapped_archive(FakeSession(proc.pid))
+            return cds.mapped_archive(fake_session(proc.pid))
         finally:
             proc.communicate(timeout=30)
 
