@@ -178,7 +178,7 @@ class BrokerController:
         self.slave_synchronize = SlaveSynchronize(
             self, lambda: self.outer_api.master_addr if self.outer_api else None)
         if not config.is_slave:  # new commit-log data wakes the writers to the slaves
-            self.message_store.dispatch_listeners.append(self.ha_service.notify_new_data)
+            self.message_store.append_listeners.append(self.ha_service.notify_new_data)
         self.group_commit: GroupCommitService | None = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(

@@ -106,7 +106,7 @@ class HAService:
     # ---- used by the send path and the controller -------------------------------------
 
     def notify_new_data(self, *_: Any) -> None:
-        """The commit log grew: wake the writers (a dispatch listener)."""
+        """The commit log grew: wake the writers (an append listener)."""
         ev, self._data = self._data, trio.Event()
         ev.set()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -227,7 +228,7 @@ class SendMessageProcessor:
                                      sys_flag=h.sys_flag,
                                      born_timestamp=h.born_timestamp or int(time.time() * 1000),
                                      born_host=conn.remote_addr,
-                                     reconsume_times=h.reconsume_times)
+                                     reconsume_times=h.reconsume_times, defer=True)
             if result is not None:
                 self._count(h.topic, result, started)
                 return self._reply(conn, cmd, self._response(cmd, result, queue_id), result)
@@ -333,7 +334,7 @@ class SendMessageProcessor:
         # nothing is out of the ordinary; otherwise decoded, checked, and put
         result = store.put_batch_body(h.topic, queue_id, cmd.body, sys_flag=h.sys_flag,
                                       born_timestamp=born, born_host=conn.remote_addr,
-                                      reconsume_times=h.reconsume_times)
+                                      reconsume_times=h.reconsume_times, defer=True)
         if result is None:
             items = decode_batch(cmd.body)
             max_size = self.config.max_message_size
@@ -347,7 +348,7 @@ class SendMessageProcessor:
                                         "message alone")
             result = store.put_batch(h.topic, queue_id, items, sys_flag=h.sys_flag,
                                      born_timestamp=born, born_host=conn.remote_addr,
-                                     reconsume_times=h.reconsume_times)
+                                     reconsume_times=h.reconsume_times, defer=True)
             if result is None:  # out of the ordinary: the general way says what is wrong
                 result = store.put_messages(build_batch_inners(
                     h.topic, queue_id, items, sys_flag=h.sys_flag, born_timestamp=born,
@@ -386,35 +387,46 @@ class SendMessageProcessor:
         """The response now, or None when it is answered once the waiters it
         joined are done (SYNC_FLUSH: the fsync; SYNC_MASTER: a slave's ack).
         A oneway send joins the waiters too (its bytes are flushed like any
-        other's) and is never answered."""
+        other's) and is never answered.
+
+        What a put left undispatched (``defer=True``) is indexed after the
+        answer is written: it is off the send's critical path, and a
+        SYNC_FLUSH's indexing does not compete with its fsync (dispatching
+        while the fsync ran made single sends slower). Until then the
+        records are in the commit log only; any put dispatches them first."""
+        store = self.controller.message_store
         commit = self.controller.group_commit
         sync_master = self.config.broker_role is BrokerRole.SYNC_MASTER
         ar = result.append_result
         if (commit is None and not sync_master) or response.code != ResponseCode.SUCCESS \
                 or ar is None:
+            conn.after_answers(store.dispatch_deferred)
             return response
         end = ar.wrote_offset + ar.wrote_bytes
         waiters = [commit.wait(end)] if commit is not None else []
         if sync_master:  # a slave must hold it too (GroupTransferService)
             waiters.append(self.controller.ha_service.wait_slave(end))
-        answer_when_done(conn, response, waiters, send=not cmd.is_oneway)
+        answer_when_done(conn, response, waiters, send=not cmd.is_oneway,
+                         then=store.dispatch_deferred)
         return None
 
 
 def answer_when_done(conn: RemotingConnection, response: RemotingCommand,
-                     waiters: list[Waiter], send: bool = True) -> None:
+                     waiters: list[Waiter], send: bool = True,
+                     then: Callable[[], None] | None = None) -> None:
     """Send ``response`` once every waiter is done; the worst status decides
     its code and remark (PUT_STATUS_TO_CODE), the send result travels anyway.
-    ``send`` False (a oneway request): only wait."""
+    ``send`` False (a oneway request): only wait. ``then`` runs after."""
 
     def answer(done: AllDone) -> None:
-        if not send:
-            return
-        status = done.status
-        if status is not None and status is not PutMessageStatus.PUT_OK:
-            code, remark = PUT_STATUS_TO_CODE.get(
-                status, (ResponseCode.SYSTEM_ERROR, "unknown store status"))
-            response.code, response.remark = int(code), remark
-        conn.send_response(response)
+        if send:
+            status = done.status
+            if status is not None and status is not PutMessageStatus.PUT_OK:
+                code, remark = PUT_STATUS_TO_CODE.get(
+                    status, (ResponseCode.SYSTEM_ERROR, "unknown store status"))
+                response.code, response.remark = int(code), remark
+            conn.send_response(response)
+        if then is not None:
+            then()
 
     AllDone(waiters).on_done(answer)

@@ -64,6 +64,8 @@ class PullConsumer:
         pull_timeout: default seconds for one pull.
         request_timeout: seconds for offset and route requests.
         poll_name_server_interval: seconds between route refreshes.
+        instance_name: the client instance to share (default: the process id);
+            another name makes another client, with connections of its own.
 
     Raises MQClientError for an invalid group name or setting.
     """
@@ -83,6 +85,7 @@ class PullConsumer:
         tls_ca_path: str | None = None,
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
+        instance_name: str | None = None,
     ) -> None:
         check_group(group, DEFAULT_CONSUMER_GROUP)
         self.credentials = resolve_credentials(credentials, access_key, secret_key)
@@ -94,6 +97,7 @@ class PullConsumer:
         self.pull_timeout = pull_timeout
         self.request_timeout = request_timeout
         self.poll_name_server_interval = poll_name_server_interval
+        self.instance_name = instance_name
         self._state = _State.CREATED
         self._instance: MQClientInstance | None = None
         self._api: ConsumerAPI | None = None
@@ -112,6 +116,7 @@ class PullConsumer:
             poll_name_server_interval=self.poll_name_server_interval,
             credentials=self.credentials,
             tls=self.tls,
+            instance_name=self.instance_name,
         )
         self._api = ConsumerAPI(self._instance, self.group)
         self._state = _State.RUNNING

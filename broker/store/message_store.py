@@ -13,6 +13,14 @@ is in the commit log) and further puts are refused with a status until
 ``check_disk`` try. Recovery dispatches through the same cursor and never
 stops at a record a client could have written (an invalid topic is logged
 and skipped).
+
+A put may leave its dispatch for later (``defer=True``): the send processor
+answers the producer first and runs ``dispatch_deferred`` after. An answer
+given at once is written, and the dispatch run, before the connection handles
+another frame or yields to any other task; an answer that waits for an fsync
+or a slave dispatches when it is sent, and until then the records are in the
+commit log only (a pull does not see them yet). Every put and ``reput`` runs
+what is deferred first, in order, so at most one put's dispatch waits.
 """
 
 from __future__ import annotations
@@ -179,6 +187,9 @@ class DefaultMessageStore:
                                               config.max_index_num)
             self.dispatchers.append(self.index_service)
         self.dispatch_listeners: list[DispatchListener] = []
+        # called once a put's records are in the commit log, dispatched or not
+        # (the HA writers, which send the log itself)
+        self.append_listeners: list[Callable[[], None]] = []
         self.running = False
         # Held from load() to shutdown(): one broker per store directory.
         self.store_lock = StoreLock(root)
@@ -196,6 +207,9 @@ class DefaultMessageStore:
         # Commit-log offset up to which every record is dispatched (reput cursor).
         self.reput_offset = 0
         self.dispatch_failure: Exception | None = None  # why the cursor is behind
+        # puts whose dispatch waits for dispatch_deferred: (cursor before the
+        # put, its dispatch requests, the end of its records)
+        self._deferred: list[tuple[int, list[DispatchRequest], int]] = []
         self._refusals = LogThrottle()
         self._illegal = LogThrottle()
         self._dispatch_failures = LogThrottle()
@@ -300,6 +314,7 @@ class DefaultMessageStore:
         if not self.running:
             self.store_lock.release()  # loaded but never started
             return
+        self.dispatch_deferred()
         self.running = False
         try:
             self.flush_commit_log()
@@ -355,38 +370,46 @@ class DefaultMessageStore:
 
     def put_batch(self, topic: str, queue_id: int, items: list[tuple[int, bytes, str]], *,
                   sys_flag: int, born_timestamp: int, born_host: str, reconsume_times: int,
-                  ) -> PutMessageResult | None:
+                  defer: bool = False) -> PutMessageResult | None:
         """Append a producer's batch as decoded from the wire and index it
         (CommitLog.put_batch): the same records, results and refusals as
         ``put_messages(build_batch_inners(...))`` of the same arguments, or
-        None, with nothing written, when the batch must go that way."""
+        None, with nothing written, when the batch must go that way.
+        ``defer``: the indexing waits for ``dispatch_deferred``."""
         return self._put(topic, lambda: self.commit_log.put_batch(
             topic, queue_id, items, sys_flag=sys_flag, born_timestamp=born_timestamp,
-            born_host=born_host, reconsume_times=reconsume_times))
+            born_host=born_host, reconsume_times=reconsume_times), defer)
 
     def put_batch_body(self, topic: str, queue_id: int, data: bytes, *, sys_flag: int,
                        born_timestamp: int, born_host: str, reconsume_times: int,
-                       ) -> PutMessageResult | None:
+                       defer: bool = False) -> PutMessageResult | None:
         """``put_batch`` of ``decode_batch(data)`` by the compiled loops
         (CommitLog.put_batch_body), or None, with nothing written, when the
         batch must be decoded and go the other ways: those loops are not in
         use, the body holds anything out of the ordinary, or the store is not
-        taking writes as it is (the other ways check the messages first)."""
+        taking writes as it is (the other ways check the messages first).
+        ``defer``: the indexing waits for ``dispatch_deferred``."""
+        if self._deferred:
+            self.dispatch_deferred()
         if not self.running or self.disk_full or self.dispatch_behind:
             return None
         return self._put(topic, lambda: self.commit_log.put_batch_body(
             topic, queue_id, data, sys_flag=sys_flag, born_timestamp=born_timestamp,
-            born_host=born_host, reconsume_times=reconsume_times))
+            born_host=born_host, reconsume_times=reconsume_times), defer)
 
     def _put(self, topic: str,
              put: Callable[[], tuple[PutMessageResult, list[DispatchRequest]] | None],
-             ) -> PutMessageResult | None:
-        """Run a commit-log put of one queue's records and dispatch them; the
-        refusals of a store that is not running, is full or is behind."""
+             defer: bool = False) -> PutMessageResult | None:
+        """Run a commit-log put of one queue's records and dispatch them (or,
+        ``defer``, leave that to ``dispatch_deferred``); the refusals of a
+        store that is not running, is full or is behind."""
+        if self._deferred:
+            self.dispatch_deferred()
         if not self.running or self.disk_full:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         if self.dispatch_behind and not self.reput():
             return self._behind_result()
+        cursor = self.reput_offset
         try:
             done = put()
         except DiskFullError as exc:
@@ -404,8 +427,25 @@ class DefaultMessageStore:
         if dispatches:
             ar = result.append_result
             assert ar is not None
-            self._dispatch_appended(dispatches, ar.wrote_offset + ar.wrote_bytes)
+            for appended in self.append_listeners:
+                appended()
+            if defer:
+                self._deferred.append((cursor, dispatches, ar.wrote_offset + ar.wrote_bytes))
+            else:
+                self._dispatch_appended(dispatches, ar.wrote_offset + ar.wrote_bytes)
         return result
+
+    def dispatch_deferred(self) -> None:
+        """Dispatch what deferred puts appended, in order. Anything the cursor
+        has moved past meanwhile (a reput read it back) is dropped; after a
+        failure the rest is left to ``reput`` (the cursor stays at it)."""
+        deferred = self._deferred
+        if not deferred:
+            return
+        self._deferred = []
+        for cursor, dispatches, end in deferred:
+            if self.reput_offset != cursor or not self._dispatch_appended(dispatches, end):
+                return
 
     def put_together(self, msgs: list[MessageExtBrokerInner]
                      ) -> tuple[PutMessageResult, list[DispatchRequest]]:
@@ -416,6 +456,8 @@ class DefaultMessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE), []
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
+        if self._deferred:
+            self.dispatch_deferred()
         if self.dispatch_behind and not self.reput():
             return self._behind_result(), []
         try:
@@ -429,12 +471,15 @@ class DefaultMessageStore:
         if dispatches:
             ar = result.append_result
             assert ar is not None
+            for appended in self.append_listeners:
+                appended()
             self._dispatch_appended(dispatches, ar.wrote_offset + ar.wrote_bytes, mixed=True)
         return result, dispatches
 
     def _dispatch_appended(self, dispatches: list[DispatchRequest], end: int,
-                           mixed: bool = False) -> None:
-        """Dispatch the records a put just appended (the cursor was caught up)."""
+                           mixed: bool = False) -> bool:
+        """Dispatch the records a put appended (the cursor was caught up with
+        them); False when that failed (the cursor stays for ``reput``)."""
         try:
             for d in self.dispatchers:
                 if mixed:
@@ -444,11 +489,12 @@ class DefaultMessageStore:
                     d.dispatch_batch(dispatches)
         except Exception as exc:  # the records are stored: a reput dispatches them
             self._dispatch_failed(exc)
-            return
+            return False
         self.reput_offset = end
         for last in (dispatches if mixed else dispatches[-1:]):
             for listener in self.dispatch_listeners:
                 listener(last.topic, last.queue_id, last.consume_queue_offset + 1)
+        return True
 
     @property
     def dispatch_behind(self) -> bool:
@@ -462,6 +508,7 @@ class DefaultMessageStore:
         listeners hear of the records it dispatches. A failure is logged (at
         most every 10 s) and leaves the cursor at the record that failed.
         """
+        self.dispatch_deferred()
         if not self.dispatch_behind:
             return True
         try:

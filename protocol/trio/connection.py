@@ -144,6 +144,8 @@ class RemotingConnection:
         # The plain socket under a trio SocketStream, for the direct-send fast path.
         self._raw: Any = getattr(getattr(stream, "socket", None), "_sock", None)
         self._batching = False  # set while the reader handles one received chunk
+        # work a handler left until the chunk's answers are written (after_answers)
+        self._after: list[Callable[[], None]] = []
         self._pending: dict[int, _Pending] = {}
         # invoke() deadlines, earliest first: (deadline, opaque, pending). One
         # task wakes the requests whose time is up (_expire_requests) instead
@@ -357,10 +359,15 @@ class RemotingConnection:
             wake.set()
 
     def _flush_batch(self) -> None:
-        """After a received chunk: send every queued frame in one write if we can."""
+        """After a received chunk: send every queued frame in one write if we
+        can, then run what handlers left for after their answers."""
         self._batching = False
-        if not self._out:
-            return
+        if self._out:
+            self._write_queued()
+        if self._after:
+            self._run_after()
+
+    def _write_queued(self) -> None:
         if not self._sending and self._raw is not None and not self.closed:
             out = self._out
             sent = self._send_now(out)
@@ -374,6 +381,30 @@ class RemotingConnection:
             self._out = unsent(out, sent)
             self._out_bytes -= sent
         self._wake_writer()
+
+    def after_answers(self, work: Callable[[], None]) -> None:
+        """Run ``work`` once the answers queued so far are written (or handed
+        to the writer): a request's work its peer need not wait for (the
+        store's indexing of a send). It runs before this connection handles
+        another frame and before the reader yields to any other task, so no
+        request anywhere sees it undone. Outside a received chunk (an async
+        handler's), it runs at once."""
+        if self._batching:
+            self._after.append(work)
+        else:
+            self._call(work)
+
+    def _run_after(self) -> None:
+        after = self._after
+        self._after = []
+        for work in after:
+            self._call(work)
+
+    def _call(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except Exception:
+            self._log.exception("work after the answers failed")
 
     def send_response(self, response: RemotingCommand) -> None:
         """Queue a response (or any command) without waiting. Dropped if closed;
@@ -524,6 +555,8 @@ class RemotingConnection:
             self._batching = True
             try:
                 for i, payload in enumerate(frames, 1):
+                    if self._after:  # the last frame's: done before the next is seen
+                        self._run_after()
                     if self.closed:  # its close callbacks ran: take no more requests
                         return
                     if not self._handle_frame(payload, received_at):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
 from protocol.command import RemotingCommand
@@ -22,6 +24,10 @@ class FakeConn:
         self.sent.append(cmd)
         if self._grew is not None:
             self._grew.set()
+
+    def after_answers(self, work: Callable[[], None]) -> None:
+        """What a handler leaves until its answer is written: run at once."""
+        work()
 
     async def wait_sent(self, n: int) -> None:
         while len(self.sent) < n:

@@ -137,6 +137,33 @@ async def test_a_send_joining_several_waiters_gets_the_worst_status() -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_then_runs_after_the_answer_and_for_a_oneway_send_too() -> None:
+    """The send's deferred indexing (``then``) follows its answer, timed out
+    or not, and runs for a oneway send, which is never answered."""
+    log = FakeLog()
+    svc = GroupCommitService(log.flush, 5000, "b")
+    conn = FakeConn()
+    ran: list[int] = []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(svc.run)
+        log.written = 100
+        answer_when_done(conn, ok_response(1), [svc.wait(100)],  # type: ignore[arg-type]
+                         then=lambda: ran.append(len(conn.sent)))
+        answer_when_done(conn, ok_response(2), [svc.wait(100)], send=False,  # type: ignore[arg-type]
+                         then=lambda: ran.append(-len(conn.sent)))
+        late = Waiter.finished(PutMessageStatus.FLUSH_DISK_TIMEOUT)
+        answer_when_done(conn, ok_response(3), [late],  # type: ignore[arg-type]
+                         then=lambda: ran.append(10 * len(conn.sent)))
+        with trio.fail_after(10):
+            await conn.wait_sent(2)
+        # the timed-out one first (done at once), answered before its ``then``;
+        # the fsync'd pair in one round, each ``then`` after its own answer
+        assert [c.code for c in conn.sent] == [ResponseCode.FLUSH_DISK_TIMEOUT,
+                                               ResponseCode.SUCCESS]
+        assert ran == [10, 2, -2]
+        nursery.cancel_scope.cancel()
+
+
 # ---- fsyncs through the kernel (protocol/aio_fsync.py) ------------------------------------
 
 

@@ -172,3 +172,35 @@ async def test_busy_poll_on_both_sides(cluster: Cluster, monkeypatch: pytest.Mon
         got = await pull_all(consumer, queues)
     assert sorted(m.body for msgs in got.values() for m in msgs) == sorted(bodies)
     assert broker.stop() == 0
+
+
+@pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+async def test_an_answered_send_is_pulled_at_once(cluster: Cluster, flush: str) -> None:
+    """The broker indexes a send after writing its answer (or, SYNC_FLUSH, when
+    the fsync answers it): by the time the producer holds the answer, a pull on
+    another connection (another client instance) finds the message at the
+    offset it was given."""
+    ns = cluster.namesrv()
+    cluster.broker("broker-vis", ns.addr, flushDiskType=flush, **SMALL_FILES)
+    topic = "VisibleTopic"
+    async with MQAdmin(ns.addr) as admin:
+        await wait_for(lambda: _brokers_registered(admin, 1), 10, "the broker")
+        await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=1,
+                                 write_queue_nums=1)
+        await wait_for(lambda: _route_brokers(admin, topic, 1), 10, "the topic route")
+    async with Producer("vis-producer", ns.addr) as producer, \
+            PullConsumer("vis-consumer", ns.addr, instance_name="vis-reader") as consumer:
+        assert consumer._running_instance() is not producer._running_instance()
+        (mq,) = await consumer.fetch_subscribe_message_queues(topic)
+        for i in range(100):
+            if i % 10 == 9:
+                batch = [Message(topic, f"b{i}-{j}".encode()) for j in range(3)]
+                r = await producer.send_batch(batch, mq)
+                want = [m.body for m in batch]
+            else:
+                r = await producer.send(Message(topic, f"m{i}".encode()), mq)
+                want = [f"m{i}".encode()]
+            assert r.send_status == SendStatus.SEND_OK
+            got = await consumer.pull(mq, "*", r.queue_offset, 32)
+            assert got.pull_status == PullStatus.FOUND, (i, got)
+            assert [m.body for m in got.msg_found_list] == want
