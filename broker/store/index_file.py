@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.store.mapped_file import MappedFile
+from broker.store.writeback import push
 from protocol.crc import crc32
 from protocol.speedups import compiled
 
@@ -58,6 +59,8 @@ _SLOT = struct.Struct(">i")
 _PAGE_SHIFT = 12  # dirty slot pages are tracked 4 KiB at a time
 _SLOTS_PER_PAGE_SHIFT = _PAGE_SHIFT - 2  # 1,024 slots of 4 bytes a page
 _MERGE_GAP = 8  # clean pages between two dirty runs written with them: fewer pwrites
+# slot bytes a flush hands to the disk at a time before its fdatasync
+WRITEBACK_STEP = 256 << 10
 _IOV_MAX = 1024  # pieces one pwritev takes (Linux's UIO_MAXIOV)
 PENDING_MAX = 1 << 20  # entries kept for the flush (20 MiB) before the loop writes them
 
@@ -198,7 +201,7 @@ class IndexFile:
                 self._drop_written(chunks, first, header[5])  # the header's index_count
         return bool(chunks), header
 
-    def _write_out(self) -> bool:
+    def _write_out(self, runs: list[tuple[int, int]] | None = None) -> bool:
         """Write the entries added and the slot pages changed since the last
         call, then the header (written at flush and close only: after a crash,
         recovery re-indexes everything past the header's endPhyOffset, in the
@@ -207,7 +210,8 @@ class IndexFile:
         held across a write (but by the loop itself, once PENDING_MAX wait); a page's flag
         is cleared before the page is written and set after each store into
         it, so a store the write may miss leaves its page dirty for the next
-        call. Returns whether anything was written."""
+        call. Returns whether anything was written; ``runs`` gets the file
+        ranges of the slot pages written."""
         table = self._slots
         wrote, _ = self._write_pending()
         if table is not None:
@@ -228,6 +232,8 @@ class IndexFile:
                 dirty[start:end] = bytes(end - start)
                 lo, hi = start << _PAGE_SHIFT, min(end << _PAGE_SHIFT, size)
                 self.file.write_at(INDEX_HEADER_SIZE + lo, view[lo:hi])
+                if runs is not None:
+                    runs.append((INDEX_HEADER_SIZE + lo, INDEX_HEADER_SIZE + hi))
                 wrote = True
                 start = more
             if self.is_full() and dirty.find(1) < 0:
@@ -282,7 +288,11 @@ class IndexFile:
         nothing changed since the last flush (a full file's last one)."""
         if self.file.fd < 0:
             return
-        if self._write_out():
+        runs: list[tuple[int, int]] = []
+        if self._write_out(runs):
+            # the slot pages a few at a time, so a commit-log fsync never
+            # queues behind all of them (broker/store/writeback.py)
+            push(self.file.fd, runs, WRITEBACK_STEP)
             os.fdatasync(self.file.fd)
 
     def close(self, write: bool = True) -> None:
