@@ -64,8 +64,11 @@ async def test_work_runs_after_the_answer_is_written_and_before_the_next_frame()
         conn.after_answers(work)
         return cmd.response(ResponseCode.SUCCESS)
 
+    other_started = trio.Event()
+
     async def other_task() -> None:
         nonlocal others_ran
+        other_started.set()
         while True:
             others_ran += 1
             await trio.sleep(0)
@@ -84,7 +87,7 @@ async def test_work_runs_after_the_answer_is_written_and_before_the_next_frame()
         # three in one chunk: each one's work before the next frame is handled,
         # and no other task runs between a handler and its work
         nursery.start_soon(other_task)
-        await trio.sleep(0.01)
+        await other_started.wait()
         peer[0].sock.sendall(frame(DEFER, 2) + frame(DEFER, 3) + frame(DEFER, 4))
         assert [c.opaque for c in await peer[0].answers(3)] == [2, 3, 4]
         assert [e.split(" ready")[0] for e in events] == [
