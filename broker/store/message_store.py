@@ -20,7 +20,7 @@ given at once is written, and the dispatch run, before the connection handles
 another frame or yields to any other task; an answer that waits for an fsync
 or a slave dispatches when it is sent, and until then the records are in the
 commit log only (a pull does not see them yet). Every put and ``reput`` runs
-what is deferred first, in order, so at most one put's dispatch waits.
+what is deferred first, so at most one put's dispatch waits.
 """
 
 from __future__ import annotations
@@ -207,9 +207,10 @@ class DefaultMessageStore:
         # Commit-log offset up to which every record is dispatched (reput cursor).
         self.reput_offset = 0
         self.dispatch_failure: Exception | None = None  # why the cursor is behind
-        # puts whose dispatch waits for dispatch_deferred: (cursor before the
-        # put, its dispatch requests, the end of its records)
-        self._deferred: list[tuple[int, list[DispatchRequest], int]] = []
+        # the put whose dispatch waits for dispatch_deferred (at most one: every
+        # put runs it first): (cursor before the put, its dispatch requests,
+        # the end of its records)
+        self._deferred: tuple[int, list[DispatchRequest], int] | None = None
         self._refusals = LogThrottle()
         self._illegal = LogThrottle()
         self._dispatch_failures = LogThrottle()
@@ -389,7 +390,7 @@ class DefaultMessageStore:
         use, the body holds anything out of the ordinary, or the store is not
         taking writes as it is (the other ways check the messages first).
         ``defer``: the indexing waits for ``dispatch_deferred``."""
-        if self._deferred:
+        if self._deferred is not None:
             self.dispatch_deferred()
         if not self.running or self.disk_full or self.dispatch_behind:
             return None
@@ -403,7 +404,7 @@ class DefaultMessageStore:
         """Run a commit-log put of one queue's records and dispatch them (or,
         ``defer``, leave that to ``dispatch_deferred``); the refusals of a
         store that is not running, is full or is behind."""
-        if self._deferred:
+        if self._deferred is not None:
             self.dispatch_deferred()
         if not self.running or self.disk_full:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
@@ -430,22 +431,18 @@ class DefaultMessageStore:
             for appended in self.append_listeners:
                 appended()
             if defer:
-                self._deferred.append((cursor, dispatches, ar.wrote_offset + ar.wrote_bytes))
+                self._deferred = (cursor, dispatches, ar.wrote_offset + ar.wrote_bytes)
             else:
                 self._dispatch_appended(dispatches, ar.wrote_offset + ar.wrote_bytes)
         return result
 
     def dispatch_deferred(self) -> None:
-        """Dispatch what deferred puts appended, in order. Anything the cursor
-        has moved past meanwhile (a reput read it back) is dropped; after a
-        failure the rest is left to ``reput`` (the cursor stays at it)."""
-        deferred = self._deferred
-        if not deferred:
-            return
-        self._deferred = []
-        for cursor, dispatches, end in deferred:
-            if self.reput_offset != cursor or not self._dispatch_appended(dispatches, end):
-                return
+        """Dispatch what the deferred put appended, unless the cursor has moved
+        meanwhile (a reput read it back); a failure leaves it to ``reput`` (the
+        cursor stays at it)."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None and self.reput_offset == deferred[0]:
+            self._dispatch_appended(deferred[1], deferred[2])
 
     def put_together(self, msgs: list[MessageExtBrokerInner]
                      ) -> tuple[PutMessageResult, list[DispatchRequest]]:
@@ -456,7 +453,7 @@ class DefaultMessageStore:
             return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE), []
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
-        if self._deferred:
+        if self._deferred is not None:
             self.dispatch_deferred()
         if self.dispatch_behind and not self.reput():
             return self._behind_result(), []
@@ -477,9 +474,9 @@ class DefaultMessageStore:
         return result, dispatches
 
     def _dispatch_appended(self, dispatches: list[DispatchRequest], end: int,
-                           mixed: bool = False) -> bool:
+                           mixed: bool = False) -> None:
         """Dispatch the records a put appended (the cursor was caught up with
-        them); False when that failed (the cursor stays for ``reput``)."""
+        them); a failure leaves the cursor for ``reput``."""
         try:
             for d in self.dispatchers:
                 if mixed:
@@ -489,12 +486,11 @@ class DefaultMessageStore:
                     d.dispatch_batch(dispatches)
         except Exception as exc:  # the records are stored: a reput dispatches them
             self._dispatch_failed(exc)
-            return False
+            return
         self.reput_offset = end
         for last in (dispatches if mixed else dispatches[-1:]):
             for listener in self.dispatch_listeners:
                 listener(last.topic, last.queue_id, last.consume_queue_offset + 1)
-        return True
 
     @property
     def dispatch_behind(self) -> bool:

@@ -145,6 +145,15 @@ async def _route_brokers(admin: MQAdmin, topic: str, n: int) -> bool:
     return len(route.queue_datas) == n
 
 
+async def _one_broker_topic(namesrv: str, topic: str, queues: int) -> None:
+    """Once the one broker is registered: ``topic`` with ``queues`` queues, routed."""
+    async with MQAdmin(namesrv) as admin:
+        await wait_for(lambda: _brokers_registered(admin, 1), 10, "the broker")
+        await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=queues,
+                                 write_queue_nums=queues)
+        await wait_for(lambda: _route_brokers(admin, topic, 1), 10, "the topic route")
+
+
 async def test_busy_poll_on_both_sides(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """A SYNC_FLUSH broker and a client that spin after requests: sends
     (single, batch) are answered once flushed, every message reads back, and
@@ -154,11 +163,7 @@ async def test_busy_poll_on_both_sides(cluster: Cluster, monkeypatch: pytest.Mon
     broker = cluster.broker("broker-bp", ns.addr, flushDiskType="SYNC_FLUSH",
                             busyPollMicros=1000, **SMALL_FILES)
     topic = "BusyPollTopic"
-    async with MQAdmin(ns.addr) as admin:
-        await wait_for(lambda: _brokers_registered(admin, 1), 10, "the broker")
-        await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=2,
-                                 write_queue_nums=2)
-        await wait_for(lambda: _route_brokers(admin, topic, 1), 10, "the topic route")
+    await _one_broker_topic(ns.addr, topic, 2)
     bodies = [f"bp-{i}".encode() for i in range(300)]
     async with Producer("bp-producer", ns.addr) as producer:
         assert producer._running_instance().busy_poll_us == 1000
@@ -183,11 +188,7 @@ async def test_an_answered_send_is_pulled_at_once(cluster: Cluster, flush: str) 
     ns = cluster.namesrv()
     cluster.broker("broker-vis", ns.addr, flushDiskType=flush, **SMALL_FILES)
     topic = "VisibleTopic"
-    async with MQAdmin(ns.addr) as admin:
-        await wait_for(lambda: _brokers_registered(admin, 1), 10, "the broker")
-        await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=1,
-                                 write_queue_nums=1)
-        await wait_for(lambda: _route_brokers(admin, topic, 1), 10, "the topic route")
+    await _one_broker_topic(ns.addr, topic, 1)
     async with Producer("vis-producer", ns.addr) as producer, \
             PullConsumer("vis-consumer", ns.addr, instance_name="vis-reader") as consumer:
         assert consumer._running_instance() is not producer._running_instance()

@@ -71,7 +71,7 @@ async def test_work_runs_after_the_answer_is_written_and_before_the_next_frame()
         other_started.set()
         while True:
             others_ran += 1
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
 
     t = HandlerTable()
     t.register(DEFER, handler)
@@ -112,7 +112,7 @@ async def test_a_failing_work_is_logged_and_the_connection_goes_on() -> None:
         return cmd.response(ResponseCode.SUCCESS)
 
     async def async_handler(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        await trio.sleep(0)
+        await trio.lowlevel.checkpoint()
         conn.after_answers(lambda: ran.append("at once"))  # outside a chunk
         ran.append("returned")
         return cmd.response(ResponseCode.SUCCESS)

@@ -117,7 +117,7 @@ def test_a_cursor_moved_by_a_reread_is_not_dispatched_again(store: DefaultMessag
     # the records read back from the commit log (as a recovery or replica would)
     # while the deferred entry is still held
     deferred = store._deferred
-    store._deferred = []
+    store._deferred = None
     assert store.reput()
     store._deferred = deferred
     store.dispatch_deferred()
