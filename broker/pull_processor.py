@@ -228,8 +228,9 @@ class PullMessageProcessor:
             min_offset=result.min_offset,
             max_offset=result.max_offset,
         )
-        body = b"".join(result.buffers) if code == ResponseCode.SUCCESS else None
+        # one piece that is a read's bytes (a run of records, all good) goes as it is
+        body = b"".join(result.pieces) if code == ResponseCode.SUCCESS else None
         if body:  # per response: what it returns (a retry topic counts under its group)
-            self.stats.record_get(h.topic, h.consumer_group, len(result.buffers), len(body))
+            self.stats.record_get(h.topic, h.consumer_group, result.message_count, len(body))
         remark = None if code == ResponseCode.SUCCESS else result.status.name
         return cmd.response(code, remark, ext_fields=header.to_fields(), body=body)

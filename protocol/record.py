@@ -117,33 +117,45 @@ _CRC_AND_BODY_LEN = struct.Struct(f">{OFF_BODY_CRC}xi{OFF_BODY_LEN - OFF_BODY_CR
 
 def record_crc_ok(record: Buffer) -> bool:
     """Whether one whole message record's body matches its BODYCRC field."""
-    return bool(check_run(record, ((0, len(record)),))[0])
+    return check_run(record, ((0, len(record)),))[1] == 1
 
 
 def check_run(buf: Buffer, run: Sequence[tuple[int, int]]
-              ) -> tuple[list[memoryview], list[int]]:
+              ) -> tuple[list[bytes | memoryview], int, list[int]]:
     """Records lying back to back in ``buf``, one per (commit-log offset, size)
-    of ``run``: views of those whose body matches its BODYCRC field, and the
-    offsets of those that do not (or that the record's sizes do not fit)."""
+    of ``run``: (the records whose body matches its BODYCRC field, as pieces of
+    ``buf``; how many those are; the offsets of those that do not, or that the
+    record's sizes do not fit). Good records next to each other make one piece,
+    and when every record is good and they fill ``buf``, the piece is ``buf``
+    itself (when it is ``bytes``): a pull's run of records goes out without a
+    view or a copy each."""
     view = memoryview(buf)
-    good: list[memoryview] = []
+    pieces: list[bytes | memoryview] = []
     bad: list[int] = []
     unpack = _CRC_AND_BODY_LEN.unpack_from
     head = RECORD_HEAD_SIZE
     limit = len(buf)
     at = 0
+    start = 0  # where the stretch of good records before ``at`` starts
+    count = 0
     for phys, size in run:
         end = at + size
-        if size >= head and end <= limit:
+        if at >= 0 and size >= head and end <= limit:
             crc, body_len = unpack(buf, at)
             if (0 <= body_len <= size - head
                     and crc32(view[at + head:at + head + body_len]) & 0x7FFFFFFF == crc):
-                good.append(view[at:end])
+                count += 1
                 at = end
                 continue
+        if start < at:
+            pieces.append(view[start:at])
         bad.append(phys)
         at = end
-    return good, bad
+        start = at
+    if start < at <= limit:
+        whole = start == 0 and at == limit and type(buf) is bytes
+        pieces.append(buf if whole else view[start:at])  # type: ignore[arg-type]
+    return pieces, count, bad
 
 
 def record_size(body_len: int, topic_len: int, props_len: int) -> int:

@@ -266,15 +266,19 @@ def check_records(buf: bytes, entries: bytes, first: cython.Py_ssize_t,
                   head: cython.Py_ssize_t, crc_at: cython.Py_ssize_t,
                   len_at: cython.Py_ssize_t) -> tuple:
     """The records of entries ``first``..``last`` (exclusive), back to back in
-    ``buf``: (views of those whose body matches its BODYCRC, the commit-log
-    offsets of those that do not or whose sizes do not fit)."""
+    ``buf``: (those whose body matches its BODYCRC, as pieces of ``buf``; how
+    many those are; the commit-log offsets of those that do not or whose sizes
+    do not fit), as ``protocol.record.check_run``: good records next to each
+    other make one piece, ``buf`` itself when all are good and fill it."""
     d: cython.const[cython.uchar][::1] = buf  # type: ignore[valid-type]
     e: cython.const[cython.uchar][::1] = entries  # type: ignore[valid-type]
     view = memoryview(buf)
-    good: list = []
+    pieces: list = []
     bad: list = []
     limit: cython.Py_ssize_t = len(buf)
     pos: cython.Py_ssize_t = 0
+    start: cython.Py_ssize_t = 0
+    count: cython.Py_ssize_t = 0
     end: cython.Py_ssize_t
     i: cython.Py_ssize_t
     size: cython.longlong
@@ -292,12 +296,17 @@ def check_records(buf: bytes, entries: bytes, first: cython.Py_ssize_t,
             body_len = _i32(d, pos + len_at)
             if 0 <= body_len <= size - head \
                     and (crc32(view[pos + head:pos + head + body_len]) & 0x7FFFFFFF) == crc:
-                good.append(view[pos:end])
+                count += 1
                 pos = end
                 continue
+        if start < pos:
+            pieces.append(view[start:pos])
         bad.append(_i64(e, i * 20))
         pos = end
-    return good, bad
+        start = pos
+    if start < pos <= limit:
+        pieces.append(buf if start == 0 and pos == limit else view[start:pos])
+    return pieces, count, bad
 
 
 @cython.boundscheck(False)

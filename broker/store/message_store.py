@@ -666,7 +666,8 @@ class DefaultMessageStore:
             if found is not None:
                 return found
         entries = list(CQ_ENTRY.iter_unpack(data))
-        buffers: list[bytes | memoryview] = []
+        pieces: list[bytes | memoryview] = []
+        count = 0
         status = GetMessageStatus.NO_MATCHED_MESSAGE
         total = 0
         scanned = 0
@@ -704,7 +705,8 @@ class DefaultMessageStore:
                 continue
             if mf is not run_file or pos != run_end:
                 if run:
-                    self._read_run(run_file, run_start, run_end, run, buffers, topic, queue_id)
+                    count += self._read_run(run_file, run_start, run_end, run, pieces, topic,
+                                            queue_id)
                 run_file, run_start, run = mf, pos, []
                 run_base = mf.file_from_offset
             run.append((phys, size))
@@ -712,11 +714,12 @@ class DefaultMessageStore:
             picked += 1
             total += size
         if run:
-            self._read_run(run_file, run_start, run_end, run, buffers, topic, queue_id)
-        if buffers:
+            count += self._read_run(run_file, run_start, run_end, run, pieces, topic, queue_id)
+        if count:
             status = GetMessageStatus.FOUND
-        return GetMessageResult(status, offset + scanned, min_off, max_off, buffers,
-                                suggest_pulling_from_slave=self._cold(last_phys))
+        return GetMessageResult(status, offset + scanned, min_off, max_off, pieces,
+                                suggest_pulling_from_slave=self._cold(last_phys),
+                                message_count=count)
 
     def _get_by_kernel(self, kernel: PullKernel, data: bytes, offset: int, max_count: int,
                        max_bytes: int, tag_codes: set[int] | None, min_off: int, max_off: int,
@@ -736,29 +739,34 @@ class DefaultMessageStore:
                                   and end <= mf.file_from_offset + mf.wrote_position):
                 return None
             files.append(mf)
-        buffers: list[bytes | memoryview] = []
+        pieces: list[bytes | memoryview] = []
+        count = 0
         for (start, end, first, after), mf in zip(runs, files, strict=True):
-            good, bad = kernel.check_records(
+            good, found, bad = kernel.check_records(
                 mf.pread(start - mf.file_from_offset, end - start), data, first, after, crc32,
                 RECORD_HEAD_SIZE, OFF_BODY_CRC, OFF_BODY_LEN)
-            buffers += good  # copied once, when the response is joined
+            pieces += good  # a run's good records, whole: copied at most once, when joined
+            count += found
             for phys in bad:
                 self._crc_failed(topic, queue_id, phys)
-        status = (GetMessageStatus.FOUND if buffers else GetMessageStatus.MESSAGE_WAS_REMOVING
+        status = (GetMessageStatus.FOUND if count else GetMessageStatus.MESSAGE_WAS_REMOVING
                   if removing else GetMessageStatus.NO_MATCHED_MESSAGE)
-        return GetMessageResult(status, offset + scanned, min_off, max_off, buffers,
-                                suggest_pulling_from_slave=self._cold(last_phys))
+        return GetMessageResult(status, offset + scanned, min_off, max_off, pieces,
+                                suggest_pulling_from_slave=self._cold(last_phys),
+                                message_count=count)
 
     def _read_run(self, mf: MappedFile | None, start: int, end: int,
-                  run: list[tuple[int, int]], buffers: list[bytes | memoryview], topic: str,
-                  queue_id: int) -> None:
+                  run: list[tuple[int, int]], pieces: list[bytes | memoryview], topic: str,
+                  queue_id: int) -> int:
         """Read records lying back to back in ``mf`` from ``start`` to ``end``
-        with one pread and add each that passes its CRC to ``buffers``."""
+        with one pread, add those that pass their CRC to ``pieces`` and return
+        how many those are."""
         assert mf is not None
-        good, bad = check_run(mf.pread(start, end - start), run)
-        buffers += good  # copied once, when the response is joined
+        good, count, bad = check_run(mf.pread(start, end - start), run)
+        pieces += good  # copied at most once, when the response is joined
         for phys in bad:
             self._crc_failed(topic, queue_id, phys)
+        return count
 
     def _crc_failed(self, topic: str, queue_id: int, phys: int) -> None:
         self.log.error("record fails its CRC, not served", topic=topic,

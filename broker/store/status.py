@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from enum import Enum
+
+_TOTAL_SIZE = struct.Struct(">i")  # a record's first field
 
 
 class StoreError(Exception):
@@ -79,10 +82,23 @@ class GetMessageResult:
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    # one whole record each (slices of what one read returned, for back-to-back records)
-    buffers: list[bytes | memoryview] = field(default_factory=list)
+    # the records found, in order: each piece one or more whole records lying
+    # back to back (what one read returned, or a slice of it)
+    pieces: list[bytes | memoryview] = field(default_factory=list)
     suggest_pulling_from_slave: bool = False
+    message_count: int = 0
 
     @property
-    def message_count(self) -> int:
-        return len(self.buffers)
+    def buffers(self) -> list[memoryview]:
+        """One view per record, cut from the pieces by each record's TOTALSIZE."""
+        out: list[memoryview] = []
+        for piece in self.pieces:
+            view = memoryview(piece)
+            at = 0
+            while at < len(view):
+                size = _TOTAL_SIZE.unpack_from(view, at)[0]
+                if size <= 0 or at + size > len(view):
+                    raise ValueError(f"no whole record at {at} of a {len(view)}-byte piece")
+                out.append(view[at:at + size])
+                at += size
+        return out

@@ -325,10 +325,28 @@ def test_check_run_keeps_the_records_whose_crc_holds() -> None:
     bad_len[84:88] = (10**6).to_bytes(4, "big")  # BODYLEN past the record
     parts = [recs[0], bytes(bad_body), recs[2], bytes(bad_len), recs[4]]
     run = [(1000 * i, len(p)) for i, p in enumerate(parts)]
-    good, bad = check_run(b"".join(parts), run)
+    good, count, bad = check_run(b"".join(parts), run)
     assert [bytes(g) for g in good] == [recs[0], recs[2], recs[4]]
-    assert bad == [1000, 3000]
+    assert count == 3 and bad == [1000, 3000]
     # a run that says more than the buffer holds, or a record shorter than a head
-    good, bad = check_run(recs[0], [(0, len(recs[0])), (7, 50)])
-    assert [bytes(g) for g in good] == [recs[0]] and bad == [7]
-    assert check_run(b"x" * 20, [(5, 20)]) == ([], [5])
+    good, count, bad = check_run(recs[0], [(0, len(recs[0])), (7, 50)])
+    assert [bytes(g) for g in good] == [recs[0]] and count == 1 and bad == [7]
+    assert check_run(b"x" * 20, [(5, 20)]) == ([], 0, [5])
+
+
+def test_check_run_hands_back_good_records_in_one_piece() -> None:
+    """Good records next to each other come back as one piece, and a run all
+    good that fills its buffer as the buffer itself (no view, no copy)."""
+    recs = [record(i, body=bytes([i]) * (10 + i)) for i in range(4)]
+    buf = b"".join(recs)
+    run = [(1000 * i, len(r)) for i, r in enumerate(recs)]
+    good, count, bad = check_run(buf, run)
+    assert good == [buf] and good[0] is buf and count == 4 and bad == []
+    damaged = bytearray(recs[2])
+    damaged[-40] ^= 0xFF
+    good, count, bad = check_run(recs[0] + recs[1] + bytes(damaged) + recs[3], run)
+    assert [bytes(g) for g in good] == [recs[0] + recs[1], recs[3]]
+    assert count == 3 and bad == [2000]
+    # bytes past the run's records: the records' piece is a view, not the buffer
+    good, count, _ = check_run(buf + b"tail", run)
+    assert [bytes(g) for g in good] == [buf] and good[0] is not buf and count == 4

@@ -140,11 +140,12 @@ def test_check_matches_check_run(kernel: PullKernel, parts: list[tuple[bytes, in
         buf += rec
     buf = (buf[:-cut] if cut and cut < len(buf) else buf) + garbage
     entries = b"".join(CQ_ENTRY.pack(phys, size, 0) for phys, size in run)
-    good, bad = kernel.check_records(buf, entries, 0, len(run), crc32, RECORD_HEAD_SIZE,
-                                     OFF_BODY_CRC, OFF_BODY_LEN)
-    want_good, want_bad = check_run(buf, run)
+    good, count, bad = kernel.check_records(buf, entries, 0, len(run), crc32, RECORD_HEAD_SIZE,
+                                            OFF_BODY_CRC, OFF_BODY_LEN)
+    want_good, want_count, want_bad = check_run(buf, run)
     assert [bytes(v) for v in good] == [bytes(v) for v in want_good]
-    assert bad == want_bad
+    assert (count, bad) == (want_count, want_bad)
+    assert (good[0] is buf) == (want_good[0] is buf) if good else not want_good
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -162,8 +163,11 @@ def test_check_refuses_entries_it_was_not_given(kernel: PullKernel) -> None:
 
 
 def answer(r: GetMessageResult) -> tuple[Any, ...]:
-    return (r.status, r.next_begin_offset, r.min_offset, r.max_offset,
-            [bytes(b) for b in r.buffers], r.suggest_pulling_from_slave)
+    records = [bytes(b) for b in r.buffers]
+    assert r.message_count == len(records)
+    assert b"".join(r.pieces) == b"".join(records)  # what a pull's answer carries
+    return (r.status, r.next_begin_offset, r.min_offset, r.max_offset, records,
+            r.suggest_pulling_from_slave)
 
 
 def both(store: DefaultMessageStore, kernel: PullKernel, *args: Any) -> GetMessageResult:
