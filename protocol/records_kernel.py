@@ -39,6 +39,7 @@ matches this source.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import cython
 
@@ -339,3 +340,45 @@ def walk_records(body: bytes, base: cython.longlong, stop_offset: cython.longlon
         starts.append(base + pos)
         pos += total
     return pos, 0
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+def gather_ranges(data: Any, size: cython.Py_ssize_t,
+                  lo: cython.const[cython.long][::1],  # type: ignore[valid-type]
+                  hi: cython.const[cython.long][::1],  # type: ignore[valid-type]
+                  out: cython.uchar[::1], offsets: cython.int[::1]) -> cython.Py_ssize_t:
+    """The Spark source's cut of bodies and property texts out of a batch's
+    records (client/spark/arrow.py's ``_cut``): the byte ranges [lo[i], hi[i])
+    of ``data``'s first ``size`` bytes (a byte array: NumPy's uint8, say)
+    copied back to back into ``out`` (a writable view), ``offsets[i]`` where range i starts there and
+    ``offsets[n]`` the end, so the two are an Arrow binary array's buffers,
+    each byte copied once into a buffer made to size. The ranges must be
+    ascending and not overlap, and ``out`` and ``offsets`` (int32) must hold
+    them: ValueError otherwise, nothing read out of bounds. Returns the bytes
+    written."""
+    d: cython.const[cython.uchar][::1] = data  # type: ignore[valid-type]
+    n: cython.Py_ssize_t = lo.shape[0]
+    i: cython.Py_ssize_t
+    a: cython.long
+    b: cython.long
+    w: cython.Py_ssize_t = 0
+    done: cython.long = 0
+    int32_max: cython.Py_ssize_t = 0x7FFFFFFF
+    if hi.shape[0] != n or offsets.shape[0] != n + 1:
+        raise ValueError(f"{n} ranges need {n} ends and {n + 1} offsets")
+    if size < 0 or size > d.shape[0]:
+        raise ValueError(f"{size} bytes are not within the {d.shape[0]} given")
+    for i in range(n):
+        a = lo[i]
+        b = hi[i]
+        if a < done or b < a or b > size:
+            raise ValueError(f"range {i} [{a}, {b}) is not ascending within {size} bytes")
+        if b - a > out.shape[0] - w or w + (b - a) > int32_max:
+            raise ValueError(f"range {i} does not fit the {out.shape[0]} bytes given")
+        offsets[i] = cython.cast(cython.int, w)
+        out[w:w + (b - a)] = d[a:b]
+        w += b - a
+        done = b
+    offsets[n] = cython.cast(cython.int, w)
+    return w

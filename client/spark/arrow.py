@@ -284,8 +284,19 @@ def _cut(data: pa.Buffer, size: int, lo: Int64s, hi: Int64s,
     """The byte ranges [lo[i], hi[i]) of ``data``'s first ``size`` bytes
     (ascending, not overlapping) as one array of ``kind``, copied once:
     ``take`` of every other piece of an array whose pieces tile those bytes
-    (for pa.string(), every range and gap must be whole UTF-8)."""
+    (for pa.string(), every range and gap must be whole UTF-8). Where
+    records_kernel.gather_ranges is built, it copies the ranges into a buffer
+    made to their size instead (take grows its output as it goes, copying it
+    again each time)."""
     n = len(lo)
+    gather = GATHER_KERNEL
+    if gather is not None:
+        lo = np.ascontiguousarray(lo, np.int64)
+        hi = np.ascontiguousarray(hi, np.int64)
+        out = np.empty(max(int((hi - lo).sum()), 0), np.uint8)
+        starts = np.empty(n + 1, np.int32)
+        gather(np.frombuffer(data, np.uint8), size, lo, hi, memoryview(out), starts)
+        return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(starts), pa.py_buffer(out)])
     offsets = np.empty(2 * n + 2, np.int32)
     offsets[0] = 0
     offsets[1:-1:2] = lo
@@ -295,6 +306,13 @@ def _cut(data: pa.Buffer, size: int, lo: Int64s, hi: Int64s,
                                    [None, pa.py_buffer(offsets), data])
     pieces.validate()  # offsets in order and in the buffer (O(n)): never a bad read
     return pieces.take(pa.array(np.arange(1, 2 * n, 2, dtype=np.int64)))
+
+
+# records_kernel.gather_ranges compiled (deploy/speedups.py), when built from the
+# source beside protocol/record.py and not turned off; else None: _cut takes the
+# ranges with Arrow's take
+GATHER_KERNEL: Callable[..., int] | None = compiled(
+    RECORDS_KERNEL_MODULE, RECORDS_KERNEL_SOURCE, "gather_ranges")
 
 
 # records_kernel.walk_records compiled (deploy/speedups.py), when built from the

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -307,6 +308,20 @@ if arrow.WALK_KERNEL is not None:
 FIXTURE_SAFE = [HealthCheck.function_scoped_fixture]  # the walk is the same for every example
 
 
+# how _cut takes its ranges: Arrow's take (None), or gather_ranges
+CUTS = [pytest.param(None, id="take"),
+        pytest.param(records_kernel.gather_ranges, id="gather-plain-python")]
+if arrow.GATHER_KERNEL is not None:
+    CUTS.append(pytest.param(arrow.GATHER_KERNEL, id="gather-compiled"))
+
+
+@pytest.fixture(params=CUTS)
+def cut(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> object:
+    """_cut takes its ranges with this: take (None) or a gather_ranges."""
+    monkeypatch.setattr(arrow, "GATHER_KERNEL", request.param)
+    return request.param
+
+
 @pytest.fixture(params=WALKS)
 def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> object:
     """RecordScan.add walks with this: its loop (None) or a walk_records."""
@@ -394,7 +409,7 @@ def pulls(draw: st.DrawFn) -> list[tuple[bytes, int | None]]:
     return bodies
 
 
-@pytest.mark.usefixtures("walk")
+@pytest.mark.usefixtures("walk", "cut")
 @settings(max_examples=300, deadline=None, suppress_health_check=FIXTURE_SAFE)
 @given(pulls(), st.none() | st.sets(st.sampled_from(["a", "ü", ""]), max_size=2))
 def test_scan_equals_the_record_by_record_batch(bodies: list[tuple[bytes, int | None]],
@@ -454,6 +469,67 @@ def test_walk_kernel_takes_what_the_loop_takes(bodies: list[tuple[bytes, int | N
     want = added(body, stop, None)
     for param in WALKS[1:]:
         assert added(body, stop, param.values[0]) == want, param.id
+
+
+@st.composite
+def ranges(draw: st.DrawFn) -> tuple[bytes, int, list[int], list[int]]:
+    """Bytes, how many of them to cut from, and ascending ranges within those
+    (empty ones, ones that touch, gaps of any size)."""
+    data = draw(st.binary(max_size=300))
+    size = draw(st.integers(0, len(data)))
+    points = sorted(draw(st.lists(st.integers(0, size), max_size=40)))
+    lo, hi = points[0::2], points[1::2]
+    return data, size, lo[:len(hi)], hi
+
+
+def cut_with(gather: Any, data: bytes, size: int, lo: list[int], hi: list[int]) -> pa.Array:
+    saved, arrow.GATHER_KERNEL = arrow.GATHER_KERNEL, gather
+    try:
+        return arrow._cut(pa.py_buffer(data), size, np.array(lo, np.int64),
+                          np.array(hi, np.int64))
+    finally:
+        arrow.GATHER_KERNEL = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranges())
+def test_gather_cuts_what_take_cuts(case: tuple[bytes, int, list[int], list[int]]) -> None:
+    """gather_ranges (plain Python and compiled) makes the array take makes."""
+    data, size, lo, hi = case
+    want = cut_with(None, data, size, lo, hi)
+    assert want.to_pylist() == [data[a:b] for a, b in zip(lo, hi, strict=True)]
+    for param in CUTS[1:]:
+        got = cut_with(param.values[0], data, size, lo, hi)
+        got.validate(full=True)
+        assert got.equals(want), param.id
+
+
+@pytest.mark.parametrize("gather", [p.values[0] for p in CUTS[1:]])
+def test_gather_refuses_ranges_it_cannot_cut(gather: Any) -> None:
+    data = np.frombuffer(b"0123456789", np.uint8)
+
+    def run(size: int, lo: list[int], hi: list[int], room: int = 10,
+            starts: int | None = None) -> int:
+        out = memoryview(np.empty(room, np.uint8))
+        offsets = np.empty(len(lo) + 1 if starts is None else starts, np.int32)
+        return int(gather(data, size, np.array(lo, np.int64), np.array(hi, np.int64), out,
+                          offsets))
+
+    assert run(10, [0, 4], [2, 10]) == 8
+    for size, lo, hi in ((10, [3, 2], [4, 5]),    # not ascending
+                         (10, [0, 2], [5, 6]),    # overlapping
+                         (10, [4], [3]),          # ends before it starts
+                         (8, [0], [9]),           # past the bytes to cut from
+                         (-1, [], []), (11, [], [])):  # not within the bytes given
+        with pytest.raises(ValueError):
+            run(size, lo, hi)
+    with pytest.raises(ValueError, match="does not fit"):
+        run(10, [0], [6], room=5)
+    with pytest.raises(ValueError, match="offsets"):
+        run(10, [0], [6], starts=1)
+    with pytest.raises(ValueError, match="ends"):
+        gather(data, 10, np.array([0, 1], np.int64), np.array([1], np.int64),
+               memoryview(np.empty(5, np.uint8)), np.empty(3, np.int32))
 
 
 @pytest.mark.usefixtures("walk")
