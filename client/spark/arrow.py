@@ -295,7 +295,7 @@ def _cut(data: pa.Buffer, size: int, lo: Int64s, hi: Int64s,
         hi = np.ascontiguousarray(hi, np.int64)
         out = np.empty(max(int((hi - lo).sum()), 0), np.uint8)
         starts = np.empty(n + 1, np.int32)
-        gather(np.frombuffer(data, np.uint8), size, lo, hi, memoryview(out), starts)
+        gather(np.frombuffer(data, np.uint8), size, lo, hi, out.data, starts)
         return pa.Array.from_buffers(kind, n, [None, pa.py_buffer(starts), pa.py_buffer(out)])
     offsets = np.empty(2 * n + 2, np.int32)
     offsets[0] = 0
