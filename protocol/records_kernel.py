@@ -43,6 +43,9 @@ from typing import Any
 
 import cython
 
+if cython.compiled:  # C's memcpy for gather_ranges; plain Python copies by slices
+    from cython.cimports.libc.string import memcpy
+
 
 @cython.cfunc
 @cython.inline
@@ -377,7 +380,11 @@ def gather_ranges(data: Any, size: cython.Py_ssize_t,
         if b - a > out.shape[0] - w or w + (b - a) > int32_max:
             raise ValueError(f"range {i} does not fit the {out.shape[0]} bytes given")
         offsets[i] = cython.cast(cython.int, w)
-        out[w:w + (b - a)] = d[a:b]
+        if b > a:
+            if cython.compiled:  # a slice assignment of memoryviews checks and loops per call
+                memcpy(cython.address(out[w]), cython.address(d[a]), b - a)
+            else:
+                out[w:w + (b - a)] = d[a:b]
         w += b - a
         done = b
     offsets[n] = cython.cast(cython.int, w)
