@@ -41,6 +41,9 @@ from collections.abc import Callable
 
 import cython
 
+if cython.compiled:  # C's memcpy for the bodies and properties; plain Python copies by slices
+    from cython.cimports.libc.string import memcpy
+
 # DispatchRequest's fields by position (commit_log.py; a test checks them)
 _TOPIC = 0
 _OFFSET = 2
@@ -230,7 +233,8 @@ def encode_batch(data: bytes, fixed: cython.Py_ssize_t, topic_field: bytes,
         _put(o, w + 4, 4, -626843481)  # MESSAGE_MAGIC_CODE 0xDAA320A7 (signed: a C literal)
         _put(o, w + 8, 4, crc32(view[body_at:at]) & 0x7FFFFFFF)
         _put(o, w + 12, 4, queue_id)
-        o[w + 16:w + 20] = d[pos + 12:pos + 16]  # FLAG, as the producer sent it
+        for k in range(4):  # FLAG, as the producer sent it
+            o[w + 16 + k] = d[pos + 12 + k]
         # QUEUEOFFSET (20) and PHYSICALOFFSET (28): stamp_batch's
         _put(o, w + 36, 4, sys_flag)
         _put(o, w + 40, 8, born_timestamp)
@@ -243,12 +247,19 @@ def encode_batch(data: bytes, fixed: cython.Py_ssize_t, topic_field: bytes,
         # PREPARED TRANSACTION OFFSET (76): 0
         _put(o, w + 84, 4, body_len)
         w += head_size
-        o[w:w + body_len] = d[body_at:at]
+        # a memoryview slice assignment compiled checks both views and loops per call
+        if not cython.compiled:
+            o[w:w + body_len] = d[body_at:at]
+        elif body_len > 0:
+            memcpy(cython.address(o[w]), cython.address(d[body_at]), body_len)
         w += body_len
         for k in range(topic_len):
             o[w + k] = topic_field[k]
         w += topic_len
-        o[w:w + 2 + props_len] = d[at:stop]
+        if cython.compiled:  # the properties' length and text: 2 bytes at least
+            memcpy(cython.address(o[w]), cython.address(d[at]), 2 + props_len)
+        else:
+            o[w:w + 2 + props_len] = d[at:stop]
         w += 2 + props_len
         metas.append((
             rec, w - rec,
