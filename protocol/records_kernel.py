@@ -26,7 +26,9 @@ loop, which says what is wrong.
 
 ``walk_records`` is the Spark source's walk of a pull body
 (client/spark/arrow.py's ``RecordScan.add``): each record's start, by
-TOTALSIZE, up to a stop offset, no tuple unpacked a record.
+TOTALSIZE, up to a stop offset, no tuple unpacked a record. ``gather_ranges``
+then copies the bodies (and the property texts) out of the records into one
+buffer made to their size, with C's ``memcpy`` where compiled.
 
 What each makes is what the Python loop it stands for makes; the tests
 compare them, with this source run as plain Python and compiled.
@@ -354,12 +356,12 @@ def gather_ranges(data: Any, size: cython.Py_ssize_t,
     """The Spark source's cut of bodies and property texts out of a batch's
     records (client/spark/arrow.py's ``_cut``): the byte ranges [lo[i], hi[i])
     of ``data``'s first ``size`` bytes (a byte array: NumPy's uint8, say)
-    copied back to back into ``out`` (a writable view), ``offsets[i]`` where range i starts there and
-    ``offsets[n]`` the end, so the two are an Arrow binary array's buffers,
-    each byte copied once into a buffer made to size. The ranges must be
-    ascending and not overlap, and ``out`` and ``offsets`` (int32) must hold
-    them: ValueError otherwise, nothing read out of bounds. Returns the bytes
-    written."""
+    copied back to back into ``out`` (a writable view), ``offsets[i]`` where
+    range i starts there and ``offsets[n]`` the end, so the two are an Arrow
+    binary array's buffers, each byte copied once into a buffer made to size.
+    The ranges must be ascending and not overlap, and ``out`` and ``offsets``
+    (int32) must hold them: ValueError otherwise, nothing read out of bounds.
+    Returns the bytes written."""
     d: cython.const[cython.uchar][::1] = data  # type: ignore[valid-type]
     n: cython.Py_ssize_t = lo.shape[0]
     i: cython.Py_ssize_t
