@@ -498,10 +498,18 @@ async def test_cpp_send_batch(env: Env, tmp_path: Path) -> None:
 
 
 async def test_cpp_send_orderly_keeps_order_per_key(env: Env, tmp_path: Path) -> None:
-    topic = "CppOrderTopic"
+    topic, warm_topic = "CppOrderTopic", "CppOrderWarmTopic"
     await create_topic(env, topic)
+    await create_topic(env, warm_topic)
     keys, per_key = 5, 40
-    requests = []
+    # The C++ client opens its connections to the brokers while it starts. A send
+    # that finds the connection table locked meanwhile fails at once ("GetTransport
+    # ... get timed_mutex timeout", see official_client_proc), and the C++ client's
+    # own retry has then put an orderly message on another broker's queue (its log:
+    # "send failed of times:1" on broker-b's queue 0, the message found on
+    # broker-a's). Eight sends of a topic on both brokers first (its sends go round
+    # its eight queues) leave both connections open before the orderly sends.
+    requests = [{"op": "sync", "message": message(warm_topic, f"warm-{i}")} for i in range(8)]
     for seq in range(per_key):
         for key in range(keys):
             spec = message(topic, f"order-{key}-{seq}", tags="TagA", keys=f"order-{key}",
@@ -509,6 +517,8 @@ async def test_cpp_send_orderly_keeps_order_per_key(env: Env, tmp_path: Path) ->
             requests.append({"op": "orderly", "arg": key, "message": spec})
     answers = await trio.to_thread.run_sync(cpp_send, env.ns, requests, tmp_path / "cpp")
     assert all(a["status"] == "OK" for a in answers)
+    warm = await pull_all(env.ns, warm_topic)
+    assert {mq.broker_name for mq, _ in warm} == set(env.brokers)  # both connections opened
     pulled = await pull_all(env.ns, topic)
     assert len(pulled) == keys * per_key
     queues: dict[str, set[MessageQueue]] = {}
