@@ -40,6 +40,7 @@ from client.range_reader import (
 from client.subscription import SubscriptionData, build_subscription
 from client.validators import check_group
 from protocol.message import MessageQueue
+from protocol.route import MASTER_ID
 
 log = structlog.get_logger("client.pull_consumer")
 
@@ -228,6 +229,18 @@ class PullConsumer:
             api, mq, sub, start, end, send, timeout=timeout,
             batch_size=batch_size, in_flight=in_flight, on_offset_moved=on_offset_moved,
         )
+
+    async def read_setup(self, mq: MessageQueue, sub_expression: str | None,
+                         timeout: float | None = None) -> tuple[str, SubscriptionData, float]:
+        """What a reader with its own connection needs to pull ``mq``: the
+        broker's address (the master, else a slave, fetching the route if
+        needed), the parsed expression and the pull timeout. Raises MQClientError."""
+        api = self._running_api()
+        sub, timeout = self._pull_args(mq, sub_expression, timeout)
+        addr, _ = await api.instance.require_broker_addr(
+            mq.broker_name, mq.topic, master_only=False,
+            broker_id=api.pull_from.get(mq, MASTER_ID))
+        return addr, sub, timeout
 
     # ---- offsets ----------------------------------------------------------------
 

@@ -31,6 +31,8 @@ from client.subscription import SubscriptionData
 from protocol.message import MessageQueue
 
 DEFAULT_IN_FLIGHT = 8
+# RangePlan: whole first pulls in a row before its chunks grow back
+GROW_AFTER = 8
 
 
 class RawPuller(Protocol):
@@ -164,3 +166,198 @@ async def read_range(
     if failure is not None:
         raise failure
     return reached
+
+
+# ---- the same read, sans-IO: for a caller that does its own I/O -------------------
+
+
+class _PlanSlot:
+    """One chunk of a RangePlan: where its next pull starts, and its pull out."""
+
+    __slots__ = ("chunk", "offset", "pull", "done", "error")
+
+    def __init__(self, start: int, end: int) -> None:
+        self.chunk = RangeChunk(start, end, next_offset=start)
+        self.offset = start  # where this chunk's next pull starts
+        self.pull = -1  # the id of its pull out, -1 when none
+        self.done = False
+        self.error: Exception | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedPull:
+    """A pull to send: PULL_MESSAGE of up to ``max_nums`` from ``offset``;
+    answer it with ``RangePlan.answer(pull_id, ...)`` or ``fail(pull_id, ...)``."""
+
+    pull_id: int
+    offset: int
+    max_nums: int
+
+
+class RangePlan:
+    """``read_range`` as a state machine, without I/O or tasks: the caller
+    sends the pulls ``pulls()`` gives (in any order, several at once), feeds
+    each answer to ``answer`` (or an error to ``fail``) in whatever order they
+    come, and takes the finished chunks from ``chunks()``, in offset order.
+
+    Chunks, statuses, short pulls, ``on_offset_moved`` and errors go as in
+    ``read_range``/``read_chunk``: at most ``in_flight`` chunks are open at
+    once (pulled or waiting to be taken); a chunk that ends the queue
+    (``exhausted``) ends the read, and pulls still out for later chunks are
+    forgotten (``answer`` and ``fail`` ignore ids they do not know); the first
+    chunk in order that failed raises its error from ``chunks()``, after the
+    chunks before it, and ends the read. ``reached`` is where reading stopped
+    once ``done``."""
+
+    def __init__(self, start: int, end: int, *, batch_size: int = 32,
+                 in_flight: int = DEFAULT_IN_FLIGHT,
+                 on_offset_moved: OffsetMoved = skip_to_min) -> None:
+        if batch_size <= 0 or in_flight <= 0:
+            raise ValueError("batch_size and in_flight must be positive")
+        if start < 0 or end < start:
+            raise ValueError(f"bad range [{start}, {end})")
+        self.batch_size = batch_size
+        self.in_flight = in_flight
+        self.on_offset_moved = on_offset_moved
+        self.end = end
+        self.reached = start
+        self._lo = start  # the next chunk's start
+        self._slots: deque[_PlanSlot] = deque()
+        self._out: dict[int, _PlanSlot] = {}  # pull id -> its chunk
+        self._to_send: list[PlannedPull] = []  # a chunk's next pulls, after a short one
+        self._next_id = 0
+        self._stopped = False
+        # The size of new chunks: ``batch_size``, or what one pull brought
+        # when a chunk's first pull came back short (the broker's byte limit:
+        # 224 records of 1 KiB in 256 KiB), so a chunk takes one pull, not
+        # two; back up (doubling) after GROW_AFTER first pulls in a row came
+        # back whole.
+        self.chunk_size = batch_size
+        self._whole = 0
+
+    @property
+    def done(self) -> bool:
+        """Nothing more to pull or to take: the range is read, a chunk ended
+        the queue, or an error was raised."""
+        return self._stopped or (not self._slots and self._lo >= self.end)
+
+    @property
+    def outstanding(self) -> int:
+        """Pulls given out and not answered yet."""
+        return len(self._out)
+
+    def _pull(self, slot: _PlanSlot) -> PlannedPull:
+        pull = PlannedPull(self._next_id, slot.offset, slot.chunk.end - slot.offset)
+        self._next_id += 1
+        slot.pull = pull.pull_id
+        self._out[pull.pull_id] = slot
+        return pull
+
+    def pulls(self) -> list[PlannedPull]:
+        """The pulls to send now: the next pulls of chunks whose last pull
+        came back short, then the first pulls of new chunks while fewer than
+        ``in_flight`` are open."""
+        out, self._to_send = self._to_send, []
+        if self._stopped:
+            return []
+        while self._lo < self.end and len(self._slots) < self.in_flight:
+            slot = _PlanSlot(self._lo, min(self.end, self._lo + self.chunk_size))
+            self._slots.append(slot)
+            self._lo = slot.chunk.end
+            out.append(self._pull(slot))
+        return out
+
+    def answer(self, pull_id: int, status: PullStatus, next_begin_offset: int,
+               min_offset: int, max_offset: int, body: bytes = b"") -> None:
+        """A pull's answer (``RawPullResult``'s fields). ``on_offset_moved``
+        runs here; what it raises fails the chunk."""
+        slot = self._out.pop(pull_id, None)
+        if slot is None or slot.done:
+            return
+        slot.pull = -1
+        chunk = slot.chunk
+        offset = slot.offset
+        chunk.min_offset, chunk.max_offset = min_offset, max_offset
+        if status is PullStatus.FOUND:
+            if body:
+                chunk.bodies.append(body)
+            nxt = next_begin_offset
+            if offset == chunk.start:
+                self._learn(chunk.end - offset, nxt - offset)
+        elif status is PullStatus.NO_MATCHED_MSG:
+            nxt = next_begin_offset
+        elif status is PullStatus.OFFSET_ILLEGAL and offset < min_offset:
+            try:
+                nxt = self.on_offset_moved(offset, min_offset)
+            except Exception as exc:
+                self._finish(slot, error=exc)
+                return
+            if nxt > offset:
+                chunk.skipped.append((offset, nxt))
+        else:  # NO_NEW_MSG, or OFFSET_ILLEGAL at/after the max offset
+            chunk.exhausted = True
+            self._finish(slot)
+            return
+        if nxt <= offset:  # no progress: the broker has nothing more here
+            chunk.exhausted = True
+            self._finish(slot)
+            return
+        slot.offset = nxt
+        if nxt < chunk.end:
+            self._to_send.append(self._pull(slot))
+        else:
+            self._finish(slot)
+
+    def _learn(self, asked: int, got: int) -> None:
+        """A chunk's first pull asked for ``asked`` offsets and moved ``got``."""
+        if 0 < got < asked:
+            self.chunk_size = min(self.chunk_size, got)
+            self._whole = 0
+        elif got >= asked and asked == self.chunk_size < self.batch_size:
+            self._whole += 1
+            if self._whole >= GROW_AFTER:
+                self.chunk_size = min(self.batch_size, self.chunk_size * 2)
+                self._whole = 0
+
+    def fail(self, pull_id: int, error: Exception) -> None:
+        """A pull failed (connection, timeout, the broker refused)."""
+        slot = self._out.pop(pull_id, None)
+        if slot is not None and not slot.done:
+            slot.pull = -1
+            self._finish(slot, error=error)
+
+    def fail_all(self, error: Exception) -> None:
+        """Every pull out failed (the connection is gone)."""
+        for pull_id in list(self._out):
+            self.fail(pull_id, error)
+
+    def _finish(self, slot: _PlanSlot, error: Exception | None = None) -> None:
+        slot.done = True
+        slot.error = error
+        # a filtered pull may have scanned past ``end``: never report more
+        slot.chunk.next_offset = min(slot.offset, slot.chunk.end)
+
+    def chunks(self) -> list[RangeChunk]:
+        """The chunks finished in order since the last call (maybe none).
+        Raises the error of the first failed chunk in order, once; the read
+        is over then."""
+        ready: list[RangeChunk] = []
+        while self._slots and self._slots[0].done and not self._stopped:
+            slot = self._slots[0]
+            if slot.error is not None:
+                if ready:  # the chunks before it first; the error on the next call
+                    return ready
+                self._stop()
+                raise slot.error
+            self._slots.popleft()
+            ready.append(slot.chunk)
+            self.reached = slot.chunk.next_offset
+            if slot.chunk.exhausted:
+                self._stop()  # later chunks (maybe pulled already) would leave a gap
+        return ready
+
+    def _stop(self) -> None:
+        self._stopped = True
+        self._slots.clear()
+        self._out.clear()
+        self._to_send = []

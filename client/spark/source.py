@@ -215,7 +215,7 @@ def _batches(part: RangePartition) -> Iterator[Any]:
         start = moved(r.start, consumer.min_offset(mq))
         if start > r.start:
             skipped(r.start, start)
-        with consumer.read_range(mq, part.expression, start, r.end,
+        with consumer.read_range_here(mq, part.expression, start, r.end,
                                  batch_size=part.batch_size, in_flight=PULLS_IN_FLIGHT,
                                  on_offset_moved=moved) as reader:
             scan = RecordScan()

@@ -19,6 +19,7 @@ from client.blocking import (
     PullStatus,
     SendStatus,
 )
+from protocol.record import decode_records
 from protocol.trio.tls import ENV_ENABLE
 from tests.integration.cluster import Cluster
 from tests.integration.waits import routed, wait_for
@@ -61,6 +62,11 @@ def test_blocking_clients_use_tls(cluster: Cluster, tls_certs: Certs,
         assert result.pull_status == PullStatus.FOUND
         assert [m.body for m in result.msg_found_list] == bodies
         assert consumer.max_offset(mqs[0]) == len(bodies)
+        # a range read on a connection of its own: TLS too
+        with consumer.read_range_here(mqs[0], "*", 0, len(bodies), batch_size=4) as reader:
+            records = [r for chunks in reader for chunk in chunks for body in chunk.bodies
+                       for r in decode_records(body)]
+        assert [m.body for m in records] == bodies
 
     with PullConsumer("blocking-plain-group", ns.addr) as plain:
         with pytest.raises((MQClientError, MQBrokerError), match="requires TLS"):
