@@ -215,9 +215,11 @@ class DirectRangeReader:
             self._lost(exc)
             return
         for response in responses:
+            if not response.is_response:
+                continue  # a request from the broker: none is expected here
             entry = self._out.pop(response.opaque, None)
-            if entry is None or not response.is_response:
-                continue  # a pull forgotten after the read ended, or a request
+            if entry is None:
+                continue  # a pull forgotten after the read ended
             pull = entry[0]
             status = PULL_STATUS_BY_CODE.get(response.code)
             if status is None:

@@ -185,3 +185,18 @@ def test_a_peer_that_closes_fails_the_read() -> None:
         with pytest.raises(StopIteration):
             next(reader)
 
+
+
+def test_a_peer_that_sends_garbage_fails_the_read() -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        link = PullLink(f"127.0.0.1:{server.getsockname()[1]}", connect_timeout=2.0)
+        conn, _ = server.accept()
+        with conn:
+            sub = build_subscription(MQ.topic, "*")
+            reader = DirectRangeReader(link, GROUP, MQ, sub, 0, 10, timeout=5.0)
+            conn.sendall(b"\xff\xff\xff\xff" + b"x" * 64)  # a frame of 4 GiB announced
+            with pytest.raises(MQClientError, match="bad response"):
+                next(reader)
+            assert link.sock is None
