@@ -438,15 +438,13 @@ class PullConsumer(_BlockingClient):
         (bad arguments, no route to the queue's broker, connection failure)."""
         if start < 0 or end < start:
             raise MQClientError(f"bad range [{start}, {end})")
-        addr, sub, pull_timeout = self._run(self._consumer.read_setup, mq, sub_expression,
-                                            timeout)
-        instance = self._consumer._running_instance()
-        link = PullLink(addr, connect_timeout=self._consumer.request_timeout,
-                        tls=instance.tls, credentials=instance.credentials)
+        setup = self._run(self._consumer.read_setup, mq, sub_expression, timeout)
+        link = PullLink(setup.addr, connect_timeout=setup.connect_timeout, tls=setup.tls,
+                        credentials=setup.credentials)
         try:
-            return DirectRangeReader(link, self._consumer.group, mq, sub, start, end,
+            return DirectRangeReader(link, self._consumer.group, mq, setup.sub, start, end,
                                      batch_size=batch_size, in_flight=in_flight,
-                                     timeout=pull_timeout, on_offset_moved=on_offset_moved)
+                                     timeout=setup.timeout, on_offset_moved=on_offset_moved)
         except BaseException:
             link.close()
             raise

@@ -16,6 +16,7 @@ to the slave too (``client.consumer_api``).
 from __future__ import annotations
 
 from enum import Enum
+from typing import NamedTuple
 
 import structlog
 import trio
@@ -41,8 +42,20 @@ from client.subscription import SubscriptionData, build_subscription
 from client.validators import check_group
 from protocol.message import MessageQueue
 from protocol.route import MASTER_ID
+from protocol.trio.tls import ClientTls
 
 log = structlog.get_logger("client.pull_consumer")
+
+
+class ReadSetup(NamedTuple):
+    """``PullConsumer.read_setup``: where and how to pull one queue."""
+
+    addr: str
+    sub: SubscriptionData
+    timeout: float  # a pull's
+    connect_timeout: float
+    tls: ClientTls | None
+    credentials: AclCredentials | None
 
 DEFAULT_CONSUMER_GROUP = "DEFAULT_CONSUMER"
 
@@ -231,16 +244,18 @@ class PullConsumer:
         )
 
     async def read_setup(self, mq: MessageQueue, sub_expression: str | None,
-                         timeout: float | None = None) -> tuple[str, SubscriptionData, float]:
-        """What a reader with its own connection needs to pull ``mq``: the
-        broker's address (the master, else a slave, fetching the route if
-        needed), the parsed expression and the pull timeout. Raises MQClientError."""
+                         timeout: float | None = None) -> ReadSetup:
+        """What a reader with a connection of its own needs to pull ``mq``
+        (``client.direct_range``): the broker's address (the master, else a
+        slave, fetching the route if needed), the parsed expression, the pull
+        timeout, and the client's TLS settings and credentials. Raises MQClientError."""
         api = self._running_api()
         sub, timeout = self._pull_args(mq, sub_expression, timeout)
         addr, _ = await api.instance.require_broker_addr(
             mq.broker_name, mq.topic, master_only=False,
             broker_id=api.pull_from.get(mq, MASTER_ID))
-        return addr, sub, timeout
+        return ReadSetup(addr, sub, timeout, self.request_timeout, api.instance.tls,
+                         api.instance.credentials)
 
     # ---- offsets ----------------------------------------------------------------
 

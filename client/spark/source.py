@@ -181,8 +181,8 @@ class _Brokers:
 BATCH_ROWS = 4096
 BATCH_BYTES = 4 << 20
 # Pulls in flight per partition (each up to pullBatchSize messages, at most
-# 256 KiB by the broker's default): 1 MiB in flight covers a round trip of a
-# few milliseconds at a gigabyte a second; answers waiting in the socket's
+# 256 KiB by the broker's default): 1 MiB in flight covers a round trip of
+# about a millisecond at a gigabyte a second; answers waiting in the socket's
 # buffer go cold in the caches, so more cost more here (warm reads 215k
 # against 200k msg/s with 8, and 212k against 215k with 2).
 PULLS_IN_FLIGHT = 4
@@ -223,8 +223,8 @@ def _batches(part: RangePartition) -> Iterator[Any]:
         if start > r.start:
             skipped(r.start, start)
         with consumer.read_range_here(mq, part.expression, start, r.end,
-                                 batch_size=part.batch_size, in_flight=PULLS_IN_FLIGHT,
-                                 on_offset_moved=moved) as reader:
+                                      batch_size=part.batch_size, in_flight=PULLS_IN_FLIGHT,
+                                      on_offset_moved=moved) as reader:
             scan = RecordScan()
             for chunks in reader:
                 for chunk in chunks:
