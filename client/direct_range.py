@@ -15,7 +15,9 @@ The consumer it comes from (``client.blocking.PullConsumer.read_range_here``)
 gives it the broker's address from the routes (the master, else a slave),
 its group, credentials and TLS settings. It follows no redirect to a slave
 (the broker's ``suggestWhichBrokerId``): the range is read where it started.
-Every pull has ``timeout`` seconds; one that takes longer, a connection
+Every pull has ``timeout`` seconds of the reader's waiting: the time the
+caller spends between asking for chunks does not count (the answers may have
+been waiting in the socket all along). A pull that takes longer, a connection
 that fails and an answer that is not a pull's fail the pulls out, and
 iteration raises MQClientError (MQBrokerError for a broker's refusal) after
 the chunks finished before.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import socket
 import ssl
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from client.credentials import AclCredentials
@@ -67,13 +69,15 @@ class PullLink:
 
     ``send`` writes a request; ``receive(deadline)`` reads what has come and
     returns the responses in it (waiting until one does or ``deadline``, a
-    ``time.monotonic()`` value, passes: then MQClientError). Connection
+    value of ``clock``, ``time.monotonic`` by default, passes: then MQClientError). Connection
     errors raise MQClientError; the link is unusable then."""
 
     def __init__(self, addr: str, *, connect_timeout: float = 3.0,
                  tls: ClientTls | None = None, credentials: AclCredentials | None = None,
-                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.addr = addr
+        self.clock = clock
         self.credentials = credentials
         self._decoder = FrameDecoder(max_frame_size)
         self._max_frame_size = max_frame_size
@@ -121,7 +125,7 @@ class PullLink:
     def receive(self, deadline: float) -> list[RemotingCommand]:
         sock = self._open()
         while True:
-            left = deadline - time.monotonic()
+            left = deadline - self.clock()
             if left <= 0:
                 self.close()
                 raise MQClientError(f"pull from {self.addr} timed out")
@@ -177,6 +181,10 @@ class DirectRangeReader:
         self.timeout = timeout
         self.reached: int | None = None
         self._closed = False
+        # when chunks were last handed to the caller: the time until it asks
+        # again is not counted against the pulls out (their answers may have
+        # been waiting in the socket all along)
+        self._handed_at: float | None = None
         # opaque of each request out -> (its pull, when it times out)
         self._out: dict[int, tuple[PlannedPull, float]] = {}
 
@@ -192,7 +200,7 @@ class DirectRangeReader:
     def _send(self, pulls: list[PlannedPull]) -> None:
         for pull in pulls:
             cmd = self._request(pull)
-            self._out[cmd.opaque] = (pull, time.monotonic() + self.timeout)
+            self._out[cmd.opaque] = (pull, self.link.clock() + self.timeout)
             try:
                 self.link.send(cmd)
             except MQClientError as exc:
@@ -241,6 +249,11 @@ class DirectRangeReader:
 
     def __next__(self) -> list[RangeChunk]:
         plan = self.plan
+        if self._handed_at is not None:
+            away = self.link.clock() - self._handed_at
+            self._handed_at = None
+            if away > 0:
+                self._out = {op: (pull, due + away) for op, (pull, due) in self._out.items()}
         while True:
             if self._closed:
                 raise StopIteration
@@ -253,6 +266,7 @@ class DirectRangeReader:
             # the next pulls go out before the caller works on these chunks
             self._send(plan.pulls())
             if ready:
+                self._handed_at = self.link.clock()
                 return ready
             if plan.done:
                 self.reached = plan.reached

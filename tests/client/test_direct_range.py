@@ -200,3 +200,40 @@ def test_a_peer_that_sends_garbage_fails_the_read() -> None:
             with pytest.raises(MQClientError, match="bad response"):
                 next(reader)
             assert link.sock is None
+
+
+class StepClock:
+    """A clock that moves only when told (the caller away between chunks)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_callers_time_between_chunks_does_not_count_against_the_pulls(
+        fakes: ThreadedCluster) -> None:
+    put(fakes, 60)
+    broker = fakes.cluster.broker(MQ.broker_name)
+    with PullConsumer(GROUP, fakes.cluster.namesrv_addr) as consumer:
+        setup = consumer._run(consumer._consumer.read_setup, MQ, "*", None)
+        clock = StepClock()
+        link = PullLink(setup.addr, clock=clock)
+        with DirectRangeReader(link, GROUP, MQ, setup.sub, 0, 60, batch_size=10,
+                               in_flight=3, timeout=0.5) as reader:
+            chunks = next(reader)
+            for got in iter(lambda: next(reader, None), None):
+                chunks += got
+                clock.now += 10.0  # the caller works for 10 s on each: 20 pull timeouts
+            assert decode(chunks) == list(range(60)) and reader.reached == 60
+        # a pull not answered while the reader waits still times out
+        link = PullLink(setup.addr, clock=time.monotonic)
+        fakes.call(setattr, broker, "silent", True)
+        try:
+            with DirectRangeReader(link, GROUP, MQ, setup.sub, 0, 60, batch_size=10,
+                                   timeout=0.3) as reader:
+                with pytest.raises(MQClientError, match="timed out"):
+                    next(reader)
+        finally:
+            fakes.call(setattr, broker, "silent", False)
