@@ -78,6 +78,7 @@ class PullLink:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.addr = addr
         self.clock = clock
+        self.send_timeout = connect_timeout
         self.credentials = credentials
         self._decoder = FrameDecoder(max_frame_size)
         self._max_frame_size = max_frame_size
@@ -116,7 +117,7 @@ class PullLink:
         sock = self._open()
         try:
             frame = encode_frame(cmd.encode(), self._max_frame_size)
-            sock.settimeout(None)
+            sock.settimeout(self.send_timeout)  # a peer that stops reading fails the send
             sock.sendall(frame)
         except (OSError, ProtocolError) as exc:
             self.close()
