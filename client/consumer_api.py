@@ -60,6 +60,30 @@ PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2
 PULL_FLAG_SUBSCRIPTION = 0x4
 
+
+
+def pull_request(group: str, mq: MessageQueue, sub: SubscriptionData, offset: int,
+                 max_nums: int, *, sys_flag: int = 0, commit_offset: int = 0,
+                 suspend_timeout_millis: int = 0) -> RemotingCommand:
+    """A PULL_MESSAGE of up to ``max_nums`` records of ``mq`` from ``offset``."""
+    header = PullMessageRequestHeader(
+        consumer_group=group,
+        topic=mq.topic,
+        queue_id=mq.queue_id,
+        queue_offset=offset,
+        max_msg_nums=max_nums,
+        # the broker filters by this subscription only with the flag (else it takes the
+        # group's heart-beat subscription, which a pull consumer may not have sent)
+        sys_flag=sys_flag | PULL_FLAG_SUBSCRIPTION,
+        commit_offset=commit_offset,
+        suspend_timeout_millis=suspend_timeout_millis,
+        subscription=sub.sub_string,
+        sub_version=0,
+        expression_type="TAG",
+    )
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
+
+
 _MIN_OFFSET = MessageConst.PROPERTY_MIN_OFFSET
 _MAX_OFFSET = MessageConst.PROPERTY_MAX_OFFSET
 _TAGS = MessageConst.PROPERTY_TAGS
@@ -122,22 +146,9 @@ class ConsumerAPI:
             mq.broker_name, mq.topic, master_only=False,
             broker_id=self.pull_from.get(mq, MASTER_ID),
         )
-        header = PullMessageRequestHeader(
-            consumer_group=self.group,
-            topic=mq.topic,
-            queue_id=mq.queue_id,
-            queue_offset=offset,
-            max_msg_nums=max_nums,
-            # the broker filters by this subscription only with the flag (else it takes the
-            # group's heart-beat subscription, which a pull consumer may not have sent)
-            sys_flag=sys_flag | PULL_FLAG_SUBSCRIPTION,
-            commit_offset=commit_offset,
-            suspend_timeout_millis=suspend_timeout_millis,
-            subscription=sub.sub_string,
-            sub_version=0,
-            expression_type="TAG",
-        )
-        cmd = RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
+        cmd = pull_request(self.group, mq, sub, offset, max_nums, sys_flag=sys_flag,
+                           commit_offset=commit_offset,
+                           suspend_timeout_millis=suspend_timeout_millis)
         try:
             response = await self.instance.invoke(addr, cmd, timeout)
         except RemotingError as exc:

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from client.consumer_api import pull_request
 from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
 from client.pull_result import PULL_STATUS_BY_CODE
@@ -44,24 +45,15 @@ from client.range_reader import (
 )
 from client.subscription import SubscriptionData
 from protocol.acl import sign_fields
-from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
-from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from protocol.headers import PullMessageResponseHeader
 from protocol.message import MessageQueue
+from protocol.trio.client import split_addr
 from protocol.trio.tls import ClientTls, TlsConfigError
 
-# the pull flag that makes the broker filter by the request's own expression
-PULL_FLAG_SUBSCRIPTION = 0x4
 RECV_SIZE = 1 << 20
-
-
-def _split(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise MQClientError(f"bad broker address {addr!r}")
-    return host, int(port)
 
 
 class PullLink:
@@ -82,7 +74,10 @@ class PullLink:
         self.credentials = credentials
         self._decoder = FrameDecoder(max_frame_size)
         self._max_frame_size = max_frame_size
-        host, port = _split(addr)
+        try:
+            host, port = split_addr(addr)
+        except ValueError as exc:
+            raise MQClientError(f"bad broker address: {exc}") from exc
         sock: socket.socket | None = None
         try:
             context = tls.context() if tls is not None else None
@@ -189,18 +184,9 @@ class DirectRangeReader:
         # opaque of each request out -> (its pull, when it times out)
         self._out: dict[int, tuple[PlannedPull, float]] = {}
 
-    def _request(self, pull: PlannedPull) -> RemotingCommand:
-        mq = self.mq
-        header = PullMessageRequestHeader(
-            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
-            queue_offset=pull.offset, max_msg_nums=pull.max_nums,
-            sys_flag=PULL_FLAG_SUBSCRIPTION, commit_offset=0, suspend_timeout_millis=0,
-            subscription=self.sub.sub_string, sub_version=0, expression_type="TAG")
-        return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
-
     def _send(self, pulls: list[PlannedPull]) -> None:
         for pull in pulls:
-            cmd = self._request(pull)
+            cmd = pull_request(self.group, self.mq, self.sub, pull.offset, pull.max_nums)
             self._out[cmd.opaque] = (pull, self.link.clock() + self.timeout)
             try:
                 self.link.send(cmd)

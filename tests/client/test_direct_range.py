@@ -4,9 +4,11 @@ it reads what read_range reads."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -171,12 +173,20 @@ def test_a_closed_port_is_mqclienterror() -> None:
         PullLink("no-port-here")
 
 
-def test_a_peer_that_closes_fails_the_read() -> None:
+@contextlib.contextmanager
+def peer() -> Iterator[tuple[PullLink, socket.socket]]:
+    """A PullLink to a plain listening socket of the test's, and the accepted end."""
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(1)
         link = PullLink(f"127.0.0.1:{server.getsockname()[1]}", connect_timeout=2.0)
         conn, _ = server.accept()
+        with conn:
+            yield link, conn
+
+
+def test_a_peer_that_closes_fails_the_read() -> None:
+    with peer() as (link, conn):
         sub = build_subscription(MQ.topic, "*")
         reader = DirectRangeReader(link, GROUP, MQ, sub, 0, 10, timeout=5.0)
         conn.close()  # the requests arrive, the peer goes away
@@ -186,20 +196,14 @@ def test_a_peer_that_closes_fails_the_read() -> None:
             next(reader)
 
 
-
 def test_a_peer_that_sends_garbage_fails_the_read() -> None:
-    with socket.socket() as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(1)
-        link = PullLink(f"127.0.0.1:{server.getsockname()[1]}", connect_timeout=2.0)
-        conn, _ = server.accept()
-        with conn:
-            sub = build_subscription(MQ.topic, "*")
-            reader = DirectRangeReader(link, GROUP, MQ, sub, 0, 10, timeout=5.0)
-            conn.sendall(b"\xff\xff\xff\xff" + b"x" * 64)  # a frame of 4 GiB announced
-            with pytest.raises(MQClientError, match="bad response"):
-                next(reader)
-            assert link.sock is None
+    with peer() as (link, conn):
+        sub = build_subscription(MQ.topic, "*")
+        reader = DirectRangeReader(link, GROUP, MQ, sub, 0, 10, timeout=5.0)
+        conn.sendall(b"\xff\xff\xff\xff" + b"x" * 64)  # a frame of 4 GiB announced
+        with pytest.raises(MQClientError, match="bad response"):
+            next(reader)
+        assert link.sock is None
 
 
 class StepClock:
