@@ -51,7 +51,13 @@ from client.validators import (
     check_group,
     encode_properties,
 )
-from protocol.batch import ENTRY_HEAD, ENTRY_OVERHEAD, PROPERTIES_LENGTH, encode_batch
+from protocol.batch import (
+    ENCODE_MESSAGES,
+    ENTRY_HEAD,
+    ENTRY_OVERHEAD,
+    PROPERTIES_LENGTH,
+    encode_batch,
+)
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
@@ -84,6 +90,56 @@ RETRY_RESPONSE_CODES = frozenset(
         ResponseCode.NO_PERMISSION,
     }
 )
+
+
+def _encode_messages(batch: list[Message], topic: str, max_size: int, ids: list[str]) -> bytes:
+    """The batch body of ``batch`` (protocol.batch's layout, as encode_batch
+    makes it): each message without a UNIQ_KEY gets ``ids[i]``, one with its
+    own puts it in ``ids[i]``. Raises MQClientError naming what is wrong.
+    ``protocol.batch_kernel.encode_messages`` makes the same, compiled."""
+    # an entry struct refuses is given to encode_batch after the loop, which
+    # says what is wrong with it
+    parts: list[bytes] = []
+    pack_head, pack_props = ENTRY_HEAD.pack, PROPERTIES_LENGTH.pack
+    refused: tuple[int, bytes, str] | None = None
+    for i, msg in enumerate(batch):
+        if not isinstance(msg, Message):
+            raise MQClientError(f"expected Messages, got {type(msg).__name__}")
+        if msg.topic != topic:
+            raise MQClientError(
+                f"the topic of every message of a batch must be the same ({topic!r} != {msg.topic!r})"
+            )
+        body = msg.body
+        if type(body) is not bytes or not body or len(body) > max_size:
+            check_body(msg, max_size)  # raises, or it is a bytearray or memoryview
+            body = bytes(body)
+        props = msg.properties
+        if not props:  # the usual message: its text is its new id's, no checks needed
+            new_id = props[_UNIQ_KEY] = ids[i]
+            text = f"{_UNIQ_KEY}\x01{new_id}\x02"
+        else:
+            if props.get(_DELAY, "0") != "0":
+                raise MQClientError("delay levels are not supported for batching")
+            own = props.get(_UNIQ_KEY)
+            if own:
+                ids[i] = own
+            else:
+                props[_UNIQ_KEY] = ids[i]
+            text = encode_properties(props)
+        encoded = text.encode()
+        n = len(body)
+        try:
+            parts += (pack_head(ENTRY_OVERHEAD + n + len(encoded), 0, 0, msg.flag, n), body,
+                      pack_props(len(encoded)) + encoded)
+        except struct.error:
+            if refused is None:
+                refused = (msg.flag, body, text)
+    try:
+        if refused is not None:
+            encode_batch([refused])  # raises ValueError naming the problem
+        return b"".join(parts)
+    except ValueError as exc:
+        raise MQClientError(f"a message of the batch cannot be sent: {exc}") from exc
 
 
 class _State(Enum):
@@ -349,51 +405,12 @@ class Producer:
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise MQClientError("retry group topics are not supported for batching")
         max_size = self.max_message_size
-        # the batch body laid out as it goes (protocol.batch's layout, as
-        # encode_batch makes it); an entry struct refuses is given to
-        # encode_batch after the loop, which says what is wrong with it
-        parts: list[bytes] = []
-        pack_head, pack_props = ENTRY_HEAD.pack, PROPERTIES_LENGTH.pack
-        refused: tuple[int, bytes, str] | None = None
         ids = create_uniq_ids(len(batch))  # what messages without a UNIQ_KEY get
-        for i, msg in enumerate(batch):
-            if not isinstance(msg, Message):
-                raise MQClientError(f"expected Messages, got {type(msg).__name__}")
-            if msg.topic != topic:
-                raise MQClientError(
-                    f"the topic of every message of a batch must be the same ({topic!r} != {msg.topic!r})"
-                )
-            body = msg.body
-            if type(body) is not bytes or not body or len(body) > max_size:
-                check_body(msg, max_size)  # raises, or it is a bytearray or memoryview
-                body = bytes(body)
-            props = msg.properties
-            if not props:  # the usual message: its text is its new id's, no checks needed
-                new_id = props[_UNIQ_KEY] = ids[i]
-                text = f"{_UNIQ_KEY}\x01{new_id}\x02"
-            else:
-                if props.get(_DELAY, "0") != "0":
-                    raise MQClientError("delay levels are not supported for batching")
-                own = props.get(_UNIQ_KEY)
-                if own:
-                    ids[i] = own
-                else:
-                    props[_UNIQ_KEY] = ids[i]
-                text = encode_properties(props)
-            encoded = text.encode()
-            n = len(body)
-            try:
-                parts += (pack_head(ENTRY_OVERHEAD + n + len(encoded), 0, 0, msg.flag, n), body,
-                          pack_props(len(encoded)) + encoded)
-            except struct.error:
-                if refused is None:
-                    refused = (msg.flag, body, text)
-        try:
-            if refused is not None:
-                encode_batch([refused])  # raises ValueError naming the problem
-            body = b"".join(parts)
-        except ValueError as exc:
-            raise MQClientError(f"a message of the batch cannot be sent: {exc}") from exc
+        kernel = ENCODE_MESSAGES
+        body = None if kernel is None else kernel(
+            batch, topic, max_size, ids, Message, _UNIQ_KEY, _DELAY, encode_properties)
+        if body is None:
+            body = _encode_messages(batch, topic, max_size, ids)
         if len(body) > max_size:
             raise MQClientError(
                 f"the encoded batch of {len(batch)} messages is {len(body)} bytes, "

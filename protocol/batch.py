@@ -97,3 +97,6 @@ def _bad(out: list[tuple[int, bytes, str]], pos: int, what: str) -> RemoteProtoc
 
 _KERNEL = compiled("protocol._batch_kernel_c", Path(__file__).with_name("batch_kernel.py"),
                    "decode_batch")
+# batch_kernel.encode_messages compiled, or None: the producer runs its own loop
+ENCODE_MESSAGES = compiled("protocol._batch_kernel_c",
+                           Path(__file__).with_name("batch_kernel.py"), "encode_messages")

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from unittest import mock
 
 import pytest
 import trio
@@ -19,9 +23,11 @@ from client import (
     SendResult,
     SendStatus,
 )
+from client import producer as producer_module
 from client.instance import MQClientInstance
 from client.validators import encode_properties
-from protocol.batch import decode_batch, encode_batch
+from protocol import batch_kernel
+from protocol.batch import ENCODE_MESSAGES, decode_batch, encode_batch
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import FLAG_ONEWAY
 from protocol.message import PROPERTY_UNIQ_KEY, string_to_properties
@@ -480,10 +486,26 @@ _BATCH_MESSAGES = st.lists(st.tuples(
                     _PROP_VALUES, max_size=3)), min_size=1, max_size=6)
 
 
+# how _prepare_batch lays out a batch: protocol.batch_kernel.encode_messages
+# compiled (where deploy/speedups built it), the same source as plain Python,
+# and no kernel (the producer's own loop)
+ENCODERS: list[Any] = [pytest.param(batch_kernel.encode_messages, id="kernel-plain-python"),
+                       pytest.param(None, id="loop")]
+if ENCODE_MESSAGES is not None:
+    ENCODERS.append(pytest.param(ENCODE_MESSAGES, id="kernel-compiled"))
+
+
+@contextmanager
+def encoder(kernel: Any) -> Iterator[None]:
+    with mock.patch.object(producer_module, "ENCODE_MESSAGES", kernel):
+        yield
+
+
+@pytest.mark.parametrize("kernel", ENCODERS)
 @settings(max_examples=150, deadline=None)
-@given(_BATCH_MESSAGES)
+@given(parts=_BATCH_MESSAGES)
 def test_prepare_batch_lays_out_what_encode_batch_makes(
-        parts: list[tuple[int, bytes, dict[str, str]]]) -> None:
+        kernel: Any, parts: list[tuple[int, bytes, dict[str, str]]]) -> None:
     """The producer lays out the batch body as it checks each message; the
     body is encode_batch's of (flag, body, encode_properties(properties)) of
     the messages as sent (their UNIQ_KEYs set), or the same refusal: the first
@@ -492,7 +514,8 @@ def test_prepare_batch_lays_out_what_encode_batch_makes(
     msgs = [Message(TOPIC, body, flag=flag, properties=dict(props))
             for flag, body, props in parts]
     try:
-        prepared = producer._prepare_batch(msgs)
+        with encoder(kernel):
+            prepared = producer._prepare_batch(msgs)
     except MQClientError as exc:
         try:  # the refusal of the first message that cannot be encoded
             items = [(m.flag, bytes(m.body), encode_properties(m.properties)) for m in msgs]
@@ -508,7 +531,8 @@ def test_prepare_batch_lays_out_what_encode_batch_makes(
     assert prepared.msg_id == ",".join(m.properties[PROPERTY_UNIQ_KEY] for m in msgs)
 
 
-def test_prepare_batch_refusals_keep_their_order_and_words() -> None:
+@pytest.mark.parametrize("kernel", ENCODERS)
+def test_prepare_batch_refusals_keep_their_order_and_words(kernel: Any) -> None:
     producer = Producer("pg")
     long_props = {"k": "x" * 32_800}
     cases = [
@@ -518,9 +542,69 @@ def test_prepare_batch_refusals_keep_their_order_and_words() -> None:
         # a message-level refusal comes first, wherever the entry it follows failed
         ([Message(TOPIC, b"a", flag=2**31), Message("Other", b"b")], "must be the same"),
         ([Message(TOPIC, b"a", flag=-(2**31) - 1), Message(TOPIC, b"")], "length is zero"),
+        ([Message(TOPIC, b"a"), Message(TOPIC, b"b", properties={"DELAY": "3"})],
+         "delay levels are not supported"),
+        ([Message(TOPIC, b"a"), Message(TOPIC, b"b", properties={"k": "v\x02"})],
+         "may not contain"),
     ]
-    for msgs, words in cases:
-        with pytest.raises(MQClientError, match=words):
-            producer._prepare_batch(msgs)
-    with pytest.raises(TypeError):  # as encode_batch: not a number at all
-        producer._prepare_batch([Message(TOPIC, b"a", flag="7")])  # type: ignore[arg-type]
+    with encoder(kernel):
+        for msgs, words in cases:
+            with pytest.raises(MQClientError, match=words):
+                producer._prepare_batch(msgs)
+        with pytest.raises(TypeError):  # as encode_batch: not a number at all
+            producer._prepare_batch([Message(TOPIC, b"a", flag="7")])  # type: ignore[arg-type]
+
+
+class _OwnMessage(Message):
+    """A subclass: the kernel leaves it to the loop."""
+
+
+@pytest.mark.parametrize("kernel", ENCODERS)
+def test_prepare_batch_kernel_giving_up_midway_changes_nothing(kernel: Any) -> None:
+    """Where the kernel gives up after setting the UNIQ_KEYs of the messages
+    before (here a subclass, a body changed to a bytearray, a message whose
+    id was set by hand), the loop keeps those ids: the body, the ids and the
+    messages come out as the loop alone makes them."""
+    def batch() -> list[Message]:
+        tail = Message(TOPIC, b"late")
+        tail.body = bytearray(b"changed")  # type: ignore[assignment]
+        return [Message(TOPIC, b"a"), Message(TOPIC, b"b", tags="T", keys=["k1", "k2"]),
+                Message(TOPIC, b"c", properties={PROPERTY_UNIQ_KEY: "OWN"}),
+                _OwnMessage(TOPIC, b"d"), Message(TOPIC, b"e"), tail]
+
+    ids = [f"ID{i:030d}" for i in range(6)]
+    want_msgs, got_msgs = batch(), batch()
+    want_ids, got_ids = list(ids), list(ids)
+    want = producer_module._encode_messages(want_msgs, TOPIC, 1 << 20, want_ids)
+    if kernel is not None:
+        assert kernel(got_msgs, TOPIC, 1 << 20, got_ids, Message, PROPERTY_UNIQ_KEY,
+                      "DELAY", encode_properties) is None
+    got = producer_module._encode_messages(got_msgs, TOPIC, 1 << 20, got_ids)
+    assert got == want
+    assert got_ids == want_ids == ids[:2] + ["OWN"] + ids[3:]
+    assert [m.properties for m in got_msgs] == [m.properties for m in want_msgs]
+    assert decode_batch(got)[1] == (0, b"b", encode_properties(want_msgs[1].properties))
+
+
+@pytest.mark.parametrize("kernel", [p for p in ENCODERS if p.values[0] is not None])
+def test_encode_messages_kernel_on_the_usual_batch(kernel: Any) -> None:
+    """Messages without properties (written by the kernel without a text made)
+    and with them: the loop's bytes, ids and properties; a wrong id list,
+    a non-ASCII id or a message past ``max_body`` is given up on."""
+    def batch() -> list[Message]:
+        return [Message(TOPIC, b"x" * 1024, flag=i - 2) if i % 3 else
+                Message(TOPIC, b"y" * i, tags=f"t{i}", keys="ü") for i in range(1, 40)]
+
+    ids = [f"{i:032X}" for i in range(39)]
+    want_msgs, got_msgs = batch(), batch()
+    want_ids, got_ids = list(ids), list(ids)
+    got = kernel(got_msgs, TOPIC, 1 << 20, got_ids, Message, PROPERTY_UNIQ_KEY, "DELAY",
+                 encode_properties)
+    assert got == producer_module._encode_messages(want_msgs, TOPIC, 1 << 20, want_ids)
+    assert got_ids == want_ids
+    assert [m.properties for m in got_msgs] == [m.properties for m in want_msgs]
+    args = (PROPERTY_UNIQ_KEY, "DELAY", encode_properties)
+    assert kernel(batch(), TOPIC, 1 << 20, ids[:-1], Message, *args) is None
+    assert kernel(batch(), TOPIC, 1 << 20, ["é"] * 39, Message, *args) is None
+    assert kernel(batch(), TOPIC, 1023, list(ids), Message, *args) is None
+    assert kernel([], TOPIC, 1 << 20, [], Message, *args) == b""
