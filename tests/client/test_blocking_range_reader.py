@@ -4,13 +4,13 @@ cluster, and LoopThread.spawn."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 import trio
 
 from client import loop_thread
-from client.blocking import MessageQueue, MQClientError, PullConsumer, RangeChunk, RangeReader
+from client.blocking import MessageQueue, MQClientError, PullConsumer, RangeChunk
 from client.loop_thread import LoopThread
 from tests.client.conftest import delivered, loop_threads
 from tests.client.fakes import FakeCluster, ThreadedCluster
@@ -39,7 +39,7 @@ def decode(chunks: list[RangeChunk], tags: set[str] | None = None) -> list[int]:
     return delivered(chunks, MQ, tags)
 
 
-def read_all(reader: RangeReader) -> list[RangeChunk]:
+def read_all(reader: Iterable[list[RangeChunk]]) -> list[RangeChunk]:
     chunks: list[RangeChunk] = []
     for got in reader:
         assert isinstance(got, list) and got  # at least one chunk per step
@@ -61,10 +61,16 @@ def test_read_range_every_offset_once(fakes: ThreadedCluster) -> None:
     assert loop_threads() == []
 
 
-def test_read_range_end_past_the_queue_max(fakes: ThreadedCluster) -> None:
+# the two blocking range reads: through the client's loop thread, and in the
+# calling thread over a connection of the read's own (tests/client/test_direct_range.py)
+READS = ["read_range", "read_range_here"]
+
+
+@pytest.mark.parametrize("read", READS)
+def test_read_range_end_past_the_queue_max(fakes: ThreadedCluster, read: str) -> None:
     put(fakes, 40)
     with PullConsumer(GROUP, fakes.cluster.namesrv_addr) as consumer:
-        reader = consumer.read_range(MQ, None, 0, 1000, batch_size=10, in_flight=4)
+        reader = getattr(consumer, read)(MQ, None, 0, 1000, batch_size=10, in_flight=4)
         chunks = read_all(reader)
         assert reader.reached == 40
         assert decode(chunks) == list(range(40))
@@ -72,12 +78,15 @@ def test_read_range_end_past_the_queue_max(fakes: ThreadedCluster) -> None:
         with pytest.raises(StopIteration):
             next(reader)  # iteration stays ended
         reader.close()
+        if read == "read_range_here":
+            assert reader.link.sock is None  # its connection closed when iteration ended
 
 
-def test_read_range_with_a_tag_expression(fakes: ThreadedCluster) -> None:
+@pytest.mark.parametrize("read", READS)
+def test_read_range_with_a_tag_expression(fakes: ThreadedCluster, read: str) -> None:
     put(fakes, 60)
     with PullConsumer(GROUP, fakes.cluster.namesrv_addr) as consumer:
-        with consumer.read_range(MQ, "TagA", 0, 60, batch_size=8, in_flight=2) as reader:
+        with getattr(consumer, read)(MQ, "TagA", 0, 60, batch_size=8, in_flight=2) as reader:
             chunks = read_all(reader)
         assert reader.reached == 60
         assert decode(chunks, {"TagA"}) == list(range(0, 60, 2))

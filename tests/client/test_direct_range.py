@@ -1,6 +1,7 @@
 """PullConsumer.read_range_here (client.direct_range): a range read over a
 blocking socket in the calling thread, against the threaded fake cluster;
-it reads what read_range reads."""
+it reads what read_range reads (the tests both readers share are in
+test_blocking_range_reader.py)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from client.blocking import MessageQueue, MQBrokerError, MQClientError, PullConsumer, RangeChunk
+from client.blocking import MessageQueue, MQBrokerError, MQClientError, PullConsumer
 from client.direct_range import DirectRangeReader, PullLink
 from client.subscription import build_subscription
 from protocol.codes import ResponseCode
 from tests.client.conftest import loop_threads
 from tests.client.fakes import ThreadedCluster
-from tests.client.test_blocking_range_reader import GROUP, MQ, decode, put
-
-
-def read_all(reader: DirectRangeReader) -> list[RangeChunk]:
-    chunks: list[RangeChunk] = []
-    for got in reader:
-        assert isinstance(got, list) and got  # at least one chunk per step
-        chunks.extend(got)
-    return chunks
+from tests.client.test_blocking_range_reader import GROUP, MQ, decode, put, read_all
 
 
 def test_every_offset_once_as_read_range(fakes: ThreadedCluster) -> None:
@@ -42,29 +35,6 @@ def test_every_offset_once_as_read_range(fakes: ThreadedCluster) -> None:
         assert [c.start for c in chunks] == list(range(5, 140, 16))
         assert consumer.max_offset(MQ) == 150  # the consumer is still usable
     assert loop_threads() == []
-
-
-def test_end_past_the_queue_max(fakes: ThreadedCluster) -> None:
-    put(fakes, 40)
-    with PullConsumer(GROUP, fakes.cluster.namesrv_addr) as consumer:
-        reader = consumer.read_range_here(MQ, None, 0, 1000, batch_size=10, in_flight=4)
-        chunks = read_all(reader)
-        assert reader.reached == 40
-        assert decode(chunks) == list(range(40))
-        assert chunks[-1].exhausted and not any(c.exhausted for c in chunks[:-1])
-        with pytest.raises(StopIteration):
-            next(reader)  # iteration stays ended
-        reader.close()
-        assert reader.link.sock is None  # its connection closed when iteration ended
-
-
-def test_with_a_tag_expression(fakes: ThreadedCluster) -> None:
-    put(fakes, 60)
-    with PullConsumer(GROUP, fakes.cluster.namesrv_addr) as consumer:
-        with consumer.read_range_here(MQ, "TagA", 0, 60, batch_size=8, in_flight=2) as reader:
-            chunks = read_all(reader)
-        assert reader.reached == 60
-        assert decode(chunks, {"TagA"}) == list(range(0, 60, 2))
 
 
 def test_skips_what_is_gone_by_default(fakes: ThreadedCluster) -> None:
