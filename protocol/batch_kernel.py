@@ -84,7 +84,9 @@ def decode_batch(data: bytes) -> list | None:
 def _put(o: cython.uchar[::1], at: cython.Py_ssize_t, width: cython.int,
          value: cython.longlong) -> cython.void:
     """``value`` as ``width`` big-endian bytes at ``at`` (in bounds; two's
-    complement for a negative value)."""
+    complement for a negative value). broker/store/batch_records_kernel.py has
+    the same helper: each kernel is compiled on its own (deploy/speedups.py),
+    and an inline C function is not shared between modules without a .pxd."""
     i: cython.int
     u: cython.ulonglong = cython.cast(cython.ulonglong, value)
     for i in range(width - 1, -1, -1):
