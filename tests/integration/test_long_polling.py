@@ -25,7 +25,8 @@ from protocol.record import decode_records
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.errors import RemotingConnectError
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, free_port
+from tests.integration.test_metrics import scrape, value
 from tests.integration.waits import routed, wait_for
 
 TOPIC = "PollTopic"
@@ -40,10 +41,17 @@ def pull_cmd(offset: int, suspend_ms: int, expression: str = "*") -> RemotingCom
 
 async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) -> None:
     ns = cluster.namesrv()
-    broker = cluster.broker("broker-a", ns.addr)
+    metrics = free_port(1)
+    broker = cluster.broker("broker-a", ns.addr, metricsPort=metrics)
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1, write_queue_nums=1)
         await wait_for(routed(admin, TOPIC), 10, "topic routed")
+
+    async def held_pulls(n: int) -> bool:
+        """The broker holds ``n`` pulls (its metrics' gauge)."""
+        held = value(await scrape(metrics), "rocketmq_brokeruntime_pull_requests_held")
+        return held == n
+
     async with RemotingClient() as rc, Producer("poll-producer", ns.addr) as producer:
         conn = await rc.get_connection(broker.addr)
         # nothing arrives: answered empty at the (short) suspend timeout, not before
@@ -61,7 +69,7 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(held_pull)
-            await trio.sleep(0.5)
+            await wait_for(lambda: held_pulls(1), 10, "the pull held")
             assert "resp" not in got
             sent_at = time.monotonic()
             await producer.send(Message(TOPIC, b"wake up"))
@@ -76,10 +84,11 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(tagged_pull)
-            await trio.sleep(0.3)
+            await wait_for(lambda: held_pulls(1), 10, "the tagged pull held")
             await producer.send(Message(TOPIC, b"other", tags="TagA"))
-            await trio.sleep(0.3)
+            await trio.sleep(0.3)  # a wrong wake-up would answer it by now
             assert "tagged" not in got
+            assert await held_pulls(1)
             await producer.send(Message(TOPIC, b"mine", tags="TagB"))
         tagged = got["tagged"]
         assert isinstance(tagged, RemotingCommand) and tagged.code == ResponseCode.SUCCESS
