@@ -167,11 +167,14 @@ def message(topic: str, body: str, tags: str | None = None, keys: str | None = N
 
 
 def cpp_send(namesrv: str, requests: Iterable[dict[str, Any]], home: Path,
-             group: str = "PID-cpp", timeout: float = 120.0) -> list[dict[str, Any]]:
+             group: str = "PID-cpp", timeout: float = 120.0,
+             warm_up: Callable[[OfficialClient], int] | None = None) -> list[dict[str, Any]]:
     """Run a C++ producer through ``requests`` (see ``official_client_proc``); its
-    answers in order. Fails on a request the C++ client answered with an error."""
+    answers in order. Fails on a request the C++ client answered with an error.
+    ``warm_up(client)``, if given, runs first and returns how many requests it
+    wrote (their answers come first)."""
     with OfficialClient(["produce", "-n", namesrv, "-g", group], home, timeout) as p:
-        n = 0
+        n = warm_up(p) if warm_up is not None else 0
         for req in requests:
             p.write(req)
             n += 1

@@ -17,6 +17,7 @@ queues; probes are left out of every count.
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -497,6 +498,10 @@ async def test_cpp_send_batch(env: Env, tmp_path: Path) -> None:
     assert len({m.uniq_key for _, m in got.values()}) == len(sent)
 
 
+# rounds of eight warm sends at most before the orderly sends (see below)
+WARM_ROUNDS = 5
+
+
 async def test_cpp_send_orderly_keeps_order_per_key(env: Env, tmp_path: Path) -> None:
     topic, warm_topic = "CppOrderTopic", "CppOrderWarmTopic"
     await create_topic(env, topic)
@@ -507,15 +512,34 @@ async def test_cpp_send_orderly_keeps_order_per_key(env: Env, tmp_path: Path) ->
     # ... get timed_mutex timeout", see official_client_proc), and the C++ client's
     # own retry has then put an orderly message on another broker's queue (its log:
     # "send failed of times:1" on broker-b's queue 0, the message found on
-    # broker-a's). Eight sends of a topic on both brokers first (its sends go round
-    # its eight queues) leave both connections open before the orderly sends.
-    requests = [{"op": "sync", "message": message(warm_topic, f"warm-{i}")} for i in range(8)]
+    # broker-a's). Sends of a topic on both brokers first, eight at a time (its
+    # sends go round its eight queues), until both brokers hold one of them, leave
+    # both connections open before the orderly sends. (A broker-b send that met
+    # the lock is retried by the C++ client on broker-a: eight were once not enough.)
+    env_brokers = set(env.brokers)
+
+    async def warm_brokers() -> set[str]:
+        return {mq.broker_name for mq, _ in await pull_all(env.ns, warm_topic)}
+
+    def warm_up(p: OfficialClient) -> int:
+        n = 0
+        for _ in range(WARM_ROUNDS):
+            for _ in range(8):
+                p.write({"op": "sync", "message": message(warm_topic, f"warm-{n}")})
+                n += 1
+            p.wait(lambda n=n: len(p.records()) >= n, 60, "the warm sends' answers")
+            if trio.from_thread.run(warm_brokers) == env_brokers:
+                break
+        return n
+
+    requests: list[dict[str, Any]] = []
     for seq in range(per_key):
         for key in range(keys):
             spec = message(topic, f"order-{key}-{seq}", tags="TagA", keys=f"order-{key}",
                            props={"key": str(key), "seq": str(seq)})
             requests.append({"op": "orderly", "arg": key, "message": spec})
-    answers = await trio.to_thread.run_sync(cpp_send, env.ns, requests, tmp_path / "cpp")
+    answers = await trio.to_thread.run_sync(
+        functools.partial(cpp_send, env.ns, requests, tmp_path / "cpp", warm_up=warm_up))
     assert all(a["status"] == "OK" for a in answers)
     warm = await pull_all(env.ns, warm_topic)
     assert {mq.broker_name for mq, _ in warm} == set(env.brokers)  # both connections opened
