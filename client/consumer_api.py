@@ -192,20 +192,18 @@ class ConsumerAPI:
         )
         msgs: list[MessageExt] = []
         if raw.body:
+            # one mapping for the whole pull, merged when a message's properties are read
+            offsets = {_MIN_OFFSET: str(raw.min_offset), _MAX_OFFSET: str(raw.max_offset)}
             try:
-                decoded = decode_records(raw.body)
+                msgs = decode_records(raw.body, extra=offsets)
             except ProtocolError as exc:
                 raise MQClientError(f"undecodable pull body from {raw.addr}: {exc}") from exc
             tags = sub.tags_set
-            # one mapping for the whole pull, merged when a message's properties are read
-            offsets = {_MIN_OFFSET: str(raw.min_offset), _MAX_OFFSET: str(raw.max_offset)}
-            for msg in decoded:
-                if tags is not None and msg.properties.get(_TAGS) not in tags:
-                    continue
+            if tags is not None:
+                msgs = [msg for msg in msgs if msg.properties.get(_TAGS) in tags]
+            for msg in msgs:
                 if msg.sys_flag & FLAG_COMPRESSED:
                     self._uncompress(msg)
-                msg.put_properties(offsets)
-                msgs.append(msg)
         return PullResult(raw.pull_status, raw.next_begin_offset, raw.min_offset,
                           raw.max_offset, msgs)
 

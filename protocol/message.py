@@ -196,15 +196,20 @@ class MessageExt:
         msg_id: str | None = "",
         properties_text: str = "",
         id_head: str = "",
+        properties_extra: Mapping[str, str] | None = None,
     ) -> None:
         """``properties`` as a dict, or None with ``properties_text`` (RocketMQ's
-        ``key\\x01value\\x02...``), split when first read; ``msg_id``, or None
-        with ``id_head`` (the store host's hex), formatted when first read."""
+        ``key\\x01value\\x02...``), split when first read; ``properties_extra``
+        merged into them (as ``put_properties``, kept, not copied, while the
+        text is not split yet); ``msg_id``, or
+        None with ``id_head`` (the store host's hex), formatted when first read."""
         self.topic = topic
         self.body = body
+        if properties is not None and properties_extra:
+            properties, properties_extra = {**properties, **properties_extra}, None
         self._properties = properties
         self._properties_text = properties_text
-        self._properties_extra: Mapping[str, str] | None = None
+        self._properties_extra = properties_extra
         self.flag = flag
         self.queue_id = queue_id
         self.queue_offset = queue_offset

@@ -29,7 +29,7 @@ import mmap
 import socket
 import struct
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import lru_cache
@@ -325,7 +325,7 @@ class _DecodeCache:
 
 
 def _decode_at(view: Buffer, pos: int, limit: int, verify_crc: bool,
-               cache: _DecodeCache) -> MessageExt:
+               cache: _DecodeCache, extra: Mapping[str, str] | None = None) -> MessageExt:
     """The message record at ``pos`` (the data ends at ``limit``). Raises
     CorruptRecordError, or struct/Index/UnicodeDecodeError for the callers
     to turn into one."""
@@ -363,6 +363,7 @@ def _decode_at(view: Buffer, pos: int, limit: int, verify_crc: bool,
     return MessageExt(
         topic, body, None, flag, queue_id, queue_offset, physical_offset, sys_flag,
         born_ts, born, store_ts, stored, reconsume, prepared, crc, total, None, text, id_head,
+        extra,
     )
 
 
@@ -392,15 +393,19 @@ RECORDS_KERNEL: Callable[..., Any] | None = compiled(
     RECORDS_KERNEL_MODULE, RECORDS_KERNEL_SOURCE, "decode_records")
 
 
-def decode_records(buf: Buffer, verify_crc: bool = False) -> list[MessageExt]:
-    """Decode a concatenation of message records (a pull response body).
+def decode_records(buf: Buffer, verify_crc: bool = False,
+                   extra: Mapping[str, str] | None = None) -> list[MessageExt]:
+    """Decode a concatenation of message records (a pull response body);
+    ``extra``: properties given to every message (``MessageExt.put_properties``;
+    the one mapping, which must not change afterwards).
     Topic names and hosts repeat from record to record: decoded once per call.
     A ``bytes`` body goes to the compiled loop first (records_kernel.py); what
     that leaves (anything out of the ordinary) is decoded here, which says
     what is wrong."""
     kernel = RECORDS_KERNEL
     if kernel is not None and type(buf) is bytes:
-        done: list[MessageExt] | None = kernel(buf, verify_crc, crc32, MessageExt, unpack_host)
+        done: list[MessageExt] | None = kernel(buf, verify_crc, crc32, MessageExt, unpack_host,
+                                               extra)
         if done is not None:
             return done
     out: list[MessageExt] = []
@@ -410,7 +415,7 @@ def decode_records(buf: Buffer, verify_crc: bool = False) -> list[MessageExt]:
     cache = _DecodeCache()
     try:
         while pos < limit:
-            msg = _decode_at(view, pos, limit, verify_crc, cache)
+            msg = _decode_at(view, pos, limit, verify_crc, cache, extra)
             out.append(msg)
             pos += msg.store_size
     except (struct.error, IndexError, UnicodeDecodeError) as exc:

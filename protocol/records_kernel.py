@@ -40,13 +40,43 @@ matches this source.
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable
 from typing import Any
 
 import cython
 
 if cython.compiled:  # C's memcpy for gather_ranges; plain Python copies by slices
+    from cython.cimports.cpython.object import Py_TYPE
     from cython.cimports.libc.string import memcpy
+
+# The slots a decoded message is made of, in the order ``decode_records``
+# fills them when compiled (protocol.message.MessageExt's ``__slots__``, whose
+# ``__init__`` sets them from ``make``'s arguments as below).
+MESSAGE_SLOTS = ("topic", "body", "_properties", "_properties_text", "_properties_extra",
+                 "flag", "queue_id", "queue_offset", "commit_log_offset", "sys_flag",
+                 "born_timestamp", "born_host", "store_timestamp", "store_host",
+                 "reconsume_times", "prepared_transaction_offset", "body_crc", "store_size",
+                 "_msg_id", "_id_head")
+_MEMBER_DESCRIPTOR = types.MemberDescriptorType
+_slot_cache: dict = {}
+
+
+def slot_descriptors(make: object) -> tuple | None:
+    """``make``'s slot descriptors in MESSAGE_SLOTS' order when ``make`` is a
+    class of exactly those slots straight under ``object`` (so a message can be
+    made without its ``__init__``: every slot set, nothing else to set), else
+    None. Kept per class."""
+    if make in _slot_cache:
+        return _slot_cache[make]
+    found = None
+    if isinstance(make, type) and make.__bases__ == (object,) \
+            and make.__dict__.get("__slots__") == MESSAGE_SLOTS:
+        descrs = tuple(make.__dict__.get(name) for name in MESSAGE_SLOTS)
+        if all(type(d) is _MEMBER_DESCRIPTOR for d in descrs):
+            found = descrs
+    _slot_cache[make] = found
+    return found
 
 
 @cython.cfunc
@@ -103,14 +133,29 @@ def _same(d: cython.const[cython.uchar][::1],  # type: ignore[valid-type]
     return True
 
 
+@cython.cfunc
+@cython.inline
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.exceptval(-1)
+def _set(descrs: tuple, i: cython.Py_ssize_t, obj: object, value: object) -> cython.int:
+    """Slot ``i`` of ``obj`` set to ``value`` through its descriptor's C setter
+    (compiled only): what ``obj.<name> = value`` does, less the look-up."""
+    d: object = descrs[i]
+    return Py_TYPE(d).tp_descr_set(d, obj, value)
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 def decode_records(data: bytes, verify_crc: cython.bint, crc32: Callable[[bytes], int],
-                   make: Callable[..., object], unpack_host: Callable[[bytes], str]
-                   ) -> list | None:
+                   make: Callable[..., object], unpack_host: Callable[[bytes], str],
+                   extra: object = None) -> list | None:
     """The messages ``make(...)`` of the records of ``data`` (a pull body), as
-    ``protocol.record._decode_at`` passes their fields, or None to leave the
-    body to that loop."""
+    ``protocol.record._decode_at`` passes their fields (``extra``: the
+    properties every message gets, ``properties_extra``), or None to leave the
+    body to that loop. Compiled, a message of a class with exactly
+    MESSAGE_SLOTS is made without a call of its ``__init__``, each slot set
+    from the same value."""
     d: cython.const[cython.uchar][::1] = data  # type: ignore[valid-type]
     limit: cython.Py_ssize_t = len(data)
     pos: cython.Py_ssize_t = 0
@@ -134,6 +179,9 @@ def decode_records(data: bytes, verify_crc: cython.bint, crc32: Callable[[bytes]
     born: object = None
     stored: object = None
     id_head: object = None
+    descrs: tuple | None = slot_descriptors(make) if cython.compiled else None
+    new: Callable[..., object] = object.__new__
+    msg: object
     while pos < limit:
         if limit - pos < head + 3:
             return None
@@ -191,10 +239,35 @@ def decode_records(data: bytes, verify_crc: cython.bint, crc32: Callable[[bytes]
                 return None
         else:
             text = ""
-        out.append(make(topic, body, None, _i32(d, pos + 16), _i32(d, pos + 12),
-                        _i64(d, pos + 20), _i64(d, pos + 28), _i32(d, pos + 36),
-                        _i64(d, pos + 40), born, _i64(d, pos + 56), stored,
-                        _i32(d, pos + 72), _i64(d, pos + 76), crc, total, None, text, id_head))
+        if descrs is None:
+            out.append(make(topic, body, None, _i32(d, pos + 16), _i32(d, pos + 12),
+                            _i64(d, pos + 20), _i64(d, pos + 28), _i32(d, pos + 36),
+                            _i64(d, pos + 40), born, _i64(d, pos + 56), stored,
+                            _i32(d, pos + 72), _i64(d, pos + 76), crc, total, None, text,
+                            id_head, extra))
+        else:  # the same values, slot by slot (MESSAGE_SLOTS' order)
+            msg = new(make)
+            _set(descrs, 0, msg, topic)
+            _set(descrs, 1, msg, body)
+            _set(descrs, 2, msg, None)
+            _set(descrs, 3, msg, text)
+            _set(descrs, 4, msg, extra)
+            _set(descrs, 5, msg, _i32(d, pos + 16))
+            _set(descrs, 6, msg, _i32(d, pos + 12))
+            _set(descrs, 7, msg, _i64(d, pos + 20))
+            _set(descrs, 8, msg, _i64(d, pos + 28))
+            _set(descrs, 9, msg, _i32(d, pos + 36))
+            _set(descrs, 10, msg, _i64(d, pos + 40))
+            _set(descrs, 11, msg, born)
+            _set(descrs, 12, msg, _i64(d, pos + 56))
+            _set(descrs, 13, msg, stored)
+            _set(descrs, 14, msg, _i32(d, pos + 72))
+            _set(descrs, 15, msg, _i64(d, pos + 76))
+            _set(descrs, 16, msg, crc)
+            _set(descrs, 17, msg, total)
+            _set(descrs, 18, msg, None)
+            _set(descrs, 19, msg, id_head)
+            out.append(msg)
         pos = end
     return out
 

@@ -17,22 +17,28 @@ from protocol.crc import crc32
 from protocol.errors import CorruptRecordError
 from protocol.message import MessageExt, properties_to_string
 from protocol.record import decode_records, encode_record, pack_host, unpack_host
+from protocol.speedups import compiled
 
 COMPILED = record.RECORDS_KERNEL
 KERNELS: list[Any] = [pytest.param(plain.decode_records, id="plain-python")]
 if COMPILED is not None:
     KERNELS.append(pytest.param(COMPILED, id="compiled"))
+# the compiled module's own slot_descriptors (None when it is not built from this source)
+COMPILED_SLOTS = compiled(record.RECORDS_KERNEL_MODULE, record.RECORDS_KERNEL_SOURCE,
+                          "slot_descriptors")
+EXTRA = st.sampled_from([None, {}, {"MIN_OFFSET": "0", "MAX_OFFSET": "7"}])
 
 
 def slots(m: MessageExt) -> tuple[Any, ...]:
     return tuple(getattr(m, name) for name in MessageExt.__slots__)
 
 
-def by_loop(data: bytes, verify_crc: bool) -> list[MessageExt] | str:
+def by_loop(data: bytes, verify_crc: bool,
+            extra: dict[str, str] | None = None) -> list[MessageExt] | str:
     """protocol.record's own loop (the kernel turned off), or its error."""
     saved, record.RECORDS_KERNEL = record.RECORDS_KERNEL, None
     try:
-        return decode_records(data, verify_crc)
+        return decode_records(data, verify_crc, extra)
     except CorruptRecordError as exc:
         return f"error: {exc}"
     finally:
@@ -61,22 +67,34 @@ RECORD = st.builds(
     store_host=st.sampled_from(["10.0.0.1:10911", "10.0.0.2:10911"]))
 
 
-def check(kernel: Any, data: bytes, verify_crc: bool) -> None:
-    got = kernel(data, verify_crc, crc32, MessageExt, unpack_host)
-    want = by_loop(data, verify_crc)
+def made_by_init(*args: Any) -> MessageExt:
+    """MessageExt through its __init__: what a compiled kernel makes of a
+    ``make`` that is not a class of MESSAGE_SLOTS."""
+    return MessageExt(*args)
+
+
+def check(kernel: Any, data: bytes, verify_crc: bool,
+          extra: dict[str, str] | None = None) -> None:
+    got = kernel(data, verify_crc, crc32, MessageExt, unpack_host, extra)
+    want = by_loop(data, verify_crc, extra)
     if got is None:
         return  # left to the loop, whatever it makes of it
     assert not isinstance(want, str), want  # decoded only what the loop decodes
     assert [slots(m) for m in got] == [slots(m) for m in want]
+    assert all(m._properties_extra is extra for m in got)  # the one mapping, not copies
+    # the same messages made through __init__ (compiled: slot by slot for MessageExt)
+    by_init = kernel(data, verify_crc, crc32, made_by_init, unpack_host, extra)
+    assert by_init is not None and [slots(m) for m in by_init] == [slots(m) for m in got]
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
 @settings(max_examples=300, deadline=None)
-@given(records=st.lists(RECORD, max_size=6), verify_crc=st.booleans())
+@given(records=st.lists(RECORD, max_size=6), verify_crc=st.booleans(), extra=EXTRA)
 def test_whole_bodies_decode_as_the_loop_decodes_them(kernel: Any, records: list[bytes],
-                                                      verify_crc: bool) -> None:
+                                                      verify_crc: bool,
+                                                      extra: dict[str, str] | None) -> None:
     data = b"".join(records)
-    check(kernel, data, verify_crc)
+    check(kernel, data, verify_crc, extra)
     if not isinstance(by_loop(data, verify_crc), str):  # what the loop decodes, it decodes
         assert kernel(data, verify_crc, crc32, MessageExt, unpack_host) is not None
 
@@ -142,3 +160,53 @@ def test_decode_records_takes_the_kernel_for_bytes_only(monkeypatch: pytest.Monk
     assert [m.body for m in decode_records(memoryview(good))] == [b"x" * 10]
     assert [m.body for m in decode_records(bytearray(good))] == [b"x" * 10]
     assert calls == [bytes]
+
+
+SLOT_FINDERS: list[Any] = [pytest.param(plain.slot_descriptors, id="plain-python")]
+if COMPILED_SLOTS is not None:
+    SLOT_FINDERS.append(pytest.param(COMPILED_SLOTS, id="compiled"))
+
+
+def test_the_kernel_knows_every_slot_of_a_message() -> None:
+    """A slot added to MessageExt must be added to MESSAGE_SLOTS (and filled by
+    the compiled loop); until then messages are made through __init__."""
+    assert plain.MESSAGE_SLOTS == MessageExt.__slots__
+    if COMPILED is not None:
+        assert COMPILED_SLOTS is not None and COMPILED_SLOTS(MessageExt) is not None
+
+
+@pytest.mark.parametrize("find", SLOT_FINDERS)
+def test_messages_are_made_slot_by_slot_only_for_a_class_of_exactly_those_slots(
+        find: Any) -> None:
+    descrs = find(MessageExt)
+    assert descrs == tuple(MessageExt.__dict__[name] for name in MessageExt.__slots__)
+
+    class Sub(MessageExt):
+        __slots__ = ()
+
+    class Reordered:
+        __slots__ = tuple(reversed(plain.MESSAGE_SLOTS))
+
+    class Shadowed:  # the same slots, one of them covered by a property
+        __slots__ = plain.MESSAGE_SLOTS
+
+    Shadowed.topic = property(lambda self: "t")  # type: ignore[assignment]
+
+    for other in (Sub, Reordered, Shadowed, made_by_init, None, 1):
+        assert find(other) is None, other
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_subclass_is_made_through_its_init(kernel: Any) -> None:
+    class Sub(MessageExt):
+        __slots__ = ("seen",)
+
+        def __init__(self, *args: Any) -> None:
+            super().__init__(*args)
+            self.seen = True
+
+    data = rec(1, b"body", b"T", b"k\x01v\x02") + rec(2, b"more", b"T", b"")
+    got = kernel(data, False, crc32, Sub, unpack_host, {"MIN_OFFSET": "1"})
+    assert [type(m) for m in got] == [Sub, Sub] and all(m.seen for m in got)
+    assert [slots(m) for m in got] == [slots(m) for m in by_loop(data, False,
+                                                                 {"MIN_OFFSET": "1"})]

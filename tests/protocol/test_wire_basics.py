@@ -254,6 +254,27 @@ def test_decoded_properties_are_split_on_first_read() -> None:
         decode_record(bad)
 
 
+def test_properties_given_to_every_message_of_a_body() -> None:
+    """decode_records' ``extra``: each message of the body gets the one mapping,
+    as put_properties would give it, merged when its properties are first read."""
+    shared = {"MIN_OFFSET": "0", "MAX_OFFSET": "9"}
+    a, b = decode_records(record(1, props={"TAGS": "T", "MAX_OFFSET": "own"}) + record(2),
+                          extra=shared)
+    assert a._properties_extra is shared and b._properties_extra is shared  # not copied
+    assert a.properties == {"TAGS": "T", "MIN_OFFSET": "0", "MAX_OFFSET": "9"}
+    a.properties["X"] = "1"  # a's own dict now: b and the mapping unchanged
+    assert b.get_property("MAX_OFFSET") == "9" and "X" not in b.properties
+    assert shared == {"MIN_OFFSET": "0", "MAX_OFFSET": "9"}
+    assert decode_records(record(1), extra=shared) != decode_records(record(1))
+    # MessageExt's own argument: merged into properties given as a dict, not into the caller's
+    props = {"TAGS": "T"}
+    m = MessageExt("t", b"", props, properties_extra=shared)
+    assert m.properties == {"TAGS": "T", "MIN_OFFSET": "0", "MAX_OFFSET": "9"}
+    assert props == {"TAGS": "T"} and m._properties_extra is None
+    n = MessageExt("t", b"", None, properties_text="K\x01v", properties_extra=shared)
+    assert n.properties == {"K": "v", "MIN_OFFSET": "0", "MAX_OFFSET": "9"}
+
+
 def test_message_ext_compares_copies_and_pickles_by_value() -> None:
     a, b = decode_records(record(1) + record(1))
     assert a == b and a is not b
