@@ -640,7 +640,7 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
                     if r.pull_status != PullStatus.FOUND:
                         break
                     got += len(r.msg_found_list)
-                    nbytes += sum(len(m.body) for m in r.msg_found_list)
+                    nbytes += sum([len(m.body) for m in r.msg_found_list])
                     pos = r.next_begin_offset
                 if not from_start:
                     await c.update_consume_offset(mq, pos)
