@@ -66,12 +66,13 @@ def slot_descriptors(make: object) -> tuple | None:
     """``make``'s slot descriptors in MESSAGE_SLOTS' order when ``make`` is a
     class of exactly those slots straight under ``object`` (so a message can be
     made without its ``__init__``: every slot set, nothing else to set), else
-    None. Kept per class."""
+    None. Kept per class (a function is never kept: no call of it is skipped)."""
+    if not isinstance(make, type):
+        return None
     if make in _slot_cache:
         return _slot_cache[make]
     found = None
-    if isinstance(make, type) and make.__bases__ == (object,) \
-            and make.__dict__.get("__slots__") == MESSAGE_SLOTS:
+    if make.__bases__ == (object,) and make.__dict__.get("__slots__") == MESSAGE_SLOTS:
         descrs = tuple(make.__dict__.get(name) for name in MESSAGE_SLOTS)
         if all(type(d) is _MEMBER_DESCRIPTOR for d in descrs):
             found = descrs
