@@ -61,7 +61,6 @@ PULL_FLAG_SUSPEND = 0x2
 PULL_FLAG_SUBSCRIPTION = 0x4
 
 
-
 def pull_request(group: str, mq: MessageQueue, sub: SubscriptionData, offset: int,
                  max_nums: int, *, sys_flag: int = 0, commit_offset: int = 0,
                  suspend_timeout_millis: int = 0) -> RemotingCommand:

@@ -200,9 +200,9 @@ class MessageExt:
     ) -> None:
         """``properties`` as a dict, or None with ``properties_text`` (RocketMQ's
         ``key\\x01value\\x02...``), split when first read; ``properties_extra``
-        merged into them (as ``put_properties``, kept, not copied, while the
-        text is not split yet); ``msg_id``, or
-        None with ``id_head`` (the store host's hex), formatted when first read."""
+        merged into them (as ``put_properties``: kept, not copied, while the
+        text is not split yet); ``msg_id``, or None with ``id_head`` (the store
+        host's hex), formatted when first read."""
         self.topic = topic
         self.body = body
         if properties is not None and properties_extra:
