@@ -151,6 +151,11 @@ class BrokerConfig(PropertiesConfig):
     warm_maped_file_enable: bool = False
     flush_disk_type: FlushDiskType = FlushDiskType.ASYNC_FLUSH
     flush_interval_commit_log: int = 500
+    # ASYNC_FLUSH: when puts write at least writeBehindCommitLogLeastPages pages of
+    # 4 KiB within this many ms (0: never), the commit log's bytes not yet fsynced are
+    # handed to the disk without waiting, so the fsync's kernel work comes in pieces
+    write_behind_interval_commit_log: int = 10
+    write_behind_commit_log_least_pages: int = 64
     flush_interval_consume_queue: int = 1000
     sync_flush_timeout: int = 5000
     max_transfer_bytes_on_message_in_memory: int = 256 * KiB
@@ -252,6 +257,11 @@ class BrokerConfig(PropertiesConfig):
             raise ConfigError("maxQueueNums must be within 1..65535")
         if not 0 < self.default_topic_queue_nums <= self.max_queue_nums:
             raise ConfigError("defaultTopicQueueNums must be within 1..maxQueueNums")
+        for key, value in (("writeBehindIntervalCommitLog", self.write_behind_interval_commit_log),
+                           ("writeBehindCommitLogLeastPages",
+                            self.write_behind_commit_log_least_pages)):
+            if value < 0:
+                raise ConfigError(f"{key} must not be negative, not {value}")
         for key, value in (("transactionCheckInterval", self.transaction_check_interval),
                            ("transactionTimeOut", self.transaction_time_out),
                            ("transactionCheckMax", self.transaction_check_max)):

@@ -455,6 +455,8 @@ class BrokerController:
                         nursery.start_soon(self._flush_loop, "flush commit log",
                                            self.timed_flush_commit_log,
                                            self.config.flush_interval_commit_log)
+                        if self.config.write_behind_interval_commit_log > 0:
+                            nursery.start_soon(self._write_behind_loop)
                     nursery.start_soon(self._flush_loop, "flush consume queues",
                                        self.message_store.flush_consume_queues,
                                        self.config.flush_interval_consume_queue)
@@ -587,6 +589,41 @@ class BrokerController:
         while True:
             await trio.sleep(self.config.clean_resource_interval / 1000)
             await guard.run(self.clean)
+
+    async def _write_behind_loop(self) -> None:
+        """ASYNC_FLUSH: when puts wrote at least writeBehindCommitLogLeastPages
+        pages of 4 KiB into the commit log within writeBehindIntervalCommitLog
+        ms of one waking the loop, hand what the log holds past the last fsync
+        and the last write-behind to the disk without waiting for it
+        (DefaultMessageStore.write_behind, in a worker thread). The kernel's
+        work of the next fsync then comes a little at a time: all of it in the
+        fsync kept a CPU from the event loop and the clients for tens of ms
+        every flushIntervalCommitLog. A slower stream of puts is left to the
+        fsync (a write-behind then only adds disk writes for the sends to meet);
+        idle, the loop waits for a put and never wakes."""
+        store = self.message_store
+        interval = self.config.write_behind_interval_commit_log / 1000
+        least = self.config.write_behind_commit_log_least_pages * 4096
+        guard = Guard(self.log, "write behind")
+        write = partial(store.write_behind, 1)
+        wake: list[trio.Event] = []
+
+        def appended() -> None:
+            if wake:
+                wake.pop().set()
+
+        store.append_listeners.append(appended)
+        try:
+            while True:
+                grew = trio.Event()
+                wake.append(grew)
+                await grew.wait()
+                mark = store.commit_log.max_offset
+                await trio.sleep(interval)
+                if store.commit_log.max_offset - mark >= max(least, 1):
+                    await guard.run(trio.to_thread.run_sync, write)
+        finally:
+            store.append_listeners.remove(appended)
 
     async def _flush_loop(self, name: str, flush: Any, interval_ms: int) -> None:
         guard = Guard(self.log, name)

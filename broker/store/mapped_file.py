@@ -58,6 +58,9 @@ class MappedFile:
             raise
         self.wrote_position = 0
         self.flushed_position = 0
+        # where the last write-behind (writeback.start) ended: bytes before it
+        # were handed to the disk ahead of the next fsync
+        self.written_behind = 0
         self.store_timestamp = 0
 
     def ensure_allocated(self) -> None:
@@ -156,6 +159,7 @@ class MappedFile:
             p = end
         self.wrote_position = pos
         self.flushed_position = min(self.flushed_position, pos)
+        self.written_behind = min(self.written_behind, pos)
 
     def close(self) -> None:
         if not self.mm.closed:

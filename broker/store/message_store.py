@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import structlog
 
 from broker.config import BrokerConfig
+from broker.store import writeback
 from broker.store.allocation import AllocationError, DiskFullError, LogThrottle
 from broker.store.commit_log import (
     SCHEDULE_TOPIC,
@@ -57,6 +58,7 @@ from broker.store.status import (
 )
 from broker.store.store_checkpoint import StoreCheckpoint
 from broker.store.store_lock import StoreLock
+from broker.store.writeback import SyncRange, write_behind_range
 from protocol.crc import crc32
 from protocol.errors import CorruptRecordError
 from protocol.hashing import tags_hash_code
@@ -1051,6 +1053,23 @@ class DefaultMessageStore:
         if plan.files:
             self.checkpoint.physic_msg_timestamp = plan.before_ms
         return mfq.flushed_where
+
+    def write_behind(self, least: int, start: SyncRange | None = None) -> int:
+        """Start the disk writes of the newest commit-log file's bytes that
+        are neither fsynced nor started yet, once they are at least ``least``
+        (blocking: run it in a worker thread; ``writeback.start``, without
+        waiting for them). Returns how many bytes were started (0: none, or
+        the kernel refused; the next fsync writes them as before)."""
+        with self._file_lock:
+            mf = self.commit_log.mapped_file_queue.last()
+            if mf is None or mf.fd < 0:
+                return 0
+            span = write_behind_range(mf.wrote_position, mf.flushed_position,
+                                      mf.written_behind, least)
+            if span is None or not writeback.start(mf.fd, span[0], span[1] - span[0], start):
+                return 0
+            mf.written_behind = span[1]
+            return span[1] - span[0]
 
     def commit_log_wants_next_file(self) -> bool:
         """Whether ``prepare_next_commit_log_file`` has a file to create."""

@@ -1,6 +1,7 @@
 """Writeback in steps (broker/store/writeback.py): an index flush hands its slot
 pages to the disk a window at a time before its fdatasync, so a commit-log
-fsync never queues behind all of them."""
+fsync never queues behind all of them; with ASYNC_FLUSH the commit log's new
+bytes are handed to the disk every few ms (write-behind), ahead of the fsync."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from hypothesis import strategies as st
 
 from broker.store import index_file, writeback
 from broker.store.index_file import INDEX_HEADER_SIZE, IndexFile, key_hash
-from broker.store.writeback import push, windows
+from broker.store.writeback import push, windows, write_behind_range
+from tests.broker.store.helpers import inner, make_config, open_store
 
 
 @st.composite
@@ -126,3 +128,79 @@ def test_an_index_flush_pushes_the_slot_pages_it_wrote(tmp_path: Path,
         assert g.select_phy_offsets("one-more", 10, 0, 2**62) == [5000]
     finally:
         g.close()
+
+
+def test_write_behind_range_starts_past_the_fsync_and_the_last_start() -> None:
+    assert write_behind_range(wrote=100, flushed=0, started=0, least=64) == (0, 100)
+    assert write_behind_range(wrote=100, flushed=40, started=0, least=32) == (40, 100)
+    assert write_behind_range(wrote=100, flushed=40, started=70, least=16) == (70, 100)
+    assert write_behind_range(wrote=100, flushed=40, started=70, least=31) is None  # 30 new
+    assert write_behind_range(wrote=100, flushed=100, started=70, least=0) is None  # all fsynced
+    assert write_behind_range(wrote=101, flushed=100, started=0, least=0) == (100, 101)
+
+
+def test_start_leaves_a_refused_range_to_the_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[int, int, int]] = []
+
+    def started(fd: int, offset: int, nbytes: int) -> None:
+        calls.append((fd, offset, nbytes))
+
+    def refused(fd: int, offset: int, nbytes: int) -> None:
+        raise OSError(22, "Invalid argument")
+
+    assert writeback.start(7, 4096, 8192, started)
+    assert calls == [(7, 4096, 8192)]
+    assert not writeback.start(7, 0, 4096, refused)
+    monkeypatch.setattr(writeback, "START_RANGE", None)
+    assert not writeback.start(7, 0, 4096)
+
+
+@pytest.mark.skipif(writeback.START_RANGE is None, reason="no sync_file_range in this libc")
+def test_start_on_a_real_file(tmp_path: Path) -> None:
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, 1 << 20)
+        os.pwrite(fd, b"x" * 300_000, 0)
+        assert writeback.start(fd, 0, 300_000)
+        assert not writeback.start(-1, 0, 4096)  # a bad descriptor: refused, not raised
+        os.fdatasync(fd)
+        assert os.pread(fd, 10, 299_990) == b"x" * 10
+    finally:
+        os.close(fd)
+
+
+def test_the_store_starts_the_commit_logs_new_bytes_once(tmp_path: Path) -> None:
+    store = open_store(make_config(tmp_path, cl_size=1 << 16))
+    calls: list[tuple[int, int, int]] = []
+
+    def started(fd: int, offset: int, nbytes: int) -> None:
+        calls.append((fd, offset, nbytes))
+
+    try:
+        assert store.write_behind(1, started) == 0  # no file yet
+        for _ in range(3):
+            store.put_message(inner("T", 0, b"x" * 500))
+        mf = store.commit_log.mapped_file_queue.last()
+        assert mf is not None
+        end = mf.wrote_position
+        assert store.write_behind(end + 1, started) == 0 and calls == []  # fewer bytes
+        assert store.write_behind(end, started) == end
+        assert calls == [(mf.fd, 0, end)] and mf.written_behind == end
+        assert store.write_behind(1, started) == 0  # started already: not again
+        store.put_message(inner("T", 0, b"y" * 500))
+        store.flush_commit_log()  # fsynced: nothing left to start
+        assert store.write_behind(1, started) == 0
+        store.put_message(inner("T", 0, b"z" * 500))
+        flushed, wrote = mf.flushed_position, mf.wrote_position
+        assert store.write_behind(1, started) == wrote - flushed
+        assert calls[-1] == (mf.fd, flushed, wrote - flushed)
+
+        def refused(fd: int, offset: int, nbytes: int) -> None:
+            raise OSError(22, "Invalid argument")
+
+        store.put_message(inner("T", 0, b"w" * 500))
+        assert store.write_behind(1, refused) == 0  # left to the fsync
+        assert mf.written_behind == wrote  # as it was: the fsync writes them
+        assert store.write_behind(1, started) == mf.wrote_position - wrote
+    finally:
+        store.shutdown()
