@@ -262,7 +262,9 @@ class BrokerConfig(PropertiesConfig):
                             self.write_behind_commit_log_least_pages)):
             if value < 0:
                 raise ConfigError(f"{key} must not be negative, not {value}")
-        for key, value in (("transactionCheckInterval", self.transaction_check_interval),
+        for key, value in (("flushIntervalCommitLog", self.flush_interval_commit_log),
+                           ("flushIntervalConsumeQueue", self.flush_interval_consume_queue),
+                           ("transactionCheckInterval", self.transaction_check_interval),
                            ("transactionTimeOut", self.transaction_time_out),
                            ("transactionCheckMax", self.transaction_check_max)):
             if value <= 0:

@@ -1,7 +1,8 @@
 """The ASYNC_FLUSH write-behind loop (BrokerController._write_behind_loop), in
 virtual time: when puts write enough within the interval after one wakes it, it
 hands the commit log's bytes not yet fsynced to the disk; a slow stream of puts
-is left to the fsync, and an idle broker is never woken; its keys are checked."""
+is left to the fsync, and an idle broker is never woken. Its keys are checked,
+and the flush intervals with them."""
 
 from __future__ import annotations
 
@@ -104,3 +105,12 @@ def test_negative_write_behind_keys_are_refused(tmp_path: Path, key: str) -> Non
     with pytest.raises(ConfigError, match="must not be negative"):
         cfg.validate()
     BrokerConfig(store_path_root_dir=str(tmp_path), **{key: 0}).validate()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["flush_interval_commit_log", "flush_interval_consume_queue"])
+@pytest.mark.parametrize("value", [0, -5])
+def test_flush_intervals_must_be_positive(tmp_path: Path, key: str, value: int) -> None:
+    """A flush loop of 0 ms would spin."""
+    cfg = BrokerConfig(store_path_root_dir=str(tmp_path), **{key: value})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="must be positive"):
+        cfg.validate()
