@@ -224,7 +224,7 @@ def test_from_schedule_and_retry_group() -> None:
 
 
 async def test_run_loop_survives_a_failing_level(
-    env: Env, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+    env: Env, autojump_clock: trio.testing.MockClock, no_threads: None
 ) -> None:
     base = int(time.time() * 1000)
     svc = env.service(now_ms=lambda: base + int(trio.current_time() * 1000))
@@ -240,10 +240,6 @@ async def test_run_loop_survives_a_failing_level(
     m = inner("TopicA", 0, b"b")
     to_schedule(m, {DELAY: "2"}, 18)  # level 2: its queue fails every tick
     assert env.real_put(m).ok
-    async def inline(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        return fn(*args)  # the write, without a worker thread: virtual time stays exact
-
-    monkeypatch.setattr(trio.to_thread, "run_sync", inline)
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
         await trio.sleep(PERSIST_EVERY_S - 1)

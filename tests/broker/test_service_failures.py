@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import outcome
 import pytest
 import trio
 import trio.testing
@@ -71,25 +70,6 @@ async def test_a_failing_held_pull_is_dropped_not_raised(
 
 
 # ---- group commit ---------------------------------------------------------------------
-
-
-async def inline(fn: Any, *args: Any, **kw: Any) -> Any:
-    return fn(*args)  # fsync without a worker thread: virtual time stays exact
-
-
-@pytest.fixture
-def no_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    from protocol.trio.worker_thread import WorkerThread
-
-    async def inline_method(self: WorkerThread, fn: Any) -> Any:
-        return fn()
-
-    def inline_submit(self: WorkerThread, fn: Any, done: Any) -> None:
-        trio.lowlevel.current_trio_token().run_sync_soon(done, outcome.capture(fn))
-
-    monkeypatch.setattr(trio.to_thread, "run_sync", inline)
-    monkeypatch.setattr(WorkerThread, "run_sync", inline_method)
-    monkeypatch.setattr(WorkerThread, "submit", inline_submit)
 
 
 async def test_group_commit_survives_failing_fsyncs(

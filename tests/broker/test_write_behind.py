@@ -6,7 +6,6 @@ and the flush intervals with them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -35,17 +34,6 @@ def _controller(tmp_path: Path, **kw: Any) -> tuple[BrokerController, list[tuple
     return c, calls
 
 
-@pytest.fixture
-def inline_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A worker thread's call made on the loop: virtual time does not run on
-    while a real thread works."""
-
-    async def inline(fn: Callable[..., Any], *args: Any, **_: Any) -> Any:
-        return fn(*args)
-
-    monkeypatch.setattr(trio.to_thread, "run_sync", inline)
-
-
 def _put(c: BrokerController, nbytes: int) -> None:
     """A put of ``nbytes``: the commit log grows, the append listeners hear of it."""
     c.message_store.commit_log.max_offset += nbytes
@@ -57,7 +45,7 @@ LEAST = 64 * 4096
 
 
 async def test_a_fast_stream_of_puts_is_written_behind_and_idle_is_quiet(
-        tmp_path: Path, autojump_clock: trio.testing.MockClock, inline_threads: None) -> None:
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, no_threads: None) -> None:
     c, calls = _controller(tmp_path, write_behind_interval_commit_log=10,
                            write_behind_commit_log_least_pages=64)
     before = list(c.message_store.append_listeners)
@@ -85,7 +73,7 @@ async def test_a_fast_stream_of_puts_is_written_behind_and_idle_is_quiet(
 
 
 async def test_a_slow_stream_of_puts_is_left_to_the_fsync(
-        tmp_path: Path, autojump_clock: trio.testing.MockClock, inline_threads: None) -> None:
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, no_threads: None) -> None:
     c, calls = _controller(tmp_path, write_behind_interval_commit_log=10)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(c._write_behind_loop)
