@@ -3,19 +3,28 @@
 A record counts as indexed only once all its keys are in: when a new index
 file cannot be allocated the dispatch raises and a later one (the store's
 reput) indexes the record again (a key added twice is found once).
+
+The next index file is made ahead of need (``prepare_next``, in a worker
+thread: at load, and by the consume-queue flush once the last file is half
+full), so the dispatch, which runs on the event loop, only takes it. Making
+one (a 420 MB file and 20 MB of slots in memory) took 40-50 ms on the loop
+of a new broker, and every request waited behind it.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import structlog
 
-from broker.store.allocation import remove_stale_allocations
+from broker.store.allocation import LogThrottle, remove_stale_allocations
 from broker.store.commit_log import DispatchRequest
 from broker.store.dispatch import compiled_dispatch_kernel
 from broker.store.index_file import IndexFile, index_file_name
+from broker.store.status import StoreError
 from protocol.crc import crc32
 from protocol.record import (
     TRANSACTION_PREPARED_TYPE,
@@ -70,6 +79,13 @@ class IndexService:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.files: list[IndexFile] = []
+        # the next file, made ahead of need by prepare_next (a worker thread);
+        # taken by _writable on the loop. Both under _next_lock.
+        self._next: IndexFile | None = None
+        self._next_lock = threading.Lock()
+        self._preparing = False
+        self._closed = False
+        self._prepare_failed = LogThrottle()
         self._indexed_to = -1  # highest commit-log offset indexed: replays are skipped
         # batch_records_kernel.index_hashes compiled, or None: index_hashes_loop
         self.hash_kernel: Callable[..., tuple[list[tuple[int, int, int]], int] | None] | None = \
@@ -92,6 +108,13 @@ class IndexService:
             if not last.file.allocated:  # an older broker's file may be sparse
                 last.file.ensure_allocated()
             return last
+        with self._next_lock:
+            ready, self._next = self._next, None
+        if ready is not None:
+            if last is None or ready.path.name > last.path.name:
+                self.files.append(ready)
+                return ready
+            ready.destroy()  # named before the last file (the clock went back): made anew
         name = index_file_name(now_ms)
         while self.files and name <= self.files[-1].path.name:
             now_ms += 1
@@ -99,6 +122,53 @@ class IndexService:
         f = IndexFile(self.store_dir / name, self.hash_slot_num, self.index_num)
         self.files.append(f)
         return f
+
+    @property
+    def next_ready(self) -> bool:
+        """Whether the next index file has been made ahead (``prepare_next``)."""
+        return self._next is not None
+
+    def wants_next_file(self) -> bool:
+        """Whether ``prepare_next`` has a file to make: none is made ahead yet,
+        and there is no file, or the last is half full or more."""
+        if self._next is not None or self._preparing or self._closed:
+            return False
+        files = list(self.files)  # one C call: safe while the loop appends
+        last = files[-1] if files else None
+        return last is None or 2 * last.index_count >= last.index_num
+
+    def prepare_next(self, now_ms: int | None = None) -> bool:
+        """Make the next index file ahead of need when ``wants_next_file``
+        (blocking: run it in a worker thread). True when one was made. A
+        failure (disk full) is logged, at most every 10 s, and left for the
+        dispatch to meet, which makes the file itself then."""
+        with self._next_lock:
+            if not self.wants_next_file():
+                return False
+            self._preparing = True
+            files = list(self.files)
+        try:
+            if now_ms is None:
+                now_ms = int(time.time() * 1000)
+            name = index_file_name(now_ms)
+            while files and name <= files[-1].path.name:
+                now_ms += 1
+                name = index_file_name(now_ms)
+            try:
+                made = IndexFile(self.store_dir / name, self.hash_slot_num, self.index_num)
+            except (StoreError, OSError) as exc:  # AllocationError is a StoreError
+                self._prepare_failed(log, "cannot make the next index file ahead",
+                                     level="warning", dir=str(self.store_dir), error=str(exc))
+                return False
+            with self._next_lock:
+                if not self._closed and self._next is None:
+                    self._next = made
+                    return True
+            made.destroy()  # closed meanwhile
+            return False
+        finally:
+            with self._next_lock:
+                self._preparing = False
 
     def dispatch(self, req: DispatchRequest) -> None:
         self.dispatch_batch([req])
@@ -156,5 +226,10 @@ class IndexService:
             f.flush()
 
     def close(self) -> None:
+        with self._next_lock:
+            self._closed = True
+            ready, self._next = self._next, None
+        if ready is not None:
+            ready.destroy()  # never used: no empty file is left behind
         for f in self.files:
             f.close()

@@ -277,6 +277,8 @@ class DefaultMessageStore:
         mfq = self.commit_log.mapped_file_queue
         if self.config.warm_maped_file_enable and not mfq.files:
             mfq.preallocate_next(first=True)  # a new store's first file, warm too
+        if self.index_service is not None:
+            self.index_service.prepare_next()  # a new store's first index file, say
         self.log.info("store loaded", abnormal=abnormal, commit_log_end=end,
                       consume_queues=len(cqs), replayed=replayed,
                       seconds=round(time.monotonic() - t0, 3))
@@ -1092,6 +1094,9 @@ class DefaultMessageStore:
         if self.index_service is not None:
             with self._queue_lock:
                 self.index_service.flush()
+            # the next index file, made here once the last is half full: the
+            # dispatch on the event loop only takes it
+            self.index_service.prepare_next()
         if flushed:
             self.checkpoint.logics_msg_timestamp = before
         self.checkpoint.flush_if_changed()

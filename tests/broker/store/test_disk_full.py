@@ -172,8 +172,10 @@ def test_other_dispatch_errors_refuse_puts_until_a_retry(tmp_path: Path, disk: D
 
 
 def test_index_allocation_fails(tmp_path: Path, disk: Disk) -> None:
-    store = open_store(make_config(tmp_path, cl_size=1 << 16, cq_entries=100))
     disk.full_for = under("index")
+    # the index file made ahead at load cannot be made: left for the dispatch
+    store = open_store(make_config(tmp_path, cl_size=1 << 16, cq_entries=100))
+    assert store.index_service is not None and not store.index_service.next_ready
     assert put(store, "T", b"k", keys="key1") is PutMessageStatus.PUT_OK
     assert store.dispatch_behind
     assert put(store, "T", b"refused", keys="key2") is PutMessageStatus.DISK_FULL

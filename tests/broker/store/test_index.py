@@ -129,3 +129,153 @@ def test_dispatch_hashes_match_the_query_key(tmp_path: Path) -> None:
     entry = f.file.mm[f._entries_at + INDEX_ENTRY_SIZE : f._entries_at + 2 * INDEX_ENTRY_SIZE]
     assert int.from_bytes(entry[:4], "big") == key_hash(f"{reqs[0].topic}#U0ü")
     svc.close()
+
+
+# ---- the next index file, made ahead of need ----------------------------------------
+
+
+def _index_files(d: Path) -> list[str]:
+    return sorted(p.name for p in d.iterdir() if p.name.isdigit())
+
+
+def test_next_file_made_ahead_is_the_one_the_dispatch_takes(tmp_path: Path, monkeypatch) -> None:
+    import broker.store.index_service as service
+
+    svc = IndexService(tmp_path / "index", hash_slot_num=4, index_num=10)
+    assert svc.wants_next_file()  # no file yet
+    assert svc.prepare_next(now_ms=1_700_000_000_000)
+    assert svc.next_ready and not svc.wants_next_file()
+    assert not svc.prepare_next()  # one is enough
+    made = svc._next
+    # from here on the dispatch must not make a file itself while one is ready
+    real = service.IndexFile
+    inline: list[Path] = []
+
+    def counted(path: Path, *args: int) -> object:
+        inline.append(path)
+        return real(path, *args)
+
+    monkeypatch.setattr(service, "IndexFile", counted)
+    svc.dispatch(req(1, "a", None, 1_700_000_000_000))
+    assert svc.files == [made] and not svc.next_ready and inline == []
+    for i in range(2, 4):  # index_count 4 of 10 (entry 0 unused): under half full
+        svc.dispatch(req(i, "a", None, 1_700_000_000_000))
+    assert not svc.wants_next_file()
+    svc.dispatch(req(4, "a", None, 1_700_000_000_000))  # half full
+    assert svc.wants_next_file()
+    monkeypatch.setattr(service, "IndexFile", real)
+    assert svc.prepare_next(now_ms=1_700_000_000_000)  # same ms: named after the last
+    second = svc._next
+    assert second is not None and second.path.name > made.path.name
+    monkeypatch.setattr(service, "IndexFile", counted)
+    for i in range(5, 12):  # fills the first file (9 entries), goes on in the one made ahead
+        svc.dispatch(req(i, "a", None, 1_700_000_000_000))
+    assert svc.files == [made, second] and inline == []
+    assert svc.query_offset("T", "a", 100, 0, 2**62) == [i * 100 for i in range(11, 0, -1)]
+    svc.close()
+
+
+def test_a_file_made_ahead_but_named_before_the_last_is_not_used(tmp_path: Path) -> None:
+    svc = IndexService(tmp_path / "index", hash_slot_num=4, index_num=4)
+    for i in range(1, 4):
+        svc.dispatch(req(i, "a", None, 1_700_000_000_000))  # the first file, full
+    first = svc.files[0].path.name
+    svc._preparing = False
+    # made ahead with an earlier clock than the last file's name (the clock went back)
+    import broker.store.index_service as service
+    early = service.IndexFile(tmp_path / "index" / "20000101000000000", 4, 4)
+    svc._next = early
+    svc.dispatch(req(4, "b", None, 1_700_000_001_000))
+    assert len(svc.files) == 2 and svc.files[1] is not early
+    assert svc.files[1].path.name > first
+    assert not early.path.exists() and not svc.next_ready
+    assert svc.query_offset("T", "b", 10, 0, 2**62) == [400]
+    svc.close()
+
+
+def test_close_removes_a_file_made_ahead_and_never_used(tmp_path: Path) -> None:
+    d = tmp_path / "index"
+    svc = IndexService(d, hash_slot_num=4, index_num=10)
+    svc.dispatch(req(1, "a", None, 1_700_000_000_000))
+    kept = _index_files(d)
+    for i in range(2, 6):
+        svc.dispatch(req(i, "a", None, 1_700_000_000_000))
+    assert svc.prepare_next()
+    assert len(_index_files(d)) == 2
+    svc.close()
+    assert _index_files(d) == kept
+    assert not svc.prepare_next()  # closed: nothing more is made
+    again = IndexService(d, hash_slot_num=4, index_num=10)
+    again.load()
+    assert again.query_offset("T", "a", 10, 0, 2**62) == [500, 400, 300, 200, 100]
+    again.close()
+
+
+def test_a_failure_to_make_the_next_file_is_left_to_the_dispatch(tmp_path: Path,
+                                                                   monkeypatch) -> None:
+    import broker.store.index_service as service
+    from broker.store.allocation import AllocationError
+
+    svc = IndexService(tmp_path / "index", hash_slot_num=4, index_num=10)
+
+    def refuse(path: Path, *args: int) -> object:
+        raise AllocationError("no blocks", path, 0, 0)
+
+    monkeypatch.setattr(service, "IndexFile", refuse)
+    assert not svc.prepare_next()  # logged, not raised
+    assert not svc.next_ready and svc.wants_next_file()
+    monkeypatch.undo()
+    svc.dispatch(req(1, "a", None, 1_700_000_000_000))  # makes its file itself
+    assert len(svc.files) == 1
+    assert svc.query_offset("T", "a", 10, 0, 2**62) == [100]
+    svc.close()
+
+
+def test_store_makes_the_index_file_ahead_at_load_and_in_the_flush(tmp_path: Path) -> None:
+    cfg = make_config(tmp_path, cl_size=1 << 16, cq_entries=100)
+    cfg.max_hash_slot_num, cfg.max_index_num = 4, 10
+    store = open_store(cfg)
+    svc = store.index_service
+    assert svc is not None and svc.next_ready and svc.files == []  # a new store's first
+    for i in range(4):
+        store.put_message(inner("T", 0, b"m%d" % i, keys=f"k{i}"))
+    assert len(svc.files) == 1 and not svc.next_ready  # taken, now half full
+    store.flush_consume_queues()
+    assert svc.next_ready
+    for i in range(4, 10):  # 9 keys a file
+        store.put_message(inner("T", 0, b"m%d" % i, keys=f"k{i}"))
+    assert len(svc.files) == 2
+    from protocol.record import decode_record
+    assert [decode_record(r).body for r in store.query_message("T", "k6", 5, 0, 2**62)] == [b"m6"]
+    store.shutdown()
+
+
+def test_slot_table_is_zero_and_writable(tmp_path: Path) -> None:
+    from broker.store.index_file import _anonymous, _touch
+
+    size = (5 << 20) + 3  # not a whole number of 2 MiB pieces
+    table = _anonymous(size)
+    assert table[:size] == bytes(size)
+    table[size - 1] = 7
+    assert table[size - 1] == 7
+    table.close()
+    # without /dev/zero the pieces are written through the mapping
+    import mmap
+    import os as real_os
+
+    plain = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    opened = real_os.open
+
+    def no_dev_zero(path: str, *a: int) -> int:
+        if path == "/dev/zero":
+            raise FileNotFoundError(path)
+        return opened(path, *a)
+
+    import broker.store.index_file as index_file
+    index_file.os.open = no_dev_zero  # type: ignore[assignment]
+    try:
+        _touch(plain, size)
+    finally:
+        index_file.os.open = opened  # type: ignore[assignment]
+    assert plain[:size] == bytes(size)
+    plain.close()
