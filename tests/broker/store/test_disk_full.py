@@ -232,11 +232,12 @@ def test_queue_offsets_of_undispatched_records_survive_a_restart(tmp_path: Path,
 
 
 def test_no_temporary_files_left(tmp_path: Path, disk: Disk) -> None:
-    store = open_store(make_config(tmp_path, cl_size=CL, cq_entries=10))
     disk.full_for = lambda p: True
+    # the first commit-log file, made ahead at load, cannot be made: left to the put
+    store = open_store(make_config(tmp_path, cl_size=CL, cq_entries=10))
     assert put(store, "T", b"x") is PutMessageStatus.DISK_FULL
     store.flush_commit_log()
     store.shutdown()
-    leftovers = [p for p in tree(tmp_path) if p.endswith(".alloc")]
+    leftovers = [p for p in tree(tmp_path) if p.endswith((".alloc", ".build"))]
     assert leftovers == []
     assert not os.listdir(tmp_path / "commitlog")

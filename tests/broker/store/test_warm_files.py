@@ -16,6 +16,7 @@ import pytest
 from broker.store import allocation, mapped_file_queue
 from broker.store.allocation import build_allocated, create_allocated
 from broker.store.mapped_file_queue import MappedFileQueue
+from broker.store.status import PutMessageStatus
 from tests.broker.store.helpers import inner, make_config, open_store
 
 SIZE = 256 * 1024
@@ -237,9 +238,23 @@ def test_a_warm_store_writes_its_files_ahead_and_keeps_every_message(
         again.shutdown()
 
 
-def test_a_plain_store_makes_no_first_file_at_load(tmp_path: Path) -> None:
+def test_a_new_store_makes_its_first_file_at_load_and_the_put_takes_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = open_store(make_config(tmp_path, cl_size=8192))
     try:
-        assert not (tmp_path / "commitlog").exists() or os.listdir(tmp_path / "commitlog") == []
+        mfq = store.commit_log.mapped_file_queue
+        assert mfq.next_ready and mfq.files == []
+        assert os.listdir(tmp_path / "commitlog") == ["00000000000000000000"]
+        made: list[Path] = []
+        real = mapped_file_queue.MappedFile
+
+        def counted(path: Path, *args: Any, **kw: Any) -> Any:
+            if path.parent == tmp_path / "commitlog":  # a queue's first file is small
+                made.append(path)
+            return real(path, *args, **kw)
+
+        monkeypatch.setattr(mapped_file_queue, "MappedFile", counted)
+        assert store.put_message(inner("T", 0, b"x")).put_message_status is PutMessageStatus.PUT_OK
+        assert made == [] and len(mfq.files) == 1  # the put made no file itself
     finally:
         store.shutdown()
