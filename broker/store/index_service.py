@@ -73,6 +73,21 @@ def index_hashes_loop(requests: list[DispatchRequest], indexed_to: int,
     return hashed, indexed_to
 
 
+def _half_full(f: IndexFile) -> bool:
+    """Whether ``f`` holds half its entries or more: time to make the next file."""
+    return 2 * f.index_count >= f.index_num
+
+
+def _name_after(now_ms: int, files: list[IndexFile]) -> str:
+    """The name of a file made at ``now_ms``, moved on a ms at a time until it
+    sorts after the last of ``files`` (names are creation times)."""
+    name = index_file_name(now_ms)
+    while files and name <= files[-1].path.name:
+        now_ms += 1
+        name = index_file_name(now_ms)
+    return name
+
+
 class IndexService:
     def __init__(self, store_dir: Path, hash_slot_num: int = 5_000_000,
                  index_num: int = 20_000_000) -> None:
@@ -119,11 +134,8 @@ class IndexService:
                 self.files.append(ready)
                 return ready
             ready.destroy()  # named before the last file (the clock went back): made anew
-        name = index_file_name(now_ms)
-        while self.files and name <= self.files[-1].path.name:
-            now_ms += 1
-            name = index_file_name(now_ms)
-        f = IndexFile(self.store_dir / name, self.hash_slot_num, self.index_num)
+        f = IndexFile(self.store_dir / _name_after(now_ms, self.files), self.hash_slot_num,
+                      self.index_num)
         self.files.append(f)
         return f
 
@@ -138,8 +150,7 @@ class IndexService:
         if self._next is not None or self._preparing or self._closed:
             return False
         files = list(self.files)  # one C call: safe while the loop appends
-        last = files[-1] if files else None
-        return last is None or 2 * last.index_count >= last.index_num
+        return not files or _half_full(files[-1])
 
     def prepare_next(self, now_ms: int | None = None) -> bool:
         """Make the next index file ahead of need when ``wants_next_file``
@@ -152,12 +163,7 @@ class IndexService:
             self._preparing = True
             files = list(self.files)
         try:
-            if now_ms is None:
-                now_ms = int(time.time() * 1000)
-            name = index_file_name(now_ms)
-            while files and name <= files[-1].path.name:
-                now_ms += 1
-                name = index_file_name(now_ms)
+            name = _name_after(int(time.time() * 1000) if now_ms is None else now_ms, files)
             try:
                 made = IndexFile(self.store_dir / name, self.hash_slot_num, self.index_num)
             except (StoreError, OSError) as exc:  # AllocationError is a StoreError
@@ -190,10 +196,9 @@ class IndexService:
             done += self._writable(hashed[done][2]).put_hashes(hashed[done:] if done else hashed)
         self._indexed_to = indexed_to
         wants = self.on_wants_next
-        if wants is not None and self._next is None and not self._preparing and self.files:
-            last = self.files[-1]
-            if 2 * last.index_count >= last.index_num:
-                wants()
+        if wants is not None and self._next is None and not self._preparing \
+                and self.files and _half_full(self.files[-1]):
+            wants()
 
     def query_offset(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> list[int]:
         """Commit-log offsets of ``topic#key``, newest first, at most ``max_num``."""

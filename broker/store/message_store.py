@@ -281,7 +281,7 @@ class DefaultMessageStore:
             # the fallocate of 1 GiB (6-8 ms)
             mfq.preallocate_next(first=True)
         if self.index_service is not None:
-            self.index_service.prepare_next()  # a new store's first index file, say
+            self.index_service.prepare_next()  # if one is due (a new store's first file)
         self.log.info("store loaded", abnormal=abnormal, commit_log_end=end,
                       consume_queues=len(cqs), replayed=replayed,
                       seconds=round(time.monotonic() - t0, 3))

@@ -180,7 +180,6 @@ def test_a_file_made_ahead_but_named_before_the_last_is_not_used(tmp_path: Path)
     for i in range(1, 4):
         svc.dispatch(req(i, "a", None, 1_700_000_000_000))  # the first file, full
     first = svc.files[0].path.name
-    svc._preparing = False
     # made ahead with an earlier clock than the last file's name (the clock went back)
     import broker.store.index_service as service
     early = service.IndexFile(tmp_path / "index" / "20000101000000000", 4, 4)
@@ -250,7 +249,10 @@ def test_store_makes_the_index_file_ahead_at_load_and_in_the_flush(tmp_path: Pat
     store.shutdown()
 
 
-def test_slot_table_is_zero_and_writable(tmp_path: Path) -> None:
+def test_slot_table_is_zero_and_writable(tmp_path: Path, monkeypatch) -> None:
+    import mmap
+    import os
+
     from broker.store.index_file import _anonymous, _touch
 
     size = (5 << 20) + 3  # not a whole number of 2 MiB pieces
@@ -260,22 +262,16 @@ def test_slot_table_is_zero_and_writable(tmp_path: Path) -> None:
     assert table[size - 1] == 7
     table.close()
     # without /dev/zero the pieces are written through the mapping
-    import mmap
-    import os as real_os
-
     plain = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    opened = real_os.open
+    opened = os.open
 
     def no_dev_zero(path: str, *a: int) -> int:
         if path == "/dev/zero":
             raise FileNotFoundError(path)
         return opened(path, *a)
 
-    import broker.store.index_file as index_file
-    index_file.os.open = no_dev_zero  # type: ignore[assignment]
-    try:
-        _touch(plain, size)
-    finally:
-        index_file.os.open = opened  # type: ignore[assignment]
+    monkeypatch.setattr(os, "open", no_dev_zero)
+    _touch(plain, size)
+    monkeypatch.undo()
     assert plain[:size] == bytes(size)
     plain.close()
