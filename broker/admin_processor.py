@@ -212,7 +212,8 @@ class AdminBrokerProcessor:
     def get_broker_runtime_info(self, conn: RemotingConnection, cmd: RemotingCommand
                                 ) -> RemotingCommand:
         """Runtime figures (mqadmin brokerStatus): role, offsets and, for HA, each
-        slave's acknowledged offset on a master, the master and lag on a slave."""
+        slave's acknowledged offset on a master, the master and lag on a slave
+        (and its metadata sync rounds)."""
         c = self.controller
         store = c.message_store
         table: dict[str, object] = {
@@ -238,6 +239,8 @@ class AdminBrokerProcessor:
                 "transactionPending": tx["pending"],
                 "transactionCheckPasses": tx["passes"],
             })
+        else:
+            table.update(c.slave_synchronize.status())
         return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"table": table}))
 
     def get_all_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand

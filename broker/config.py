@@ -213,6 +213,18 @@ class BrokerConfig(PropertiesConfig):
     slave_sync_interval: int = 10_000  # ms between a slave's metadata copies from its master
     ha_master_address: str = ""  # a slave's master HA address (empty: from the name server)
     ha_slave_fallbehind_max: int = 256 * MiB  # SYNC_MASTER: a slave further behind is not used
+    # SYNC_MASTER: sends waiting and no acknowledgement progress for this many ms make
+    # the slave unavailable (SLAVE_NOT_AVAILABLE at once) until it acknowledges again
+    ha_slave_silent_ms: int = 1000
+    # a master starting waits at most this many ms for the slaves the name servers
+    # list to describe their logs before it takes writes (0: no wait)
+    ha_master_start_wait_ms: int = 5000
+    # a master whose log is a prefix of a slave's (it lost data) copies the slave's
+    # log, then serves; false: it refuses writes until an operator chooses
+    recover_from_slave: bool = False
+    # a slave whose master refuses its log (diverged, or longer than the master's)
+    # empties its store and copies the master's afresh; once, then set back to false
+    ha_discard_log: bool = False
     # reading from slaves
     slave_read_enable: bool = False  # a master may suggest a slave for cold reads
     access_message_in_memory_max_ratio: int = 40  # % of memory behind the max offset: cold
@@ -343,6 +355,10 @@ class BrokerConfig(PropertiesConfig):
                 raise ConfigError(f"{key} must be positive, not {value}")
         if self.ha_slave_fallbehind_max < 0:
             raise ConfigError("haSlaveFallbehindMax must not be negative")
+        for key, value in (("haSlaveSilentMs", self.ha_slave_silent_ms),
+                           ("haMasterStartWaitMs", self.ha_master_start_wait_ms)):
+            if not 0 <= value <= 3_600_000:
+                raise ConfigError(f"{key} must be within 0..3600000 ms, not {value}")
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("accessMessageInMemoryMaxRatio is a percentage (0..100)")
 

@@ -33,12 +33,20 @@ class ConsumerManageProcessor:
         return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())
 
     def update_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """A consumer's commit; with ``adminReset``, an admin's reset (counted,
+        so slaves take it even downwards); with ``increaseOnly``, a slave's
+        offset for its returned master (only forward, see ConsumerOffsetManager)."""
         h = UpdateConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
         if h.commit_offset < 0:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "commitOffset must not be negative")
-        self.controller.consumer_offset_manager.commit_offset(
-            h.consumer_group, h.topic, h.queue_id, h.commit_offset
-        )
+        offsets = self.controller.consumer_offset_manager
+        if h.increase_only:
+            offsets.commit_forward(h.consumer_group, h.topic, h.queue_id, h.commit_offset,
+                                   h.reset_version)
+        elif h.admin_reset:
+            offsets.reset_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        else:
+            offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         return cmd.response(ResponseCode.SUCCESS)
 
     def get_max_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

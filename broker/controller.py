@@ -99,6 +99,9 @@ def request_lanes(config: BrokerConfig) -> Lanes:
     return lanes
 
 
+SLAVE_FIND_MASTER_S = 1.0  # s between a masterless slave's registrations
+
+
 class BrokerController:
     def __init__(self, config: BrokerConfig, config_file: str | Path | None = None) -> None:
         # the properties file the broker was started from (mqbroker -c): keys an admin
@@ -176,10 +179,15 @@ class BrokerController:
         self.ha_service = HAService(config, self.message_store)
         if self.acl_file is not None:  # a slave's HA hello: signed by an admin account
             self.ha_service.acl_config = lambda: acl_file.config
+        # a slave copies its master's tables only while the master's log continues its own
         self.slave_synchronize = SlaveSynchronize(
-            self, lambda: self.outer_api.master_addr if self.outer_api else None)
+            self, lambda: self.outer_api.master_addr if self.outer_api else None,
+            master_trusted=lambda: self.ha_service.master_accepted)
         if not config.is_slave:  # new commit-log data wakes the writers to the slaves
             self.message_store.append_listeners.append(self.ha_service.notify_new_data)
+        self.ha_service.on_recovered = self._copy_tables_from_slave
+        self.ha_service.on_discarded = self._discarded_log
+        self.ha_service.on_slave_heard = self._offsets_from_slave
         self.group_commit: GroupCommitService | None = None
         if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             self.group_commit = GroupCommitService(
@@ -436,6 +444,8 @@ class BrokerController:
                     # an ephemeral listen port (tests) gets an ephemeral HA port too:
                     # the bound port + 1 may be anyone's
                     ephemeral_ha = self.config.listen_port == 0 and self.config.ha_listen_port == 0
+                    if not self.config.is_slave:  # no writes before the slaves are heard
+                        self.ha_service.fence_for_start()
                     port = await nursery.start(self.server.serve)
                     self.config.listen_port = port
                     self._store_host_is_broker_addr()
@@ -447,6 +457,8 @@ class BrokerController:
                             self.ha_service.run_master, 0 if ephemeral_ha else None)
                     await self.register_broker_all()
                     nursery.start_soon(self._register_loop)
+                    if not self.config.is_slave:
+                        await self.ha_service.start_writes(self.listed_slaves)
                     if self.acl_file is not None:
                         nursery.start_soon(self.acl_file.watch,
                                            self.config.acl_reload_interval / 1000)
@@ -528,12 +540,56 @@ class BrokerController:
     async def _register_loop(self) -> None:
         interval = self.config.register_broker_interval_ms / 1000
         while True:
-            with trio.move_on_after(interval):
+            # a slave that does not know its master's HA address yet asks every
+            # second: the master, starting, waits for its hello (ha_service)
+            wait = interval
+            if self.config.is_slave and self.ha_service.master_ha_addr is None:
+                wait = min(interval, SLAVE_FIND_MASTER_S)
+            with trio.move_on_after(wait):
                 await self._register_event.wait()
             self._register_event = trio.Event()
             await self.register_broker_all()
             # after failures, topic changes do not re-register back to back
             await self._register_guard.pause()
+
+    async def listed_slaves(self) -> set[int] | None:
+        """The broker ids of this broker group's slaves registered with the name
+        servers (empty without name servers; None when none answered)."""
+        assert self.outer_api is not None
+        addrs = self.config.namesrv_addr_list
+        if not addrs:
+            return set()
+        found: set[int] | None = None
+        for addr in addrs:
+            try:
+                ids = await self.outer_api.broker_ids(addr, self.config.broker_name)
+            except Exception as exc:
+                self.log.info("name server did not list this group's slaves", namesrv=addr,
+                              error=describe(exc))
+                continue
+            found = (found or set()) | {i for i in ids if i > 0}
+        return found
+
+    async def _copy_tables_from_slave(self, addr: str) -> None:
+        """After this master restored its log from a slave: the slave's topics,
+        groups and offsets too (merged: nothing here is lost)."""
+        assert self.outer_api is not None
+        await self.slave_synchronize.sync_all(self.outer_api.client, addr, from_slave=True)
+        self.trigger_register()
+        self.log.warning("topics, groups and offsets copied from the slave", slave=addr,
+                         topics=len(self.topic_config_manager.table))
+
+    async def _offsets_from_slave(self, addr: str) -> None:
+        """A master starting: a slave's newer consumer offsets (committed to it
+        while this master was down) before this master takes writes."""
+        assert self.outer_api is not None
+        moved = await self.slave_synchronize.offsets_from_slave(self.outer_api.client, addr)
+        if moved:
+            self.log.info("consumer offsets taken from the slave", slave=addr, keys=moved)
+
+    async def _discarded_log(self) -> None:
+        """haDiscardLog acts once: set back to false where it was set."""
+        await self.apply_runtime_config({"haDiscardLog": "false"})
 
     def ask_producer(self, request: CheckRequest) -> bool:
         """Send CHECK_TRANSACTION_STATE to one live producer of the group;

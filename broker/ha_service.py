@@ -21,13 +21,33 @@ frames the bytes. This module owns the sockets and the time:
 
 Nothing here runs on a send's path but ``wait_slave`` and ``notify_new_data``:
 a slow or frozen slave never slows sends to an ASYNC_MASTER.
+
+A replica only ever extends the log it already has (broker/store/ha/epochs.py):
+
+- The slave's hello describes its log (store id, epoch history, offsets, the
+  checksum of its last bytes); the master judges it (``epochs.judge``) and
+  answers before any transfer: accept (the slave's log is a prefix of its
+  own), or refuse with the reason (diverged, too old), logged on both sides,
+  shown in brokerStatus and counted (``refused``).
+- A master whose own log is a prefix of a longer slave's (its disk was
+  replaced, it came back from an old copy) is behind: it refuses writes (the
+  store's write fence, naming the cause) until the slave's log is copied back
+  (``recoverFromSlave=true``: over the same connection the slave sends and the
+  master appends, then it serves) or the slave discards its log
+  (``haDiscardLog=true`` on the slave).
+- A master starting takes no writes until the slaves the name servers list
+  have described their logs, or ``haMasterStartWaitMs`` passed
+  (``start_writes``); then it begins a new epoch at its log's end.
+- SYNC_MASTER: a slave with bytes unacknowledged for ``haSlaveSilentMs`` is
+  unavailable: sends waiting on it end SLAVE_NOT_AVAILABLE at once.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -35,19 +55,27 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.store import DefaultMessageStore
+from broker.store.ha.epochs import Epoch, LogView, Verdict, judge, lineage_problem
 from broker.store.ha.ha_client import HAClient
 from broker.store.ha.ha_connection import HAConnection, is_slave_ok, push_to_slave_max_offset
 from broker.store.ha.transfer import (
+    RECOVER,
+    Answer,
+    AnswerDecoder,
     HAProtocolError,
+    Hello,
     HelloCheck,
     HelloDecoder,
     NonceCache,
     ReportDecoder,
     TransferDecoder,
     check_hello,
+    encode_answer,
     encode_hello,
     encode_report,
     encode_transfer,
+    hello_broker_id,
+    hello_log_view,
     make_hello,
 )
 from broker.store.offset_waiters import Waiter
@@ -67,9 +95,23 @@ RECEIVE_CHUNK = 256 * 1024
 HELLO_TIMEOUT = 10.0  # s a new slave connection has to send its hello
 SEND_COALESCE = 256 * 1024  # bytes of transfers gathered into one send
 RECONNECT_BACKOFF = 1.0
+REFUSED_BACKOFF = 2.0  # s before a slave whose log was refused says hello again
+ANSWER_TIMEOUT = 10.0  # s a slave waits for the master's answer to its hello
+STARTING = ("the master is starting: it takes writes once its slaves have described "
+            "their logs (at most haMasterStartWaitMs)")
+MAX_REFUSALS_SHOWN = 8
+SLAVE_TABLES_TIMEOUT = 10.0  # s for a master to take a slave's offsets or tables
 # what a network or a peer can do to an HA connection: logged without a traceback
 EXPECTED_FAILURES = (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
                      trio.TooSlowError, HAProtocolError, ValueError)
+
+
+class LogRefused(HAProtocolError):
+    """The master refused this slave's log (or the slave its master's)."""
+
+    def __init__(self, reason: str, verdict: str) -> None:
+        super().__init__(reason)
+        self.verdict = verdict
 
 
 class HAService:
@@ -102,6 +144,33 @@ class HAService:
         self.acl_config: Callable[[], AclConfig | None] | None = None
         self._nonces = NonceCache()
         self._refusals = Guard(self.log, "HA accept")
+        self._silence_check = trio.Event()
+        # ---- a master's write gate (see the module's docstring)
+        self.probing = False  # start_writes waits for the slaves' hellos
+        self.opened = False  # this master's write epoch has begun
+        self.heard: dict[int, str] = {}  # slave brokerId -> verdict of its latest hello
+        self._heard_event = trio.Event()
+        self.behind: dict[int, str] = {}  # slaves whose log is longer: why writes stop
+        self.recovering: str | None = None  # the slave the log is being copied from
+        self.recovered_from: str | None = None  # its remoting address, once copied
+        self.refused: Counter[str] = Counter()  # slaves' logs refused, by verdict
+        self.refusals: deque[dict[str, Any]] = deque(maxlen=MAX_REFUSALS_SHOWN)
+        # called with a slave's remoting address once this master copied its log
+        self.on_recovered: Callable[[str], Awaitable[None]] | None = None
+        # called with a slave's remoting address when a master not yet taking
+        # writes accepts it (the master takes the slave's newer consumer offsets)
+        self.on_slave_heard: Callable[[str], Awaitable[None]] | None = None
+        # ---- a slave's link to its master
+        self.link = "connecting"  # accepted | refused | recovering-master | connecting
+        self.link_reason = ""
+        self.master_accepted = False  # the master's log continues ours (metadata may sync)
+        # called once this slave discarded its log (to set haDiscardLog back to false)
+        self.on_discarded: Callable[[], Awaitable[None]] | None = None
+
+    @property
+    def silent_s(self) -> float:
+        """haSlaveSilentMs in seconds (read at each use: it changes at run time)."""
+        return self.config.ha_slave_silent_ms / 1000
 
     # ---- used by the send path and the controller -------------------------------------
 
@@ -114,8 +183,12 @@ class HAService:
         """A SYNC_MASTER send ending at ``next_offset``: done once a slave
         acknowledged it, FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or at once
         SLAVE_NOT_AVAILABLE when no slave is close enough."""
-        if not is_slave_ok(self.connections, next_offset, self.config.ha_slave_fallbehind_max):
+        now = trio.current_time() if self.connections else None
+        if not is_slave_ok(self.connections, next_offset, self.config.ha_slave_fallbehind_max,
+                           now, self.silent_s):
             return Waiter.finished(PutMessageStatus.SLAVE_NOT_AVAILABLE, next_offset)
+        ev, self._silence_check = self._silence_check, trio.Event()
+        ev.set()
         return self.sends.add(next_offset)
 
     def set_master_ha_addr(self, addr: str | None) -> None:
@@ -130,17 +203,102 @@ class HAService:
     def status(self) -> dict[str, Any]:
         """Runtime figures for brokerStatus."""
         master_max = self.store.get_max_phy_offset()
-        out: dict[str, Any] = {"maxOffset": master_max}
+        epochs = self.store.epochs
+        out: dict[str, Any] = {"maxOffset": master_max, "storeId": epochs.store_id,
+                               "epoch": epochs.last_epoch}
         if self.config.is_slave:
             out["masterHaAddress"] = self.master_ha_addr
             out["masterOffset"] = self.client.master_offset if self.client else None
             out["lag"] = (max(0, self.client.master_offset - master_max)
                           if self.client else None)
+            out["link"] = self.link
+            if self.link_reason:
+                out["linkReason"] = self.link_reason
         else:
-            out["slaves"] = [{"ackedOffset": c.acked_offset, "behind": c.lag(master_max)}
+            now = trio.current_time()
+            out["slaves"] = [{"ackedOffset": c.acked_offset, "behind": c.lag(master_max),
+                              "silent": c.silent(now, self.silent_s)}
                              for c in self.connections]
             out["waitingSends"] = len(self.waiters)
+            out["writable"] = self.store.write_fence is None
+            if self.store.write_fence is not None:
+                out["writeFence"] = self.store.write_fence
+            if self.recovering is not None:
+                out["recoveringFrom"] = self.recovering
+            out["refusedSlaves"] = sum(self.refused.values())
+            if self.refusals:
+                out["lastRefusal"] = self.refusals[-1]["reason"]
         return out
+
+    # ---- a master's write gate ---------------------------------------------------------
+
+    def fence_for_start(self) -> None:
+        """Before the broker serves: no writes until ``start_writes`` opens them."""
+        if not self.opened:
+            self.store.write_fence = STARTING
+
+    async def start_writes(self, list_slaves: Callable[[], Awaitable[set[int] | None]]) -> None:
+        """A master starting: wait until every slave the name servers list
+        (``list_slaves``: their broker ids, None when no name server answered)
+        has described its log, at most haMasterStartWaitMs; then take writes
+        unless a slave's log showed this one behind."""
+        wait = self.config.ha_master_start_wait_ms / 1000
+        self.probing = True
+        try:
+            with trio.move_on_after(wait):
+                wanted = await list_slaves() if wait > 0 else set()
+                while wanted is None or not wanted <= set(self.heard):
+                    await self._heard_event.wait()
+            if wait > 0:
+                self.log.info("slaves heard at start", heard=sorted(self.heard),
+                              behind=sorted(self.behind))
+        finally:
+            self.probing = False
+        await self._maybe_open()
+
+    async def _maybe_open(self) -> None:
+        """Take writes, in a new epoch, once nothing stops it."""
+        if self.opened or self.probing or self.behind or self.recovering is not None:
+            return
+        store = self.store
+        start = store.get_max_phy_offset()
+        epoch: Epoch = await trio.to_thread.run_sync(store.epochs.begin, start)
+        if self.opened or self.behind or self.recovering is not None:
+            return  # a slave's hello fenced it meanwhile
+        self.opened = True
+        store.write_fence = None
+        self.log.info("master takes writes", epoch=epoch.epoch, from_offset=start,
+                      store_id=store.epochs.store_id)
+
+    def _fence_behind(self, broker_id: int, reason: str) -> None:
+        self.behind[broker_id] = reason
+        self.opened = False
+        self.store.write_fence = f"writes refused: {reason}"
+
+    def _heard_slave(self, broker_id: int, view: LogView, verdict: str) -> None:
+        self.heard[broker_id] = verdict
+        ev, self._heard_event = self._heard_event, trio.Event()
+        ev.set()
+
+    async def run_silence_check(self) -> None:
+        """SYNC_MASTER: end the waiting sends with SLAVE_NOT_AVAILABLE once no
+        slave that could release them has acknowledged anything for haSlaveSilentMs."""
+        while True:
+            if not len(self.waiters) or self.silent_s <= 0:
+                await self._silence_check.wait()
+                continue
+            await trio.sleep(max(self.silent_s / 4, 0.01))
+            if not len(self.waiters):
+                continue
+            now = trio.current_time()
+            lowest = self.waiters.lowest_offset()
+            if lowest is not None and not is_slave_ok(
+                    self.connections, lowest, self.config.ha_slave_fallbehind_max, now,
+                    self.silent_s):
+                failed = self.waiters.fail_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
+                self._refusals.note("slave silent: sends waiting for it answered "
+                                    "SLAVE_NOT_AVAILABLE", "silent", sends=len(failed),
+                                    silent_ms=self.config.ha_slave_silent_ms)
 
     # ---- master ----------------------------------------------------------------------
 
@@ -155,6 +313,7 @@ class HAService:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.sends.run_expiry)
+                nursery.start_soon(self.run_silence_check)
                 await nursery.start(trio.serve_listeners, self._serve_slave, listeners)
                 task_status.started(self.port)
         finally:
@@ -169,7 +328,9 @@ class HAService:
         if stream is None:
             return
         try:
-            rest = await self._receive_hello(stream, peer)
+            hello, rest = await self._receive_hello(stream, peer)
+            view = hello_log_view(hello)
+            broker_id = hello_broker_id(hello)
         except Exception as exc:
             # anyone reaching the port can repeat this: rate-limited per host and reason
             reason = describe(first_leaf(exc))
@@ -178,13 +339,121 @@ class HAService:
             with trio.move_on_after(1):
                 await stream.aclose()
             return
+        async with stream:
+            try:
+                admitted = await self._admit(stream, peer, hello, view, broker_id, rest)
+            except Exception as exc:
+                leaf = first_leaf(exc)
+                if not isinstance(leaf, EXPECTED_FAILURES):
+                    raise
+                self.log.warning("slave connection closed before streaming", slave=peer,
+                                 error=describe(leaf))
+                return
+            if admitted:
+                await self._stream_to_slave(stream, peer, rest)
+
+    async def _admit(self, stream: trio.abc.Stream, peer: str, hello: Hello, view: LogView,
+                     broker_id: int, rest: bytes) -> bool:
+        """Judge the slave's log and answer; True when transfers follow."""
+        store = self.store
+        mine = store.log_view()
+        j = judge(mine, view, store.crc_range)
+        addr = hello.fields.get("brokerAddr", "")
+        if j.verdict is Verdict.ACCEPT and not self.opened and addr \
+                and self.on_slave_heard is not None:
+            # before this master takes writes (and before start_writes counts the
+            # slave heard): offsets committed to the slave while it was down
+            try:
+                with trio.fail_after(SLAVE_TABLES_TIMEOUT):
+                    await self.on_slave_heard(addr)
+            except Exception as exc:
+                self.log.warning("taking the slave's consumer offsets failed", slave=addr,
+                                 error=describe(first_leaf(exc)))
+        self._heard_slave(broker_id, view, j.verdict.value)
+        if j.verdict is Verdict.MASTER_BEHIND:
+            first = broker_id not in self.behind
+            self._fence_behind(broker_id, j.reason)
+            if first:  # its next hellos (every few seconds) say the same
+                self.log.error("a slave holds more of the log than this master: writes refused",
+                               slave=peer, slave_offset=view.max_offset,
+                               master_offset=mine.max_offset, reason=j.reason,
+                               recover_from_slave=self.config.recover_from_slave)
+            if self.config.recover_from_slave and self.recovering is None:
+                await self._recover_from(stream, peer, hello, view, broker_id, rest)
+                return False
+        if j.verdict is not Verdict.ACCEPT:
+            self.refused[j.verdict.value] += 1
+            self.refusals.append({"slave": peer, "verdict": j.verdict.value,
+                                  "reason": j.reason, "at": int(time.time() * 1000)})
+            self._refusals.note("slave's log refused", (peer.rpartition(":")[0], j.verdict.value),
+                                slave=peer, verdict=j.verdict.value, reason=j.reason)
+            with trio.move_on_after(3):
+                await stream.send_all(encode_answer(self._answer(j.verdict.value, j.reason)))
+            return False
+        if self.behind.pop(broker_id, None) is not None:  # it discarded its longer log
+            self.log.info("the slave that held more of the log now follows this one",
+                          slave=peer)
+            await self._maybe_open()
+        with trio.fail_after(3):
+            await stream.send_all(encode_answer(self._answer(Verdict.ACCEPT.value)))
+        return True
+
+    def _answer(self, verdict: str, reason: str = "") -> Answer:
+        v = self.store.log_view()
+        return Answer(verdict, reason, v.store_id, tuple(v.epochs), v.min_offset, v.max_offset)
+
+    async def _recover_from(self, stream: trio.abc.Stream, peer: str, hello: Hello,
+                            view: LogView, broker_id: int, rest: bytes) -> None:
+        """recoverFromSlave: copy the slave's log past ours over this connection
+        (it sends, we report), take its epochs, then the slave's metadata, then
+        writes in a new epoch."""
+        self.recovering = peer
+        target = view.max_offset
+        self.log.warning("restoring this master's log from its slave", slave=peer,
+                         from_offset=self.store.get_max_phy_offset(), to_offset=target)
+        epochs = list(view.epochs)
+        client = HAClient(self.store, self.heartbeat, self.housekeeping,
+                          self.config.maped_file_size_commit_log,
+                          before_append=lambda end: self.store.epochs.follow(epochs, end))
+        client.connected(trio.current_time())
+        try:
+            with trio.fail_after(3):
+                await stream.send_all(encode_answer(self._answer(
+                    RECOVER, f"restoring the master from this slave up to offset {target}")))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_transfers, client, stream, nursery.cancel_scope,
+                                   rest, target)
+                nursery.start_soon(self._report_loop, client, stream)
+        except Exception as exc:
+            self.log.warning("restoring from the slave stopped; the next hello resumes it",
+                             slave=peer, error=describe(first_leaf(exc)),
+                             offset=self.store.get_max_phy_offset())
+            return
+        finally:
+            self.recovering = None
+        if self.store.get_max_phy_offset() < target:
+            return
+        self.log.warning("master's log restored from its slave", slave=peer,
+                         offset=self.store.get_max_phy_offset())
+        self.behind.pop(broker_id, None)
+        addr = hello.fields.get("brokerAddr", "")
+        self.recovered_from = addr or None
+        if addr and self.on_recovered is not None:
+            try:
+                await self.on_recovered(addr)
+            except Exception as exc:
+                self.log.warning("copying the slave's tables after restoring failed",
+                                 slave=addr, error=describe(first_leaf(exc)))
+        await self._maybe_open()
+
+    async def _stream_to_slave(self, stream: trio.abc.Stream, peer: str, rest: bytes) -> None:
         conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
                             self.heartbeat, self.housekeeping)
         conn.connected(trio.current_time())
         self.connections.add(conn)
         self.log.info("slave connected", slave=peer)
         try:
-            async with stream, trio.open_nursery() as nursery:
+            async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_reports, conn, stream, nursery.cancel_scope,
                                    rest)
                 nursery.start_soon(self._write_transfers, conn, stream)
@@ -206,9 +475,9 @@ class HAService:
             return account.secret_key if account is not None and account.admin else None
         return secret
 
-    async def _receive_hello(self, stream: trio.abc.Stream, peer: str) -> bytes:
+    async def _receive_hello(self, stream: trio.abc.Stream, peer: str) -> tuple[Hello, bytes]:
         """The slave's hello, within HELLO_TIMEOUT; HAProtocolError when refused.
-        Returns the bytes that followed it (the first reports)."""
+        Returns it and the bytes that followed it."""
         decoder = HelloDecoder()
         with trio.move_on_after(min(HELLO_TIMEOUT, self.housekeeping)):
             while True:
@@ -228,7 +497,7 @@ class HAService:
                     raise HAProtocolError(refused)
                 self.log.info("slave hello accepted", slave=peer,
                               access_key=hello.access_key)
-                return rest
+                return hello, rest
         raise HAProtocolError(f"no hello within {min(HELLO_TIMEOUT, self.housekeeping):.0f}s")
 
     async def _read_reports(self, conn: HAConnection, stream: trio.abc.Stream,
@@ -289,20 +558,31 @@ class HAService:
                     await self._master_changed.wait()
                 continue
             await guard.run(self._follow_logged, addr)
-            with trio.move_on_after(RECONNECT_BACKOFF):
+            refused = self.link == "refused"
+            with trio.move_on_after(REFUSED_BACKOFF if refused else RECONNECT_BACKOFF):
                 await self._master_changed.wait()
 
-    async def _follow_logged(self, addr: str) -> None:
+    async def _follow_logged(self, addr: str) -> bool:
         """Follow once; the network's own failures (the master gone or silent,
-        refused frames) are one warning line, anything else goes to the guard."""
+        refused frames) are one warning line, anything else goes to the guard.
+        True when the master refused our log (the next hello waits longer)."""
         try:
             await self._follow(addr)
+        except LogRefused as exc:
+            self._refusals.note("the master refused this slave's log", (addr, exc.verdict),
+                                master=addr, verdict=exc.verdict, reason=str(exc),
+                                offset=self.store.get_max_phy_offset())
+            return True
         except Exception as exc:
             leaf = first_leaf(exc)
             if not isinstance(leaf, EXPECTED_FAILURES):
                 raise
             self.log.warning("replication from the master stopped, reconnecting", master=addr,
                              error=describe(leaf), offset=self.store.get_max_phy_offset())
+        finally:
+            if self.link != "refused":
+                self.link, self.link_reason = "connecting", ""
+        return False
 
     async def _follow(self, addr: str) -> None:
         host, port = split_addr(addr)
@@ -315,35 +595,117 @@ class HAService:
             except RemotingConnectError as exc:
                 raise ConnectionError(str(exc)) from exc
         cred = self.config.broker_credentials()
+        store = self.store
+        mine = store.log_view()
         hello = make_hello(self.config.broker_name, self.config.broker_cluster_name,
                            int(time.time() * 1000), secrets.token_hex(12),
-                           cred.access_key if cred else None, cred.secret_key if cred else None)
-        with trio.fail_after(3):
-            await stream.send_all(encode_hello(hello))
-        client = self.client = HAClient(self.store, self.heartbeat, self.housekeeping,
-                                        self.config.maped_file_size_commit_log)
-        client.connected(trio.current_time())
-        self._appended = trio.Event()
-        self.log.info("connected to master", master=addr, offset=self.store.get_max_phy_offset())
+                           cred.access_key if cred else None, cred.secret_key if cred else None,
+                           log=mine, broker_id=self.config.broker_id,
+                           broker_addr=self.config.broker_addr)
+        async with stream:
+            with trio.fail_after(3):
+                await stream.send_all(encode_hello(hello))
+            answer, rest = await self._receive_answer(stream)
+            if answer.verdict == RECOVER:
+                await self._send_log_to_master(stream, addr, answer, rest)
+                return
+            if answer.verdict != Verdict.ACCEPT.value:
+                await self._refused(answer)
+            master_epochs = list(answer.epochs)
+            problem = lineage_problem(store.epochs.entries, master_epochs, mine.max_offset)
+            if problem is not None:  # the master must have checked: never follow such a one
+                self.link, self.link_reason = "refused", f"this slave refuses the master: {problem}"
+                raise LogRefused(self.link_reason, "diverged")
+            self.link, self.link_reason = "accepted", ""
+            self.master_accepted = True
+            client = self.client = HAClient(
+                store, self.heartbeat, self.housekeeping, self.config.maped_file_size_commit_log,
+                before_append=lambda end: store.epochs.follow(master_epochs, end))
+            client.connected(trio.current_time())
+            self._appended = trio.Event()
+            self.log.info("connected to master", master=addr, offset=store.get_max_phy_offset(),
+                          master_offset=answer.max_offset, master_store=answer.store_id)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._read_transfers, client, stream,
+                                       nursery.cancel_scope, rest)
+                    nursery.start_soon(self._report_loop, client, stream)
+            finally:
+                self.client = None
+
+    async def _receive_answer(self, stream: trio.abc.Stream) -> tuple[Answer, bytes]:
+        decoder = AnswerDecoder()
+        with trio.fail_after(ANSWER_TIMEOUT):
+            while True:
+                data = await stream.receive_some(RECEIVE_CHUNK)
+                if not data:
+                    raise ConnectionError("the master closed the HA connection before answering")
+                got = decoder.feed(data)
+                if got is not None:
+                    return got
+
+    async def _refused(self, answer: Answer) -> None:
+        """The master refused our log: say so everywhere; with haDiscardLog,
+        empty the store (once) so the next hello copies the master's log."""
+        self.master_accepted = False
+        self.link, self.link_reason = "refused", answer.reason or answer.verdict
+        discardable = answer.verdict in (Verdict.DIVERGED.value, Verdict.MASTER_BEHIND.value,
+                                         Verdict.TOO_OLD.value)
+        if discardable and self.config.ha_discard_log:
+            store = self.store
+            self.log.warning("haDiscardLog: discarding this slave's log to follow its master",
+                             reason=answer.reason, discarded_bytes=store.get_max_phy_offset()
+                             - store.get_min_phy_offset(), master_store=answer.store_id)
+            # on the loop, not in a thread: pulls read the files it destroys
+            store.discard_log()
+            self.link, self.link_reason = "connecting", ""
+            if self.on_discarded is not None:
+                await self.on_discarded()
+            raise LogRefused("log discarded: copying the master's afresh", answer.verdict)
+        raise LogRefused(answer.reason or answer.verdict, answer.verdict)
+
+    async def _send_log_to_master(self, stream: trio.abc.Stream, addr: str, answer: Answer,
+                                  rest: bytes) -> None:
+        """recoverFromSlave on the master: it is behind us; send it our log
+        from its end (it reports, we transfer), until it closes."""
+        self.master_accepted = False
+        self.link, self.link_reason = "recovering-master", answer.reason
+        self.log.warning("the master restores its log from this slave", master=addr,
+                         master_offset=answer.max_offset, offset=self.store.get_max_phy_offset())
+        conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
+                            self.heartbeat, self.housekeeping)
+        conn.connected(trio.current_time())
         try:
-            async with stream, trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_transfers, client, stream, nursery.cancel_scope)
-                nursery.start_soon(self._report_loop, client, stream)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_reports, conn, stream, nursery.cancel_scope, rest)
+                nursery.start_soon(self._write_transfers, conn, stream)
         finally:
-            self.client = None
+            self.log.info("the master's restore from this slave ended", master=addr,
+                          master_offset=conn.acked_offset)
 
     async def _read_transfers(self, client: HAClient, stream: trio.abc.Stream,
-                              scope: trio.CancelScope) -> None:
+                              scope: trio.CancelScope, first: bytes = b"",
+                              until: int | None = None) -> None:
+        """Apply transfers; with ``until``, stop (cancel ``scope``) once the
+        log reaches that offset (a master restoring itself from a slave)."""
         decoder = TransferDecoder(max(self.config.ha_transfer_batch_size * 2, 4 << 20))
+        pending = first
+        data: bytes | bytearray
         while True:
             with trio.move_on_after(self.housekeeping):
-                data = await stream.receive_some(RECEIVE_CHUNK)
+                if pending:
+                    data, pending = pending, b""
+                else:
+                    data = await stream.receive_some(RECEIVE_CHUNK)
                 if not data:
                     raise ConnectionError("the master closed the HA connection")
                 now = trio.current_time()
                 for offset, body in decoder.feed(data):
                     client.on_transfer(offset, body, now)
                 self._appended.set()  # the report loop tells the master at once
+                if until is not None and self.store.get_max_phy_offset() >= until:
+                    scope.cancel()
+                    return
                 continue
             if client.idle_too_long(trio.current_time()):
                 scope.cancel()

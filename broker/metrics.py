@@ -202,6 +202,9 @@ class BrokerCollector(Collector):
                 yield gauge("rocketmq_brokeruntime_master_lag_bytes",
                             "Commit-log bytes the master holds that this slave does not",
                             max(0, client.master_offset - store.get_max_phy_offset()))
+            yield gauge("rocketmq_ha_master_log_accepted",
+                        "1 while the master's log continues this slave's (it replicates), "
+                        "0 while either refuses the other's", 1 if ha.master_accepted else 0)
         else:
             ack = GaugeMetricFamily("rocketmq_brokeruntime_slave_ack_offset",
                                     "A slave's acknowledged commit-log offset",
@@ -216,6 +219,15 @@ class BrokerCollector(Collector):
                 behind.add_metric(base + [name], conn.lag(master_max))
             yield ack
             yield behind
+            yield gauge("rocketmq_ha_writable",
+                        "1 while the master takes writes, 0 while it is fenced (starting, "
+                        "or behind a slave's longer log)", 1 if store.write_fence is None else 0)
+            refused = CounterMetricFamily("rocketmq_ha_slave_refused",
+                                          "Slaves' logs refused at their hello, by verdict",
+                                          labels=bl + ["verdict"])
+            for verdict, n in sorted(ha.refused.items()):
+                refused.add_metric(base + [verdict], n)
+            yield refused
             yield gauge("rocketmq_brokeruntime_transaction_half_pending",
                         "Transaction half messages neither committed nor rolled back",
                         len(c.transaction_service.book.pending))

@@ -64,6 +64,9 @@ RUNTIME_KEYS: dict[str, str] = {
     "fileReservedTime": "each clean-up run",
     "deleteWhen": "each clean-up run",
     "diskMaxUsedSpaceRatio": "each clean-up run",
+    "recoverFromSlave": "each HA hello of a slave whose log is longer (a master's)",
+    "haDiscardLog": "each refusal of the slave's log by its master (a slave's)",
+    "haSlaveSilentMs": "each SYNC_MASTER send",
 }
 _RUNTIME_BY_LOWER = {k.lower(): k for k in RUNTIME_KEYS}
 

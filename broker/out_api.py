@@ -27,7 +27,7 @@ import structlog
 import trio
 
 from broker.config import BrokerConfig
-from protocol.body import compress_body, pack_body
+from protocol.body import compress_body, pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.crc import crc32
@@ -309,6 +309,28 @@ class BrokerOuterAPI:
         if answer.master_addr:
             self.master_addr = answer.master_addr
         return answer
+
+    async def broker_ids(self, addr: str, broker_name: str) -> set[int]:
+        """The broker ids the name server at ``addr`` lists for ``broker_name``
+        (GET_BROKER_CLUSTER_INFO); RemotingError or RemoteProtocolError on failure."""
+        resp = await self.client.invoke(
+            addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO),
+            self.config.register_broker_timeout_ms / 1000)
+        if resp.code != ResponseCode.SUCCESS:
+            raise RemoteProtocolError(f"cluster info refused: {resp.code}")
+        body = unpack_body(resp.body)
+        table = body.get("brokerAddrTable") if isinstance(body, dict) else None
+        entry = table.get(broker_name) if isinstance(table, dict) else None
+        addrs = entry.get("brokerAddrs") if isinstance(entry, dict) else None
+        if not isinstance(addrs, dict):
+            return set()
+        ids: set[int] = set()
+        for key in addrs:
+            try:
+                ids.add(int(key))
+            except (TypeError, ValueError):
+                continue
+        return ids
 
     async def unregister_broker_all(self) -> None:
         header = UnRegisterBrokerRequestHeader(

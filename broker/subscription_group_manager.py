@@ -103,12 +103,18 @@ class SubscriptionGroupManager:
         self._changed()
         self.log.info("subscription group updated", group=cfg.group_name, config=cfg.to_dict())
 
-    def replace(self, table: dict[str, SubscriptionGroupConfig], version: DataVersion) -> None:
-        """A slave takes its master's groups (SlaveSynchronize)."""
-        self.table = dict(table)
-        self.data_version = version
-        self.dirty = True
-        self.log.info("subscription groups copied from the master", count=len(table))
+    def merge(self, changes: dict[str, SubscriptionGroupConfig], version: DataVersion) -> None:
+        """A slave takes its master's groups (SlaveSynchronize): ``changes``, the
+        master's groups that are new here or differ, are added or updated; groups
+        only this broker has are kept (a group deleted on the master stays on
+        the slave). The data version becomes the master's."""
+        self.table.update(changes)
+        if version != self.data_version or changes:
+            self.data_version = DataVersion(version.timestamp, version.counter)
+            self.dirty = True
+        if changes:
+            self.log.info("subscription groups copied from the master", changed=len(changes),
+                          count=len(self.table))
 
     def delete(self, group: str) -> bool:
         if self.table.pop(group, None) is None:

@@ -172,9 +172,14 @@ class TopicConfigManager:
         name servers must apply the whole table again, RocketMQ's nextVersion)."""
         self.data_version.next_version(int(time.time() * 1000))
 
-    def _record(self, topic: str, cfg: TopicConfig | None) -> int:
-        """Number a change, queue its journal record, wake the writer."""
-        self.data_version.next_version(int(time.time() * 1000))
+    def _record(self, topic: str, cfg: TopicConfig | None,
+                version: DataVersion | None = None) -> int:
+        """Number a change, queue its journal record, wake the writer. The data
+        version moves on, or becomes ``version`` (a master's, SlaveSynchronize)."""
+        if version is None:
+            self.data_version.next_version(int(time.time() * 1000))
+        else:
+            self.data_version = DataVersion(version.timestamp, version.counter)
         self.seq += 1
         seq = self.seq
         self._changed.pop(topic, None)
@@ -227,12 +232,36 @@ class TopicConfigManager:
             self.persist()
         return True
 
+    def merge(self, changes: dict[str, TopicConfig], version: DataVersion) -> None:
+        """A slave takes its master's topics (SlaveSynchronize): ``changes``, the
+        master's topics that are new here or differ, are added or updated, one
+        journal record each (as ``put``); topics only this broker has are kept, so
+        a master that lost its topics never empties its slave, and a topic
+        deleted on the master stays on the slave (delete it there too). The data
+        version becomes the master's. Many changes at once (a new slave's first
+        copy) are written as a whole-table snapshot instead, as ``replace``."""
+        if len(changes) < COMPACT_MIN_RECORDS:
+            for name, cfg in changes.items():
+                self.table[name] = cfg
+                self._record(name, cfg, version)
+        else:
+            self.table.update(changes)
+            self._whole_table_changed()
+        self.data_version = DataVersion(version.timestamp, version.counter)
+        if changes:
+            self.log.info("topics copied from the master", changed=len(changes),
+                          count=len(self.table))
+
     def replace(self, table: dict[str, TopicConfig], version: DataVersion) -> None:
         """A slave takes its master's table (SlaveSynchronize); written soon,
         as a whole-table snapshot. Registrations after it are full ones."""
         self.table = dict(table)
         self.data_version = version
         self.log.info("topics copied from the master", count=len(table))
+        self._whole_table_changed()
+
+    def _whole_table_changed(self) -> None:
+        """Written soon as a whole-table snapshot; registrations after it are full ones."""
         self.seq += 1
         self._changed.clear()
         self._deletions = 0

@@ -23,6 +23,7 @@ from protocol.headers import (
     GetTopicStatsInfoRequestHeader,
     QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
+    UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
     WipeWritePermOfBrokerRequestHeader,
 )
@@ -396,7 +397,9 @@ class MQAdmin:
 
     async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int) -> list[tuple[str, int, int]]:
         """Set the group's offsets of every queue of ``topic`` to the first message
-        stored at or after ``timestamp_ms``. Returns (broker, queue, offset) rows."""
+        stored at or after ``timestamp_ms``. Returns (broker, queue, offset) rows.
+        Each commit says it is an admin's reset (``adminReset``): the broker
+        counts it, so its slaves take the offsets even when they go back."""
         route = await self.topic_route(topic)
         rows = []
         for qd in route.queue_datas:
@@ -405,7 +408,8 @@ class MQAdmin:
             for qid in range(qd.read_queue_nums):
                 offset = await self.search_offset(topic, qd.broker_name, qid, timestamp_ms)
                 addr = await self.broker_addr(topic, qd.broker_name)
-                fields = {"consumerGroup": group, "topic": topic, "queueId": qid, "commitOffset": offset}
+                fields = UpdateConsumerOffsetRequestHeader(group, topic, qid, offset,
+                                                           admin_reset=True).to_fields()
                 cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
                 self._check(await self._invoke(addr, cmd), "resetOffsetByTime")
                 rows.append((qd.broker_name, qid, offset))

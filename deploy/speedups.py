@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNELS = (("broker/store/index_kernel.py", "broker.store._index_kernel_c", "put_hashes"),
            ("broker/store/batch_records_kernel.py", "broker.store._batch_records_kernel_c",
             "encode_batch"),
+           ("broker/store/scan_kernel.py", "broker.store._scan_kernel_c", "scan_records"),
            ("protocol/batch_kernel.py", "protocol._batch_kernel_c", "decode_batch"),
            ("protocol/records_kernel.py", "protocol._records_kernel_c", "decode_records"))
 

@@ -369,10 +369,19 @@ class QueryConsumerOffsetResponseHeader(Header):
 
 @dataclass(slots=True)
 class UpdateConsumerOffsetRequestHeader(Header):
+    """RocketMQ's, and two fields of ours (left out when None; RocketMQ's
+    brokers ignore them): ``adminReset`` marks an admin's reset (mqadmin
+    resetOffsetByTime), counted by the broker; ``increaseOnly`` is a slave
+    handing its master an offset committed on it (SlaveSynchronize): taken only
+    forward, and only while the key's reset counter is still ``resetVersion``."""
+
     consumer_group: Group
     topic: Topic
     queue_id: Int32
     commit_offset: int
+    admin_reset: bool | None = None
+    increase_only: bool | None = None
+    reset_version: NonNegInt64 | None = None
 
 
 @dataclass(slots=True)

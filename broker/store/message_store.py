@@ -29,6 +29,7 @@ import os
 import struct
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +48,10 @@ from broker.store.commit_log import (
 )
 from broker.store.consume_queue import CQ_ENTRY, ConsumeQueue, InvalidQueueError, queue_problem
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
+from broker.store.ha.epochs import EpochHistory, LogView, tail_of
 from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
+from broker.store.replica_dispatch import MAX_RECORDS, Scan, compiled_scan, scan_loop
 from broker.store.status import (
     GetMessageResult,
     GetMessageStatus,
@@ -206,9 +209,20 @@ class DefaultMessageStore:
         # this many bytes behind the commit log's end reads cold data.
         self.total_physical_memory = TOTAL_PHYSICAL_MEMORY_SIZE
         self.disk_full = False
+        # this store's identity and its log's epoch history (broker/store/ha/epochs.py)
+        self.epochs = EpochHistory(root)
+        # why puts are refused (a master that must not take writes yet, see
+        # broker/ha_service.py), or None; replicated appends are not affected
+        self.write_fence: str | None = None
         # Commit-log offset up to which every record is dispatched (reput cursor).
         self.reput_offset = 0
         self.dispatch_failure: Exception | None = None  # why the cursor is behind
+        # what the cursor's walk reads back from stored records (a slave's
+        # appends, recovery): scan_kernel.scan_records compiled, or its Python
+        # twin; topic names and tags codes it has met
+        self._scan_records: Scan = compiled_scan() or scan_loop
+        self._scan_topics: dict[bytes, str] = {}
+        self._scan_tag_codes: dict[str, int] = {}
         # the put whose dispatch waits for dispatch_deferred (at most one: every
         # put runs it first): (cursor before the put, its dispatch requests,
         # the end of its records)
@@ -241,6 +255,7 @@ class DefaultMessageStore:
         if self.index_service is not None:
             self.index_service.load()
         scan_start, end = self.commit_log.recover(abnormal, self.checkpoint.min_timestamp)
+        self.epochs.load()
         cqs = list(self._all_consume_queues())
         for cq in cqs:
             cq.recover()
@@ -365,8 +380,8 @@ class DefaultMessageStore:
 
     def put_messages(self, msgs: list[MessageExtBrokerInner]) -> PutMessageResult:
         """Append one message or a batch (one topic and queue) and index it."""
-        if not self.running or self.disk_full:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if not self.running or self.disk_full or self.write_fence is not None:
+            return self._not_available()
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
         topic, queue_id = msgs[0].topic, msgs[0].queue_id
@@ -399,7 +414,7 @@ class DefaultMessageStore:
         ``defer``: the indexing waits for ``dispatch_deferred``."""
         if self._deferred is not None:
             self.dispatch_deferred()
-        if not self.running or self.disk_full or self.dispatch_behind:
+        if not self.running or self.disk_full or self.dispatch_behind or self.write_fence:
             return None
         return self._put(topic, lambda: self.commit_log.put_batch_body(
             topic, queue_id, data, sys_flag=sys_flag, born_timestamp=born_timestamp,
@@ -413,8 +428,8 @@ class DefaultMessageStore:
         store that is not running, is full or is behind."""
         if self._deferred is not None:
             self.dispatch_deferred()
-        if not self.running or self.disk_full:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if not self.running or self.disk_full or self.write_fence is not None:
+            return self._not_available()
         if self.dispatch_behind and not self.reput():
             return self._behind_result()
         cursor = self.reput_offset
@@ -443,6 +458,11 @@ class DefaultMessageStore:
                 self._dispatch_appended(dispatches, ar.wrote_offset + ar.wrote_bytes)
         return result
 
+    def _not_available(self) -> PutMessageResult:
+        """SERVICE_NOT_AVAILABLE, saying why when the write fence is up."""
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                detail=self.write_fence or "")
+
     def dispatch_deferred(self) -> None:
         """Dispatch what the deferred put appended, unless the cursor has moved
         meanwhile (a reput read it back); a failure leaves it to ``reput`` (the
@@ -456,8 +476,8 @@ class DefaultMessageStore:
         """Append messages for any topics and queues in one write: they are
         stored together or not at all (a commit and its op record). Returns
         the result and, when stored, each record's place (its dispatch request)."""
-        if not self.running or self.disk_full:
-            return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE), []
+        if not self.running or self.disk_full or self.write_fence is not None:
+            return self._not_available(), []
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
         if self._deferred is not None:
@@ -554,12 +574,21 @@ class DefaultMessageStore:
         return self._dispatch_to_end(notify=False)
 
     def _dispatch_to_end(self, notify: bool) -> int:
+        """Dispatch every record from the cursor to the log's end (``_steps``):
+        a group of one queue's records by each dispatcher's ``dispatch_batch``
+        (``_dispatch_group``), anything else one record at a time. Returns
+        how many records; a dispatcher's error propagates with the cursor at
+        its record. Queue offsets and long-poll listeners (``notify``) learn
+        of the last record of each queue, even then."""
         count = 0
         arrived: dict[tuple[str, int], int] = {}
         # files before the cursor may have been cleaned meanwhile
         self.reput_offset = max(self.reput_offset, self.commit_log.min_offset)
         try:
-            for nxt, buf, pos in self._walk(self.reput_offset):
+            for nxt, group, buf, pos in self._steps(self.reput_offset):
+                if group is not None:
+                    count += self._dispatch_group(group, nxt, arrived)
+                    continue
                 if buf is not None:
                     req = self._dispatchable(buf, pos)
                     if req is not None:
@@ -581,6 +610,81 @@ class DefaultMessageStore:
                         listener(topic, queue_id, max_offset)
         return count
 
+    def _dispatch_group(self, group: list[DispatchRequest], end: int,
+                        arrived: dict[tuple[str, int], int]) -> int:
+        """Dispatch ``group`` (consecutive records of one queue, at consecutive
+        queue offsets, from the cursor to ``end``) as a put's records are:
+        each dispatcher's ``dispatch_batch``. Returns how many were dispatched.
+        A group whose topic or queue id cannot have a consume queue is logged
+        record by record and skipped, as ``_dispatchable`` does. When a
+        dispatcher fails, the group goes again one record at a time (what was
+        written is not written twice: a consume queue skips the entries it
+        has, the index the records it has seen), so the error propagates with
+        the cursor at the record that fails. As after a master's put, the
+        dispatchers before the failing one may hold the whole group by then
+        (one record at a time, only the records up to the failing one): the
+        retry from the cursor writes nothing twice."""
+        first = group[0]
+        key = (first.topic, first.queue_id)
+        problem = queue_problem(first.topic, first.queue_id)
+        if problem is not None:
+            for _ in group:
+                self._skipped_records(self.log, "record not dispatched", level="warning",
+                                      reason=shown(problem, 200))
+            self.reput_offset = end
+            return 0
+        try:
+            for d in self.dispatchers:
+                d.dispatch_batch(group)
+        except Exception:
+            at = self.reput_offset
+            for req in group:
+                self.do_dispatch(req)
+                arrived[key] = req.consume_queue_offset + 1
+                at += req.msg_size
+                self.reput_offset = at
+        arrived[key] = group[-1].consume_queue_offset + 1
+        self.reput_offset = end
+        return len(group)
+
+    def _steps(self, offset: int
+               ) -> Iterator[tuple[int, list[DispatchRequest] | None, Buffer | None, int]]:
+        """``_walk`` with the message records read by the scan
+        (broker/store/scan_kernel.py) where it can: each step from ``offset``
+        to the commit-log end is (offset after the step, a group of dispatch
+        requests or None, and, without a group, ``_walk``'s buffer and
+        position of one message record, or None for padding). Records the
+        scan stops at (padding, a record cut by the end, anything it cannot
+        read) take ``_walk``'s step."""
+        mfq = self.commit_log.mapped_file_queue
+        end = mfq.max_offset
+        scan = self._scan_records
+        topics, tag_codes = self._scan_topics, self._scan_tag_codes
+        delay_levels = self.commit_log.delay_levels
+        new_tuple = tuple.__new__
+        while offset < end:
+            mf = mfq.find_by_offset(offset)
+            if mf is None:
+                raise StoreError(f"no commit-log file holds offset {offset}")
+            base = mf.file_from_offset
+            pos = offset - base
+            if pos < mf.wrote_position:
+                if len(topics) > MAX_RECORDS:
+                    topics.clear()
+                groups, stop = scan(mf.mm, pos, mf.wrote_position, MAX_RECORDS, topics,
+                                    tag_codes, tags_hash_code, SCHEDULE_TOPIC, delay_levels,
+                                    new_tuple, DispatchRequest)
+                if stop > pos:
+                    for group, after in groups:
+                        yield base + after, group, None, 0
+                    offset = base + stop
+                    continue
+            step = self._walk_step(mf, offset, end)
+            if step is None:
+                return
+            offset = step[0]
+            yield step[0], None, step[1], step[2]
+
     def _walk(self, offset: int) -> Iterator[tuple[int, Buffer | None, int]]:
         """Each step from ``offset`` to the commit-log end: (offset after the
         step, buffer and position of a message record or None for padding).
@@ -592,18 +696,26 @@ class DefaultMessageStore:
             mf = mfq.find_by_offset(offset)
             if mf is None:
                 raise StoreError(f"no commit-log file holds offset {offset}")
-            pos = offset - mf.file_from_offset
-            check = check_record(mf.mm, pos, mf.wrote_position, verify_crc=False)
-            if check.status is RecordStatus.MESSAGE:
-                offset += check.size
-                yield offset, mf.mm, pos
-            elif check.status is RecordStatus.BLANK or pos >= mf.wrote_position:
-                offset = min(mf.file_from_offset + mf.file_size, end)
-                yield offset, None, 0
-            elif _cut_by_end(mf, pos, end):
+            step = self._walk_step(mf, offset, end)
+            if step is None:
                 return
-            else:
-                raise StoreError(f"cannot re-dispatch at commit-log offset {offset}: {check.reason}")
+            offset = step[0]
+            yield step
+
+    @staticmethod
+    def _walk_step(mf: MappedFile, offset: int, end: int
+                   ) -> tuple[int, Buffer | None, int] | None:
+        """``_walk``'s step at ``offset`` (in ``mf``; the log ends at ``end``);
+        None before a record the log's end cuts."""
+        pos = offset - mf.file_from_offset
+        check = check_record(mf.mm, pos, mf.wrote_position, verify_crc=False)
+        if check.status is RecordStatus.MESSAGE:
+            return offset + check.size, mf.mm, pos
+        if check.status is RecordStatus.BLANK or pos >= mf.wrote_position:
+            return min(mf.file_from_offset + mf.file_size, end), None, 0
+        if _cut_by_end(mf, pos, end):
+            return None
+        raise StoreError(f"cannot re-dispatch at commit-log offset {offset}: {check.reason}")
 
     def _dispatchable(self, buf: Buffer, pos: int) -> DispatchRequest | None:
         """The dispatch request of the record at ``pos``, or None (logged) when
@@ -869,6 +981,31 @@ class DefaultMessageStore:
 
     # ---- replication -----------------------------------------------------------------
 
+    def log_view(self) -> LogView:
+        """What the HA handshake tells a peer of this store's log."""
+        return LogView(self.epochs.store_id, list(self.epochs.entries),
+                       self.get_min_phy_offset(), self.get_max_phy_offset(),
+                       self.tail_checksum())
+
+    def tail_checksum(self) -> tuple[int, int] | None:
+        """(from, crc32) of the last bytes of the log, within its last file
+        (None for an empty log)."""
+        end = self.get_max_phy_offset()
+        if end <= self.get_min_phy_offset():
+            return None
+        mf = self.commit_log.mapped_file_queue.find_by_offset(end - 1)
+        if mf is None:
+            return None
+        return tail_of(end, mf.file_from_offset, self.get_raw)
+
+    def crc_range(self, start: int, end: int) -> int | None:
+        """CRC32 of the log's bytes in [start, end) (one file), or None when
+        they are not all here."""
+        data = self.get_raw(start, end - start)
+        if data is None or len(data) != end - start:
+            return None
+        return zlib.crc32(data)
+
     def get_raw(self, offset: int, max_bytes: int) -> bytes | None:
         """Up to ``max_bytes`` commit-log bytes from ``offset``, within one
         file (what a master sends a slave): b"" at the end of the log, None
@@ -917,6 +1054,30 @@ class DefaultMessageStore:
             self.log.info("stored records dispatched", reput_offset=self.reput_offset)
             self.dispatch_failure = None
         return refused or PutMessageResult(PutMessageStatus.PUT_OK)
+
+    def discard_log(self) -> None:
+        """Empty the store (a slave with haDiscardLog whose master refused its
+        log): every commit-log, consume-queue and index file goes, the epoch
+        history too; the store id stays. The next replica append starts the
+        log again. On the event loop (pulls read these files), holding both
+        file locks against the flush threads."""
+        with self._file_lock, self._queue_lock:
+            self.dispatch_deferred()
+            self.commit_log.mapped_file_queue.delete_all()
+            for cq in self._all_consume_queues():
+                cq.destroy()
+            self.consume_queue_table.clear()
+            if self.index_service is not None:
+                self.index_service.truncate(0)
+            self.commit_log.topic_queue_table = {}
+            self.reput_offset = 0
+            self.dispatch_failure = None
+            self.epochs.entries = []
+            self.epochs.write()
+            for topic_dir in list(self.cq_root.iterdir()) if self.cq_root.exists() else []:
+                self._remove_empty_dirs(self.cq_root, topic_dir)
+        self.log.warning("store emptied: its log was discarded",
+                         store_id=self.epochs.store_id)
 
     # ---- admin -----------------------------------------------------------------------
 

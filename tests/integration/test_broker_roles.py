@@ -28,7 +28,7 @@ from protocol.record import decode_records
 from protocol.route import MASTER_ID
 from protocol.trio.client import RemotingClient
 from tests.broker.store.helpers import inner
-from tests.integration.cluster import Cluster
+from tests.integration.cluster import Cluster, free_port
 from tests.integration.waits import routed, wait_for
 
 TOPIC = "RoleTopic"
@@ -88,8 +88,10 @@ async def test_slave_refuses_sends_and_serves_reads(cluster: Cluster) -> None:
     master = cluster.broker("broker-a", ns.addr, sendMessageThreadPoolNums=16,
                             pullMessageThreadPoolNums=16, flushCommitLogLeastPages=4)
     seed_store(cluster.root / "store-broker-a-s", [b"r0", b"r1", b"r2"])
+    # a log its master never wrote: pointed at no master, so that neither refuses
+    # the other (tests/integration/test_ha_lineage.py has what happens then)
     slave = cluster.broker("broker-a-s", ns.addr, brokerName="broker-a", brokerId=1,
-                           brokerRole="SLAVE")
+                           brokerRole="SLAVE", haMasterAddress=f"127.0.0.1:{free_port(1)}")
     async with MQAdmin(ns.addr) as admin:
         for addr in (master.addr, slave.addr):  # admin writes reach a slave too
             await admin.create_topic(TOPIC, broker_addr=addr, read_queue_nums=1,

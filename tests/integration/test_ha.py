@@ -197,7 +197,7 @@ def once_each(got: Counter[bytes], sent: Iterable[bytes]) -> tuple[list[bytes], 
     return missing, doubled
 
 
-async def test_sync_master_send_ok_covers_the_message_on_the_slave_and_a_frozen_slave_times_out(
+async def test_sync_master_send_ok_covers_the_message_on_the_slave_and_a_frozen_slave_is_dropped(
         cluster: Cluster) -> None:
     topic = "HaAckTopic"
     ns = cluster.namesrv()
@@ -227,7 +227,9 @@ async def test_sync_master_send_ok_covers_the_message_on_the_slave_and_a_frozen_
         for i in range(300):
             await send_covered(f"ack-{i:04d}|".encode() + b"a" * 1000)
 
-        # a frozen slave acknowledges nothing: FLUSH_SLAVE_TIMEOUT after syncFlushTimeout
+        # a frozen slave acknowledges nothing: after haSlaveSilentMs (1 s) without
+        # progress it is unavailable, the waiting sends end SLAVE_NOT_AVAILABLE (not
+        # FLUSH_SLAVE_TIMEOUT after syncFlushTimeout), and so does the next one at once
         slave.freeze()
         outcomes: list[tuple[SendStatus, float]] = []
 
@@ -239,8 +241,12 @@ async def test_sync_master_send_ok_covers_the_message_on_the_slave_and_a_frozen_
         async with trio.open_nursery() as nursery:
             for i in range(3):
                 nursery.start_soon(send_frozen, i)
-        assert [s for s, _ in outcomes] == [SendStatus.FLUSH_SLAVE_TIMEOUT] * 3, outcomes
-        assert all(took >= 2.4 for _, took in outcomes), outcomes
+        assert [s for s, _ in outcomes] == [SendStatus.SLAVE_NOT_AVAILABLE] * 3, outcomes
+        assert all(0.9 <= took < 2.4 for _, took in outcomes), outcomes
+        outcomes.clear()
+        await send_frozen(3)
+        assert outcomes[0][0] == SendStatus.SLAVE_NOT_AVAILABLE, outcomes
+        assert outcomes[0][1] < 0.9, outcomes  # no wait for a slave known to be silent
 
         # thawed, it catches up (the timed-out messages were stored on the master)
         # and sends are SEND_OK again, each covered on the slave

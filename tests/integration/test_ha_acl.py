@@ -12,6 +12,7 @@ from pathlib import Path
 
 import trio
 
+from broker.store.ha.epochs import Epoch, LogView
 from broker.store.ha.transfer import encode_hello, encode_report, make_hello
 from client import AclCredentials, Message, Producer, SendStatus
 from client.admin import MQAdmin
@@ -40,10 +41,15 @@ accounts:
 """
 
 
-def hello(cred: AclCredentials | None, broker: str = "broker-a") -> bytes:
+# a log no master of this group wrote, far longer than the master's
+FORGED = LogView("forged", [Epoch(1, 0, "forged", "forged")], 0, 10**15, None)
+
+
+def hello(cred: AclCredentials | None, broker: str = "broker-a",
+          log: LogView | None = None) -> bytes:
     return encode_hello(make_hello(
         broker, "DefaultCluster", int(time.time() * 1000), secrets.token_hex(8),
-        cred.access_key if cred else None, cred.secret_key if cred else None))
+        cred.access_key if cred else None, cred.secret_key if cred else None, log=log))
 
 
 async def dropped(port: int, data: bytes) -> bool:
@@ -105,7 +111,8 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
 
         # the real slave frozen, a send waits for an acknowledgement; a (validly
         # signed) connection reporting past the master's end is dropped and does
-        # not release it: FLUSH_SLAVE_TIMEOUT
+        # not release it: the frozen slave goes silent (haSlaveSilentMs), the send
+        # ends SLAVE_NOT_AVAILABLE, never SEND_OK
         slave.freeze()
         try:
             outcome: list[SendStatus] = []
@@ -117,9 +124,9 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(send_waiting)
                 await trio.sleep(0)  # the send goes out first
-                assert await dropped(ha_port, hello(ADMIN) + encode_report(10**15))
-            assert outcome == [SendStatus.FLUSH_SLAVE_TIMEOUT], outcome
-            assert "slave log longer than master" in master.log_text()
+                assert await dropped(ha_port, hello(ADMIN, log=FORGED) + encode_report(10**15))
+            assert outcome == [SendStatus.SLAVE_NOT_AVAILABLE], outcome
+            assert "slave's log refused" in master.log_text()  # another lineage: diverged
         finally:
             slave.thaw()
         # the real slave is still accepted afterwards

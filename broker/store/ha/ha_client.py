@@ -26,6 +26,7 @@ store's end, a record boundary.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import Protocol
 
 from broker.store.ha.ha_connection import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HOUSEKEEPING_INTERVAL
@@ -59,8 +60,12 @@ class HAClient:
     def __init__(self, store: SlaveStore,
                  heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
                  housekeeping_interval: float = DEFAULT_HOUSEKEEPING_INTERVAL,
-                 max_record_size: int | None = None) -> None:
+                 max_record_size: int | None = None,
+                 before_append: Callable[[int], object] | None = None) -> None:
         self.store = store
+        # called with the end of the bytes about to be appended, before they are
+        # (the slave's epoch history follows its master's: epochs.EpochHistory.follow)
+        self.before_append = before_append
         self.max_record_size = max_record_size  # None: cut records go to the store as they come
         self.held = bytearray()  # the start of a record a transfer cut short
         self.held_at = 0  # its commit-log offset (meaningful while ``held``)
@@ -106,6 +111,8 @@ class HAClient:
             rest = bytearray(buf[whole:])
             data = buf if isinstance(buf, bytes) and not rest else bytes(buf[:whole])
             self.held, self.held_at = rest, offset + whole
+        if self.before_append is not None:
+            self.before_append(offset + len(data))
         try:
             result = self.store.append_replica(offset, data)
         except StoreError as exc:

@@ -13,7 +13,12 @@ the socket: it feeds the slave's reports (``ReportDecoder``) to
 - A report past the master's end ("slave log longer than master"), or below
   the oldest offset the master still holds, makes the slave invalid: it can
   never append at the right place, so ``on_report`` raises
-  SlaveInvalidError and the connection must close.
+  SlaveInvalidError and the connection must close. (The handshake before it,
+  epochs.judge, has already checked that the slave's log is a prefix of the
+  master's.)
+- A slave that has bytes sent to it and does not acknowledge any of them for
+  ``haSlaveSilentMs`` is silent (``silent``): SYNC_MASTER sends stop waiting
+  for it (SLAVE_NOT_AVAILABLE) until it acknowledges again.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ class HAConnection:
         self.invalid: str | None = None  # why the slave is refused
         self.last_sent: float | None = None  # when a transfer or heartbeat last went out
         self.last_heard: float | None = None  # when a report last came in
+        # since when bytes sent wait for an acknowledgement with no progress (None:
+        # everything sent is acknowledged)
+        self.unacked_since: float | None = None
 
     # ---- reports in ------------------------------------------------------------------
 
@@ -92,6 +100,10 @@ class HAConnection:
             if offset > self.next_offset:
                 raise HAProtocolError(
                     f"slave reports offset {offset} past what was sent ({self.next_offset})")
+        if self.next_offset is not None and offset >= self.next_offset:
+            self.unacked_since = None
+        elif offset > self.acked_offset and now is not None:
+            self.unacked_since = now  # progress: the silence clock starts again
         self.acked_offset = offset
 
     def _refuse(self, reason: str) -> SlaveInvalidError:
@@ -119,6 +131,8 @@ class HAConnection:
             if data:
                 self.next_offset = nxt + len(data)
                 self.last_sent = now
+                if self.unacked_since is None:
+                    self.unacked_since = now
                 return nxt, data
         if self.last_sent is None or now - self.last_sent >= self.heartbeat_interval:
             self.last_sent = now
@@ -138,6 +152,12 @@ class HAConnection:
         """Bytes the slave has not acknowledged."""
         return max(0, master_max - self.acked_offset)
 
+    def silent(self, now: float, silent_s: float) -> bool:
+        """Whether bytes sent have waited ``silent_s`` with no acknowledgement
+        progress (a frozen or stuck slave)."""
+        return (silent_s > 0 and self.unacked_since is not None
+                and now - self.unacked_since >= silent_s)
+
     def idle_too_long(self, now: float) -> bool:
         """Whether the slave has been silent for ``housekeeping_interval``
         since its last report (or since ``connected``): close the connection."""
@@ -154,11 +174,14 @@ def push_to_slave_max_offset(connections: Iterable[HAConnection]) -> int:
 
 
 def is_slave_ok(connections: Iterable[HAConnection], master_put_where: int,
-                fallbehind_max: int = DEFAULT_SLAVE_FALLBEHIND_MAX) -> bool:
+                fallbehind_max: int = DEFAULT_SLAVE_FALLBEHIND_MAX,
+                now: float | None = None, silent_s: float = 0.0) -> bool:
     """RocketMQ's HAService.isSlaveOK: a slave is connected and the best one is
     less than ``fallbehind_max`` bytes behind ``master_put_where`` (the end
-    of the message a SYNC_MASTER send waits for). False: SLAVE_NOT_AVAILABLE."""
-    valid = [c for c in connections if c.invalid is None and c.next_offset is not None]
+    of the message a SYNC_MASTER send waits for); with ``now``, a silent
+    slave (``HAConnection.silent``) does not count. False: SLAVE_NOT_AVAILABLE."""
+    valid = [c for c in connections if c.invalid is None and c.next_offset is not None
+             and (now is None or not c.silent(now, silent_s))]
     if not valid:
         return False
     return master_put_where - push_to_slave_max_offset(valid) < fallbehind_max

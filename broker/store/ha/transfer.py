@@ -28,6 +28,7 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from broker.store.ha.epochs import Epoch, LogView, Verdict, epochs_from_wire
 from protocol.acl import ACCESS_KEY, sign_fields, verify
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 
@@ -161,11 +162,17 @@ class ReportDecoder(_Decoder):
 # signature (protocol/acl.py) over the other fields, so a master with aclEnable can
 # check the account (an admin one). The timestamp bounds a captured hello's replay
 # (accepted within ``HELLO_MAX_SKEW_MS``), the nonce makes each hello distinct.
+#
+# Version 2 adds what the master needs to judge the slave's log (epochs.py):
+# brokerId and brokerAddr (the slave's remoting address), and its log view:
+# storeId, minOffset, maxOffset, tail ("from:crc32", empty for an empty log) and
+# epochs (a JSON list of [epoch, start, token, writer]). The master answers with one
+# ANSWER frame (below) before any transfer.
 
 HELLO_MAGIC = b"RMQH"
-HELLO_VERSION = 1
-HELLO_HEADER = struct.Struct(">4sBH")
-HELLO_MAX_SIZE = 4096  # bytes of the JSON object
+HELLO_VERSION = 2
+HELLO_HEADER = struct.Struct(">4sBI")
+HELLO_MAX_SIZE = 512 * 1024  # bytes of the JSON object (the epoch history is in it)
 HELLO_MAX_SKEW_MS = 60_000  # a hello older or newer than this is refused
 _HELLO_FIELDS = ("brokerName", "clusterName", "timestamp", "nonce")
 
@@ -194,9 +201,14 @@ class Hello:
 
 
 def make_hello(broker_name: str, cluster_name: str, now_ms: int, nonce: str,
-               access_key: str | None = None, secret_key: str | None = None) -> Hello:
+               access_key: str | None = None, secret_key: str | None = None,
+               log: LogView | None = None, broker_id: int = 1,
+               broker_addr: str = "") -> Hello:
     fields: dict[str, str] = {"brokerName": broker_name, "clusterName": cluster_name,
-                              "timestamp": str(now_ms), "nonce": nonce}
+                              "timestamp": str(now_ms), "nonce": nonce,
+                              "brokerId": str(broker_id), "brokerAddr": broker_addr}
+    if log is not None:
+        fields.update(log_view_fields(log))
     if access_key:
         signed = sign_fields(fields, None, access_key, secret_key or "")
         fields = {k: str(v) for k, v in signed.items()}
@@ -229,12 +241,13 @@ class HelloDecoder:
         if len(buf) >= len(HELLO_MAGIC) and bytes(buf[:len(HELLO_MAGIC)]) != HELLO_MAGIC:
             raise HAProtocolError("no hello: the slave must start with a signed hello "
                                   "naming its broker group (an older slave?)")
+        if len(buf) > len(HELLO_MAGIC) and buf[len(HELLO_MAGIC)] != HELLO_VERSION:
+            raise HAProtocolError(f"hello version {buf[len(HELLO_MAGIC)]} not understood "
+                                  f"(this master speaks {HELLO_VERSION}: upgrade the slave, "
+                                  "its hello must carry its log's epochs)")
         if len(buf) < head:
             return None
-        _magic, version, size = HELLO_HEADER.unpack_from(buf)
-        if version != HELLO_VERSION:
-            raise HAProtocolError(f"hello version {version} not understood "
-                                  f"(this master speaks {HELLO_VERSION})")
+        _magic, _version, size = HELLO_HEADER.unpack_from(buf)
         if size > HELLO_MAX_SIZE:
             raise HAProtocolError(f"hello of {size} bytes exceeds {HELLO_MAX_SIZE}")
         if len(buf) < head + size:
@@ -315,3 +328,137 @@ class NonceCache:
             return False  # flooded with fresh hellos: refuse rather than forget
         self._seen[nonce] = now_ms
         return True
+
+
+# ---- log views in a hello, and the master's answer -----------------------------------
+
+
+def log_view_fields(log: LogView) -> dict[str, str]:
+    tail = f"{log.tail[0]}:{log.tail[1]}" if log.tail is not None else ""
+    return {"storeId": log.store_id, "minOffset": str(log.min_offset),
+            "maxOffset": str(log.max_offset), "tail": tail,
+            "epochs": json.dumps([e.to_wire() for e in log.epochs], separators=(",", ":"))}
+
+
+def _offset(raw: str | None, what: str) -> int:
+    if raw is None or not raw.isdigit() or len(raw) > 19 or int(raw) >= 2**63:
+        raise HAProtocolError(f"hello {what} must be an offset")
+    return int(raw)
+
+
+def hello_log_view(hello: Hello) -> LogView:
+    """The slave's log as its hello describes it; HAProtocolError when malformed."""
+    f = hello.fields
+    store_id = f.get("storeId", "")
+    if not (store_id.isalnum() and 0 < len(store_id) <= 64):
+        raise HAProtocolError("hello without a valid storeId")
+    lo, hi = _offset(f.get("minOffset"), "minOffset"), _offset(f.get("maxOffset"), "maxOffset")
+    if lo > hi:
+        raise HAProtocolError("hello minOffset is past its maxOffset")
+    tail: tuple[int, int] | None = None
+    raw_tail = f.get("tail", "")
+    if raw_tail:
+        start, sep, crc = raw_tail.partition(":")
+        if not sep or not crc.isdigit() or int(crc) >= 2**32:
+            raise HAProtocolError("hello tail must be from:crc32")
+        tail = (_offset(start, "tail"), int(crc))
+        if not lo <= tail[0] < hi:
+            raise HAProtocolError("hello tail is outside its log")
+    try:
+        epochs = epochs_from_wire(json.loads(f.get("epochs", "[]")))
+    except ValueError as exc:
+        raise HAProtocolError(f"hello epochs: {exc}") from None
+    return LogView(store_id, epochs, lo, hi, tail)
+
+
+def hello_broker_id(hello: Hello) -> int:
+    raw = hello.fields.get("brokerId", "")
+    if not raw.isdigit() or len(raw) > 9 or int(raw) == 0:
+        raise HAProtocolError("hello brokerId must be a slave's (1 or more)")
+    return int(raw)
+
+
+# The master's answer, once, before any transfer:
+#
+#     +-------------+-------------+---------------------+----------------------------+
+#     | magic "RMQA"| version (1) | length (4, BE, u32) | JSON object (length bytes) |
+#     +-------------+-------------+---------------------+----------------------------+
+#
+# {"verdict": "accept" | "recover" | "diverged" | "master-behind" | "too-old" |
+#  "refused", "reason": str, "storeId": str, "epochs": [...], "minOffset": int,
+#  "maxOffset": int}. "accept": transfers follow. "recover": the master is behind
+# this slave and restores itself from it: the slave sends (transfers) and the
+# master reports, over this connection. Anything else: the master closes.
+
+ANSWER_MAGIC = b"RMQA"
+ANSWER_VERSION = 1
+ANSWER_HEADER = struct.Struct(">4sBI")
+ANSWER_MAX_SIZE = 512 * 1024
+RECOVER = "recover"
+REFUSED = "refused"  # not about the log (a hello refused for its account, say)
+_VERDICTS = {v.value for v in Verdict} | {RECOVER, REFUSED}
+
+
+@dataclass(frozen=True)
+class Answer:
+    verdict: str
+    reason: str = ""
+    store_id: str = ""
+    epochs: tuple[Epoch, ...] = ()
+    min_offset: int = 0
+    max_offset: int = 0
+
+
+def encode_answer(answer: Answer) -> bytes:
+    payload = json.dumps({
+        "verdict": answer.verdict, "reason": answer.reason, "storeId": answer.store_id,
+        "epochs": [e.to_wire() for e in answer.epochs], "minOffset": answer.min_offset,
+        "maxOffset": answer.max_offset}, separators=(",", ":")).encode()
+    if len(payload) > ANSWER_MAX_SIZE:
+        raise LocalProtocolError(f"answer of {len(payload)} bytes exceeds {ANSWER_MAX_SIZE}")
+    return ANSWER_HEADER.pack(ANSWER_MAGIC, ANSWER_VERSION, len(payload)) + payload
+
+
+class AnswerDecoder:
+    """The master's answer from any split of the stream: ``feed`` returns
+    (Answer, the bytes after it) once complete, else None."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> tuple[Answer, bytes] | None:
+        self._buf += data
+        buf = self._buf
+        head = ANSWER_HEADER.size
+        if len(buf) >= len(ANSWER_MAGIC) and bytes(buf[:len(ANSWER_MAGIC)]) != ANSWER_MAGIC:
+            raise HAProtocolError("the master sent no answer to the hello (an older master?)")
+        if len(buf) < head:
+            return None
+        _magic, version, size = ANSWER_HEADER.unpack_from(buf)
+        if version != ANSWER_VERSION:
+            raise HAProtocolError(f"master answer version {version} not understood")
+        if size > ANSWER_MAX_SIZE:
+            raise HAProtocolError(f"master answer of {size} bytes exceeds {ANSWER_MAX_SIZE}")
+        if len(buf) < head + size:
+            return None
+        rest = bytes(buf[head + size:])
+        try:
+            raw = json.loads(bytes(buf[head:head + size]))
+            if not isinstance(raw, dict):
+                raise ValueError("not an object")
+            verdict, reason = raw.get("verdict"), raw.get("reason", "")
+            store_id = raw.get("storeId", "")
+            lo, hi = raw.get("minOffset", 0), raw.get("maxOffset", 0)
+            if verdict not in _VERDICTS or not isinstance(reason, str) \
+                    or not isinstance(store_id, str):
+                raise ValueError("bad verdict")
+            if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+                       for x in (lo, hi)):
+                raise ValueError("bad offsets")
+            epochs = tuple(epochs_from_wire(raw.get("epochs", [])))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise HAProtocolError(f"master answer malformed: {exc}") from None
+        self._buf = bytearray()
+        return Answer(verdict, reason[:2000], store_id[:64], epochs, lo, hi), rest

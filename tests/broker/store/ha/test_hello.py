@@ -65,11 +65,11 @@ def test_round_trip_any_split_and_rest_kept() -> None:
     (encode_report(0), "no hello"),
     (b"RMQX" + bytes(10), "no hello"),
     (HELLO_HEADER.pack(HELLO_MAGIC, 9, 2) + b"{}", "version 9"),
-    (HELLO_HEADER.pack(HELLO_MAGIC, 1, 60000), "exceeds"),
-    (HELLO_HEADER.pack(HELLO_MAGIC, 1, 3) + b"\xff\xfe{", "not a JSON object"),
-    (HELLO_HEADER.pack(HELLO_MAGIC, 1, 2) + b"[]", "object of strings"),
-    (HELLO_HEADER.pack(HELLO_MAGIC, 1, 8) + b'{"a":1} ', "object of strings"),
-    (HELLO_HEADER.pack(HELLO_MAGIC, 1, 2) + b"{}", "without brokerName"),
+    (HELLO_HEADER.pack(HELLO_MAGIC, 2, 600000), "exceeds"),
+    (HELLO_HEADER.pack(HELLO_MAGIC, 2, 3) + b"\xff\xfe{", "not a JSON object"),
+    (HELLO_HEADER.pack(HELLO_MAGIC, 2, 2) + b"[]", "object of strings"),
+    (HELLO_HEADER.pack(HELLO_MAGIC, 2, 8) + b'{"a":1} ', "object of strings"),
+    (HELLO_HEADER.pack(HELLO_MAGIC, 2, 2) + b"{}", "without brokerName"),
 ])
 def test_bad_hellos_refused(wire: bytes, message: str) -> None:
     with pytest.raises(HAProtocolError, match=message):
@@ -79,7 +79,7 @@ def test_bad_hellos_refused(wire: bytes, message: str) -> None:
 def test_bad_timestamp_refused() -> None:
     payload = b'{"brokerName":"b","clusterName":"c","timestamp":"-5","nonce":"n"}'
     with pytest.raises(HAProtocolError, match="timestamp"):
-        HelloDecoder().feed(HELLO_HEADER.pack(HELLO_MAGIC, 1, len(payload)) + payload)
+        HelloDecoder().feed(HELLO_HEADER.pack(HELLO_MAGIC, 2, len(payload)) + payload)
 
 
 def test_master_checks() -> None:
