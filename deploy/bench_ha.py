@@ -461,6 +461,128 @@ def store_command(records: int, transfer: int) -> None:
         slave.shutdown()
 
 
+@main.command("frozen")
+@click.option("--sends", type=int, default=10, show_default=True)
+@click.option("--silent-ms", type=int, default=1000, show_default=True,
+              help="haSlaveSilentMs (0: off, the wait RocketMQ has).")
+def frozen_command(sends: int, silent_ms: int) -> None:
+    """SYNC_MASTER with its slave frozen (SIGSTOP): how long each of SENDS
+    sequential sends waits, and what it is answered."""
+    with tempfile.TemporaryDirectory() as d:
+        c = Cluster(Path(d))
+        try:
+            ns = c.namesrv()
+            m = c.broker("broker-a", ns.addr, brokerRole="SYNC_MASTER",
+                         haSlaveSilentMs=silent_ms, **PROPS)
+            s = c.broker("broker-a-s", ns.addr, brokerName="broker-a", brokerId=1,
+                         brokerRole="SLAVE", **PROPS)
+            wait_slave(ns.addr, m.addr)
+            out = trio.run(_frozen_sends, ns.addr, s, sends)
+            print(f"SYNC_MASTER, slave frozen, haSlaveSilentMs={silent_ms}: " + ", ".join(
+                f"{status} {took * 1000:.0f} ms" for status, took in out))
+        finally:
+            c.close()
+
+
+async def _frozen_sends(ns: str, slave: Daemon, sends: int) -> list[tuple[str, float]]:
+    from client import Message, Producer
+
+    async with MQAdmin(ns) as admin:
+        await admin.create_topic("Frozen", cluster="DefaultCluster")
+    out: list[tuple[str, float]] = []
+    async with Producer("bench-frozen", ns, retry_times_when_send_failed=0) as p:
+        for _ in range(20):  # the slave acknowledging: SEND_OK
+            if (await p.send(Message("Frozen", b"warm"))).send_status.name == "SEND_OK":
+                break
+            await trio.sleep(0.5)
+        slave.freeze()
+        try:
+            for i in range(sends):
+                t0 = time.perf_counter()
+                r = await p.send(Message("Frozen", f"frozen-{i}".encode()))
+                out.append((r.send_status.name, time.perf_counter() - t0))
+        finally:
+            slave.thaw()
+    return out
+
+
+@main.command("redeliver")
+@click.option("--messages", type=int, default=20_000, show_default=True)
+def redeliver_command(messages: int) -> None:
+    """Offsets across a master's absence: MESSAGES are sent, the master stops,
+    a push consumer group consumes them all from the slave (committing there)
+    and stops, the master starts again (same store), the group starts again:
+    how many messages it receives a second time."""
+    with tempfile.TemporaryDirectory() as d:
+        c = Cluster(Path(d))
+        try:
+            ns = c.namesrv()
+            m = c.broker("broker-a", ns.addr, brokerRole="ASYNC_MASTER", **PROPS)
+            s = c.broker("broker-a-s", ns.addr, brokerName="broker-a", brokerId=1,
+                         brokerRole="SLAVE", slaveSyncInterval=1000, **PROPS)
+            wait_slave(ns.addr, m.addr)
+            first, again = trio.run(_redeliver, ns.addr, m, s, messages)
+            print(f"{messages} messages: {first} consumed from the slave while the master "
+                  f"was down; after the master returned the group received {again} again")
+        finally:
+            c.close()
+
+
+async def _redeliver(ns: str, master: Daemon, slave: Daemon, messages: int
+                     ) -> tuple[int, int]:
+    from client import (
+        ConsumeConcurrentlyStatus,
+        ConsumeFromWhere,
+        Message,
+        Producer,
+        PushConsumer,
+    )
+
+    topic, group = "Redeliver", "redeliver-group"
+    async with MQAdmin(ns) as admin:
+        await admin.create_topic(topic, cluster="DefaultCluster")
+        async with Producer("bench-redeliver", ns) as p:
+            for i in range(0, messages, 100):
+                await p.send_batch([Message(topic, f"m-{j}".encode())
+                                    for j in range(i, min(i + 100, messages))])
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the slave holds everything and the topic
+            st_m = await admin.broker_runtime_info(master.addr)
+            st_s = await admin.broker_runtime_info(slave.addr)
+            if st_s["commitLogMaxOffset"] == st_m["commitLogMaxOffset"] and st_s["topics"] >= \
+                    st_m["topics"]:
+                break
+            await trio.sleep(0.2)
+        master.stop()
+
+        async def consume(want: int, idle_s: float) -> int:
+            got = 0
+            last = time.monotonic()
+
+            def on(msgs: list, _ctx: object) -> ConsumeConcurrentlyStatus:
+                nonlocal got, last
+                got += len(msgs)
+                last = time.monotonic()
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+            consumer = PushConsumer(group, namesrv_addr=ns,
+                                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+            consumer.subscribe(topic, "*")
+            consumer.register_message_listener(on)
+            async with consumer:
+                end = time.monotonic() + 120
+                while time.monotonic() < end:
+                    await trio.sleep(0.2)
+                    if (want and got >= want) or (time.monotonic() - last > idle_s
+                                                  and (got or time.monotonic() - last > 20)):
+                        break
+            return got
+
+        first = await consume(messages, 5.0)
+        master.start(timeout=60)
+        again = await consume(0, 5.0)
+    return first, again
+
+
 @main.command("pace")
 @click.argument("ns")
 @click.argument("topic")

@@ -1063,7 +1063,9 @@ class DefaultMessageStore:
         file locks against the flush threads."""
         with self._file_lock, self._queue_lock:
             self.dispatch_deferred()
-            self.commit_log.mapped_file_queue.delete_all()
+            mfq = self.commit_log.mapped_file_queue
+            mfq.delete_all()
+            mfq.flushed_where = 0
             for cq in self._all_consume_queues():
                 cq.destroy()
             self.consume_queue_table.clear()
