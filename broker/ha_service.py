@@ -93,7 +93,7 @@ if TYPE_CHECKING:
 
 RECEIVE_CHUNK = 256 * 1024
 HELLO_TIMEOUT = 10.0  # s a new slave connection has to send its hello
-SEND_COALESCE = 256 * 1024  # bytes of transfers gathered into one send
+SEND_COALESCE = 2 * 1024 * 1024  # bytes of transfers gathered into one send
 RECONNECT_BACKOFF = 1.0
 REFUSED_BACKOFF = 2.0  # s before a slave whose log was refused says hello again
 ANSWER_TIMEOUT = 10.0  # s a slave waits for the master's answer to its hello

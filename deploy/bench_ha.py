@@ -490,7 +490,8 @@ async def _frozen_sends(ns: str, slave: Daemon, sends: int) -> list[tuple[str, f
     async with MQAdmin(ns) as admin:
         await admin.create_topic("Frozen", cluster="DefaultCluster")
     out: list[tuple[str, float]] = []
-    async with Producer("bench-frozen", ns, retry_times_when_send_failed=0) as p:
+    async with Producer("bench-frozen", ns, retry_times_when_send_failed=0,
+                        send_msg_timeout=10.0) as p:
         for _ in range(20):  # the slave acknowledging: SEND_OK
             if (await p.send(Message("Frozen", b"warm"))).send_status.name == "SEND_OK":
                 break
