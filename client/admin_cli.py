@@ -324,6 +324,66 @@ def broker_status_lines(table: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
+def ha_state(ha: dict[str, Any]) -> tuple[str, str]:
+    """A broker's HA block as (state, detail): a master "writable" or "fenced"
+    (why) and its refused slaves, a slave its link to its master (why refused)."""
+    if "link" in ha:
+        return str(ha["link"]), str(ha.get("linkReason") or "")
+    state = "writable" if ha.get("writable", True) else "fenced"
+    detail = str(ha.get("writeFence") or "")
+    if ha.get("refusedSlaves"):
+        refused = f"{ha['refusedSlaves']} slave hello(s) refused, last: {ha.get('lastRefusal', '')}"
+        detail = f"{detail}; {refused}" if detail else refused
+    return state, detail
+
+
+@cli.command("haStatus")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-c", "--clusterName", "cluster", default=None,
+              help="Every broker of this cluster (default: every cluster).")
+@json_option
+def ha_status(namesrv: str, cluster: str | None, as_json: bool) -> None:
+    """Replication of every broker group: each broker's role, log end, epoch and
+    state (a master writable or fenced, a slave's link to its master: accepted,
+    refused, recovering-master, connecting), and why."""
+
+    async def go() -> list[dict[str, Any]]:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+            info = await admin.cluster_info()
+            out = []
+            for cname, names in sorted(info["clusterAddrTable"].items()):
+                if cluster is not None and cname != cluster:
+                    continue
+                for name in sorted(names):
+                    bd = info["brokerAddrTable"].get(name)
+                    for bid, addr in sorted((bd.broker_addrs if bd else {}).items()):
+                        try:
+                            t = await admin.broker_runtime_info(addr)
+                        except MQAdminError as exc:
+                            out.append({"brokerName": name, "brokerId": int(bid), "addr": addr,
+                                        "role": "?", "state": "unreachable",
+                                        "detail": str(exc)})
+                            continue
+                        raw = t.get("ha")
+                        ha: dict[str, Any] = raw if isinstance(raw, dict) else {}
+                        state, detail = ha_state(ha)
+                        out.append({"brokerName": name, "brokerId": int(bid), "addr": addr,
+                                    "role": t.get("brokerRole", "?"),
+                                    "maxOffset": t.get("commitLogMaxOffset"),
+                                    "epoch": ha.get("epoch"), "state": state,
+                                    "detail": detail, "ha": ha})
+            return out
+
+    rows = _run(go)
+    if as_json:
+        _echo_json(rows)
+        return
+    _print_table(["#Broker Name", "#BID", "#Addr", "#Role", "#Max Offset", "#Epoch", "#State",
+                  "#Detail"],
+                 [[r["brokerName"], r["brokerId"], r["addr"], r["role"], r.get("maxOffset", ""),
+                   r.get("epoch", ""), r["state"], r["detail"]] for r in rows])
+
+
 @cli.command("sendMessage")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
 @click.option("-t", "--topic", required=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import subprocess
 from collections import Counter
 
 import pytest
@@ -22,7 +23,7 @@ from client.admin import MQAdmin, MQAdminError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.trio.client import RemotingClient
-from tests.integration.cluster import Cluster, Daemon
+from tests.integration.cluster import BIN, Cluster, Daemon
 from tests.integration.ha_reads import (
     commit_log_bytes,
     drain_queue,
@@ -228,6 +229,11 @@ async def test_a_slave_another_master_wrote_is_refused_never_appended_then_disca
         assert commit_log_bytes(s_store, CL_FILE) == slave_log  # nothing appended
         assert "slave's log refused" in master.log_text()
         assert "the master refused this slave's log" in slave.log_text()
+        out = subprocess.run([str(BIN / "mqadmin"), "haStatus", "-n", ns.addr],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        rows = {line.split()[2]: line for line in out.splitlines()[1:] if line.strip()}
+        assert " refused " in rows[slave.addr] and "prefix" in rows[slave.addr], out
+        assert " writable " in rows[master.addr] and "refused" in rows[master.addr], out
 
         # the operator discards the slave's log: it copies the master's
         await admin.update_broker_config(slave.addr, {"haDiscardLog": "true"})
