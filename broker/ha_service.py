@@ -100,6 +100,7 @@ ANSWER_TIMEOUT = 10.0  # s a slave waits for the master's answer to its hello
 STARTING = ("the master is starting: it takes writes once its slaves have described "
             "their logs (at most haMasterStartWaitMs)")
 MAX_REFUSALS_SHOWN = 8
+MAX_PENDING_HELLOS = 32  # HA connections still in their hello (each may buffer 64 KiB)
 SLAVE_TABLES_TIMEOUT = 10.0  # s for a master to take a slave's offsets or tables
 # what a network or a peer can do to an HA connection: logged without a traceback
 EXPECTED_FAILURES = (OSError, trio.BrokenResourceError, trio.ClosedResourceError,
@@ -143,6 +144,7 @@ class HAService:
         # slave's hello must then be signed by an admin account
         self.acl_config: Callable[[], AclConfig | None] | None = None
         self._nonces = NonceCache()
+        self._pending_hellos = 0
         self._refusals = Guard(self.log, "HA accept")
         self._silence_check = trio.Event()
         # ---- a master's write gate (see the module's docstring)
@@ -183,9 +185,7 @@ class HAService:
         """A SYNC_MASTER send ending at ``next_offset``: done once a slave
         acknowledged it, FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or at once
         SLAVE_NOT_AVAILABLE when no slave is close enough."""
-        now = trio.current_time() if self.connections else None
-        if not is_slave_ok(self.connections, next_offset, self.config.ha_slave_fallbehind_max,
-                           now, self.silent_s):
+        if not is_slave_ok(self.connections, next_offset, self.config.ha_slave_fallbehind_max):
             return Waiter.finished(PutMessageStatus.SLAVE_NOT_AVAILABLE, next_offset)
         ev, self._silence_check = self._silence_check, trio.Event()
         ev.set()
@@ -215,9 +215,8 @@ class HAService:
             if self.link_reason:
                 out["linkReason"] = self.link_reason
         else:
-            now = trio.current_time()
             out["slaves"] = [{"ackedOffset": c.acked_offset, "behind": c.lag(master_max),
-                              "silent": c.silent(now, self.silent_s)}
+                              "silent": c.silent_confirmed}
                              for c in self.connections]
             out["waitingSends"] = len(self.waiters)
             out["writable"] = self.store.write_fence is None
@@ -262,7 +261,8 @@ class HAService:
             return
         store = self.store
         start = store.get_max_phy_offset()
-        epoch: Epoch = await trio.to_thread.run_sync(store.epochs.begin, start)
+        epoch: Epoch = await trio.to_thread.run_sync(
+            store.epochs.begin, start, 0, store.get_min_phy_offset())
         if self.opened or self.behind or self.recovering is not None:
             return  # a slave's hello fenced it meanwhile
         self.opened = True
@@ -281,8 +281,10 @@ class HAService:
         ev.set()
 
     async def run_silence_check(self) -> None:
-        """SYNC_MASTER: end the waiting sends with SLAVE_NOT_AVAILABLE once no
-        slave that could release them has acknowledged anything for haSlaveSilentMs."""
+        """SYNC_MASTER: while sends wait, a slave with bytes sent to it and no
+        acknowledgement progress for haSlaveSilentMs is confirmed silent (it
+        no longer counts for sends, ``is_slave_ok``); once none that could
+        release the waiting sends is left, they end SLAVE_NOT_AVAILABLE."""
         while True:
             if not len(self.waiters) or self.silent_s <= 0:
                 await self._silence_check.wait()
@@ -290,11 +292,21 @@ class HAService:
             await trio.sleep(max(self.silent_s / 4, 0.01))
             if not len(self.waiters):
                 continue
-            now = trio.current_time()
+            if any(c.silent(trio.current_time(), self.silent_s) for c in self.connections):
+                # reports that arrived while this loop was busy (a stall looks like
+                # silence) go in first: the readers run before this task resumes
+                for _ in range(3):
+                    await trio.sleep(0)
+                now = trio.current_time()
+                for c in self.connections:
+                    if c.silent(now, self.silent_s) and not c.silent_confirmed:
+                        c.silent_confirmed = True
+                        self.log.warning("slave silent: no acknowledgement progress",
+                                         silent_ms=self.config.ha_slave_silent_ms,
+                                         acked_offset=c.acked_offset, sent=c.next_offset)
             lowest = self.waiters.lowest_offset()
             if lowest is not None and not is_slave_ok(
-                    self.connections, lowest, self.config.ha_slave_fallbehind_max, now,
-                    self.silent_s):
+                    self.connections, lowest, self.config.ha_slave_fallbehind_max):
                 failed = self.waiters.fail_all(PutMessageStatus.SLAVE_NOT_AVAILABLE)
                 self._refusals.note("slave silent: sends waiting for it answered "
                                     "SLAVE_NOT_AVAILABLE", "silent", sends=len(failed),
@@ -327,6 +339,14 @@ class HAService:
                               max_frame_size=0, answer_plain=False)
         if stream is None:
             return
+        if self._pending_hellos >= MAX_PENDING_HELLOS:
+            self._refusals.note("HA connection refused", (peer.rpartition(":")[0], "busy"),
+                                slave=peer, error=f"{MAX_PENDING_HELLOS} connections are "
+                                "already in their hello")
+            with trio.move_on_after(1):
+                await stream.aclose()
+            return
+        self._pending_hellos += 1
         try:
             hello, rest = await self._receive_hello(stream, peer)
             view = hello_log_view(hello)
@@ -339,6 +359,8 @@ class HAService:
             with trio.move_on_after(1):
                 await stream.aclose()
             return
+        finally:
+            self._pending_hellos -= 1
         async with stream:
             try:
                 admitted = await self._admit(stream, peer, hello, view, broker_id, rest)
@@ -414,7 +436,8 @@ class HAService:
         epochs = list(view.epochs)
         client = HAClient(self.store, self.heartbeat, self.housekeeping,
                           self.config.maped_file_size_commit_log,
-                          before_append=lambda end: self.store.epochs.follow(epochs, end))
+                          before_append=lambda end: self.store.epochs.follow(
+                              epochs, end, self.store.get_min_phy_offset()))
         client.connected(trio.current_time())
         try:
             with trio.fail_after(3):
@@ -612,7 +635,8 @@ class HAService:
             if answer.verdict != Verdict.ACCEPT.value:
                 await self._refused(answer)
             master_epochs = list(answer.epochs)
-            problem = lineage_problem(store.epochs.entries, master_epochs, mine.max_offset)
+            problem = lineage_problem(store.epochs.entries, master_epochs, mine.max_offset,
+                                      max(mine.min_offset, answer.min_offset))
             if problem is not None:  # the master must have checked: never follow such a one
                 self.link, self.link_reason = "refused", f"this slave refuses the master: {problem}"
                 raise LogRefused(self.link_reason, "diverged")
@@ -620,7 +644,8 @@ class HAService:
             self.master_accepted = True
             client = self.client = HAClient(
                 store, self.heartbeat, self.housekeeping, self.config.maped_file_size_commit_log,
-                before_append=lambda end: store.epochs.follow(master_epochs, end))
+                before_append=lambda end: store.epochs.follow(
+                    master_epochs, end, store.get_min_phy_offset()))
             client.connected(trio.current_time())
             self._appended = trio.Event()
             self.log.info("connected to master", master=addr, offset=store.get_max_phy_offset(),

@@ -48,7 +48,7 @@ from broker.store.commit_log import (
 )
 from broker.store.consume_queue import CQ_ENTRY, ConsumeQueue, InvalidQueueError, queue_problem
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
-from broker.store.ha.epochs import EpochHistory, LogView, tail_of
+from broker.store.ha.epochs import EpochHistory, LogView, live, tail_of
 from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
 from broker.store.replica_dispatch import MAX_RECORDS, Scan, compiled_scan, scan_loop
@@ -983,9 +983,9 @@ class DefaultMessageStore:
 
     def log_view(self) -> LogView:
         """What the HA handshake tells a peer of this store's log."""
-        return LogView(self.epochs.store_id, list(self.epochs.entries),
-                       self.get_min_phy_offset(), self.get_max_phy_offset(),
-                       self.tail_checksum())
+        lo = self.get_min_phy_offset()
+        return LogView(self.epochs.store_id, live(self.epochs.entries, lo), lo,
+                       self.get_max_phy_offset(), self.tail_checksum())
 
     def tail_checksum(self) -> tuple[int, int] | None:
         """(from, crc32) of the last bytes of the log, within its last file

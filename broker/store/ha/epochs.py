@@ -41,7 +41,7 @@ from broker.persist import atomic_write_bytes
 from broker.store.status import StoreError
 
 EPOCH_FILE = "epochs.json"
-MAX_EPOCHS = 4096  # entries a peer may send (each master start adds one)
+MAX_EPOCHS = 512  # entries a file or a peer may hold (each master start adds one)
 TAIL_WINDOW = 4096  # bytes before an offset whose checksum the handshake compares
 _TOKEN_HEX = 16
 
@@ -94,9 +94,22 @@ def covering(epochs: list[Epoch], end: int) -> list[Epoch]:
     return [e for e in epochs if e.start < end]
 
 
-def lineage_problem(mine: list[Epoch], theirs: list[Epoch], upto: int) -> str | None:
-    """Why two logs cannot hold the same bytes below ``upto`` (None: they can)."""
-    a, b = covering(mine, upto), covering(theirs, upto)
+def live(epochs: list[Epoch], floor: int) -> list[Epoch]:
+    """The entries that describe bytes from ``floor`` on (a log whose files
+    below ``floor`` are gone needs no older ones): from the last that starts
+    at or below it."""
+    first = 0
+    for i, e in enumerate(epochs):
+        if e.start <= floor:
+            first = i
+    return epochs[first:]
+
+
+def lineage_problem(mine: list[Epoch], theirs: list[Epoch], upto: int,
+                    floor: int = 0) -> str | None:
+    """Why two logs cannot hold the same bytes in [floor, upto) (None: they
+    can). ``floor``: below it neither log holds bytes any more."""
+    a, b = live(covering(mine, upto), floor), live(covering(theirs, upto), floor)
     if a == b:
         return None
     for x, y in zip(a, b, strict=False):
@@ -155,23 +168,24 @@ class EpochHistory:
     def last_epoch(self) -> int:
         return self.entries[-1].epoch if self.entries else 0
 
-    def begin(self, start: int, at_least: int = 0) -> Epoch:
+    def begin(self, start: int, at_least: int = 0, min_offset: int = 0) -> Epoch:
         """A new epoch of this store's writes from ``start`` (the log's end),
         numbered above every epoch known (``at_least`` too); entries from
-        ``start`` on describe no bytes and are dropped. Written before it
-        returns."""
-        kept = covering(self.entries, start)
+        ``start`` on describe no bytes and are dropped, and so are those wholly
+        below ``min_offset`` (the log's oldest byte). Written before it returns."""
+        kept = live(covering(self.entries, start), min_offset)
         number = max(self.last_epoch, at_least) + 1
         epoch = Epoch(number, start, secrets.token_hex(_TOKEN_HEX // 2), self.store_id)
         self.entries = [*kept, epoch]
         self.write()
         return epoch
 
-    def follow(self, master: list[Epoch], end: int) -> bool:
+    def follow(self, master: list[Epoch], end: int, min_offset: int = 0) -> bool:
         """Before bytes up to ``end`` from a master arrive: this history below
         ``end`` becomes the master's (the caller has checked they agree below
-        the log's current end). Written when it changed; True then."""
-        wanted = covering(master, end)
+        the log's current end), without entries wholly below ``min_offset``.
+        Written when it changed; True then."""
+        wanted = live(covering(master, end), min_offset)
         if wanted == self.entries:
             return False
         self.entries = wanted
@@ -244,8 +258,9 @@ def judge(master: LogView, slave: LogView, master_crc: Any) -> Judgement:
     s, m = slave.max_offset, master.max_offset
     if s == 0:
         return Judgement(Verdict.ACCEPT, start=master.min_offset)
+    floor = max(master.min_offset, slave.min_offset)  # below it neither holds bytes
     if s <= m:
-        problem = lineage_problem(master.epochs, slave.epochs, s)
+        problem = lineage_problem(master.epochs, slave.epochs, s, floor)
         if problem is None and slave.tail is not None:
             start, crc = slave.tail
             mine = master_crc(start, s) if start >= master.min_offset else None
@@ -260,7 +275,7 @@ def judge(master: LogView, slave: LogView, master_crc: Any) -> Judgement:
                              f"slave too far behind: it ends at offset {s}, the master's oldest "
                              f"file starts at {master.min_offset}")
         return Judgement(Verdict.ACCEPT, start=s)
-    problem = lineage_problem(master.epochs, slave.epochs, m)
+    problem = lineage_problem(master.epochs, slave.epochs, m, floor)
     if problem is not None:
         return Judgement(Verdict.DIVERGED, f"the logs differ: {problem}")
     return Judgement(

@@ -63,6 +63,9 @@ class HAConnection:
         # since when bytes sent wait for an acknowledgement with no progress (None:
         # everything sent is acknowledged)
         self.unacked_since: float | None = None
+        # set by the HA service once it saw ``silent`` hold after letting the
+        # reports already received in; cleared by any acknowledgement progress
+        self.silent_confirmed = False
 
     # ---- reports in ------------------------------------------------------------------
 
@@ -102,8 +105,10 @@ class HAConnection:
                     f"slave reports offset {offset} past what was sent ({self.next_offset})")
         if self.next_offset is not None and offset >= self.next_offset:
             self.unacked_since = None
+            self.silent_confirmed = False
         elif offset > self.acked_offset and now is not None:
             self.unacked_since = now  # progress: the silence clock starts again
+            self.silent_confirmed = False
         self.acked_offset = offset
 
     def _refuse(self, reason: str) -> SlaveInvalidError:
@@ -174,14 +179,13 @@ def push_to_slave_max_offset(connections: Iterable[HAConnection]) -> int:
 
 
 def is_slave_ok(connections: Iterable[HAConnection], master_put_where: int,
-                fallbehind_max: int = DEFAULT_SLAVE_FALLBEHIND_MAX,
-                now: float | None = None, silent_s: float = 0.0) -> bool:
+                fallbehind_max: int = DEFAULT_SLAVE_FALLBEHIND_MAX) -> bool:
     """RocketMQ's HAService.isSlaveOK: a slave is connected and the best one is
     less than ``fallbehind_max`` bytes behind ``master_put_where`` (the end
-    of the message a SYNC_MASTER send waits for); with ``now``, a silent
-    slave (``HAConnection.silent``) does not count. False: SLAVE_NOT_AVAILABLE."""
+    of the message a SYNC_MASTER send waits for); a slave confirmed silent
+    (``silent_confirmed``) does not count. False: SLAVE_NOT_AVAILABLE."""
     valid = [c for c in connections if c.invalid is None and c.next_offset is not None
-             and (now is None or not c.silent(now, silent_s))]
+             and not c.silent_confirmed]
     if not valid:
         return False
     return master_put_where - push_to_slave_max_offset(valid) < fallbehind_max

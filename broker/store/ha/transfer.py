@@ -172,7 +172,7 @@ class ReportDecoder(_Decoder):
 HELLO_MAGIC = b"RMQH"
 HELLO_VERSION = 2
 HELLO_HEADER = struct.Struct(">4sBI")
-HELLO_MAX_SIZE = 512 * 1024  # bytes of the JSON object (the epoch history is in it)
+HELLO_MAX_SIZE = 64 * 1024  # bytes of the JSON object (MAX_EPOCHS epochs fit)
 HELLO_MAX_SKEW_MS = 60_000  # a hello older or newer than this is refused
 _HELLO_FIELDS = ("brokerName", "clusterName", "timestamp", "nonce")
 
@@ -393,7 +393,7 @@ def hello_broker_id(hello: Hello) -> int:
 ANSWER_MAGIC = b"RMQA"
 ANSWER_VERSION = 1
 ANSWER_HEADER = struct.Struct(">4sBI")
-ANSWER_MAX_SIZE = 512 * 1024
+ANSWER_MAX_SIZE = 64 * 1024
 RECOVER = "recover"
 REFUSED = "refused"  # not about the log (a hello refused for its account, say)
 _VERDICTS = {v.value for v in Verdict} | {RECOVER, REFUSED}

@@ -228,3 +228,23 @@ def test_answer_round_trip_in_pieces_and_limits() -> None:
     with pytest.raises(HAProtocolError, match="malformed"):
         bad = encode_answer(Answer("accept")).replace(b'"accept"', b'"nonsense"')
         AnswerDecoder().feed(bad)
+
+
+def test_epochs_wholly_below_the_oldest_byte_are_dropped_and_not_compared(
+        tmp_path: Path) -> None:
+    h = EpochHistory(tmp_path)
+    h.load()
+    for start in (0, 100, 200, 300):
+        h.begin(start)
+    first_four = list(h.entries)
+    h.begin(400, min_offset=250)  # the files below 250 are gone
+    assert [e.start for e in h.entries] == [200, 300, 400]
+    # a master whose old files are gone (history trimmed) and a slave that still
+    # holds them agree on what both hold
+    master = view(h.entries, 500, lo=250)
+    slave = view([*first_four, h.entries[-1]], 450, lo=0)
+    assert judge(master, slave, crc_of(bytes(500))).verdict is Verdict.ACCEPT
+    # ... but not when they differ where both hold bytes
+    other = view([*first_four[:3], Epoch(4, 300, "ffff", "x")], 450, lo=0)
+    assert judge(master, other, crc_of(bytes(500))).verdict is Verdict.DIVERGED
+    assert lineage_problem(h.entries, first_four, 350, floor=250) is None

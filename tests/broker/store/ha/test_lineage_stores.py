@@ -129,7 +129,7 @@ def test_the_write_fence_refuses_puts_and_names_the_cause(tmp_path: Path) -> Non
     assert store.put_message(inner("T", 0, b"x")).put_message_status is PutMessageStatus.PUT_OK
 
 
-def test_a_slave_with_nothing_acknowledged_for_the_silent_time_is_not_ok(
+def test_a_slave_with_nothing_acknowledged_for_the_silent_time_is_silent(
         tmp_path: Path) -> None:
     rng = random.Random(7)
     master, slave = stores(tmp_path, "m", "s")
@@ -139,16 +139,19 @@ def test_a_slave_with_nothing_acknowledged_for_the_silent_time_is_not_ok(
     conn.on_report(0, 0.0)
     end = master.get_max_phy_offset()
     assert conn.next_transfer(0.0) is not None  # bytes out at t=0, none acknowledged
-    assert is_slave_ok([conn], end, now=0.9, silent_s=1.0)
-    assert not is_slave_ok([conn], end, now=1.0, silent_s=1.0)
-    assert is_slave_ok([conn], end)  # without a clock: RocketMQ's rule only
+    assert not conn.silent(0.9, 1.0) and conn.silent(1.0, 1.0)
+    assert not conn.silent(1.0, 0.0)  # haSlaveSilentMs=0: never
+    # only a silence the HA service confirmed takes the slave out of SYNC_MASTER sends
+    assert is_slave_ok([conn], end)
+    conn.silent_confirmed = True
+    assert not is_slave_ok([conn], end)
     client = HAClient(slave)
     off, data = 0, master.get_raw(0, 512)
     assert data
     client.on_transfer(off, data, 1.0)
     assert conn.next_transfer(1.2) is not None  # more out before the report
     conn.on_report(slave.get_max_phy_offset(), 1.5)  # progress: the clock starts again
-    assert is_slave_ok([conn], end, now=2.4, silent_s=1.0)
-    assert not is_slave_ok([conn], end, now=2.5, silent_s=1.0)
+    assert not conn.silent_confirmed and is_slave_ok([conn], end)
+    assert not conn.silent(2.4, 1.0) and conn.silent(2.5, 1.0)
     conn.on_report(conn.next_offset or 0, 2.6)  # everything sent acknowledged
-    assert is_slave_ok([conn], end, now=100.0, silent_s=1.0)
+    assert not conn.silent(100.0, 1.0)
