@@ -165,7 +165,8 @@ class HAService:
         # ---- a slave's link to its master
         self.link = "connecting"  # accepted | refused | recovering-master | connecting
         self.link_reason = ""
-        self.master_accepted = False  # the master's log continues ours (metadata may sync)
+        # the master's log continues ours, on a live connection (metadata may sync)
+        self.master_accepted = False
         # called once this slave discarded its log (to set haDiscardLog back to false)
         self.on_discarded: Callable[[], Awaitable[None]] | None = None
 
@@ -603,6 +604,9 @@ class HAService:
             self.log.warning("replication from the master stopped, reconnecting", master=addr,
                              error=describe(leaf), offset=self.store.get_max_phy_offset())
         finally:
+            # metadata sync waits for the next accepting answer: a master back
+            # at this address may be one whose log no longer continues ours
+            self.master_accepted = False
             if self.link != "refused":
                 self.link, self.link_reason = "connecting", ""
         return False
