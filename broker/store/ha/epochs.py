@@ -41,7 +41,10 @@ from broker.persist import atomic_write_bytes
 from broker.store.status import StoreError
 
 EPOCH_FILE = "epochs.json"
-MAX_EPOCHS = 512  # entries a file or a peer may hold (each master start adds one)
+MAX_EPOCHS = 512  # entries a peer may send (each master start adds one)
+# entries a file may hold: a master that restarted more than MAX_EPOCHS times within
+# its log's files still starts (its hellos, answers, are then refused, saying why)
+MAX_FILE_EPOCHS = 100_000
 TAIL_WINDOW = 4096  # bytes before an offset whose checksum the handshake compares
 _TOKEN_HEX = 16
 
@@ -64,13 +67,13 @@ class Epoch:
         return f"epoch {self.epoch} from offset {self.start} (writer {self.writer[:8]})"
 
 
-def epochs_from_wire(raw: Any) -> list[Epoch]:
+def epochs_from_wire(raw: Any, max_entries: int = MAX_EPOCHS) -> list[Epoch]:
     """Entries from a peer or a file; ValueError for anything malformed
-    (wrong shapes, offsets going back, too many)."""
+    (wrong shapes, offsets going back, more than ``max_entries``)."""
     if not isinstance(raw, list):
         raise ValueError("epochs must be a list")
-    if len(raw) > MAX_EPOCHS:
-        raise ValueError(f"{len(raw)} epochs exceed {MAX_EPOCHS}")
+    if len(raw) > max_entries:
+        raise ValueError(f"{len(raw)} epochs exceed {max_entries}")
     out: list[Epoch] = []
     for item in raw:
         if not (isinstance(item, list) and len(item) == 4):
@@ -216,7 +219,7 @@ def _decode(data: bytes) -> tuple[str, list[Epoch]]:
         raise ValueError("checksum mismatch")
     if not (isinstance(store_id, str) and store_id.isalnum() and 0 < len(store_id) <= 64):
         raise ValueError("bad storeId")
-    return store_id, epochs_from_wire(raw)
+    return store_id, epochs_from_wire(raw, MAX_FILE_EPOCHS)
 
 
 # ---- the handshake's judgement ---------------------------------------------------------

@@ -248,3 +248,15 @@ def test_epochs_wholly_below_the_oldest_byte_are_dropped_and_not_compared(
     other = view([*first_four[:3], Epoch(4, 300, "ffff", "x")], 450, lo=0)
     assert judge(master, other, crc_of(bytes(500))).verdict is Verdict.DIVERGED
     assert lineage_problem(h.entries, first_four, 350, floor=250) is None
+
+
+def test_a_long_history_still_loads_but_is_not_sent(tmp_path: Path) -> None:
+    h = EpochHistory(tmp_path)
+    h.load()
+    h.entries = [Epoch(i + 1, i * 10, "t", "w") for i in range(600)]
+    h.write()
+    again = EpochHistory(tmp_path)
+    again.load()  # a store that restarted that often still starts
+    assert len(again.entries) == 600
+    with pytest.raises(ValueError, match="exceed 512"):
+        epochs_from_wire([e.to_wire() for e in again.entries])
