@@ -150,6 +150,7 @@ class HAService:
         # ---- a master's write gate (see the module's docstring)
         self.probing = False  # start_writes waits for the slaves' hellos
         self.opened = False  # this master's write epoch has begun
+        self._opening = False  # its epoch is being written
         self.heard: dict[int, str] = {}  # slave brokerId -> verdict of its latest hello
         self._heard_event = trio.Event()
         self.behind: dict[int, str] = {}  # slaves whose log is longer: why writes stop
@@ -258,12 +259,17 @@ class HAService:
 
     async def _maybe_open(self) -> None:
         """Take writes, in a new epoch, once nothing stops it."""
-        if self.opened or self.probing or self.behind or self.recovering is not None:
+        if self.opened or self.probing or self.behind or self.recovering is not None \
+                or self._opening:
             return
         store = self.store
         start = store.get_max_phy_offset()
-        epoch: Epoch = await trio.to_thread.run_sync(
-            store.epochs.begin, start, 0, store.get_min_phy_offset())
+        self._opening = True  # one epoch begins at a time
+        try:
+            epoch: Epoch = await trio.to_thread.run_sync(
+                store.epochs.begin, start, 0, store.get_min_phy_offset())
+        finally:
+            self._opening = False
         if self.opened or self.behind or self.recovering is not None:
             return  # a slave's hello fenced it meanwhile
         self.opened = True
