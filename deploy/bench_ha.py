@@ -584,6 +584,44 @@ async def _redeliver(ns: str, master: Daemon, slave: Daemon, messages: int
     return first, again
 
 
+@main.command("catch-up")
+@click.option("--messages", type=int, default=900_000, show_default=True)
+def catch_up_command(messages: int) -> None:
+    """Catch-up alone, on new stores: the slave stopped, MESSAGES of 1 KiB sent
+    in batches of 32, everything synced to disk, the slave started; MB/s from
+    its first report to the master's end (the main run measures it after the
+    lag phases, with the page cache full of their files)."""
+    with tempfile.TemporaryDirectory() as d:
+        c = Cluster(Path(d))
+        try:
+            ns = c.namesrv()
+            m = c.broker("broker-a", ns.addr, brokerRole="ASYNC_MASTER", **PROPS)
+            s = c.broker("broker-a-s", ns.addr, brokerName="broker-a", brokerId=1,
+                         brokerRole="SLAVE", **PROPS)
+            wait_slave(ns.addr, m.addr)
+            s.stop()
+            r = bench(ns.addr, "T", "-s", str(SIZE), "-b", str(BATCH), "-c", str(messages))
+            end = _status(ns.addr, m.addr)["commitLogMaxOffset"]
+            os.sync()
+            s.start()
+            t0: float | None = None
+            a0 = 0
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                slaves = _status(ns.addr, m.addr)["ha"]["slaves"]
+                if slaves and t0 is None:
+                    t0, a0 = time.monotonic(), slaves[0]["ackedOffset"]
+                if slaves and slaves[0]["ackedOffset"] >= end:
+                    break
+                time.sleep(0.05)
+            assert t0 is not None
+            dt = time.monotonic() - t0
+            print(f"produced {r['mb_per_s']:.0f} MB/s without a slave; catch-up "
+                  f"{(end - a0) / 1e6:.0f} MB in {dt:.2f} s = {(end - a0) / 1e6 / dt:.0f} MB/s")
+        finally:
+            c.close()
+
+
 @main.command("pace")
 @click.argument("ns")
 @click.argument("topic")
