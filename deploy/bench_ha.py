@@ -603,7 +603,10 @@ def catch_up_command(messages: int) -> None:
             r = bench(ns.addr, "T", "-s", str(SIZE), "-b", str(BATCH), "-c", str(messages))
             end = _status(ns.addr, m.addr)["commitLogMaxOffset"]
             os.sync()
+            assert m.proc is not None
+            m_cpu0 = cpu_seconds(m.proc.pid)
             s.start()
+            assert s.proc is not None
             t0: float | None = None
             a0 = 0
             deadline = time.monotonic() + 600
@@ -617,7 +620,9 @@ def catch_up_command(messages: int) -> None:
             assert t0 is not None
             dt = time.monotonic() - t0
             print(f"produced {r['mb_per_s']:.0f} MB/s without a slave; catch-up "
-                  f"{(end - a0) / 1e6:.0f} MB in {dt:.2f} s = {(end - a0) / 1e6 / dt:.0f} MB/s")
+                  f"{(end - a0) / 1e6:.0f} MB in {dt:.2f} s = {(end - a0) / 1e6 / dt:.0f} MB/s; "
+                  f"CPU seconds: slave {cpu_seconds(s.proc.pid):.2f} (from its start), "
+                  f"master {cpu_seconds(m.proc.pid) - m_cpu0:.2f}")
         finally:
             c.close()
 
