@@ -296,3 +296,26 @@ async def test_restore_from_the_slave_survives_kill_9_of_the_master_midway(
     got = await read_all(master.addr, topic, queues)
     missing, doubled = once_each(got, items)
     assert not missing and not doubled, (missing[:3], doubled[:3])
+
+
+async def test_a_returning_master_takes_its_slaves_newer_offsets_before_writes(
+        cluster: Cluster) -> None:
+    """Offsets committed to the slave while the master was down are on the
+    master when it starts taking writes: taken at the slave's hello, not left
+    to a metadata round (slaveSyncInterval is a minute here)."""
+    topic = "OffsetsBack"
+    ns = cluster.namesrv()
+    master, slave = pair(cluster, ns.addr, "ASYNC_MASTER", slaveSyncInterval=60_000)
+    await create_topic(ns.addr, master, topic, 2)
+    async with RemotingClient() as rc:
+        await wait_for(lambda: topic_readable(rc, slave.addr, topic), 90, "topic on the slave")
+    await commit_offset(master.addr, topic, 0, 10)
+    master.stop()
+    await commit_offset(slave.addr, topic, 0, 500)  # consumers went on on the slave
+    await commit_offset(slave.addr, topic, 1, 300)
+    master.start(timeout=30)  # started: its slave heard, writes taken
+    async with MQAdmin(ns.addr) as admin:
+        assert (await ha(admin, master))["writable"] is True
+    assert await consumer_offset(master.addr, topic, 0) == 500
+    assert await consumer_offset(master.addr, topic, 1) == 300
+    assert "consumer offsets taken from the slave" in master.log_text()
