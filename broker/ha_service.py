@@ -282,7 +282,7 @@ class HAService:
         self.opened = False
         self.store.write_fence = f"writes refused: {reason}"
 
-    def _heard_slave(self, broker_id: int, view: LogView, verdict: str) -> None:
+    def _heard_slave(self, broker_id: int, verdict: str) -> None:
         self.heard[broker_id] = verdict
         ev, self._heard_event = self._heard_event, trio.Event()
         ev.set()
@@ -398,7 +398,7 @@ class HAService:
             except Exception as exc:
                 self.log.warning("taking the slave's consumer offsets failed", slave=addr,
                                  error=describe(first_leaf(exc)))
-        self._heard_slave(broker_id, view, j.verdict.value)
+        self._heard_slave(broker_id, j.verdict.value)
         if j.verdict is Verdict.MASTER_BEHIND:
             first = broker_id not in self.behind
             self._fence_behind(broker_id, j.reason)
@@ -440,12 +440,7 @@ class HAService:
         target = view.max_offset
         self.log.warning("restoring this master's log from its slave", slave=peer,
                          from_offset=self.store.get_max_phy_offset(), to_offset=target)
-        epochs = list(view.epochs)
-        client = HAClient(self.store, self.heartbeat, self.housekeeping,
-                          self.config.maped_file_size_commit_log,
-                          before_append=lambda end: self.store.epochs.follow(
-                              epochs, end, self.store.get_min_phy_offset()))
-        client.connected(trio.current_time())
+        client = self._replica_client(list(view.epochs))
         try:
             with trio.fail_after(3):
                 await stream.send_all(encode_answer(self._answer(
@@ -652,11 +647,7 @@ class HAService:
                 raise LogRefused(self.link_reason, "diverged")
             self.link, self.link_reason = "accepted", ""
             self.master_accepted = True
-            client = self.client = HAClient(
-                store, self.heartbeat, self.housekeeping, self.config.maped_file_size_commit_log,
-                before_append=lambda end: store.epochs.follow(
-                    master_epochs, end, store.get_min_phy_offset()))
-            client.connected(trio.current_time())
+            client = self.client = self._replica_client(master_epochs)
             self._appended = trio.Event()
             self.log.info("connected to master", master=addr, offset=store.get_max_phy_offset(),
                           master_offset=answer.max_offset, master_store=answer.store_id)
@@ -667,6 +658,18 @@ class HAService:
                     nursery.start_soon(self._report_loop, client, stream)
             finally:
                 self.client = None
+
+    def _replica_client(self, epochs: list[Epoch]) -> HAClient:
+        """An HAClient appending another store's log here (a slave's master's,
+        or, restoring a master, its slave's): this store's epoch history takes
+        ``epochs`` before the bytes they describe are written."""
+        store = self.store
+        client = HAClient(store, self.heartbeat, self.housekeeping,
+                          self.config.maped_file_size_commit_log,
+                          before_append=lambda end: store.epochs.follow(
+                              epochs, end, store.get_min_phy_offset()))
+        client.connected(trio.current_time())
+        return client
 
     async def _receive_answer(self, stream: trio.abc.Stream) -> tuple[Answer, bytes]:
         decoder = AnswerDecoder()

@@ -38,7 +38,7 @@ from protocol.headers import (
     UnRegisterBrokerRequestHeader,
 )
 from protocol.names import shown
-from protocol.route import PERM_RW, DataVersion, TopicConfig
+from protocol.route import PERM_RW, BrokerData, DataVersion, TopicConfig
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
 from protocol.trio.service import Guard, describe
@@ -321,16 +321,9 @@ class BrokerOuterAPI:
         body = unpack_body(resp.body)
         table = body.get("brokerAddrTable") if isinstance(body, dict) else None
         entry = table.get(broker_name) if isinstance(table, dict) else None
-        addrs = entry.get("brokerAddrs") if isinstance(entry, dict) else None
-        if not isinstance(addrs, dict):
+        if entry is None:
             return set()
-        ids: set[int] = set()
-        for key in addrs:
-            try:
-                ids.add(int(key))
-            except (TypeError, ValueError):
-                continue
-        return ids
+        return set(BrokerData.from_dict(entry).broker_addrs)
 
     async def unregister_broker_all(self) -> None:
         header = UnRegisterBrokerRequestHeader(

@@ -40,7 +40,8 @@ import tempfile
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -461,6 +462,25 @@ def store_command(records: int, transfer: int) -> None:
         slave.shutdown()
 
 
+@contextmanager
+def ha_pair(role: str, master: dict[str, Any] | None = None,
+            slave: dict[str, Any] | None = None) -> Iterator[tuple[Daemon, Daemon, Daemon]]:
+    """A name server, a master of ``role`` and its slave (PROPS, plus the
+    extra keys of each) in a temporary directory, the slave replicating:
+    (name server, master, slave); all stopped after."""
+    with tempfile.TemporaryDirectory() as d:
+        c = Cluster(Path(d))
+        try:
+            ns = c.namesrv()
+            m = c.broker("broker-a", ns.addr, brokerRole=role, **{**PROPS, **(master or {})})
+            s = c.broker("broker-a-s", ns.addr, brokerName="broker-a", brokerId=1,
+                         brokerRole="SLAVE", **{**PROPS, **(slave or {})})
+            wait_slave(ns.addr, m.addr)
+            yield ns, m, s
+        finally:
+            c.close()
+
+
 @main.command("frozen")
 @click.option("--sends", type=int, default=10, show_default=True)
 @click.option("--silent-ms", type=int, default=1000, show_default=True,
@@ -468,20 +488,10 @@ def store_command(records: int, transfer: int) -> None:
 def frozen_command(sends: int, silent_ms: int) -> None:
     """SYNC_MASTER with its slave frozen (SIGSTOP): how long each of SENDS
     sequential sends waits, and what it is answered."""
-    with tempfile.TemporaryDirectory() as d:
-        c = Cluster(Path(d))
-        try:
-            ns = c.namesrv()
-            m = c.broker("broker-a", ns.addr, brokerRole="SYNC_MASTER",
-                         haSlaveSilentMs=silent_ms, **PROPS)
-            s = c.broker("broker-a-s", ns.addr, brokerName="broker-a", brokerId=1,
-                         brokerRole="SLAVE", **PROPS)
-            wait_slave(ns.addr, m.addr)
-            out = trio.run(_frozen_sends, ns.addr, s, sends)
-            print(f"SYNC_MASTER, slave frozen, haSlaveSilentMs={silent_ms}: " + ", ".join(
-                f"{status} {took * 1000:.0f} ms" for status, took in out))
-        finally:
-            c.close()
+    with ha_pair("SYNC_MASTER", {"haSlaveSilentMs": silent_ms}) as (ns, _m, s):
+        out = trio.run(_frozen_sends, ns.addr, s, sends)
+        print(f"SYNC_MASTER, slave frozen, haSlaveSilentMs={silent_ms}: " + ", ".join(
+            f"{status} {took * 1000:.0f} ms" for status, took in out))
 
 
 async def _frozen_sends(ns: str, slave: Daemon, sends: int) -> list[tuple[str, float]]:
@@ -514,19 +524,10 @@ def redeliver_command(messages: int) -> None:
     a push consumer group consumes them all from the slave (committing there)
     and stops, the master starts again (same store), the group starts again:
     how many messages it receives a second time."""
-    with tempfile.TemporaryDirectory() as d:
-        c = Cluster(Path(d))
-        try:
-            ns = c.namesrv()
-            m = c.broker("broker-a", ns.addr, brokerRole="ASYNC_MASTER", **PROPS)
-            s = c.broker("broker-a-s", ns.addr, brokerName="broker-a", brokerId=1,
-                         brokerRole="SLAVE", slaveSyncInterval=1000, **PROPS)
-            wait_slave(ns.addr, m.addr)
-            first, again = trio.run(_redeliver, ns.addr, m, s, messages)
-            print(f"{messages} messages: {first} consumed from the slave while the master "
-                  f"was down; after the master returned the group received {again} again")
-        finally:
-            c.close()
+    with ha_pair("ASYNC_MASTER", slave={"slaveSyncInterval": 1000}) as (ns, m, s):
+        first, again = trio.run(_redeliver, ns.addr, m, s, messages)
+        print(f"{messages} messages: {first} consumed from the slave while the master "
+              f"was down; after the master returned the group received {again} again")
 
 
 async def _redeliver(ns: str, master: Daemon, slave: Daemon, messages: int
@@ -591,40 +592,31 @@ def catch_up_command(messages: int) -> None:
     in batches of 32, everything synced to disk, the slave started; MB/s from
     its first report to the master's end (the main run measures it after the
     lag phases, with the page cache full of their files)."""
-    with tempfile.TemporaryDirectory() as d:
-        c = Cluster(Path(d))
-        try:
-            ns = c.namesrv()
-            m = c.broker("broker-a", ns.addr, brokerRole="ASYNC_MASTER", **PROPS)
-            s = c.broker("broker-a-s", ns.addr, brokerName="broker-a", brokerId=1,
-                         brokerRole="SLAVE", **PROPS)
-            wait_slave(ns.addr, m.addr)
-            s.stop()
-            r = bench(ns.addr, "T", "-s", str(SIZE), "-b", str(BATCH), "-c", str(messages))
-            end = _status(ns.addr, m.addr)["commitLogMaxOffset"]
-            os.sync()
-            assert m.proc is not None
-            m_cpu0 = cpu_seconds(m.proc.pid)
-            s.start()
-            assert s.proc is not None
-            t0: float | None = None
-            a0 = 0
-            deadline = time.monotonic() + 600
-            while time.monotonic() < deadline:
-                slaves = _status(ns.addr, m.addr)["ha"]["slaves"]
-                if slaves and t0 is None:
-                    t0, a0 = time.monotonic(), slaves[0]["ackedOffset"]
-                if slaves and slaves[0]["ackedOffset"] >= end:
-                    break
-                time.sleep(0.05)
-            assert t0 is not None
-            dt = time.monotonic() - t0
-            print(f"produced {r['mb_per_s']:.0f} MB/s without a slave; catch-up "
-                  f"{(end - a0) / 1e6:.0f} MB in {dt:.2f} s = {(end - a0) / 1e6 / dt:.0f} MB/s; "
-                  f"CPU seconds: slave {cpu_seconds(s.proc.pid):.2f} (from its start), "
-                  f"master {cpu_seconds(m.proc.pid) - m_cpu0:.2f}")
-        finally:
-            c.close()
+    with ha_pair("ASYNC_MASTER") as (ns, m, s):
+        s.stop()
+        r = bench(ns.addr, "T", "-s", str(SIZE), "-b", str(BATCH), "-c", str(messages))
+        end = _status(ns.addr, m.addr)["commitLogMaxOffset"]
+        os.sync()
+        assert m.proc is not None
+        m_cpu0 = cpu_seconds(m.proc.pid)
+        s.start()
+        assert s.proc is not None
+        t0: float | None = None
+        a0 = 0
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            slaves = _status(ns.addr, m.addr)["ha"]["slaves"]
+            if slaves and t0 is None:
+                t0, a0 = time.monotonic(), slaves[0]["ackedOffset"]
+            if slaves and slaves[0]["ackedOffset"] >= end:
+                break
+            time.sleep(0.05)
+        assert t0 is not None
+        dt = time.monotonic() - t0
+        print(f"produced {r['mb_per_s']:.0f} MB/s without a slave; catch-up "
+              f"{(end - a0) / 1e6:.0f} MB in {dt:.2f} s = {(end - a0) / 1e6 / dt:.0f} MB/s; "
+              f"CPU seconds: slave {cpu_seconds(s.proc.pid):.2f} (from its start), "
+              f"master {cpu_seconds(m.proc.pid) - m_cpu0:.2f}")
 
 
 @main.command("pace")

@@ -46,7 +46,10 @@ _CACHE_MAX = 4096  # tags codes kept between calls
 @cython.wraparound(False)
 def _get(d: cython.const[cython.uchar][::1],  # type: ignore[valid-type]
          at: cython.Py_ssize_t, width: cython.int) -> cython.longlong:
-    """The signed big-endian integer of ``width`` bytes at ``at`` (in bounds)."""
+    """The signed big-endian integer of ``width`` bytes at ``at`` (in bounds).
+    batch_records_kernel has the same helper: each kernel is compiled on its
+    own (deploy/speedups.py), and an inline C function is not shared between
+    modules without a .pxd."""
     value: cython.longlong = 0
     i: cython.int
     for i in range(width):

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from protocol.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
 
 
 class FakeConn:
@@ -33,3 +37,17 @@ class FakeConn:
         while len(self.sent) < n:
             self._grew = trio.Event()
             await self._grew.wait()
+
+
+def call(c: BrokerController, code: int, fields: dict[str, Any] | None = None,
+         body: bytes | None = None) -> RemotingCommand:
+    """A controller's handler's answer to one request, whether returned or sent
+    once its waiters are done."""
+    handler, _ = c._handler_table().lookup(code)
+    assert handler is not None
+    conn = FakeConn()
+    response = handler(conn, RemotingCommand.request(code, fields, body))  # type: ignore[arg-type]
+    if response is None:
+        assert len(conn.sent) == 1
+        response = conn.sent[0]
+    return response

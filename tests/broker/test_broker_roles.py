@@ -32,12 +32,10 @@ from protocol.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from protocol.route import TopicConfig
-from tests.broker.fakes import FakeConn
+from tests.broker.fakes import FakeConn, call
 from tests.broker.store.helpers import inner
 
 SLAVE_REMARK = "the broker[broker-a] is a slave, sending message is forbidden"
-
-
 
 
 def config(root: Path, role: BrokerRole = BrokerRole.SLAVE, broker_id: int = 1) -> BrokerConfig:
@@ -60,19 +58,6 @@ def slave(tmp_path: Path) -> Iterator[BrokerController]:
         yield c
     finally:
         c._persist_and_close()
-
-
-def call(c: BrokerController, code: int, fields: dict[str, Any], body: bytes | None = None
-         ) -> RemotingCommand:
-    """The handler's answer, whether returned or sent once its waiters are done."""
-    handler, _ = c._handler_table().lookup(code)
-    assert handler is not None
-    conn = FakeConn()
-    response = handler(conn, RemotingCommand.request(code, fields, body))  # type: ignore[arg-type]
-    if response is None:
-        assert len(conn.sent) == 1
-        response = conn.sent[0]
-    return response
 
 
 def test_slave_refuses_sends(slave: BrokerController) -> None:

@@ -9,22 +9,30 @@ import trio
 import trio.testing
 
 from broker.ha_service import HAService
+from broker.store import DefaultMessageStore
 from broker.store.ha.ha_connection import HAConnection
 from broker.store.status import PutMessageStatus
 from tests.broker.store.helpers import inner, make_config, open_store
 
 
-async def test_waiting_sends_end_slave_not_available_once_the_slave_is_silent(
-        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
-    config = make_config(tmp_path)
-    config.sync_flush_timeout = 5000
-    config.ha_slave_silent_ms = 1000
+def connected(tmp_path: Path, batch: int, cl_size: int, sync_flush_timeout: int
+              ) -> tuple[DefaultMessageStore, HAService, HAConnection]:
+    """A master's store and HA service with one slave connected at offset 0
+    (haSlaveSilentMs 1000, the default)."""
+    config = make_config(tmp_path, cl_size=cl_size)
+    config.sync_flush_timeout = sync_flush_timeout
     store = open_store(config)
     ha = HAService(config, store)
-    conn = HAConnection(store, 512)
+    conn = HAConnection(store, batch)
     conn.connected(trio.current_time())
     conn.on_report(0, trio.current_time())
     ha.connections.add(conn)
+    return store, ha, conn
+
+
+async def test_waiting_sends_end_slave_not_available_once_the_slave_is_silent(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    store, ha, conn = connected(tmp_path, 512, 4096, 5000)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ha.sends.run_expiry)
         nursery.start_soon(ha.run_silence_check)
@@ -56,14 +64,7 @@ async def test_a_slave_that_keeps_acknowledging_is_never_silent(
         tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
     """Progress every 0.8 s (under haSlaveSilentMs) for 10 s: the send waiting
     for the far end is never ended SLAVE_NOT_AVAILABLE (it times out instead)."""
-    config = make_config(tmp_path, cl_size=1 << 20)
-    config.sync_flush_timeout = 10_000
-    store = open_store(config)
-    ha = HAService(config, store)
-    conn = HAConnection(store, 64)
-    conn.connected(trio.current_time())
-    conn.on_report(0, trio.current_time())
-    ha.connections.add(conn)
+    store, ha, conn = connected(tmp_path, 64, 1 << 20, 10_000)
     for i in range(30):
         store.put_message(inner("T", 0, b"y" * 50 + bytes([i])))
     async with trio.open_nursery() as nursery:

@@ -37,7 +37,7 @@ from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
 from protocol.headers import UpdateConsumerOffsetRequestHeader
 from protocol.route import DataVersion, TopicConfig
-from tests.broker.fakes import FakeConn
+from tests.broker.fakes import call
 
 
 def test_tables_round_trip() -> None:
@@ -309,18 +309,6 @@ def controller(root: Path, role: BrokerRole) -> BrokerController:
         max_hash_slot_num=64, max_index_num=256))
     c._load()
     return c
-
-
-def call(c: BrokerController, code: int, fields: dict[str, Any] | None = None,
-         body: bytes | None = None) -> RemotingCommand:
-    handler, _ = c._handler_table().lookup(code)
-    assert handler is not None
-    conn = FakeConn()
-    response = handler(conn, RemotingCommand.request(code, fields, body))  # type: ignore[arg-type]
-    if response is None:
-        assert len(conn.sent) == 1
-        response = conn.sent[0]
-    return response
 
 
 class InProcessClient:

@@ -384,8 +384,8 @@ def hello_broker_id(hello: Hello) -> int:
 #     | magic "RMQA"| version (1) | length (4, BE, u32) | JSON object (length bytes) |
 #     +-------------+-------------+---------------------+----------------------------+
 #
-# {"verdict": "accept" | "recover" | "diverged" | "master-behind" | "too-old" |
-#  "refused", "reason": str, "storeId": str, "epochs": [...], "minOffset": int,
+# {"verdict": "accept" | "recover" | "diverged" | "master-behind" | "too-old",
+#  "reason": str, "storeId": str, "epochs": [...], "minOffset": int,
 #  "maxOffset": int}. "accept": transfers follow. "recover": the master is behind
 # this slave and restores itself from it: the slave sends (transfers) and the
 # master reports, over this connection. Anything else: the master closes.
@@ -395,8 +395,7 @@ ANSWER_VERSION = 1
 ANSWER_HEADER = struct.Struct(">4sBI")
 ANSWER_MAX_SIZE = 64 * 1024
 RECOVER = "recover"
-REFUSED = "refused"  # not about the log (a hello refused for its account, say)
-_VERDICTS = {v.value for v in Verdict} | {RECOVER, REFUSED}
+_VERDICTS = {v.value for v in Verdict} | {RECOVER}
 
 
 @dataclass(frozen=True)
