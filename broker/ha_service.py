@@ -738,7 +738,7 @@ class HAService:
                 if not data:
                     raise ConnectionError("the master closed the HA connection")
                 now = trio.current_time()
-                for offset, body in decoder.feed(data):
+                for offset, body in decoder.feed_joined(data):
                     client.on_transfer(offset, body, now)
                 self._appended.set()  # the report loop tells the master at once
                 if until is not None and self.store.get_max_phy_offset() >= until:

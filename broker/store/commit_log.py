@@ -531,7 +531,7 @@ class CommitLog:
 
     # ---- replica append (a slave writes its master's bytes) ----------------------
 
-    def append_data(self, start_offset: int, data: bytes) -> int:
+    def append_data(self, start_offset: int, data: bytes | bytearray | memoryview) -> int:
         """Write a master's commit-log bytes, unchanged, at ``start_offset``:
         this log's end, or the start of a file when the log holds no bytes
         (a new slave of a master whose older files are gone). Returns the new

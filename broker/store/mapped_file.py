@@ -83,7 +83,7 @@ class MappedFile:
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
-    def append(self, data: bytes | bytearray) -> int:
+    def append(self, data: bytes | bytearray | memoryview) -> int:
         """Write at the end; returns the file position written at."""
         pos = self.wrote_position
         end = pos + len(data)

@@ -1012,7 +1012,7 @@ class DefaultMessageStore:
         when no file holds ``offset`` any more (cleaned)."""
         return self.commit_log.get_raw(offset, max_bytes)
 
-    def append_replica(self, start_offset: int, data: bytes) -> PutMessageResult:
+    def append_replica(self, start_offset: int, data: bytes | bytearray | memoryview) -> PutMessageResult:
         """A slave's append of its master's commit-log bytes at ``start_offset``
         (its own end), then the reput cursor: consume queues and the index are
         built, and long polls woken, by the one dispatch path puts and

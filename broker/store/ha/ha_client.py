@@ -53,7 +53,8 @@ class ReplicaAppendError(HAProtocolError):
 class SlaveStore(Protocol):
     def get_max_phy_offset(self) -> int: ...
     def get_min_phy_offset(self) -> int: ...
-    def append_replica(self, start_offset: int, data: bytes) -> PutMessageResult: ...
+    def append_replica(self, start_offset: int,
+                       data: bytes | bytearray | memoryview) -> PutMessageResult: ...
 
 
 class HAClient:
@@ -77,7 +78,8 @@ class HAClient:
         self.master_offset = 0  # how far the master has sent (its nextTransferFromWhere)
         self.last_result: PutMessageResult | None = None  # of the latest append
 
-    def on_transfer(self, offset: int, data: bytes, now: float | None = None) -> None:
+    def on_transfer(self, offset: int, data: bytes | bytearray | memoryview,
+                    now: float | None = None) -> None:
         """Apply one transfer from the master. A heartbeat (``data`` empty)
         appends nothing; its offset may be past our end only while our log is
         empty. Raises TransferOffsetError (nothing appended) when the frame
@@ -99,7 +101,7 @@ class HAClient:
         if not data:
             return
         if self.max_record_size is not None:
-            buf: bytes | bytearray = data
+            buf: bytes | bytearray | memoryview = data
             if self.held:  # the cut record goes first
                 self.held += data
                 buf, offset = self.held, self.held_at
@@ -108,8 +110,9 @@ class HAClient:
                 if buf is data:
                     self.held, self.held_at = bytearray(data), offset
                 return
-            rest = bytearray(buf[whole:])
-            data = buf if isinstance(buf, bytes) and not rest else bytes(buf[:whole])
+            # the whole records go on as a view (no copy); the rest is held
+            rest = bytearray(memoryview(buf)[whole:])
+            data = buf if whole == len(buf) else memoryview(buf)[:whole]
             self.held, self.held_at = rest, offset + whole
         if self.before_append is not None:
             self.before_append(offset + len(data))
@@ -153,7 +156,7 @@ class HAClient:
         return self.last_heard is not None and now - self.last_heard >= self.housekeeping_interval
 
 
-def whole_records(data: bytes | bytearray, max_record_size: int) -> int:
+def whole_records(data: bytes | bytearray | memoryview, max_record_size: int) -> int:
     """How many bytes at the start of ``data`` (which starts at a record) are
     whole records. A size no record can have (below a BLANK's header, over
     ``max_record_size``) counts everything as whole: the store refuses it."""

@@ -103,11 +103,23 @@ class TransferDecoder(_Decoder):
         self.max_size = max_size
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[tuple[int, bytes]]:
+        """Every complete frame now held, in order, as (offset, data)."""
+        return self._frames(data, join=False)
+
+    def feed_joined(self, data: bytes | bytearray | memoryview) -> list[tuple[int, bytes]]:
+        """``feed``, with frames that continue one another (each starting
+        where the one before it ends) joined into one: the same bytes at the
+        same offsets in fewer, larger pieces (a slave appends a receive's
+        worth at once). Heartbeats stay apart."""
+        return self._frames(data, join=True)
+
+    def _frames(self, data: bytes | bytearray | memoryview,
+                join: bool) -> list[tuple[int, bytes]]:
         self._start(data)
         buf = self._buf
         pos = self._pos
         end = len(buf)
-        out: list[tuple[int, bytes]] = []
+        spans: list[tuple[int, int, int]] = []  # (offset, start, stop) in buf
         head = TRANSFER_HEADER.size
         while end - pos >= head:
             offset, size = TRANSFER_HEADER.unpack_from(buf, pos)
@@ -120,8 +132,24 @@ class TransferDecoder(_Decoder):
             stop = pos + head + size
             if stop > end:
                 break
-            out.append((offset, bytes(buf[pos + head : stop])))
+            spans.append((offset, pos + head, stop))
             pos = stop
+        out: list[tuple[int, bytes]] = []
+        with memoryview(buf) as view:  # one copy of each byte, out of the buffer
+            i, n = 0, len(spans)
+            while i < n:
+                offset, start, stop = spans[i]
+                j = i + 1
+                if join and stop > start:
+                    reach = offset + stop - start
+                    while j < n and spans[j][0] == reach and spans[j][2] > spans[j][1]:
+                        reach += spans[j][2] - spans[j][1]
+                        j += 1
+                if j == i + 1:
+                    out.append((offset, bytes(view[start:stop])))
+                else:
+                    out.append((offset, b"".join([view[a:b] for _, a, b in spans[i:j]])))
+                i = j
         self._compact(pos)
         return out
 

@@ -64,7 +64,7 @@ class Link:
         if transfer is not None:
             self.to_slave += encode_transfer(*transfer)
             moved = moved or bool(transfer[1])
-        for off, data in self.transfers.feed(self._deliver(self.to_slave)):
+        for off, data in self.transfers.feed_joined(self._deliver(self.to_slave)):
             self.client.on_transfer(off, data, self.now)
             self.frames += 1
         return moved or bool(self.to_master) or bool(self.to_slave) or report is not None

@@ -80,6 +80,43 @@ def test_reports_any_split(offsets: list[int], cuts: list[int]) -> None:
     assert out == offsets and dec.buffered == 0
 
 
+def test_joined_frames_continue_one_another() -> None:
+    frames = [(100, b"ab"), (102, b"cde"), (105, b""), (105, b"f"), (106, b"g"), (200, b"h"),
+              (201, b"i")]
+    dec = TransferDecoder()
+    stream = b"".join(encode_transfer(o, d) for o, d in frames)
+    # a heartbeat stays apart and ends a run; a gap starts a new one
+    assert dec.feed_joined(stream) == [(100, b"abcde"), (105, b""), (105, b"fg"), (200, b"hi")]
+    assert dec.buffered == 0
+
+
+def _rejoined(pieces: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """Frames with data joined where each starts at the end of the one before."""
+    out: list[tuple[int, bytes]] = []
+    for offset, data in pieces:
+        if out and data and out[-1][1] and out[-1][0] + len(out[-1][1]) == offset:
+            out[-1] = (out[-1][0], out[-1][1] + data)
+        else:
+            out.append((offset, data))
+    return out
+
+
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 5]), st.binary(max_size=40)), max_size=12),
+       cuts_st)
+def test_joined_frames_hold_the_same_bytes_at_the_same_offsets(
+        steps: list[tuple[int, bytes]], cuts: list[int]) -> None:
+    frames, offset = [], 0
+    for gap, data in steps:  # mostly contiguous, some gaps
+        offset += gap if gap != 1 else 0
+        frames.append((offset, data))
+        offset += len(data)
+    stream = b"".join(encode_transfer(o, d) for o, d in frames)
+    dec = TransferDecoder(max_size=300)
+    got = [f for part in split(stream, cuts) for f in dec.feed_joined(part)]
+    assert all(isinstance(d, bytes) for _, d in got)
+    assert _rejoined(got) == _rejoined(frames) and dec.buffered == 0
+
+
 def test_a_partial_frame_waits_for_the_rest() -> None:
     dec = TransferDecoder()
     frame = encode_transfer(100, b"0123456789")
