@@ -154,7 +154,19 @@ class Account:
             return perm, "groupPerms" if is_group_resource(resource) else "topicPerms"
         if is_group_resource(resource):
             return self.default_group_perm, "defaultGroupPerm"
+        if resource in OTHER_TOPICS_HOLDERS:
+            return Perm.DENY, "defaultTopicPerm does not cover system topics"
         return self.default_topic_perm, "defaultTopicPerm"
+
+
+# System topics holding other topics' messages (half, op, delayed, given-up
+# transactions): beyond RocketMQ, ``defaultTopicPerm`` does not reach them, so an
+# account reading "any topic" does not read every topic's transactions and delayed
+# messages through them; a topicPerms entry (or an admin account) does.
+OTHER_TOPICS_HOLDERS: frozenset[str] = frozenset({
+    names.RMQ_SYS_TRANS_HALF_TOPIC, names.RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    names.RMQ_SYS_SCHEDULE_TOPIC, names.TRANS_CHECK_MAX_TIME_TOPIC,
+})
 
 
 @dataclass(frozen=True)

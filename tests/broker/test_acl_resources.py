@@ -19,6 +19,7 @@ import pytest
 
 from broker.acl.plain import (
     ADMIN_CODES,
+    OTHER_TOPICS_HOLDERS,
     SIGNATURE_REFUSED,
     Need,
     group_resource,
@@ -335,3 +336,25 @@ def test_refusal_details_stay_in_the_decision() -> None:
     assert unknown.reason != bad.reason  # the metrics still tell them apart
     assert "No acl config for accessKey=nobody99" in unknown.detail
     assert f"Check signature failed for accessKey={VICTIM[0]}" in bad.detail
+
+
+@pytest.mark.parametrize("holder", sorted(OTHER_TOPICS_HOLDERS))
+def test_default_topic_perm_does_not_reach_other_topics_holders(holder: str) -> None:
+    """An account reading any topic by default does not read every producer's half,
+    delayed or given-up messages by pulling the system topic that holds them."""
+    config = parse_plain_acl(
+        "accounts:\n  - accessKey: reader01\n    secretKey: readersecret\n"
+        "    defaultTopicPerm: PUB|SUB\n    defaultGroupPerm: SUB\n"
+        "  - accessKey: tools001\n    secretKey: toolssecret\n"
+        f"    defaultTopicPerm: DENY\n    defaultGroupPerm: SUB\n    topicPerms: [{holder}=SUB]\n")
+
+    def pull(key: str) -> bool:
+        fields = {"AccessKey": key, "topic": holder, "consumerGroup": "G"}
+        return config.decide(RequestCode.PULL_MESSAGE, fields, None, "10.0.0.1",
+                             lambda secret: True).allowed
+
+    assert not pull("reader01")
+    assert pull("tools001")  # an explicit topicPerms entry grants it
+    assert config.decide(RequestCode.PULL_MESSAGE, {"AccessKey": "reader01", "topic": "Any",
+                                                    "consumerGroup": "G"},
+                         None, "10.0.0.1", lambda secret: True).allowed
