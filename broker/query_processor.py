@@ -57,8 +57,8 @@ class QueryMessageProcessor:
         if self.controller.acl_check.enabled:
             # the guard checked SUB on the header's topic; a system topic's message
             # (a half or delayed one) also needs SUB on its real topic: others are left out
-            records = [r for r in records if self.controller.acl_check.refusal(
-                conn, cmd, message_needs(h.topic, decode_record(r).properties)) is None]
+            records = [r for r in records if self.controller.acl_check.allows(
+                conn, cmd, message_needs(h.topic, decode_record(r).properties))]
         header = self._index_progress().to_fields()
         if not records:
             return cmd.response(ResponseCode.QUERY_NOT_FOUND,

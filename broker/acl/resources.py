@@ -114,8 +114,7 @@ BROKER_RULES: dict[int, Rule] = {
                 "may PUB on the half message's real topic",
         why="a producer group is no ACL resource"),
     C.UNREGISTER_CLIENT: _res(group("consumerGroup"),
-                              why="a producer group is no ACL resource; leaving one "
-                                  "removes only the caller's own client id"),
+                              why="a producer group is no ACL resource (as RocketMQ)"),
     C.GET_CONSUMER_LIST_BY_GROUP: _res(group("consumerGroup")),
     C.LOCK_BATCH_MQ: _res(handler="SUB on the body's `consumerGroup` and on the topic of "
                                   "each queue of `mqSet`"),
@@ -130,7 +129,7 @@ BROKER_RULES: dict[int, Rule] = {
     C.QUERY_TOPIC_CONSUME_BY_WHO: _res(topic("topic")),
     C.GET_PRODUCER_CONNECTION_LIST: _account("a producer group is no ACL resource; "
                                              "lists client ids and addresses"),
-    C.GET_BROKER_CONFIG: _account("the broker's settings (secrets masked elsewhere)"),
+    C.GET_BROKER_CONFIG: _account("the broker's settings; names no resource"),
     C.UPDATE_BROKER_CONFIG: _admin(),
     C.UPDATE_AND_CREATE_ACL_CONFIG: _admin(),
     C.DELETE_ACL_CONFIG: _admin(),

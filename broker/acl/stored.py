@@ -58,13 +58,14 @@ class ResourceCheck:
     def enabled(self) -> bool:
         return self.config is not None
 
-    def _decide(self, code: int, access_key: str | None, host: str,
+    def _decide(self, code: int, access_key: object, conn: Any,
                 needs: Iterable[Need]) -> Decision:
         assert self.config is not None
         config = self.config()
         if config is None:
             return Decision(False, NOT_LOADED, reason=NOT_LOADED_REASON)
-        return config.decide_stored(code, access_key, host, needs)
+        return config.decide_stored(code, access_key if isinstance(access_key, str) else None,
+                                    remote_host(getattr(conn, "remote_addr", "?")), needs)
 
     def refusal(self, conn: Any, cmd: RemotingCommand, needs: Iterable[Need],
                 remark: str | None = None) -> Decision | None:
@@ -75,19 +76,26 @@ class ResourceCheck:
         if self.config is None:
             return None
         key = (cmd.ext_fields or {}).get(ACCESS_KEY)
-        addr = getattr(conn, "remote_addr", "?")
-        decision = self._decide(cmd.code, key if isinstance(key, str) else None,
-                                remote_host(addr), needs)
+        decision = self._decide(cmd.code, key, conn, needs)
         if decision.allowed:
             return None
         if self.on_refusal is not None:
             self.on_refusal(cmd.code, decision.reason)
-        self.log.warning("request refused by ACL", code=cmd.code, access_key=key, remote=addr,
+        self.log.warning("request refused by ACL", code=cmd.code, access_key=key,
+                         remote=getattr(conn, "remote_addr", "?"),
                          reason=decision.reason, remark=decision.detail or decision.remark)
         if remark is not None:
             return Decision(False, remark, decision.access_key, decision.reason,
                             decision.detail or decision.remark)
         return decision
+
+    def allows(self, conn: Any, cmd: RemotingCommand, needs: Iterable[Need]) -> bool:
+        """Whether the request's caller holds ``needs`` (True with ACL off), neither
+        logged nor counted: for leaving out what a caller may not see (QUERY_MESSAGE)."""
+        if self.config is None:
+            return True
+        return self._decide(cmd.code, (cmd.ext_fields or {}).get(ACCESS_KEY), conn,
+                            needs).allowed
 
     def connection_may(self, conn: Any, code: int, needs: Iterable[Need]) -> bool:
         """Whether the account a connection's heart-beat was admitted with holds
@@ -96,6 +104,5 @@ class ResourceCheck:
             return True
         attrs = getattr(conn, "attrs", None)
         key = attrs.get(HEARTBEAT_ACCESS_KEY) if isinstance(attrs, dict) else None
-        host = remote_host(getattr(conn, "remote_addr", "?"))
-        return self._decide(code, key if isinstance(key, str) else None, host, needs).allowed
+        return self._decide(code, key, conn, needs).allowed
 

@@ -186,6 +186,8 @@ def test_view_message_by_id_needs_sub_on_the_messages_topic(broker: BrokerContro
     assert resp.code == ResponseCode.NO_PERMISSION
     assert V_TOPIC not in (resp.remark or "") and "SUB" in (resp.remark or "")
     assert b"secret" not in (resp.body or b"")
+    # counted as the guard's refusals are
+    assert broker.stats.acl_refusals == {(RequestCode.VIEW_MESSAGE_BY_ID, "permission"): 1}
     resp = request(broker, VICTIM, RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset})
     assert resp.code == ResponseCode.SUCCESS and b"secret" in (resp.body or b"")
 
