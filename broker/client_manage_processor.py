@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from broker.acl.plain import Need, Perm, group_resource
 from protocol.client_data import CLIENT_ID_MAX_LENGTH, HeartbeatData, LockBatchRequestBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -89,14 +90,31 @@ class ClientManageProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} online")
         return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"consumerIdList": ids}))
 
+    def _lock_refusal(self, conn: RemotingConnection, cmd: RemotingCommand,
+                      body: LockBatchRequestBody) -> RemotingCommand | None:
+        """ACL: SUB on the group the body names and on the topic of each queue
+        (the guard does not read bodies), so one group cannot lock or free
+        another's ordered queues."""
+        needs = [Need(group_resource(body.consumer_group), Perm.SUB)]
+        needs += [Need(t, Perm.SUB) for t in dict.fromkeys(t for t, _, _ in body.mq_set)]
+        refused = self.controller.acl_check.refusal(conn, cmd, needs)
+        return None if refused is None else cmd.response(ResponseCode.NO_PERMISSION,
+                                                         refused.remark)
+
     def lock_batch_mq(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         body = LockBatchRequestBody.from_wire(cmd.decode_body())
+        refused = self._lock_refusal(conn, cmd, body)
+        if refused is not None:
+            return refused
         held = self.controller.lock_manager.try_lock_batch(
             body.consumer_group, body.mq_set, body.client_id, trio.current_time())
         return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"lockOKMQSet": _mq_dicts(held)}))
 
     def unlock_batch_mq(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         body = LockBatchRequestBody.from_wire(cmd.decode_body())
+        refused = self._lock_refusal(conn, cmd, body)
+        if refused is not None:
+            return refused
         self.controller.lock_manager.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
         return cmd.response(ResponseCode.SUCCESS)
 

@@ -27,6 +27,8 @@ import trio
 
 from broker.acl.admin_processor import AclAdminProcessor
 from broker.acl.guard import AclFile, guard_table
+from broker.acl.plain import Need, Perm
+from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
 from broker.client_manage_processor import ClientManageProcessor
 from broker.client_manager import ClientGroups, RebalanceLockManager
@@ -58,8 +60,10 @@ from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
+from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
 from broker.transaction_service import CheckRequest, TransactionalMessageService
 from broker.waiting_sends import WaitingSends
+from protocol.acl import ACCESS_KEY
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import rewrite_properties
@@ -156,10 +160,15 @@ class BrokerController:
             self.acl_file = AclFile(self.acl_path())
         AclAdminProcessor(self.acl_file, config.broker_name, config.broker_cluster_name,
                           lambda: config.broker_addr).register(handlers)
+        # what handlers find beyond the header (a stored message's topic, a body's
+        # group) is checked by them through acl_check (broker/acl/stored.py)
+        self.acl_check = ResourceCheck()
         if self.acl_file is not None:
             acl_file = self.acl_file
             handlers = guard_table(handlers, lambda: acl_file.config,
                                    self.stats.record_acl_refusal)
+            self.acl_check = ResourceCheck(lambda: acl_file.config,
+                                           self.stats.record_acl_refusal)
         # spin after requests instead of sleeping (busyPollMicros; off by default)
         self.busy_poll = BusyPoll(config.busy_poll_micros)
         self.server = RemotingServer(
@@ -280,6 +289,9 @@ class BrokerController:
         if isinstance(attrs, dict):
             attrs["language"] = cmd.language or "PYTHON"  # msgpack: this project's clients
             attrs["version"] = cmd.version
+            if self.acl_check.enabled:  # whom transaction checks may go to (ask_producer)
+                key = (cmd.ext_fields or {}).get(ACCESS_KEY)
+                attrs[HEARTBEAT_ACCESS_KEY] = key if isinstance(key, str) else None
         return self.client_manage_processor.heart_beat(conn, cmd)
 
     def timed_flush_commit_log(self, prepare: bool = True) -> Any:
@@ -593,8 +605,14 @@ class BrokerController:
 
     def ask_producer(self, request: CheckRequest) -> bool:
         """Send CHECK_TRANSACTION_STATE to one live producer of the group;
-        False when none is connected."""
-        conns = [c for c in self.producer_manager.connections(request.group) if not c.closed]
+        False when none is connected. With ACL, only to a producer whose
+        heart-beat's account may PUB on the half message's topic: joining a
+        producer group takes no right, hearing its checks (the message's body)
+        and answering them does."""
+        needs = [Need(request.topic or RMQ_SYS_TRANS_HALF_TOPIC, Perm.PUB)]
+        conns = [c for c in self.producer_manager.connections(request.group) if not c.closed
+                 and self.acl_check.connection_may(c, RequestCode.CHECK_TRANSACTION_STATE,
+                                                   needs)]
         if not conns:
             return False
         cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE,

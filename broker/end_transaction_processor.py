@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.message_rewrite import EndState
+from broker.acl.plain import Need, Perm
+from broker.message_rewrite import REAL_TOPIC, EndState
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import EndTransactionRequestHeader
+from protocol.message import MessageExt
 from protocol.names import shown
 from protocol.record import (
     TRANSACTION_COMMIT_TYPE,
@@ -57,7 +59,19 @@ class EndTransactionProcessor:
                                 f"{TRANSACTION_COMMIT_TYPE} (commit) or "
                                 f"{TRANSACTION_ROLLBACK_TYPE} (rollback), "
                                 f"not {h.commit_or_rollback}")
-        code, remark = self.controller.transaction_service.end(h, state, conn.remote_addr)
+        may_end = None
+        if self.controller.acl_check.enabled:
+            def may_end(msg: MessageExt) -> str | None:
+                # ACL: PUB on the topic the half message is for (the header names
+                # only a producer group, which is no resource)
+                topic = msg.properties.get(REAL_TOPIC) or msg.topic
+                refused = self.controller.acl_check.refusal(
+                    conn, cmd, [Need(topic, Perm.PUB)],
+                    remark=f"No permission to end the transaction of the half message at "
+                           f"commit-log offset {h.commit_log_offset}: PUB on its topic needed")
+                return None if refused is None else refused.remark
+        code, remark = self.controller.transaction_service.end(h, state, conn.remote_addr,
+                                                               may_end)
         if code != ResponseCode.SUCCESS:
             self.guard.note("end transaction refused", key=("refused", code),
                             log_level="warning", group=shown(h.producer_group),

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from broker.acl.stored import message_needs
 from broker.config import BrokerRole
 from broker.message_rewrite import (
     DELAY,
@@ -49,7 +50,13 @@ from protocol.headers import (
     is_v2_send_header,
 )
 from protocol.message import string_to_properties
-from protocol.names import InvalidNameError, dlq_topic, retry_topic, shown
+from protocol.names import (
+    RETRY_GROUP_TOPIC_PREFIX,
+    InvalidNameError,
+    dlq_topic,
+    retry_topic,
+    shown,
+)
 from protocol.record import TRANSACTION_NOT_TYPE, transaction_type
 from protocol.route import PERM_RW, PERM_WRITE, TopicConfig, is_writeable
 from protocol.trio.connection import RemotingConnection
@@ -281,6 +288,16 @@ class SendMessageProcessor:
         if msg is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"look message by offset failed, {h.offset}")
+        # ACL: the guard checked SUB on the group; the message given back must be
+        # one the group consumes: of the group's own retry topic, or of a topic the
+        # account may SUB (else any message could be copied into the caller's retry topic)
+        if msg.topic != RETRY_GROUP_TOPIC_PREFIX + h.group:
+            denied = self.controller.acl_check.refusal(
+                conn, cmd, message_needs(msg.topic, msg.properties),
+                remark=f"No permission for the message at commit-log offset {h.offset}: "
+                       "SUB on its topic needed to give it back")
+            if denied is not None:
+                return cmd.response(ResponseCode.NO_PERMISSION, denied.remark)
         group_cfg = self.controller.subscription_group_manager.find(h.group)
         if group_cfg is None:
             return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,

@@ -39,6 +39,7 @@ from broker.config import BrokerConfig
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.message_rewrite import (
     PGROUP,
+    REAL_TOPIC,
     EndState,
     PutOutcome,
     RewriteError,
@@ -83,10 +84,14 @@ class CheckRequest:
     group: str
     header: CheckTransactionStateRequestHeader
     body: bytes
+    # the half message's real topic: with ACL, only producers that may PUB on it are asked
+    topic: str = ""
 
 
 # Asks one live producer of the group; False when none is connected.
 Ask = Callable[[CheckRequest], bool]
+# Whether the caller of END_TRANSACTION may end this half message: None, or why not.
+MayEnd = Callable[[MessageExt], str | None]
 
 
 @dataclass(slots=True)
@@ -167,8 +172,10 @@ class TransactionalMessageService:
     # ---- end --------------------------------------------------------------------------
 
     def end(self, h: EndTransactionRequestHeader, state: EndState,
-            born_host: str) -> tuple[int, str | None]:
-        """END_TRANSACTION with a commit or rollback: (response code, remark)."""
+            born_host: str, may_end: MayEnd | None = None) -> tuple[int, str | None]:
+        """END_TRANSACTION with a commit or rollback: (response code, remark).
+        ``may_end`` (ACL) refuses a half message the caller has no right to,
+        before anything else about it is told."""
         msg = self.store.look_message_by_offset(h.commit_log_offset)
         where = (f"half message at queue offset {h.tran_state_table_offset}, "
                  f"commit-log offset {h.commit_log_offset}")
@@ -178,6 +185,9 @@ class TransactionalMessageService:
             return ResponseCode.SYSTEM_ERROR, (
                 f"the half message at commit-log offset {h.commit_log_offset} has queue offset "
                 f"{msg.queue_offset}, not {h.tran_state_table_offset}")
+        refused = may_end(msg) if may_end is not None else None
+        if refused is not None:
+            return ResponseCode.NO_PERMISSION, refused
         group = msg.properties.get(PGROUP)
         if group != h.producer_group:
             return ResponseCode.SYSTEM_ERROR, (
@@ -320,7 +330,8 @@ class TransactionalMessageService:
             offset_msg_id=encode_msg_id(pack_host(copy.store_host), copy.commit_log_offset),
         )
         return CheckRequest(str(copy.properties.get(PGROUP)), header,
-                            check_request_record(copy, copy.store_host))
+                            check_request_record(copy, copy.store_host),
+                            copy.properties.get(REAL_TOPIC) or copy.topic)
 
     def _discard(self, i: int, msg: MessageExt, origin: int, times: int, report: PassReport,
                  reason: str | None = None) -> bool | None:

@@ -69,7 +69,7 @@ def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision,
     logger.warning("request refused by ACL", code=cmd.code,
                    access_key=(cmd.ext_fields or {}).get(ACCESS_KEY),
                    remote=getattr(conn, "remote_addr", "?"), reason=decision.reason,
-                   remark=decision.remark)
+                   remark=decision.remark, detail=decision.detail or None)
     if cmd.is_oneway:
         return None
     return cmd.response(ResponseCode.NO_PERMISSION, decision.remark)

@@ -154,7 +154,19 @@ class Account:
             return perm, "groupPerms" if is_group_resource(resource) else "topicPerms"
         if is_group_resource(resource):
             return self.default_group_perm, "defaultGroupPerm"
+        if resource in OTHER_TOPICS_HOLDERS:
+            return Perm.DENY, "defaultTopicPerm does not cover system topics"
         return self.default_topic_perm, "defaultTopicPerm"
+
+
+# System topics holding other topics' messages (half, op, delayed, given-up
+# transactions): beyond RocketMQ, ``defaultTopicPerm`` does not reach them, so an
+# account reading "any topic" does not read every topic's transactions and delayed
+# messages through them; a topicPerms entry (or an admin account) does.
+OTHER_TOPICS_HOLDERS: frozenset[str] = frozenset({
+    names.RMQ_SYS_TRANS_HALF_TOPIC, names.RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    names.RMQ_SYS_SCHEDULE_TOPIC, names.TRANS_CHECK_MAX_TIME_TOPIC,
+})
 
 
 @dataclass(frozen=True)
@@ -164,6 +176,8 @@ class Decision:
     access_key: str | None = None
     # why a request was refused, for the metrics: one of REFUSAL_REASONS
     reason: str = ""
+    # the precise reason, for the broker's log only (never sent: see SIGNATURE_REFUSED)
+    detail: str = ""
 
     @property
     def response_code(self) -> int:
@@ -181,9 +195,14 @@ REFUSAL_REASONS = (NO_ACCESS_KEY, UNKNOWN_ACCOUNT, BAD_SIGNATURE, NOT_ADMIN, NO_
                    NOT_LOADED)
 
 
-def _refused(remark: str, access_key: str | None = None, reason: str = NO_PERMISSION
-             ) -> Decision:
-    return Decision(False, remark, access_key, reason)
+# The remark of a refusal for an unknown access key and for a wrong signature alike.
+SIGNATURE_REFUSED = ("Check signature failed: the access key is unknown or the signature "
+                     "is wrong")
+
+
+def _refused(remark: str, access_key: str | None = None, reason: str = NO_PERMISSION,
+             detail: str = "") -> Decision:
+    return Decision(False, remark, access_key, reason, detail)
 
 
 @dataclass(frozen=True)
@@ -244,10 +263,27 @@ def required_resources(code: int, fields: Mapping[str, object],
                 add(sub.topic, Perm.SUB)
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
         add_group(_field(fields, "consumerGroup"))
-    elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
+    elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET,
+                  RequestCode.GET_CONSUME_STATS):
         add_group(_field(fields, "consumerGroup"))
         add(_field(fields, "topic"), Perm.SUB)
+    elif code == RequestCode.GET_CONSUMER_CONNECTION_LIST:
+        add_group(_field(fields, "consumerGroup"))
+    elif code in TOPIC_READ_CODES:
+        # beyond RocketMQ: what a queue holds (offsets, counts, who consumes it) is
+        # read with the topic's SUB, as its messages are
+        add(_field(fields, "topic"), Perm.SUB)
     return [Need(r, p) for r, p in needs.items()]
+
+
+# Requests about one topic's queues (header field ``topic``): SUB on the topic.
+TOPIC_READ_CODES: frozenset[int] = frozenset({
+    RequestCode.GET_MAX_OFFSET,
+    RequestCode.GET_MIN_OFFSET,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+    RequestCode.GET_TOPIC_STATS_INFO,
+    RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+})
 
 
 @dataclass(frozen=True)
@@ -271,19 +307,46 @@ class AclConfig:
         if not access_key:
             return _refused("No accessKey is configured", reason=NO_ACCESS_KEY)
         account = self.accounts.get(access_key)
+        # an unknown key and a wrong signature get one remark: the answer must not
+        # tell which access keys exist (the log has the precise reason, ``detail``)
         if account is None:
-            return _refused(f"No acl config for accessKey={_shown(access_key)}",
-                            reason=UNKNOWN_ACCOUNT)
+            return _refused(SIGNATURE_REFUSED, reason=UNKNOWN_ACCOUNT,
+                            detail=f"No acl config for accessKey={_shown(access_key)}")
         if white(account.white_remote_address):
             return Decision(True, access_key=access_key)
         if not signature_ok(account.secret_key):
-            return _refused(f"Check signature failed for accessKey={access_key}", access_key,
-                            BAD_SIGNATURE)
+            return _refused(SIGNATURE_REFUSED, access_key, BAD_SIGNATURE,
+                            detail=f"Check signature failed for accessKey={access_key}")
         needs = required_resources(code, fields, heartbeat)
         # message trace: RocketMQ lets any signed account send to the trace topic
         if any(n.resource == names.RMQ_SYS_TRACE_TOPIC and n.perm == Perm.PUB for n in needs):
             return Decision(True, access_key=access_key)
         return self.check_perm(account, code, needs)
+
+    def decide_stored(self, code: int, access_key: str | None, remote_host: str,
+                      needs: Iterable[Need]) -> Decision:
+        """Resources a processor finds in a request's body or in the stored data
+        (the topic of the message at an offset, a half message's real topic), for
+        a request ``decide`` let in: the same white addresses and permissions,
+        without the signature (verified once, by the guard, which also made sure
+        ``access_key`` names an account unless the peer is globally white)."""
+        if self._white(remote_host, self.global_white):
+            return Decision(True)
+        account = self.accounts.get(access_key) if access_key else None
+        if account is None:  # the account was deleted since, or no key was given
+            return _refused(SIGNATURE_REFUSED, access_key, UNKNOWN_ACCOUNT,
+                            detail=f"No acl config for accessKey={_shown(access_key or '')}")
+        if self._white(remote_host, (account.white_remote_address,)):
+            return Decision(True, access_key=access_key)
+        return self.check_perm(account, code, needs)
+
+    @staticmethod
+    def _white(remote_host: str, strategies: Iterable[RemoteAddressStrategy]) -> bool:
+        addr = parse_host(remote_host)
+        for strategy in strategies:
+            if strategy.matches(remote_host) if addr is None else strategy.matches_address(addr):
+                return True
+        return False
 
     @staticmethod
     def check_perm(account: Account, code: int, needs: Iterable[Need]) -> Decision:

@@ -18,7 +18,7 @@ import trio
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.acl.plain import parse_plain_acl
+from broker.acl.plain import SIGNATURE_REFUSED, parse_plain_acl
 from client import AclCredentials, Message, Producer
 from client.admin import MQAdmin
 from tests.integration.cluster import BIN, Cluster, free_port
@@ -102,7 +102,7 @@ async def test_acl_admin_commands(cluster: Cluster, tmp_path: Path) -> None:
         await wait_for(routed(admin, TOPIC), 10, "routed")
         v0 = (await admin.acl_config_version(b)).counter
 
-    assert "No acl config" in await refused(n, NEW)
+    assert SIGNATURE_REFUSED in await refused(n, NEW)
     # create an account (credentials from the environment): it sends at once
     out = await mqadmin("updateAclConfig", "-n", n, "-b", b, "-a", NEW.access_key,
                         "-s", NEW.secret_key, "-i", "DENY", "-u", "SUB", "-t", f"{TOPIC}=PUB",
@@ -150,7 +150,7 @@ async def test_acl_admin_commands(cluster: Cluster, tmp_path: Path) -> None:
     out = await mqadmin("deleteAccessConfig", "-n", n, "-c", "DefaultCluster",
                         "-a", NEW.access_key)
     assert f"delete plain access config account from {b} success." in out
-    assert "No acl config" in await refused(n, NEW)
+    assert SIGNATURE_REFUSED in await refused(n, NEW)
     err = await mqadmin("deleteAclConfig", "-n", n, "-b", b, "-a", NEW.access_key, ok=False)
     assert "no account" in err, err
 
