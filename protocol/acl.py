@@ -179,7 +179,7 @@ def sign_request(
     return sign_fields(bound, body, access_key, secret_key, security_token)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Binding:
     """The binding fields of a request, read (not yet checked against anything)."""
 
@@ -191,18 +191,23 @@ class Binding:
 def read_binding(fields: Mapping[str, object]) -> Binding | None | str:
     """The request's Binding; None when it carries none of the binding fields; a
     problem (str) when it carries some but not all, or a malformed one."""
-    values = [fields.get(name) for name in BINDING_FIELDS]
-    if all(v is None for v in values):
+    code, stamp, nonce = fields.get(SIGNED_CODE), fields.get(SIGNED_TIME), fields.get(SIGNED_NONCE)
+    if code is None and stamp is None and nonce is None:
         return None
-    missing = [name for name, v in zip(BINDING_FIELDS, values, strict=True) if v is None]
-    if missing:
+    if code is None or stamp is None or nonce is None:
+        missing = [name for name in BINDING_FIELDS if fields.get(name) is None]
         return f"the signature binding lacks {', '.join(missing)}"
-    code, stamp, nonce = (v if type(v) is str else _text_or_none(v) for v in values)
-    if code is None or not (code.isascii() and code.isdigit()) or len(code) > 10:
+    if type(code) is not str:
+        code = _text_or_none(code)
+    if type(stamp) is not str:
+        stamp = _text_or_none(stamp)
+    if type(nonce) is not str:
+        nonce = _text_or_none(nonce)
+    if code is None or len(code) > 10 or not (code.isascii() and code.isdigit()):
         return f"{SIGNED_CODE} is not a request code"
-    if stamp is None or not (stamp.isascii() and stamp.isdigit()) or len(stamp) > 15:
+    if stamp is None or len(stamp) > 15 or not (stamp.isascii() and stamp.isdigit()):
         return f"{SIGNED_TIME} is not a time in ms"
-    if nonce is None or not nonce or len(nonce) > NONCE_MAX_LENGTH:
+    if not nonce or len(nonce) > NONCE_MAX_LENGTH:
         return f"{SIGNED_NONCE} is empty or longer than {NONCE_MAX_LENGTH} characters"
     return Binding(int(code), int(stamp), nonce)
 

@@ -82,7 +82,7 @@ class Guarded:
              conn: object = CONN) -> RemotingCommand:
         sync, _ = self.table.lookup(code)
         assert sync is not None
-        resp = sync(conn, RemotingCommand.request(code, dict(fields), body))
+        resp = sync(conn, RemotingCommand.request(code, dict(fields), body))  # type: ignore[arg-type]
         assert resp is not None
         return resp
 
@@ -245,7 +245,7 @@ def test_namesrv_route_lookup_replayed_as_delete_is_refused() -> None:
     def call(code: int, fields: Mapping[str, object]) -> RemotingCommand:
         sync, _ = guarded.lookup(code)
         assert sync is not None
-        resp = sync(CONN, RemotingCommand.request(code, dict(fields)))
+        resp = sync(CONN, RemotingCommand.request(code, dict(fields)))  # type: ignore[arg-type]
         assert resp is not None
         return resp
 
