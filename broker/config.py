@@ -240,7 +240,7 @@ class BrokerConfig(PropertiesConfig):
     # true: every signed request needs the binding, not only admin and destructive ones
     # (RocketMQ's own clients, which do not bind, are then refused)
     acl_strict_signature: bool = False
-    # most bound data-path signatures remembered against replays (~250 bytes each)
+    # most bound data-path signatures remembered against replays (~220 bytes each)
     acl_replay_cache_size: int = 100_000
     # the broker's own ACL account (issue 18): when set, its requests to name servers
     # and to its master, and a slave's HA hello, are signed with it

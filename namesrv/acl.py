@@ -10,6 +10,10 @@ permission, KV config writes) needs an ``admin: true`` account, even from the
 account's white address. Only a global white address skips that check (as it
 skips every check, RocketMQ's meaning of ``globalWhiteRemoteAddresses``).
 
+A verified signature's binding to the request code and time is checked as on the
+broker (broker/acl/binding.py): a route look-up's signature cannot delete the topic's
+routes, nor serve twice.
+
 ``guard_table`` wraps a HandlerTable's handlers: a refusal answers
 NO_PERMISSION with a remark naming what is missing (a oneway request is
 dropped), is logged, and the connection stays usable.

@@ -54,7 +54,7 @@ class NamesrvConfig(PropertiesConfig):
     # true: every signed request needs the binding, not only admin and destructive ones
     # (RocketMQ's own clients, which do not bind, are then refused)
     acl_strict_signature: bool = False
-    # most bound data-path signatures remembered against replays (~250 bytes each)
+    # most bound data-path signatures remembered against replays (~220 bytes each)
     acl_replay_cache_size: int = 100_000
     # connections (protocol/trio/limits.py), as the broker's keys
     server_channel_max_idle_time_seconds: int = 120

@@ -1,8 +1,10 @@
 """The broker's ACL check around its served handlers, and the accounts file's loading.
 
 ``guard_table`` wraps every handler of a HandlerTable (sync ones stay sync, async
-ones async) with AclConfig.decide; a refusal answers NO_PERMISSION with the
-decision's remark (a oneway request is dropped) and is logged. ``AclFile``
+ones async) with AclConfig.decide, whose signature step also checks the signature's
+binding to the request code and time (broker/acl/binding.py, ``bound_decision``); a
+refusal answers NO_PERMISSION with the decision's remark (a oneway request is dropped)
+and is logged. ``AclFile``
 reads ``plain_acl.yml`` at start (ConfigError when missing or malformed) and
 re-reads it when its mtime changes, keeping the last good accounts.
 """
