@@ -12,7 +12,7 @@ from pathlib import Path
 
 import trio
 
-from client import AclCredentials
+from client import AclCredentials, Message, Producer, SendStatus
 from client.admin import MQAdmin, MQAdminError
 from protocol.acl import sign_fields
 from protocol.codes import RequestCode, ResponseCode
@@ -134,3 +134,25 @@ async def _registered(admin: MQAdmin) -> bool:
         return "broker-bind" in str(await admin.cluster_info())
     except MQAdminError:
         return False
+
+
+async def test_strict_signature_refuses_plain_signed_reads(cluster: Cluster,
+                                                           tmp_path: Path) -> None:
+    """aclStrictSignature=true: this project's SDK still sends and reads; a request signed
+    the RocketMQ way (no binding) is refused, even a read."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    ns = cluster.namesrv()
+    broker = cluster.broker("broker-strict", ns.addr, aclEnable="true", aclPlainFile=acl,
+                            aclStrictSignature="true")
+    async with MQAdmin(ns.addr, credentials=ADMIN) as admin:
+        await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1,
+                                 write_queue_nums=1)
+        await wait_for(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
+    async with Producer("bind_producer", ns.addr, credentials=ADMIN) as p:
+        sent = await p.send(Message(TOPIC, b"bound"))
+    assert sent.send_status == SendStatus.SEND_OK
+    official = sign_fields({"topic": TOPIC}, None, ADMIN.access_key, ADMIN.secret_key)
+    refused(await replay(broker.addr, RequestCode.GET_TOPIC_STATS_INFO, official),
+            "aclStrictSignature=true: every request needs it")
+    assert await topic_on_broker(broker.addr)  # the same read, bound: served
