@@ -4,9 +4,8 @@
 ones async) with AclConfig.decide, whose signature step also checks the signature's
 binding to the request code and time (broker/acl/binding.py, ``bound_decision``); a
 refusal answers NO_PERMISSION with the decision's remark (a oneway request is dropped)
-and is logged. ``AclFile``
-reads ``plain_acl.yml`` at start (ConfigError when missing or malformed) and
-re-reads it when its mtime changes, keeping the last good accounts.
+and is logged. ``AclFile`` reads ``plain_acl.yml`` at start (ConfigError when missing
+or malformed) and re-reads it when its mtime changes, keeping the last good accounts.
 """
 
 from __future__ import annotations
@@ -116,8 +115,8 @@ def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],
     """A new table whose handlers first ask ``decide_fn(config(), conn, cmd, binding)``
     whether the request is allowed (the broker's ``decide`` unless another daemon
     gives its own); ``on_refusal(code, reason)`` counts each refusal, ``logger``
-    logs it. ``binding``: the daemon's signature binding check (default: the
-    defaults' own, with its own replay caches)."""
+    logs it. ``binding``: the daemon's signature binding check (default: one with the
+    default settings and replay caches of its own)."""
     bind = binding if binding is not None else SignatureBinding()
 
     def decide_bound(c: AclConfig | None, conn: Any, cmd: RemotingCommand) -> Decision:
