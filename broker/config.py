@@ -234,6 +234,14 @@ class BrokerConfig(PropertiesConfig):
     # started from, else in storePathRootDir
     acl_plain_file: str = ""
     acl_reload_interval: int = 5000  # ms between checks of the accounts file's mtime
+    # signatures bound to their request code and time (docs/security/signature-binding.md):
+    # a bound signature's time must be within this many ms of the clock, either way
+    acl_signature_window: int = 60_000
+    # true: every signed request needs the binding, not only admin and destructive ones
+    # (RocketMQ's own clients, which do not bind, are then refused)
+    acl_strict_signature: bool = False
+    # most bound data-path signatures remembered against replays (~220 bytes each)
+    acl_replay_cache_size: int = 100_000
     # the broker's own ACL account (issue 18): when set, its requests to name servers
     # and to its master, and a slave's HA hello, are signed with it
     broker_access_key: str = ""
@@ -333,6 +341,10 @@ class BrokerConfig(PropertiesConfig):
     def _validate_ha(self) -> None:
         if self.acl_reload_interval <= 0:
             raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
+        for key, value in (("aclSignatureWindow", self.acl_signature_window),
+                           ("aclReplayCacheSize", self.acl_replay_cache_size)):
+            if value <= 0:
+                raise ConfigError(f"{key} must be positive, not {value}")
         if bool(self.broker_access_key) != bool(self.broker_secret_key):
             raise ConfigError("brokerAccessKey and brokerSecretKey go together: set both or neither")
         if not 0 <= self.metrics_port <= 65535:

@@ -26,6 +26,7 @@ import structlog
 import trio
 
 from broker.acl.admin_processor import AclAdminProcessor
+from broker.acl.binding import signature_binding
 from broker.acl.guard import AclFile, guard_table
 from broker.acl.plain import Need, Perm
 from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
@@ -166,7 +167,8 @@ class BrokerController:
         if self.acl_file is not None:
             acl_file = self.acl_file
             handlers = guard_table(handlers, lambda: acl_file.config,
-                                   self.stats.record_acl_refusal)
+                                   self.stats.record_acl_refusal,
+                                   binding=signature_binding(config))
             self.acl_check = ResourceCheck(lambda: acl_file.config,
                                            self.stats.record_acl_refusal)
         # spin after requests instead of sleeping (busyPollMicros; off by default)

@@ -44,7 +44,7 @@ from client.range_reader import (
     skip_to_min,
 )
 from client.subscription import SubscriptionData
-from protocol.acl import sign_fields
+from protocol.acl import sign_request
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame
@@ -107,8 +107,9 @@ class PullLink:
     def send(self, cmd: RemotingCommand) -> None:
         cred = self.credentials
         if cred is not None and cred.access_key:
-            cmd.ext_fields = sign_fields(cmd.ext_fields or {}, cmd.body, cred.access_key,
-                                         cred.secret_key, cred.security_token)
+            cmd.ext_fields = sign_request(cmd.ext_fields or {}, cmd.body, cmd.code,
+                                          cred.access_key, cred.secret_key,
+                                          cred.security_token)
         sock = self._open()
         try:
             frame = encode_frame(cmd.encode(), self._max_frame_size)

@@ -10,6 +10,10 @@ permission, KV config writes) needs an ``admin: true`` account, even from the
 account's white address. Only a global white address skips that check (as it
 skips every check, RocketMQ's meaning of ``globalWhiteRemoteAddresses``).
 
+A verified signature's binding to the request code and time is checked as on the
+broker (broker/acl/binding.py): a route look-up's signature cannot delete the topic's
+routes, nor serve twice.
+
 ``guard_table`` wraps a HandlerTable's handlers: a refusal answers
 NO_PERMISSION with a remark naming what is missing (a oneway request is
 dropped), is logged, and the connection stays usable.
@@ -23,10 +27,10 @@ from typing import Any
 import structlog
 
 from broker.acl import guard
-from broker.acl.guard import NOT_LOADED, OnRefusal, remote_host
+from broker.acl.binding import SignatureBinding
+from broker.acl.guard import NOT_LOADED, OnRefusal, bound_decision, remote_host
 from broker.acl.plain import NOT_ADMIN, AclConfig, Decision
 from broker.acl.plain import NOT_LOADED as NOT_LOADED_REASON
-from protocol.acl import verify
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.trio.connection import HandlerTable
@@ -70,14 +74,18 @@ def decide(config: AclConfig | None, code: int, fields: Mapping[str, object], ho
     return decision
 
 
-def decide_request(config: AclConfig | None, conn: Any, cmd: RemotingCommand) -> Decision:
+def decide_request(config: AclConfig | None, conn: Any, cmd: RemotingCommand,
+                   binding: SignatureBinding | None = None) -> Decision:
     fields = cmd.ext_fields or {}
-    body = cmd.body
-    return decide(config, cmd.code, fields, remote_host(getattr(conn, "remote_addr", "?")),
-                  lambda secret: verify(fields, body, secret))
+    host = remote_host(getattr(conn, "remote_addr", "?"))
+    return bound_decision(cmd, binding, lambda signature_ok: decide(
+        config, cmd.code, fields, host, signature_ok))
 
 
 def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],
-                on_refusal: OnRefusal | None = None) -> HandlerTable:
-    """The broker's guard (broker.acl.guard) with the name server's ``decide``."""
-    return guard.guard_table(table, config, on_refusal, decide_fn=decide_request, logger=log)
+                on_refusal: OnRefusal | None = None, *,
+                binding: SignatureBinding | None = None) -> HandlerTable:
+    """The broker's guard (broker.acl.guard) with the name server's ``decide``;
+    ``binding`` checks signatures' binding (broker/acl/binding.py)."""
+    return guard.guard_table(table, config, on_refusal, decide_fn=decide_request, logger=log,
+                             binding=binding)

@@ -48,6 +48,14 @@ class NamesrvConfig(PropertiesConfig):
     # started from, else in the working directory
     acl_plain_file: str = ""
     acl_reload_interval: int = 5000  # ms between checks of the accounts file's mtime
+    # signatures bound to their request code and time (docs/security/signature-binding.md):
+    # a bound signature's time must be within this many ms of the clock, either way
+    acl_signature_window: int = 60_000
+    # true: every signed request needs the binding, not only admin and destructive ones
+    # (RocketMQ's own clients, which do not bind, are then refused)
+    acl_strict_signature: bool = False
+    # most bound data-path signatures remembered against replays (~220 bytes each)
+    acl_replay_cache_size: int = 100_000
     # connections (protocol/trio/limits.py), as the broker's keys
     server_channel_max_idle_time_seconds: int = 120
     frame_read_timeout_seconds: int = 30
@@ -81,6 +89,10 @@ class NamesrvConfig(PropertiesConfig):
             raise ConfigError("metricsPort must be 0 (off) or a port")
         if self.acl_reload_interval <= 0:
             raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
+        for key, value in (("aclSignatureWindow", self.acl_signature_window),
+                           ("aclReplayCacheSize", self.acl_replay_cache_size)):
+            if value <= 0:
+                raise ConfigError(f"{key} must be positive, not {value}")
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")

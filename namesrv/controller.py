@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 import trio
 
+from broker.acl.binding import signature_binding
 from broker.acl.guard import AclFile
 from namesrv.acl import guard_table
 from namesrv.config import NamesrvConfig
@@ -51,7 +52,8 @@ class NamesrvController:
         if config.acl_enable:
             acl_file = self.acl_file = AclFile(self.acl_path())
             handlers = guard_table(handlers, lambda: acl_file.config,
-                                   self.processor.record_acl_refusal)
+                                   self.processor.record_acl_refusal,
+                                   binding=signature_binding(config))
         self.server = RemotingServer(
             handlers,
             config.listen_ip,

@@ -1,10 +1,11 @@
 """The broker's ACL check around its served handlers, and the accounts file's loading.
 
 ``guard_table`` wraps every handler of a HandlerTable (sync ones stay sync, async
-ones async) with AclConfig.decide; a refusal answers NO_PERMISSION with the
-decision's remark (a oneway request is dropped) and is logged. ``AclFile``
-reads ``plain_acl.yml`` at start (ConfigError when missing or malformed) and
-re-reads it when its mtime changes, keeping the last good accounts.
+ones async) with AclConfig.decide, whose signature step also checks the signature's
+binding to the request code and time (broker/acl/binding.py, ``bound_decision``); a
+refusal answers NO_PERMISSION with the decision's remark (a oneway request is dropped)
+and is logged. ``AclFile`` reads ``plain_acl.yml`` at start (ConfigError when missing
+or malformed) and re-reads it when its mtime changes, keeping the last good accounts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import trio
 
 from broker.acl import plain
 from broker.acl.admin import AclAdminError, AclDocument
+from broker.acl.binding import SignatureBinding
 from broker.acl.plain import AclConfig, AclWatcher, Decision
 from protocol.acl import ACCESS_KEY, verify
 from protocol.client_data import HeartbeatData
@@ -40,7 +42,8 @@ def remote_host(remote_addr: str) -> str:
     return host.strip("[]")
 
 
-def decide(config: AclConfig | None, conn: Any, cmd: RemotingCommand) -> Decision:
+def decide(config: AclConfig | None, conn: Any, cmd: RemotingCommand,
+           binding: SignatureBinding | None = None) -> Decision:
     if config is None:
         return Decision(False, NOT_LOADED, reason=plain.NOT_LOADED)
     heartbeat: HeartbeatData | None = None
@@ -50,16 +53,47 @@ def decide(config: AclConfig | None, conn: Any, cmd: RemotingCommand) -> Decisio
         except Exception:  # noqa: BLE001 - a bad body: the handler refuses it
             heartbeat = None
     fields = cmd.ext_fields or {}
+    host = remote_host(getattr(conn, "remote_addr", "?"))
+    return bound_decision(cmd, binding, lambda signature_ok: config.decide(
+        cmd.code, fields, heartbeat, host, signature_ok))
+
+
+def bound_decision(cmd: RemotingCommand, binding: SignatureBinding | None,
+                   decide_with: Callable[[Callable[[str], bool]], Decision]) -> Decision:
+    """``decide_with(signature_ok)``, the signature step checking ``cmd``'s signature and,
+    with a ``binding``, its binding (broker/acl/binding.py): a request whose signature
+    verifies but whose binding does not is refused with the binding's reason, and an
+    allowed bound request is remembered (a replay of it is refused)."""
+    fields = cmd.ext_fields or {}
     body = cmd.body
-    return config.decide(
-        cmd.code, fields, heartbeat, remote_host(getattr(conn, "remote_addr", "?")),
-        lambda secret: verify(fields, body, secret))
+    if binding is None:
+        return decide_with(lambda secret: verify(fields, body, secret))
+    verified: list[str | None] = []  # the binding problem of each verified signature
+
+    def signature_ok(secret: str) -> bool:
+        if not verify(fields, body, secret):
+            return False
+        problem = binding.check(cmd.code, fields)
+        verified.append(problem)
+        return problem is None
+
+    decision = decide_with(signature_ok)
+    problem = next((p for p in verified if p is not None), None)
+    if problem is not None and not decision.allowed:
+        return Decision(False, problem, decision.access_key, plain.BAD_SIGNATURE)
+    if decision.allowed and verified:  # signed (not let in by a white address)
+        problem = binding.remember(cmd.code, fields)
+        if problem is not None:
+            return Decision(False, problem, decision.access_key, plain.BAD_SIGNATURE)
+    return decision
 
 
 # called with (request code, Decision.reason) on each refusal (the daemon's metrics)
 OnRefusal = Callable[[int, str], None]
-# what a daemon asks of each request: (accounts in force, connection, request) -> Decision
-DecideFn = Callable[[AclConfig | None, Any, RemotingCommand], Decision]
+# what a daemon asks of each request: (accounts in force, connection, request, signature
+# binding) -> Decision
+DecideFn = Callable[[AclConfig | None, Any, RemotingCommand, SignatureBinding | None], Decision]
+_Decide = Callable[[AclConfig | None, Any, RemotingCommand], Decision]
 
 
 def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision,
@@ -77,22 +111,28 @@ def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision,
 
 def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],
                 on_refusal: OnRefusal | None = None, *, decide_fn: DecideFn = decide,
-                logger: Any = log) -> HandlerTable:
-    """A new table whose handlers first ask ``decide_fn(config(), conn, cmd)``
+                logger: Any = log, binding: SignatureBinding | None = None) -> HandlerTable:
+    """A new table whose handlers first ask ``decide_fn(config(), conn, cmd, binding)``
     whether the request is allowed (the broker's ``decide`` unless another daemon
     gives its own); ``on_refusal(code, reason)`` counts each refusal, ``logger``
-    logs it."""
+    logs it. ``binding``: the daemon's signature binding check (default: one with the
+    default settings and replay caches of its own)."""
+    bind = binding if binding is not None else SignatureBinding()
+
+    def decide_bound(c: AclConfig | None, conn: Any, cmd: RemotingCommand) -> Decision:
+        return decide_fn(c, conn, cmd, bind)
+
     out = HandlerTable()
     for code, sync in table._sync.items():
-        out.register(code, _guard_sync(sync, config, on_refusal, decide_fn, logger))
+        out.register(code, _guard_sync(sync, config, on_refusal, decide_bound, logger))
     for code, async_ in table._async.items():
-        out.register(code, _guard_async(async_, config, on_refusal, decide_fn, logger))
+        out.register(code, _guard_async(async_, config, on_refusal, decide_bound, logger))
     return out
 
 
 def _guard_sync(handler: Callable[..., RemotingCommand | None],
                 config: Callable[[], AclConfig | None], on_refusal: OnRefusal | None,
-                decide_fn: DecideFn, logger: Any) -> Callable[..., RemotingCommand | None]:
+                decide_fn: _Decide, logger: Any) -> Callable[..., RemotingCommand | None]:
     def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         decision = decide_fn(config(), conn, cmd)
         if not decision.allowed:
@@ -103,7 +143,7 @@ def _guard_sync(handler: Callable[..., RemotingCommand | None],
 
 def _guard_async(handler: Callable[..., Any],
                  config: Callable[[], AclConfig | None], on_refusal: OnRefusal | None,
-                 decide_fn: DecideFn, logger: Any) -> Callable[..., Any]:
+                 decide_fn: _Decide, logger: Any) -> Callable[..., Any]:
     async def guarded(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         decision = decide_fn(config(), conn, cmd)
         if not decision.allowed:

@@ -7,7 +7,7 @@ from typing import Any
 import structlog
 import trio
 
-from protocol.acl import sign_fields
+from protocol.acl import sign_request
 from protocol.codecs.base import Codec
 from protocol.command import RemotingCommand
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
@@ -139,12 +139,13 @@ class RemotingClient:
             del self._conns[addr]
 
     def sign(self, cmd: RemotingCommand) -> None:
-        """Sign ``cmd`` with the client's credentials (header values become strings)."""
+        """Sign ``cmd`` with the client's credentials (header values become strings),
+        its request code and the time bound into the signature (protocol/acl.py)."""
         cred = self.credentials
         if cred is None or not getattr(cred, "access_key", None):
             return
-        cmd.ext_fields = sign_fields(cmd.ext_fields or {}, cmd.body, cred.access_key,
-                                     cred.secret_key, getattr(cred, "security_token", None))
+        cmd.ext_fields = sign_request(cmd.ext_fields or {}, cmd.body, cmd.code, cred.access_key,
+                                      cred.secret_key, getattr(cred, "security_token", None))
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
         conn = await self.get_connection(addr)
