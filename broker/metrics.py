@@ -30,15 +30,25 @@ counters Prometheus takes rates of:
   ACL refused (reason: no_access_key, unknown_account, signature, admin,
   permission, not_loaded).
 
-A scrape is bounded: each per-topic/group/queue family emits at most
-``max_series`` series; what is left out is counted in
-``rocketmq_metrics_series_dropped{family}``.
+A scrape is bounded, in its output and in its work: each per-topic/group/queue
+family emits at most ``max_series`` series and walks at most ``max_series``
+entries of the table it reads, the first ones (tables keep the order entries
+were created in: established topics and groups come before what a burst of
+fresh ones adds, and are the ones shown). Nothing is sorted and no table is
+copied or walked whole: 200,000 committed offsets cost a scrape what
+``max_series`` do. What is left out is counted in
+``rocketmq_metrics_series_dropped{family}`` (from the tables' lengths, not by
+walking them): series for the per-topic/group families; for
+``rocketmq_group_diff``, the queue series of the last (group, topic) cut short
+plus the committed ``topic@group`` offsets and consumer groups not walked (each
+has one series per read queue of its topic, or none if its topic is gone).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping
+from itertools import islice
+from typing import TYPE_CHECKING, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
@@ -56,6 +66,9 @@ if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 DEFAULT_MAX_SERIES = 20_000
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 def consume_pairs(c: BrokerController) -> Iterator[tuple[str, str]]:
@@ -84,6 +97,62 @@ def queue_lags(c: BrokerController, group: str, topic: str) -> Iterator[tuple[in
         yield qid, broker_off, max(consumer_off, 0)
 
 
+LagRow = tuple[str, str, int, int, int]  # group, topic, queueId, brokerOffset, consumerOffset
+
+
+def bounded_lag_rows(c: BrokerController, max_rows: int) -> tuple[list[LagRow], int]:
+    """At most ``max_rows`` rows of ``rocketmq_group_diff`` and how much was left out
+    (see the module's doc), walking at most ``max_rows`` entries: the committed
+    offsets in the order their ``topic@group`` was first committed, then the online
+    consumer groups' subscriptions. Work O(max_rows) whatever the tables hold."""
+    topics = c.topic_config_manager.table
+    offsets = c.consumer_offset_manager.offset_table
+    groups = c.consumer_manager.groups
+    store = c.message_store
+    rows: list[LagRow] = []
+    seen: set[tuple[str, str]] = set()
+    walked_offsets = walked_groups = cut = 0
+    budget = max_rows  # table entries walked at most
+
+    def add(group: str, topic: str) -> bool:
+        """Rows of one (group, topic); False once the rows are full."""
+        nonlocal cut
+        cfg = topics.get(topic)
+        if cfg is None or (group, topic) in seen:
+            return True
+        seen.add((group, topic))
+        queues = offsets.get(f"{topic}{TOPIC_GROUP_SEPARATOR}{group}", {})
+        for qid in range(cfg.read_queue_nums):
+            if len(rows) >= max_rows:
+                cut += cfg.read_queue_nums - qid
+                return False
+            consumer_off = queues.get(qid, -1)
+            rows.append((group, topic, qid, store.get_max_offset_in_queue(topic, qid),
+                         max(consumer_off, 0)))
+        return True
+
+    full = False
+    for key in offsets:
+        if walked_offsets >= budget or full:
+            break
+        walked_offsets += 1
+        topic, sep, group = key.partition(TOPIC_GROUP_SEPARATOR)
+        if sep:
+            full = not add(group, topic)
+    budget -= walked_offsets
+    for group, info in groups.items():
+        if budget <= 0 or full:
+            break
+        walked_groups += 1
+        for topic in islice(info.subscriptions, budget):
+            budget -= 1
+            if not add(group, topic):
+                full = True
+                break
+    left_out = cut + (len(offsets) - walked_offsets) + (len(groups) - walked_groups)
+    return rows, left_out
+
+
 def histogram(name: str, doc: str, labels: list[str], values: list[str],
               h: LatencyHistogram) -> HistogramMetricFamily:
     fam = HistogramMetricFamily(name, doc, labels=labels)
@@ -108,20 +177,17 @@ class BrokerCollector(Collector):
         stats = c.stats
         dropped: dict[str, int] = {}
 
-        def bounded(family: str, items: Iterable[Any]) -> Iterator[Any]:
-            n = 0
-            for item in items:
-                if n >= self.max_series:
-                    dropped[family] = dropped.get(family, 0) + 1
-                    continue
-                n += 1
-                yield item
+        def bounded(family: str, table: Mapping[K, V]) -> Iterator[tuple[K, V]]:
+            """The first ``max_series`` entries of ``table``; the rest counted, not walked."""
+            if len(table) > self.max_series:
+                dropped[family] = len(table) - self.max_series
+            return islice(table.items(), self.max_series)
 
         pm = CounterMetricFamily("rocketmq_producer_messages", "Messages put, per topic",
                                  labels=bl + ["topic"])
         pb = CounterMetricFamily("rocketmq_producer_message_bytes",
                                  "Bytes put (as stored), per topic", labels=bl + ["topic"])
-        for topic, counter in bounded("rocketmq_producer_messages", list(stats.put.items())):
+        for topic, counter in bounded("rocketmq_producer_messages", stats.put):
             pm.add_metric(base + [topic], counter[MSGS])
             pb.add_metric(base + [topic], counter[BYTES])
         yield pm
@@ -133,8 +199,7 @@ class BrokerCollector(Collector):
         cb = CounterMetricFamily("rocketmq_consumer_message_bytes",
                                  "Bytes pulls returned, per topic and group",
                                  labels=bl + ["topic", "group"])
-        for (topic, group), counter in bounded("rocketmq_consumer_messages",
-                                               list(stats.get.items())):
+        for (topic, group), counter in bounded("rocketmq_consumer_messages", stats.get):
             cm.add_metric(base + [topic, group], counter[MSGS])
             cb.add_metric(base + [topic, group], counter[BYTES])
         yield cm
@@ -157,10 +222,11 @@ class BrokerCollector(Collector):
                                 "Messages not consumed yet: brokerOffset - consumerOffset "
                                 "(consumerProgress)",
                                 labels=bl + ["topic", "group", "queueid"])
-        rows = (row for group, topic in consume_pairs(c)
-                for row in ((group, topic, *q) for q in queue_lags(c, group, topic)))
-        for group, topic, qid, broker_off, consumer_off in bounded("rocketmq_group_diff", rows):
+        rows, left_out = bounded_lag_rows(c, self.max_series)
+        for group, topic, qid, broker_off, consumer_off in rows:
             lag.add_metric(base + [topic, group, str(qid)], broker_off - consumer_off)
+        if left_out:
+            dropped["rocketmq_group_diff"] = left_out
         yield lag
 
         yield histogram("rocketmq_brokeruntime_put_latency_seconds",
@@ -190,8 +256,7 @@ class BrokerCollector(Collector):
             conns = GaugeMetricFamily(f"rocketmq_{kind}_connections",
                                       f"Connected {kind} clients per group",
                                       labels=bl + ["group"])
-            for group, info in bounded(f"rocketmq_{kind}_connections",
-                                       list(manager.groups.items())):
+            for group, info in bounded(f"rocketmq_{kind}_connections", manager.groups):
                 conns.add_metric(base + [group], len(info.clients))
             yield conns
 
