@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.acl.plain import NO_PERMISSION as PERMISSION_REFUSED
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
-from broker.metrics import broker_registry
+from broker.metrics import BrokerCollector, broker_registry, frozen_registry
 from namesrv.metrics import namesrv_registry
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
@@ -107,8 +107,9 @@ def test_namesrv_collector_counts_acl_refusals() -> None:
     class Conn:
         remote_addr = "10.1.2.3:4567"
 
+    conn: Any = Conn()
     for _ in range(2):  # unsigned: refused twice
-        resp = handler(Conn(), RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        resp = handler(conn, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                                        {"topic": "T"}))
         assert resp is not None and resp.code == ResponseCode.NO_PERMISSION
     samples = parse(generate_latest(namesrv_registry(routes, processor)))
@@ -168,7 +169,7 @@ def test_scrape_work_is_bounded_by_the_cap(controller: BrokerController) -> None
     """200,000 committed offsets of fresh groups (and as many pulled (topic, group)
     counters): a scrape visits at most ``max_series`` of each table's entries, shows
     the first ones (established before the burst) and counts the rest as dropped."""
-    cap = 2_000
+    cap = 2_002  # 500 groups of 4 queues, and 2 of the 501st's
     c = controller
     c.topic_config_manager.put(TopicConfig("T", 4, 4))
     c.consumer_offset_manager.commit_offset("zz-established", "T", 0, 7)
@@ -189,9 +190,26 @@ def test_scrape_work_is_bounded_by_the_cap(controller: BrokerController) -> None
             "cluster": "DefaultCluster"} in lag  # the first committed is shown, whatever its name
     dropped = {dict(k[1])["family"]: v for k, v in samples.items()
                if k[0] == "rocketmq_metrics_series_dropped"}
-    # 4 queues a group: 500 groups shown, the 501st walked and its 4 series cut, the
+    # 4 queues a group: 501 groups walked, the last one's other 2 queues cut; the
     # other offsets counted (from the table's length), not walked
-    shown_groups = cap // 4
-    assert dropped["rocketmq_group_diff"] == 4 + (FRESH + 1 - shown_groups - 1)
+    assert dropped["rocketmq_group_diff"] == 2 + (FRESH + 1 - 501)
     assert dropped["rocketmq_consumer_messages"] == FRESH - cap
     assert len([k for k in samples if k[0] == "rocketmq_consumer_messages_total"]) == cap
+
+
+def test_frozen_registry_renders_the_snapshot(controller: BrokerController) -> None:
+    """What a scrape renders in its worker thread was taken on the loop: tables the
+    loop changes after (here: grows) are not walked by the render."""
+    c = controller
+    c.topic_config_manager.put(TopicConfig("T", 2, 2))
+    c.stats.record_put("T", 3, 300)
+    c.consumer_offset_manager.commit_offset("g", "T", 0, 0)
+    frozen = frozen_registry(BrokerCollector(c, max_series=100))
+    for i in range(50):  # during the render, the loop goes on
+        c.stats.record_put(f"New{i}", 1, 1)
+        c.consumer_offset_manager.commit_offset(f"new{i}", "T", 0, 0)
+    samples = parse(generate_latest(frozen))
+    topics = {dict(k[1])["topic"] for k in samples if k[0] == "rocketmq_producer_messages_total"}
+    assert topics == {"T"}
+    groups = {dict(k[1])["group"] for k in samples if k[0] == "rocketmq_group_diff"}
+    assert groups == {"g"}
