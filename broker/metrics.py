@@ -85,18 +85,6 @@ def consume_pairs(c: BrokerController) -> Iterator[tuple[str, str]]:
     return iter(sorted(pairs))
 
 
-def queue_lags(c: BrokerController, group: str, topic: str) -> Iterator[tuple[int, int, int]]:
-    """(queueId, brokerOffset, consumerOffset) of each read queue, as GET_CONSUME_STATS."""
-    cfg = c.topic_config_manager.table.get(topic)
-    if cfg is None:
-        return
-    store = c.message_store
-    for qid in range(cfg.read_queue_nums):
-        broker_off = store.get_max_offset_in_queue(topic, qid)
-        consumer_off = c.consumer_offset_manager.query_offset(group, topic, qid)
-        yield qid, broker_off, max(consumer_off, 0)
-
-
 # What the loop takes for one (group, topic) of rocketmq_group_diff: the group, the
 # topic, the group's committed offsets of the topic (the live {queueId: offset}:
 # a worker thread reads it one ``get`` at a time, atomic under the GIL) and the
