@@ -16,7 +16,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from protocol import names
-from protocol.config import ConfigError, PropertiesConfig, load_properties, not_a_key
+from protocol.config import (
+    ConfigError,
+    PropertiesConfig,
+    load_properties,
+    mask_secrets,
+    not_a_key,
+)
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.busy_poll import check_window_us
 from protocol.trio.limits import ConnectionLimits, limits_of
@@ -245,7 +251,7 @@ class BrokerConfig(PropertiesConfig):
     # the broker's own ACL account (issue 18): when set, its requests to name servers
     # and to its master, and a slave's HA hello, are signed with it
     broker_access_key: str = ""
-    broker_secret_key: str = ""
+    broker_secret_key: str = field(default="", repr=False)  # never in a repr or a log
     # TLS (protocol/trio/tls.py), RocketMQ's keys. Served: tlsMode disabled | permissive
     # (TLS and plain on one port; plain only without a certificate) | enforcing, on the
     # remoting and HA ports. Used: tls.enable for the broker's own connections (name
@@ -448,12 +454,15 @@ class BrokerConfig(PropertiesConfig):
         return props
 
     def no_effect_notices(self) -> list[tuple[str, str, str]]:
-        """(key, value, reason) of each RocketMQ key given that has no effect here."""
-        return [(k, v, self.NO_EFFECT_KEYS[k]) for k, v in self.no_effect_keys.items()]
+        """(key, value, reason) of each RocketMQ key given that has no effect here
+        (logged at start, printed by ``-p``): a secret's value masked."""
+        shown = mask_secrets(self.no_effect_keys)
+        return [(k, shown[k], self.NO_EFFECT_KEYS[k]) for k in self.no_effect_keys]
 
     def render(self) -> str:
-        """The effective config (``mqbroker -p``); keys without effect as comments."""
-        lines = [f"{k}={v}" for k, v in self.effective_properties().items()]
+        """The effective config (``mqbroker -p``, GET_BROKER_CONFIG); keys without
+        effect as comments; every secret's value masked (protocol.config.mask_secrets)."""
+        lines = [f"{k}={v}" for k, v in mask_secrets(self.effective_properties()).items()]
         lines += [f"# {k}={v} has no effect here: {why}" for k, v, why in self.no_effect_notices()]
         return "\n".join(lines)
 

@@ -40,7 +40,7 @@ from broker.end_transaction_processor import EndTransactionProcessor
 from broker.group_commit import GroupCommitService
 from broker.ha_service import HAService
 from broker.long_polling import PullRequestHoldService
-from broker.metrics import broker_registry
+from broker.metrics import BrokerCollector, broker_registry, frozen_registry
 from broker.ops_processor import (
     OpsProcessor,
     load_runtime_overlay,
@@ -213,8 +213,10 @@ class BrokerController:
         self.metrics_port: int | None = None  # once served
         self.metrics_server: MetricsServer | None = None
         if config.metrics_port > 0:
-            self.metrics_server = MetricsServer(broker_registry(self), self.listen_host,
-                                                config.metrics_port)
+            # a scrape copies on the loop, renders in a worker thread (broker/metrics.py)
+            self.metrics_server = MetricsServer(
+                broker_registry(self), self.listen_host, config.metrics_port,
+                snapshot=partial(frozen_registry, BrokerCollector(self)))
         self.tune_gc = False  # mqbroker sets it: freeze start-up objects, fewer young GCs
         self._register_event = trio.Event()
         self._stop = trio.Event()

@@ -6,8 +6,13 @@ producerConnection, getBrokerConfig, updateBrokerConfig).
 - QUERY_TOPIC_CONSUME_BY_WHO (300): header ``topic`` -> ``{"groupList": [...]}``;
 - GET_PRODUCER_CONNECTION_LIST (204): header ``producerGroup`` ->
   ``{"connectionSet": [{"clientId", "clientAddr", "language", "version"}]}``;
-- GET_BROKER_CONFIG (26): body = the effective config, properties text (UTF-8);
+- GET_BROKER_CONFIG (26): body = the effective config, properties text (UTF-8),
+  every secret's value (brokerSecretKey, ...) masked as ``******``; with ACL on,
+  admin accounts only (broker/acl/plain.py ADMIN_CODES);
 - UPDATE_BROKER_CONFIG (25): body = properties text of the keys to change.
+
+A secret key (protocol.config.is_secret_key) is refused by name before any other
+check: a secret is set in the config file, never over the wire.
 
 Only keys the broker reads again each time it uses them change at run time
 (``RUNTIME_KEYS``); any other key, or a bad value, is refused naming it and
@@ -30,7 +35,7 @@ from broker.config import BrokerConfig
 from broker.metrics import consume_pairs
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.config import ConfigError, parse_properties
+from protocol.config import ConfigError, is_secret_key, parse_properties
 from protocol.headers import (
     GetProducerConnectionListRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
@@ -84,6 +89,10 @@ def check_runtime_changes(config: BrokerConfig, props: dict[str, str]) -> dict[s
     value is bad. Nothing is applied."""
     if not props:
         raise ConfigError("no key to change")
+    secret = next((k for k in props if is_secret_key(k)), None)
+    if secret is not None:
+        raise ConfigError(f"{shown(secret)} holds a secret: a secret cannot be changed over "
+                          "the wire (set it in the broker's config file and restart it)")
     changes: dict[str, str] = {}
     for key, value in props.items():
         name = _RUNTIME_BY_LOWER.get(key.lower())

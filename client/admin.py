@@ -15,7 +15,7 @@ from protocol import names
 from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.config import ConfigError, parse_properties
+from protocol.config import ConfigError, is_secret_key, mask_secrets, parse_properties
 from protocol.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
@@ -438,23 +438,30 @@ class MQAdmin:
     # ---- broker configuration and statistics ----------------------------------------
 
     async def get_broker_config(self, addr: str) -> dict[str, str]:
-        """A broker's configuration (GET_BROKER_CONFIG), key -> value text."""
+        """A broker's configuration (GET_BROKER_CONFIG), key -> value text; a secret's
+        value (protocol.config.is_secret_key) masked even when the broker shows it
+        (an older broker does)."""
         cmd = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
         resp = self._check(await self._invoke(addr, cmd), f"getBrokerConfig on {addr}")
         try:
-            return parse_properties((resp.body or b"").decode("utf-8", errors="replace"))
+            return mask_secrets(parse_properties(
+                (resp.body or b"").decode("utf-8", errors="replace")))
         except ConfigError as exc:
             raise MQAdminError(f"{addr}: getBrokerConfig answered unreadable properties: "
                                f"{exc}") from exc
 
     async def update_broker_config(self, addr: str, props: dict[str, str]) -> None:
         """Change keys of a running broker (UPDATE_BROKER_CONFIG); the broker persists
-        them to its config file. Raises MQAdminError naming a key it refuses."""
+        them to its config file. Raises MQAdminError naming a key it refuses; a secret
+        key is refused before anything is sent (the broker refuses it too)."""
         if not props:
             raise MQAdminError("no key to update")
         for key in props:
             if not key or "=" in key or "\n" in key:
                 raise MQAdminError(f"bad config key {key!r}")
+            if is_secret_key(key):
+                raise MQAdminError(f"{key} holds a secret: a secret cannot be changed over the "
+                                   "wire (set it in the broker's config file and restart it)")
         for value in props.values():
             if "\n" in value:
                 raise MQAdminError("a config value cannot hold a line break")

@@ -37,7 +37,14 @@ from protocol.trio.connection import HandlerTable
 
 log = structlog.get_logger("namesrv.acl")
 
-# Requests that change what the name server answers: admin accounts only.
+# RocketMQ 4.x's name server config requests (mqadmin getNamesrvConfig /
+# updateNamesrvConfig). Not served here (REQUEST_CODE_NOT_SUPPORTED to an admin),
+# listed so reading or changing the name server's config is admin-only if ever served.
+UPDATE_NAMESRV_CONFIG = 318
+GET_NAMESRV_CONFIG = 319
+
+# Requests that change what the name server answers, or read its configuration:
+# admin accounts only.
 NAMESRV_ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.REGISTER_BROKER,
     RequestCode.UNREGISTER_BROKER,
@@ -46,6 +53,8 @@ NAMESRV_ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.DELETE_TOPIC_IN_NAMESRV,
     RequestCode.PUT_KV_CONFIG,
     RequestCode.DELETE_KV_CONFIG,
+    UPDATE_NAMESRV_CONFIG,
+    GET_NAMESRV_CONFIG,
 })
 
 

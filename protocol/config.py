@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+from collections.abc import Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Self
@@ -22,6 +23,30 @@ from typing import Any, ClassVar, Self
 
 class ConfigError(ValueError):
     """A configuration key or value is not valid."""
+
+
+# What a secret's value is shown as wherever a config is shown (GET_BROKER_CONFIG,
+# ``mqbroker -p``, mqadmin getBrokerConfig): the key stays visible, its value never
+# leaves the daemon. An empty (unset) secret is shown empty: that leaks nothing.
+SECRET_MASK = "******"
+# A key naming one of these holds a secret: brokerSecretKey (and any *SecretKey),
+# a password or a TLS key's passphrase (RocketMQ's tls.server.keyPassword,
+# tls.client.keyPassword), a security token. Matched in lower case anywhere in the
+# key, so a key added later is masked without being listed.
+_SECRET_WORDS = ("secret", "password", "passphrase", "token")
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether the config key ``key`` (any spelling: RocketMQ's or snake_case) holds
+    a secret: its value is masked when shown and cannot be changed over the wire."""
+    lowered = key.lower()
+    return any(word in lowered for word in _SECRET_WORDS)
+
+
+def mask_secrets(props: Mapping[str, str]) -> dict[str, str]:
+    """``props`` with the value of every secret key (``is_secret_key``) replaced by
+    ``SECRET_MASK``; empty values stay empty."""
+    return {k: SECRET_MASK if v and is_secret_key(k) else v for k, v in props.items()}
 
 
 # Keys whose RocketMQ spelling is not plain camelCase.
@@ -172,5 +197,10 @@ class PropertiesConfig:
         cfg.update(props)
         return cfg
 
+    def shown_properties(self) -> dict[str, str]:
+        """``to_properties`` as shown outside the daemon: secrets masked."""
+        return mask_secrets(self.to_properties())
+
     def render(self) -> str:
-        return "\n".join(f"{k}={v}" for k, v in self.to_properties().items())
+        """The config as printed (``-p``) or answered: secrets masked."""
+        return "\n".join(f"{k}={v}" for k, v in self.shown_properties().items())

@@ -75,6 +75,9 @@ ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.TRIGGER_DELETE_FILES,
     DELETE_EXPIRED_COMMITLOG,
     RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    # reading the configuration: it names the broker's own account (brokerAccessKey)
+    # and its files; secrets are masked, the rest is still for operators only
+    RequestCode.GET_BROKER_CONFIG,
 })
 
 

@@ -11,12 +11,20 @@ A scrape runs the registry's collectors on the event loop: they read the
 daemon's tables as they are (no lock needed) and must keep their work
 bounded (broker/metrics.py caps the series it emits). The exposition
 bytes are written by hypercorn while the loop goes on.
+
+With ``snapshot`` (the broker's), a scrape instead calls it on the loop (it
+copies at most its cap of each table, broker/metrics.py ``frozen_registry``)
+and renders the registry it returns in a worker thread: the loop pays the
+copy, not the formatting of up to 20,000 series per family (hundreds of ms of
+CPU). One scrape renders at a time (others wait their turn): a flood of scrapes
+costs one thread's CPU, not one thread each.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -35,9 +43,12 @@ SLOW_SCRAPE_S = 0.1
 class MetricsApp:
     """A minimal ASGI app: ``/metrics`` and nothing else."""
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry,
+                 snapshot: Callable[[], CollectorRegistry] | None = None) -> None:
         self.registry = registry
+        self.snapshot = snapshot
         self.scrapes = 0
+        self._render_lock = trio.Lock()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -54,12 +65,7 @@ class MetricsApp:
         if scope.get("method") not in ("GET", "HEAD") or path not in ("/metrics", "/metrics/"):
             status, ctype, body = 404, b"text/plain; charset=utf-8", b"not found: try /metrics\n"
         else:
-            started = time.perf_counter()
-            body = generate_latest(self.registry)
-            took = time.perf_counter() - started
-            self.scrapes += 1
-            if took > SLOW_SCRAPE_S:
-                log.warning("slow metrics scrape", seconds=round(took, 3), bytes=len(body))
+            body = await self.render()
             status, ctype = 200, CONTENT_TYPE_LATEST.encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", ctype),
@@ -68,9 +74,29 @@ class MetricsApp:
                     "body": b"" if scope.get("method") == "HEAD" else body})
 
 
+    async def render(self) -> bytes:
+        """The exposition text; a scrape that held the loop longer than
+        SLOW_SCRAPE_S is logged."""
+        if self.snapshot is None:
+            started = time.perf_counter()
+            body = generate_latest(self.registry)
+            held = time.perf_counter() - started
+        else:
+            async with self._render_lock:
+                started = time.perf_counter()
+                frozen = self.snapshot()
+                held = time.perf_counter() - started
+                body = await trio.to_thread.run_sync(generate_latest, frozen)
+        self.scrapes += 1
+        if held > SLOW_SCRAPE_S:
+            log.warning("slow metrics scrape", seconds=round(held, 3), bytes=len(body))
+        return body
+
+
 class MetricsServer:
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        self.app = MetricsApp(registry)
+    def __init__(self, registry: CollectorRegistry, host: str, port: int,
+                 snapshot: Callable[[], CollectorRegistry] | None = None) -> None:
+        self.app = MetricsApp(registry, snapshot)
         self.host = host
         self.port = port
         self._stop = trio.Event()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.exposition import generate_latest
@@ -12,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from broker.acl.plain import NO_PERMISSION as PERMISSION_REFUSED
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
-from broker.metrics import broker_registry
+from broker.metrics import BrokerCollector, broker_registry, frozen_registry
 from namesrv.metrics import namesrv_registry
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
@@ -106,8 +107,9 @@ def test_namesrv_collector_counts_acl_refusals() -> None:
     class Conn:
         remote_addr = "10.1.2.3:4567"
 
+    conn: Any = Conn()
     for _ in range(2):  # unsigned: refused twice
-        resp = handler(Conn(), RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        resp = handler(conn, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
                                                        {"topic": "T"}))
         assert resp is not None and resp.code == ResponseCode.NO_PERMISSION
     samples = parse(generate_latest(namesrv_registry(routes, processor)))
@@ -127,3 +129,87 @@ def test_collector_counts_refusals(controller: BrokerController) -> None:
             if s.name == "rocketmq_acl_refusals_total":
                 samples[(s.labels["code"], s.labels["reason"])] = s.value
     assert samples == {("310", "permission"): 2, ("17", "admin"): 1}
+
+
+class CountingDict(dict):  # type: ignore[type-arg]
+    """A table that counts the entries a reader visits (iteration and look-ups)."""
+
+    visits = 0
+
+    def __iter__(self) -> Iterator[Any]:
+        for key in super().__iter__():
+            self.visits += 1
+            yield key
+
+    def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]
+        for item in super().items():
+            self.visits += 1
+            yield item
+
+    def keys(self) -> Iterator[Any]:  # type: ignore[override]
+        return iter(self)
+
+    def values(self) -> Iterator[Any]:  # type: ignore[override]
+        for _, value in self.items():
+            yield value
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.visits += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        self.visits += 1
+        return super().__getitem__(key)
+
+
+FRESH = 200_000  # the issue's attack: as many UPDATE_CONSUMER_OFFSET with fresh groups
+
+
+def test_scrape_work_is_bounded_by_the_cap(controller: BrokerController) -> None:
+    """200,000 committed offsets of fresh groups (and as many pulled (topic, group)
+    counters): a scrape visits at most ``max_series`` of each table's entries, shows
+    the first ones (established before the burst) and counts the rest as dropped."""
+    cap = 2_002  # 500 groups of 4 queues, and 2 of the 501st's
+    c = controller
+    c.topic_config_manager.put(TopicConfig("T", 4, 4))
+    c.consumer_offset_manager.commit_offset("zz-established", "T", 0, 7)
+    offsets = CountingDict(c.consumer_offset_manager.offset_table)
+    gets = CountingDict()
+    for i in range(FRESH):
+        dict.__setitem__(offsets, f"T@fresh-{i:06d}", {0: 0})
+        gets[("T", f"fresh-{i:06d}")] = [1, 1, 1]
+    c.consumer_offset_manager.offset_table = offsets
+    c.stats.get = gets
+    gets.visits = offsets.visits = 0
+    samples = parse(generate_latest(broker_registry(c, max_series=cap)))
+    assert offsets.visits <= cap, offsets.visits
+    assert gets.visits <= cap, gets.visits
+    lag = [dict(k[1]) for k in samples if k[0] == "rocketmq_group_diff"]
+    assert len(lag) == cap
+    assert {"group": "zz-established", "topic": "T", "queueid": "0", "broker": "broker-a",
+            "cluster": "DefaultCluster"} in lag  # the first committed is shown, whatever its name
+    dropped = {dict(k[1])["family"]: v for k, v in samples.items()
+               if k[0] == "rocketmq_metrics_series_dropped"}
+    # 4 queues a group: 501 groups walked, the last one's other 2 queues cut; the
+    # other offsets counted (from the table's length), not walked
+    assert dropped["rocketmq_group_diff"] == 2 + (FRESH + 1 - 501)
+    assert dropped["rocketmq_consumer_messages"] == FRESH - cap
+    assert len([k for k in samples if k[0] == "rocketmq_consumer_messages_total"]) == cap
+
+
+def test_frozen_registry_renders_the_snapshot(controller: BrokerController) -> None:
+    """What a scrape renders in its worker thread was taken on the loop: tables the
+    loop changes after (here: grows) are not walked by the render."""
+    c = controller
+    c.topic_config_manager.put(TopicConfig("T", 2, 2))
+    c.stats.record_put("T", 3, 300)
+    c.consumer_offset_manager.commit_offset("g", "T", 0, 0)
+    frozen = frozen_registry(BrokerCollector(c, max_series=100))
+    for i in range(50):  # during the render, the loop goes on
+        c.stats.record_put(f"New{i}", 1, 1)
+        c.consumer_offset_manager.commit_offset(f"new{i}", "T", 0, 0)
+    samples = parse(generate_latest(frozen))
+    topics = {dict(k[1])["topic"] for k in samples if k[0] == "rocketmq_producer_messages_total"}
+    assert topics == {"T"}
+    groups = {dict(k[1])["group"] for k in samples if k[0] == "rocketmq_group_diff"}
+    assert groups == {"g"}
