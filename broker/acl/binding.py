@@ -45,6 +45,8 @@ NAMESRV_WRITE_CODES: frozenset[int] = frozenset({
     RequestCode.DELETE_TOPIC_IN_NAMESRV,
     RequestCode.PUT_KV_CONFIG,
     RequestCode.DELETE_KV_CONFIG,
+    318,  # UPDATE_NAMESRV_CONFIG
+    319,  # GET_NAMESRV_CONFIG: admin-only (the configuration)
 })
 
 # Destructive RocketMQ 4.9 request codes in neither admin list (none is served here

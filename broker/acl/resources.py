@@ -129,7 +129,7 @@ BROKER_RULES: dict[int, Rule] = {
     C.QUERY_TOPIC_CONSUME_BY_WHO: _res(topic("topic")),
     C.GET_PRODUCER_CONNECTION_LIST: _account("a producer group is no ACL resource; "
                                              "lists client ids and addresses"),
-    C.GET_BROKER_CONFIG: _account("the broker's settings; names no resource"),
+    C.GET_BROKER_CONFIG: _admin("the broker's settings, secrets masked"),
     C.UPDATE_BROKER_CONFIG: _admin(),
     C.UPDATE_AND_CREATE_ACL_CONFIG: _admin(),
     C.DELETE_ACL_CONFIG: _admin(),
