@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import random
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
-from broker.transaction_service import CheckRequest, TransactionalMessageService
+from broker.transaction_service import Asked, CheckRequest, TransactionalMessageService
 from broker.waiting_sends import WaitingSends
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -591,16 +592,22 @@ class BrokerController:
         """haDiscardLog acts once: set back to false where it was set."""
         await self.apply_runtime_config({"haDiscardLog": "false"})
 
-    def ask_producer(self, request: CheckRequest) -> bool:
-        """Send CHECK_TRANSACTION_STATE to one live producer of the group;
-        False when none is connected."""
-        conns = [c for c in self.producer_manager.connections(request.group) if not c.closed]
+    def ask_producer(self, group: str, build: Callable[[], CheckRequest]) -> Asked:
+        """Send CHECK_TRANSACTION_STATE (the request ``build`` makes) to one
+        live producer of ``group`` that reads what it is sent. BUSY (nothing
+        built, nothing sent) when every producer of the group is owed more
+        than the write high-water mark: the check is asked again next pass
+        instead of queueing without bound for a producer that reads nothing."""
+        conns = [c for c in self.producer_manager.connections(group) if not c.closed]
         if not conns:
-            return False
+            return Asked.NO_PRODUCER
+        ready = [c for c in conns if c.takes_requests]
+        if not ready:
+            return Asked.BUSY
+        request = build()
         cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE,
                                       request.header.to_fields(), request.body, oneway=True)
-        random.choice(conns).send_response(cmd)
-        return True
+        return Asked.SENT if random.choice(ready).offer(cmd) else Asked.BUSY
 
     def _on_connection_closed(self, conn: RemotingConnection) -> None:
         self.producer_manager.connection_closed(conn)
