@@ -453,7 +453,7 @@ def test_a_pass_does_not_read_half_messages_known_to_have_ended(env: Env) -> Non
         reads.append(offset)
         return real(offset)
 
-    env.store.look_message_by_offset = counting  # type: ignore[method-assign]
+    env.store.look_message_by_offset = counting  # type: ignore[method-assign,assignment]
     env.now += 10_000
     report = env.check_pass()
     assert report.skipped == 50 and report.checked == 1
