@@ -440,9 +440,13 @@ class RemotingConnection:
 
     @property
     def takes_requests(self) -> bool:
-        """Whether a request this side starts would be queued now (``offer``):
-        open, and the peer owed no more than the high-water mark."""
-        return not self.closed and self._owed <= self.limits.write_high_water
+        """Whether to start a request toward the peer now: open, and the peer
+        owed no more than the low-water mark. Between the marks ``offer``
+        still queues, but a caller that must build what it sends (a
+        transaction check reads a half message) waits for the peer to read
+        first, as the reader does (hysteresis: no building and dropping at
+        every pass while the peer reads nothing)."""
+        return not self.closed and self._owed <= self.limits.write_low_water
 
     def offer(self, cmd: RemotingCommand) -> bool:
         """Queue a request or oneway this side starts (a transaction check, a
