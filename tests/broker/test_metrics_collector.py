@@ -127,3 +127,16 @@ def test_collector_counts_refusals(controller: BrokerController) -> None:
             if s.name == "rocketmq_acl_refusals_total":
                 samples[(s.labels["code"], s.labels["reason"])] = s.value
     assert samples == {("310", "permission"): 2, ("17", "admin"): 1}
+
+
+def test_collector_counts_dropped_checks_notices_and_refused_prepares(
+        controller: BrokerController) -> None:
+    c = controller
+    c.transaction_service.checks_dropped = 7
+    c.transaction_service.refused_busy = 2
+    c.client_manage_processor.notifications_dropped = 3
+    samples = parse(generate_latest(broker_registry(c)))
+    labels = (("broker", "broker-a"), ("cluster", "DefaultCluster"))
+    assert samples[("rocketmq_brokeruntime_transaction_checks_dropped_total", labels)] == 7
+    assert samples[("rocketmq_brokeruntime_transaction_prepare_refused_total", labels)] == 2
+    assert samples[("rocketmq_brokeruntime_notifications_dropped_total", labels)] == 3
