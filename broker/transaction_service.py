@@ -121,9 +121,8 @@ class Pending:
 
     group: str
     born: int  # ms
-    immunity: int  # ms after birth before it is checked
-    times: int  # checks so far
-    stored: int  # ... as its newest copy in the half queue records them
+    immunity: int  # CHECK_IMMUNITY_TIME_IN_SECONDS in ms (0: none; transactionTimeOut applies)
+    times: int  # checks so far (its newest copy in the half queue may record fewer)
 
 
 @dataclass(slots=True)
@@ -353,19 +352,18 @@ class TransactionalMessageService:
             assert msg is not None
             group = str(msg.properties.get(PGROUP, ""))
             book.note_group(origin, group)
-            times = check_times_of(msg)
-            p = self.known[origin] = Pending(
-                group, msg.born_timestamp,
-                check_immunity_ms(msg, self.config.transaction_time_out), times, times)
+            p = self.known[origin] = Pending(group, msg.born_timestamp,
+                                             check_immunity_ms(msg, 0), check_times_of(msg))
         if p.times >= self.config.transaction_check_max:
             msg = msg or self._read(RMQ_SYS_TRANS_HALF_TOPIC, i)
             if msg is None:
                 report.skipped += 1
                 return True
             return self._discard(i, msg, origin, p.times, report)
+        timeout = self.config.transaction_time_out
         age = now_ms - p.born
-        due = not 0 <= age < p.immunity
-        if not due and p.immunity == self.config.transaction_time_out:
+        due = not 0 <= age < max(timeout, p.immunity)
+        if not due and p.immunity <= timeout:
             return None  # the ones after it are younger still
         if due:
             self._ask(i, origin, p, msg, ask, report)
@@ -417,7 +415,6 @@ class TransactionalMessageService:
             self.book.half_stored(ar.logics_offset, origin, p.group)
             self.at_copy.pop(i, None)
             self.at_copy[ar.logics_offset] = origin
-            p.stored = p.times
             self.copies += 1
             report.copied += 1
             return True
