@@ -71,6 +71,10 @@ def runtime_figures(c: BrokerController) -> dict[str, object]:
         "commitLogDiskRatio": c.commit_log_disk_ratio(),
         "pageCacheLockTimeMills": 0,  # appends take no lock here
         "heldPulls": c.pull_hold_service.index.total,
+        # what is queued for clients (issue 48: bounded for a peer that reads nothing)
+        "connectionOwedMaxBytes": max((conn.owed for conn in c.server.connections), default=0),
+        "requestsToClientsDropped": sum(conn.dropped_requests for conn in c.server.connections),
+        "notificationsDropped": c.client_manage_processor.notifications_dropped,
         "startAcceptSendRequestTimeStamp": c.start_accept_send_timestamp_ms,
     }
 
@@ -238,6 +242,9 @@ class AdminBrokerProcessor:
                 "transactionDiscarded": tx["discarded"],
                 "transactionPending": tx["pending"],
                 "transactionCheckPasses": tx["passes"],
+                "transactionChecksDropped": tx["checks_dropped"],
+                "transactionPrepareRefused": tx["refused_busy"],
+                "transactionHalfCopies": tx["copies"],
             })
         else:
             table.update(c.slave_synchronize.status())

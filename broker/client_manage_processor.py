@@ -26,6 +26,7 @@ def _mq_dicts(mqs: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
 class ClientManageProcessor:
     def __init__(self, controller: BrokerController) -> None:
         self.controller = controller
+        self.notifications_dropped = 0  # NOTIFY_CONSUMER_IDS_CHANGED to members not reading
 
     def heart_beat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         # the whole body is checked before anything is registered
@@ -119,8 +120,11 @@ class ClientManageProcessor:
         return cmd.response(ResponseCode.SUCCESS)
 
     def notify_consumer_ids_changed(self, group: str) -> None:
-        """Tell every member of ``group`` to rebalance (oneway)."""
+        """Tell every member of ``group`` to rebalance (oneway). A member that
+        reads nothing (owed more than the write high-water mark) is not told:
+        the notice is dropped and counted; it rebalances on its own timer."""
         for conn in self.controller.consumer_manager.connections(group):
-            if not conn.closed:
-                conn.send_response(RemotingCommand.request(
-                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True))
+            if not conn.closed and not conn.offer(RemotingCommand.request(
+                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
+                    oneway=True)):
+                self.notifications_dropped += 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import random
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ from broker.store.status import PutMessageStatus
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
-from broker.transaction_service import CheckRequest, TransactionalMessageService
+from broker.transaction_service import Asked, CheckRequest, TransactionalMessageService
 from broker.waiting_sends import WaitingSends
 from protocol.acl import ACCESS_KEY
 from protocol.codes import RequestCode, ResponseCode
@@ -607,22 +608,34 @@ class BrokerController:
         """haDiscardLog acts once: set back to false where it was set."""
         await self.apply_runtime_config({"haDiscardLog": "false"})
 
-    def ask_producer(self, request: CheckRequest) -> bool:
-        """Send CHECK_TRANSACTION_STATE to one live producer of the group;
-        False when none is connected. With ACL, only to a producer whose
-        heart-beat's account may PUB on the half message's topic: joining a
-        producer group takes no right, hearing its checks (the message's body)
-        and answering them does."""
-        needs = [Need(request.topic or RMQ_SYS_TRANS_HALF_TOPIC, Perm.PUB)]
-        conns = [c for c in self.producer_manager.connections(request.group) if not c.closed
-                 and self.acl_check.connection_may(c, RequestCode.CHECK_TRANSACTION_STATE,
-                                                   needs)]
+    def ask_producer(self, group: str, build: Callable[[], CheckRequest]) -> Asked:
+        """Send CHECK_TRANSACTION_STATE (the request ``build`` makes) to one
+        live producer of ``group`` that reads what it is sent. BUSY (nothing
+        sent) when every producer of the group that could be asked is owed
+        more than the write high-water mark: the check is asked again next
+        pass instead of queueing without bound for a producer that reads
+        nothing. With ACL, only a producer whose heart-beat's account may PUB
+        on the half message's topic is asked: joining a producer group takes
+        no right, hearing its checks (the message's body) and answering them
+        does."""
+        conns = [c for c in self.producer_manager.connections(group) if not c.closed]
         if not conns:
-            return False
+            return Asked.NO_PRODUCER
+        ready = [c for c in conns if c.takes_requests]
+        if not ready:
+            return Asked.BUSY
+        request = build()
+        needs = [Need(request.topic or RMQ_SYS_TRANS_HALF_TOPIC, Perm.PUB)]
+
+        def may(c: RemotingConnection) -> bool:
+            return self.acl_check.connection_may(c, RequestCode.CHECK_TRANSACTION_STATE, needs)
+
+        allowed = [c for c in ready if may(c)]
+        if not allowed:
+            return Asked.BUSY if any(may(c) for c in conns) else Asked.NO_PRODUCER
         cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE,
                                       request.header.to_fields(), request.body, oneway=True)
-        random.choice(conns).send_response(cmd)
-        return True
+        return Asked.SENT if random.choice(allowed).offer(cmd) else Asked.BUSY
 
     def _on_connection_closed(self, conn: RemotingConnection) -> None:
         self.producer_manager.connection_closed(conn)

@@ -330,10 +330,14 @@ def parse_op(msg: MessageExt) -> tuple[int, int, EndState] | None:
     return copy_offset, origin, state
 
 
-def check_max_message(msg: MessageExt) -> MessageExtBrokerInner:
+def check_max_message(msg: MessageExt, check_times: int | None = None) -> MessageExtBrokerInner:
     """A half message checked ``transactionCheckMax`` times, kept for tools
-    in ``TRANS_CHECK_MAX_TIME_TOPIC`` queue 0."""
-    return from_stored(msg, TRANS_CHECK_MAX_TIME_TOPIC, 0, dict(msg.properties))
+    in ``TRANS_CHECK_MAX_TIME_TOPIC`` queue 0 (with ``check_times``, the
+    count kept in memory, when given)."""
+    props = dict(msg.properties)
+    if check_times is not None:
+        props[CHECK_TIMES] = str(check_times)
+    return from_stored(msg, TRANS_CHECK_MAX_TIME_TOPIC, 0, props)
 
 
 def check_request_record(msg: MessageExt, store_host: str) -> bytes:

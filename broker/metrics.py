@@ -26,6 +26,11 @@ counters Prometheus takes rates of:
   ``rocketmq_brokeruntime_slave_ack_offset`` / ``rocketmq_brokeruntime_slave_lag_bytes``
   {slave} (a master), ``rocketmq_brokeruntime_master_lag_bytes`` (a slave),
   ``rocketmq_brokeruntime_transaction_half_pending``.
+- counters ``rocketmq_brokeruntime_transaction_checks_dropped`` (checks not sent to
+  producers that read nothing), ``rocketmq_brokeruntime_transaction_prepare_refused``
+  (SYSTEM_BUSY past transactionMaxPendingPerGroup) and
+  ``rocketmq_brokeruntime_notifications_dropped`` (rebalance notices not sent to
+  consumers that read nothing).
 - ``rocketmq_acl_refusals_total`` {cluster, broker, code, reason}: requests the plain
   ACL refused (reason: no_access_key, unknown_account, signature, admin,
   permission, not_loaded).
@@ -333,6 +338,18 @@ class BrokerCollector(Collector):
                                           labels=bl + ["verdict"])
             for verdict, n in sorted(ha.refused.items()):
                 refused.add_metric(base + [verdict], n)
+            tx = c.transaction_service
+            tx_counters = []
+            for name, doc, value in (
+                    ("rocketmq_brokeruntime_transaction_checks_dropped",
+                     "Transaction checks not sent: the group's producers read nothing "
+                     "(asked again next pass)", tx.checks_dropped),
+                    ("rocketmq_brokeruntime_transaction_prepare_refused",
+                     "Prepared messages refused SYSTEM_BUSY (transactionMaxPendingPerGroup)",
+                     tx.refused_busy)):
+                fam = CounterMetricFamily(name, doc, labels=bl)
+                fam.add_metric(base, value)
+                tx_counters.append(fam)
             out.append(_done(
                 ack, behind,
                 gauge("rocketmq_ha_writable",
@@ -341,7 +358,13 @@ class BrokerCollector(Collector):
                 refused,
                 gauge("rocketmq_brokeruntime_transaction_half_pending",
                       "Transaction half messages neither committed nor rolled back",
-                      len(c.transaction_service.book.pending))))
+                      len(tx.book.pending)),
+                *tx_counters))
+        notices = CounterMetricFamily(
+            "rocketmq_brokeruntime_notifications_dropped",
+            "NOTIFY_CONSUMER_IDS_CHANGED not sent: the consumer read nothing", labels=bl)
+        notices.add_metric(base, c.client_manage_processor.notifications_dropped)
+        out.append(_done(notices))
 
         drops = GaugeMetricFamily("rocketmq_metrics_series_dropped",
                                   "Series left out of this scrape (past the bound)",

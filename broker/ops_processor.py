@@ -66,6 +66,7 @@ RUNTIME_KEYS: dict[str, str] = {
     "rejectTransactionMessage": "each prepared send",
     "transactionTimeOut": "each transaction check",
     "transactionCheckMax": "each transaction check",
+    "transactionMaxPendingPerGroup": "each prepared send",
     "fileReservedTime": "each clean-up run",
     "deleteWhen": "each clean-up run",
     "diskMaxUsedSpaceRatio": "each clean-up run",
@@ -76,7 +77,7 @@ RUNTIME_KEYS: dict[str, str] = {
 _RUNTIME_BY_LOWER = {k.lower(): k for k in RUNTIME_KEYS}
 
 _POSITIVE = ("maxMessageSize", "longPollingMaxSuspendMillis", "fileReservedTime",
-             "transactionTimeOut", "transactionCheckMax")
+             "transactionTimeOut", "transactionCheckMax", "transactionMaxPendingPerGroup")
 
 
 def render_properties(props: dict[str, str]) -> str:

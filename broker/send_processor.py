@@ -28,6 +28,7 @@ from broker.acl.stored import message_needs
 from broker.config import BrokerRole
 from broker.message_rewrite import (
     DELAY,
+    PGROUP,
     TRAN_MSG,
     build_batch_inners,
     build_inner,
@@ -250,6 +251,10 @@ class SendMessageProcessor:
             refused = self._transaction_refusal(cmd, delayed)
             if refused is not None:
                 return refused
+            busy = self.controller.transaction_service.pending_refusal(
+                props.get(PGROUP, h.producer_group))
+            if busy is not None:
+                return cmd.response(ResponseCode.SYSTEM_BUSY, busy)
             started = time.perf_counter()
             result = self.controller.transaction_service.prepare(inner, props, h.producer_group)
             self._count(h.topic, result, started)

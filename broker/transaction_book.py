@@ -16,7 +16,9 @@ nothing else needs saving: every state change is a record in the commit log.
 - ``pending``: origin -> newest copy, for transactions not ended with a copy
   at or past ``half_offset``;
 - ``ended``: origin -> how it ended and its newest copy, for as long as its
-  op record is at or past ``op_offset``.
+  op record is at or past ``op_offset``;
+- ``per_group``: producer group -> how many of ``pending`` are its (the
+  bound ``transactionMaxPendingPerGroup`` is checked against it).
 
 An op record is passed (``op_offset`` moves on, the entry is forgotten) once
 every copy of its transaction is behind ``half_offset``: from then on an end
@@ -54,6 +56,8 @@ class TransactionBook:
         # op queue offset -> origin (None: not an op record), from op_offset on, in order
         self.ops: dict[int, int | None] = {}
         self._op_end = op_offset  # the op queue offset after the last one seen
+        self.group_of: dict[int, str] = {}  # origin -> producer group, for pending ones
+        self.per_group: dict[str, int] = {}
 
     # ---- rebuilding at start --------------------------------------------------------
 
@@ -66,19 +70,50 @@ class TransactionBook:
         self.ended.setdefault(origin, Ended(state, copy_offset))
         self._note_op(op_offset, origin)
 
-    def load_half(self, copy_offset: int, origin: int) -> None:
+    def load_half(self, copy_offset: int, origin: int, group: str = "") -> None:
         """One half-queue copy read back (after every op record)."""
-        self.half_stored(copy_offset, origin)
+        self.half_stored(copy_offset, origin, group)
 
     # ---- changes ------------------------------------------------------------------
 
-    def half_stored(self, copy_offset: int, origin: int) -> None:
-        """A half message (or a copy of one) now sits at ``copy_offset``."""
+    def half_stored(self, copy_offset: int, origin: int, group: str = "") -> None:
+        """A half message (or a copy of one) of ``group`` now sits at ``copy_offset``."""
         done = self.ended.get(origin)
         if done is not None:
             done.last_copy = max(done.last_copy, copy_offset)
         elif self.pending.get(origin, -1) < copy_offset:
+            if origin not in self.pending:
+                self._counted(origin, group)
             self.pending[origin] = copy_offset
+
+    def pending_in(self, group: str) -> int:
+        """How many transactions of ``group`` are pending."""
+        return self.per_group.get(group, 0)
+
+    def note_group(self, origin: int, group: str) -> None:
+        """The group of a pending transaction first met without one."""
+        if self.group_of.get(origin) == "" and group:
+            self._forget_group(origin)
+            self._counted(origin, group)
+
+    def _counted(self, origin: int, group: str) -> None:
+        self.group_of[origin] = group
+        self.per_group[group] = self.per_group.get(group, 0) + 1
+
+    def _forget(self, origin: int) -> int:
+        """No longer pending: its newest copy (-1 if it was not pending)."""
+        last = self.pending.pop(origin, -1)
+        self._forget_group(origin)
+        return last
+
+    def _forget_group(self, origin: int) -> None:
+        group = self.group_of.pop(origin, None)
+        if group is not None:
+            n = self.per_group.get(group, 0) - 1
+            if n > 0:
+                self.per_group[group] = n
+            else:
+                self.per_group.pop(group, None)
 
     def verdict(self, origin: int, state: EndState) -> Verdict:
         done = self.ended.get(origin)
@@ -91,13 +126,13 @@ class TransactionBook:
 
     def end(self, origin: int, state: EndState, op_offset: int) -> None:
         """Its op record is stored at ``op_offset``."""
-        last = self.pending.pop(origin, -1)
+        last = self._forget(origin)
         self.ended[origin] = Ended(state, last)
         self._note_op(op_offset, origin)
 
     def discard(self, origin: int) -> None:
         """Checked too often: given up (the check service kept a copy for tools)."""
-        self.pending.pop(origin, None)
+        self._forget(origin)
 
     def _note_op(self, op_offset: int, origin: int | None) -> None:
         if op_offset >= self.op_offset:
@@ -112,7 +147,10 @@ class TransactionBook:
         met again after a restart rewound the consume offset)."""
         if origin in self.ended:
             return True
-        newest = self.pending.setdefault(origin, copy_offset)
+        newest = self.pending.get(origin)
+        if newest is None:
+            self.half_stored(copy_offset, origin)
+            return False
         return newest > copy_offset
 
     def advance(self, half_offset: int, prune: bool = True) -> None:
@@ -121,13 +159,13 @@ class TransactionBook:
         ``prune`` (once per pass: it looks at every pending transaction),
         pending ones whose newest copy is behind it are dropped too (their
         copies were cleaned away or unreadable: nothing is left to check)."""
-        if half_offset <= self.half_offset:
+        if half_offset < self.half_offset or (half_offset == self.half_offset and not prune):
             return
         self.half_offset = half_offset
         if prune:
             for origin, newest in list(self.pending.items()):
                 if newest < half_offset:
-                    del self.pending[origin]
+                    self._forget(origin)
         while self.op_offset < self._op_end:
             op_origin = self.ops.get(self.op_offset)
             if op_origin is not None:

@@ -11,10 +11,23 @@
   half messages whose transaction ended (or that have a newer copy) are
   passed; one checked ``transactionCheckMax`` times is discarded (a copy goes
   to ``TRANS_CHECK_MAX_TIME_TOPIC``); one younger than ``transactionTimeOut``
-  (or its ``CHECK_IMMUNITY_TIME_IN_SECONDS``) ends the pass; any other gets a
-  copy with its check count increased at the end of the queue and its
-  producer group is asked, through one live producer, for the state of the
-  copy (CHECK_TRANSACTION_STATE).
+  ends the pass, one inside its longer ``CHECK_IMMUNITY_TIME_IN_SECONDS`` is
+  left for a later pass; for any other its producer group is asked, through
+  one live producer that reads what it is sent, for the state of the
+  transaction (CHECK_TRANSACTION_STATE). A producer that does not read is
+  not asked (the check is dropped, counted, and asked again next pass).
+
+  Unlike RocketMQ, a check does not write a copy of the half message at the
+  end of the queue: the check count is kept in memory (``Pending``) and the
+  half message is read only to be sent. The consume offset stops at the
+  first pending transaction; a copy (with the count) is written only when
+  moving past one is worth it: when the queue from the consume offset on
+  holds more than twice as many half messages as are pending (plus
+  ``COMPACT_SLACK``), the pending ones at its head are copied to the end, so
+  each copy frees at least one ended half message behind it. A restart
+  counts checks on from the newest copy's count.
+- ``prepare`` refuses a group with ``transactionMaxPendingPerGroup`` pending
+  transactions (``pending_refusal``).
 
 Everything lives in the commit log and in the consume offsets of group
 ``CID_RMQ_SYS_TRANS`` on the half and op queues (persisted with every
@@ -29,7 +42,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
+from enum import Enum
 from typing import Any
 
 import structlog
@@ -75,6 +89,11 @@ from protocol.trio.service import Guard
 CID_RMQ_SYS_TRANS = "CID_RMQ_SYS_TRANS"
 HALF_QUEUE_ID = 0
 CHUNK = 256  # half messages looked at between two checkpoints of a pass
+# Half messages the queue may hold from its consume offset on beyond twice the
+# pending ones before the pending ones at its head are copied to its end: a
+# few thousand entries to read at a restart, and the ended transactions behind
+# them (book.ended) kept in memory meanwhile.
+COMPACT_SLACK = 1024
 
 
 @dataclass(slots=True)
@@ -88,10 +107,27 @@ class CheckRequest:
     topic: str = ""
 
 
-# Asks one live producer of the group; False when none is connected.
-Ask = Callable[[CheckRequest], bool]
+class Asked(Enum):
+    SENT = "sent"  # queued to a producer of the group
+    NO_PRODUCER = "no producer"  # none connected: the check counts all the same
+    BUSY = "busy"  # its producers read nothing: not sent, not counted, asked next pass
+
+
+# Asks one live producer of ``group`` for the request ``build`` makes (called
+# only when a producer can take it).
+Ask = Callable[[str, Callable[[], CheckRequest]], Asked]
 # Whether the caller of END_TRANSACTION may end this half message: None, or why not.
 MayEnd = Callable[[MessageExt], str | None]
+
+
+@dataclass(slots=True)
+class Pending:
+    """A pending transaction as the check pass knows it (in memory)."""
+
+    group: str
+    born: int  # ms
+    immunity: int  # CHECK_IMMUNITY_TIME_IN_SECONDS in ms (0: none; transactionTimeOut applies)
+    times: int  # checks so far (its newest copy in the half queue may record fewer)
 
 
 @dataclass(slots=True)
@@ -99,8 +135,15 @@ class PassReport:
     looked: int = 0
     checked: int = 0
     no_producer: int = 0
+    busy: int = 0  # checks not sent: the producers read nothing
     discarded: int = 0
     skipped: int = 0
+    copied: int = 0  # half messages copied to the end of the queue
+    # the pass's position: the next queue offset to look at (-1: not started),
+    # and whether the consume offset still follows it (no pending one left behind)
+    cursor: int = -1
+    head: bool = True
+    compact: bool = False
 
 
 def _wall_ms() -> int:
@@ -123,7 +166,14 @@ class TransactionalMessageService:
         self.rolled_back = 0
         self.discarded = 0
         self.checks = 0
+        self.checks_dropped = 0  # not sent: the group's producers read nothing
+        self.refused_busy = 0  # prepared sends refused: the group's pending bound
+        self.copies = 0  # half messages copied to the end of the queue
         self.passes = 0
+        # origin -> what the pass knows of a pending transaction; copy offset ->
+        # origin for them, so a pass reads a pending half message only to send it
+        self.known: dict[int, Pending] = {}
+        self.at_copy: dict[int, int] = {}
         self.log = structlog.get_logger("broker.transaction").bind(broker=config.broker_name)
         self.guard = Guard(self.log, "transaction check")
 
@@ -143,10 +193,12 @@ class TransactionalMessageService:
             msg = self._read(RMQ_SYS_TRANS_OP_HALF_TOPIC, offset)
             book.load_op(offset, None if msg is None else parse_op(msg))
         half_end = self.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID)
+        self.known.clear()
+        self.at_copy.clear()
         for offset in range(half, half_end):
             msg = self._read(RMQ_SYS_TRANS_HALF_TOPIC, offset)
             if msg is not None:
-                book.load_half(offset, origin_of(msg))
+                book.load_half(offset, origin_of(msg), str(msg.properties.get(PGROUP, "")))
         if half_end > half or op_end > op:
             self.log.info("transactions loaded", half_messages=half_end - half,
                           op_records=op_end - op, **book.stats())
@@ -159,6 +211,22 @@ class TransactionalMessageService:
 
     # ---- prepare ----------------------------------------------------------------------
 
+    def pending_refusal(self, group: str) -> str | None:
+        """Why a prepared message of producer group ``group`` is refused
+        (SYSTEM_BUSY), or None: the group has ``transactionMaxPendingPerGroup``
+        transactions neither committed nor rolled back."""
+        limit = self.config.transaction_max_pending_per_group
+        pending = self.book.pending_in(group)
+        if pending < limit:
+            return None
+        self.refused_busy += 1
+        self.guard.note("prepared message refused: too many pending transactions",
+                        key=("pending-bound", group), log_level="warning",
+                        group=shown(group), pending=pending, limit=limit)
+        return (f"[TRANSACTION_PENDING_LIMIT]broker busy: producer group {shown(group)} has "
+                f"{pending} pending transactions (transactionMaxPendingPerGroup={limit}); "
+                "end (commit or roll back) some, or answer the broker's checks, then retry")
+
     def prepare(self, inner: MessageExtBrokerInner, props: dict[str, str],
                 group: str) -> PutMessageResult:
         """Store a producer's prepared message as a half message."""
@@ -166,7 +234,7 @@ class TransactionalMessageService:
         result = self.store.put_message(inner)
         ar = result.append_result
         if ar is not None and classify_put_status(result.put_message_status) is PutOutcome.STORED:
-            self.book.half_stored(ar.logics_offset, ar.logics_offset)
+            self.book.half_stored(ar.logics_offset, ar.logics_offset, props[PGROUP])
         return result
 
     # ---- end --------------------------------------------------------------------------
@@ -236,8 +304,13 @@ class TransactionalMessageService:
         """Look at up to ``limit`` half messages before queue offset ``stop``
         (the queue's end when the pass began). Returns whether the pass goes on."""
         book = self.book
-        i = max(book.half_offset,
-                self.store.get_min_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID))
+        start = max(book.half_offset,
+                    self.store.get_min_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID))
+        if report.cursor < 0:
+            # copy pending ones only when the queue behind the consume offset is
+            # mostly ended transactions (so each copy frees at least one)
+            report.compact = stop - start > 2 * len(book.pending) + COMPACT_SLACK
+        i = max(report.cursor, start)
         go_on = True
         try:
             for _ in range(limit):
@@ -245,81 +318,134 @@ class TransactionalMessageService:
                     go_on = False
                     break
                 report.looked += 1
-                if i in book.ended or book.pending.get(i, i) > i:
-                    # the first half message of a transaction that ended or has a
-                    # newer copy: passed without reading it
-                    report.skipped += 1
-                    i += 1
-                    continue
-                msg = self._read(RMQ_SYS_TRANS_HALF_TOPIC, i)
-                if msg is None:  # cleaned away or unreadable
-                    report.skipped += 1
-                    i += 1
-                    continue
-                step = self._check_one(i, msg, now_ms, ask, report)
+                step = self._look(i, now_ms, ask, report)
                 if step is None:
                     go_on = False
                     break
+                if not step:
+                    report.head = False  # a pending one stays: the consume offset stops here
+                elif report.head:
+                    book.advance(i + 1, prune=False)
                 i += 1
         finally:
-            book.advance(i, prune=not go_on)
+            report.cursor = i
+            if not go_on:
+                if report.head:
+                    book.advance(i, prune=True)
+                self._forget_ended()
             self._save_offsets()
         return go_on
 
-    def _check_one(self, i: int, msg: MessageExt, now_ms: int, ask: Ask,
-                   report: PassReport) -> bool | None:
-        """Handle the half message at ``i``: True to move past it, None to end the pass."""
+    def _look(self, i: int, now_ms: int, ask: Ask, report: PassReport) -> bool | None:
+        """The half message at ``i``: True when the consume offset may move
+        past it, False when it must not (pending), None to end the pass."""
         book = self.book
-        origin = origin_of(msg)
+        if i in book.ended or book.pending.get(i, i) > i:
+            # the first half message of a transaction that ended or has a
+            # newer copy: passed without reading it
+            report.skipped += 1
+            return True
+        msg: MessageExt | None = None
+        origin = self.at_copy.get(i)
+        if origin is None or origin not in self.known:
+            msg = self._read(RMQ_SYS_TRANS_HALF_TOPIC, i)
+            if msg is None:  # cleaned away or unreadable
+                report.skipped += 1
+                return True
+            origin = origin_of(msg)
         if book.should_skip(i, origin):
             report.skipped += 1
             return True
-        times = check_times_of(msg)
-        if times >= self.config.transaction_check_max:
-            return self._discard(i, msg, origin, times, report)
+        self.at_copy[i] = origin
+        p = self.known.get(origin)
+        if p is None:
+            assert msg is not None
+            group = str(msg.properties.get(PGROUP, ""))
+            book.note_group(origin, group)
+            p = self.known[origin] = Pending(group, msg.born_timestamp,
+                                             check_immunity_ms(msg, 0), check_times_of(msg))
+        if p.times >= self.config.transaction_check_max:
+            msg = msg or self._read(RMQ_SYS_TRANS_HALF_TOPIC, i)
+            if msg is None:
+                report.skipped += 1
+                return True
+            return self._discard(i, msg, origin, p.times, report)
         timeout = self.config.transaction_time_out
-        immunity = check_immunity_ms(msg, timeout)
-        age = now_ms - msg.born_timestamp
-        if 0 <= age < immunity:
-            if immunity == timeout:
-                return None  # the ones after it are younger still
-            # a producer asked for a longer wait: move it to the end, unchecked
-            return None if self._put_copy(i, msg, origin, times, report) is None else True
-        copy = self._put_copy(i, msg, origin, times + 1, report)
-        if copy is None:
-            return None
-        copy_offset, copy_msg = copy
+        age = now_ms - p.born
+        due = not 0 <= age < max(timeout, p.immunity)
+        if not due and p.immunity <= timeout:
+            return None  # the ones after it are younger still
+        if due:
+            self._ask(i, origin, p, msg, ask, report)
+        if report.head and report.compact:
+            return self._put_copy(i, origin, p, report)
+        return False
+
+    def _ask(self, i: int, origin: int, p: Pending, msg: MessageExt | None, ask: Ask,
+             report: PassReport) -> None:
+        """Ask the group about the transaction whose newest copy is at ``i``."""
+        def build() -> CheckRequest:
+            found = msg or self._read(RMQ_SYS_TRANS_HALF_TOPIC, i)
+            if found is None:
+                raise LookupError(f"half message at queue offset {i} unreadable")
+            return self._check_request(found)
+
+        try:
+            asked = ask(p.group, build)
+        except LookupError:
+            return
+        if asked is Asked.BUSY:
+            report.busy += 1
+            self.checks_dropped += 1
+            self.guard.note("a producer group reads no checks: checks dropped, asked next pass",
+                            key=("busy", p.group), log_level="warning", group=shown(p.group),
+                            queue_offset=i)
+            return
+        p.times += 1
         self.checks += 1
         report.checked += 1
-        if not ask(self._check_request(copy_msg)):
+        if asked is Asked.NO_PRODUCER:
             report.no_producer += 1
             self.guard.note("no live producer to check a transaction with",
-                            key=("no-producer", msg.properties.get(PGROUP)),
-                            log_level="warning", group=shown(msg.properties.get(PGROUP)),
-                            queue_offset=copy_offset, check_times=times + 1)
-        return True
+                            key=("no-producer", p.group), log_level="warning",
+                            group=shown(p.group), queue_offset=i, check_times=p.times)
 
-    def _put_copy(self, i: int, msg: MessageExt, origin: int, times: int,
-                  report: PassReport) -> tuple[int, MessageExt] | None:
-        """Put a copy of the half message at the end of the queue; (its
-        queue offset, the copy as stored), or None when the pass must stop."""
-        result = self.store.put_message(half_check_copy(msg, origin, times))
+    def _put_copy(self, i: int, origin: int, p: Pending, report: PassReport) -> bool | None:
+        """Copy the half message at ``i`` (with its check count) to the end of
+        the queue so the consume offset can move past it: True once stored,
+        None when the pass must stop."""
+        msg = self._read(RMQ_SYS_TRANS_HALF_TOPIC, i)
+        if msg is None:
+            return True
+        result = self.store.put_message(half_check_copy(msg, origin, p.times))
         status = result.put_message_status
         outcome = classify_put_status(status)
         ar = result.append_result
         if outcome is PutOutcome.STORED and ar is not None:
-            self.book.half_stored(ar.logics_offset, origin)
-            copy = self.store.look_message_by_offset(ar.wrote_offset)
-            if copy is None:  # cannot happen: it was just written
-                return None
-            return ar.logics_offset, copy
+            self.book.half_stored(ar.logics_offset, origin, p.group)
+            self.at_copy.pop(i, None)
+            self.at_copy[ar.logics_offset] = origin
+            self.copies += 1
+            report.copied += 1
+            return True
         if outcome is PutOutcome.TRANSIENT:
             self.guard.note("half message copy not stored, the check pass stops",
                             key=("transient", status), status=status.value, queue_offset=i)
             return None
         # a copy that can never be stored: the transaction cannot be checked any more
-        self._discard(i, msg, origin, times, report, reason=f"copy refused: {status.value}")
+        self._discard(i, msg, origin, p.times, report, reason=f"copy refused: {status.value}")
         return None
+
+    def _forget_ended(self) -> None:
+        """Drop what the pass knew of transactions no longer pending."""
+        pending = self.book.pending
+        for copy, origin in list(self.at_copy.items()):
+            if pending.get(origin) != copy:
+                del self.at_copy[copy]
+                if origin not in pending:
+                    self.known.pop(origin, None)
+        for origin in [o for o in self.known if o not in pending]:
+            del self.known[origin]
 
     def _check_request(self, copy: MessageExt) -> CheckRequest:
         uniq = copy.uniq_key
@@ -343,7 +469,7 @@ class TransactionalMessageService:
         except OSError as exc:
             self.guard.failed(exc, "TRANS_CHECK_MAX_TIME_TOPIC could not be created")
             return None
-        result = self.store.put_message(check_max_message(msg))
+        result = self.store.put_message(check_max_message(msg, times))
         outcome = classify_put_status(result.put_message_status)
         if outcome is PutOutcome.TRANSIENT:
             return None
@@ -368,7 +494,8 @@ class TransactionalMessageService:
     def status(self) -> dict[str, Any]:
         return {"committed": self.committed, "rolled_back": self.rolled_back,
                 "discarded": self.discarded, "checks": self.checks, "passes": self.passes,
-                **self.book.stats()}
+                "checks_dropped": self.checks_dropped, "refused_busy": self.refused_busy,
+                "copies": self.copies, **self.book.stats()}
 
     # ---- trio edge --------------------------------------------------------------------
 
@@ -379,8 +506,10 @@ class TransactionalMessageService:
         while self.check_chunk(self.now_ms(), stop, ask, report):
             await trio.sleep(0)
         self.passes += 1
-        if report.checked or report.discarded:
-            self.log.info("transaction check pass", **asdict(report), **self.book.stats())
+        if report.checked or report.discarded or report.busy or report.copied:
+            counts = {f.name: getattr(report, f.name) for f in fields(report)
+                      if f.name not in ("cursor", "head", "compact")}
+            self.log.info("transaction check pass", **counts, **self.book.stats())
         return report
 
     async def run(self, ask: Ask, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

@@ -156,6 +156,10 @@ class RemotingConnection:
         self._nursery: trio.Nursery | None = None
         self._close_callbacks: list[Callable[[RemotingConnection], None]] = []
         self._log = log.bind(peer=remote_addr)
+        # requests and oneways this side started that were dropped because the
+        # peer was not reading (offer), and their bytes
+        self.dropped_requests = 0
+        self.dropped_bytes = 0
 
     # ---- lifecycle -----------------------------------------------------------
 
@@ -321,10 +325,13 @@ class RemotingConnection:
     def _enqueue(self, cmd: RemotingCommand) -> None:
         if self.closed:
             raise RemotingSendRequestError(f"connection to {self.remote_addr} is closed")
-        if self._busy_poll is not None:
-            self._busy_poll.touch()
         frame = self._encode(cmd)
         size = sum(map(len, frame)) if len(frame) > 1 else len(frame[0])
+        self._enqueue_frame(frame, size)
+
+    def _enqueue_frame(self, frame: list[bytes | memoryview], size: int) -> None:
+        if self._busy_poll is not None:
+            self._busy_poll.touch()
         if not self._out and not self._sending and not self._batching and self._raw is not None:
             # Nothing queued and the writer is idle: try the socket right away,
             # which saves a task switch per frame; the writer takes any rest.
@@ -408,15 +415,66 @@ class RemotingConnection:
 
     def send_response(self, response: RemotingCommand) -> None:
         """Queue a response (or any command) without waiting. Dropped if closed;
-        never raises (a request that cannot be framed is logged and dropped)."""
+        never raises (a request that cannot be framed is logged and dropped).
+        A request or oneway goes through ``offer`` (dropped while the peer does
+        not read). A response that leaves the peer owed more than the limits'
+        ``owed_cap`` closes the connection: the peer asked and does not read
+        the answers, and the backlog is its, not the daemon's, to hold."""
         if self.closed:
             return
-        if response.flag & FLAG_RESPONSE and self.unanswered:
+        if not response.flag & FLAG_RESPONSE:
+            self.offer(response)
+            return
+        if self.unanswered:
             self._answered(response.opaque)
         try:
             self._enqueue(response)
         except RemotingSendRequestError as exc:
             self._log.warning("command dropped", error=str(exc)[:300])
+            return
+        if self._owed > self.limits.owed_cap:
+            self.close_reason = (f"the peer does not read its answers: {self._owed} bytes "
+                                 f"owed to it, more than {self.limits.owed_cap}")
+            self._log.warning("connection closed", reason=self.close_reason)
+            self.close()
+
+    @property
+    def takes_requests(self) -> bool:
+        """Whether to start a request toward the peer now: open, and the peer
+        owed no more than the low-water mark. Between the marks ``offer``
+        still queues, but a caller that must build what it sends (a
+        transaction check reads a half message) waits for the peer to read
+        first, as the reader does (hysteresis: no building and dropping at
+        every pass while the peer reads nothing)."""
+        return not self.closed and self._owed <= self.limits.write_low_water
+
+    def offer(self, cmd: RemotingCommand) -> bool:
+        """Queue a request or oneway this side starts (a transaction check, a
+        rebalance notice), without waiting, if the peer is reading: True when
+        queued. While the peer is owed bytes and this one would take it past
+        the high-water mark, it is dropped instead, counted
+        (``dropped_requests``) and logged now and then: what a broker queues
+        for a peer that reads nothing stays bounded. The caller decides what
+        a dropped one means (a transaction check is asked again next pass)."""
+        if self.closed:
+            return False
+        try:
+            frame = self._encode(cmd)
+        except RemotingSendRequestError as exc:
+            self._log.warning("command dropped", error=str(exc)[:300])
+            return False
+        size = sum(map(len, frame))
+        if self._owed > 0 and self._owed + size > self.limits.write_high_water:
+            self.dropped_requests += 1
+            self.dropped_bytes += size
+            n = self.dropped_requests
+            if n & (n - 1) == 0:  # the 1st, 2nd, 4th, 8th, ...: rate-limited
+                self._log.warning("the peer does not read: request dropped",
+                                  code=code_name(cmd.code, False), owed=self._owed,
+                                  high_water=self.limits.write_high_water, dropped=n)
+            return False
+        self._enqueue_frame(frame, size)
+        return True
 
     async def _writer(self) -> None:
         stream = self.stream

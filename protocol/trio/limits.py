@@ -6,6 +6,11 @@ below ``write_low_water``), requests taken and not yet answered
 (``max_in_flight``; more are answered SYSTEM_BUSY at once), and how long it
 may stay silent (``idle_timeout``), owe bytes without the peer reading any
 (``idle_timeout`` too) or hold a started frame (``frame_timeout``).
+What it queues for a peer that does not read is bounded too: a request or
+oneway this side starts (a transaction check, a rebalance notice) is dropped
+while the peer is owed more than ``write_high_water``, and a connection owing
+its peer more than ``owed_cap`` in answers (answers of requests already
+taken, which back-pressure cannot hold back) is closed.
 
 ``SharedBudget`` bounds what all connections of a server hold together:
 bytes owed to peers plus bytes of partial frames. Past ``max_bytes`` a
@@ -38,6 +43,18 @@ class ConnectionLimits:
     idle_timeout: float = 120.0  # seconds
     frame_timeout: float = 30.0  # seconds
     max_connections_per_address: int = 0  # 0: no limit
+    # Answers owed past this close the connection: the reader stops at
+    # write_high_water, so only answers of requests taken before (held pulls,
+    # at most max_in_flight of them) can add up beyond it. 64 MiB is 16 times
+    # the default high-water mark, room for a burst of held pulls completing
+    # at once toward a slow reader, and a bound on one peer that reads nothing.
+    max_owed: int = 64 * MiB
+
+    @property
+    def owed_cap(self) -> int:
+        """Bytes owed to a peer beyond which its connection is closed (never
+        under 4 times the high-water mark, whatever that is set to)."""
+        return max(self.max_owed, 4 * self.write_high_water)
 
     def problem(self) -> str | None:
         if not 0 < self.write_low_water <= self.write_high_water:

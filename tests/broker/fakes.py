@@ -29,6 +29,13 @@ class FakeConn:
         if self._grew is not None:
             self._grew.set()
 
+    takes_requests = True
+
+    def offer(self, cmd: RemotingCommand) -> bool:
+        """A request the broker starts (RemotingConnection.offer): always taken."""
+        self.send_response(cmd)
+        return True
+
     def after_answers(self, work: Callable[[], None]) -> None:
         """What a handler leaves until its answer is written: run at once."""
         work()

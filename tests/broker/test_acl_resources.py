@@ -32,7 +32,7 @@ from broker.controller import BrokerController
 from broker.message_rewrite import PGROUP, TRAN_MSG, EndState, build_inner
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
 from broker.transaction_book import Verdict
-from broker.transaction_service import CheckRequest, PassReport
+from broker.transaction_service import Asked, CheckRequest, PassReport
 from namesrv.acl import NAMESRV_ADMIN_CODES
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
@@ -315,7 +315,8 @@ def test_ask_producer_without_acl_asks_any_member(tmp_path: Path) -> None:
     conn = Conn()
     c.producer_manager.register(V_PRODUCERS, "cid", conn, 0.0)
     header = CheckTransactionStateRequestHeader(0, 0, "m", "m", "o")
-    assert c.ask_producer(CheckRequest(V_PRODUCERS, header, b"x", V_TOPIC))
+    asked = c.ask_producer(V_PRODUCERS, lambda: CheckRequest(V_PRODUCERS, header, b"x", V_TOPIC))
+    assert asked is Asked.SENT
     assert len(conn.sent) == 1
 
 

@@ -19,6 +19,7 @@ from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
 from protocol.codes import RequestCode
 from protocol.route import TopicConfig
+from tests.broker.fakes import FakeConn
 
 
 def parse(text: bytes) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -213,3 +214,30 @@ def test_frozen_registry_renders_the_snapshot(controller: BrokerController) -> N
     assert topics == {"T"}
     groups = {dict(k[1])["group"] for k in samples if k[0] == "rocketmq_group_diff"}
     assert groups == {"g"}
+
+
+def test_collector_counts_dropped_checks_notices_and_refused_prepares(
+        controller: BrokerController) -> None:
+    c = controller
+    c.transaction_service.checks_dropped = 7
+    c.transaction_service.refused_busy = 2
+    c.client_manage_processor.notifications_dropped = 3
+    samples = parse(generate_latest(broker_registry(c)))
+    labels = (("broker", "broker-a"), ("cluster", "DefaultCluster"))
+    assert samples[("rocketmq_brokeruntime_transaction_checks_dropped_total", labels)] == 7
+    assert samples[("rocketmq_brokeruntime_transaction_prepare_refused_total", labels)] == 2
+    assert samples[("rocketmq_brokeruntime_notifications_dropped_total", labels)] == 3
+
+
+def test_rebalance_notices_to_a_consumer_that_reads_nothing_are_dropped_and_counted(
+        controller: BrokerController) -> None:
+    class Silent(FakeConn):
+        def offer(self, cmd: Any) -> bool:
+            return False  # what RemotingConnection.offer says past the high-water mark
+
+    reading, silent = FakeConn(), Silent()
+    controller.consumer_manager.register("g", "reading@1", reading, 0.0)
+    controller.consumer_manager.register("g", "silent@1", silent, 0.0)
+    controller.client_manage_processor.notify_consumer_ids_changed("g")
+    assert [cmd.code for cmd in reading.sent] == [RequestCode.NOTIFY_CONSUMER_IDS_CHANGED]
+    assert controller.client_manage_processor.notifications_dropped == 1

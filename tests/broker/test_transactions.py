@@ -3,6 +3,7 @@ service over a real store (prepare, end, check passes, discard, restart)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 import trio
 import trio.testing
 
+from broker import transaction_service
 from broker.config import BrokerConfig
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.message_rewrite import (
@@ -37,6 +39,7 @@ from broker.topic_validator import (
 from broker.transaction_book import TransactionBook, Verdict
 from broker.transaction_service import (
     CID_RMQ_SYS_TRANS,
+    Asked,
     CheckRequest,
     PassReport,
     TransactionalMessageService,
@@ -147,6 +150,7 @@ class Env:
         self.now = 1_000_000
         self.asked: list[CheckRequest] = []
         self.producer_online = True
+        self.producer_busy = False
         self.open()
 
     def open(self) -> None:
@@ -168,9 +172,15 @@ class Env:
         self.store.shutdown()
         self.open()
 
-    def ask(self, request: CheckRequest) -> bool:
+    def ask(self, group: str, build: Callable[[], CheckRequest]) -> Asked:
+        if not self.producer_online:
+            return Asked.NO_PRODUCER
+        if self.producer_busy:
+            return Asked.BUSY
+        request = build()
+        assert request.group == group
         self.asked.append(request)
-        return self.producer_online
+        return Asked.SENT
 
     def prepare(self, body: bytes, queue_id: int = 1, born: int | None = None,
                 props: dict[str, str] | None = None) -> tuple[int, int]:
@@ -269,12 +279,13 @@ def test_young_half_messages_are_not_checked(env: Env) -> None:
     assert req.group == GROUP
     msg = decode_record(req.body)
     assert msg.topic == TOPIC and msg.queue_id == 1 and msg.body == b"a"
-    # the producer is asked about the copy at the end of the half queue
-    assert req.header.tran_state_table_offset == 1
-    copy = env.messages(RMQ_SYS_TRANS_HALF_TOPIC, 0)[1]
-    assert copy.commit_log_offset == req.header.commit_log_offset
-    assert copy.properties[CHECK_TIMES] == "1" and copy.properties[PREPARED_QUEUE_OFFSET] == "0"
-    assert env.offsets.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0) == 1
+    # the producer is asked about the half message itself: no copy is written,
+    # the check is counted in memory and the consume offset stays on it
+    (half,) = env.messages(RMQ_SYS_TRANS_HALF_TOPIC, 0)
+    assert req.header.tran_state_table_offset == 0
+    assert req.header.commit_log_offset == half.commit_log_offset
+    assert env.svc.known[0].times == 1
+    assert env.offsets.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0) == 0
 
 
 def test_check_answer_commits_once_whichever_copy_it_names(env: Env) -> None:
@@ -292,16 +303,20 @@ def test_check_answer_commits_once_whichever_copy_it_names(env: Env) -> None:
     assert env.delivered() == [b"a"]
 
 
-def test_a_late_end_for_an_old_copy_ends_the_newest(env: Env) -> None:
+def test_a_late_end_for_an_old_copy_ends_the_newest(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transaction_service, "COMPACT_SLACK", 0)
     first = env.prepare(b"a")
+    for i in range(3):  # ended ones behind the pending one: worth moving it
+        env.end(env.prepare(f"e{i}".encode()), EndState.COMMIT)
     env.now += 10_000
-    env.check_pass()  # copy 1 asked about; nobody answers
+    assert env.check_pass().copied == 1  # asked about it, then copied to 4; nobody answers
     assert env.end(first, EndState.ROLLBACK)[0] == ResponseCode.SUCCESS
-    (op,) = env.messages(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0)
-    assert op.body == b"1"  # the op names the newest copy, so the pass skips it
+    op = env.messages(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0)[-1]
+    assert op.body == b"4"  # the op names the newest copy, so the pass skips it
     env.now += 10_000
     assert env.check_pass().checked == 0
-    assert env.delivered() == []
+    assert env.delivered() == [b"e0", b"e1", b"e2"]
 
 
 def test_unknown_forever_is_discarded_after_check_max(env: Env) -> None:
@@ -331,15 +346,14 @@ def test_no_live_producer_still_counts_a_check(env: Env) -> None:
     assert report.checked == 1 and report.no_producer == 1
 
 
-def test_check_immunity_moves_the_message_back_unchecked(env: Env) -> None:
+def test_check_immunity_leaves_the_message_unchecked_in_place(env: Env) -> None:
     env.prepare(b"slow", props={"CHECK_IMMUNITY_TIME_IN_SECONDS": "60"})
     env.prepare(b"fast")
     env.now += 10_000
     report = env.check_pass()
     assert [decode_record(r.body).body for r in env.asked] == [b"fast"]
-    assert report.checked == 1
-    slow_copy = env.messages(RMQ_SYS_TRANS_HALF_TOPIC, 0)[2]
-    assert slow_copy.body == b"slow" and slow_copy.properties.get(CHECK_TIMES) == "0"
+    assert report.checked == 1 and report.copied == 0
+    assert len(env.messages(RMQ_SYS_TRANS_HALF_TOPIC, 0)) == 2  # nothing written
     env.now += 60_000
     env.check_pass()
     assert sorted(decode_record(r.body).body for r in env.asked) == [b"fast", b"fast", b"slow"]
@@ -353,15 +367,17 @@ def test_restart_keeps_pending_and_ended_transactions(env: Env, persist_offsets:
         if state is not None:
             env.end(where, state)
     env.now += 10_000
-    env.check_pass()  # the 10 unknown ones are asked about (copies at the end)
+    env.check_pass()  # the 10 unknown ones are asked about
     asked = [decode_record(r.body).body for r in env.asked]
     assert len(asked) == 10
     env.restart(persist_offsets=persist_offsets)  # without: the offsets rewind to 0
-    # repeats change nothing: remembered (offsets rewound, the op records are read
-    # back) they are acknowledged, forgotten (every copy passed) they are refused
-    repeat = ResponseCode.TRANSACTION_FAILED if persist_offsets else ResponseCode.SUCCESS
-    for where, state in zip(places, states, strict=True):
+    # repeats change nothing: remembered (at or past the first pending one, where
+    # the consume offset stopped, or all when the offsets rewound: the op records
+    # are read back) they are acknowledged, forgotten (passed) they are refused
+    for i, (where, state) in enumerate(zip(places, states, strict=True)):
         if state is not None:
+            forgotten = persist_offsets and i < states.index(None)
+            repeat = ResponseCode.TRANSACTION_FAILED if forgotten else ResponseCode.SUCCESS
             assert env.end(where, state)[0] == repeat
     env.asked.clear()
     env.now += 10_000
@@ -437,8 +453,118 @@ def test_a_pass_does_not_read_half_messages_known_to_have_ended(env: Env) -> Non
         reads.append(offset)
         return real(offset)
 
-    env.store.look_message_by_offset = counting  # type: ignore[method-assign]
+    env.store.look_message_by_offset = counting  # type: ignore[method-assign,assignment]
     env.now += 10_000
     report = env.check_pass()
     assert report.skipped == 50 and report.checked == 1
-    assert len(reads) == 2  # the open one, and its copy once stored
+    assert len(reads) == 1  # the open one, once (no copy is written)
+    reads.clear()
+    env.now += 10_000
+    assert env.check_pass().checked == 1
+    assert len(reads) == 1  # read again only to be sent
+
+
+# ---- issue 48: no re-append of unchanged half messages, bounded pending ---------------------
+
+
+def test_check_passes_do_not_write_pending_half_messages_again(env: Env) -> None:
+    env.config.transaction_check_max = 5
+    body = b"x" * 1500  # (the store of these tests takes messages up to 2 KiB)
+    for i in range(20):
+        env.prepare(body, props={"UNIQ_KEY": f"u{i}"})
+    end = env.store.get_max_phy_offset()
+    for n in range(1, 6):
+        env.now += 60_000
+        report = env.check_pass()
+        # every pending transaction is asked about at every pass ...
+        assert report.checked == 20 and report.copied == 0
+        assert len(env.asked) == 20 * n
+        # ... and the commit log does not grow: nothing is written again
+        assert env.store.get_max_phy_offset() == end
+    env.now += 60_000
+    assert env.check_pass().discarded == 20  # then given up as before (transactionCheckMax)
+    assert env.svc.book.pending == {} and env.svc.known == {}
+    kept = env.messages(TRANS_CHECK_MAX_TIME_TOPIC, 0)
+    assert len(kept) == 20 and {m.properties[CHECK_TIMES] for m in kept} == {"5"}
+
+
+def test_a_producer_that_reads_nothing_is_asked_again_without_counting(env: Env) -> None:
+    where = env.prepare(b"a")
+    env.producer_busy = True
+    for _ in range(5):  # more passes than transactionCheckMax (3): not discarded
+        env.now += 60_000
+        report = env.check_pass()
+        assert report.busy == 1 and report.checked == 0 and report.discarded == 0
+    assert env.svc.checks_dropped == 5 and env.svc.known[where[0]].times == 0
+    env.producer_busy = False
+    env.now += 60_000
+    assert env.check_pass().checked == 1
+    (req,) = env.asked
+    assert env.end((req.header.tran_state_table_offset, req.header.commit_log_offset),
+                   EndState.COMMIT, check=True)[0] == ResponseCode.SUCCESS
+    assert env.delivered() == [b"a"]
+
+
+def test_pending_transactions_per_group_are_bounded(env: Env) -> None:
+    env.config.transaction_max_pending_per_group = 3
+    places = [env.prepare(f"p{i}".encode()) for i in range(3)]
+    remark = env.svc.pending_refusal(GROUP)
+    assert remark is not None
+    assert "transactionMaxPendingPerGroup=3" in remark and GROUP in remark
+    assert env.svc.pending_refusal("another-group") is None
+    env.end(places[0], EndState.ROLLBACK)
+    assert env.svc.pending_refusal(GROUP) is None
+    env.prepare(b"p3")
+    env.restart()  # the count is rebuilt from the half queue
+    env.config.transaction_max_pending_per_group = 3
+    assert env.svc.book.pending_in(GROUP) == 3 and env.svc.pending_refusal(GROUP) is not None
+    env.config.transaction_check_max = 1
+    env.now += 60_000
+    env.check_pass()  # checked once ...
+    env.now += 60_000
+    assert env.check_pass().discarded == 3  # ... then discarded: no longer counted
+    assert env.svc.book.pending_in(GROUP) == 0 and env.svc.refused_busy == 1
+
+
+def test_pending_ones_are_copied_only_when_ended_ones_pile_up_behind_them(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transaction_service, "COMPACT_SLACK", 4)
+    env.config.transaction_check_max = 10
+    for i in range(3):
+        env.prepare(f"open{i}".encode())
+    env.now += 60_000
+    assert env.check_pass().copied == 0  # only pending ones: nothing to gain
+    for i in range(20):
+        env.end(env.prepare(f"m{i}".encode()), EndState.COMMIT)
+    env.now += 60_000
+    report = env.check_pass()
+    assert report.checked == 3 and report.copied == 3  # 23 > 2 * 3 + 4
+    book = env.svc.book
+    assert book.half_offset == 23 and book.ended == {} and book.op_offset == 20
+    copies = env.messages(RMQ_SYS_TRANS_HALF_TOPIC, 0)[23:]
+    assert [m.properties[CHECK_TIMES] for m in copies] == ["2", "2", "2"]  # counts kept
+    end = env.store.get_max_phy_offset()
+    for _ in range(3):
+        env.now += 60_000
+        report = env.check_pass()
+        assert report.checked == 3 and report.copied == 0
+    assert env.store.get_max_phy_offset() == end
+    # a restart counts on from the copies' count (5 checks so far, 2 recorded)
+    env.restart()
+    env.now += 60_000
+    env.check_pass()
+    assert {p.times for p in env.svc.known.values()} == {3}
+
+
+def test_book_counts_pending_transactions_per_group() -> None:
+    book = TransactionBook()
+    book.half_stored(0, 0, "a")
+    book.half_stored(1, 1, "a")
+    book.half_stored(2, 2, "b")
+    book.half_stored(3, 0, "a")  # a copy: the same transaction
+    assert book.pending_in("a") == 2 and book.pending_in("b") == 1
+    book.end(0, EndState.COMMIT, op_offset=0)
+    book.discard(2)
+    assert book.pending_in("a") == 1 and book.pending_in("b") == 0 and book.per_group == {"a": 1}
+    book.advance(4)  # transaction 1's only copy is behind: dropped
+    assert book.pending == {} and book.per_group == {}
