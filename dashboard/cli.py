@@ -31,9 +31,13 @@ from dashboard.guard import Security
 from protocol.logs import configure_logging
 
 
-def hypercorn_config(host: str, port: int) -> Config:
+def hypercorn_config(host: str, port: int, certfile: Path | None = None,
+                     keyfile: Path | None = None) -> Config:
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    if certfile is not None and keyfile is not None:  # HTTPS: cookies are Secure then
+        config.certfile = str(certfile)
+        config.keyfile = str(keyfile)
     config.errorlog = logging.getLogger("hypercorn.error")  # through configure_logging
     config.accesslog = None
     config.graceful_timeout = 2.0
@@ -48,9 +52,10 @@ async def until_signal() -> None:
 
 
 async def run(namesrv: str, host: str, port: int, timeout: float, security: Security,
+              certfile: Path | None = None, keyfile: Path | None = None,
               task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
     app = create_app(namesrv, timeout, security=security)
-    await serve(app, hypercorn_config(host, port),  # type: ignore[arg-type]
+    await serve(app, hypercorn_config(host, port, certfile, keyfile),  # type: ignore[arg-type]
                 shutdown_trigger=until_signal, task_status=task_status)
 
 
@@ -115,6 +120,10 @@ def add_user_command(users_file: Path | None, name: str, password_stdin: bool) -
                    "127.0.0.1, [::1] and --host are allowed already.")
 @click.option("--session-hours", type=click.FloatRange(min=0.01), default=DEFAULT_SESSION_HOURS,
               show_default=True, help="A login session ends this long after the login.")
+@click.option("--certfile", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Serve HTTPS with this certificate (PEM); with --keyfile.")
+@click.option("--keyfile", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="The private key of --certfile (PEM).")
 @click.option("--add-user", "add_user_name", metavar="NAME", default=None,
               help="Add NAME to --users-file (or change its password) and exit.")
 @click.option("--password-stdin", is_flag=True,
@@ -122,7 +131,8 @@ def add_user_command(users_file: Path | None, name: str, password_stdin: bool) -
 @click.option("--log-level", default="WARNING", show_default=True)
 def main(namesrv: str | None, host: str, port: int, timeout: float, users_file: Path | None,
          no_login: bool, read_only: bool, allowed_hosts: tuple[str, ...], session_hours: float,
-         add_user_name: str | None, password_stdin: bool, log_level: str) -> None:
+         certfile: Path | None, keyfile: Path | None, add_user_name: str | None,
+         password_stdin: bool, log_level: str) -> None:
     """A web console for trio-rocketmq: cluster, topics, consumer groups, messages,
     producers. It reads everything through the admin API."""
     try:
@@ -131,15 +141,18 @@ def main(namesrv: str | None, host: str, port: int, timeout: float, users_file: 
             return
         if not namesrv:
             raise click.UsageError("give the name servers: -n host:port")
+        if (certfile is None) != (keyfile is None):
+            raise click.UsageError("--certfile and --keyfile go together")
         security = security_of(host, users_file, no_login, read_only, allowed_hosts,
                                session_hours)
     except UsersFileError as exc:
         raise click.ClickException(str(exc)) from None
     configure_logging(log_level.upper())
-    click.echo(f"mqdashboard on http://{host}:{port}/ (name server {namesrv}; "
+    scheme = "https" if certfile is not None else "http"
+    click.echo(f"mqdashboard on {scheme}://{host}:{port}/ (name server {namesrv}; "
                f"{'no login' if security.users is None else 'login required'}"
                f"{', read-only' if read_only else ''})", err=True)
-    trio.run(partial(run, namesrv, host, port, timeout, security))
+    trio.run(partial(run, namesrv, host, port, timeout, security, certfile, keyfile))
 
 
 if __name__ == "__main__":

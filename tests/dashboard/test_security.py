@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from dashboard.auth import (
 )
 from dashboard.cli import security_of
 from dashboard.data import TopicForm
-from dashboard.guard import Security
+from dashboard.guard import Guard, Security, cookie_header
 from tests.dashboard.web import PASSWORD, USER, dashboard, users_security
 
 TOPIC_FORM = {"topic": "Evil", "target": "broker:127.0.0.1:10911", "readQueueNums": "8",
@@ -297,3 +297,27 @@ def test_host_policy() -> None:
     assert not p.allows_origin("http://user@127.0.0.1:8080/", 8080)
     assert "10.0.0.5" in HostPolicy.of("10.0.0.5").names
     assert "0.0.0.0" not in HostPolicy.of("0.0.0.0").names
+
+
+async def test_cookies_are_secure_over_https() -> None:
+    """The guard alone, as an ASGI app, for a request that came over TLS."""
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.disconnect"}
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(dict(message))
+
+    guard = Guard(app, Security(users=None, hosts=HostPolicy.of("127.0.0.1")), Sessions())
+    scope = {"type": "http", "method": "GET", "path": "/login", "query_string": b"",
+             "scheme": "https", "server": ("127.0.0.1", 8443),
+             "headers": [(b"host", b"127.0.0.1:8443")]}
+    await guard(scope, receive, send)
+    (cookie,) = [v.decode() for k, v in sent[0]["headers"] if k == b"set-cookie"]
+    assert cookie.startswith(PRE_COOKIE) and "; Secure" in cookie and "HttpOnly" in cookie
+    assert "Secure" in cookie_header(SESSION_COOKIE, "x", secure=True).decode()
