@@ -5,17 +5,20 @@ from __future__ import annotations
 import errno
 import socket
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import structlog
 import trio
 
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from protocol.trio import waiting_room
 from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
 from protocol.trio.service import Guard
 from protocol.trio.tls import ServerTls, accept
+from protocol.trio.waiting_room import Silent, WaitingRoom
 
 # a TLS handshake (after its first byte) must complete within this, or
 # frameReadTimeoutSeconds if shorter
@@ -79,11 +82,18 @@ class RemotingServer:
         self.refused = 0
         self.closed_by_limits = 0
         # accepted connections whose peer has sent nothing yet: no
-        # RemotingConnection is built for one until it does
-        self.silent = 0
+        # RemotingConnection is built for one until it does. They wait in
+        # the room (Linux), else each in a task of its own (_silent_tasks).
+        self._room: WaitingRoom | None = None
+        self._silent_tasks = 0
         self._guard = Guard(log, "remoting server")
         self._on_open: list[Callable[[RemotingConnection], None]] = []
         self._on_close: list[Callable[[RemotingConnection], None]] = []
+
+    @property
+    def silent(self) -> int:
+        """Accepted connections whose peer has sent nothing yet."""
+        return (len(self._room) if self._room is not None else 0) + self._silent_tasks
 
     def on_connection_open(self, cb: Callable[[RemotingConnection], None]) -> None:
         self._on_open.append(cb)
@@ -101,6 +111,10 @@ class RemotingServer:
             log.info("TLS is off: no tls.server.certPath/keyPath, plain connections only",
                      tls_mode=self.tls.mode)
         async with trio.open_nursery() as nursery:
+            if waiting_room.AVAILABLE:
+                self._room = WaitingRoom(self.limits.idle_timeout)
+                nursery.start_soon(self._room.run, partial(self._spoke, nursery),
+                                   self._expired_silent)
             for listener in listeners:
                 nursery.start_soon(self._accept_loop, listener, nursery)
             nursery.start_soon(self._sweep_loop)
@@ -130,8 +144,9 @@ class RemotingServer:
 
     async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
         """Take the connections queued on ``listener`` (up to ACCEPT_BATCH per
-        round) and start a task for each. The per-address limit is applied
-        here, so a refused connection costs no task."""
+        round) and put each in the waiting room (or start its task). The
+        per-address limit is applied here, so a refused connection costs
+        nothing more."""
         # the plain socket under trio's (as RemotingConnection's fast path):
         # one non-blocking accept() per queued connection, no checkpoint each
         raw: socket.socket = getattr(listener.socket, "_sock")  # noqa: B009
@@ -168,25 +183,46 @@ class RemotingServer:
             sock.close()
             return
         self.per_host[host] = self.per_host.get(host, 0) + 1
-        nursery.start_soon(self._handle, sock, peer, host)
+        if self._room is not None:
+            self._room.add(sock, peer, host, trio.current_time())
+        else:
+            nursery.start_soon(self._handle, sock, peer, host, True)
 
-    async def _handle(self, sock: socket.socket, peer: str, host: str) -> None:
-        """Serve one accepted connection; nothing raised here ends the server."""
+    def _spoke(self, nursery: trio.Nursery, entry: Silent) -> None:
+        """A connection of the waiting room sent its first byte (or closed)."""
+        nursery.start_soon(self._handle, entry.sock, entry.peer, entry.host, False)
+
+    def _expired_silent(self, entry: Silent) -> None:
+        entry.sock.close()
+        self._gone(entry.host)
+        self._note_silent(entry.peer)
+
+    def _note_silent(self, peer: str) -> None:
+        self.closed_by_limits += 1
+        self._guard.note("connection closed", key=("expired", "silent"), log_level="info",
+                         peer=peer, reason=f"nothing received for {self.limits.idle_timeout:g}s")
+
+    def _gone(self, host: str) -> None:
+        left = self.per_host.get(host, 1) - 1
+        if left > 0:
+            self.per_host[host] = left
+        else:
+            self.per_host.pop(host, None)
+
+    async def _handle(self, sock: socket.socket, peer: str, host: str, wait_first: bool) -> None:
+        """Serve one accepted connection (``wait_first``: after its first byte,
+        when it did not wait in the room); nothing raised here ends the server."""
         counted = True
 
         def gone(_conn: RemotingConnection | None = None) -> None:
             nonlocal counted
             if counted:
                 counted = False
-                left = self.per_host.get(host, 1) - 1
-                if left > 0:
-                    self.per_host[host] = left
-                else:
-                    self.per_host.pop(host, None)
+                self._gone(host)
 
         tsock = trio.socket.from_stdlib_socket(sock)
         try:
-            await self._serve_connection(tsock, peer, gone)
+            await self._serve_connection(tsock, peer, gone, wait_first)
         except Exception:
             log.exception("connection handler failed", peer=peer)
         finally:
@@ -194,23 +230,24 @@ class RemotingServer:
             gone()
 
     async def _serve_connection(self, tsock: trio.socket.SocketType, peer: str,
-                                gone: Callable[[RemotingConnection], None]) -> None:
-        """Wait for the peer's first byte, then serve it, TLS or plain. Until
-        the peer sends, its connection is this waiting task alone: a burst of
-        silent connections builds no RemotingConnection each (nor is swept),
-        and a client that speaks is not served after all of them."""
+                                gone: Callable[[RemotingConnection], None],
+                                wait_first: bool) -> None:
+        """Serve a connection, TLS or plain, once its peer has sent a first
+        byte. Until then it is an entry of the waiting room (or, without
+        one, this task waiting): a burst of silent connections builds no
+        RemotingConnection each (nor is swept), and a client that speaks is
+        not served after all of them."""
+        if wait_first:
+            self._silent_tasks += 1
+            try:
+                with trio.move_on_after(self.limits.idle_timeout) as wait:
+                    await trio.lowlevel.wait_readable(tsock)
+            finally:
+                self._silent_tasks -= 1
+            if wait.cancelled_caught:
+                self._note_silent(peer)
+                return
         idle = self.limits.idle_timeout
-        self.silent += 1
-        try:
-            with trio.move_on_after(idle) as wait:
-                await trio.lowlevel.wait_readable(tsock)
-        finally:
-            self.silent -= 1
-        if wait.cancelled_caught:
-            self.closed_by_limits += 1
-            self._guard.note("connection closed", key=("expired", "silent"), log_level="info",
-                             peer=peer, reason=f"nothing received for {idle:g}s")
-            return
         stream = trio.SocketStream(tsock)  # sets TCP_NODELAY
         served = await accept(
             stream, self.tls, self._ssl_context, peer=peer,
