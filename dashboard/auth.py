@@ -210,7 +210,8 @@ class HostPolicy:
     """The Host names the dashboard answers to (DNS rebinding gets a foreign
     name through to a loopback server; it is refused here). A name without a
     port allows it on the port the request came to; ``name:port`` allows that
-    port only (a reverse proxy's)."""
+    port only (a reverse proxy's public port; a Host without a port matches
+    ``name:80`` and ``name:443``)."""
 
     names: frozenset[str]
     with_port: frozenset[tuple[str, int]] = frozenset()
@@ -239,6 +240,10 @@ class HostPolicy:
         except ValueError:
             return False
         if port is None:
+            # no port: the scheme's default; behind a proxy that ends TLS the
+            # request came over http but the browser's port was 443
+            if (name, 80) in self.with_port or (name, 443) in self.with_port:
+                return True
             port = 443 if scheme in ("https", "wss") else 80
         if (name, port) in self.with_port:
             return True

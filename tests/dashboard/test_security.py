@@ -137,8 +137,11 @@ async def test_extra_allowed_hosts(tmp_path: Path) -> None:
     async with dashboard("ns:9876", security=security) as web:
         assert (await web.get("/topics", headers={
             "Host": f"dash.example.org:{web.port}"})).status == 200
-        assert (await web.get("/topics", headers={"Host": "proxy.example"})).status == 421
+        assert (await web.get("/topics", headers={"Host": "proxy.example:8443"})).status == 421
+        assert (await web.get("/topics", headers={"Host": f"proxy.example:{web.port}"})
+                ).status == 421  # only the proxy's port
         assert (await web.get("/topics", headers={"Host": "proxy.example:443"})).status == 200
+        assert (await web.get("/topics", headers={"Host": "proxy.example"})).status == 200
 
 
 async def test_without_a_session_pages_send_to_the_login_and_posts_are_401(
@@ -291,6 +294,9 @@ def test_host_policy() -> None:
     assert not p.allows("127.0.0.1:8080@evil", 8080, "http")
     assert p.allows("dash.example", 80, "http") and not p.allows("dash.example", 8080, "http")
     assert p.allows("proxy.example", 8080, "https")
+    assert p.allows("proxy.example", 8080, "http")  # a proxy that ends TLS, Host kept
+    assert p.allows_origin("https://proxy.example", 8080)
+    assert not p.allows("proxy.example:8443", 8080, "http")
     assert p.allows_origin("http://127.0.0.1:8080", 8080)
     assert not p.allows_origin("http://evil.example:8080", 8080)
     assert not p.allows_origin("null", 8080)
