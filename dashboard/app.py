@@ -1,8 +1,10 @@
 """The dashboard's web app: Starlette routes over ``DashboardData``, rendered with
 Jinja2 templates. Plain HTML forms; no JavaScript.
 
-``create_app(namesrv)`` returns an ASGI app whose lifespan opens one
-``DashboardData`` (one MQAdmin) and closes it at shutdown.
+``create_app(namesrv, security=...)`` returns an ASGI app whose lifespan opens
+one ``DashboardData`` (one MQAdmin) and closes it at shutdown. Every request
+goes through ``dashboard.guard.Guard`` first (Host, Origin, login, CSRF,
+read-only); ``/login`` and ``/logout`` are here.
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode
 
+import anyio
+import anyio.to_thread
 import jinja2
 import structlog
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from dashboard.auth import SESSION_COOKIE, Sessions, verify_password
 from dashboard.data import (
     DEFAULT_TIMEOUT,
     MAX_MESSAGES,
@@ -38,12 +44,20 @@ from dashboard.data import (
     parse_time,
     parse_topic_form,
 )
+from dashboard.guard import Guard, Security, cookie_header, visitor
 
 log = structlog.get_logger("dashboard")
 
 HERE = Path(__file__).parent
 MAX_FORM_BYTES = 16 * 1024
 MSG_ID = re.compile(r"[0-9A-Fa-f]{16,64}")
+# scrypt checks run at once (each takes 16 MiB and ~50 ms of a CPU): a flood
+# of login attempts queues here instead of taking the memory and every thread
+LOGIN_CHECKS_AT_ONCE = 2
+# hashed when the user name is unknown, so that a wrong name costs as long as
+# a wrong password
+_DUMMY_HASH = ("scrypt$16384$8$1$00000000000000000000000000000000$"
+               "0000000000000000000000000000000000000000000000000000000000000000")
 
 _env = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -59,11 +73,21 @@ def _data(request: Request) -> DashboardData:
     return request.app.state.data  # type: ignore[no-any-return]
 
 
+def _page_ctx(request: Request) -> dict[str, Any]:
+    """What base.html needs of the guard: the user, the CSRF token, read-only
+    (nothing for a request the guard failed on: no forms then)."""
+    if "mqdash" not in request.scope:
+        return {"user": None, "csrf": "", "read_only": True, "login": True}
+    v = visitor(request.scope)
+    return {"user": v.user, "csrf": v.csrf, "read_only": v.read_only, "login": v.login}
+
+
 def render(request: Request, name: str, status: int = 200, **ctx: Any) -> HTMLResponse:
     ctx.setdefault("error", None)
     ctx.setdefault("notice", None)
     html = _env.get_template(name).render(
-        request=request, namesrv=_data(request).namesrv_addr, path=request.url.path, **ctx)
+        request=request, namesrv=_data(request).namesrv_addr, path=request.url.path,
+        **_page_ctx(request), **ctx)
     return HTMLResponse(html, status_code=status)
 
 
@@ -82,6 +106,68 @@ async def form_fields(request: Request) -> dict[str, str]:
     except (UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"unreadable form: {exc}") from None
     return {k: v[-1] for k, v in parsed.items()}
+
+
+# ---- login ------------------------------------------------------------------------
+
+
+def _local_path(target: str | None) -> str:
+    """``target`` if it is a path of this site (never another site's URL), else /."""
+    if target and target.startswith("/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/"
+
+
+async def login_page(request: Request, *, status: int = 200, error: str | None = None,
+                     user: str = "") -> Response:
+    v = visitor(request.scope)
+    nxt = _local_path(request.query_params.get("next"))
+    if not v.login or v.session is not None:
+        return RedirectResponse(nxt, status_code=303)
+    html = _env.get_template("login.html").render(
+        request=request, namesrv=_data(request).namesrv_addr, path=request.url.path,
+        **_page_ctx(request), title="Log in", error=error, notice=None, next=nxt, name=user)
+    return HTMLResponse(html, status_code=status)
+
+
+async def login_post(request: Request) -> Response:
+    v = visitor(request.scope)
+    security: Security = request.app.state.security
+    sessions: Sessions = request.app.state.sessions
+    if security.users is None:
+        return RedirectResponse("/", status_code=303)
+    form = await form_fields(request)
+    name = form.get("user", "").strip()
+    password = form.get("password", "")
+    stored = security.users.get(name)
+    limiter = request.app.state.login_limiter
+    if limiter is None:
+        limiter = request.app.state.login_limiter = anyio.CapacityLimiter(LOGIN_CHECKS_AT_ONCE)
+    ok = await anyio.to_thread.run_sync(verify_password, stored or _DUMMY_HASH, password,
+                                        limiter=limiter)
+    if not ok or stored is None:
+        client = request.client
+        log.warning("dashboard login failed", user=name[:64],
+                    client=f"{client.host}:{client.port}" if client else "?")
+        return await login_page(request, status=401, error="wrong user name or password",
+                                user=name[:64])
+    sessions.drop(v.session_id)
+    sid, _session = sessions.create(name)
+    log.info("dashboard login", user=name)
+    response = RedirectResponse(_local_path(form.get("next")), status_code=303)
+    response.raw_headers.append((b"set-cookie", cookie_header(
+        SESSION_COOKIE, sid, secure=request.url.scheme == "https",
+        max_age=int(security.session_hours * 3600))))
+    return response
+
+
+async def logout_post(request: Request) -> Response:
+    v = visitor(request.scope)
+    request.app.state.sessions.drop(v.session_id)
+    response = RedirectResponse("/login" if v.login else "/", status_code=303)
+    response.raw_headers.append((b"set-cookie", cookie_header(
+        SESSION_COOKIE, "", secure=request.url.scheme == "https", max_age=0)))
+    return response
 
 
 # ---- pages ------------------------------------------------------------------------
@@ -229,12 +315,16 @@ async def on_unexpected(request: Request, exc: Exception) -> Response:
     log.error("dashboard page failed", path=request.url.path, exc_info=exc)
     html = _env.get_template("error.html").render(
         request=request, namesrv="", path=request.url.path, title="Internal error",
-        error=f"internal error ({type(exc).__name__}); see the dashboard's log", notice=None)
+        error=f"internal error ({type(exc).__name__}); see the dashboard's log", notice=None,
+        **_page_ctx(request))
     return HTMLResponse(html, status_code=500)
 
 
-def create_app(namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT) -> Starlette:
-    """The dashboard for the name servers ``namesrv_addr`` (``host:port;host:port``)."""
+def create_app(namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT, *,
+               security: Security) -> Starlette:
+    """The dashboard for the name servers ``namesrv_addr`` (``host:port;host:port``),
+    letting in whom ``security`` says (dashboard/guard.py)."""
+    sessions = Sessions(ttl=security.session_hours * 3600)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -243,6 +333,9 @@ def create_app(namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT) -> Starlette
             yield
 
     routes = [
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login_post, methods=["POST"]),
+        Route("/logout", logout_post, methods=["POST"]),
         Route("/", cluster_page),
         Route("/topics", topics_page, methods=["GET"]),
         Route("/topics", topics_post, methods=["POST"]),
@@ -260,4 +353,9 @@ def create_app(namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT) -> Starlette
         HTTPException: on_http_error,
         Exception: on_unexpected,
     }
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                    middleware=[Middleware(Guard, security=security, sessions=sessions)])
+    app.state.security = security
+    app.state.sessions = sessions
+    app.state.login_limiter = None
+    return app

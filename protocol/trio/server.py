@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import structlog
 import trio
 
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE
+from protocol.trio import waiting_room
 from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
 from protocol.trio.service import Guard
 from protocol.trio.tls import ServerTls, accept
+from protocol.trio.waiting_room import Silent, WaitingRoom
 
 # a TLS handshake (after its first byte) must complete within this, or
 # frameReadTimeoutSeconds if shorter
@@ -23,6 +28,16 @@ log = structlog.get_logger("remoting.server")
 
 
 SWEEP_EVERY_S = 1.0
+
+# Most connections taken from a listen queue per wakeup of the accept loop.
+# trio's own loop takes one per scheduler round, so a new client waited behind
+# every connection queued before it (2,000 queued: 0.2-1.5 s). 256 empties a
+# burst in a few rounds while other tasks still run between batches.
+ACCEPT_BATCH = 256
+# accept() failures that mean "out of file descriptors or memory": wait a
+# little (as trio.serve_listeners does) instead of spinning on the queue
+ACCEPT_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+ACCEPT_PAUSE_S = 0.1
 
 
 def peer_name(stream: trio.SocketStream) -> str:
@@ -66,9 +81,19 @@ class RemotingServer:
         self.per_host: dict[str, int] = {}
         self.refused = 0
         self.closed_by_limits = 0
+        # accepted connections whose peer has sent nothing yet: no
+        # RemotingConnection is built for one until it does. They wait in
+        # the room (Linux), else each in a task of its own (_silent_tasks).
+        self._room: WaitingRoom | None = None
+        self._silent_tasks = 0
         self._guard = Guard(log, "remoting server")
         self._on_open: list[Callable[[RemotingConnection], None]] = []
         self._on_close: list[Callable[[RemotingConnection], None]] = []
+
+    @property
+    def silent(self) -> int:
+        """Accepted connections whose peer has sent nothing yet."""
+        return (len(self._room) if self._room is not None else 0) + self._silent_tasks
 
     def on_connection_open(self, cb: Callable[[RemotingConnection], None]) -> None:
         self._on_open.append(cb)
@@ -86,7 +111,12 @@ class RemotingServer:
             log.info("TLS is off: no tls.server.certPath/keyPath, plain connections only",
                      tls_mode=self.tls.mode)
         async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, self._handle, listeners)
+            if waiting_room.AVAILABLE:
+                self._room = WaitingRoom(self.limits.idle_timeout)
+                nursery.start_soon(self._room.run, partial(self._spoke, nursery),
+                                   self._expired_silent)
+            for listener in listeners:
+                nursery.start_soon(self._accept_loop, listener, nursery)
             nursery.start_soon(self._sweep_loop)
             if self.busy_poll is not None:
                 nursery.start_soon(self.busy_poll.run)
@@ -112,52 +142,119 @@ class RemotingServer:
             await trio.sleep(every)
             await self._guard.run(self.sweep, trio.current_time())
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        """Serve one accepted connection; nothing raised here ends the server."""
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        """Take the connections queued on ``listener`` (up to ACCEPT_BATCH per
+        round) and put each in the waiting room (or start its task). The
+        per-address limit is applied here, so a refused connection costs
+        nothing more."""
+        # the plain socket under trio's (as RemotingConnection's fast path):
+        # one non-blocking accept() per queued connection, no checkpoint each
+        raw: socket.socket = getattr(listener.socket, "_sock")  # noqa: B009
         try:
-            await self._serve_connection(stream)
-        except Exception:
-            log.exception("connection handler failed", peer=peer_name(stream))
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
-                await stream.aclose()
+            while True:
+                await trio.lowlevel.wait_readable(raw)
+                for _ in range(ACCEPT_BATCH):
+                    try:
+                        sock, addr = raw.accept()
+                    except BlockingIOError:
+                        break
+                    except OSError as exc:
+                        if exc.errno in ACCEPT_RESOURCE_ERRORS:
+                            self._guard.note("accept failed, pausing", key=("accept", exc.errno),
+                                             log_level="warning", error=str(exc),
+                                             hint="raise the open files limit (ulimit -n)")
+                            await trio.sleep(ACCEPT_PAUSE_S)
+                            break
+                        continue  # the peer left before it was taken (ECONNABORTED)
+                    self._accepted(sock, addr, nursery)
+        finally:
+            raw.close()
 
-    async def _serve_connection(self, stream: trio.SocketStream) -> None:
-        """Count the connection against its address, then TLS or plain."""
-        try:
-            stream.setsockopt(trio.socket.IPPROTO_TCP, trio.socket.TCP_NODELAY, True)
-        except OSError:
-            pass
-        peer = peer_name(stream)
-        host = peer.rpartition(":")[0]
+    def _accepted(self, sock: socket.socket, addr: Any, nursery: trio.Nursery) -> None:
+        """Count one accepted connection against its address, or refuse it."""
+        host, port = (str(addr[0]), addr[1]) if isinstance(addr, tuple) else ("?", "?")
+        peer = f"{host}:{port}"
         limit = self.limits.max_connections_per_address
         if limit and self.per_host.get(host, 0) >= limit:
             self.refused += 1
             self._guard.note("connection refused: too many connections from one address",
                              key=("per-address", host), peer=peer, limit=limit,
                              hint="raise maxConnectionsPerAddress if this client is legitimate")
-            with trio.CancelScope(shield=True), trio.move_on_after(1):
-                await stream.aclose()
+            sock.close()
             return
         self.per_host[host] = self.per_host.get(host, 0) + 1
+        if self._room is not None:
+            self._room.add(sock, peer, host, trio.current_time())
+        else:
+            nursery.start_soon(self._handle, sock, peer, host, True)
+
+    def _spoke(self, nursery: trio.Nursery, entry: Silent) -> None:
+        """A connection of the waiting room sent its first byte (or closed)."""
+        nursery.start_soon(self._handle, entry.sock, entry.peer, entry.host, False)
+
+    def _expired_silent(self, entry: Silent) -> None:
+        entry.sock.close()
+        self._gone(entry.host)
+        self._note_silent(entry.peer)
+
+    def _note_silent(self, peer: str) -> None:
+        self.closed_by_limits += 1
+        self._guard.note("connection closed", key=("expired", "silent"), log_level="info",
+                         peer=peer, reason=f"nothing received for {self.limits.idle_timeout:g}s")
+
+    def _gone(self, host: str) -> None:
+        left = self.per_host.get(host, 1) - 1
+        if left > 0:
+            self.per_host[host] = left
+        else:
+            self.per_host.pop(host, None)
+
+    async def _handle(self, sock: socket.socket, peer: str, host: str, wait_first: bool) -> None:
+        """Serve one accepted connection (``wait_first``: after its first byte,
+        when it did not wait in the room); nothing raised here ends the server."""
+        counted = True
 
         def gone(_conn: RemotingConnection | None = None) -> None:
-            left = self.per_host.get(host, 1) - 1
-            if left > 0:
-                self.per_host[host] = left
-            else:
-                self.per_host.pop(host, None)
+            nonlocal counted
+            if counted:
+                counted = False
+                self._gone(host)
 
+        tsock = trio.socket.from_stdlib_socket(sock)
         try:
-            served = await accept(
-                stream, self.tls, self._ssl_context, peer=peer,
-                first_byte_timeout=self.limits.idle_timeout,
-                handshake_timeout=min(HANDSHAKE_TIMEOUT_S, self.limits.frame_timeout),
-                max_frame_size=self.max_frame_size, note=self._guard.note)
-        except BaseException:
+            await self._serve_connection(tsock, peer, gone, wait_first)
+        except Exception:
+            log.exception("connection handler failed", peer=peer)
+        finally:
+            tsock.close()
             gone()
-            raise
+
+    async def _serve_connection(self, tsock: trio.socket.SocketType, peer: str,
+                                gone: Callable[[RemotingConnection], None],
+                                wait_first: bool) -> None:
+        """Serve a connection, TLS or plain, once its peer has sent a first
+        byte. Until then it is an entry of the waiting room (or, without
+        one, this task waiting): a burst of silent connections builds no
+        RemotingConnection each (nor is swept), and a client that speaks is
+        not served after all of them."""
+        if wait_first:
+            self._silent_tasks += 1
+            try:
+                with trio.move_on_after(self.limits.idle_timeout) as wait:
+                    await trio.lowlevel.wait_readable(tsock)
+            finally:
+                self._silent_tasks -= 1
+            if wait.cancelled_caught:
+                self._note_silent(peer)
+                return
+        idle = self.limits.idle_timeout
+        stream = trio.SocketStream(tsock)  # sets TCP_NODELAY
+        served = await accept(
+            stream, self.tls, self._ssl_context, peer=peer,
+            first_byte_timeout=idle,
+            handshake_timeout=min(HANDSHAKE_TIMEOUT_S, self.limits.frame_timeout),
+            max_frame_size=self.max_frame_size, note=self._guard.note)
         if served is None:
-            gone()
             return
         conn = RemotingConnection(
             served, self.handlers, remote_addr=peer, max_frame_size=self.max_frame_size,

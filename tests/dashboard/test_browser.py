@@ -16,6 +16,7 @@ import trio
 
 from client import Message, Producer, PullConsumer, PullStatus
 from client.admin import MQAdmin
+from dashboard.auth import add_user
 from protocol.message import MessageQueue
 from tests.integration.cluster import BIN, Cluster, free_port, wait_port
 from tests.integration.waits import wait_for
@@ -25,6 +26,7 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 TOPIC = "BrowserTopic"
 GROUP = "browser-group"
+USER, PASSWORD = "admin", "browser-pass-1"
 
 pytest.importorskip("selenium", reason="selenium is not installed")
 if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
@@ -70,8 +72,11 @@ def live(cluster: Cluster) -> Iterator[tuple[str, str, str]]:
     ns = cluster.namesrv()
     broker = cluster.broker("broker-a", ns.addr)
     port = free_port(1)
+    users = cluster.root / "dashboard-users"
+    add_user(users, USER, PASSWORD)
     log = open(cluster.root / "dashboard.log", "wb")
-    proc = subprocess.Popen([str(BIN / "mqdashboard"), "-n", ns.addr, "--port", str(port)],
+    proc = subprocess.Popen([str(BIN / "mqdashboard"), "-n", ns.addr, "--port", str(port),
+                             "--users-file", str(users)],
                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     log.close()
     try:
@@ -149,7 +154,12 @@ def test_dashboard_in_chromium(live: tuple[str, str, str], browser: WebDriver) -
     url, ns, broker_addr = live
     d = browser
 
-    d.get(url + "/")
+    d.get(url + "/")  # sent to the login form first
+    assert d.current_url.startswith(f"{url}/login")
+    d.find_element(By.ID, "login-user").send_keys(USER)
+    d.find_element(By.ID, "login-password").send_keys(PASSWORD)
+    click_and_load(d, d.find_element(By.ID, "login"))
+    assert d.current_url == f"{url}/" and d.find_element(By.ID, "user").text == USER
     assert broker_addr in d.find_element(By.ID, "brokers").text
     assert "MASTER" in d.find_element(By.ID, "brokers").text
 

@@ -134,8 +134,12 @@ async def test_create_topic_and_bad_input(pair: Pair) -> None:
             assert page.status == 400, form
             assert page.error is not None and why in html.unescape(page.error), (form, page.error)
             assert 'id="topic-form"' in page.text  # the form is shown again
+        # a cross-site form (no CSRF token) changes nothing on the cluster
+        page = await web.post("/topics", {"topic": "DashForged", "target": f"broker:{broker.addr}",
+                                          "perm": "2"}, csrf=False)
+        assert page.status == 403 and "CSRF" in page.text
         async with MQAdmin(ns.addr) as admin:
-            assert not {"Ok1", "Ok2", "Ok3", "Ok4"} & set(await admin.topic_list())
+            assert not {"Ok1", "Ok2", "Ok3", "Ok4", "DashForged"} & set(await admin.topic_list())
 
 
 async def test_errors_are_pages_and_reset_offset(pair: Pair) -> None:
@@ -153,6 +157,10 @@ async def test_errors_are_pages_and_reset_offset(pair: Pair) -> None:
         assert (await web.get("/no/such/page")).status == 404
 
         reset = f"/groups/{quote(GROUP)}/reset"
+        page = await web.post(reset, {"topic": TOPIC, "time": "0"}, csrf=False)
+        assert page.status == 403  # a cross-site form: the offsets stay
+        page = await web.get(f"/groups/{quote(GROUP)}")
+        assert '<td class="num" id="total-lag">2</td>' in page.text
         page = await web.post(reset, {"topic": TOPIC, "time": "yesterday"})
         assert page.status == 400 and page.error and "not a time" in page.error
         page = await web.post(reset, {"topic": TOPIC, "time": "0"})
