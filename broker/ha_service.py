@@ -238,9 +238,9 @@ class HAService:
             if self.recovering is not None:
                 out["recoveringFrom"] = self.recovering
             out["refusedSlaves"] = sum(self.refused.values())
-            out["haConnections"] = self.slots.open
-            out["haConnectionsRefused"] = self.slots.refused
-            out["haHellosDropped"] = self.slots.dropped
+            out["connections"] = self.slots.open
+            out["connectionsRefused"] = self.slots.refused
+            out["hellosDropped"] = self.slots.dropped
             if self.refusals:
                 out["lastRefusal"] = self.refusals[-1]["reason"]
         return out

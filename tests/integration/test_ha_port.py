@@ -231,7 +231,7 @@ async def test_connections_that_never_read_are_bounded(cluster: Cluster) -> None
                 await trio.sleep(0.5)
 
         async def closed_by_master() -> bool:
-            return bool((await ha_status(ns.addr, master))["haConnections"] == 1)
+            return bool((await ha_status(ns.addr, master))["connections"] == 1)
 
         try:
             async with trio.open_nursery() as reporting:
@@ -244,8 +244,8 @@ async def test_connections_that_never_read_are_bounded(cluster: Cluster) -> None
                 print(f"never-reading connections: {len(admitted)} admitted, {refused} "
                       f"refused; master RssAnon {before} KiB -> {peak} KiB; HA {status}")
                 assert len(admitted) <= limit - 1 and refused >= 64 - limit + 1
-                assert status["haConnections"] <= limit
-                assert status["haConnectionsRefused"] >= 64 - limit
+                assert status["connections"] <= limit
+                assert status["connectionsRefused"] >= 64 - limit
                 assert "HA connection refused" in master.log_text()
                 # the real slave (connected first) still acknowledges every send
                 for _ in range(20):
