@@ -355,7 +355,7 @@ class HAService:
     async def _serve_slave(self, socket_stream: trio.SocketStream) -> None:
         peer = peer_name(socket_stream)
         handshake = trio.CancelScope()
-        slot = self.slots.take(handshake.cancel)
+        slot = self.slots.take(peer.rpartition(":")[0], handshake.cancel)
         if slot is None:
             # anyone reaching the port can repeat this: rate-limited per host
             self._refusals.note("HA connection refused", (peer.rpartition(":")[0], "full"),
@@ -397,7 +397,8 @@ class HAService:
             self._refusals.note("HA connection dropped in its hello",
                                 (peer.rpartition(":")[0], "dropped"), slave=peer,
                                 error="a newer connection took its slot (haMaxConnections "
-                                f"{self.slots.limit}, {MAX_PENDING_HELLOS} in their hello)",
+                                f"{self.slots.limit}, at most {MAX_PENDING_HELLOS} in their "
+                                "hello; the host holding the most loses its oldest)",
                                 dropped=self.slots.dropped)
             with trio.move_on_after(1):
                 await (stream or socket_stream).aclose()

@@ -179,6 +179,49 @@ async def test_a_flood_of_hellos_does_not_keep_the_slave_out(cluster: Cluster) -
     assert "hello replayed" not in master.log_text()
 
 
+async def test_connections_stuck_in_their_hello_do_not_keep_the_slave_out(
+        cluster: Cluster) -> None:
+    """40 connections from another address that start a greeting and stop, each
+    opened again once the master closes it: they hold every slot for connections
+    in their hello (an older master refused the slave's while 32 did, for ever);
+    the restarted slave's connection takes one of theirs and replicates."""
+    ns = cluster.namesrv()
+    master, slave = pair(cluster, ns.addr, "SYNC_MASTER", syncFlushTimeout=2500)
+    ha_port = master.port + 1
+    await setup_topic(ns.addr, master)
+    opened = 0
+
+    async def hold_one() -> None:
+        nonlocal opened
+        while True:
+            stream = await trio.open_tcp_stream("127.0.0.1", ha_port, local_address="127.0.0.2")
+            opened += 1
+            async with stream:
+                try:
+                    await stream.send_all(b"RMQ")  # a greeting (or hello) begun, no more
+                    await stream.receive_some(65536)  # until the master closes it
+                except trio.BrokenResourceError:
+                    pass
+            await trio.sleep(0.05)
+
+    async with Producer("ha-port-stuck", ns.addr) as producer:
+        await acknowledged(producer, "the slave acknowledging sends")
+        slave.stop()
+        async with trio.open_nursery() as attack:
+            for _ in range(40):
+                attack.start_soon(hold_one)
+
+            async def holding() -> bool:
+                return opened >= 40
+            await wait_for(holding, TIMEOUT, "the connections opened")
+            await trio.to_thread.run_sync(slave.start)
+            await acknowledged(producer, "the restarted slave acknowledging sends")
+            status = await ha_status(ns.addr, master)
+            attack.cancel_scope.cancel()
+    print(f"stuck hellos: {opened} connections opened; HA {status}")
+    assert status["hellosDropped"] > 0
+
+
 # ---- row 10 -----------------------------------------------------------------------------
 
 
