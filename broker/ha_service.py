@@ -8,7 +8,12 @@ frames the bytes. This module owns the sockets and the time:
   in, ``HAConnection.on_report``; every report advances the SYNC_MASTER
   waiters) and a writer task (``next_transfer`` out, woken by new commit-log
   data or its heartbeat time). A slave silent for ``haHousekeepingInterval``
-  is closed.
+  is closed, and so is one that does not take a send within it.
+- What peers reaching the port can make a master hold is bounded: at most
+  ``haMaxConnections`` connections (``Slots``: those still in their hello are
+  dropped for newer ones, a flooding host's first), and SEND_BUDGET bytes of
+  prepared sends across all of them. A hello answers a challenge the master
+  sent on its connection (transfer.py): no replay, and nothing remembered.
 - Slave: one task connecting to the master's HA address (``haMasterAddress``
   or the name server's answer), reporting its max offset at connect, after
   every append and every ``haSendHeartbeatInterval``, and appending what
@@ -595,8 +600,8 @@ class HAService:
     async def _write_transfers(self, conn: HAConnection, stream: trio.abc.Stream) -> None:
         """Send what ``conn`` has for its peer. What is prepared for one send
         comes out of SEND_BUDGET (shared by every connection; one transfer at
-        least); a send the peer takes nothing of for haHousekeepingInterval (it
-        does not read) closes the connection."""
+        least); a send not taken within haHousekeepingInterval (at most
+        SEND_COALESCE bytes: the peer does not read) closes the connection."""
         while True:
             data_event = self._data
             now = trio.current_time()
