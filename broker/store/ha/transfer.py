@@ -191,7 +191,7 @@ class ReportDecoder(_Decoder):
 # The slave then sends its hello, before any report:
 #
 #     +-------------+-------------+---------------------+----------------------------+
-#     | magic "RMQH"| version (1) | length (2, BE, u16) | JSON object (length bytes) |
+#     | magic "RMQH"| version (1) | length (4, BE, u32) | JSON object (length bytes) |
 #     +-------------+-------------+---------------------+----------------------------+
 #
 # The object's values are strings: brokerName, clusterName (the broker group the
