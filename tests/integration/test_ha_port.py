@@ -1,14 +1,17 @@
 """The master's HA port under hostile peers (issue rows 9-12), between real daemons:
 
 - 9: a flood of hellos leaves no trace: the real slave reconnects and replicates;
-- 10: connections that never read: at most haMaxConnections, the slave still works;
+  connections stuck in their hello, renewed for ever, do not keep it out either;
+- 10: connections that never read: at most haMaxConnections, the slave still works,
+  and the master closes them;
 - 11: a captured admin hello replayed after the master restarted is refused;
 - 12: a (man-in-the-middle) master's first transfer to an empty slave far past the
   master's start is refused; the slave then follows the real master.
 
 The hand-made peers here speak whichever HA handshake the master speaks (the
 greeting and challenge of version 3, or a bare hello before it), so each test
-shows the attack working on a master without the fix.
+shows the attack working on a master without the fix (row 10's once its
+haMaxConnections, a key an older broker refuses, is left out).
 """
 
 from __future__ import annotations
