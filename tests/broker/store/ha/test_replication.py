@@ -122,7 +122,7 @@ def pull_all(store: DefaultMessageStore, topic: str, queue_id: int) -> list[byte
         r = store.get_message("g", topic, queue_id, offset, 32, None)
         if not r.buffers and r.next_begin_offset == offset:
             return out
-        out.extend(r.buffers)
+        out.extend(bytes(b) for b in r.buffers)
         if r.next_begin_offset == offset:
             return out
         offset = r.next_begin_offset
