@@ -223,6 +223,11 @@ class BrokerConfig(PropertiesConfig):
     ha_send_heartbeat_interval: int = 5000  # ms: a slave reports its offset at least this often
     ha_housekeeping_interval: int = 20_000  # ms of silence after which an HA connection closes
     ha_transfer_batch_size: int = 32 * KiB  # most commit-log bytes in one transfer
+    # connections open at once on the HA port (past it a new one is closed at once, or
+    # takes the slot of the oldest still in its hello). A master has a few slaves (each
+    # one connection, two while it reconnects); 64 leaves room for many and bounds
+    # what connections can make the master hold (see broker/ha_service.py)
+    ha_max_connections: int = 64
     slave_sync_interval: int = 10_000  # ms between a slave's metadata copies from its master
     ha_master_address: str = ""  # a slave's master HA address (empty: from the name server)
     ha_slave_fallbehind_max: int = 256 * MiB  # SYNC_MASTER: a slave further behind is not used
@@ -382,6 +387,9 @@ class BrokerConfig(PropertiesConfig):
                 raise ConfigError(f"{key} must be positive, not {value}")
         if self.ha_slave_fallbehind_max < 0:
             raise ConfigError("haSlaveFallbehindMax must not be negative")
+        if not 1 <= self.ha_max_connections <= 65536:
+            raise ConfigError(f"haMaxConnections must be within 1..65536, "
+                              f"not {self.ha_max_connections}")
         for key, value in (("haSlaveSilentMs", self.ha_slave_silent_ms),
                            ("haMasterStartWaitMs", self.ha_master_start_wait_ms)):
             if not 0 <= value <= 3_600_000:

@@ -8,7 +8,12 @@ frames the bytes. This module owns the sockets and the time:
   in, ``HAConnection.on_report``; every report advances the SYNC_MASTER
   waiters) and a writer task (``next_transfer`` out, woken by new commit-log
   data or its heartbeat time). A slave silent for ``haHousekeepingInterval``
-  is closed.
+  is closed, and so is one that does not take a send within it.
+- What peers reaching the port can make a master hold is bounded: at most
+  ``haMaxConnections`` connections (``Slots``: those still in their hello are
+  dropped for newer ones, a flooding host's first), and SEND_BUDGET bytes of
+  prepared sends across all of them. A hello answers a challenge the master
+  sent on its connection (transfer.py): no replay, and nothing remembered.
 - Slave: one task connecting to the master's HA address (``haMasterAddress``
   or the name server's answer), reporting its max offset at connect, after
   every append and every ``haSendHeartbeatInterval``, and appending what
@@ -58,25 +63,30 @@ from broker.store import DefaultMessageStore
 from broker.store.ha.epochs import Epoch, LogView, Verdict, judge, lineage_problem
 from broker.store.ha.ha_client import HAClient
 from broker.store.ha.ha_connection import HAConnection, is_slave_ok, push_to_slave_max_offset
+from broker.store.ha.slots import Slot, Slots
 from broker.store.ha.transfer import (
+    GREETING,
     RECOVER,
     Answer,
     AnswerDecoder,
+    ChallengeDecoder,
+    GreetingDecoder,
     HAProtocolError,
     Hello,
     HelloCheck,
     HelloDecoder,
-    NonceCache,
     ReportDecoder,
     TransferDecoder,
     check_hello,
     encode_answer,
+    encode_challenge,
     encode_hello,
     encode_report,
     encode_transfer,
     hello_broker_id,
     hello_log_view,
     make_hello,
+    new_challenge,
 )
 from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
@@ -94,6 +104,11 @@ if TYPE_CHECKING:
 RECEIVE_CHUNK = 256 * 1024
 HELLO_TIMEOUT = 10.0  # s a new slave connection has to send its hello
 SEND_COALESCE = 2 * 1024 * 1024  # bytes of transfers gathered into one send
+# bytes of transfers all HA connections together hold prepared (read from the log,
+# framed, not yet taken by the kernel): 8 slaves catching up at full speed. A
+# connection past it sends one transfer (haTransferBatchSize) at a time, so the
+# most held is this plus haMaxConnections transfers, whatever the peers read.
+SEND_BUDGET = 16 * 1024 * 1024
 RECONNECT_BACKOFF = 1.0
 REFUSED_BACKOFF = 2.0  # s before a slave whose log was refused says hello again
 ANSWER_TIMEOUT = 10.0  # s a slave waits for the master's answer to its hello
@@ -143,8 +158,9 @@ class HAService:
         # a master with aclEnable: the accounts in force (set by the controller); a
         # slave's hello must then be signed by an admin account
         self.acl_config: Callable[[], AclConfig | None] | None = None
-        self._nonces = NonceCache()
-        self._pending_hellos = 0
+        # the HA listener's connections (haMaxConnections; see broker/store/ha/slots.py)
+        self.slots = Slots(config.ha_max_connections, MAX_PENDING_HELLOS)
+        self._send_budget = SEND_BUDGET  # bytes prepared for sends still allowed
         self._refusals = Guard(self.log, "HA accept")
         self._silence_check = trio.Event()
         # ---- a master's write gate (see the module's docstring)
@@ -227,6 +243,9 @@ class HAService:
             if self.recovering is not None:
                 out["recoveringFrom"] = self.recovering
             out["refusedSlaves"] = sum(self.refused.values())
+            out["connections"] = self.slots.open
+            out["connectionsRefused"] = self.slots.refused
+            out["hellosDropped"] = self.slots.dropped
             if self.refusals:
                 out["lastRefusal"] = self.refusals[-1]["reason"]
         return out
@@ -340,34 +359,55 @@ class HAService:
 
     async def _serve_slave(self, socket_stream: trio.SocketStream) -> None:
         peer = peer_name(socket_stream)
-        stream = await accept(socket_stream, self._tls, self._tls_server, peer=peer,
-                              first_byte_timeout=self.housekeeping,
-                              handshake_timeout=min(10.0, self.housekeeping),
-                              max_frame_size=0, answer_plain=False)
-        if stream is None:
-            return
-        if self._pending_hellos >= MAX_PENDING_HELLOS:
-            self._refusals.note("HA connection refused", (peer.rpartition(":")[0], "busy"),
-                                slave=peer, error=f"{MAX_PENDING_HELLOS} connections are "
-                                "already in their hello")
+        handshake = trio.CancelScope()
+        slot = self.slots.take(peer.rpartition(":")[0], handshake.cancel)
+        if slot is None:
+            # anyone reaching the port can repeat this: rate-limited per host
+            self._refusals.note("HA connection refused", (peer.rpartition(":")[0], "full"),
+                                slave=peer, error=f"haMaxConnections={self.slots.limit} HA "
+                                "connections are open, all past their hello",
+                                refused=self.slots.refused)
             with trio.move_on_after(1):
-                await stream.aclose()
+                await socket_stream.aclose()
             return
-        self._pending_hellos += 1
         try:
-            hello, rest = await self._receive_hello(stream, peer)
-            view = hello_log_view(hello)
-            broker_id = hello_broker_id(hello)
-        except Exception as exc:
-            # anyone reaching the port can repeat this: rate-limited per host and reason
-            reason = describe(first_leaf(exc))
-            self._refusals.note("HA connection refused", (peer.rpartition(":")[0], reason),
-                                slave=peer, error=reason)
-            with trio.move_on_after(1):
-                await stream.aclose()
-            return
+            await self._serve_in_slot(socket_stream, peer, slot, handshake)
         finally:
-            self._pending_hellos -= 1
+            slot.close()
+
+    async def _serve_in_slot(self, socket_stream: trio.SocketStream, peer: str, slot: Slot,
+                             handshake: trio.CancelScope) -> None:
+        stream: trio.abc.Stream | None = None
+        with handshake:
+            stream = await accept(socket_stream, self._tls, self._tls_server, peer=peer,
+                                  first_byte_timeout=self.housekeeping,
+                                  handshake_timeout=min(10.0, self.housekeeping),
+                                  max_frame_size=0, answer_plain=False)
+            if stream is None:
+                return
+            try:
+                hello, rest = await self._receive_hello(stream, peer)
+                view = hello_log_view(hello)
+                broker_id = hello_broker_id(hello)
+            except Exception as exc:
+                # anyone reaching the port can repeat this: rate-limited per host and reason
+                reason = describe(first_leaf(exc))
+                self._refusals.note("HA connection refused", (peer.rpartition(":")[0], reason),
+                                    slave=peer, error=reason)
+                with trio.move_on_after(1):
+                    await stream.aclose()
+                return
+            slot.established()
+        if handshake.cancel_called or stream is None:  # dropped for a newer connection
+            self._refusals.note("HA connection dropped in its hello",
+                                (peer.rpartition(":")[0], "dropped"), slave=peer,
+                                error="a newer connection took its slot (haMaxConnections "
+                                f"{self.slots.limit}, at most {MAX_PENDING_HELLOS} in their "
+                                "hello; the host holding the most loses its oldest)",
+                                dropped=self.slots.dropped)
+            with trio.move_on_after(1):
+                await (stream or socket_stream).aclose()
+            return
         async with stream:
             try:
                 admitted = await self._admit(stream, peer, hello, view, broker_id, rest)
@@ -440,7 +480,7 @@ class HAService:
         target = view.max_offset
         self.log.warning("restoring this master's log from its slave", slave=peer,
                          from_offset=self.store.get_max_phy_offset(), to_offset=target)
-        client = self._replica_client(list(view.epochs))
+        client = self._replica_client(list(view.epochs), view.min_offset)
         try:
             with trio.fail_after(3):
                 await stream.send_all(encode_answer(self._answer(
@@ -501,29 +541,38 @@ class HAService:
         return secret
 
     async def _receive_hello(self, stream: trio.abc.Stream, peer: str) -> tuple[Hello, bytes]:
-        """The slave's hello, within HELLO_TIMEOUT; HAProtocolError when refused.
-        Returns it and the bytes that followed it."""
-        decoder = HelloDecoder()
-        with trio.move_on_after(min(HELLO_TIMEOUT, self.housekeeping)):
-            while True:
+        """The slave's greeting, this connection's challenge sent, then the
+        slave's hello answering it, within HELLO_TIMEOUT; HAProtocolError when
+        refused. Returns the hello and the bytes that followed it."""
+        timeout = min(HELLO_TIMEOUT, self.housekeeping)
+        with trio.move_on_after(timeout):
+            greeting = GreetingDecoder()
+            got_rest: bytes | None = None
+            while got_rest is None:
                 data = await stream.receive_some(RECEIVE_CHUNK)
                 if not data:
                     raise HAProtocolError("closed before its hello")
-                got = decoder.feed(data)
-                if got is None:
-                    continue
-                hello, rest = got
-                now_ms = int(time.time() * 1000)
-                check = HelloCheck(self.config.broker_name, self.config.broker_cluster_name)
-                refused = check_hello(hello, check, now_ms, self._admin_secret())
-                if refused is None and not self._nonces.accept(hello.fields["nonce"], now_ms):
-                    refused = "hello replayed (its nonce was seen already)"
-                if refused is not None:
-                    raise HAProtocolError(refused)
-                self.log.info("slave hello accepted", slave=peer,
-                              access_key=hello.access_key)
-                return hello, rest
-        raise HAProtocolError(f"no hello within {min(HELLO_TIMEOUT, self.housekeeping):.0f}s")
+                got_rest = greeting.feed(data)
+            challenge = new_challenge()
+            await stream.send_all(encode_challenge(challenge))
+            decoder = HelloDecoder()
+            data = got_rest
+            while True:
+                got = decoder.feed(data) if data else None
+                if got is not None:
+                    break
+                data = await stream.receive_some(RECEIVE_CHUNK)
+                if not data:
+                    raise HAProtocolError("closed before its hello")
+            hello, rest = got
+            now_ms = int(time.time() * 1000)
+            check = HelloCheck(self.config.broker_name, self.config.broker_cluster_name)
+            refused = check_hello(hello, check, now_ms, self._admin_secret(), challenge)
+            if refused is not None:
+                raise HAProtocolError(refused)
+            self.log.info("slave hello accepted", slave=peer, access_key=hello.access_key)
+            return hello, rest
+        raise HAProtocolError(f"no hello within {timeout:.0f}s")
 
     async def _read_reports(self, conn: HAConnection, stream: trio.abc.Stream,
                             scope: trio.CancelScope, first: bytes = b"") -> None:
@@ -549,23 +598,39 @@ class HAService:
                 raise TimeoutError(f"slave silent for {self.housekeeping:.0f}s")
 
     async def _write_transfers(self, conn: HAConnection, stream: trio.abc.Stream) -> None:
+        """Send what ``conn`` has for its peer. What is prepared for one send
+        comes out of SEND_BUDGET (shared by every connection; one transfer at
+        least); a send not taken within haHousekeepingInterval (at most
+        SEND_COALESCE bytes: the peer does not read) closes the connection."""
         while True:
             data_event = self._data
             now = trio.current_time()
             frames: list[bytes] = []
             size = 0
-            while size < SEND_COALESCE:
-                t = conn.next_transfer(now)
-                if t is None:
-                    break
-                frame = encode_transfer(*t)
-                frames.append(frame)
-                size += len(frame)
-                if len(frame) == 12:  # a heartbeat: nothing more to send now
-                    break
-            if frames:
-                await stream.send_all(b"".join(frames))
-                continue
+            limit = min(SEND_COALESCE, self._send_budget)
+            try:
+                while size < limit or not frames:
+                    t = conn.next_transfer(now)
+                    if t is None:
+                        break
+                    frame = encode_transfer(*t)
+                    frames.append(frame)
+                    size += len(frame)
+                    self._send_budget -= len(frame)
+                    if len(frame) == 12:  # a heartbeat: nothing more to send now
+                        break
+                if frames:
+                    payload = frames[0] if len(frames) == 1 else b"".join(frames)
+                    frames.clear()
+                    with trio.move_on_after(self.housekeeping) as send:
+                        await stream.send_all(payload)
+                    del payload
+                    if send.cancelled_caught:  # a slave reads all the time
+                        raise TimeoutError(f"the peer did not take {size} bytes within "
+                                           f"{self.housekeeping:.0f}s (it does not read)")
+                    continue
+            finally:
+                self._send_budget += size
             at = conn.next_heartbeat_at()
             with trio.move_on_at(at if at is not None else now + self.heartbeat):
                 await data_event.wait()
@@ -624,13 +689,17 @@ class HAService:
                 raise ConnectionError(str(exc)) from exc
         cred = self.config.broker_credentials()
         store = self.store
-        mine = store.log_view()
-        hello = make_hello(self.config.broker_name, self.config.broker_cluster_name,
-                           int(time.time() * 1000), secrets.token_hex(12),
-                           cred.access_key if cred else None, cred.secret_key if cred else None,
-                           log=mine, broker_id=self.config.broker_id,
-                           broker_addr=self.config.broker_addr)
         async with stream:
+            with trio.fail_after(3):
+                await stream.send_all(GREETING)
+            challenge = await self._receive_challenge(stream)
+            mine = store.log_view()
+            hello = make_hello(self.config.broker_name, self.config.broker_cluster_name,
+                               int(time.time() * 1000), secrets.token_hex(12),
+                               cred.access_key if cred else None,
+                               cred.secret_key if cred else None, log=mine,
+                               broker_id=self.config.broker_id,
+                               broker_addr=self.config.broker_addr, challenge=challenge)
             with trio.fail_after(3):
                 await stream.send_all(encode_hello(hello))
             answer, rest = await self._receive_answer(stream)
@@ -647,7 +716,8 @@ class HAService:
                 raise LogRefused(self.link_reason, "diverged")
             self.link, self.link_reason = "accepted", ""
             self.master_accepted = True
-            client = self.client = self._replica_client(master_epochs)
+            # an empty log starts where the master said its log starts, nowhere else
+            client = self.client = self._replica_client(master_epochs, answer.min_offset)
             self._appended = trio.Event()
             self.log.info("connected to master", master=addr, offset=store.get_max_phy_offset(),
                           master_offset=answer.max_offset, master_store=answer.store_id)
@@ -659,17 +729,35 @@ class HAService:
             finally:
                 self.client = None
 
-    def _replica_client(self, epochs: list[Epoch]) -> HAClient:
+    def _replica_client(self, epochs: list[Epoch], first_offset: int) -> HAClient:
         """An HAClient appending another store's log here (a slave's master's,
         or, restoring a master, its slave's): this store's epoch history takes
-        ``epochs`` before the bytes they describe are written."""
+        ``epochs`` before the bytes they describe are written; an empty log
+        takes its first bytes at ``first_offset`` (the other log's start) only."""
         store = self.store
         client = HAClient(store, self.heartbeat, self.housekeeping,
                           self.config.maped_file_size_commit_log,
                           before_append=lambda end: store.epochs.follow(
-                              epochs, end, store.get_min_phy_offset()))
+                              epochs, end, store.get_min_phy_offset()),
+                          first_offset=first_offset)
         client.connected(trio.current_time())
         return client
+
+    async def _receive_challenge(self, stream: trio.abc.Stream) -> str:
+        """The master's challenge to this connection's hello (in hex)."""
+        decoder = ChallengeDecoder()
+        with trio.fail_after(ANSWER_TIMEOUT):
+            while True:
+                data = await stream.receive_some(RECEIVE_CHUNK)
+                if not data:
+                    raise ConnectionError("the master closed the HA connection before its "
+                                          "challenge (an older master, or its HA port is full)")
+                got = decoder.feed(data)
+                if got is not None:
+                    challenge, rest = got
+                    if rest:
+                        raise HAProtocolError("the master sent more than its challenge")
+                    return challenge
 
     async def _receive_answer(self, stream: trio.abc.Stream) -> tuple[Answer, bytes]:
         decoder = AnswerDecoder()

@@ -8,12 +8,21 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from broker.store.ha.epochs import Epoch, LogView
-from broker.store.ha.transfer import encode_hello, encode_report, make_hello
+from broker.store.ha.transfer import (
+    CHALLENGE,
+    GREETING,
+    ChallengeDecoder,
+    encode_hello,
+    encode_report,
+    make_hello,
+)
 from client import AclCredentials, Message, Producer, SendStatus
 from client.admin import MQAdmin
 from protocol.body import unpack_body
@@ -45,17 +54,26 @@ accounts:
 FORGED = LogView("forged", [Epoch(1, 0, "forged", "forged")], 0, 10**15, None)
 
 
-def hello(cred: AclCredentials | None, broker: str = "broker-a",
-          log: LogView | None = None) -> bytes:
-    return encode_hello(make_hello(
+def hello(cred: AclCredentials | None, broker: str = "broker-a", log: LogView | None = None,
+          then: bytes = b"") -> Callable[[str], bytes]:
+    """A hello answering the master's challenge (given later), and ``then``."""
+    return lambda challenge: encode_hello(make_hello(
         broker, "DefaultCluster", int(time.time() * 1000), secrets.token_hex(8),
-        cred.access_key if cred else None, cred.secret_key if cred else None, log=log))
+        cred.access_key if cred else None, cred.secret_key if cred else None, log=log,
+        challenge=challenge)) + then
 
 
-async def dropped(port: int, data: bytes) -> bool:
-    """Whether the master closes a connection that sends ``data`` (bounded wait)."""
+async def dropped(port: int, data: bytes | Callable[[str], bytes]) -> bool:
+    """Whether the master closes a connection that sends ``data`` (bounded wait):
+    bytes as they are, or the greeting, then ``data(challenge)``."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
+        if callable(data):
+            await stream.send_all(GREETING)
+            decoder, challenge = ChallengeDecoder(), None
+            while challenge is None:
+                challenge = decoder.feed(await stream.receive_some(CHALLENGE.size))
+            data = data(challenge[0])
         await stream.send_all(data)
         with trio.move_on_after(TIMEOUT):
             while True:
@@ -72,7 +90,7 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
     acl = tmp_path / "plain_acl.yml"
     acl.write_text(ACL)
     ns = cluster.namesrv()
-    common = {"mapedFileSizeCommitLog": 256 * 1024, "mapedFileSizeConsumeQueue": 20 * 1000,
+    common: dict[str, Any] = {"mapedFileSizeCommitLog": 256 * 1024, "mapedFileSizeConsumeQueue": 20 * 1000,
               "slaveSyncInterval": 300, "brokerAccessKey": ADMIN.access_key,
               "brokerSecretKey": ADMIN.secret_key}
     master = cluster.broker("broker-a", ns.addr, brokerRole="SYNC_MASTER", aclEnable="true",
@@ -99,11 +117,11 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
         # no hello (a bare report), an unsigned hello, a non-admin account's, another
         # group's: each dropped and logged
         assert await dropped(ha_port, encode_report(0))
-        assert await dropped(ha_port, hello(None) + encode_report(0))
-        assert await dropped(ha_port, hello(USER) + encode_report(0))
-        assert await dropped(ha_port, hello(ADMIN, broker="broker-b") + encode_report(0))
-        assert await dropped(ha_port, hello(AclCredentials(ADMIN.access_key, "wrongsecret1"))
-                             + encode_report(0))
+        assert await dropped(ha_port, hello(None, then=encode_report(0)))
+        assert await dropped(ha_port, hello(USER, then=encode_report(0)))
+        assert await dropped(ha_port, hello(ADMIN, broker="broker-b", then=encode_report(0)))
+        assert await dropped(ha_port, hello(AclCredentials(ADMIN.access_key, "wrongsecret1"),
+                                            then=encode_report(0)))
         log = master.log_text()
         for reason in ("no hello", "must be signed", "not an admin account", "broker group",
                        "signature check failed"):
@@ -124,16 +142,17 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(send_waiting)
                 await trio.sleep(0)  # the send goes out first
-                assert await dropped(ha_port, hello(ADMIN, log=FORGED) + encode_report(10**15))
+                assert await dropped(ha_port, hello(ADMIN, log=FORGED,
+                                                    then=encode_report(10**15)))
             assert outcome == [SendStatus.SLAVE_NOT_AVAILABLE], outcome
             assert "slave's log refused" in master.log_text()  # another lineage: diverged
         finally:
             slave.thaw()
         # the real slave is still accepted afterwards
         await wait_for(replicated, TIMEOUT, "the thawed slave acknowledging sends")
-    # a connection stuck in its hello (the magic, then nothing) is dropped after 10 s
+    # a connection stuck in its hello (the greeting, then nothing) is dropped after 10 s
     t0 = trio.current_time()
-    assert await dropped(ha_port, b"RMQH")
+    assert await dropped(ha_port, GREETING)
     assert trio.current_time() - t0 >= 9.5
     assert "no hello within" in master.log_text()
 

@@ -2,7 +2,8 @@
 
 ``transfer`` is the wire (bytes only); ``ha_connection.HAConnection`` is the
 master's view of one slave (its acknowledged offset, what to send next);
-``ha_client.HAClient`` is the slave's side (apply a transfer, when to report).
+``ha_client.HAClient`` is the slave's side (apply a transfer, when to report);
+``slots.Slots`` bounds the master's HA connections.
 Neither touches sockets, clocks or trio: the broker's HA service drives them.
 Every error a peer can cause is a HAProtocolError (a RemoteProtocolError):
 log it and close the connection; the slave reconnects and resumes from its end.

@@ -6,8 +6,11 @@ owns the socket to the master: it feeds decoded transfers
 ``report_due`` returns (``encode_report``). One HAClient per connection:
 a new one reports at once, so the master learns where to start.
 
-A transfer must start exactly at the slave's own end (a slave with an empty
-log also takes the start of a master file: the master's oldest). Its bytes
+A transfer must start exactly at the slave's own end. A slave with an empty
+log also takes ``first_offset``, and only it: where the master said, in its
+answer to the hello, that its log starts (the master's oldest file; a first
+transfer anywhere else, say far past the master's end, would leave the slave
+with a log no master continues). Its bytes
 go to ``store.append_replica`` unchanged, which dispatches them through the
 store's reput cursor. Anything else raises a HAProtocolError and nothing is
 appended: the connection closes and a new one resumes from the slave's end.
@@ -62,8 +65,11 @@ class HAClient:
                  heartbeat_interval: float = DEFAULT_HEARTBEAT_INTERVAL,
                  housekeeping_interval: float = DEFAULT_HOUSEKEEPING_INTERVAL,
                  max_record_size: int | None = None,
-                 before_append: Callable[[int], object] | None = None) -> None:
+                 before_append: Callable[[int], object] | None = None,
+                 first_offset: int | None = None) -> None:
         self.store = store
+        # the only offset past its end an empty log takes (the master's min offset)
+        self.first_offset = first_offset
         # called with the end of the bytes about to be appended, before they are
         # (the slave's epoch history follows its master's: epochs.EpochHistory.follow)
         self.before_append = before_append
@@ -81,8 +87,8 @@ class HAClient:
     def on_transfer(self, offset: int, data: bytes | bytearray | memoryview,
                     now: float | None = None) -> None:
         """Apply one transfer from the master. A heartbeat (``data`` empty)
-        appends nothing; its offset may be past our end only while our log is
-        empty. Raises TransferOffsetError (nothing appended) when the frame
+        appends nothing. While our log is empty a frame may start at
+        ``first_offset`` instead of our end. Raises TransferOffsetError (nothing appended) when the frame
         does not start at our end, ReplicaAppendError when the store refuses
         or cannot take all of it. With ``max_record_size`` only whole records
         reach the store; the rest is held for the next transfer."""
@@ -93,7 +99,7 @@ class HAClient:
         else:
             end = self.store.get_max_phy_offset()
             empty = end == self.store.get_min_phy_offset()
-        if offset != end and not (empty and offset > end):
+        if offset != end and not (empty and offset == self.first_offset):
             kind = "heartbeat" if not data else f"transfer of {len(data)} bytes"
             raise TransferOffsetError(
                 f"master {kind} at offset {offset}, but the slave's log ends at {end}")

@@ -23,7 +23,9 @@ stream is lost. The maximum bounds what a peer can make us buffer.
 
 from __future__ import annotations
 
+import hmac
 import json
+import secrets
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -176,33 +178,119 @@ class ReportDecoder(_Decoder):
         return out
 
 
-# ---- the slave's hello ---------------------------------------------------------------
+# ---- the handshake: the slave's greeting, the master's challenge, the hello -----------
 #
-# The first bytes a slave sends on a new HA connection, before any report:
+# A slave opens an HA connection with a greeting (5 bytes: magic "RMQC", the
+# handshake version); the master answers with a challenge, fresh random bytes
+# for this connection only:
+#
+#     +-------------+-------------+----------------------+
+#     | magic "RMQC"| version (1) | challenge (16 bytes) |
+#     +-------------+-------------+----------------------+
+#
+# The slave then sends its hello, before any report:
 #
 #     +-------------+-------------+---------------------+----------------------------+
-#     | magic "RMQH"| version (1) | length (2, BE, u16) | JSON object (length bytes) |
+#     | magic "RMQH"| version (1) | length (4, BE, u32) | JSON object (length bytes) |
 #     +-------------+-------------+---------------------+----------------------------+
 #
 # The object's values are strings: brokerName, clusterName (the broker group the
-# slave follows), timestamp (ms since the epoch, the slave's clock), nonce, and,
-# when the slave has brokerAccessKey, AccessKey and Signature: RocketMQ's request
-# signature (protocol/acl.py) over the other fields, so a master with aclEnable can
-# check the account (an admin one). The timestamp bounds a captured hello's replay
-# (accepted within ``HELLO_MAX_SKEW_MS``), the nonce makes each hello distinct.
+# slave follows), timestamp (ms since the epoch, the slave's clock), nonce,
+# challenge (the master's, in hex) and, when the slave has brokerAccessKey,
+# AccessKey and Signature: RocketMQ's request signature (protocol/acl.py) over the
+# other fields, so a master with aclEnable can check the account (an admin one).
+# The signed challenge makes a hello good for the one connection it answers: a
+# captured hello replayed on another connection (the same master, or after it
+# restarted) is refused, and the master remembers nothing between connections
+# (no nonce cache a flood of hellos could fill). The timestamp is still checked
+# (``HELLO_MAX_SKEW_MS``); the nonce makes each hello distinct.
 #
-# Version 2 adds what the master needs to judge the slave's log (epochs.py):
+# Version 2 added what the master needs to judge the slave's log (epochs.py):
 # brokerId and brokerAddr (the slave's remoting address), and its log view:
 # storeId, minOffset, maxOffset, tail ("from:crc32", empty for an empty log) and
-# epochs (a JSON list of [epoch, start, token, writer]). The master answers with one
-# ANSWER frame (below) before any transfer.
+# epochs (a JSON list of [epoch, start, token, writer]). Version 3 added the
+# greeting and the challenge. The master answers with one ANSWER frame (below)
+# before any transfer.
 
 HELLO_MAGIC = b"RMQH"
-HELLO_VERSION = 2
+HELLO_VERSION = 3
 HELLO_HEADER = struct.Struct(">4sBI")
 HELLO_MAX_SIZE = 64 * 1024  # bytes of the JSON object (MAX_EPOCHS epochs fit)
 HELLO_MAX_SKEW_MS = 60_000  # a hello older or newer than this is refused
 _HELLO_FIELDS = ("brokerName", "clusterName", "timestamp", "nonce")
+CHALLENGE_MAGIC = b"RMQC"
+GREETING = CHALLENGE_MAGIC + bytes([HELLO_VERSION])  # a slave's first bytes
+CHALLENGE = struct.Struct(">4sB16s")  # the master's answer to the greeting
+CHALLENGE_FIELD = "challenge"
+
+
+def new_challenge() -> str:
+    """A master's challenge for one connection (hex of 16 random bytes)."""
+    return secrets.token_hex(CHALLENGE.size - len(GREETING))
+
+
+def encode_challenge(challenge: str) -> bytes:
+    return CHALLENGE.pack(CHALLENGE_MAGIC, HELLO_VERSION, bytes.fromhex(challenge))
+
+
+def _version_problem(buf: bytes | bytearray, peer: str) -> str | None:
+    """Why the first bytes ``peer`` ("slave": its greeting, "master": its
+    challenge) sent are not this version's handshake, or None (yet)."""
+    n = len(CHALLENGE_MAGIC)
+    if len(buf) < n:
+        return None
+    magic = bytes(buf[:n])
+    if peer == "slave" and magic == HELLO_MAGIC:
+        return (f"hello without the master's challenge (an older slave: this master "
+                f"speaks HA handshake version {HELLO_VERSION}, upgrade the slave)")
+    if magic != CHALLENGE_MAGIC:
+        if peer == "slave":
+            return ("no hello: the slave must start with the HA greeting and a signed "
+                    "hello naming its broker group (an older slave?)")
+        return "the master sent no challenge (an older master?)"
+    if len(buf) > n and buf[n] != HELLO_VERSION:
+        return (f"HA handshake version {buf[n]} not understood (this side speaks "
+                f"{HELLO_VERSION}: run the same version on master and slaves)")
+    return None
+
+
+class GreetingDecoder:
+    """The master's side: the slave's greeting; ``feed`` returns the bytes
+    after it once complete, else None. HAProtocolError for anything else."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> bytes | None:
+        self._buf += data
+        problem = _version_problem(self._buf, "slave")
+        if problem is not None:
+            raise HAProtocolError(problem)
+        if len(self._buf) < len(GREETING):
+            return None
+        return bytes(self._buf[len(GREETING):])
+
+
+class ChallengeDecoder:
+    """The slave's side: the master's challenge; ``feed`` returns (challenge
+    in hex, the bytes after it) once complete, else None."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> tuple[str, bytes] | None:
+        self._buf += data
+        problem = _version_problem(self._buf, "master")
+        if problem is not None:
+            raise HAProtocolError(problem)
+        if len(self._buf) < CHALLENGE.size:
+            return None
+        _magic, _version, challenge = CHALLENGE.unpack_from(self._buf)
+        return challenge.hex(), bytes(self._buf[CHALLENGE.size:])
 
 
 @dataclass(frozen=True)
@@ -231,10 +319,12 @@ class Hello:
 def make_hello(broker_name: str, cluster_name: str, now_ms: int, nonce: str,
                access_key: str | None = None, secret_key: str | None = None,
                log: LogView | None = None, broker_id: int = 1,
-               broker_addr: str = "") -> Hello:
+               broker_addr: str = "", challenge: str = "") -> Hello:
+    """A slave's hello answering ``challenge`` (the master's, in hex)."""
     fields: dict[str, str] = {"brokerName": broker_name, "clusterName": cluster_name,
                               "timestamp": str(now_ms), "nonce": nonce,
-                              "brokerId": str(broker_id), "brokerAddr": broker_addr}
+                              "brokerId": str(broker_id), "brokerAddr": broker_addr,
+                              CHALLENGE_FIELD: challenge}
     if log is not None:
         fields.update(log_view_fields(log))
     if access_key:
@@ -272,7 +362,7 @@ class HelloDecoder:
         if len(buf) > len(HELLO_MAGIC) and buf[len(HELLO_MAGIC)] != HELLO_VERSION:
             raise HAProtocolError(f"hello version {buf[len(HELLO_MAGIC)]} not understood "
                                   f"(this master speaks {HELLO_VERSION}: upgrade the slave, "
-                                  "its hello must carry its log's epochs)")
+                                  "its hello must answer the master's challenge)")
         if len(buf) < head:
             return None
         _magic, _version, size = HELLO_HEADER.unpack_from(buf)
@@ -313,13 +403,19 @@ class HelloCheck:
 
 
 def check_hello(hello: Hello, check: HelloCheck, now_ms: int,
-                admin_secret: Callable[[str], str | None] | None) -> str | None:
-    """Why ``hello`` is refused, or None. ``admin_secret(access_key)`` is the secret
-    of an admin account of the master's ACL, None for no such account; with
-    ``admin_secret`` None (no aclEnable) the signature is not required."""
+                admin_secret: Callable[[str], str | None] | None,
+                challenge: str) -> str | None:
+    """Why ``hello`` is refused, or None. ``challenge`` is the one the master sent
+    on this connection. ``admin_secret(access_key)`` is the secret of an admin
+    account of the master's ACL, None for no such account; with ``admin_secret``
+    None (no aclEnable) the signature is not required."""
     if hello.broker_name != check.broker_name or hello.cluster_name != check.cluster_name:
         return (f"hello for broker group {hello.cluster_name}/{hello.broker_name}, this master "
                 f"is {check.cluster_name}/{check.broker_name}")
+    if not hmac.compare_digest(hello.fields.get(CHALLENGE_FIELD, "").encode(),
+                               challenge.encode()):
+        return ("hello does not answer this connection's challenge (a replayed hello, or "
+                "a slave of another version)")
     if abs(now_ms - hello.timestamp_ms) > check.max_skew_ms:
         return (f"hello timestamp {hello.timestamp_ms} is more than {check.max_skew_ms} ms from "
                 f"the master's clock {now_ms} (a replay, or clocks apart)")
@@ -334,28 +430,6 @@ def check_hello(hello: Hello, check: HelloCheck, now_ms: int,
     if not verify(hello.fields, None, secret):
         return f"hello signature check failed for accessKey={key}"
     return None
-
-
-class NonceCache:
-    """Nonces of accepted hellos within the skew window: the same hello twice is a replay."""
-
-    __slots__ = ("_seen", "max_entries", "window_ms")
-
-    def __init__(self, window_ms: int = 2 * HELLO_MAX_SKEW_MS, max_entries: int = 4096) -> None:
-        self._seen: dict[str, int] = {}
-        self.window_ms = window_ms
-        self.max_entries = max_entries
-
-    def accept(self, nonce: str, now_ms: int) -> bool:
-        """False when ``nonce`` was seen within the window (a replay)."""
-        if len(self._seen) >= self.max_entries or nonce in self._seen:
-            self._seen = {n: t for n, t in self._seen.items() if now_ms - t <= self.window_ms}
-        if nonce in self._seen:
-            return False
-        if len(self._seen) >= self.max_entries:
-            return False  # flooded with fresh hellos: refuse rather than forget
-        self._seen[nonce] = now_ms
-        return True
 
 
 # ---- log views in a hello, and the master's answer -----------------------------------

@@ -26,7 +26,8 @@ from tests.broker.store.helpers import inner, make_config, open_store
 def holding_link(master: DefaultMessageStore, slave: DefaultMessageStore, batch_size: int,
                  rng: random.Random, now: float = 0.0) -> Link:
     link = Link(master, slave, batch_size, rng, now)
-    link.client = HAClient(slave, max_record_size=CL_SIZE)
+    link.client = HAClient(slave, max_record_size=CL_SIZE,
+                           first_offset=master.get_min_phy_offset())
     link.client.connected(now)
     return link
 

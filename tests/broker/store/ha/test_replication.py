@@ -39,7 +39,8 @@ class Link:
                  batch_size: int, rng: random.Random, now: float = 0.0) -> None:
         self.master, self.slave, self.rng, self.now = master, slave, rng, now
         self.conn = HAConnection(master, batch_size)
-        self.client = HAClient(slave)
+        # as the HA service: an empty slave starts where the master's answer said
+        self.client = HAClient(slave, first_offset=master.get_min_phy_offset())
         self.conn.connected(now)
         self.client.connected(now)
         self.reports, self.transfers = ReportDecoder(), TransferDecoder()
@@ -121,7 +122,7 @@ def pull_all(store: DefaultMessageStore, topic: str, queue_id: int) -> list[byte
         r = store.get_message("g", topic, queue_id, offset, 32, None)
         if not r.buffers and r.next_begin_offset == offset:
             return out
-        out.extend(r.buffers)
+        out.extend(bytes(b) for b in r.buffers)
         if r.next_begin_offset == offset:
             return out
         offset = r.next_begin_offset
@@ -332,12 +333,12 @@ def test_a_frame_not_at_the_slaves_end_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ReplicaAppendError, match="no record at commit-log offset"):
         HAClient(slave).on_transfer(end, b"\x00" * 3000)
     assert slave.get_max_phy_offset() == end and files(slave.root) == before
-    # a heartbeat at our end is fine; so is one past it while the log is empty
+    # a heartbeat at our end is fine; so is one at first_offset while the log is empty
     client.on_transfer(end, b"")
     empty = open_store(make_config(tmp_path / "e", cl_size=CL_SIZE))
-    HAClient(empty).on_transfer(3 * CL_SIZE, b"")
+    HAClient(empty, first_offset=3 * CL_SIZE).on_transfer(3 * CL_SIZE, b"")
     with pytest.raises(ReplicaAppendError):  # not the start of a file
-        HAClient(empty).on_transfer(100, good)
+        HAClient(empty, first_offset=100).on_transfer(100, good)
     assert empty.get_max_phy_offset() == 0
     with pytest.raises(StoreError):
         slave.append_replica(end + 1, good)
@@ -403,5 +404,33 @@ def test_heartbeats_and_reports_follow_the_clock(tmp_path: Path) -> None:
     conn.on_report(master.get_max_phy_offset(), now=10.1)
     assert not conn.idle_too_long(30.0)
     assert not client.idle_too_long(25.0) and client.idle_too_long(25.1)
+    master.shutdown()
+    slave.shutdown()
+
+
+def test_an_empty_slave_takes_its_first_bytes_only_where_its_master_said(tmp_path: Path) -> None:
+    """Row 12: an empty slave's first transfer must start at the offset the
+    master's answer gave (its oldest file), never at another file start: a
+    (fake) master's first transfer at 1000 x the file size is refused, nothing
+    is written, and the slave then follows the real master from its start."""
+    rng = random.Random(17)
+    master = open_store(make_config(tmp_path / "m", cl_size=CL_SIZE))
+    slave = open_store(make_config(tmp_path / "s", cl_size=CL_SIZE))
+    put_some(master, rng, 50)
+    before = files(slave.root / "commitlog")
+    good = master.get_raw(0, 2000) or b""
+    assert good
+    fake = HAClient(slave, first_offset=0)  # the answer said the log starts at 0
+    for offset in (1000 * CL_SIZE, CL_SIZE, 3 * CL_SIZE):
+        for data in (good, b""):
+            with pytest.raises(TransferOffsetError):
+                fake.on_transfer(offset, data)
+    assert slave.get_max_phy_offset() == 0 and files(slave.root / "commitlog") == before
+    # a slave not told where the master's log starts takes nothing but its own end
+    with pytest.raises(TransferOffsetError):
+        HAClient(slave).on_transfer(1000 * CL_SIZE, good)
+    link = Link(master, slave, 1000, rng)
+    link.sync()
+    assert_replica(master, slave)
     master.shutdown()
     slave.shutdown()
