@@ -27,7 +27,7 @@ from protocol.codecs import detect
 from protocol.codecs.base import Codec
 from protocol.codes import RequestCode, ResponseCode, code_name
 from protocol.command import FLAG_RESPONSE, RemotingCommand
-from protocol.errors import ProtocolError, RemoteProtocolError
+from protocol.errors import MalformedRequestError, ProtocolError, RemoteProtocolError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame, frame_parts, unsent
 from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.errors import (
@@ -156,6 +156,8 @@ class RemotingConnection:
         self._nursery: trio.Nursery | None = None
         self._close_callbacks: list[Callable[[RemotingConnection], None]] = []
         self._log = log.bind(peer=remote_addr)
+        # requests refused as malformed (the first is logged)
+        self._malformed = 0
 
     # ---- lifecycle -----------------------------------------------------------
 
@@ -603,18 +605,24 @@ class RemotingConnection:
             if codec.name != "msgpack":
                 self._log.debug("peer speaks another wire format", codec=codec.name)
         try:
+            # bounded whatever the bytes (protocol/codecs/base.py MAX_HEADER_BYTES):
+            # the frame is read once, and a refusal says which request to answer
             cmd = codec.decode(payload)
-        except RemoteProtocolError as exc:
-            ident = codec.peek_request(payload)
-            if ident is None:
-                self._log.warning("undecodable frame, closing connection", error=str(exc),
-                                  codec=codec.name)
-                return False
-            bad = RemotingCommand(code=ident[0], opaque=ident[1], codec=codec)
+        except MalformedRequestError as exc:
+            self._malformed += 1
+            if self._malformed == 1:  # one line per connection, whatever it sends
+                self._log.warning("malformed request answered SYSTEM_ERROR",
+                                  error=str(exc)[:300], codec=codec.name,
+                                  code=exc.code, size=len(payload))
+            bad = RemotingCommand(code=exc.code, opaque=exc.opaque, codec=codec)
             self.send_response(
                 bad.response(ResponseCode.SYSTEM_ERROR, f"malformed request: {exc}")
             )
             return True
+        except RemoteProtocolError as exc:
+            self._log.warning("undecodable frame, closing connection", error=str(exc)[:300],
+                              codec=codec.name, size=len(payload))
+            return False
         if cmd.is_response:
             pending = self._pending.get(cmd.opaque)
             if pending is not None:
