@@ -63,6 +63,9 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 # json.loads builds any, so a header costs what its bytes cost (a 16 MiB
 # header of "[[],[],...]" built 5.6 million lists: 850 MiB, 3.9 s).
 MAX_JSON_CONTAINERS = 8
+# and no more values than its extFields and a dozen other keys (so a 256 KiB
+# header cannot hold 64 Ki numbers or strings either)
+MAX_JSON_COMMAS = MAX_EXT_FIELDS + 32
 # a JSON string, escapes included (what hides brackets that are not structure)
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -131,21 +134,29 @@ class _Header:
         self.opaque, self.flag, self.remark, self.ext = opaque, flag, remark, ext
 
 
-def _json_containers(raw: bytes) -> int:
-    """How many arrays and objects ``raw`` opens outside its strings (at
-    least as many as json.loads would build before it stops). Brackets are
-    counted first; only a header whose strings hold brackets is scanned."""
-    n = raw.count(b"[") + raw.count(b"{")
-    if n <= MAX_JSON_CONTAINERS:
-        return n
-    outside = _JSON_STRING.sub(b"", raw)
-    return outside.count(b"[") + outside.count(b"{")
+def _json_shape(raw: bytes) -> str | None:
+    """Why ``raw`` is refused before json.loads looks at it: more arrays and
+    objects, or more commas (values), outside its strings than a header
+    has; None if it is not. Brackets and commas are counted first (at least
+    those outside strings); only a header whose strings hold many of them is
+    scanned with its strings cut out."""
+    containers = raw.count(b"[") + raw.count(b"{")
+    commas = raw.count(b",")
+    if containers > MAX_JSON_CONTAINERS or commas > MAX_JSON_COMMAS:
+        outside = _JSON_STRING.sub(b"", raw)
+        containers = outside.count(b"[") + outside.count(b"{")
+        commas = outside.count(b",")
+    if containers > MAX_JSON_CONTAINERS:
+        return f"undecodable JSON header: more than {MAX_JSON_CONTAINERS} arrays and objects"
+    if commas > MAX_JSON_COMMAS:
+        return f"undecodable JSON header: more than {MAX_JSON_COMMAS + 1} values"
+    return None
 
 
 def _json_header(raw: bytes) -> _Header:
-    if _json_containers(raw) > MAX_JSON_CONTAINERS:
-        raise RemoteProtocolError(
-            f"undecodable JSON header: more than {MAX_JSON_CONTAINERS} arrays and objects")
+    refused = _json_shape(raw)
+    if refused is not None:
+        raise RemoteProtocolError(refused)
     try:
         text, utf8 = raw.decode("utf-8"), True
     except UnicodeDecodeError:
