@@ -1,8 +1,8 @@
 """The frames of the finding against a live name server and broker: each is
 refused (a clear SYSTEM_ERROR answer, or the connection closed), the daemon
-stays up and answers another client, and its memory grows by about what the
-frame's bytes take, not the gigabytes its containers took before (a 16 MiB
-remark of empty arrays: +2.3 GiB)."""
+stays up and answers another client, and its peak memory grows by about
+what the frame's bytes take, not the gigabytes its containers took before (a
+16 MiB remark of empty arrays: +2.3 GiB)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ from tests.integration.decode_cost import (
     json_header_frame,
     msgpack_ext_frame,
     msgpack_remark_frame,
+    peak_kib,
     probe,
     probe_code,
-    rss_kib,
+    reset_peak,
     send_frame,
 )
 
@@ -43,7 +44,7 @@ async def test_attack_frame_is_refused_cheaply(cluster: Cluster, make: object,
         for daemon, d in (("namesrv", ns), ("broker", broker)):
             assert d.proc is not None
             await probe(rc, d.addr, probe_code(daemon))  # connected, warmed up
-            before = rss_kib(d.proc.pid)
+            before = reset_peak(d.proc.pid)
             with trio.fail_after(60):
                 got = await send_frame(d.port, frame)
             if answer is None:
@@ -53,8 +54,8 @@ async def test_attack_frame_is_refused_cheaply(cluster: Cluster, make: object,
                 assert got.opaque == 1 and answer in (got.remark or "")
             # another client is answered, and the daemon is up
             await probe(rc, d.addr, probe_code(daemon))
-            growth = rss_kib(d.proc.pid) - before
-            assert growth < MAX_GROWTH_KIB, f"{daemon} grew by {growth // MiB} MiB"
+            growth = peak_kib(d.proc.pid) - before
+            assert growth < MAX_GROWTH_KIB, f"{daemon} peaked {growth // MiB} MiB higher"
             assert d.proc.poll() is None
     log = ns.log_text() + broker.log_text()
     assert ("malformed request answered SYSTEM_ERROR" if answer else
