@@ -124,7 +124,7 @@ class _Reader:
                 if self._fed >= MAX_HEADER_BYTES:
                     raise self._refuse(
                         f"the header (all but the body) is longer than {MAX_HEADER_BYTES} "
-                        "bytes") from None
+                        f"bytes, in its {what}") from None
                 more = min(total, MAX_HEADER_BYTES, 8 * self._fed)
                 u.feed(memoryview(self._payload)[self._fed:more])
                 self._fed = more
@@ -182,7 +182,7 @@ class _Reader:
         ext: dict[str, Any] = {}
         for _ in range(entries):
             key = self._next(u.unpack, "ext_fields")
-            value = self._next(u.unpack, "ext_fields")
+            value = self._next(u.unpack, f"ext_fields value of {shown(str(key), 64)}")
             if type(value) not in _SCALAR_TYPES:
                 raise self._refuse(f"ext_fields value of {shown(str(key), 64)} must be a "
                                    "scalar")

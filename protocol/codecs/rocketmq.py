@@ -307,8 +307,12 @@ def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
     if stype not in (JSON_TYPE, BINARY_TYPE):
         raise RemoteProtocolError(f"unknown serialization type {stype}")
     if header_len > MAX_HEADER_BYTES:
-        raise RemoteProtocolError(
-            f"header length {header_len} is above the limit of {MAX_HEADER_BYTES} bytes")
+        request = None  # a binary header's code and opaque are at fixed places
+        if stype == BINARY_TYPE and len(payload) >= 4 + _BIN_FIXED.size:
+            code, _, _, opaque, flag = _BIN_FIXED.unpack_from(payload, 4)
+            request = None if flag & (FLAG_RESPONSE | FLAG_ONEWAY) else (code, opaque)
+        raise refusal(
+            f"header length {header_len} is above the limit of {MAX_HEADER_BYTES} bytes", request)
     if 4 + header_len > len(payload):
         raise RemoteProtocolError(
             f"header length {header_len} runs past the frame ({len(payload) - 4} bytes after it)")

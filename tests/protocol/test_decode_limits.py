@@ -249,8 +249,9 @@ def test_binary_header_bounds() -> None:
         ROCKETMQ_BINARY.decode(payload)
     assert ROCKETMQ_BINARY.peek_request(payload) == (10, 77)
     long = binary_header([], remark=b"r" * MAX_HEADER_BYTES)
-    with pytest.raises(RemoteProtocolError, match="above the limit"):
+    with pytest.raises(MalformedRequestError, match="above the limit") as info:
         ROCKETMQ_BINARY.decode(struct.pack(">I", (1 << 24) | len(long)) + long)
+    assert (info.value.code, info.value.opaque) == (10, 77)  # answered, not closed
     fine = binary_header([(b"k%d" % i, b"v") for i in range(MAX_EXT_FIELDS)])
     cmd = ROCKETMQ_BINARY.decode(struct.pack(">I", (1 << 24) | len(fine)) + fine + b"body")
     assert len(cmd.ext_fields) == MAX_EXT_FIELDS and cmd.body == b"body"
