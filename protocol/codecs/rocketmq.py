@@ -66,6 +66,8 @@ MAX_JSON_CONTAINERS = 8
 # and no more values than its extFields and a dozen other keys (so a 256 KiB
 # header cannot hold 64 Ki numbers or strings either)
 MAX_JSON_COMMAS = MAX_EXT_FIELDS + 32
+# each value of those, and each key, a string at most
+MAX_JSON_STRINGS = 2 * (MAX_JSON_COMMAS + 1 + MAX_JSON_CONTAINERS)
 # a JSON string, escapes included (what hides brackets that are not structure)
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -139,13 +141,17 @@ def _json_shape(raw: bytes) -> str | None:
     objects, or more commas (values), outside its strings than a header
     has; None if it is not. Brackets and commas are counted first (at least
     those outside strings); only a header whose strings hold many of them is
-    scanned with its strings cut out."""
+    scanned string by string, which stops at the most strings a header can
+    hold (a key and a value per value)."""
     containers = raw.count(b"[") + raw.count(b"{")
     commas = raw.count(b",")
     if containers > MAX_JSON_CONTAINERS or commas > MAX_JSON_COMMAS:
-        outside = _JSON_STRING.sub(b"", raw)
-        containers = outside.count(b"[") + outside.count(b"{")
-        commas = outside.count(b",")
+        for n, string in enumerate(_JSON_STRING.finditer(raw)):
+            if n >= MAX_JSON_STRINGS:
+                return f"undecodable JSON header: more than {MAX_JSON_STRINGS} strings"
+            at, end = string.span()
+            containers -= raw.count(b"[", at, end) + raw.count(b"{", at, end)
+            commas -= raw.count(b",", at, end)
     if containers > MAX_JSON_CONTAINERS:
         return f"undecodable JSON header: more than {MAX_JSON_CONTAINERS} arrays and objects"
     if commas > MAX_JSON_COMMAS:
