@@ -9,6 +9,7 @@ travel in it. A connection picks its codec from its first frame
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from protocol.errors import MalformedRequestError, RemoteProtocolError
@@ -34,6 +35,33 @@ MAX_HEADER_BYTES = 256 * 1024
 # extFields entries: the largest request header has about twenty, plus the
 # ACL's four (AccessKey, Signature, SecurityToken, ...) and a client's extras.
 MAX_EXT_FIELDS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimit:
+    """What a structured body may hold before it is decoded: its bytes, its
+    arrays and maps (objects), and their elements and entries together."""
+
+    max_bytes: int
+    max_containers: int
+    max_values: int
+    # the longest array: msgpack allocates an array's declared length before
+    # its elements arrive (1,000 nested headers of 128 Ki elements, 5 KB,
+    # cost 150 ms and 65 MiB)
+    max_array: int
+
+
+# The structured body of a request a daemon decodes in its event loop
+# (RemotingCommand.decode_body: a heart-beat, which the ACL reads before the
+# signature is checked, a lock batch, a subscription group). A consumer with
+# a thousand subscriptions sends about 250 KiB, 3,000 maps and arrays and
+# 12,000 values, and no array longer than its subscriptions or a lock
+# batch's queues; four to ten times that is allowed. Bounded so, a body of
+# any content takes at most about 20 MiB and 40 ms (its worst: 1 MiB of
+# two-character msgpack strings left in arrays nested 1,000 deep, which no
+# count sees before they are complete).
+REQUEST_BODY = BodyLimit(max_bytes=1024 * 1024, max_containers=32 * 1024,
+                         max_values=128 * 1024, max_array=4096)
 
 
 def refusal(message: str, request: tuple[int, int] | None) -> RemoteProtocolError:
@@ -99,8 +127,10 @@ class Codec(Protocol):
     def pack_body(self, obj: Any) -> bytes:
         """A structured body."""
 
-    def unpack_body(self, body: bytes | None) -> Any:
-        """A structured body back; RemoteProtocolError if missing or undecodable."""
+    def unpack_body(self, body: bytes | None, limit: BodyLimit | None = None) -> Any:
+        """A structured body back; RemoteProtocolError if missing or
+        undecodable, or past ``limit`` (checked before or while it is built,
+        never after)."""
 
     def body_reader(self, stream: Any) -> BodyReader:
         """A reader of one structured body from a file-like ``stream``."""

@@ -18,6 +18,7 @@ from protocol.codecs.base import (
     GATHER_MIN,
     MAX_EXT_FIELDS,
     MAX_HEADER_BYTES,
+    BodyLimit,
     NotAMapError,
     refusal,
 )
@@ -84,6 +85,37 @@ def _small_command(payload: bytes) -> RemotingCommand | None:
 
 def _unpackb(payload: bytes) -> Any:
     return msgpack.unpackb(payload, raw=False, strict_map_key=False)
+
+
+class _Budget:
+    """Counts the arrays and maps msgpack builds, and their elements, and
+    stops it (ValueError) past a BodyLimit. msgpack calls it as each one is
+    complete; no array or map may hold more than the values allowed."""
+
+    __slots__ = ("containers", "values", "limit")
+
+    def __init__(self, limit: BodyLimit) -> None:
+        self.containers = 0
+        self.values = 0
+        self.limit = limit
+
+    def took(self, obj: Any) -> Any:
+        self.containers += 1
+        self.values += len(obj)
+        if self.containers > self.limit.max_containers or self.values > self.limit.max_values:
+            raise ValueError(f"more than {self.limit.max_containers} arrays and maps or "
+                             f"{self.limit.max_values} values")
+        return obj
+
+
+def _unpack_limited(body: bytes, limit: BodyLimit) -> Any:
+    if len(body) > limit.max_bytes:
+        raise ValueError(f"{len(body)} bytes, more than {limit.max_bytes}")
+    budget = _Budget(limit)
+    return msgpack.unpackb(body, raw=False, strict_map_key=False, max_array_len=limit.max_array,
+                           max_map_len=limit.max_values, max_str_len=len(body),
+                           max_bin_len=len(body), max_ext_len=len(body),
+                           list_hook=budget.took, object_hook=budget.took)
 
 
 class _Reader:
@@ -293,11 +325,13 @@ class MsgpackCodec:
         body: bytes = msgpack.packb(obj, use_bin_type=True)
         return body
 
-    def unpack_body(self, body: bytes | None) -> Any:
+    def unpack_body(self, body: bytes | None, limit: BodyLimit | None = None) -> Any:
         if body is None:
             raise RemoteProtocolError("missing body")
         try:
-            return _unpackb(body)
+            if limit is None:
+                return _unpackb(body)
+            return _unpack_limited(body, limit)
         except Exception as exc:
             raise RemoteProtocolError(f"undecodable body: {exc}") from exc
 

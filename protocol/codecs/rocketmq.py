@@ -33,6 +33,7 @@ from protocol.codecs.base import (
     GATHER_MIN,
     MAX_EXT_FIELDS,
     MAX_HEADER_BYTES,
+    BodyLimit,
     NotAMapError,
     refusal,
 )
@@ -66,8 +67,6 @@ MAX_JSON_CONTAINERS = 8
 # and no more values than its extFields and a dozen other keys (so a 256 KiB
 # header cannot hold 64 Ki numbers or strings either)
 MAX_JSON_COMMAS = MAX_EXT_FIELDS + 32
-# each value of those, and each key, a string at most
-MAX_JSON_STRINGS = 2 * (MAX_JSON_COMMAS + 1 + MAX_JSON_CONTAINERS)
 # a JSON string, escapes included (what hides brackets that are not structure)
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
@@ -136,33 +135,48 @@ class _Header:
         self.opaque, self.flag, self.remark, self.ext = opaque, flag, remark, ext
 
 
-def _json_shape(raw: bytes) -> str | None:
+def _json_shape(raw: bytes, max_containers: int = MAX_JSON_CONTAINERS,
+                max_commas: int = MAX_JSON_COMMAS) -> str | None:
     """Why ``raw`` is refused before json.loads looks at it: more arrays and
-    objects, or more commas (values), outside its strings than a header
-    has; None if it is not. Brackets and commas are counted first (at least
-    those outside strings); only a header whose strings hold many of them is
-    scanned string by string, which stops at the most strings a header can
-    hold (a key and a value per value)."""
+    objects, or more commas (values), outside its strings than allowed; None
+    if it is not. Brackets and commas are counted first (at least those
+    outside strings); only a text whose strings hold many of them is
+    scanned string by string, which stops at the most strings it can hold
+    (a key and a value per value)."""
     containers = raw.count(b"[") + raw.count(b"{")
     commas = raw.count(b",")
-    if containers > MAX_JSON_CONTAINERS or commas > MAX_JSON_COMMAS:
+    if containers > max_containers or commas > max_commas:
+        max_strings = 2 * (max_commas + 1 + max_containers)
         for n, string in enumerate(_JSON_STRING.finditer(raw)):
-            if n >= MAX_JSON_STRINGS:
-                return f"undecodable JSON header: more than {MAX_JSON_STRINGS} strings"
+            if n >= max_strings:
+                return f"more than {max_strings} strings"
             at, end = string.span()
             containers -= raw.count(b"[", at, end) + raw.count(b"{", at, end)
             commas -= raw.count(b",", at, end)
-    if containers > MAX_JSON_CONTAINERS:
-        return f"undecodable JSON header: more than {MAX_JSON_CONTAINERS} arrays and objects"
-    if commas > MAX_JSON_COMMAS:
-        return f"undecodable JSON header: more than {MAX_JSON_COMMAS + 1} values"
+    if containers > max_containers:
+        return f"more than {max_containers} arrays and objects"
+    if commas > max_commas:
+        return f"more than {max_commas + 1} values"
+    return None
+
+
+def _json_body_shape(raw: bytes, max_containers: int, max_commas: int) -> str | None:
+    """``_json_shape`` for a body, counting brackets and commas in its strings
+    too: a body has too many strings to scan them one by one (cutting them
+    out with re.sub took 80 ms and 35 MiB for 1 MiB of them), and the few
+    commas a body's strings hold (an SQL filter's) are far from the limits."""
+    containers = raw.count(b"[") + raw.count(b"{")
+    if containers > max_containers:
+        return f"more than {max_containers} arrays and objects"
+    if raw.count(b",") > max_commas:
+        return f"more than {max_commas + 1} values"
     return None
 
 
 def _json_header(raw: bytes) -> _Header:
     refused = _json_shape(raw)
     if refused is not None:
-        raise RemoteProtocolError(refused)
+        raise RemoteProtocolError(f"undecodable JSON header: {refused}")
     try:
         text, utf8 = raw.decode("utf-8"), True
     except UnicodeDecodeError:
@@ -476,9 +490,16 @@ class RocketMQCodec:
     def pack_body(self, obj: Any) -> bytes:
         return _dumps(obj).encode()
 
-    def unpack_body(self, body: bytes | None) -> Any:
+    def unpack_body(self, body: bytes | None, limit: BodyLimit | None = None) -> Any:
         if body is None:
             raise RemoteProtocolError("missing body")
+        if limit is not None:
+            if len(body) > limit.max_bytes:
+                raise RemoteProtocolError(
+                    f"undecodable body: {len(body)} bytes, more than {limit.max_bytes}")
+            refused = _json_body_shape(body, limit.max_containers, limit.max_values)
+            if refused is not None:
+                raise RemoteProtocolError(f"undecodable body: {refused}")
         try:
             return json.loads(body)
         except (ValueError, RecursionError) as exc:

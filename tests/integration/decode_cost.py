@@ -1,7 +1,8 @@
 """What one hostile frame costs a live daemon: the frames of the finding
 (16 MiB of empty msgpack arrays in the remark, the same in extFields, a JSON
-header of ``[[],[],...]``), sent on raw connections, while another client's
-request is timed.
+header of ``[[],[],...]``) and the same in a heart-beat's body (which the
+ACL decodes before it checks the signature), sent on raw connections, while
+another client's request is timed.
 
     python -m tests.integration.decode_cost        # prints the figures
 
@@ -62,8 +63,32 @@ def json_header_frame() -> bytes:
     return FRAME_HEADER.pack(len(payload)) + payload
 
 
+def msgpack_heartbeat_frame() -> bytes:
+    """A HEART_BEAT (34; the ACL decodes its body before the signature is
+    checked) whose msgpack body is ~16 M empty arrays."""
+    n = PAYLOAD - 64
+    body = b"\xdd" + struct.pack(">I", n) + b"\x90" * n
+    payload = RemotingCommand(code=RequestCode.HEART_BEAT, opaque=1, body=body).encode()
+    return framed(payload)
+
+
+def json_heartbeat_frame() -> bytes:
+    """A HEART_BEAT in RocketMQ's format whose JSON body is ``[[],[],...]``."""
+    from protocol.codecs import ROCKETMQ_JSON
+
+    head = ROCKETMQ_JSON.encode(RemotingCommand(code=RequestCode.HEART_BEAT, opaque=1))
+    n = (PAYLOAD - len(head) - 2) // 3
+    body = b"[" + b"[]," * (n - 1) + b"[]]"
+    return framed(head + body)
+
+
+def framed(payload: bytes) -> bytes:
+    return FRAME_HEADER.pack(len(payload)) + payload
+
+
 FRAMES = {"msgpack-remark": msgpack_remark_frame, "msgpack-extFields": msgpack_ext_frame,
-          "json-header": json_header_frame}
+          "json-header": json_header_frame, "msgpack-heartbeat-body": msgpack_heartbeat_frame,
+          "json-heartbeat-body": json_heartbeat_frame}
 
 
 def rss_kib(pid: int, key: str = "VmRSS") -> int:

@@ -5,8 +5,10 @@ or refuses it with RemoteProtocolError.
 The attack frames are made by repeating a small structure hypothesis draws
 (an empty array, a map of arrays, ...) until the frame is large, and putting
 the result in one place of a command: the remark, extFields, a value of
-extFields, the body, the version, or the JSON header itself. Memory is read
-with tracemalloc (which sees every Python object msgpack and json build).
+extFields, the body, the version, or the JSON header itself; or they make a
+request's structured body (a heart-beat's, which the ACL decodes before it
+checks the signature). Memory is read with tracemalloc (which sees every
+Python object msgpack and json build).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from protocol.client_data import ConsumerData, HeartbeatData, SubscriptionData
 from protocol.codecs import MSGPACK, ROCKETMQ_BINARY, ROCKETMQ_JSON, Codec
-from protocol.codecs.base import MAX_EXT_FIELDS, MAX_HEADER_BYTES
+from protocol.codecs.base import MAX_EXT_FIELDS, MAX_HEADER_BYTES, REQUEST_BODY
 from protocol.codecs.msgpack_codec import SMALL_FRAME, _Reader, _small_command
 from protocol.command import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand
 from protocol.errors import MalformedRequestError, RemoteProtocolError
@@ -255,3 +258,57 @@ def test_binary_header_bounds() -> None:
     fine = binary_header([(b"k%d" % i, b"v") for i in range(MAX_EXT_FIELDS)])
     cmd = ROCKETMQ_BINARY.decode(struct.pack(">I", (1 << 24) | len(fine)) + fine + b"body")
     assert len(cmd.ext_fields) == MAX_EXT_FIELDS and cmd.body == b"body"
+
+
+# ---- structured request bodies (RemotingCommand.decode_body) ---------------------
+
+def json_body(shape: Any, n: int) -> bytes:
+    return ("[" + ",".join([json.dumps(shape)] * n) + "]").encode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=SHAPES, json_shape=JSON_SHAPES, nested=st.integers(0, 1000),
+       size=st.sampled_from([64 * KiB, REQUEST_BODY.max_bytes - 64, 2 * REQUEST_BODY.max_bytes]))
+@example(shape=[], json_shape=[], nested=0, size=REQUEST_BODY.max_bytes - 64)  # [[],[],...]
+@example(shape="ab", json_shape="ab", nested=1000, size=REQUEST_BODY.max_bytes - 64)
+@example(shape=None, json_shape=None, nested=1000, size=64 * KiB)
+def test_request_body_decode_holds_a_bounded_amount(shape: Any, json_shape: Any, nested: int,
+                                                    size: int) -> None:
+    packed = msgpack.packb(shape, use_bin_type=True)
+    per = max(1, min(REQUEST_BODY.max_array - 1, size // len(packed)))
+    if nested:  # arrays nested ``nested`` deep, each holding copies: none is complete
+        level = b"\xdc" + struct.pack(">H", per + 1) + packed * per
+        body = (level * nested)[:size]
+    else:
+        body = repeated(packed, size)
+    bodies: list[tuple[Codec, bytes]] = [(MSGPACK, body),
+                                         (ROCKETMQ_JSON, json_body(json_shape, size // 4))]
+    for codec, raw in bodies:
+        cmd = RemotingCommand(code=34, opaque=1, body=raw, codec=codec)
+        result, peak = peak_of(cmd.decode_body)
+        # a few times the body's bytes at most, whatever is in them
+        assert peak <= 24 * REQUEST_BODY.max_bytes, (codec.name, len(raw), peak)
+        if isinstance(result, RemoteProtocolError):
+            assert "undecodable body" in str(result)
+
+
+def test_request_body_within_the_limits_is_read() -> None:
+    """A heart-beat of 8 consumer groups of 100 subscriptions each."""
+    hb = HeartbeatData("10.0.0.1@1", ["p"], [
+        ConsumerData(f"group{g}", subscriptions=[
+            SubscriptionData(f"Topic{t}", "TagA || TagB", tags_set=["TagA", "TagB"])
+            for t in range(100)]) for g in range(8)])
+    for codec in (MSGPACK, ROCKETMQ_JSON):
+        cmd = RemotingCommand(code=34, opaque=1, body=codec.pack_body(hb.to_dict()), codec=codec)
+        assert HeartbeatData.from_wire(cmd.decode_body()) == hb
+
+
+def test_response_body_is_not_limited() -> None:
+    """A response's body (a client reading its server's answer) is read whole."""
+    table = {"offsets": list(range(REQUEST_BODY.max_values + 10))}
+    for codec in (MSGPACK, ROCKETMQ_JSON):
+        body = codec.pack_body(table)
+        assert RemotingCommand(code=0, flag=FLAG_RESPONSE, body=body,
+                               codec=codec).decode_body() == table
+        with pytest.raises(RemoteProtocolError, match="undecodable body"):
+            RemotingCommand(code=17, body=body, codec=codec).decode_body()
