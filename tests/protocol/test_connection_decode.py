@@ -6,6 +6,7 @@ nothing to answer closes the connection. One log line each."""
 from __future__ import annotations
 
 import struct
+from collections.abc import MutableMapping
 from typing import Any
 
 import trio
@@ -46,8 +47,8 @@ def nested_remark(opaque: int, n: int = 200_000) -> bytes:
             + struct.pack(">I", n) + b"\x90" * n + b"\x80\xc0\x01")
 
 
-async def serve(frames: list[bytes], answers: int) -> tuple[list[RemotingCommand], bool, int,
-                                                            list[dict[str, Any]]]:
+async def serve(frames: list[bytes], answers: int
+                ) -> tuple[list[RemotingCommand], bool, int, list[MutableMapping[str, Any]]]:
     table = HandlerTable()
     table.register(OK, lambda conn, cmd: cmd.response(ResponseCode.SUCCESS, "fine"))
     server_side, client_side = trio.testing.memory_stream_pair()
