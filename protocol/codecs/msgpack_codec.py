@@ -168,6 +168,38 @@ class _Reader:
             except TypeError as exc:  # an unhashable (empty) array as a key
                 raise self._refuse(f"undecodable msgpack in its {what}: {exc}") from None
 
+    def quick(self) -> RemotingCommand | None:
+        """``command()`` without its care, for a well-formed frame whose header
+        lies in the first chunk fed (a large send's): the same reads, with the
+        same limits, straight; None at the first thing amiss."""
+        u = self._u
+        payload = self._payload
+        try:
+            if u.read_array_header() != 7:
+                return None
+            code, opaque, flag, remark = u.unpack(), u.unpack(), u.unpack(), u.unpack()
+            if not (type(code) is int and type(opaque) is int and type(flag) is int
+                    and (remark is None or type(remark) is str)):
+                return None
+            kind = payload[u.tell()]
+            if kind & 0xF0 != 0x80 and kind not in (0xDE, 0xDF):
+                return None
+            entries = u.read_map_header()
+            if entries > MAX_EXT_FIELDS:
+                return None
+            unpack = u.unpack
+            ext = {unpack(): unpack() for _ in range(entries)}
+            if len(ext) != entries or not _SCALAR_TYPES.issuperset(map(type, ext.values())):
+                return None
+            body, end = self._body(u.tell())
+            version = msgpack.unpackb(memoryview(payload)[end:], max_str_len=0, max_bin_len=0,
+                                      max_array_len=0, max_map_len=0, max_ext_len=0)
+        except Exception:  # msgpack's several types, ours
+            return None
+        if type(version) is not int:
+            return None
+        return RemotingCommand(code, opaque, flag, remark, ext, body, version)
+
     def command(self) -> RemotingCommand:
         u = self._u
         if not self._payload or self._payload[0] & 0xF0 != 0x90 and self._payload[0] not in (
@@ -306,8 +338,12 @@ class MsgpackCodec:
             cmd = _small_command(payload)
             if cmd is not None:
                 return cmd
-        # a large frame, or a small one refused: the bounded reader, which
-        # says what is wrong (and the request to answer when it can)
+        else:
+            cmd = _Reader(payload).quick()
+            if cmd is not None:
+                return cmd
+        # refused, or a header past the first chunk: the bounded reader, element
+        # by element, says what is wrong (and the request to answer when it can)
         return _Reader(payload).command()
 
     def peek_request(self, payload: bytes) -> tuple[int, int] | None:

@@ -110,10 +110,12 @@ def test_msgpack_decode_holds_a_bounded_amount(shape: Any, slot: int, inside_ext
 def test_msgpack_fast_path_and_reader_agree(code: int, opaque: int, flag: int, remark: str | None,
                                             ext: dict[str, Any], body: bytes | None, cut: int,
                                             noise: bytes) -> None:
-    """A small frame's fast path takes exactly what the bounded reader takes."""
+    """The fast paths (a small frame's, a large frame's) take exactly what the
+    bounded reader takes."""
     cmd = RemotingCommand(code, opaque, flag, remark, ext, body)
     payload = cmd.encode()
     assert _Reader(payload).command() == cmd == MSGPACK.decode(payload)
+    assert _Reader(payload).quick() == cmd
     assert MSGPACK.peek_request(payload) == (None if flag else (code, opaque))
     broken = payload[:cut] + noise + payload[cut + len(noise):]
     fast = _small_command(broken)
@@ -121,8 +123,10 @@ def test_msgpack_fast_path_and_reader_agree(code: int, opaque: int, flag: int, r
         slow: RemotingCommand | None = _Reader(broken).command()
     except RemoteProtocolError:
         slow = None
-    if fast is not None:  # (as bytes: a NaN is not equal to itself)
-        assert slow is not None and fast.encode() == slow.encode()
+    quick = _Reader(broken).quick()  # a large frame's fast path
+    for taken in (fast, quick):
+        if taken is not None:  # (as bytes: a NaN is not equal to itself)
+            assert slow is not None and taken.encode() == slow.encode()
 
 
 def test_msgpack_refusals_name_the_request() -> None:
