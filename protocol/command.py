@@ -97,8 +97,15 @@ class RemotingCommand:
         return self.wire_codec.pack_body(obj)
 
     def decode_body(self) -> Any:
-        """This command's structured body. Raises RemoteProtocolError."""
-        return self.wire_codec.unpack_body(self.body)
+        """This command's structured body. A request's is decoded within
+        REQUEST_BODY's limits (what a daemon reads in its event loop, perhaps
+        before the ACL has checked its signature); a response's as it is.
+        Raises RemoteProtocolError."""
+        if self.flag & FLAG_RESPONSE:
+            return self.wire_codec.unpack_body(self.body)
+        from protocol.codecs.base import REQUEST_BODY
+
+        return self.wire_codec.unpack_body(self.body, REQUEST_BODY)
 
     def encode(self) -> bytes:
         """The frame payload (without the frame length), in this command's codec."""

@@ -20,6 +20,18 @@ class RemoteProtocolError(ProtocolError):
     """The peer sent bytes that violate the protocol."""
 
 
+class MalformedRequestError(RemoteProtocolError):
+    """A request whose code and opaque were read, and whose rest the codec
+    refused: it can be answered (SYSTEM_ERROR) instead of closing the
+    connection. Raised only for requests that expect an answer (not for
+    responses or oneway requests)."""
+
+    def __init__(self, message: str, code: int, opaque: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.opaque = opaque
+
+
 class FrameTooLargeError(RemoteProtocolError):
     """A frame declared a length above the configured maximum."""
 

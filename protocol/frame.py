@@ -81,6 +81,16 @@ class FrameDecoder:
         """Bytes held that do not yet form a complete frame."""
         return self._held
 
+    @property
+    def missing(self) -> int:
+        """Bytes still to come of the frame held in part (of its length
+        prefix, if that is not whole yet); 0 if none is held."""
+        if not self._held:
+            return 0
+        if not self._need:
+            return _HEADER_SIZE - self._held
+        return self._need - self._held
+
     def _frame_size(self, header: bytes | memoryview) -> int:
         (length,) = FRAME_HEADER.unpack_from(header)
         if length > self.max_frame_size:

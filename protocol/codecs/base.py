@@ -9,9 +9,10 @@ travel in it. A connection picks its codec from its first frame
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from protocol.errors import RemoteProtocolError
+from protocol.errors import MalformedRequestError, RemoteProtocolError
 
 if TYPE_CHECKING:
     from protocol.command import RemotingCommand
@@ -21,6 +22,55 @@ if TYPE_CHECKING:
 # a shorter one is copied into the frame, which costs less than another piece
 # (in one process: 16 KiB bodies 8.0 against 8.7 us, 38 KiB 11.3 against 10.2).
 GATHER_MIN = 32 * 1024
+
+# What a codec decodes of a frame before its body (the header: code, opaque,
+# flag, remark, extFields) is bounded, whatever the frame size, so that a
+# frame costs about what its bytes cost (no container is built per byte).
+#
+# The longest header: that of a send whose properties reach the store's limit
+# of 32767 bytes (MAX_PROPERTIES_BYTES), written in JSON, where each of the
+# property separators (\u0001, \u0002) takes six bytes: under 200 KiB. Every
+# other header of RocketMQ's is a few hundred bytes.
+MAX_HEADER_BYTES = 256 * 1024
+# extFields entries: the largest request header has about twenty, plus the
+# ACL's four (AccessKey, Signature, SecurityToken, ...) and a client's extras.
+MAX_EXT_FIELDS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimit:
+    """What a structured body may hold before it is decoded: its bytes, its
+    arrays and maps (objects), and their elements and entries together."""
+
+    max_bytes: int
+    max_containers: int
+    max_values: int
+    # the longest array: msgpack allocates an array's declared length before
+    # its elements arrive (1,000 nested headers of 128 Ki elements, 5 KB,
+    # cost 150 ms and 65 MiB)
+    max_array: int
+
+
+# The structured body of a request a daemon decodes in its event loop
+# (RemotingCommand.decode_body: a heart-beat, which the ACL reads before the
+# signature is checked, a lock batch, a subscription group). A consumer with
+# a thousand subscriptions sends about 250 KiB, 3,000 maps and arrays and
+# 12,000 values, and no array longer than its subscriptions or a lock
+# batch's queues; four to ten times that is allowed. Bounded so, a body of
+# any content takes at most about 20 MiB and 40 ms (its worst: 1 MiB of
+# two-character msgpack strings left in arrays nested 1,000 deep, which no
+# count sees before they are complete).
+REQUEST_BODY = BodyLimit(max_bytes=1024 * 1024, max_containers=32 * 1024,
+                         max_values=128 * 1024, max_array=4096)
+
+
+def refusal(message: str, request: tuple[int, int] | None) -> RemoteProtocolError:
+    """The error of a frame refused after its code and opaque were read:
+    answerable (MalformedRequestError) if it is a request that expects an
+    answer (``request`` is its code and opaque), else a plain one."""
+    if request is None:
+        return RemoteProtocolError(message)
+    return MalformedRequestError(message, request[0], request[1])
 
 
 class NotAMapError(RemoteProtocolError):
@@ -62,17 +112,25 @@ class Codec(Protocol):
         Raises what ``encode`` raises."""
 
     def decode(self, payload: bytes) -> RemotingCommand:
-        """The command in a frame payload; RemoteProtocolError on bad input."""
+        """The command in a frame payload; RemoteProtocolError on bad input,
+        MalformedRequestError (a RemoteProtocolError) when the refused frame
+        is a request whose code and opaque could be read, so the refusal can
+        be answered. Bounded: the header (MAX_HEADER_BYTES, MAX_EXT_FIELDS)
+        is checked before the body is looked at, and no more than a few
+        containers are built whatever the bytes."""
 
     def peek_request(self, payload: bytes) -> tuple[int, int] | None:
-        """(code, opaque) of a request payload that ``decode`` refused, when
-        they can still be read, so the refusal can be answered."""
+        """(code, opaque) of a request payload (one that expects an answer),
+        whether ``decode`` takes it or refuses it, when they can be read;
+        None otherwise. Costs one ``decode``."""
 
     def pack_body(self, obj: Any) -> bytes:
         """A structured body."""
 
-    def unpack_body(self, body: bytes | None) -> Any:
-        """A structured body back; RemoteProtocolError if missing or undecodable."""
+    def unpack_body(self, body: bytes | None, limit: BodyLimit | None = None) -> Any:
+        """A structured body back; RemoteProtocolError if missing or
+        undecodable, or past ``limit`` (checked before or while it is built,
+        never after)."""
 
     def body_reader(self, stream: Any) -> BodyReader:
         """A reader of one structured body from a file-like ``stream``."""

@@ -27,7 +27,7 @@ from protocol.codecs import detect
 from protocol.codecs.base import Codec
 from protocol.codes import RequestCode, ResponseCode, code_name
 from protocol.command import FLAG_RESPONSE, RemotingCommand
-from protocol.errors import ProtocolError, RemoteProtocolError
+from protocol.errors import MalformedRequestError, ProtocolError, RemoteProtocolError
 from protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder, encode_frame, frame_parts, unsent
 from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.errors import (
@@ -160,6 +160,8 @@ class RemotingConnection:
         # peer was not reading (offer), and their bytes
         self.dropped_requests = 0
         self.dropped_bytes = 0
+        # requests refused as malformed (the first is logged)
+        self._malformed = 0
 
     # ---- lifecycle -----------------------------------------------------------
 
@@ -238,6 +240,8 @@ class RemotingConnection:
         """The decoder now holds ``buffered`` bytes of a partial frame."""
         if self._budget is not None:
             self._budget.add(buffered - self._buffered)
+            if not buffered:
+                self._budget.finished(self)
         self._buffered = buffered
 
     @property
@@ -267,7 +271,20 @@ class RemotingConnection:
         if self._owed > self.limits.write_high_water:
             return True
         budget = self._budget
-        return budget is not None and budget.over and (self._owed > 0 or self._buffered > 0)
+        if budget is None or not budget.over:
+            return False
+        if self._owed > 0:
+            return True
+        # holding only part of a frame: one such connection at a time reads on
+        # to complete it (_finishing), so that partial frames never hold the
+        # budget with none able to complete
+        return self._buffered > 0 and not budget.may_finish(self)
+
+    def _finishing(self) -> bool:
+        """Whether this connection reads past the shared budget only to
+        complete the frame it holds part of."""
+        budget = self._budget
+        return budget is not None and budget.finishing is self and budget.over
 
     async def _wait_for_room(self) -> None:
         """Back-pressure: while the peer is owed more than the high-water mark,
@@ -582,11 +599,14 @@ class RemotingConnection:
         raw = self._raw
         while True:
             await self._wait_for_room()
+            # past the shared budget, only the rest of the frame held in part
+            missing = decoder.missing
+            size = min(RECEIVE_CHUNK, missing) if missing and self._finishing() else RECEIVE_CHUNK
             try:
                 if raw is not None:
-                    data: bytes | bytearray = await self._receive_raw(raw)
+                    data: bytes | bytearray = await self._receive_raw(raw, size)
                 else:
-                    data = await stream.receive_some(RECEIVE_CHUNK)
+                    data = await stream.receive_some(size)
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
                 self._log.debug("connection read failed", error=str(exc))
                 if raw is None and isinstance(exc, trio.BrokenResourceError):
@@ -605,6 +625,8 @@ class RemotingConnection:
             buffered = decoder.buffered
             if buffered != self._buffered:
                 self._account_buffered(buffered)
+            if frames and self._budget is not None:
+                self._budget.finished(self)  # its frame is complete: another's turn
             if not buffered:
                 self.partial_since = None
             elif self.partial_since is None or frames:
@@ -633,13 +655,13 @@ class RemotingConnection:
                 self._flush_batch()
 
     @staticmethod
-    async def _receive_raw(raw: Any) -> bytes:
+    async def _receive_raw(raw: Any, size: int = RECEIVE_CHUNK) -> bytes:
         """``receive_some`` on the plain socket: what trio's stream does, less
         its wrappers (a tenth of a small request's cost). Bytes ready at once
         are taken after a checkpoint; otherwise it waits for the socket."""
         await trio.lowlevel.checkpoint_if_cancelled()
         try:
-            data: bytes = raw.recv(RECEIVE_CHUNK)
+            data: bytes = raw.recv(size)
         except BlockingIOError:
             pass
         else:
@@ -648,7 +670,7 @@ class RemotingConnection:
         while True:
             await trio.lowlevel.wait_readable(raw)
             try:
-                data = raw.recv(RECEIVE_CHUNK)
+                data = raw.recv(size)
             except BlockingIOError:
                 continue
             return data
@@ -661,18 +683,24 @@ class RemotingConnection:
             if codec.name != "msgpack":
                 self._log.debug("peer speaks another wire format", codec=codec.name)
         try:
+            # bounded whatever the bytes (protocol/codecs/base.py MAX_HEADER_BYTES):
+            # the frame is read once, and a refusal says which request to answer
             cmd = codec.decode(payload)
-        except RemoteProtocolError as exc:
-            ident = codec.peek_request(payload)
-            if ident is None:
-                self._log.warning("undecodable frame, closing connection", error=str(exc),
-                                  codec=codec.name)
-                return False
-            bad = RemotingCommand(code=ident[0], opaque=ident[1], codec=codec)
+        except MalformedRequestError as exc:
+            self._malformed += 1
+            if self._malformed == 1:  # one line per connection, whatever it sends
+                self._log.warning("malformed request answered SYSTEM_ERROR",
+                                  error=str(exc)[:300], codec=codec.name,
+                                  code=exc.code, size=len(payload))
+            bad = RemotingCommand(code=exc.code, opaque=exc.opaque, codec=codec)
             self.send_response(
                 bad.response(ResponseCode.SYSTEM_ERROR, f"malformed request: {exc}")
             )
             return True
+        except RemoteProtocolError as exc:
+            self._log.warning("undecodable frame, closing connection", error=str(exc)[:300],
+                              codec=codec.name, size=len(payload))
+            return False
         if cmd.is_response:
             pending = self._pending.get(cmd.opaque)
             if pending is not None:

@@ -94,11 +94,17 @@ def limits_of(config: ConnectionKeys) -> ConnectionLimits:
 @dataclass(slots=True)
 class SharedBudget:
     """Bytes every connection of a server holds for its peers, together.
-    ``waiters`` are called (once) when the total falls back under ``max_bytes``."""
+    ``waiters`` are called (once) when the total falls back under ``max_bytes``.
+
+    Past the limit, one connection at a time, ``finishing``, may go on reading
+    the frame it holds part of (and no further): partial frames alone would
+    otherwise hold the budget with none of them able to complete (twenty
+    16 MiB frames at once stalled until frameReadTimeoutSeconds)."""
 
     max_bytes: int = 256 * MiB
     used: int = 0
     waiters: list[Callable[[], None]] = field(default_factory=list)
+    finishing: object | None = None
 
     def add(self, n: int) -> None:
         self.used += n
@@ -110,6 +116,21 @@ class SharedBudget:
     @property
     def over(self) -> bool:
         return self.used > self.max_bytes
+
+    def may_finish(self, owner: object) -> bool:
+        """Whether ``owner``, holding part of a frame past the limit, may read
+        the rest of it (it becomes ``finishing`` if no one is)."""
+        if self.finishing is None:
+            self.finishing = owner
+        return self.finishing is owner
+
+    def finished(self, owner: object) -> None:
+        """``owner`` completed its frame (or closed): another may finish its own."""
+        if self.finishing is owner:
+            self.finishing = None
+            waiters, self.waiters = self.waiters, []
+            for wake in waiters:
+                wake()
 
 
 @dataclass(slots=True)

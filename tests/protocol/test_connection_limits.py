@@ -214,6 +214,51 @@ async def test_the_shared_budget_stops_connections_that_hold_some_of_it() -> Non
         nursery.cancel_scope.cancel()
 
 
+async def test_partial_frames_past_the_shared_budget_complete_one_at_a_time() -> None:
+    """Five connections each hold half of a 128 KiB frame: together past the
+    budget. Each completes its frame in turn (one may read past the budget,
+    to the end of its frame only) instead of all waiting for the frame
+    timeout with none able to complete."""
+    budget = SharedBudget(max_bytes=256 * KiB)
+    server = RemotingServer(table(), budget=budget)
+    frames = [encode_frame(RemotingCommand(code=ECHO, opaque=i, body=b"b" * (128 * KiB)).encode())
+              for i in range(5)]
+    async with trio.open_nursery() as nursery:
+        port = await start(nursery, server)
+        conns = [raw_connect(port) for _ in frames]
+        for s, frame in zip(conns, frames, strict=True):
+            await send_all(s, frame[:len(frame) // 2])
+        with trio.fail_after(5):
+            while budget.used < 5 * 64 * KiB:  # every half held: past the budget
+                await trio.sleep(0.01)
+        assert budget.over
+        # a little more of each: every connection reads it, then finds the
+        # budget spent (before the fix, all five stopped there)
+        half = len(frames[0]) // 2
+        for s, frame in zip(conns, frames, strict=True):
+            await send_all(s, frame[half:half + 16 * KiB])
+        await trio.testing.wait_all_tasks_blocked(0.05)
+        for s, frame in zip(conns, frames, strict=True):
+            await send_all(s, frame[half + 16 * KiB:])
+        answered = []
+        with trio.fail_after(5):
+            for s in conns:
+                decoder = FrameDecoder()
+                got: list[bytes] = []
+                while not got:
+                    try:
+                        got = decoder.feed(s.recv(65536))
+                    except BlockingIOError:
+                        await trio.sleep(0.01)
+                answer = RemotingCommand.decode(got[0])
+                answered.append((answer.opaque, answer.code))
+                assert budget.used <= budget.max_bytes + 128 * KiB + 64 * KiB
+        assert answered == [(i, ResponseCode.SUCCESS) for i in range(5)]
+        for s in conns:
+            s.close()
+        nursery.cancel_scope.cancel()
+
+
 # ---- lanes (pure) ------------------------------------------------------------------------
 
 
