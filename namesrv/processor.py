@@ -135,8 +135,10 @@ def parse_register_steps(stream: io.RawIOBase | io.BytesIO, out: RegisterBody,
                          codec: Codec | None = None) -> Steps:
     """Read a register body from ``stream`` (the plain bytes, or ``Inflating``)
     into ``out``, an entry at a time, yielding every ``chunk`` topics. The body
-    is in ``codec`` (the request's; msgpack by default). Raises
-    RemoteProtocolError on anything malformed."""
+    is in ``codec`` (the request's; msgpack by default). Each value (a topic's
+    config, a dataVersion, an unknown key's value) is read within the codec's
+    BODY_ENTRY limits, so no entry builds more than a few containers. Raises
+    RemoteProtocolError on anything malformed or past those limits."""
     reader = (codec or default_codec()).body_reader(stream)
     try:
         keys = reader.read_map_header()
@@ -156,10 +158,19 @@ def parse_register_steps(stream: io.RawIOBase | io.BytesIO, out: RegisterBody,
                 cfg = _topic_entry(name, reader.unpack(), max_queue_nums)
                 out.topics[cfg.topic_name] = cfg
         elif key == "deletedTopics":
-            names = reader.unpack()
-            if not isinstance(names, list) or not all(
-                    isinstance(t, str) and topic_problem(t) is None for t in names):
-                raise RemoteProtocolError("deletedTopics must be a list of topic names")
+            # a name at a time, as the topics: the list may be as long
+            try:
+                n = reader.read_array_header()
+            except RemoteProtocolError:
+                raise RemoteProtocolError("deletedTopics must be a list of topic names") from None
+            names: list[str] = []
+            for i in range(n):
+                if i and i % chunk == 0:
+                    yield
+                name = reader.unpack()
+                if not isinstance(name, str) or topic_problem(name) is not None:
+                    raise RemoteProtocolError("deletedTopics must be a list of topic names")
+                names.append(name)
             out.deleted = names
         elif key == "dataVersion":
             out.version = DataVersion.from_dict(reader.unpack())

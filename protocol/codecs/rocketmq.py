@@ -30,6 +30,7 @@ import struct
 from typing import Any
 
 from protocol.codecs.base import (
+    BODY_ENTRY,
     GATHER_MIN,
     MAX_EXT_FIELDS,
     MAX_HEADER_BYTES,
@@ -340,16 +341,58 @@ def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
     return stype, payload[4:4 + header_len], (body or None)
 
 
+# A register body in JSON (JsonBodyReader) is parsed whole, so before
+# json.loads runs its brackets and commas are counted against its size: a
+# topic's entry, the bulk of a registration, takes at least ~120 bytes for one
+# object and eight values ('"A":{"topicName":"A","readQueueNums":4,...}').
+# Allowed: an array or object per 64 bytes, a value per 12 (about twice
+# that). A 64 MiB body of "[[],[],...]" built 22 million lists (GBs); bounded
+# so, at most a million containers (or 5.6 million values).
+JSON_BODY_BYTES_PER_CONTAINER = 64
+JSON_BODY_BYTES_PER_VALUE = 12
+
+
+def _within(value: Any, limit: BodyLimit) -> str | None:
+    """Why a decoded ``value`` is past ``limit`` (its arrays and objects, and
+    their elements together); None if it is not."""
+    containers = values = 0
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            inner: Any = item.values()
+        elif isinstance(item, list):
+            inner = item
+        else:
+            if isinstance(item, str) and len(item) > limit.max_bytes:
+                return f"a string of {len(item)} characters, more than {limit.max_bytes}"
+            continue
+        containers += 1
+        values += len(item)
+        if containers > limit.max_containers or values > limit.max_values:
+            return (f"more than {limit.max_containers} arrays and objects or "
+                    f"{limit.max_values} values in one entry")
+        todo.extend(inner)
+    return None
+
+
 class JsonBodyReader:
     """``BodyReader`` over a JSON body, read whole (JSON has no streaming
-    reader in the standard library), then handed out an entry at a time."""
+    reader in the standard library), then handed out an entry at a time. Its
+    structure is counted against its size before it is parsed, and each value
+    handed out is checked against ``limit``."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, limit: BodyLimit = BODY_ENTRY) -> None:
         data = stream.read()
+        refused = _json_body_shape(data, len(data) // JSON_BODY_BYTES_PER_CONTAINER + 64,
+                                   len(data) // JSON_BODY_BYTES_PER_VALUE + 256)
+        if refused is not None:
+            raise RemoteProtocolError(f"undecodable body: {refused} for {len(data)} bytes")
         try:
             obj = json.loads(data)
         except (ValueError, RecursionError) as exc:
             raise RemoteProtocolError(f"undecodable body: {exc}") from exc
+        self._limit = limit
         self._stack: list[Any] = [iter((obj,))]
 
     def _next(self) -> Any:
@@ -370,10 +413,21 @@ class JsonBodyReader:
         return len(value)
 
     def unpack(self) -> Any:
-        return self._next()
+        value = self._next()
+        refused = _within(value, self._limit)
+        if refused is not None:
+            raise RemoteProtocolError(f"undecodable body: {refused}")
+        return value
+
+    def read_array_header(self) -> int:
+        value = self._next()
+        if not isinstance(value, list):
+            raise RemoteProtocolError("undecodable body: expected an array")
+        self._stack.append(iter(value))
+        return len(value)
 
     def skip(self) -> None:
-        self._next()
+        self.unpack()
 
     def at_end(self) -> bool:
         try:
@@ -505,8 +559,8 @@ class RocketMQCodec:
         except (ValueError, RecursionError) as exc:
             raise RemoteProtocolError(f"undecodable body: {exc}") from exc
 
-    def body_reader(self, stream: Any) -> JsonBodyReader:
-        return JsonBodyReader(stream)
+    def body_reader(self, stream: Any, limit: BodyLimit = BODY_ENTRY) -> JsonBodyReader:
+        return JsonBodyReader(stream, limit)
 
 
 ROCKETMQ_JSON = RocketMQCodec(JSON_TYPE)
