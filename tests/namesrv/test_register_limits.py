@@ -1,0 +1,147 @@
+"""A REGISTER_BROKER body is read within limits: whatever a topic's entry or an
+unknown key's value holds, the name server builds a few containers of it and
+refuses it (protocol/codecs BODY_ENTRY), while a registration of many real
+topics still parses. The attack bodies are zlib-compressed, as a broker's are,
+so millions of empty arrays fit in a small frame; memory is read with
+tracemalloc (which sees every object msgpack and json build).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import tracemalloc
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import msgpack
+import pytest
+
+from namesrv.processor import Inflating, RegisterBody, parse_register_steps
+from protocol.codecs import MSGPACK, ROCKETMQ_JSON, Codec
+from protocol.errors import RemoteProtocolError
+from protocol.route import TopicConfig
+
+MiB = 1024 * 1024
+MAX_INFLATED = 64 * MiB  # the name server's max_register_body_size
+ARRAYS = 2_000_000  # empty arrays in an attack value
+
+
+def peak_of(fn: Callable[[], Any]) -> tuple[Any, int]:
+    """(what ``fn`` returned or raised, the most bytes it held at once)."""
+    tracemalloc.start()
+    try:
+        try:
+            result: Any = fn()
+        except RemoteProtocolError as exc:
+            result = exc
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def parse(body: bytes, codec: Codec, chunk: int = 1000) -> tuple[RegisterBody, int]:
+    """``body`` (compressed) parsed as the name server does; (what it read,
+    how many steps it took)."""
+    out = RegisterBody()
+    steps = 0
+    for _ in parse_register_steps(Inflating(zlib.compress(body, 1), MAX_INFLATED), out, 1024,
+                                  chunk, codec):
+        steps += 1
+    return out, steps
+
+
+def msgpack_value(shape: str) -> bytes:
+    """A msgpack value of about ARRAYS empty arrays: one long array of them
+    ("wide"), or arrays of 128 arrays of 128 arrays (each within msgpack's
+    array length limit, "bushy")."""
+    if shape == "wide":
+        return b"\xdd" + struct.pack(">I", ARRAYS) + b"\x90" * ARRAYS
+    inner = b"\xdc" + struct.pack(">H", 128) + b"\x90" * 128
+    middle = b"\xdc" + struct.pack(">H", 128) + inner * 128
+    n = ARRAYS // (128 * 128)
+    return b"\xdc" + struct.pack(">H", n) + middle * n
+
+
+def msgpack_body(where: str, value: bytes) -> bytes:
+    """A register body whose topic "T" (where="topic") or unknown key
+    "filterServerList" (where="unknown") is ``value``."""
+    version = msgpack.packb({"timestamp": 1, "counter": 1})
+    if where == "topic":
+        return (b"\x82" + msgpack.packb("dataVersion") + version + msgpack.packb("topicConfigTable")
+                + b"\x81" + msgpack.packb("T") + value)
+    return (b"\x83" + msgpack.packb("dataVersion") + version + msgpack.packb("filterServerList")
+            + value + msgpack.packb("topicConfigTable") + b"\x80")
+
+
+def json_body(where: str) -> bytes:
+    value = "[" + "[]," * (ARRAYS - 1) + "[]]"
+    if where == "topic":
+        text = '{"dataVersion":{"timestamp":1,"counter":1},"topicConfigTable":{"T":' + value + "}}"
+    else:
+        text = ('{"dataVersion":{"timestamp":1,"counter":1},"filterServerList":' + value
+                + ',"topicConfigTable":{}}')
+    return text.encode()
+
+
+@pytest.mark.parametrize("shape", ["wide", "bushy"])
+@pytest.mark.parametrize("where", ["topic", "unknown"])
+def test_a_msgpack_value_of_millions_of_arrays_is_refused_within_bounded_memory(
+        where: str, shape: str) -> None:
+    body = msgpack_body(where, msgpack_value(shape))
+    result, peak = peak_of(lambda: parse(body, MSGPACK))
+    # the stream's buffer (256 KiB reads) and a few containers; unbounded, 2
+    # million lists held about 130 MiB
+    assert peak < 4 * MiB, f"parsing held {peak} bytes"
+    assert isinstance(result, RemoteProtocolError), result
+    assert "exceeds max_array_len" in str(result) or "arrays and maps" in str(result), result
+
+
+@pytest.mark.parametrize("where", ["topic", "unknown"])
+def test_a_json_value_of_millions_of_arrays_is_refused_within_bounded_memory(where: str) -> None:
+    body = json_body(where)
+    result, peak = peak_of(lambda: parse(body, ROCKETMQ_JSON))
+    # the inflated text itself (6 MiB) and its copies while it is read;
+    # json.loads of it built 2 million lists, about 130 MiB
+    assert peak < 4 * len(body), f"parsing {len(body)} bytes held {peak} bytes"
+    assert isinstance(result, RemoteProtocolError), result
+    assert "arrays and objects" in str(result), result
+
+
+def test_a_json_entry_past_its_limits_is_refused_though_the_body_passes_its_count() -> None:
+    """A JSON body whose size allows its brackets (real topics around it) but
+    one entry of which holds many containers: that entry is refused."""
+    table = {f"T{i}": TopicConfig(f"T{i}", 4, 4).to_dict() for i in range(2000)}
+    text = json.dumps({"topicConfigTable": table})
+    bad = '"Bad":[' + ",".join(["[]"] * 1000) + "]"
+    body = (text[:-2] + "," + bad + "}}").encode()
+    with pytest.raises(RemoteProtocolError, match="more than 16 arrays and objects"):
+        parse(body, ROCKETMQ_JSON)
+
+
+@pytest.mark.parametrize("codec", [MSGPACK, ROCKETMQ_JSON], ids=lambda c: c.name)
+def test_a_registration_of_twenty_thousand_real_topics_still_parses(codec: Codec) -> None:
+    names = [f"TopicTest_{i}" for i in range(20_000)]
+    deleted = [f"Gone_{i}" for i in range(3_000)]
+    body = codec.pack_body({
+        "dataVersion": {"timestamp": 5, "counter": 7},
+        "topicConfigTable": {n: TopicConfig(n, 8, 8).to_dict() for n in names},
+        "deletedTopics": deleted,
+        "filterServerList": ["127.0.0.1:9000"],
+    })
+    out, steps = parse(body, codec)
+    assert list(out.topics) == names
+    assert out.topics["TopicTest_19999"] == TopicConfig("TopicTest_19999", 8, 8)
+    assert out.deleted == deleted
+    assert (out.version.timestamp, out.version.counter) == (5, 7)
+    # read in steps: every 1000 topics, and every 1000 deleted names
+    assert steps == 19 + 2
+
+
+@pytest.mark.parametrize("codec", [MSGPACK, ROCKETMQ_JSON], ids=lambda c: c.name)
+def test_deleted_topics_must_be_a_list_of_names(codec: Codec) -> None:
+    for deleted in ("T", ["ok", 5], ["bad name!"]):
+        body = codec.pack_body({"topicConfigTable": {}, "deletedTopics": deleted})
+        with pytest.raises(RemoteProtocolError, match="deletedTopics must be a list"):
+            parse(body, codec)
