@@ -84,6 +84,12 @@ def refusal(message: str, request: tuple[int, int] | None) -> RemoteProtocolErro
     return MalformedRequestError(message, request[0], request[1])
 
 
+# What a BodyReader's read_map_header or read_array_header answers when the
+# count is not known before the entries are read (JSON's): ``more`` then says,
+# before each entry, whether there is one.
+UNKNOWN_LENGTH = -1
+
+
 class NotAMapError(RemoteProtocolError):
     """A body reader found another value where a map was expected."""
 
@@ -94,16 +100,22 @@ class BodyReader(Protocol):
     malformed or truncated input."""
 
     def read_map_header(self) -> int | None:
-        """The number of entries of the map that comes next; None if the
-        value is nil; NotAMapError if it is anything else."""
+        """The number of entries of the map that comes next (or
+        UNKNOWN_LENGTH); None if the value is nil; NotAMapError if it is
+        anything else."""
+
+    def more(self) -> bool:
+        """Whether the map or array most recently opened with UNKNOWN_LENGTH
+        holds another entry (read it next); False once it is closed."""
 
     def unpack(self) -> Any:
         """The next whole value, within ``BODY_ENTRY`` (refused past it, before
         it is built whole)."""
 
     def read_array_header(self) -> int:
-        """The number of elements of the array that comes next (its elements
-        are then read one by one); RemoteProtocolError if it is no array."""
+        """The number of elements of the array that comes next (or
+        UNKNOWN_LENGTH), its elements then read one by one;
+        RemoteProtocolError if it is no array."""
 
     def skip(self) -> None:
         """Pass the next value (read within ``BODY_ENTRY``, as ``unpack``)."""

@@ -318,6 +318,9 @@ class MsgpackBodyReader:
         n: int = self._call(self._reader.read_array_header)
         return n
 
+    def more(self) -> bool:
+        raise RemoteProtocolError("msgpack maps and arrays have known lengths")
+
     def skip(self) -> None:
         # msgpack's own skip ignores its limits (a declared length of 16
         # million is walked): read the value within them, and drop it
