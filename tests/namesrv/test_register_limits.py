@@ -109,9 +109,9 @@ def test_a_json_value_of_millions_of_arrays_is_refused_within_bounded_memory(whe
     assert "nested more than two deep or longer than 16384 bytes" in str(result), result
 
 
-def test_a_json_entry_past_its_limits_is_refused_though_the_body_passes_its_count() -> None:
-    """A JSON body whose size allows its brackets (real topics around it) but
-    one entry of which holds many containers: that entry is refused."""
+def test_a_json_entry_of_a_thousand_arrays_among_real_topics_is_refused() -> None:
+    """A JSON entry within the bytes and depth a value may take, but holding
+    too many containers, is refused before it is built."""
     table = {f"T{i}": TopicConfig(f"T{i}", 4, 4).to_dict() for i in range(2000)}
     text = json.dumps({"topicConfigTable": table})
     bad = '"Bad":[' + ",".join(["[]"] * 1000) + "]"
