@@ -17,9 +17,13 @@ from typing import Any
 
 import msgpack
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from namesrv.processor import Inflating, RegisterBody, parse_register_steps
 from protocol.codecs import MSGPACK, ROCKETMQ_JSON, Codec
+from protocol.codecs.base import UNKNOWN_LENGTH
+from protocol.codecs.rocketmq import JsonBodyReader
 from protocol.errors import RemoteProtocolError
 from protocol.route import TopicConfig
 
@@ -163,3 +167,29 @@ def test_json_is_read_value_by_value_whatever_its_layout() -> None:
     deep = json.dumps({"topicConfigTable": {}, "extra": [[[1]]]}).encode()
     with pytest.raises(RemoteProtocolError, match="nested more than two deep"):
         parse(deep, ROCKETMQ_JSON)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63) | st.floats(allow_nan=False)
+    | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                 max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON_VALUES, indent=st.sampled_from([None, 1]))
+def test_the_json_reader_reads_what_json_loads_reads_or_refuses(value: Any,
+                                                                indent: int | None) -> None:
+    text = json.dumps({"k": value, "after": 1}, indent=indent, ensure_ascii=indent is None)
+    reader = JsonBodyReader(text)
+    assert reader.read_map_header() == UNKNOWN_LENGTH and reader.more()
+    assert reader.unpack() == "k"
+    try:
+        got = reader.unpack()
+    except RemoteProtocolError as exc:
+        assert "nested more than two deep" in str(exc) or "arrays and objects" in str(exc)
+        return
+    assert got == value
+    assert reader.more() and reader.unpack() == "after" and reader.unpack() == 1
+    assert not reader.more() and reader.at_end()
