@@ -193,3 +193,12 @@ def test_the_json_reader_reads_what_json_loads_reads_or_refuses(value: Any,
     assert got == value
     assert reader.more() and reader.unpack() == "after" and reader.unpack() == 1
     assert not reader.more() and reader.at_end()
+
+
+@pytest.mark.parametrize("codec", [MSGPACK, ROCKETMQ_JSON], ids=lambda c: c.name)
+def test_a_body_of_many_small_unknown_keys_is_read_in_steps(codec: Codec) -> None:
+    body = codec.pack_body({f"k{i}": i for i in range(5000)} | {"topicConfigTable": {}})
+    out, steps = parse(body, codec)
+    assert out.topics == {}
+    # a step every 1000 keys (and, for JSON, per 256 KiB of text read)
+    assert steps >= 5
