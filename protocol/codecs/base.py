@@ -64,6 +64,17 @@ REQUEST_BODY = BodyLimit(max_bytes=1024 * 1024, max_containers=32 * 1024,
                          max_values=128 * 1024, max_array=4096)
 
 
+# One value of a body read entry by entry (BodyReader: a name server's
+# REGISTER_BROKER body, of any number of topics): a topic's config is one map
+# of seven scalars (RocketMQ 5 adds an attributes map of a few entries), a
+# dataVersion two or three scalars, a filterServerList a few addresses, a
+# topic name at most 127 characters. Sixteen times that is allowed. Bounded
+# so, a value of any content is refused after a few dozen containers and a
+# few KiB (a topic entry of 16 million empty arrays, inflated from 16 KiB of
+# zlib, used to build them all: GBs).
+BODY_ENTRY = BodyLimit(max_bytes=16 * 1024, max_containers=16, max_values=256, max_array=256)
+
+
 def refusal(message: str, request: tuple[int, int] | None) -> RemoteProtocolError:
     """The error of a frame refused after its code and opaque were read:
     answerable (MalformedRequestError) if it is a request that expects an
@@ -71,6 +82,12 @@ def refusal(message: str, request: tuple[int, int] | None) -> RemoteProtocolErro
     if request is None:
         return RemoteProtocolError(message)
     return MalformedRequestError(message, request[0], request[1])
+
+
+# What a BodyReader's read_map_header or read_array_header answers when the
+# count is not known before the entries are read (JSON's): ``more`` then says,
+# before each entry, whether there is one.
+UNKNOWN_LENGTH = -1
 
 
 class NotAMapError(RemoteProtocolError):
@@ -83,14 +100,25 @@ class BodyReader(Protocol):
     malformed or truncated input."""
 
     def read_map_header(self) -> int | None:
-        """The number of entries of the map that comes next; None if the
-        value is nil; NotAMapError if it is anything else."""
+        """The number of entries of the map that comes next (or
+        UNKNOWN_LENGTH); None if the value is nil; NotAMapError if it is
+        anything else."""
+
+    def more(self) -> bool:
+        """Whether the map or array most recently opened with UNKNOWN_LENGTH
+        holds another entry (read it next); False once it is closed."""
 
     def unpack(self) -> Any:
-        """The next whole value."""
+        """The next whole value, within ``BODY_ENTRY`` (refused past it, before
+        it is built whole)."""
+
+    def read_array_header(self) -> int:
+        """The number of elements of the array that comes next (or
+        UNKNOWN_LENGTH), its elements then read one by one;
+        RemoteProtocolError if it is no array."""
 
     def skip(self) -> None:
-        """Pass the next value."""
+        """Pass the next value (read within ``BODY_ENTRY``, as ``unpack``)."""
 
     def at_end(self) -> bool:
         """Whether the body holds nothing more."""
@@ -132,5 +160,6 @@ class Codec(Protocol):
         undecodable, or past ``limit`` (checked before or while it is built,
         never after)."""
 
-    def body_reader(self, stream: Any) -> BodyReader:
-        """A reader of one structured body from a file-like ``stream``."""
+    def body_reader(self, stream: Any, limit: BodyLimit = BODY_ENTRY) -> BodyReader:
+        """A reader of one structured body from a file-like ``stream``, each
+        value of it within ``limit``."""

@@ -15,6 +15,7 @@ from typing import Any
 import msgpack
 
 from protocol.codecs.base import (
+    BODY_ENTRY,
     GATHER_MIN,
     MAX_EXT_FIELDS,
     MAX_HEADER_BYTES,
@@ -273,11 +274,21 @@ class _Reader:
 
 
 class MsgpackBodyReader:
-    """``BodyReader`` over msgpack's streaming Unpacker."""
+    """``BodyReader`` over msgpack's streaming Unpacker. Each value is read
+    within ``BODY_ENTRY``: msgpack's limits refuse a long array, map or string
+    before it is allocated, and a budget (reset per value) refuses a value past
+    its arrays and maps as each one is complete. Map and array headers
+    (read_map_header, read_array_header) are not limited: a register body's
+    topic table is read that way, an entry at a time."""
 
-    def __init__(self, stream: Any) -> None:
-        self._reader = msgpack.Unpacker(stream, raw=False, strict_map_key=False,
-                                        read_size=READ_SIZE, max_buffer_size=64 * 1024 * 1024)
+    def __init__(self, stream: Any, limit: BodyLimit = BODY_ENTRY) -> None:
+        self._budget = _Budget(limit)
+        took = self._budget.took
+        self._reader = msgpack.Unpacker(
+            stream, raw=False, strict_map_key=False, read_size=READ_SIZE,
+            max_buffer_size=64 * 1024 * 1024, max_array_len=limit.max_array,
+            max_map_len=limit.max_values, max_str_len=limit.max_bytes,
+            max_bin_len=limit.max_bytes, max_ext_len=0, list_hook=took, object_hook=took)
 
     def _call(self, fn: Any) -> Any:
         try:
@@ -300,19 +311,25 @@ class MsgpackBodyReader:
         return None
 
     def unpack(self) -> Any:
+        self._budget.containers = self._budget.values = 0
         return self._call(self._reader.unpack)
 
+    def read_array_header(self) -> int:
+        n: int = self._call(self._reader.read_array_header)
+        return n
+
+    def more(self) -> bool:
+        raise RemoteProtocolError("msgpack maps and arrays have known lengths")
+
     def skip(self) -> None:
-        self._call(self._reader.skip)
+        # msgpack's own skip ignores its limits (a declared length of 16
+        # million is walked): read the value within them, and drop it
+        self.unpack()
 
     def at_end(self) -> bool:
-        try:
-            self._reader.skip()
-        except msgpack.OutOfData:
-            return True
-        except (msgpack.UnpackException, ValueError, TypeError):
-            return False
-        return False
+        # one more byte, not one more value: a value after the body may be
+        # anything, and skipping it would walk it whole
+        return not self._call(lambda: self._reader.read_bytes(1))
 
 
 class MsgpackCodec:
@@ -371,8 +388,8 @@ class MsgpackCodec:
         except Exception as exc:
             raise RemoteProtocolError(f"undecodable body: {exc}") from exc
 
-    def body_reader(self, stream: Any) -> MsgpackBodyReader:
-        return MsgpackBodyReader(stream)
+    def body_reader(self, stream: Any, limit: BodyLimit = BODY_ENTRY) -> MsgpackBodyReader:
+        return MsgpackBodyReader(stream, limit)
 
 
 MSGPACK = MsgpackCodec()

@@ -23,16 +23,18 @@ read them (protocol/headers.py). Everything this side writes into
 
 from __future__ import annotations
 
-import itertools
 import json
+import json.scanner
 import re
 import struct
 from typing import Any
 
 from protocol.codecs.base import (
+    BODY_ENTRY,
     GATHER_MIN,
     MAX_EXT_FIELDS,
     MAX_HEADER_BYTES,
+    UNKNOWN_LENGTH,
     BodyLimit,
     NotAMapError,
     refusal,
@@ -340,47 +342,150 @@ def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
     return stype, payload[4:4 + header_len], (body or None)
 
 
+# JsonBodyReader reads a JSON body a value at a time with the standard
+# library's own (C) scanner, never the whole of it at once: a value is scanned
+# only once a pattern, run over at most the limit's bytes, has found where it
+# ends: scalars, or arrays and objects nested at most two deep, and their
+# brackets and commas have been counted against the limit.
+_BODY_STRING = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_BODY_ATOM = r'(?:[^\[\]{}"]++|' + _BODY_STRING + ")"
+_BODY_FLAT = r"(?:\{" + _BODY_ATOM + r"*+\}|\[" + _BODY_ATOM + r"*+\])"
+_BODY_VALUE = re.compile(
+    r"\{(?:" + _BODY_ATOM + "|" + _BODY_FLAT + r")*+\}|\[(?:" + _BODY_ATOM + "|" + _BODY_FLAT
+    + r")*+\]|" + _BODY_STRING + r'|[^\[\]{}",\s]++')
+_BODY_SPACE = re.compile(r"[ \t\n\r]*")
+_scan_once: Any = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+class _Open:
+    """An array or object being read."""
+
+    __slots__ = ("close", "entries", "after_key", "is_object")
+
+    def __init__(self, is_object: bool) -> None:
+        self.is_object = is_object
+        self.close = "}" if is_object else "]"
+        self.entries = 0
+        self.after_key = False
+
+
 class JsonBodyReader:
-    """``BodyReader`` over a JSON body, read whole (JSON has no streaming
-    reader in the standard library), then handed out an entry at a time."""
+    """``BodyReader`` over a JSON body, pulled a value at a time: maps and
+    arrays opened by read_map_header / read_array_header are walked entry by
+    entry (``more``), and each value (``unpack``) is found, bounded by
+    ``limit``, before the scanner builds it."""
 
-    def __init__(self, stream: Any) -> None:
-        data = stream.read()
-        try:
-            obj = json.loads(data)
-        except (ValueError, RecursionError) as exc:
-            raise RemoteProtocolError(f"undecodable body: {exc}") from exc
-        self._stack: list[Any] = [iter((obj,))]
-
-    def _next(self) -> Any:
-        while self._stack:
+    def __init__(self, stream: Any, limit: BodyLimit = BODY_ENTRY) -> None:
+        """``stream`` is a file-like object of the body's bytes, or its text
+        already read and decoded (a str)."""
+        if isinstance(stream, str):
+            self._text = stream
+        else:
             try:
-                return next(self._stack[-1])
-            except StopIteration:
-                self._stack.pop()
-        raise RemoteProtocolError("undecodable body: truncated")
+                self._text = stream.read().decode()
+            except UnicodeDecodeError as exc:
+                raise RemoteProtocolError(f"undecodable body: {exc}") from exc
+        self._pos = 0
+        self._limit = limit
+        self._open: list[_Open] = []
+
+    def _fail(self, what: str) -> RemoteProtocolError:
+        if self._pos >= len(self._text):
+            return RemoteProtocolError("undecodable body: truncated")
+        return RemoteProtocolError(f"undecodable body: {what} at char {self._pos}")
+
+    def _space(self) -> None:
+        self._pos = _BODY_SPACE.match(self._text, self._pos).end()  # type: ignore[union-attr]
+
+    def _start(self) -> bool:
+        """Move to the next value; whether it is an object's key."""
+        self._space()
+        if not self._open:
+            return False
+        top = self._open[-1]
+        if not top.is_object:
+            return False
+        if not top.after_key:
+            top.after_key = True
+            return True
+        if self._text.startswith(":", self._pos):
+            self._pos += 1
+            self._space()
+            top.after_key = False
+            return False
+        raise self._fail("expected ':'")
+
+    def more(self) -> bool:
+        top = self._open[-1]
+        self._space()
+        text, at = self._text, self._pos
+        if text.startswith(top.close, at):
+            self._pos += 1
+            self._open.pop()
+            return False
+        if top.entries:
+            if not text.startswith(",", at):
+                raise self._fail(f"expected ',' or '{top.close}'")
+            self._pos += 1
+        top.entries += 1
+        return True
+
+    def _container(self, kind: str) -> bool:
+        """Open the array or object that comes next (False if it is null)."""
+        self._start()
+        text, at = self._text, self._pos
+        if text.startswith("null", at):
+            self._pos += 4
+            return False
+        if not text.startswith(kind, at):
+            if kind == "{":
+                self.unpack_value()
+                raise NotAMapError("expected a map")
+            raise self._fail("expected an array")
+        self._pos += 1
+        self._open.append(_Open(kind == "{"))
+        return True
 
     def read_map_header(self) -> int | None:
-        value = self._next()
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise NotAMapError("expected a map")
-        self._stack.append(itertools.chain.from_iterable(value.items()))
-        return len(value)
+        return UNKNOWN_LENGTH if self._container("{") else None
+
+    def read_array_header(self) -> int:
+        if not self._container("["):
+            raise RemoteProtocolError("undecodable body: expected an array")
+        return UNKNOWN_LENGTH
+
+    def unpack_value(self) -> Any:
+        limit = self._limit
+        text, at = self._text, self._pos
+        found = _BODY_VALUE.match(text, at, at + limit.max_bytes + 2)
+        if found is None:
+            raise self._fail(f"a value nested more than two deep or longer than "
+                             f"{limit.max_bytes} bytes")
+        end = found.end()
+        if text[at] in "[{":
+            containers = text.count("[", at, end) + text.count("{", at, end)
+            if containers > limit.max_containers or text.count(",", at, end) >= limit.max_values:
+                raise self._fail(f"more than {limit.max_containers} arrays and objects or "
+                                 f"{limit.max_values} values in one value")
+        try:
+            value, self._pos = _scan_once(text, at)
+        except (StopIteration, ValueError, RecursionError) as exc:
+            raise self._fail(f"not JSON ({exc})") from None
+        return value
 
     def unpack(self) -> Any:
-        return self._next()
+        key = self._start()
+        value = self.unpack_value()
+        if key and type(value) is not str:
+            raise self._fail("an object's key must be a string")
+        return value
 
     def skip(self) -> None:
-        self._next()
+        self.unpack()
 
     def at_end(self) -> bool:
-        try:
-            self._next()
-        except RemoteProtocolError:
-            return True
-        return False
+        self._space()
+        return not self._open and self._pos == len(self._text)
 
 
 class RocketMQCodec:
@@ -505,8 +610,8 @@ class RocketMQCodec:
         except (ValueError, RecursionError) as exc:
             raise RemoteProtocolError(f"undecodable body: {exc}") from exc
 
-    def body_reader(self, stream: Any) -> JsonBodyReader:
-        return JsonBodyReader(stream)
+    def body_reader(self, stream: Any, limit: BodyLimit = BODY_ENTRY) -> JsonBodyReader:
+        return JsonBodyReader(stream, limit)
 
 
 ROCKETMQ_JSON = RocketMQCodec(JSON_TYPE)

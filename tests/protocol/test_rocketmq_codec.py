@@ -32,7 +32,7 @@ from protocol import headers
 from protocol.batch import decode_batch
 from protocol.client_data import ConsumerData, HeartbeatData, LockBatchRequestBody, SubscriptionData
 from protocol.codecs import MSGPACK, ROCKETMQ_BINARY, ROCKETMQ_JSON, Codec, detect
-from protocol.codecs.base import NotAMapError
+from protocol.codecs.base import UNKNOWN_LENGTH, NotAMapError
 from protocol.codecs.msgpack_codec import MsgpackBodyReader
 from protocol.codecs.rocketmq import LANGUAGES, JsonBodyReader
 from protocol.codes import RequestCode, ResponseCode
@@ -1294,15 +1294,36 @@ REGISTRATION = {"topicConfigTable": {"A": {"perm": 6}, "B": {"perm": 4}},
 
 
 def _read_registration(reader: Any) -> list[Any]:
+    """msgpack's maps say their counts; JSON's are UNKNOWN_LENGTH, walked with
+    ``more`` (which says False once the map is closed)."""
+    counted = not isinstance(reader, JsonBodyReader)
+
+    def opened(n: int | None, count: int) -> None:
+        assert n == (count if counted else UNKNOWN_LENGTH)
+
+    def entry() -> None:
+        if not counted:
+            assert reader.more()
+
+    def closed() -> None:
+        if not counted:
+            assert not reader.more()
+
     seen: list[Any] = []
-    assert reader.read_map_header() == 2
+    opened(reader.read_map_header(), 2)
+    entry()
     assert reader.unpack() == "topicConfigTable"
-    assert reader.read_map_header() == 2
+    opened(reader.read_map_header(), 2)
+    entry()
     seen += [reader.unpack(), reader.unpack()]  # "A", {"perm": 6}
+    entry()
     assert reader.unpack() == "B"
     reader.skip()
+    closed()
+    entry()
     assert reader.unpack() == "dataVersion"
     seen.append(reader.unpack())
+    closed()
     assert reader.at_end()
     return seen
 
@@ -1321,14 +1342,18 @@ def test_body_reader_refuses_what_is_no_map(codec: Codec) -> None:
         with pytest.raises(NotAMapError, match="expected a map"):
             reader.read_map_header()
     # a nested value
+    one = 1 if codec is MSGPACK else UNKNOWN_LENGTH
     reader = codec.body_reader(io.BytesIO(codec.pack_body({"topicConfigTable": ["A"]})))
-    assert reader.read_map_header() == 1 and reader.unpack() == "topicConfigTable"
+    assert reader.read_map_header() == one
+    assert (codec is MSGPACK or reader.more()) and reader.unpack() == "topicConfigTable"
     with pytest.raises(NotAMapError):
         reader.read_map_header()
     # nil reads as no map
     reader = codec.body_reader(io.BytesIO(codec.pack_body({"t": None})))
-    assert reader.read_map_header() == 1 and reader.unpack() == "t"
+    assert reader.read_map_header() == one
+    assert (codec is MSGPACK or reader.more()) and reader.unpack() == "t"
     assert reader.read_map_header() is None
+    assert codec is MSGPACK or not reader.more()
     assert reader.at_end()
     # NotAMapError is a RemoteProtocolError: a bad registration body is answered, not raised
     assert issubclass(NotAMapError, RemoteProtocolError)
@@ -1336,13 +1361,35 @@ def test_body_reader_refuses_what_is_no_map(codec: Codec) -> None:
 
 def test_body_readers_refuse_truncated_and_garbage_bodies() -> None:
     reader = JsonBodyReader(io.BytesIO(b'{"a":1}'))
-    assert reader.read_map_header() == 1 and reader.unpack() == "a" and reader.unpack() == 1
+    assert reader.read_map_header() == UNKNOWN_LENGTH and reader.more()
+    assert reader.unpack() == "a" and reader.unpack() == 1
+    assert not reader.more()
     with pytest.raises(RemoteProtocolError, match="truncated"):
         reader.unpack()
-    with pytest.raises(RemoteProtocolError, match="undecodable body"):
-        JsonBodyReader(io.BytesIO(b'{"a":'))
+    reader = JsonBodyReader(io.BytesIO(b'{"a":'))
+    assert reader.read_map_header() == UNKNOWN_LENGTH and reader.more()
+    assert reader.unpack() == "a"
+    with pytest.raises(RemoteProtocolError, match="undecodable body: truncated"):
+        reader.unpack()
     with pytest.raises(RemoteProtocolError, match="undecodable body"):
         JsonBodyReader(io.BytesIO(b'{"a":"\xff"}'))
+    reader = JsonBodyReader(io.BytesIO(b'{"a" 1, 5:2}'))
+    assert reader.read_map_header() == UNKNOWN_LENGTH and reader.more()
+    with pytest.raises(RemoteProtocolError, match="expected ':'"):
+        reader.unpack(), reader.unpack()
+    reader = JsonBodyReader(io.BytesIO(b'{"a":1 "b":2}'))
+    assert reader.read_map_header() == UNKNOWN_LENGTH and reader.more()
+    assert reader.unpack() == "a" and reader.unpack() == 1
+    with pytest.raises(RemoteProtocolError, match="expected ','"):
+        reader.more()
+    reader = JsonBodyReader(io.BytesIO(b'{5:1}'))
+    assert reader.read_map_header() == UNKNOWN_LENGTH and reader.more()
+    with pytest.raises(RemoteProtocolError, match="key must be a string"):
+        reader.unpack()
+    reader = JsonBodyReader(io.BytesIO(b'{"a":1} x'))
+    assert reader.read_map_header() == UNKNOWN_LENGTH and reader.more()
+    assert reader.unpack() == "a" and reader.unpack() == 1 and not reader.more()
+    assert not reader.at_end()
     m = MsgpackBodyReader(io.BytesIO(msgpack.packb({"a": 1})[:-1]))
     assert m.read_map_header() == 1 and m.unpack() == "a"
     with pytest.raises(RemoteProtocolError, match="truncated"):
