@@ -27,42 +27,14 @@ from typing import Any
 import structlog
 
 from broker.acl import guard
-from broker.acl.binding import SignatureBinding
+from broker.acl.binding import NAMESRV_ADMIN_CODES, SignatureBinding, code_name
 from broker.acl.guard import NOT_LOADED, OnRefusal, bound_decision, remote_host
 from broker.acl.plain import NOT_ADMIN, AclConfig, Decision
 from broker.acl.plain import NOT_LOADED as NOT_LOADED_REASON
-from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.trio.connection import HandlerTable
 
 log = structlog.get_logger("namesrv.acl")
-
-# RocketMQ 4.x's name server config requests (mqadmin getNamesrvConfig /
-# updateNamesrvConfig). Not served here (REQUEST_CODE_NOT_SUPPORTED to an admin),
-# listed so reading or changing the name server's config is admin-only if ever served.
-UPDATE_NAMESRV_CONFIG = 318
-GET_NAMESRV_CONFIG = 319
-
-# Requests that change what the name server answers, or read its configuration:
-# admin accounts only.
-NAMESRV_ADMIN_CODES: frozenset[int] = frozenset({
-    RequestCode.REGISTER_BROKER,
-    RequestCode.UNREGISTER_BROKER,
-    RequestCode.WIPE_WRITE_PERM_OF_BROKER,
-    RequestCode.ADD_WRITE_PERM_OF_BROKER,
-    RequestCode.DELETE_TOPIC_IN_NAMESRV,
-    RequestCode.PUT_KV_CONFIG,
-    RequestCode.DELETE_KV_CONFIG,
-    UPDATE_NAMESRV_CONFIG,
-    GET_NAMESRV_CONFIG,
-})
-
-
-def code_name(code: int) -> str:
-    try:
-        return f"{code} ({RequestCode(code).name})"
-    except ValueError:
-        return str(code)
 
 
 def decide(config: AclConfig | None, code: int, fields: Mapping[str, object], host: str,

@@ -32,12 +32,25 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.acl.plain import ADMIN_CODES
-from protocol.acl import BINDING_FIELDS, SIGNATURE, SIGNED_CODE, SIGNED_TIME, read_binding
+from protocol.acl import (
+    BINDING_FIELDS,
+    SIGNATURE,
+    SIGNED_CODE,
+    SIGNED_TIME,
+    Binding,
+    read_binding,
+)
 from protocol.codes import RequestCode
 
-# Requests that change the name server's routes or KV config (namesrv/acl.py's
-# NAMESRV_ADMIN_CODES, repeated here: namesrv.acl imports this module's users).
-NAMESRV_WRITE_CODES: frozenset[int] = frozenset({
+# RocketMQ 4.x's name server config requests (mqadmin getNamesrvConfig /
+# updateNamesrvConfig). Not served here (REQUEST_CODE_NOT_SUPPORTED to an admin),
+# listed so reading or changing the name server's config is admin-only if ever served.
+UPDATE_NAMESRV_CONFIG = 318
+GET_NAMESRV_CONFIG = 319
+
+# The name server's admin-only requests (namesrv/acl.py): those that change what it
+# answers, or read its configuration. Here, where both daemons' guards find it.
+NAMESRV_ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.REGISTER_BROKER,
     RequestCode.UNREGISTER_BROKER,
     RequestCode.WIPE_WRITE_PERM_OF_BROKER,
@@ -45,8 +58,8 @@ NAMESRV_WRITE_CODES: frozenset[int] = frozenset({
     RequestCode.DELETE_TOPIC_IN_NAMESRV,
     RequestCode.PUT_KV_CONFIG,
     RequestCode.DELETE_KV_CONFIG,
-    318,  # UPDATE_NAMESRV_CONFIG
-    319,  # GET_NAMESRV_CONFIG: admin-only (the configuration)
+    UPDATE_NAMESRV_CONFIG,
+    GET_NAMESRV_CONFIG,
 })
 
 # Destructive RocketMQ 4.9 request codes in neither admin list (none is served here
@@ -62,14 +75,13 @@ OTHER_DESTRUCTIVE_CODES: frozenset[int] = frozenset({
     306,  # CLEAN_EXPIRED_CONSUMEQUEUE
     309,  # CONSUME_MESSAGE_DIRECTLY
     316,  # CLEAN_UNUSED_TOPIC
-    318,  # UPDATE_NAMESRV_CONFIG
     323,  # RESUME_CHECK_HALF_MESSAGE
 })
 
 # The one list of requests accepted only with a bound signature: the broker's admin
 # requests (topic, group, ACL, config and permission changes, deletes, offset resets;
 # broker/acl/plain.py ADMIN_CODES), the name server's and the other destructive ones.
-BOUND_CODES: frozenset[int] = ADMIN_CODES | NAMESRV_WRITE_CODES | OTHER_DESTRUCTIVE_CODES
+BOUND_CODES: frozenset[int] = ADMIN_CODES | NAMESRV_ADMIN_CODES | OTHER_DESTRUCTIVE_CODES
 
 # ±60 s: covers the clock difference of NTP-synchronised hosts many times over and a
 # request's time in queues and retries, while a captured request is useless a minute later.
@@ -92,6 +104,13 @@ def code_name(code: int) -> str:
         return f"{code} ({RequestCode(code).name})"
     except ValueError:
         return str(code)
+
+
+class _Unread:
+    """``check`` and ``remember`` were not handed the request's read_binding."""
+
+
+_UNREAD = _Unread()
 
 
 @dataclass
@@ -143,9 +162,11 @@ class SignatureBinding:
     def required(self, code: int) -> bool:
         return self.strict or code in BOUND_CODES
 
-    def check(self, code: int, fields: Mapping[str, object]) -> str | None:
+    def check(self, code: int, fields: Mapping[str, object],
+              binding: Binding | None | str | _Unread = _UNREAD) -> str | None:
         """Why a request whose signature verified is refused (None: it is not)."""
-        binding = read_binding(fields)
+        if isinstance(binding, _Unread):  # the caller's read_binding, else ours
+            binding = read_binding(fields)
         if binding is None:
             if not self.required(code):
                 return None
@@ -168,10 +189,12 @@ class SignatureBinding:
                     f"clocks differ)")
         return None
 
-    def remember(self, code: int, fields: Mapping[str, object]) -> str | None:
+    def remember(self, code: int, fields: Mapping[str, object],
+                 binding: Binding | None | str | _Unread = _UNREAD) -> str | None:
         """Note an allowed request's bound signature; why it is refused when it was
         seen before (or cannot be remembered), else None."""
-        binding = read_binding(fields)
+        if isinstance(binding, _Unread):  # the caller's read_binding, else ours
+            binding = read_binding(fields)
         signature = fields.get(SIGNATURE)
         if binding is None or isinstance(binding, str) or not isinstance(signature, str):
             return None  # unbound (a plain RocketMQ signature): nothing to remember

@@ -22,7 +22,7 @@ from broker.acl import plain
 from broker.acl.admin import AclAdminError, AclDocument
 from broker.acl.binding import SignatureBinding
 from broker.acl.plain import AclConfig, AclWatcher, Decision
-from protocol.acl import ACCESS_KEY, verify
+from protocol.acl import ACCESS_KEY, read_binding, verify
 from protocol.client_data import HeartbeatData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -69,11 +69,12 @@ def bound_decision(cmd: RemotingCommand, binding: SignatureBinding | None,
     if binding is None:
         return decide_with(lambda secret: verify(fields, body, secret))
     verified: list[str | None] = []  # the binding problem of each verified signature
+    bound = read_binding(fields)  # once, for check and remember
 
     def signature_ok(secret: str) -> bool:
         if not verify(fields, body, secret):
             return False
-        problem = binding.check(cmd.code, fields)
+        problem = binding.check(cmd.code, fields, bound)
         verified.append(problem)
         return problem is None
 
@@ -82,7 +83,7 @@ def bound_decision(cmd: RemotingCommand, binding: SignatureBinding | None,
     if problem is not None and not decision.allowed:
         return Decision(False, problem, decision.access_key, plain.BAD_SIGNATURE)
     if decision.allowed and verified:  # signed (not let in by a white address)
-        problem = binding.remember(cmd.code, fields)
+        problem = binding.remember(cmd.code, fields, bound)
         if problem is not None:
             return Decision(False, problem, decision.access_key, plain.BAD_SIGNATURE)
     return decision

@@ -13,11 +13,11 @@ import pytest
 import trio
 from click.testing import CliRunner
 
+from broker.acl.binding import GET_NAMESRV_CONFIG, UPDATE_NAMESRV_CONFIG
 from broker.acl.plain import ADMIN_CODES, parse_plain_acl
 from broker.cli import main as mqbroker
 from broker.config import BrokerConfig
 from broker.ops_processor import OpsProcessor, check_runtime_changes
-from namesrv.acl import GET_NAMESRV_CONFIG, UPDATE_NAMESRV_CONFIG
 from namesrv.acl import decide as namesrv_decide
 from protocol.acl import sign_fields, verify
 from protocol.codes import RequestCode, ResponseCode

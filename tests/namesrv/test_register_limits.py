@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import struct
-import tracemalloc
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -26,23 +24,11 @@ from protocol.codecs.base import UNKNOWN_LENGTH
 from protocol.codecs.rocketmq import JsonBodyReader
 from protocol.errors import RemoteProtocolError
 from protocol.route import TopicConfig
+from tests.protocol.test_decode_limits import peak_of
 
 MiB = 1024 * 1024
 MAX_INFLATED = 64 * MiB  # the name server's max_register_body_size
 ARRAYS = 2_000_000  # empty arrays in an attack value
-
-
-def peak_of(fn: Callable[[], Any]) -> tuple[Any, int]:
-    """(what ``fn`` returned or raised, the most bytes it held at once)."""
-    tracemalloc.start()
-    try:
-        try:
-            result: Any = fn()
-        except RemoteProtocolError as exc:
-            result = exc
-        return result, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def parse(body: bytes, codec: Codec, chunk: int = 1000) -> tuple[RegisterBody, int]:
