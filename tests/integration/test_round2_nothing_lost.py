@@ -43,9 +43,9 @@ async def _frames(guard: Guard) -> list[str]:
     return seen
 
 
-async def _ha_flood(port: int) -> None:
+async def _ha_flood(ns: str, broker: str, port: int) -> None:
     """Bogus hellos on connections of their own, then connections that never
-    read held open together, then all closed."""
+    read held open together (until the master counts them), then all closed."""
     for i in range(HA_HELLOS):
         try:
             stream = await trio.open_tcp_stream("127.0.0.1", port)
@@ -63,7 +63,11 @@ async def _ha_flood(port: int) -> None:
                 held.append(await trio.open_tcp_stream("127.0.0.1", port))
             except OSError:
                 pass
-        await trio.sleep(0.2)  # the master sends what it sends; nobody reads it
+        async with MQAdmin(ns) as admin:
+            async def master_holds_them() -> bool:
+                ha = (await admin.broker_runtime_info(broker))["ha"]
+                return bool(ha.get("connections"))
+            await wait_for(master_holds_them, TIMEOUT, "the master holds the silent connections")
     finally:
         for s in held:
             await s.aclose()
@@ -106,7 +110,8 @@ async def test_round_two_attacks_lose_nothing(cluster: Cluster) -> None:
     with trio.fail_after(240):
         answered = await _frames(guard)
         assert len(answered) == 2 * len(FRAMES)
-        await _ha_flood(guard.broker.port + 1)  # haListenPort: listenPort + 1
+        # haListenPort: listenPort + 1
+        await _ha_flood(guard.ns.addr, guard.broker.addr, guard.broker.port + 1)
         await _idle(guard.broker.port)
         await _offsets(guard.broker.addr)
     await guard.verify(restart=True)  # serving, seed exactly once, before and after a restart
