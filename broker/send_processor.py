@@ -235,7 +235,7 @@ class SendMessageProcessor:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc)), h
         props = string_to_properties(h.properties)
         props.pop(DELAY, None)
-        log.info("send to a retry topic past its retry limit: dead letter", group=group,
+        log.debug("send to a retry topic past its retry limit: dead letter", group=group,
                  reconsume_times=h.reconsume_times)
         return None, dataclasses.replace(h, topic=cfg.topic_name, queue_id=0,
                                          properties=properties_to_string(props))
