@@ -694,7 +694,7 @@ class HAService:
                                 offset=self.store.get_max_phy_offset())
             return True
         except MasterUnproven as exc:
-            self._refusals.note("this slave refuses its master's answer", (addr, "unproven"),
+            self._refusals.note("this slave refuses its master's answer", (addr, str(exc)),
                                 master=addr, reason=str(exc),
                                 offset=self.store.get_max_phy_offset())
             return True

@@ -641,7 +641,7 @@ def check_answer(frame: AnswerFrame, slave_challenge: str, access_key: str,
                 "its master must have aclEnable with that admin account, or the same "
                 "brokerAccessKey/brokerSecretKey; else it is not this group's master)")
     if frame.access_key != access_key:
-        return (f"the master's answer is signed by accessKey={frame.access_key}, this slave's "
+        return (f"the master's answer is signed by accessKey={frame.access_key[:64]}, this slave's "
                 f"hello by {access_key} (not this group's master)")
     fields: dict[str, str] = {**_answer_fields(slave_challenge), ACCESS_KEY: access_key,
                               SIGNATURE: frame.signature}
