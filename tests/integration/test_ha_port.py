@@ -577,3 +577,19 @@ async def test_a_fake_master_without_the_secret_is_refused(cluster: Cluster,
         nursery.cancel_scope.cancel()
     assert "linkReason" not in await ha_status(ns.addr, slave)
     assert "answer_signed=True" in master.log_text()
+
+
+async def test_a_master_without_acl_signs_with_its_own_credentials(cluster: Cluster) -> None:
+    """No aclEnable, but master and slave share brokerAccessKey/brokerSecretKey
+    (a name server with ACL, say): the master signs its answer with them, and
+    the slave, which requires a signed answer, follows it."""
+    ns = cluster.namesrv()
+    master, slave = pair(cluster, ns.addr, "ASYNC_MASTER", brokerAccessKey=ADMIN.access_key,
+                         brokerSecretKey=ADMIN.secret_key)
+
+    async def accepted() -> bool:
+        return bool((await ha_status(ns.addr, slave)).get("link") == "accepted")
+    await wait_for(accepted, TIMEOUT, "the slave accepting its master's signed answer")
+    assert re.search(r"slave hello accepted .*access_key=" + ADMIN.access_key
+                     + r" answer_signed=True", master.log_text())
+    assert "refuses its master's answer" not in slave.log_text()
