@@ -813,6 +813,9 @@ class RemotingConnection:
         if verdict is Verdict.TRUST:
             self.authenticate()
         elif verdict is Verdict.REFUSE:
+            if judgement.reason:  # the ACL's refusals are logged by the ACL
+                self._log.warning("request refused before authentication, closing connection",
+                                  reason=judgement.reason[:300])
             if judgement.answer is not None:
                 self.send_response(judgement.answer)
                 self._linger = True

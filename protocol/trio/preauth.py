@@ -10,9 +10,9 @@ daemon's guard calls ``RemotingConnection.authenticate``. Until then:
   answered NO_PERMISSION with the remark the ACL gives an unsigned request
   today, and the connection is closed, its body never read. A signed one is read
   on (the signature covers the body, so it is verified once the body is in).
-- **a frame cap**: a frame that declares more than ``max_frame_bytes``
-  (``aclPreAuthMaxFrameBytes``) closes the connection when its length prefix
-  arrives.
+- **a frame cap**: a signed frame that declares more than ``max_frame_bytes``
+  (``aclPreAuthMaxFrameBytes``) is refused once its header is in (SYSTEM_ERROR
+  saying so, the connection closed), its body never read.
 - **a shared budget**: the partial frames of all connections not yet
   authenticated together are bounded by ``budget``
   (``aclPreAuthReadBudgetBytes``): past it those connections stop reading,
@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from protocol.acl import ACCESS_KEY, SIGNATURE
 from protocol.codecs import detect
 from protocol.codecs.base import MAX_HEADER_BYTES, Codec
+from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
 from protocol.trio.limits import MiB, SharedBudget
@@ -99,7 +100,7 @@ class Verdict(Enum):
 class Judgement:
     verdict: Verdict
     answer: RemotingCommand | None = None  # REFUSE: what to answer (None for a oneway)
-    reason: str = ""  # CLOSE: why, for the log
+    reason: str = ""  # CLOSE (and a REFUSE not the ACL's): why, for the log
 
 
 MORE = Judgement(Verdict.MORE)
@@ -159,15 +160,13 @@ class PreAuth:
         part of: ``declared`` its length (None: its length prefix is not all
         in), ``head`` its first payload bytes received (up to a little past
         MAX_HEADER_BYTES), ``codec`` the connection's (None: read from
-        ``head``)."""
+        ``head``). The header is judged first, so that an unsigned request
+        of any size is told why it is refused; a frame the ACL would read
+        that declares more than ``max_frame_bytes`` is then refused too."""
         if declared is None:
             return MORE
         if self.gate.trusts(conn.remote_addr):
             return TRUST
-        if declared > self.max_frame_bytes:
-            return Judgement(Verdict.CLOSE, reason=(
-                f"a frame of {declared} bytes before authentication, more than "
-                f"{self.max_frame_bytes} (aclPreAuthMaxFrameBytes)"))
         if not head:
             return MORE
         try:
@@ -177,4 +176,13 @@ class PreAuth:
                              reason=f"undecodable header before authentication: {exc}")
         if cmd is None:
             return MORE
-        return self.judge_frame(conn, cmd, expects)
+        judgement = self.judge_frame(conn, cmd, expects)
+        if judgement.verdict is not Verdict.READ or declared <= self.max_frame_bytes:
+            return judgement
+        reason = (f"a frame of {declared} bytes before authentication is above "
+                  f"aclPreAuthMaxFrameBytes ({self.max_frame_bytes}): a connection's first "
+                  "request must be smaller")
+        if cmd.is_response or cmd.is_oneway:
+            return Judgement(Verdict.CLOSE, reason=reason)
+        return Judgement(Verdict.REFUSE, cmd.response(ResponseCode.SYSTEM_ERROR, reason),
+                         reason)
