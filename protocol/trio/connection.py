@@ -688,9 +688,13 @@ class RemotingConnection:
             buffered, held_before = decoder.buffered, self._buffered
             if buffered != held_before:
                 self._account_buffered(buffered)
-            if frames:
-                for budget in self._budgets():
-                    budget.finished(self)  # its frame is complete: another's turn
+            if frames:  # its frame is complete: another's turn
+                if self._budget is not None:
+                    self._budget.finished(self)
+                if not self.authenticated:
+                    pre = self._pre_budget
+                    if pre is not None:
+                        pre.finished(self)
             if frames or not held_before:
                 self._judged = False  # the frame held in part (if any) is a new one
             if not buffered:
