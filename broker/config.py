@@ -26,6 +26,7 @@ from protocol.config import (
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.busy_poll import check_window_us
 from protocol.trio.limits import ConnectionLimits, limits_of
+from protocol.trio.preauth import DEFAULT_PRE_AUTH_BUDGET, pre_auth_problem
 from protocol.trio.tls import (
     ClientTls,
     ServerTls,
@@ -260,6 +261,12 @@ class BrokerConfig(PropertiesConfig):
     acl_strict_signature: bool = False
     # most bound data-path signatures remembered against replays (~220 bytes each)
     acl_replay_cache_size: int = 100_000
+    # before a connection is authenticated (a request on it passed the ACL check;
+    # docs/security/decoding-limits.md): the largest frame it may send (0: the header
+    # limit, 256 KiB, + maxMessageSize + 64 KiB), and the bytes of partial frames all
+    # such connections may hold together
+    acl_pre_auth_max_frame_bytes: int = 0
+    acl_pre_auth_read_budget_bytes: int = DEFAULT_PRE_AUTH_BUDGET
     # the broker's own ACL account (issue 18): when set, its requests to name servers
     # and to its master, and a slave's HA hello, are signed with it
     broker_access_key: str = ""
@@ -365,6 +372,9 @@ class BrokerConfig(PropertiesConfig):
                            ("aclReplayCacheSize", self.acl_replay_cache_size)):
             if value <= 0:
                 raise ConfigError(f"{key} must be positive, not {value}")
+        problem = pre_auth_problem(self)
+        if problem is not None:
+            raise ConfigError(problem)
         if bool(self.broker_access_key) != bool(self.broker_secret_key):
             raise ConfigError("brokerAccessKey and brokerSecretKey go together: set both or neither")
         if not 0 <= self.metrics_port <= 65535:

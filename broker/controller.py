@@ -28,7 +28,7 @@ import trio
 
 from broker.acl.admin_processor import AclAdminProcessor
 from broker.acl.binding import signature_binding
-from broker.acl.guard import AclFile, guard_table
+from broker.acl.guard import AclFile, HeaderGate, guard_table
 from broker.acl.plain import Need, Perm
 from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
@@ -77,6 +77,7 @@ from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import Lane, Lanes, SharedBudget
 from protocol.trio.memory import trim_free_memory
 from protocol.trio.metrics_http import MetricsServer
+from protocol.trio.preauth import PreAuth, pre_auth_of
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
 
@@ -165,6 +166,9 @@ class BrokerController:
         # what handlers find beyond the header (a stored message's topic, a body's
         # group) is checked by them through acl_check (broker/acl/stored.py)
         self.acl_check = ResourceCheck()
+        # ... and a connection not yet authenticated is judged on each header
+        # before the body is read, within small limits (protocol/trio/preauth.py)
+        preauth: PreAuth | None = None
         if self.acl_file is not None:
             acl_file = self.acl_file
             handlers = guard_table(handlers, lambda: acl_file.config,
@@ -172,6 +176,9 @@ class BrokerController:
                                    binding=signature_binding(config))
             self.acl_check = ResourceCheck(lambda: acl_file.config,
                                            self.stats.record_acl_refusal)
+            preauth = pre_auth_of(config, HeaderGate(lambda: acl_file.config,
+                                                     self.stats.record_acl_refusal),
+                                  config.max_message_size)
         # spin after requests instead of sleeping (busyPollMicros; off by default)
         self.busy_poll = BusyPoll(config.busy_poll_micros)
         self.server = RemotingServer(
@@ -180,7 +187,7 @@ class BrokerController:
             limits=config.connection_limits(),
             budget=SharedBudget(config.max_total_connection_buffer_bytes),
             lanes=request_lanes(config), tls=config.server_tls(),
-            busy_poll=self.busy_poll,
+            busy_poll=self.busy_poll, preauth=preauth,
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self.server.on_connection_closed(self.pull_hold_service.connection_closed)

@@ -147,6 +147,15 @@ class Codec(Protocol):
         is checked before the body is looked at, and no more than a few
         containers are built whatever the bytes."""
 
+    def decode_header(self, prefix: bytes) -> RemotingCommand | None:
+        """The command whose frame payload starts with ``prefix`` (the body may
+        not be in yet), without its body (None) and version (the default):
+        None while ``prefix`` is too short to hold the whole header.
+        RemoteProtocolError (MalformedRequestError when answerable) as
+        ``decode`` refuses the header, and when it runs past MAX_HEADER_BYTES:
+        a connection not yet trusted is judged on its header before its body
+        is read (protocol/trio/preauth.py)."""
+
     def peek_request(self, payload: bytes) -> tuple[int, int] | None:
         """(code, opaque) of a request payload (one that expects an answer),
         whether ``decode`` takes it or refuses it, when they can be read;

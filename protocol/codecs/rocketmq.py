@@ -320,10 +320,9 @@ def _binary_rest(raw: bytes, code: int, language: int, version: int, opaque: int
     return _Header(code, name, version, opaque, flag, remark, ext)
 
 
-def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
-    """(serialization type, header bytes, body or None) of a frame payload."""
-    if len(payload) < 4:
-        raise RemoteProtocolError(f"frame of {len(payload)} bytes has no header length")
+def _header_length(payload: bytes) -> tuple[int, int]:
+    """(serialization type, header length) of a payload of at least 4 bytes,
+    refused when the type is unknown or the header is past MAX_HEADER_BYTES."""
     (word,) = _WORD.unpack_from(payload)
     stype, header_len = word >> 24, word & MAX_HEADER
     if stype not in (JSON_TYPE, BINARY_TYPE):
@@ -335,6 +334,14 @@ def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
             request = None if flag & (FLAG_RESPONSE | FLAG_ONEWAY) else (code, opaque)
         raise refusal(
             f"header length {header_len} is above the limit of {MAX_HEADER_BYTES} bytes", request)
+    return stype, header_len
+
+
+def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
+    """(serialization type, header bytes, body or None) of a frame payload."""
+    if len(payload) < 4:
+        raise RemoteProtocolError(f"frame of {len(payload)} bytes has no header length")
+    stype, header_len = _header_length(payload)
     if 4 + header_len > len(payload):
         raise RemoteProtocolError(
             f"header length {header_len} runs past the frame ({len(payload) - 4} bytes after it)")
@@ -572,12 +579,24 @@ class RocketMQCodec:
 
     def decode(self, payload: bytes) -> RemotingCommand:
         stype, raw, body = _split(payload)
+        return self._command(stype, raw, body)
+
+    @staticmethod
+    def _command(stype: int, raw: bytes, body: bytes | None) -> RemotingCommand:
         if stype == JSON_TYPE:
             h, codec = _json_header(raw), ROCKETMQ_JSON
         else:
             h, codec = _binary_header(raw), ROCKETMQ_BINARY
         return RemotingCommand(h.code, h.opaque, h.flag, h.remark, h.ext, body, h.version,
                                codec=codec, language=h.language)
+
+    def decode_header(self, prefix: bytes) -> RemotingCommand | None:
+        if len(prefix) < 4:
+            return None
+        stype, header_len = _header_length(prefix)
+        if len(prefix) < 4 + header_len:
+            return None
+        return self._command(stype, prefix[4:4 + header_len], None)
 
     def peek_request(self, payload: bytes) -> tuple[int, int] | None:
         try:
