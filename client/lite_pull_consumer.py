@@ -250,6 +250,7 @@ class LitePullConsumer(ConsumerCore):
             raise MQClientError(f"seek offset {offset} of {mq} is outside [{lo}, {hi}]")
         async with self._rebalance_lock:
             pq.dropped = True
+            await self._stop_pull(mq)
             pq.clear()
             self.process_queue_table.pop(mq, None)
             self._polled.pop(mq, None)
