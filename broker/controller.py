@@ -576,16 +576,22 @@ class BrokerController:
         addrs = self.config.namesrv_addr_list
         if not addrs:
             return set()
-        found: set[int] | None = None
-        for addr in addrs:
+        api = self.outer_api
+        answers: list[set[int]] = []
+
+        async def ask(addr: str) -> None:  # all at once: a dead one delays no other
             try:
-                ids = await self.outer_api.broker_ids(addr, self.config.broker_name)
+                answers.append(await api.broker_ids(addr, self.config.broker_name))
             except Exception as exc:
                 self.log.info("name server did not list this group's slaves", namesrv=addr,
                               error=describe(exc))
-                continue
-            found = (found or set()) | {i for i in ids if i > 0}
-        return found
+
+        async with trio.open_nursery() as nursery:
+            for addr in addrs:
+                nursery.start_soon(ask, addr)
+        if not answers:
+            return None
+        return {i for ids in answers for i in ids if i > 0}
 
     async def _copy_tables_from_slave(self, addr: str) -> None:
         """After this master restored its log from a slave: the slave's topics,

@@ -52,6 +52,7 @@ from client.instance import (
     DEFAULT_REBALANCE_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
     MQClientInstance,
+    client_namesrv_addr,
 )
 from client.metrics import ClientMetrics
 from client.offset_store import (
@@ -103,7 +104,7 @@ class ConsumerCore:
     def __init__(
         self,
         group: str,
-        namesrv_addr: str,
+        namesrv_addr: str | None,
         *,
         message_model: MessageModel,
         consume_from_where: ConsumeFromWhere,
@@ -148,7 +149,7 @@ class ConsumerCore:
             raise MQClientError(f"pull_max_idle_s must be a positive number of seconds, "
                                 f"got {pull_max_idle_s!r}")
         self.group = group
-        self.namesrv_addr = namesrv_addr
+        self.namesrv_addr = client_namesrv_addr(namesrv_addr)
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp_ms = parse_consume_timestamp(consume_timestamp)
@@ -176,7 +177,8 @@ class ConsumerCore:
         self._service: ServiceNursery | None = None
         self._space: dict[MessageQueue, trio.Event] = {}
         self._rebalance_lock = trio.Lock()
-        self._log = structlog.get_logger(logger_name).bind(group=group, namesrv=namesrv_addr)
+        self._log = structlog.get_logger(logger_name).bind(group=group,
+                                                           namesrv=self.namesrv_addr)
 
     # ---- defaults shared by subclasses' signatures --------------------------------
 

@@ -64,7 +64,8 @@ class PushConsumer(ConsumerCore):
 
     Args (RocketMQ's names in snake_case):
         group: consumer group.
-        namesrv_addr: name servers, ``;``-separated.
+        namesrv_addr: name servers, ``;``-separated (default: the NAMESRV_ADDR
+            environment variable, else 127.0.0.1:9876).
         message_model: CLUSTERING (default) or BROADCASTING.
         consume_from_where: where a new group starts (last offset by default).
         consume_timestamp: for CONSUME_FROM_TIMESTAMP: ms, ``yyyyMMddHHmmss``
@@ -90,7 +91,7 @@ class PushConsumer(ConsumerCore):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         message_model: MessageModel = MessageModel.CLUSTERING,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
