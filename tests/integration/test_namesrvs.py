@@ -10,10 +10,13 @@ and how long the first name-server request after a death took (the rotation).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +70,7 @@ async def create_topic(three: Three, topic: str) -> float:
         await admin.create_topic(topic, broker_addr=three.broker.addr, read_queue_nums=4,
                                  write_queue_nums=4)
     for d in three.live():
-        await wait_for(lambda d=d: topic_on(d.addr, topic), 15, f"{topic} on {d.name}")
+        await wait_for(partial(topic_on, d.addr, topic), 15, f"{topic} on {d.name}")
     return trio.current_time() - t0
 
 
@@ -145,7 +148,7 @@ async def test_our_clients_keep_going_while_two_of_three_name_servers_die(three:
                 r = await producer.send(Message(topic, b"after a name server died"))
                 assert r.message_queue.topic == topic
                 seen = len(traffic.acked)
-                await wait_for(lambda seen=seen: _at_least(traffic, seen + 100), 30,
+                await wait_for(partial(_at_least, traffic, seen + 100), 30,
                                f"traffic after kill {round_}")
             traffic.stop.set()
         await wait_for(lambda: _ready(traffic.all_received()), 30, "every acked message received")
@@ -173,10 +176,10 @@ async def test_a_frozen_name_server_costs_one_request_timeout(three: Three) -> N
     """A hung name server (SIGSTOP: it still accepts connections) is left after
     one request timeout; the broker's registrations reach the other two meanwhile."""
     instance = await MQClientInstance.acquire(three.addr, request_timeout=1.0)
+    await instance.update_topic_route(TOPIC)
+    frozen = three.by_addr(instance.current_namesrv)
+    frozen.freeze()
     try:
-        await instance.update_topic_route(TOPIC)
-        frozen = three.by_addr(instance.current_namesrv)
-        frozen.freeze()
         took = await first_lookup_after(instance, TOPIC)
         assert 1.0 <= took < 2.0, took  # one request timeout, then the next one answers
         assert instance.current_namesrv != frozen.addr
@@ -190,7 +193,7 @@ async def test_a_frozen_name_server_costs_one_request_timeout(three: Three) -> N
             await admin.create_topic("NsWhileFrozen", broker_addr=three.broker.addr,
                                      read_queue_nums=2, write_queue_nums=2)
         for d in live:
-            await wait_for(lambda d=d: topic_on(d.addr, "NsWhileFrozen"), 15, d.name)
+            await wait_for(partial(topic_on, d.addr, "NsWhileFrozen"), 15, d.name)
         registered = trio.current_time() - t0
         assert registered < 3.0, registered
         print(f"\nfrozen name server: first lookup {took * 1000:.0f} ms (request timeout "
@@ -209,6 +212,10 @@ async def _ready(value: bool) -> bool:
     return value
 
 
+async def _acked_at_least(sends: CppSends, n: int) -> bool:
+    return len(sends.acked()) >= n
+
+
 # ---- the official C++ client -------------------------------------------------------------
 
 
@@ -220,6 +227,25 @@ def cpp_producer(addr: str, home: Path, group: str) -> OfficialClient:
         p.close()
         raise
     return p
+
+
+_CPP_TIME = re.compile(r"^\[(\d{4}-\w{3}-\d{2} [\d:.]+)\]")
+
+
+def cpp_connects(client: OfficialClient, namesrvs: list[Daemon]) -> list[tuple[float, str, bool]]:
+    """The C++ client's connection attempts to the name servers, from its log:
+    (seconds, address, connected), in order."""
+    out = []
+    for d in namesrvs:
+        for line in client.cpp_log_lines(d.addr):
+            ok = f"connect server with addr:{d.addr} success" in line
+            if not ok and f"can not connect to server:{d.addr}" not in line:
+                continue
+            m = _CPP_TIME.match(line)
+            assert m is not None, line
+            at = datetime.strptime(m.group(1), "%Y-%b-%d %H:%M:%S.%f").timestamp()
+            out.append((at, d.addr, ok))
+    return sorted(out)
 
 
 class CppSends:
@@ -237,8 +263,10 @@ class CppSends:
             body = f"{self.prefix}-{self.written}"
             self.producer.write({"op": "sync", "message": {"topic": TOPIC, "body": body}})
             self.written += 1
-            n = self.written
-            self.producer.wait(lambda: len(self.producer.records()) >= n, 30, f"answer to {body}")
+            self.producer.wait(partial(self._answered, self.written), 30, f"answer to {body}")
+
+    def _answered(self, n: int) -> bool:
+        return len(self.producer.records()) >= n
 
     def answers(self) -> list[dict[str, Any]]:
         return self.producer.records()
@@ -268,8 +296,8 @@ async def test_the_official_cpp_client_keeps_going_while_two_die(three: Three, t
                 for victim in three.namesrvs[:2]:  # which one the C++ client asks is its own
                     before = len(sends.acked())
                     victim.kill()
-                    await wait_for(lambda before=before: _ready(len(sends.acked()) >= before + 50),
-                                   60, f"C++ sends after {victim.name} died")
+                    await wait_for(partial(_acked_at_least, sends, before + 50), 60,
+                                   f"C++ sends after {victim.name} died")
             finally:
                 sends.stop.set()
                 await trio.to_thread.run_sync(sends.thread.join, 60)
@@ -284,6 +312,11 @@ async def test_the_official_cpp_client_keeps_going_while_two_die(three: Three, t
                 lambda: late.wait(lambda: len(late.records()) >= 20, 60, "the late sends"))
             first_send = trio.current_time() - t0
             assert late.finish() == 0
+            live = three.live()[0].addr
+            tried = cpp_connects(late, three.namesrvs)
+            # its name-server connections: the live one reached (after the dead ones
+            # it tried first, if any: in list order from where it starts)
+            assert tried and tried[-1][1] == live and tried[-1][2], tried
         acked = sends.acked() | late_sends.acked()
         await trio.to_thread.run_sync(lambda: consumer.wait(
             lambda: acked <= set(cpp_bodies(consumer)()), 60, "every C++ send at the C++ consumer"))
@@ -291,9 +324,12 @@ async def test_the_official_cpp_client_keeps_going_while_two_die(three: Three, t
         assert consumer.finish() == 0
     errors = sends.errors() + late_sends.errors()
     dup = sum(n - 1 for n in received.values() if n > 1)
+    dead_tried = [addr for _, addr, ok in tried if not ok]
     print(f"\nC++ client, 3 name servers, 2 killed: sent {len(acked)} acked, received "
           f"{len(set(received) & acked)} of them ({dup} duplicates), send errors {len(errors)}; "
-          f"a producer started after the kills answered its 20 sends in "
-          f"{first_send * 1000:.0f} ms")
+          f"a producer started after the kills: launched and 20 sends answered in "
+          f"{first_send * 1000:.0f} ms, its first lookup tried {len(dead_tried)} dead name "
+          f"server(s) and reached the live one {(tried[-1][0] - tried[0][0]) * 1000:.1f} ms "
+          f"after its first try")
     assert errors == []
     assert len(late_sends.acked()) == 20
