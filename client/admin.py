@@ -40,6 +40,8 @@ from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from protocol.namesrv_addr import (
     NAMESRV_ADDR_ENV,
     NamesrvSelector,
+    NoNamesrvAnswered,
+    ask_in_turn,
     resolve_namesrv_addr,
     split_namesrv_addr,
 )
@@ -205,18 +207,14 @@ class MQAdmin:
 
     async def _invoke_namesrv(self, cmd_factory: Any) -> RemotingCommand:
         """One name server's answer: the current one, else the next that answers."""
-        errors = []
-        for addr in self._namesrvs.candidates():
-            try:
-                resp = await self._invoke(addr, cmd_factory())
-            except MQAdminError as exc:
-                errors.append(str(exc))
-                continue
-            if self._namesrvs.answered(addr):
-                log.info("name server switched", addr=addr, failed=len(errors))
-            return resp
-        self._namesrvs.none_answered()
-        raise MQAdminError("no name server answered: " + "; ".join(errors))
+        async def ask(addr: str) -> RemotingCommand:
+            return await self._client.invoke(addr, cmd_factory(), self.timeout)
+
+        try:
+            _, resp = await ask_in_turn(self._namesrvs, ask, RemotingError)
+        except NoNamesrvAnswered as exc:
+            raise MQAdminError(f"no name server answered: {exc}") from None
+        return resp
 
     async def _on_every_namesrv(self, cmd_factory: Any, what: str) -> dict[str, RemotingCommand]:
         """The same request to every name server at once; name server -> its

@@ -65,7 +65,13 @@ from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
 from protocol.headers import CheckTransactionStateRequestHeader, GetRouteInfoRequestHeader
 from protocol.message import MessageConst, MessageExt, MessageQueue
-from protocol.namesrv_addr import NamesrvSelector, resolve_namesrv_addr, split_namesrv_addr
+from protocol.namesrv_addr import (
+    NamesrvSelector,
+    NoNamesrvAnswered,
+    ask_in_turn,
+    resolve_namesrv_addr,
+    split_namesrv_addr,
+)
 from protocol.record import decode_record
 from protocol.route import MASTER_ID, TopicRouteData
 from protocol.trio import HandlerTable, RemotingClient, RemotingError, split_addr
@@ -441,19 +447,13 @@ class MQClientInstance:
         server gets ``timeout`` (default ``request_timeout``), so the call is
         bounded by that times the number of name servers. Raises MQClientError
         when none answers."""
-        errors: list[str] = []
-        for addr in self._namesrvs.candidates():
-            try:
-                response = await self.invoke(addr, make_cmd(), timeout)
-            except RemotingError as exc:
-                errors.append(f"{addr}: {exc}")
-                self._log.warning("name server request failed", addr=addr, error=str(exc))
-                continue
-            if self._namesrvs.answered(addr):
-                self._log.info("name server switched", addr=addr, failed=len(errors))
-            return addr, response
-        self._namesrvs.none_answered()
-        raise MQClientError("no name server could be reached: " + "; ".join(errors))
+        async def ask(addr: str) -> RemotingCommand:
+            return await self.invoke(addr, make_cmd(), timeout)
+
+        try:
+            return await ask_in_turn(self._namesrvs, ask, RemotingError, self._log)
+        except NoNamesrvAnswered as exc:
+            raise MQClientError(f"no name server could be reached: {exc}") from None
 
     # ---- routes -----------------------------------------------------------------
 

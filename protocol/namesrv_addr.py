@@ -6,7 +6,8 @@ of them can die without the cluster noticing. The list may also come from the
 ``NAMESRV_ADDR`` environment variable, as in RocketMQ (MixAll.NAMESRV_ADDR_ENV);
 an address given explicitly (config file, flag, argument) wins over it.
 
-Pure: no I/O, no clock; callers pass the environment in when they want.
+No I/O of its own, no clock: callers pass the environment in when they want,
+and ``ask_in_turn`` awaits the request the caller gives it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from __future__ import annotations
 import os
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"
 
@@ -85,3 +89,34 @@ class NamesrvSelector:
     def none_answered(self) -> None:
         """Every one failed: the next request starts one further on."""
         self.index = (self.index + 1) % len(self.addrs)
+
+
+class NoNamesrvAnswered(Exception):
+    """Every name server of the list failed; ``errors`` says how, one per address."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("; ".join(errors))
+        self.errors = errors
+
+
+async def ask_in_turn(selector: NamesrvSelector, ask: Callable[[str], Awaitable[T]],
+                      failure: type[Exception] | tuple[type[Exception], ...],
+                      log: Any = None) -> tuple[str, T]:
+    """``await ask(addr)`` for the selector's current name server, then the next
+    ones while it raises ``failure``; the first that answers is kept. Returns
+    (address, answer). Raises NoNamesrvAnswered when none does. With a
+    structlog ``log``: each failure a warning, a change of name server info."""
+    errors: list[str] = []
+    for addr in selector.candidates():
+        try:
+            answer = await ask(addr)
+        except failure as exc:
+            errors.append(f"{addr}: {exc}")
+            if log is not None:
+                log.warning("name server request failed", addr=addr, error=str(exc))
+            continue
+        if selector.answered(addr) and log is not None:
+            log.info("name server switched", addr=addr, failed=len(errors))
+        return addr, answer
+    selector.none_answered()
+    raise NoNamesrvAnswered(errors)

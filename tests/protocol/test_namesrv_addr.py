@@ -8,6 +8,8 @@ import pytest
 
 from protocol.namesrv_addr import (
     NamesrvSelector,
+    NoNamesrvAnswered,
+    ask_in_turn,
     namesrv_addr_from_env,
     resolve_namesrv_addr,
     split_namesrv_addr,
@@ -51,3 +53,32 @@ def test_random_start_spreads_clients_over_the_list() -> None:
     starts = Counter(NamesrvSelector(ADDRS).current for _ in range(600))
     assert set(starts) == set(ADDRS)
     assert min(starts.values()) > 100  # each about 200
+
+
+async def test_ask_in_turn() -> None:
+    dead = {"a:1", "b:2"}
+    asked: list[str] = []
+
+    async def ask(addr: str) -> str:
+        asked.append(addr)
+        if addr in dead:
+            raise ConnectionError(f"{addr} refused")
+        return f"answer from {addr}"
+
+    s = NamesrvSelector(ADDRS, start=0)
+    assert await ask_in_turn(s, ask, ConnectionError) == ("c:3", "answer from c:3")
+    assert asked == ["a:1", "b:2", "c:3"] and s.current == "c:3"
+    asked.clear()
+    await ask_in_turn(s, ask, ConnectionError)
+    assert asked == ["c:3"]  # kept
+    dead.add("c:3")
+    with pytest.raises(NoNamesrvAnswered) as info:
+        await ask_in_turn(s, ask, ConnectionError)
+    assert info.value.errors == ["c:3: c:3 refused", "a:1: a:1 refused", "b:2: b:2 refused"]
+    assert s.current == "a:1"  # the next call starts one further on
+    with pytest.raises(KeyError):  # anything else is not a name server's failure
+        await ask_in_turn(s, lambda addr: _raise(KeyError(addr)), ConnectionError)
+
+
+async def _raise(exc: Exception) -> str:
+    raise exc
