@@ -9,7 +9,6 @@ and noted once in the log at start; any other unknown key is a ConfigError.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -23,6 +22,7 @@ from protocol.config import (
     mask_secrets,
     not_a_key,
 )
+from protocol.namesrv_addr import split_namesrv_addr
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.busy_poll import check_window_us
 from protocol.trio.limits import ConnectionLimits, limits_of
@@ -430,7 +430,7 @@ class BrokerConfig(PropertiesConfig):
 
     @property
     def namesrv_addr_list(self) -> list[str]:
-        return [a.strip() for a in re.split(r"[;,]", self.namesrv_addr) if a.strip()]
+        return split_namesrv_addr(self.namesrv_addr)
 
     def store_path(self, *parts: str) -> Path:
         return Path(self.store_path_root_dir).joinpath(*parts)

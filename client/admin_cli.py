@@ -6,7 +6,7 @@ import datetime as _dt
 import json
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import trio
@@ -15,12 +15,26 @@ from client.admin import MQAdmin, MQAdminError
 from client.credentials import AclCredentials
 from protocol.logs import configure_logging
 from protocol.names import RMQ_SYS_TRANS_HALF_TOPIC
+from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
 from protocol.route import perm_to_string
 from protocol.trio import tls
 from protocol.trio.daemon import first_leaf
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def namesrv_option(default: str | None = None) -> Callable[[_F], _F]:
+    """``-n/--namesrvAddr``: the flag, else the NAMESRV_ADDR environment variable
+    (as RocketMQ's tools), else ``default`` (None: the option is required)."""
+    if default is None:  # (click takes an explicit default=None for a default)
+        return click.option("-n", "--namesrvAddr", "namesrv", required=True,
+                            envvar=NAMESRV_ADDR_ENV, show_envvar=True, help=NAMESRV_HELP)
+    return click.option("-n", "--namesrvAddr", "namesrv", default=default, show_default=True,
+                        envvar=NAMESRV_ADDR_ENV, show_envvar=True, help=NAMESRV_HELP)
+
+
 json_option = click.option("--json", "as_json", is_flag=True, default=False,
                            help="Print one JSON document instead of the table.")
 
@@ -158,7 +172,7 @@ def cli(ctx: click.Context, access_key: str | None, secret_key: str | None, use_
 
 
 @cli.command("updateTopic")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-c", "--clusterName", "cluster", default=None, help="Create on every master of the cluster.")
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Create on this broker only.")
 @click.option("-t", "--topic", required=True)
@@ -183,7 +197,7 @@ def update_topic(namesrv: str, cluster: str | None, broker_addr: str | None, top
 
 
 @cli.command("deleteTopic")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-c", "--clusterName", "cluster", required=True)
 @click.option("-t", "--topic", required=True)
 def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
@@ -198,7 +212,7 @@ def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
 
 
 @cli.command("topicList")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @json_option
 def topic_list(namesrv: str, as_json: bool) -> None:
     """List every topic the name servers know."""
@@ -216,7 +230,7 @@ def topic_list(namesrv: str, as_json: bool) -> None:
 
 
 @cli.command("topicRoute")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @json_option
 def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
@@ -230,7 +244,7 @@ def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
 
 
 @cli.command("topicStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @json_option
 def topic_status(namesrv: str, topic: str, as_json: bool) -> None:
@@ -252,7 +266,7 @@ def topic_status(namesrv: str, topic: str, as_json: bool) -> None:
 
 
 @cli.command("clusterList")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @json_option
 def cluster_list(namesrv: str, as_json: bool) -> None:
     """Clusters, their brokers and addresses."""
@@ -286,7 +300,7 @@ def cluster_list(namesrv: str, as_json: bool) -> None:
 
 
 @cli.command("brokerStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", required=True, help="Broker address host:port.")
 @json_option
 def broker_status(namesrv: str, broker_addr: str, as_json: bool) -> None:
@@ -338,7 +352,7 @@ def ha_state(ha: dict[str, Any]) -> tuple[str, str]:
 
 
 @cli.command("haStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-c", "--clusterName", "cluster", default=None,
               help="Every broker of this cluster (default: every cluster).")
 @json_option
@@ -385,7 +399,7 @@ def ha_status(namesrv: str, cluster: str | None, as_json: bool) -> None:
 
 
 @cli.command("sendMessage")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-p", "--body", required=True, help="Message body (UTF-8).")
 @click.option("-k", "--keys", default=None)
@@ -415,7 +429,7 @@ def send_message(namesrv: str, topic: str, body: str, keys: str | None, tags: st
 
 
 @cli.command("consumeMessage")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-g", "--consumerGroup", "group", default="TOOLS_CONSUMER", show_default=True)
 @click.option("-b", "--brokerName", "broker_name", default=None, help="Only this broker's queues.")
@@ -514,7 +528,7 @@ def _print_message(m: Any) -> None:
 
 
 @cli.command("queryMsgById")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id (32 hex digits).")
 @json_option
 def query_msg_by_id(namesrv: str, msg_id: str, as_json: bool) -> None:
@@ -532,7 +546,7 @@ def query_msg_by_id(namesrv: str, msg_id: str, as_json: bool) -> None:
 
 
 @cli.command("queryMsgByKey")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-k", "--msgKey", "key", required=True)
 @click.option("-m", "--maxNum", "max_num", type=int, default=64, show_default=True)
@@ -553,7 +567,7 @@ def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int, as_json: 
 
 
 @cli.command("queryMsgByUniqueKey")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-i", "--msgId", "uniq", required=True, help="The UNIQ_KEY the producer returned.")
 @json_option
@@ -575,7 +589,7 @@ def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str, as_json: bool) 
 
 
 @cli.command("queryMsgByOffset")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-b", "--brokerName", "broker_name", required=True)
 @click.option("-i", "--queueId", "queue_id", type=int, required=True)
@@ -603,7 +617,7 @@ def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: in
 
 
 @cli.command("searchOffsetByTime")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-b", "--brokerName", "broker_name", required=True)
 @click.option("-i", "--queueId", "queue_id", type=int, required=True)
@@ -620,7 +634,7 @@ def search_offset_by_time(namesrv: str, topic: str, broker_name: str, queue_id: 
 
 
 @cli.command("consumerProgress")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--groupName", "group", required=True)
 @click.option("-t", "--topicName", "topic", default=None)
 @json_option
@@ -644,7 +658,7 @@ def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool
 
 
 @cli.command("consumerConnection")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--consumerGroup", "group", required=True)
 @json_option
 def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
@@ -669,7 +683,7 @@ def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
 
 
 @cli.command("resetOffsetByTime")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--group", required=True)
 @click.option("-t", "--topic", required=True)
 @click.option("-s", "--timestamp", required=True,
@@ -694,7 +708,7 @@ def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: str,
 
 
 @cli.command("producerConnection")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--producerGroup", "group", required=True)
 @click.option("-t", "--topic", required=True, help="A topic the group sends to (its brokers are asked).")
 @json_option
@@ -715,7 +729,7 @@ def producer_connection(namesrv: str, group: str, topic: str, as_json: bool) -> 
 
 
 @cli.command("statsAll")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", default=None, help="Only this topic.")
 @click.option("-s", "--system", "include_system", is_flag=True, default=False,
               help="Include system, retry and DLQ topics.")
@@ -750,7 +764,7 @@ async def _broker_addrs(admin: MQAdmin, broker_addr: str | None, cluster: str | 
 
 
 @cli.command("getBrokerConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address host:port.")
 @click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
 @json_option
@@ -775,7 +789,7 @@ def get_broker_config(namesrv: str, broker_addr: str | None, cluster: str | None
 
 
 @cli.command("updateBrokerConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address host:port.")
 @click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
 @click.option("-k", "--key", required=True, help="A key the broker can change while it runs.")
@@ -796,7 +810,7 @@ def update_broker_config(namesrv: str, broker_addr: str | None, cluster: str | N
 
 
 @cli.command("wipeWritePerm")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerName", "broker_name", required=True)
 def wipe_write_perm(namesrv: str, broker_name: str) -> None:
     """Take a broker out of writing (its topics lose the write permission on every
@@ -811,7 +825,7 @@ def wipe_write_perm(namesrv: str, broker_name: str) -> None:
 
 
 @cli.command("addWritePerm")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerName", "broker_name", required=True)
 def add_write_perm(namesrv: str, broker_name: str) -> None:
     """Give a broker its write permission back on every name server."""
@@ -847,7 +861,7 @@ def _admin_flag(text: str | None) -> bool | None:
 
 
 @cli.command("updateAclConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
 @click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
 @click.option("-a", "--accessKey", "access_key", required=True, help="The account's accessKey.")
@@ -888,7 +902,7 @@ def update_acl_config(namesrv: str, broker_addr: str | None, cluster: str | None
 
 
 @cli.command("deleteAccessConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
 @click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
 @click.option("-a", "--accessKey", "access_key", required=True,
@@ -912,7 +926,7 @@ cli.add_command(delete_acl_config, "deleteAclConfig")
 
 
 @cli.command("updateGlobalWhiteAddr")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
 @click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
 @click.option("-g", "--globalWhiteRemoteAddresses", "addresses", required=True,
@@ -933,7 +947,7 @@ def update_global_white_addr(namesrv: str, broker_addr: str | None, cluster: str
 
 
 @cli.command("clusterAclConfigVersion")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Only this broker.")
 @click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
 @json_option

@@ -167,7 +167,7 @@ class Producer(_BlockingClient):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         send_msg_timeout: float = 3.0,
         retry_times_when_send_failed: int = 2,
@@ -299,7 +299,7 @@ class TransactionProducer(Producer):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str,
+        namesrv_addr: str | None,
         transaction_listener: TransactionListener,
         *,
         check_workers: int = DEFAULT_CHECK_WORKERS,
@@ -342,7 +342,7 @@ class PullConsumer(_BlockingClient):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
@@ -551,7 +551,7 @@ class PushConsumer(_BlockingConsumer):
     """Blocking push consumer; arguments as ``client.push_consumer.PushConsumer``.
     The listener is a plain function, run in worker threads."""
 
-    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
+    def __init__(self, group: str, namesrv_addr: str | None = None, **options: Any) -> None:
         super().__init__()
         self._impl = self._consumer = self._push = AsyncPushConsumer(group, namesrv_addr, **options)
 
@@ -579,7 +579,7 @@ class LitePullConsumer(_BlockingConsumer):
     """Blocking lite pull consumer; arguments and methods as
     ``client.lite_pull_consumer.LitePullConsumer``."""
 
-    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
+    def __init__(self, group: str, namesrv_addr: str | None = None, **options: Any) -> None:
         super().__init__()
         self._impl = self._consumer = self._lite = AsyncLitePullConsumer(group, namesrv_addr, **options)
 

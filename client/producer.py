@@ -36,6 +36,7 @@ from client.instance import (
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_TOPIC_QUEUE_NUMS,
     MQClientInstance,
+    client_namesrv_addr,
     resolve_tls,
 )
 from client.metrics import FAILED, ONEWAY, ClientMetrics
@@ -177,7 +178,8 @@ class Producer:
 
     Args:
         group: producer group name (``^[%|a-zA-Z0-9_-]+$``).
-        namesrv_addr: name servers, ``;``-separated.
+        namesrv_addr: name servers, ``;``-separated (default: the NAMESRV_ADDR
+            environment variable, else 127.0.0.1:9876).
         send_msg_timeout: seconds for a whole send, retries included.
         retry_times_when_send_failed: extra attempts (on another broker).
         max_message_size: largest body (and encoded batch) accepted, bytes.
@@ -199,7 +201,7 @@ class Producer:
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         send_msg_timeout: float = 3.0,
         retry_times_when_send_failed: int = 2,
@@ -237,7 +239,7 @@ class Producer:
         if not -1 <= compress_level <= 9:
             raise MQClientError("compress_level must be a zlib level, -1..9")
         self.group = group
-        self.namesrv_addr = namesrv_addr
+        self.namesrv_addr = client_namesrv_addr(namesrv_addr)
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.max_message_size = max_message_size

@@ -47,7 +47,7 @@ from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQBrokerError, MQClientError
 from client.instance import resolve_tls
 from client.metrics import EXCEPTION, ClientMetrics, status_name
-from client.process_queue import REBALANCE_LOCK_INTERVAL, ProcessQueue
+from client.process_queue import PULL_MAX_IDLE_TIME, REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
 from protocol.message import MessageExt, MessageQueue
 from protocol.trio.service import Guard
@@ -64,7 +64,8 @@ class PushConsumer(ConsumerCore):
 
     Args (RocketMQ's names in snake_case):
         group: consumer group.
-        namesrv_addr: name servers, ``;``-separated.
+        namesrv_addr: name servers, ``;``-separated (default: the NAMESRV_ADDR
+            environment variable, else 127.0.0.1:9876).
         message_model: CLUSTERING (default) or BROADCASTING.
         consume_from_where: where a new group starts (last offset by default).
         consume_timestamp: for CONSUME_FROM_TIMESTAMP: ms, ``yyyyMMddHHmmss``
@@ -80,6 +81,9 @@ class PushConsumer(ConsumerCore):
             setting on the broker (16) for concurrently, unlimited for orderly.
         suspend_current_queue_time_millis: orderly pause after a failure (1000).
         offset_store_dir: broadcasting offsets' directory (~/.rocketmq_offsets).
+        pull_max_idle_s: a queue whose pull task has not run for this long
+            (stuck) is dropped at the next rebalance, its offset persisted, and
+            taken again with a new task (120; RocketMQ's pullMaxIdleTime).
         metrics: a ``client.metrics.ClientMetrics``: messages consumed by the
             listener's answer, listener latency, failures (None: no metrics, no cost).
     """
@@ -87,7 +91,7 @@ class PushConsumer(ConsumerCore):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         message_model: MessageModel = MessageModel.CLUSTERING,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
@@ -103,6 +107,7 @@ class PushConsumer(ConsumerCore):
         max_reconsume_times: int = -1,
         suspend_current_queue_time_millis: int = 1000,
         offset_store_dir: str | os.PathLike[str] | None = None,
+        pull_max_idle_s: float = PULL_MAX_IDLE_TIME,
         request_timeout: float = _DEF["request_timeout"],
         poll_name_server_interval: float = _DEF["poll_name_server_interval"],
         heartbeat_broker_interval: float = _DEF["heartbeat_broker_interval"],
@@ -130,7 +135,7 @@ class PushConsumer(ConsumerCore):
             rebalance_interval=rebalance_interval,
             persist_consumer_offset_interval=persist_consumer_offset_interval,
             offset_store_dir=offset_store_dir, logger_name="client.push_consumer",
-            metrics=metrics,
+            metrics=metrics, pull_max_idle_s=pull_max_idle_s,
         )
         for name, value in (("consume_thread_max", consume_thread_max),
                             ("consume_message_batch_max_size", consume_message_batch_max_size)):
