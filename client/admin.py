@@ -28,9 +28,10 @@ from protocol.headers import (
     WipeWritePermOfBrokerRequestHeader,
 )
 from protocol.message import MessageExt
-from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRACE_TOPIC
 from protocol.record import decode_msg_id, decode_records
 from protocol.route import PERM_RW, BrokerData, TopicRouteData
+from protocol.trace_data import TraceContext, TraceView, decode, trace_views
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
 from protocol.trio.tls import TlsConfigError, client_tls, client_tls_from_env
@@ -346,6 +347,22 @@ class MQAdmin:
             out += decode_records(resp.body or b"", verify_crc=True)
         out.sort(key=lambda m: m.store_timestamp, reverse=True)
         return out[:max_num]
+
+    async def query_msg_trace(self, msg_id: str, trace_topic: str = RMQ_SYS_TRACE_TOPIC,
+                              max_num: int = 64, begin_ms: int = 0, end_ms: int = 2**62
+                              ) -> list[TraceView]:
+        """The trace of a message (RocketMQ's queryMsgTraceById): the trace
+        messages of ``trace_topic`` indexed under ``msg_id`` (QUERY_MESSAGE by
+        key; at most ``max_num``, newest first), their records of ``msg_id``,
+        oldest first (protocol/trace_data.py: ``trace_views``)."""
+        if not msg_id or " " in msg_id:
+            raise MQAdminError(f"bad message id {names.shown(msg_id)}")
+        msgs = await self.query_by_key(trace_topic, msg_id, max_num, begin_ms, end_ms)
+        records: list[tuple[str, TraceContext]] = []
+        for m in msgs:
+            host = str(m.born_host).rpartition(":")[0] or str(m.born_host)
+            records += [(host, ctx) for ctx in decode(m.body.decode("utf-8", errors="replace"))]
+        return trace_views(msg_id, records)
 
     # ---- consumers -----------------------------------------------------------------
 

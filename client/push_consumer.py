@@ -45,6 +45,7 @@ from client.consumer_types import (
 )
 from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQBrokerError, MQClientError
+from client.hooks import ConsumeMessageContext
 from client.instance import resolve_tls
 from client.metrics import EXCEPTION, ClientMetrics, status_name
 from client.process_queue import REBALANCE_LOCK_INTERVAL, ProcessQueue
@@ -82,6 +83,9 @@ class PushConsumer(ConsumerCore):
         offset_store_dir: broadcasting offsets' directory (~/.rocketmq_offsets).
         metrics: a ``client.metrics.ClientMetrics``: messages consumed by the
             listener's answer, listener latency, failures (None: no metrics, no cost).
+        enable_msg_trace: record every listener call (SubBefore, SubAfter) in
+            the trace topic (RocketMQ's enableMsgTrace; docs/trace.md).
+        customized_trace_topic: the trace topic (default ``RMQ_SYS_TRACE_TOPIC``).
     """
 
     def __init__(
@@ -116,6 +120,8 @@ class PushConsumer(ConsumerCore):
         tls_ca_path: str | None = None,
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         super().__init__(
             group, namesrv_addr, credentials=resolve_credentials(credentials, access_key, secret_key), message_model=message_model,
@@ -130,7 +136,8 @@ class PushConsumer(ConsumerCore):
             rebalance_interval=rebalance_interval,
             persist_consumer_offset_interval=persist_consumer_offset_interval,
             offset_store_dir=offset_store_dir, logger_name="client.push_consumer",
-            metrics=metrics,
+            metrics=metrics, enable_msg_trace=enable_msg_trace,
+            customized_trace_topic=customized_trace_topic,
         )
         for name, value in (("consume_thread_max", consume_thread_max),
                             ("consume_message_batch_max_size", consume_message_batch_max_size)):
@@ -196,7 +203,12 @@ class PushConsumer(ConsumerCore):
             float("inf"))
         self._consume_tx = tx
         try:
-            await self._start_core()
+            await self._start_trace()
+            try:
+                await self._start_core()
+            except BaseException:
+                await self._stop_trace()
+                raise
             self._guard.log = self._log  # now bound with the client id
             assert self._service is not None
             if not self.orderly:
@@ -216,6 +228,7 @@ class PushConsumer(ConsumerCore):
             self._state = ConsumerState.SHUTDOWN
             return
         await self._shutdown_core()
+        await self._stop_trace()
         self._log.info("push consumer shut down")
 
     async def __aenter__(self) -> PushConsumer:
@@ -243,6 +256,20 @@ class PushConsumer(ConsumerCore):
             self._consume_tx.send_nowait((mq, pq, msgs))
 
     async def _call_listener(self, msgs: list[MessageExt], ctx: Any) -> Any:
+        """The listener's answer (None when it raised), between the consume hooks."""
+        hooks = self._consume_hooks
+        if not hooks:
+            return await self._listen(msgs, ctx)
+        hook_ctx = ConsumeMessageContext(self.group, ctx.message_queue, msgs)
+        hooks.before(hook_ctx)
+        raised: list[Exception] = []
+        result = await self._listen(msgs, ctx, raised)
+        hook_ctx.finish(result, bool(raised))
+        hooks.after(hook_ctx)
+        return result
+
+    async def _listen(self, msgs: list[MessageExt], ctx: Any,
+                      raised: list[Exception] | None = None) -> Any:
         assert self._listener is not None
         metrics = self._metrics
         start = trio.current_time() if metrics is not None else 0.0
@@ -258,6 +285,8 @@ class PushConsumer(ConsumerCore):
                               msg_ids=[m.msg_id for m in msgs[:8]])
             if metrics is not None:
                 metrics.consume_done(self.group, msgs, EXCEPTION, trio.current_time() - start)
+            if raised is not None:
+                raised.append(exc)
             return None
         if metrics is not None:
             metrics.consume_done(self.group, msgs, status_name(result), trio.current_time() - start)
