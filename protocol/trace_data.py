@@ -26,8 +26,8 @@ with the first 6 fields only, and ``dKey`` written where a message has no keys).
 Absent tags and keys: the Java client writes the text ``null`` (it appends a
 Java null), the C++ client ``dKey``; RocketMQ's Java decoder cannot read an
 empty last field (``String.split`` drops it, then it indexes past the end), so
-``encode`` writes ``null`` too and ``decode`` reads ``null`` and ``dKey`` back
-as no value. A record ``decode`` cannot read (unknown type, missing field, a
+``encode`` writes ``null`` too (for a SubAfter's group, its last field, as well)
+and ``decode`` reads ``null`` and ``dKey`` back as no value. A record ``decode`` cannot read (unknown type, missing field, a
 number that is not one) is skipped: a trace topic is written by any client.
 
 The trace message itself (``TraceTransferBean``) carries the records' text and,
@@ -191,7 +191,7 @@ def encode_records(ctx: TraceContext) -> list[TraceRecord]:
             text = _record((
                 "SubAfter", _plain(ctx.request_id), _plain(b.msg_id), ctx.cost_time,
                 _bool(ctx.success), _text(b.keys), ctx.context_code, ctx.timestamp,
-                _plain(ctx.group_name)))
+                _text(ctx.group_name)))
             out.append(TraceRecord(text, b.msg_id, b.keys))
     else:
         b = beans[0]
@@ -285,7 +285,7 @@ def _sub_after(line: list[str]) -> TraceContext:
     if len(line) >= 8:
         ctx.timestamp, ctx.has_timestamp = _int(line[7]), True
     if len(line) >= 9:
-        ctx.group_name = line[8]
+        ctx.group_name = _absent(line[8])
     return ctx
 
 
