@@ -617,8 +617,9 @@ def format_trace(views: Sequence[TraceView]) -> list[str]:
               help="Trace messages stored from (ms).")
 @click.option("-e", "--endTimestamp", "end_ms", type=click.IntRange(min=0), default=2**62,
               help="Trace messages stored until (ms).")
-@click.option("--maxNum", "max_num", type=click.IntRange(1, 64 * 1024), default=64,
-              show_default=True, help="Trace messages read at most.")
+@click.option("-num", "--maxNum", "max_num", type=click.IntRange(1, 64), default=64,
+              show_default=True, help="Trace messages read at most (a broker answers "
+              "at most 64).")
 @json_option
 def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, begin_ms: int,
                           end_ms: int, max_num: int, as_json: bool) -> None:

@@ -6,8 +6,8 @@ A producer calls its send hooks around each attempt of a send to a broker
 (``register_send_message_hook``): ``send_message_before`` once the broker is
 chosen, ``send_message_after`` with the result or the exception. A push
 consumer calls its consume hooks around each listener call
-(``register_consume_message_hook``). Oneway sends are not seen after (there is
-no result), as in RocketMQ.
+(``register_consume_message_hook``). Oneway sends are not seen (there is no
+result to see; RocketMQ calls only its before hooks for them).
 
 Hooks run in the caller's task, on its path: they must be quick and never
 block. A hook that raises is logged (rate-limited) and skipped; the send or the
