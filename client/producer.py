@@ -470,42 +470,38 @@ class Producer:
     async def _send_kernel(
         self, prepared: _Prepared, mq: MessageQueue, deadline: float
     ) -> SendResult:
+        """One attempt, between the send hooks when there are any."""
         instance = self._sending_instance()
         addr = await self._broker_addr(instance, mq)
-        if not self._send_hooks:
-            return await self._send_to(instance, addr, prepared, mq, deadline)
-        ctx = SendMessageContext(self.group, prepared.messages, mq, addr,
-                                 prepared.code == RequestCode.SEND_BATCH_MESSAGE)
-        self._send_hooks.before(ctx)
-        try:
-            ctx.send_result = await self._send_to(instance, addr, prepared, mq, deadline)
-        except Exception as exc:
-            ctx.exception = exc
-            self._send_hooks.after(ctx)
-            raise
-        self._send_hooks.after(ctx)
-        return ctx.send_result
-
-    async def _send_to(
-        self, instance: MQClientInstance, addr: str, prepared: _Prepared, mq: MessageQueue,
-        deadline: float,
-    ) -> SendResult:
+        hooks = self._send_hooks
+        ctx: SendMessageContext | None = None
+        if hooks:
+            ctx = SendMessageContext(self.group, prepared.messages, mq, addr,
+                                     prepared.code == RequestCode.SEND_BATCH_MESSAGE)
+            hooks.before(ctx)
         fields = dict(prepared.fields)
         fields["queueId"] = mq.queue_id
         cmd = RemotingCommand.request(prepared.code, fields, prepared.body)
-        remaining = deadline - trio.current_time()
-        if remaining <= 0:
-            raise MQClientError(f"send to {mq} timed out")
-        response = await instance.invoke(addr, cmd, remaining)
-        status = SEND_STATUS_BY_CODE.get(response.code)
-        if status is None:
-            raise MQBrokerError(response.code, response.remark, addr, context=f"send to {mq}")
         try:
-            header = SendMessageResponseHeader.from_fields(response.ext_fields)
-        except ProtocolError as exc:
-            raise MQClientError(f"bad send response from {addr}: {exc}") from exc
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                raise MQClientError(f"send to {mq} timed out")
+            response = await instance.invoke(addr, cmd, remaining)
+            status = SEND_STATUS_BY_CODE.get(response.code)
+            if status is None:
+                raise MQBrokerError(response.code, response.remark, addr,
+                                    context=f"send to {mq}")
+            try:
+                header = SendMessageResponseHeader.from_fields(response.ext_fields)
+            except ProtocolError as exc:
+                raise MQClientError(f"bad send response from {addr}: {exc}") from exc
+        except Exception as exc:
+            if ctx is not None:
+                ctx.exception = exc
+                hooks.after(ctx)
+            raise
         region_id, trace_on = region_and_trace_switch(response.ext_fields)
-        return SendResult(
+        result = SendResult(
             send_status=status,
             msg_id=prepared.msg_id,
             message_queue=MessageQueue(mq.topic, mq.broker_name, header.queue_id),
@@ -515,6 +511,10 @@ class Producer:
             region_id=region_id,
             trace_on=trace_on,
         )
+        if ctx is not None:
+            ctx.send_result = result
+            hooks.after(ctx)
+        return result
 
     async def _send(
         self, prepared: _Prepared, mq: MessageQueue | None, deadline: float

@@ -256,21 +256,14 @@ class PushConsumer(ConsumerCore):
             self._consume_tx.send_nowait((mq, pq, msgs))
 
     async def _call_listener(self, msgs: list[MessageExt], ctx: Any) -> Any:
-        """The listener's answer (None when it raised), between the consume hooks."""
-        hooks = self._consume_hooks
-        if not hooks:
-            return await self._listen(msgs, ctx)
-        hook_ctx = ConsumeMessageContext(self.group, ctx.message_queue, msgs)
-        hooks.before(hook_ctx)
-        raised: list[Exception] = []
-        result = await self._listen(msgs, ctx, raised)
-        hook_ctx.finish(result, bool(raised))
-        hooks.after(hook_ctx)
-        return result
-
-    async def _listen(self, msgs: list[MessageExt], ctx: Any,
-                      raised: list[Exception] | None = None) -> Any:
+        """The listener's answer (None when it raised), between the consume hooks
+        when there are any."""
         assert self._listener is not None
+        hooks = self._consume_hooks
+        hook_ctx: ConsumeMessageContext | None = None
+        if hooks:
+            hook_ctx = ConsumeMessageContext(self.group, ctx.message_queue, msgs)
+            hooks.before(hook_ctx)
         metrics = self._metrics
         start = trio.current_time() if metrics is not None else 0.0
         try:
@@ -285,11 +278,15 @@ class PushConsumer(ConsumerCore):
                               msg_ids=[m.msg_id for m in msgs[:8]])
             if metrics is not None:
                 metrics.consume_done(self.group, msgs, EXCEPTION, trio.current_time() - start)
-            if raised is not None:
-                raised.append(exc)
+            if hook_ctx is not None:
+                hook_ctx.finish(None, raised=True)
+                hooks.after(hook_ctx)
             return None
         if metrics is not None:
             metrics.consume_done(self.group, msgs, status_name(result), trio.current_time() - start)
+        if hook_ctx is not None:
+            hook_ctx.finish(result, raised=False)
+            hooks.after(hook_ctx)
         return result
 
     # ---- concurrently ----------------------------------------------------------------------
