@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from client import Message, MessageExt, MQBrokerError, MQClientError, Producer, SendResult
+from client.blocking import Producer as BlockingProducer
 from client.consumer_types import ConsumeConcurrentlyStatus, ConsumeOrderlyStatus
 from client.hooks import ConsumeMessageContext, SendMessageContext, send_hooks
 from client.send_result import SendStatus, region_and_trace_switch
@@ -35,7 +36,7 @@ from protocol.trace_data import (
     TraceType,
     decode,
 )
-from tests.client.fakes import FakeCluster
+from tests.client.fakes import FakeCluster, ThreadedCluster
 
 TOPIC = FakeCluster.TOPIC
 
@@ -385,19 +386,23 @@ def test_hook_list_refuses_what_is_no_hook() -> None:
 
 async def test_hooks_see_every_attempt_and_a_failing_hook_changes_nothing(
         cluster: FakeCluster) -> None:
-    a, b = cluster.brokers
-    a.send_code = ResponseCode.SYSTEM_BUSY  # retried on broker-b
+    cluster.brokers[0].send_code = ResponseCode.SYSTEM_BUSY  # broker-a refuses
     exploding, recording = Exploding(), Recording()
     async with Producer("hooked", cluster.namesrv_addr) as producer:
         producer.register_send_message_hook(exploding)
         producer.register_send_message_hook(recording)
-        results = [await producer.send(Message(TOPIC, b"m")) for _ in range(2)]
+        with pytest.raises(MQBrokerError):
+            await producer.send(Message(TOPIC, b"m"), MessageQueue(TOPIC, "broker-a", 0))
+        results = [await producer.send(Message(TOPIC, b"m")) for _ in range(4)]
         await producer.send_batch([Message(TOPIC, b"x"), Message(TOPIC, b"y")])
     assert all(r.message_queue.broker_name == "broker-b" for r in results)
     assert exploding.calls == len(recording.seen)
-    outcomes = [s[0] for s in recording.seen[1::2]]
-    assert "MQBrokerError" in outcomes and outcomes.count("ok") == 3
-    assert recording.seen[-1][2] is True  # the batch
+    befores, afters = recording.seen[0::2], recording.seen[1::2]
+    assert all(b[0] == "before" for b in befores) and len(befores) == len(afters)
+    assert afters[0] == ("MQBrokerError", "broker-a", False)
+    assert {a[1] for a in afters if a[0] != "ok"} == {"broker-a"}
+    assert [a for a in afters if a[0] == "ok"] == [("ok", "broker-b", False)] * 4 + [
+        ("ok", "broker-b", True)]
 
 
 def trace_sends(cluster: FakeCluster, topic: str = RMQ_SYS_TRACE_TOPIC) -> list[Any]:
@@ -443,3 +448,14 @@ async def test_trace_topic_without_route_never_fails_user_sends(cluster: FakeClu
     assert all(r.send_status is SendStatus.SEND_OK for r in results)
     assert (dispatcher.failed, dispatcher.sent, dispatcher.dropped) == (5, 0, 0)
     assert trace_sends(cluster, "NoSuchTrace") == []
+
+
+def test_blocking_producer_with_trace(fakes: ThreadedCluster) -> None:
+    """The blocking facade passes the trace options on; its shutdown flushes."""
+    c = fakes.cluster
+    fakes.call(lambda: c.namesrv.set_route(RMQ_SYS_TRACE_TOPIC, c.brokers[1:], queues=1))
+    with BlockingProducer("blocking-traced", c.namesrv_addr, enable_msg_trace=True) as producer:
+        sent = producer.send(Message(TOPIC, b"hello"))
+    ids = [ctx.beans[0].msg_id for req in fakes.call(trace_sends, c)
+           for ctx in decode((req.body or b"").decode())]
+    assert ids == [sent.msg_id]
