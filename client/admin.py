@@ -47,6 +47,9 @@ GROUP_GET_NUMS = "GROUP_GET_NUMS"
 GROUP_GET_SIZE = "GROUP_GET_SIZE"
 BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
+# most trace records of one message a trace query reads (a message consumed by many
+# groups, retried many times, has a few hundred)
+MAX_TRACE_RECORDS = 4096
 
 def is_system_topic(topic: str) -> bool:
     """A topic statsAll skips by default (the broker's own, or a retry or dead-letter topic)."""
@@ -359,9 +362,13 @@ class MQAdmin:
             raise MQAdminError(f"bad message id {names.shown(msg_id)}")
         msgs = await self.query_by_key(trace_topic, msg_id, max_num, begin_ms, end_ms)
         records: list[tuple[str, TraceContext]] = []
-        for m in msgs:
+        for m in msgs:  # anyone may write the trace topic: what is built is bounded
+            left = MAX_TRACE_RECORDS - len(records)
+            if left <= 0:
+                break
             host = str(m.born_host).rpartition(":")[0] or str(m.born_host)
-            records += [(host, ctx) for ctx in decode(m.body.decode("utf-8", errors="replace"))]
+            text = m.body.decode("utf-8", errors="replace")
+            records += [(host, ctx) for ctx in decode(text, msg_id, left)]
         return trace_views(msg_id, records)
 
     # ---- consumers -----------------------------------------------------------------

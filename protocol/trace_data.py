@@ -308,17 +308,38 @@ _READERS = {
 }
 
 
-def decode(text: str) -> list[TraceContext]:
+# where each record type holds its msgId
+_MSG_ID_FIELD = {"Pub": 5, "SubBefore": 5, "SubAfter": 2, "EndTransaction": 5}
+_MAX_FIELDS = 15
+
+
+def decode(text: str, msg_id: str | None = None, limit: int | None = None
+           ) -> list[TraceContext]:
     """Every record of a trace message body that can be read (RocketMQ's
-    decoderFromTraceDataString), one context each; the others are skipped."""
+    decoderFromTraceDataString), one context each; the others are skipped.
+
+    ``msg_id``: only the records of that message are built (a query reads
+    bodies anyone may have written: the others cost a scan, not objects);
+    ``limit``: at most that many contexts. Records are found one at a time,
+    never by splitting the whole body."""
     out: list[TraceContext] = []
-    for record in text.split(FIELD_SPLITOR):
-        if not record:
-            continue
-        line = record.split(CONTENT_SPLITOR)
-        reader = _READERS.get(line[0])
+    start, end = 0, len(text)
+    while start < end and (limit is None or len(out) < limit):
+        stop = text.find(FIELD_SPLITOR, start)
+        if stop < 0:
+            stop = end
+        record = text[start:stop]
+        start = stop + 1
+        kind, sep, _ = record.partition(CONTENT_SPLITOR)
+        reader = _READERS.get(kind) if sep else None
         if reader is None:
             continue
+        # no record type reads past its 15th field: the rest stays one string
+        line = record.split(CONTENT_SPLITOR, _MAX_FIELDS)
+        if msg_id is not None:
+            at = _MSG_ID_FIELD[kind]
+            if len(line) <= at or line[at] != msg_id:
+                continue
         try:
             out.append(reader(line))
         except _Bad:

@@ -174,6 +174,29 @@ def test_unreadable_records_are_skipped() -> None:
     assert decode("") == []
 
 
+def test_decode_only_one_message_and_at_most_a_limit() -> None:
+    other = pub()
+    other.beans[0].msg_id = "OTHER"
+    after = decode(rec("SubAfter", "Q", MSG_ID, 8, "true", "null"))[0]
+    body = encode(other).data + encode(pub()).data + rec("SubAfter", "Q", MSG_ID, 8, "true",
+                                                          "null") + encode(other).data
+    assert decode(body, MSG_ID) == [pub(), after]
+    assert decode(body, "OTHER") == [other, other]
+    assert decode(body, limit=3) == decode(body)[:3]
+    assert decode(body, MSG_ID, limit=1) == [pub()]
+
+
+def test_hostile_bodies_cost_a_scan() -> None:
+    """A body anyone wrote: separators by the million build nothing, a record of a
+    million fields is read as far as its type's fields go."""
+    assert decode(F * 1_000_000) == [] and decode(C * 1_000_000) == []
+    long = encode(pub()).data[:-1] + C * 1_000_000 + "tail" + F
+    (c,) = decode(long)
+    assert c.beans[0].msg_id == MSG_ID and c.success
+    many = encode(pub()).data * 10_000
+    assert len(decode(many, MSG_ID, limit=100)) == 100
+
+
 # ---- round trips ----------------------------------------------------------------------
 
 word = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]),
