@@ -475,7 +475,7 @@ class Producer:
         addr = await self._broker_addr(instance, mq)
         hooks = self._send_hooks
         ctx: SendMessageContext | None = None
-        if hooks:
+        if hooks.hooks:  # a list: the usual, empty case costs one truth test
             ctx = SendMessageContext(self.group, prepared.messages, mq, addr,
                                      prepared.code == RequestCode.SEND_BATCH_MESSAGE)
             hooks.before(ctx)

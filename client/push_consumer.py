@@ -261,7 +261,7 @@ class PushConsumer(ConsumerCore):
         assert self._listener is not None
         hooks = self._consume_hooks
         hook_ctx: ConsumeMessageContext | None = None
-        if hooks:
+        if hooks.hooks:  # a list: the usual, empty case costs one truth test
             hook_ctx = ConsumeMessageContext(self.group, ctx.message_queue, msgs)
             hooks.before(hook_ctx)
         metrics = self._metrics

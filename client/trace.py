@@ -52,6 +52,7 @@ from protocol.trace_data import (
     TraceRecord,
     TraceType,
     encode_records,
+    pub_record,
 )
 from protocol.trio.service import Guard, describe
 from protocol.trio.tls import ClientTls
@@ -69,8 +70,13 @@ SEND_TIMEOUT = 5.0
 SENDERS = 4
 BATCH_BACKLOG = 64
 FLUSH_TIMEOUT = 5.0
+# contexts taken from the queue per scheduler round (~10 µs each: bounded loop time)
+DRAIN_AT_ONCE = 256
 # the trace producer's largest message (a context of a large consume batch is one piece)
 TRACE_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+_UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+_TAGS, _KEYS = MessageConst.PROPERTY_TAGS, MessageConst.PROPERTY_KEYS
 
 PRODUCE = "PRODUCE"
 CONSUME = "CONSUME"
@@ -142,7 +148,9 @@ class TraceBatcher:
         return None if self._first_at is None else self._first_at + self.wait
 
     def _key_cost(self, key: str) -> int:
-        return 0 if key in self._keys else len(key.encode()) + 1
+        if key in self._keys:
+            return 0
+        return (len(key) if key.isascii() else len(key.encode())) + 1
 
     def add(self, record: TraceRecord, now: float) -> list[TraceBatch]:
         out: list[TraceBatch] = []
@@ -176,6 +184,45 @@ class TraceBatcher:
         self._parts, self._size, self._keys, self._keys_size = [], 0, {}, 0
         self._first_at = None
         return batch
+
+
+@dataclass(slots=True)
+class PubTrace:
+    """One send's Pub records, encoded by the dispatcher's task: the send hook
+    keeps only what must be read at once, per message (msgId, tags, keys, body
+    length, offset msgId), and makes no context or bean objects."""
+
+    group: str
+    topic: str
+    store_host: str
+    region_id: str
+    born_ms: int
+    cost: int
+    msg_type: int
+    success: bool
+    messages: list[tuple[str, str | None, str | None, int, str]]
+
+    @property
+    def count(self) -> int:
+        return len(self.messages)
+
+    def encode(self) -> list[TraceRecord]:
+        return [pub_record(self.born_ms, self.region_id, self.group, self.topic, msg_id, tags,
+                           keys, self.store_host, length, self.cost, self.msg_type, offset_id,
+                           self.success)
+                for msg_id, tags, keys, length, offset_id in self.messages]
+
+
+TraceItem = TraceContext | PubTrace
+
+
+def item_count(item: TraceItem) -> int:
+    """The records ``item`` makes."""
+    return item.count if isinstance(item, PubTrace) else len(item.beans)
+
+
+def item_records(item: TraceItem) -> list[TraceRecord]:
+    return item.encode() if isinstance(item, PubTrace) else encode_records(item)
 
 
 # ---- the edge: queue, batching task, senders --------------------------------------
@@ -218,7 +265,7 @@ class AsyncTraceDispatcher:
         self.senders = senders
         self.flush_timeout = flush_timeout
         self.core = TraceBatcher(batch_bytes=batch_bytes, wait=batch_wait)
-        self._tx, self._rx = trio.open_memory_channel[TraceContext](queue_size)
+        self._tx, self._rx = trio.open_memory_channel[TraceItem](queue_size)
         self._batch_tx, self._batch_rx = trio.open_memory_channel[TraceBatch](batch_backlog)
         self.appended = self.dropped = self.sent = self.failed = 0
         self.batches_sent = self.batches_failed = 0
@@ -243,13 +290,13 @@ class AsyncTraceDispatcher:
 
     # ---- what hooks call ----------------------------------------------------------
 
-    def append(self, ctx: TraceContext) -> bool:
-        """Queue ``ctx`` for sending; False (and counted) when the queue is full
-        or the dispatcher stopped. Never waits."""
-        n = len(ctx.beans)
+    def append(self, item: TraceItem) -> bool:
+        """Queue ``item`` (a context, or a send's Pub records) for sending; False
+        (and counted) when the queue is full or the dispatcher stopped. Never waits."""
+        n = item_count(item)
         self.appended += n
         try:
-            self._tx.send_nowait(ctx)
+            self._tx.send_nowait(item)
         except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
             self.dropped += n
             self._guard.note("trace queue full, records dropped", "queue full",
@@ -315,7 +362,7 @@ class AsyncTraceDispatcher:
         async with self._rx:
             while True:
                 due_at = core.due_at()
-                ctx: TraceContext | None = None
+                ctx: TraceItem | None = None
                 with trio.move_on_at(math.inf if due_at is None else due_at):
                     try:
                         ctx = await self._rx.receive()
@@ -323,6 +370,13 @@ class AsyncTraceDispatcher:
                         break
                 if ctx is not None:
                     self._take(ctx)
+                    # what else is queued, without a scheduler round each (a batch
+                    # send queues a context per message at once)
+                    for _ in range(DRAIN_AT_ONCE):
+                        try:
+                            self._take(self._rx.receive_nowait())
+                        except (trio.WouldBlock, trio.EndOfChannel):
+                            break
                 batch = core.due(trio.current_time())
                 if batch is not None:
                     self._queue(batch)
@@ -330,11 +384,11 @@ class AsyncTraceDispatcher:
         if batch is not None:
             self._queue(batch)
 
-    def _take(self, ctx: TraceContext) -> None:
+    def _take(self, item: TraceItem) -> None:
         try:
-            records = encode_records(ctx)
-        except Exception as exc:  # a bug: lose this context, keep tracing
-            self.dropped += len(ctx.beans)
+            records = item_records(item)
+        except Exception as exc:  # a bug: lose this item, keep tracing
+            self.dropped += item_count(item)
             self._guard.failed(exc, "trace context not encoded")
             return
         now = trio.current_time()
@@ -398,23 +452,19 @@ class SendMessageTraceHook:
             return
         if ctx.mq.topic.startswith(self.dispatcher.trace_topic):  # trace data itself
             return
-        cost = int((trio.current_time() - ctx.started) * 1000)
+        msgs = ctx.messages
         offset_ids = (result.offset_msg_id or "").split(",")
-        if len(offset_ids) != len(ctx.messages):
-            offset_ids = [""] * len(ctx.messages)
-        msg_type = ctx.msg_type
-        for msg, offset_id in zip(ctx.messages, offset_ids, strict=True):
-            props = msg.properties
-            bean = TraceBean(
-                topic=ctx.mq.topic,
-                msg_id=props.get(MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or "",
-                offset_msg_id=offset_id, tags=msg.tags or "", keys=msg.keys or "",
-                store_host=ctx.broker_addr, body_length=len(msg.body), msg_type=msg_type,
-                store_time=ctx.born_ms + cost // 2)
-            self.dispatcher.append(TraceContext(
-                TraceType.Pub, timestamp=ctx.born_ms, region_id=result.region_id,
-                group_name=ctx.producer_group, cost_time=cost,
-                success=result.send_status is SendStatus.SEND_OK, beans=[bean]))
+        if len(offset_ids) != len(msgs):
+            offset_ids = [""] * len(msgs)
+        uniq, tags, keys = _UNIQ_KEY, _TAGS, _KEYS
+        items = []
+        for msg, offset_id in zip(msgs, offset_ids, strict=True):
+            get = msg.properties.get
+            items.append((get(uniq) or "", get(tags), get(keys), len(msg.body), offset_id))
+        self.dispatcher.append(PubTrace(
+            ctx.producer_group, ctx.mq.topic, ctx.broker_addr, result.region_id, ctx.born_ms,
+            int((trio.current_time() - ctx.started) * 1000), int(ctx.msg_type),
+            result.send_status is SendStatus.SEND_OK, items))
 
 
 class ConsumeMessageTraceHook:

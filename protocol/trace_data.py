@@ -164,7 +164,22 @@ def _bool(value: bool) -> str:
 
 
 def _record(fields: Iterable[object]) -> str:
-    return CONTENT_SPLITOR.join(str(f) for f in fields) + FIELD_SPLITOR
+    return CONTENT_SPLITOR.join(map(str, fields)) + FIELD_SPLITOR
+
+
+def pub_record(timestamp: int, region_id: str, group: str, topic: str, msg_id: str,
+               tags: str | None, keys: str | None, store_host: str, body_length: int,
+               cost_time: int, msg_type: int, offset_msg_id: str, success: bool) -> TraceRecord:
+    """A Pub record from its fields, without a context (the send hook's way: one
+    per message sent)."""
+    text = (f"Pub{CONTENT_SPLITOR}{timestamp}{CONTENT_SPLITOR}{_plain(region_id)}"
+            f"{CONTENT_SPLITOR}{_plain(group)}{CONTENT_SPLITOR}{_plain(topic)}"
+            f"{CONTENT_SPLITOR}{_plain(msg_id)}{CONTENT_SPLITOR}{_text(tags)}"
+            f"{CONTENT_SPLITOR}{_text(keys)}{CONTENT_SPLITOR}{_plain(store_host)}"
+            f"{CONTENT_SPLITOR}{body_length}{CONTENT_SPLITOR}{cost_time}{CONTENT_SPLITOR}"
+            f"{msg_type}{CONTENT_SPLITOR}{_plain(offset_msg_id)}{CONTENT_SPLITOR}"
+            f"{'true' if success else 'false'}{FIELD_SPLITOR}")
+    return TraceRecord(text, msg_id, keys or "")
 
 
 def encode_records(ctx: TraceContext) -> list[TraceRecord]:
@@ -175,11 +190,9 @@ def encode_records(ctx: TraceContext) -> list[TraceRecord]:
     beans = ctx.beans
     if t is TraceType.Pub:
         b = beans[0]
-        text = _record((
-            "Pub", ctx.timestamp, _plain(ctx.region_id), _plain(ctx.group_name), _plain(b.topic),
-            _plain(b.msg_id), _text(b.tags), _text(b.keys), _plain(b.store_host), b.body_length,
-            ctx.cost_time, int(b.msg_type), _plain(b.offset_msg_id), _bool(ctx.success)))
-        out.append(TraceRecord(text, b.msg_id, b.keys))
+        out.append(pub_record(ctx.timestamp, ctx.region_id, ctx.group_name, b.topic, b.msg_id,
+                              b.tags, b.keys, b.store_host, b.body_length, ctx.cost_time,
+                              int(b.msg_type), b.offset_msg_id, ctx.success))
     elif t is TraceType.SubBefore:
         for b in beans:
             text = _record((

@@ -20,7 +20,9 @@ from client.trace import (
     ConsumeMessageTraceHook,
     SendMessageTraceHook,
     TraceBatcher,
+    TraceItem,
     check_trace_topic,
+    item_records,
     trace_group,
 )
 from protocol.codes import RequestCode, ResponseCode
@@ -220,14 +222,20 @@ def test_send_response_region_and_switch() -> None:
 
 
 class Appended:
+    """What a hook appends to its dispatcher."""
+
     trace_topic = RMQ_SYS_TRACE_TOPIC
 
     def __init__(self) -> None:
-        self.contexts: list[TraceContext] = []
+        self.contexts: list[TraceItem] = []
 
-    def append(self, ctx: TraceContext) -> bool:
-        self.contexts.append(ctx)
+    def append(self, item: TraceItem) -> bool:
+        self.contexts.append(item)
         return True
+
+    def decoded(self) -> list[TraceContext]:
+        """The records appended, as a query reads them back."""
+        return decode("".join(r.data for item in self.contexts for r in item_records(item)))
 
 
 def send_ctx(msgs: list[Message], result: SendResult | None, topic: str = TOPIC) -> SendMessageContext:
@@ -251,7 +259,8 @@ async def test_send_hook_one_pub_per_message() -> None:
     hook.send_message_before(ctx)
     ctx.send_result = result(SendStatus.FLUSH_DISK_TIMEOUT, offset_ids="O0,O1")
     hook.send_message_after(ctx)
-    a, b = sink.contexts
+    (item,) = sink.contexts  # one item for the send: encoded by the dispatcher's task
+    a, b = sink.decoded()
     assert (a.trace_type, a.group_name, a.region_id, a.success, a.timestamp) == (
         TraceType.Pub, "pg", "R", False, 1000)
     assert a.cost_time == 20
@@ -278,7 +287,7 @@ async def test_send_hook_records_nothing_it_should_not() -> None:
     ctx = send_ctx([delayed], None)
     ctx.send_result = result()
     hook.send_message_after(ctx)
-    assert sink.contexts[0].beans[0].msg_type is MessageType.Delay_Msg
+    assert sink.decoded()[0].beans[0].msg_type is MessageType.Delay_Msg
 
 
 def ext(msg_id: str, topic: str = TOPIC, **props: str) -> MessageExt:
@@ -297,6 +306,7 @@ async def test_consume_hook_before_and_after(autojump_clock: trio.testing.MockCl
     ctx.finish(ConsumeConcurrentlyStatus.RECONSUME_LATER, raised=False)
     hook.consume_message_after(ctx)
     before, after = sink.contexts
+    assert isinstance(before, TraceContext) and isinstance(after, TraceContext)
     assert [b.msg_id for b in before.beans] == ["A", "D"]
     assert (before.trace_type, before.group_name, before.region_id) == (
         TraceType.SubBefore, "cg", "R9")
