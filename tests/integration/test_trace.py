@@ -195,7 +195,8 @@ async def test_broker_refusing_trace_sends_never_fails_user_sends(cluster: Clust
 
 
 async def test_customized_trace_topic_and_cpp_client_records(cluster: Cluster) -> None:
-    ns, _ = await start(cluster, traceTopicEnable="true", msgTraceTopicName="MyTrace")
+    ns, _ = await start(cluster, traceTopicEnable="true", msgTraceTopicName="MyTrace",
+                        regionId="RegionX")
     async with MQAdmin(ns.addr) as admin:
         await wait_for(routed(admin, "MyTrace"), 10, "the customized trace topic routed")
     async with Producer("custom-pg", ns.addr, enable_msg_trace=True,
@@ -212,7 +213,7 @@ async def test_customized_trace_topic_and_cpp_client_records(cluster: Cluster) -
 
     async with MQAdmin(ns.addr) as admin:
         views = await views_of(admin, sent.msg_id, Counter(Pub=1), "MyTrace")
-        assert views[0].group_name == "custom-pg"
+        assert (views[0].group_name, views[0].region_id) == ("custom-pg", "RegionX")
         views = await views_of(admin, cpp_id, Counter(Pub=1, SubBefore=1, SubAfter=1), "MyTrace")
     out = await trio.to_thread.run_sync(mqadmin, "queryMsgTraceById", "-n", ns.addr,
                                         "-i", cpp_id, "-t", "MyTrace", "--json")
