@@ -2,14 +2,14 @@
 SendMessageTraceHookImpl / ConsumeMessageTraceHookImpl).
 
 A producer or push consumer made with ``enable_msg_trace=True`` registers a
-trace hook (client/hooks.py). The hook turns each send (a ``Pub`` record per
-message) and each listener call (``SubBefore`` before it, ``SubAfter`` after
-it, a record per message) into a ``TraceContext`` and hands it to its
-``AsyncTraceDispatcher``. That costs the user's task a context object and a
-``send_nowait`` on a bounded channel; when the channel is full the context is
-dropped and counted, never waited for.
+trace hook (client/hooks.py). The send hook keeps the facts of each send (a
+``PubTrace``: a ``Pub`` record per message, encoded later); the consume hook
+makes a ``TraceContext`` before each listener call (``SubBefore``) and after it
+(``SubAfter``), a record per message. Either is handed to the client's
+``AsyncTraceDispatcher`` with a ``send_nowait`` on a bounded channel; when the
+channel is full the item is dropped and counted, never waited for.
 
-The dispatcher, a task of its own service nursery, encodes the contexts
+The dispatcher, a task of its own service nursery, encodes the items
 (protocol/trace_data.py), packs the records into batches (``TraceBatcher``,
 pure: at most ``batch_bytes`` of text and ``MAX_KEYS_BYTES`` of index keys, sent
 at latest ``batch_wait`` s after a batch's first record) and sends each batch as
@@ -370,8 +370,8 @@ class AsyncTraceDispatcher:
                         break
                 if ctx is not None:
                     self._take(ctx)
-                    # what else is queued, without a scheduler round each (a batch
-                    # send queues a context per message at once)
+                    # what else is queued, without a scheduler round each (busy
+                    # producers and consumers queue items faster than one a round)
                     for _ in range(DRAIN_AT_ONCE):
                         try:
                             self._take(self._rx.receive_nowait())
