@@ -133,6 +133,13 @@ class BrokerConfig(PropertiesConfig):
     default_topic_queue_nums: int = 4
     max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS  # most read/write queues one topic may have
     broker_permission: int = 6
+    # message trace (docs/trace.md): the trace topic is made at start (1 queue) and
+    # registered; send responses carry regionId and traceOn (traceOn=false: clients
+    # with trace on record nothing of sends to this broker)
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = names.RMQ_SYS_TRACE_TOPIC
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
     # messages
     max_message_size: int = 4 * MiB
     max_frame_size: int = 16 * MiB
@@ -292,6 +299,8 @@ class BrokerConfig(PropertiesConfig):
         checks = [
             ("brokerName", names.broker_name_problem(self.broker_name)),
             ("brokerClusterName", names.cluster_name_problem(self.broker_cluster_name)),
+            ("msgTraceTopicName", names.topic_problem(self.msg_trace_topic_name)),
+            ("regionId", names.topic_problem(self.region_id)),
             ("brokerIP1", names.addr_problem(f"{self.broker_ip1}:{self.listen_port}")),
         ]
         checks += [("namesrvAddr", names.addr_problem(a)) for a in self.namesrv_addr_list]

@@ -36,7 +36,7 @@ from protocol.headers import (
     WipeWritePermOfBrokerRequestHeader,
 )
 from protocol.message import MessageExt
-from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRACE_TOPIC
 from protocol.namesrv_addr import (
     NAMESRV_ADDR_ENV,
     NamesrvSelector,
@@ -47,6 +47,7 @@ from protocol.namesrv_addr import (
 )
 from protocol.record import decode_msg_id, decode_records
 from protocol.route import PERM_RW, BrokerData, TopicRouteData
+from protocol.trace_data import TraceContext, TraceView, decode, trace_views
 from protocol.trio.client import RemotingClient, split_addr
 from protocol.trio.errors import RemotingError
 from protocol.trio.tls import TlsConfigError, client_tls, client_tls_from_env
@@ -62,6 +63,9 @@ GROUP_GET_NUMS = "GROUP_GET_NUMS"
 GROUP_GET_SIZE = "GROUP_GET_SIZE"
 BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
+# most trace records of one message a trace query reads (a message consumed by many
+# groups, retried many times, has a few hundred)
+MAX_TRACE_RECORDS = 4096
 
 def is_system_topic(topic: str) -> bool:
     """A topic statsAll skips by default (the broker's own, or a retry or dead-letter topic)."""
@@ -397,6 +401,26 @@ class MQAdmin:
             out += decode_records(resp.body or b"", verify_crc=True)
         out.sort(key=lambda m: m.store_timestamp, reverse=True)
         return out[:max_num]
+
+    async def query_msg_trace(self, msg_id: str, trace_topic: str = RMQ_SYS_TRACE_TOPIC,
+                              max_num: int = 64, begin_ms: int = 0, end_ms: int = 2**62
+                              ) -> list[TraceView]:
+        """The trace of a message (RocketMQ's queryMsgTraceById): the trace
+        messages of ``trace_topic`` indexed under ``msg_id`` (QUERY_MESSAGE by
+        key; at most ``max_num``, newest first), their records of ``msg_id``,
+        oldest first (protocol/trace_data.py: ``trace_views``)."""
+        if not msg_id or " " in msg_id:
+            raise MQAdminError(f"bad message id {names.shown(msg_id)}")
+        msgs = await self.query_by_key(trace_topic, msg_id, max_num, begin_ms, end_ms)
+        records: list[tuple[str, TraceContext]] = []
+        for m in msgs:  # anyone may write the trace topic: what is built is bounded
+            left = MAX_TRACE_RECORDS - len(records)
+            if left <= 0:
+                break
+            host = str(m.born_host).rpartition(":")[0] or str(m.born_host)
+            text = m.body.decode("utf-8", errors="replace")
+            records += [(host, ctx) for ctx in decode(text, msg_id, left)]
+        return trace_views(msg_id, records)
 
     # ---- consumers -----------------------------------------------------------------
 

@@ -14,10 +14,11 @@ import trio
 from client.admin import MQAdmin, MQAdminError
 from client.credentials import AclCredentials
 from protocol.logs import configure_logging
-from protocol.names import RMQ_SYS_TRANS_HALF_TOPIC
+from protocol.names import RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC
 from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
 from protocol.route import perm_to_string
+from protocol.trace_data import TraceView
 from protocol.trio import tls
 from protocol.trio.daemon import first_leaf
 
@@ -586,6 +587,71 @@ def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str, as_json: bool) 
         return
     for m in msgs:
         _print_message(m)
+
+
+def format_trace(views: Sequence[TraceView]) -> list[str]:
+    """RocketMQ's queryMsgTraceById layout: a Pub table per send, then one table
+    per consumer group with its SubBefore and SubAfter rows (RocketMQ prints
+    SubAfter rows only, typed ``Sub``); a SubBefore has no cost or status."""
+    row = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
+    lines: list[str] = []
+
+    def when(ms: int) -> str:
+        return _dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S") if ms > 0 else "-"
+
+    consumers: dict[str, list[TraceView]] = {}
+    for v in views:
+        if v.trace_type == "Pub":
+            lines.append(row.format("#Type", "#ProducerGroup", "#ClientHost", "#SendTime",
+                                    "#CostTimes", "#Status").rstrip())
+            lines.append(row.format("Pub", v.group_name, v.client_host, when(v.timestamp),
+                                    f"{v.cost_time}ms", v.status).rstrip())
+            lines.append("")
+        elif v.trace_type in ("SubBefore", "SubAfter"):
+            consumers.setdefault(v.group_name, []).append(v)
+    for group_views in consumers.values():
+        lines.append(row.format("#Type", "#ConsumerGroup", "#ClientHost", "#ConsumerTime",
+                                "#CostTimes", "#Status").rstrip())
+        for v in group_views:
+            after = v.trace_type == "SubAfter"
+            lines.append(row.format(v.trace_type, v.group_name, v.client_host, when(v.timestamp),
+                                    f"{v.cost_time}ms" if after else "-",
+                                    v.status if after else "-").rstrip())
+        lines.append("")
+    return lines
+
+
+@cli.command("queryMsgTraceById")
+@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-i", "--msgId", "msg_id", required=True,
+              help="The message's msgId (the UNIQ_KEY the producer returned).")
+@click.option("-t", "--traceTopic", "trace_topic", default=RMQ_SYS_TRACE_TOPIC,
+              show_default=True, help="The trace topic.")
+@click.option("-b", "--beginTimestamp", "begin_ms", type=click.IntRange(min=0), default=0,
+              help="Trace messages stored from (ms).")
+@click.option("-e", "--endTimestamp", "end_ms", type=click.IntRange(min=0), default=2**62,
+              help="Trace messages stored until (ms).")
+@click.option("-num", "--maxNum", "max_num", type=click.IntRange(1, 64), default=64,
+              show_default=True, help="Trace messages read at most (a broker answers "
+              "at most 64).")
+@json_option
+def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, begin_ms: int,
+                          end_ms: int, max_num: int, as_json: bool) -> None:
+    """Show a message's trace: its sends and consumptions, as trace clients recorded them."""
+    msg_id, trace_topic = msg_id.strip(), trace_topic.strip()
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+            return await admin.query_msg_trace(msg_id, trace_topic, max_num, begin_ms, end_ms)
+
+    views = _run(go)
+    if as_json:
+        _echo_json([v.to_dict() for v in views])
+        return
+    if not views:
+        raise click.ClickException(f"no trace of message {msg_id} in {trace_topic}")
+    for line in format_trace(views):
+        click.echo(line)
 
 
 @cli.command("queryMsgByOffset")

@@ -184,6 +184,8 @@ class Producer(_BlockingClient):
         tls_ca_path: str | None = None,
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         super().__init__()
         self._impl = self._producer = AsyncProducer(
@@ -204,6 +206,8 @@ class Producer(_BlockingClient):
             tls_ca_path=tls_ca_path,
             tls_cert_path=tls_cert_path,
             tls_key_path=tls_key_path,
+            enable_msg_trace=enable_msg_trace,
+            customized_trace_topic=customized_trace_topic,
         )
 
     @property

@@ -45,6 +45,7 @@ from client.consumer_api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND, Cons
 from client.consumer_types import ConsumeFromWhere, MessageModel, parse_consume_timestamp
 from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
+from client.hooks import ConsumeMessageHook, consume_hooks
 from client.instance import (
     DEFAULT_HEARTBEAT_BROKER_INTERVAL,
     DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
@@ -66,6 +67,7 @@ from client.pull_result import PullStatus
 from client.rebalance import AllocateStrategy, allocate_averagely
 from client.service import ServiceNursery
 from client.subscription import SubscriptionData, build_subscription
+from client.trace import CONSUME, AsyncTraceDispatcher, ConsumeMessageTraceHook, check_trace_topic
 from client.validators import check_group
 from protocol.message import MessageExt, MessageQueue
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
@@ -126,8 +128,12 @@ class ConsumerCore:
         credentials: AclCredentials | None = None,
         tls: ClientTls | None = None,
         pull_max_idle_s: float = PULL_MAX_IDLE_TIME,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         check_group(group, "DEFAULT_CONSUMER")
+        self.enable_msg_trace = bool(enable_msg_trace)
+        self.customized_trace_topic = check_trace_topic(customized_trace_topic)
         self.credentials = credentials
         self.tls = tls
         if not isinstance(message_model, MessageModel):
@@ -179,6 +185,8 @@ class ConsumerCore:
         self._rebalance_lock = trio.Lock()
         self._log = structlog.get_logger(logger_name).bind(group=group,
                                                            namesrv=self.namesrv_addr)
+        self._consume_hooks = consume_hooks(self._log)
+        self.trace_dispatcher: AsyncTraceDispatcher | None = None
 
     # ---- defaults shared by subclasses' signatures --------------------------------
 
@@ -189,6 +197,29 @@ class ConsumerCore:
         "rebalance_interval": DEFAULT_REBALANCE_INTERVAL,
         "persist_consumer_offset_interval": DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
     }
+
+    # ---- hooks and trace ----------------------------------------------------------
+
+    def register_consume_message_hook(self, hook: ConsumeMessageHook) -> None:
+        """Call ``hook`` around every listener call (client/hooks.py). Raises
+        MQClientError for an object without the hook's methods."""
+        self._consume_hooks.register(hook)
+
+    async def _start_trace(self) -> None:
+        """With ``enable_msg_trace``: the trace dispatcher and its hook."""
+        if not self.enable_msg_trace:
+            return
+        dispatcher = AsyncTraceDispatcher(
+            self.group, CONSUME, self.namesrv_addr, self.customized_trace_topic,
+            credentials=self.credentials, tls=self.tls)
+        await dispatcher.start()
+        self.trace_dispatcher = dispatcher
+        self._consume_hooks.register(ConsumeMessageTraceHook(dispatcher))
+
+    async def _stop_trace(self) -> None:
+        """Once nothing consumes any more: what the dispatcher holds is sent."""
+        if self.trace_dispatcher is not None:
+            await self.trace_dispatcher.shutdown()
 
     # ---- subscriptions ----------------------------------------------------------
 
