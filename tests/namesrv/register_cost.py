@@ -1,7 +1,7 @@
 """What one REGISTER_BROKER body costs the name server's parse: run as
 ``python -m tests.namesrv.register_cost KIND`` (KIND: msgpack-legit,
 msgpack-attack, msgpack-values, json-legit, json-attack, json-values,
-json-space). Drives ``parse_register_steps`` over the zlib body as the name
+json-space, json-number). Drives ``parse_register_steps`` over the zlib body as the name
 server does and prints the result, the number of steps, the longest step
 and the growth of peak RSS (VmHWM, reset once the body is built, less the
 RSS then)."""
@@ -37,6 +37,8 @@ def body_of(kind: str) -> tuple[bytes, Codec]:
         return codec.pack_body(values), codec
     if kind == "json-space":  # 64 MiB of whitespace between two keys
         return (b'{"topicConfigTable":{},' + b" " * (64 * MiB - 100) + b'"k":1}'), ROCKETMQ_JSON
+    if kind == "json-number":  # a number of 64 MiB of digits
+        return b'{"topicConfigTable":{},"n":1.' + b"5" * (64 * MiB - 100) + b"}", ROCKETMQ_JSON
     if kind == "json-attack":  # a long string (bytes for a count to allow), 1 M arrays
         n = 1_000_000
         return ('{"pad":"' + "x" * (64 * MiB - 3 * n - 200) + '","topicConfigTable":{"T":['
