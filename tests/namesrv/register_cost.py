@@ -1,8 +1,8 @@
 """What one REGISTER_BROKER body costs the name server's parse: run as
 ``python -m tests.namesrv.register_cost KIND`` (KIND: msgpack-legit,
 msgpack-attack, msgpack-values, json-legit, json-attack, json-values,
-json-space, json-number). Drives ``parse_register_steps`` over the zlib body as the name
-server does and prints the result, the number of steps, the longest step
+json-space, json-number). Drives ``parse_register_steps`` over the zlib
+body as the name server does and prints the result, the number of steps, the longest step
 (wall time, and the thread's CPU time, which a loaded machine does not
 stretch) and the growth of peak RSS (VmHWM, reset once the body is built,
 less the RSS then)."""
