@@ -28,6 +28,7 @@ import json
 import json.scanner
 import re
 import struct
+import sys
 from typing import Any
 
 from protocol.codecs.base import (
@@ -404,6 +405,9 @@ class JsonBodyReader:
         self._limit = limit
         self._read_size = read_size
         self._look = limit.max_bytes + _SLACK
+        # the position past which a look needs more of the stream (past the
+        # end of a whole text: never)
+        self._ample = sys.maxsize
         self._pos = 0  # in the window
         self._base = 0  # characters of the body before the window
         self._open: list[_Open] = []
@@ -460,6 +464,7 @@ class JsonBodyReader:
             pieces.append(piece)
             held += len(piece)
         self._text = "".join(pieces)
+        self._ample = len(self._text) - self._look if self._stream is not None else sys.maxsize
 
     def _fail(self, what: str) -> RemoteProtocolError:
         self._need(1)
@@ -470,7 +475,8 @@ class JsonBodyReader:
     def _space(self) -> None:
         """Pass whitespace, at most the limit's bytes of it; at least _SLACK
         characters are held past it (unless the body ends sooner)."""
-        self._need(self._look)
+        if self._pos > self._ample:
+            self._need(self._look)
         most, at = self._limit.max_bytes, self._pos
         end = _BODY_SPACE.match(self._text, at, at + most + 1).end()  # type: ignore[union-attr]
         if end - at > most:
@@ -536,7 +542,8 @@ class JsonBodyReader:
 
     def unpack_value(self) -> Any:
         limit = self._limit
-        self._need(self._look)
+        if self._pos > self._ample:
+            self._need(self._look)
         text, at = self._text, self._pos
         found = _BODY_VALUE.match(text, at, at + limit.max_bytes + 2)
         too_long = f"a value nested more than two deep or longer than {limit.max_bytes} bytes"
