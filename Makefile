@@ -80,7 +80,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP) redis bytecode speedups spark-cds
-	$(PY) -m deploy.bench_all
+	$(PY) -m deploy.bench_all --doc docs/benchmarks.md
 	@if command -v redis-server >/dev/null; then \
 		echo; echo "Redis Streams on this machine, right after:"; $(PY) -m deploy.bench_redis; fi
 

@@ -1,6 +1,6 @@
 """``make bench``: every headline figure from one run, on fresh daemons.
 
-    .venv/bin/python -m deploy.bench_all [--quick] [--json PATH] [--skip-spark]
+    .venv/bin/python -m deploy.bench_all [--quick] [--json PATH] [--skip-spark] [--doc PATH]
 
 Starts a name server and a broker (separate processes, free 127.0.0.1 ports,
 a temporary store) with ASYNC_FLUSH, runs the mqbench commands below one after
@@ -28,7 +28,8 @@ processes), so the figures can be read against what the machine gave then.
     machine -c 5000                                  first and last
 
 ``--quick`` divides the counts by 10 (a smoke test). ``--json PATH`` writes
-every raw result. The daemons are stopped (SIGTERM, then SIGKILL after a
+every raw result. ``--doc PATH`` (``make bench``: docs/benchmarks.md) also writes the
+table into that page, between its markers (``deploy/bench_doc.py``). The daemons are stopped (SIGTERM, then SIGKILL after a
 timeout) and the temporary directory removed whatever happens.
 """
 
@@ -53,7 +54,7 @@ import structlog
 import trio
 
 from client.proc_cpu import cpu_seconds
-from deploy import speedups
+from deploy import bench_doc, speedups
 from protocol.logs import configure_logging
 from protocol.trio.memory import rss_bytes
 
@@ -620,18 +621,26 @@ def run(divisor: int, skip_spark: bool, tmp_dir: str | None) -> dict[str, Any]:
 @click.option("--tmp-dir", default=None,
               help="Where the temporary stores go (default: the system's temp directory); "
                    "the fdatasync figure is of this file system.")
+@click.option("--doc", "doc_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Also write the table into this markdown page, between its "
+                                 "<!-- bench:begin --> and <!-- bench:end --> markers.")
 @click.option("--log-level", default="INFO", show_default=True)
 def main(quick: bool, divisor: int | None, json_path: Path | None, skip_spark: bool,
-         tmp_dir: str | None, log_level: str) -> None:
+         tmp_dir: str | None, doc_path: Path | None, log_level: str) -> None:
     """Start fresh daemons, run every mqbench mode, print one table."""
     configure_logging(log_level)
     results = run(divisor or (10 if quick else 1), skip_spark, tmp_dir)
     if json_path is not None:
         json_path.write_text(json.dumps(results, indent=2) + "\n")
-    click.echo(render_table(table_rows(results)))
+    rows = table_rows(results)
+    click.echo(render_table(rows))
     failed = [s["command"] for s in results["steps"] if "error" in s]
     if failed:
         raise click.ClickException("failed: " + "; ".join(failed))
+    if doc_path is not None:
+        bench_doc.write_doc(doc_path, bench_doc.section(
+            rows, results["started"], results["divisor"], results["skip_spark"]))
+        click.echo(f"written into {doc_path}")
 
 
 if __name__ == "__main__":

@@ -21,12 +21,12 @@ CHILD = "tests.integration.official_client_proc"
 
 
 @functools.cache
-def load_error() -> str | None:
-    """Why ``rocketmq.client`` (the wheel's ctypes wrapper and librocketmq) cannot
-    be imported by this interpreter, or None when it can. Checked in a child
-    process, so the C library is never loaded into pytest's own."""
+def load_error(module: str = "rocketmq.client") -> str | None:
+    """Why ``module`` (by default ``rocketmq.client``: the wheel's ctypes wrapper and
+    librocketmq) cannot be imported by this interpreter, or None when it can. Checked
+    in a child process, so a C library is never loaded into pytest's own."""
     try:
-        proc = subprocess.run([sys.executable, "-c", "import rocketmq.client"], cwd=REPO,
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO,
                               capture_output=True, text=True, timeout=60,
                               stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
