@@ -133,6 +133,10 @@ class BrokerConfig(PropertiesConfig):
     default_topic_queue_nums: int = 4
     max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS  # most read/write queues one topic may have
     broker_permission: int = 6
+    # the topics named after the broker and its cluster (RocketMQ's): readable and
+    # writable (mqadmin sendMsgStatus and clusterRT send to them), else neither
+    broker_topic_enable: bool = True
+    cluster_topic_enable: bool = True
     # messages
     max_message_size: int = 4 * MiB
     max_frame_size: int = 16 * MiB
