@@ -353,7 +353,8 @@ class MQAdmin:
         try:
             cfg = TopicConfig.from_dict(body)
         except RemoteProtocolError as exc:
-            raise MQAdminError(f"{addr}: getTopicConfig answered an unreadable config: {exc}") from exc
+            raise MQAdminError(f"{addr}: getTopicConfig answered an unreadable config: "
+                               f"{exc}") from exc
         if cfg.topic_name != topic:
             raise MQAdminError(f"{addr}: getTopicConfig answered topic {cfg.topic_name!r}")
         return cfg

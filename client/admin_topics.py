@@ -43,6 +43,8 @@ TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # RocketMQ's MixAll.TOOLS_CONSUMER_GROU
 PULL_BATCH = 32  # messages per pull, as RocketMQ's print commands
 TIME_FORMAT = "%Y-%m-%d#%H:%M:%S:%f"  # RocketMQ's yyyy-MM-dd#HH:mm:ss:SSS
 TIME_HELP = "currentTimeMillis, or yyyy-MM-dd#HH:mm:ss:SSS (local time)."
+BEGIN_HELP = "From the first message stored at or after this time."
+END_HELP = "Up to the first message stored at or after this time (excluded)."
 
 
 # ---- pure helpers -------------------------------------------------------------------
@@ -82,9 +84,10 @@ def _java_map(props: dict[str, str]) -> str:
 def message_text(m: MessageExt, broker_name: str) -> str:
     """RocketMQ's ``MessageExt.toString`` (the body as its size: the BODY field
     follows it)."""
-    return (f"MessageExt [brokerName={broker_name}, queueId={m.queue_id}, storeSize={m.store_size}, "
-            f"queueOffset={m.queue_offset}, sysFlag={m.sys_flag}, bornTimestamp={m.born_timestamp}, "
-            f"bornHost={m.born_host}, storeTimestamp={m.store_timestamp}, storeHost={m.store_host}, "
+    return (f"MessageExt [brokerName={broker_name}, queueId={m.queue_id}, "
+            f"storeSize={m.store_size}, queueOffset={m.queue_offset}, sysFlag={m.sys_flag}, "
+            f"bornTimestamp={m.born_timestamp}, bornHost={m.born_host}, "
+            f"storeTimestamp={m.store_timestamp}, storeHost={m.store_host}, "
             f"msgId={m.msg_id}, commitLogOffset={m.commit_log_offset}, bodyCRC={m.body_crc}, "
             f"reconsumeTimes={m.reconsume_times}, "
             f"preparedTransactionOffset={m.prepared_transaction_offset}, "
@@ -98,7 +101,8 @@ def body_text(m: MessageExt, charset: str, print_body: bool) -> str:
 
 def message_line(m: MessageExt, broker_name: str, charset: str, print_body: bool) -> str:
     """One message as printMsg and printMsgByQueue print it."""
-    return f"MSGID: {m.msg_id} {message_text(m, broker_name)} BODY: {body_text(m, charset, print_body)}"
+    return (f"MSGID: {m.msg_id} {message_text(m, broker_name)} "
+            f"BODY: {body_text(m, charset, print_body)}")
 
 
 def message_json(m: MessageExt, broker_name: str, charset: str, print_body: bool) -> dict[str, Any]:
@@ -159,8 +163,8 @@ class JsonStream:
         click.echo("]" + (", " + inner if inner else "") + "}")
 
 
-def _timestamp_option(letter: str, name: str, help_text: str) -> Callable[..., Any]:
-    return click.option(f"-{letter}", f"--{name}", name, default=None, metavar="TIME",
+def _timestamp_option(letter: str, name: str, dest: str, help_text: str) -> Callable[..., Any]:
+    return click.option(f"-{letter}", f"--{name}", dest, default=None, metavar="TIME",
                         help=help_text + " " + TIME_HELP)
 
 
@@ -277,8 +281,8 @@ async def _queue_range(consumer: Any, mq: MessageQueue, begin: int | None, end: 
               help="The bodies' charset (e.g. UTF-8, GBK).")
 @click.option("-s", "--subExpression", "expression", default="*", show_default=True,
               help="Subscribe expression, e.g. TagA || TagB.")
-@_timestamp_option("b", "beginTimestamp", "From the first message stored at or after this time.")
-@_timestamp_option("e", "endTimestamp", "Up to the first message stored at or after this time.")
+@_timestamp_option("b", "beginTimestamp", "begin", BEGIN_HELP)
+@_timestamp_option("e", "endTimestamp", "end", END_HELP)
 @click.option("-d", "--printBody", "print_body", type=click.BOOL, default=True, show_default=True,
               help="Print the bodies (true|false).")
 @json_option
@@ -335,8 +339,8 @@ def print_msg(namesrv: str, topic: str, charset: str, expression: str, begin: st
               help="The bodies' charset (e.g. UTF-8, GBK).")
 @click.option("-s", "--subExpression", "expression", default="*", show_default=True,
               help="Subscribe expression, e.g. TagA || TagB.")
-@_timestamp_option("b", "beginTimestamp", "From the first message stored at or after this time.")
-@_timestamp_option("e", "endTimestamp", "Up to the first message stored at or after this time.")
+@_timestamp_option("b", "beginTimestamp", "begin", BEGIN_HELP)
+@_timestamp_option("e", "endTimestamp", "end", END_HELP)
 @click.option("-p", "--printMsg", "print_messages", type=click.BOOL, default=False,
               show_default=True, help="Print the messages (true|false).")
 @click.option("-d", "--printBody", "print_body", type=click.BOOL, default=False,
@@ -449,6 +453,10 @@ def send_msg_status(namesrv: str, broker_name: str, size: int, count: int,
     from client import Producer
 
     async def go() -> None:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+            if broker_name not in (await admin.cluster_info())["brokerAddrTable"]:
+                # else the send could create a topic of that name (autoCreateTopicEnable)
+                raise click.ClickException(f"no broker named {broker_name} is registered")
         async with Producer("PID_SMSC", namesrv_addr=namesrv,
                             credentials=tool_credentials()) as producer:
             try:  # a warm-up, as RocketMQ's
@@ -517,8 +525,9 @@ def _clean_command(name: str, doc: str, masters_only: bool,
                     continue
                 shown = ", ".join(f"{t}/{q}" for t, q in r.removed)
                 more = r.removed_count - len(r.removed)
-                click.echo(f"{addr}: removed {r.removed_count} consume queue(s)"
-                           + (f": {shown}" if shown else "") + (f" and {more} more" if more > 0 else ""))
+                line = f"{addr}: removed {r.removed_count} consume queue(s)"
+                line += f": {shown}" if shown else ""
+                click.echo(line + (f" and {more} more" if more > 0 else ""))
                 for topic, reason in r.kept:
                     click.echo(f"{addr}: kept {topic}: {reason}")
         if failed:
@@ -650,9 +659,9 @@ def cluster_rt(namesrv: str, amount: int, size: int, cluster: str | None, tlog: 
                             click.echo(f"{now}|{machine_room}|{cname}|{bname}|"
                                        f"{math.floor(rt + 0.5)}")
                 if as_json:
-                    click.echo(json.dumps([dict(zip(("clusterName", "brokerName", "rt",
-                                                     "successCount", "failCount"), r,
-                                                    strict=True)) for r in rows]))
+                    click.echo(json.dumps([{"clusterName": c, "brokerName": b, "rt": round(rt, 3),
+                                            "successCount": ok, "failCount": failed}
+                                           for c, b, rt, ok, failed in rows]))
                 elif not tlog:
                     if done:
                         click.echo("")

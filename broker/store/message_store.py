@@ -1128,8 +1128,7 @@ class DefaultMessageStore:
 
     def consume_queue_facts(self) -> list[QueueFacts]:
         """Every consume queue, as queue_cleanup decides on them."""
-        return [QueueFacts(cq.topic, cq.queue_id, cq.max_offset_in_queue - cq.min_offset_in_queue,
-                           cq.max_physic_offset)
+        return [QueueFacts(cq.topic, cq.queue_id, cq.max_physic_offset)
                 for cq in self._all_consume_queues()]
 
     def consume_queue_entries(self, topic: str, queue_id: int, index: int, count: int

@@ -54,8 +54,7 @@ class QueueFacts:
 
     topic: str
     queue_id: int
-    entries: int  # entries the queue holds (max offset - min offset)
-    end: int  # commit-log offset where its last indexed record ends (0: none)
+    end: int  # commit-log offset where its last indexed record ends (0: none ever)
 
 
 @dataclass(slots=True)
@@ -70,8 +69,9 @@ class CleanPlan:
         """The wire answer: removed queues, kept topics and why (at most
         REPORT_MAX_NAMES of each, the rest counted)."""
         kept = sorted(self.kept.items())
+        removed = sorted(self.remove)[:REPORT_MAX_NAMES]
         return {
-            "removed": [{"topic": t, "queueId": q} for t, q in sorted(self.remove)[:REPORT_MAX_NAMES]],
+            "removed": [{"topic": t, "queueId": q} for t, q in removed],
             "removedCount": len(self.remove),
             "kept": [{"topic": t, "reason": k.value} for t, k in kept[:REPORT_MAX_NAMES]],
             "keptCount": len(kept),
@@ -79,9 +79,10 @@ class CleanPlan:
 
 
 def is_expired(q: QueueFacts, min_phy_offset: int) -> bool:
-    """Every message the queue points to is gone from the commit log. A queue
-    without an entry is not (RocketMQ: "maybe created just now")."""
-    return q.entries > 0 and 0 < q.end <= min_phy_offset
+    """Every message the queue points to is gone from the commit log (the
+    periodic clean-up already moved its min offset to its max). A queue that
+    never had an entry is not (RocketMQ: "maybe created just now")."""
+    return 0 < q.end <= min_phy_offset
 
 
 def expired_queues(queues: Iterable[QueueFacts], min_phy_offset: int, keep: KeepRule) -> CleanPlan:
