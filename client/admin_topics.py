@@ -41,7 +41,7 @@ from protocol.route import PERM_MAX
 
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # RocketMQ's MixAll.TOOLS_CONSUMER_GROUP
 PULL_BATCH = 32  # messages per pull, as RocketMQ's print commands
-TIME_FORMAT = "%Y-%m-%d#%H:%M:%S:%f"  # RocketMQ's yyyy-MM-dd#HH:mm:ss:SSS
+TIME_FORMAT = "%Y-%m-%d#%H:%M:%S"  # RocketMQ's yyyy-MM-dd#HH:mm:ss:SSS, without :SSS
 TIME_HELP = "currentTimeMillis, or yyyy-MM-dd#HH:mm:ss:SSS (local time)."
 BEGIN_HELP = "From the first message stored at or after this time."
 END_HELP = "Up to the first message stored at or after this time (excluded)."
@@ -56,12 +56,14 @@ def parse_timestamp(text: str) -> int:
     value = text.strip()
     if value.lstrip("-").isdigit():
         return int(value)
+    seconds, _, millis = value.rpartition(":")
     try:
-        # %f reads 1-6 digits as a fraction: "007" is 7 ms, as SSS
-        when = _dt.datetime.strptime(value, TIME_FORMAT)
+        if not (millis.isdigit() and len(millis) <= 3):
+            raise ValueError(millis)
+        when = _dt.datetime.strptime(seconds, TIME_FORMAT)
     except ValueError:
         raise ValueError(f"{text!r} is neither milliseconds nor yyyy-MM-dd#HH:mm:ss:SSS") from None
-    return int(when.timestamp() * 1000 // 1)
+    return int(when.timestamp()) * 1000 + int(millis)
 
 
 def check_charset(name: str) -> str:
