@@ -14,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -335,3 +336,42 @@ def test_clean_expired_cq_and_unused_topic(cluster: Cluster) -> None:
                                  "--json"))["maxQueueIndex"] > 0
     assert "no broker registered" in fails("cleanExpiredCQ", "-n", n, "-c", "NoCluster")
     assert "no broker registered" in fails("cleanUnusedTopic", "-n", n, "-c", "NoCluster")
+
+
+# ---- ACL: the commands sign with the tool's credentials -----------------------------------
+
+ACL = """accounts:
+  - accessKey: rocketmq2
+    secretKey: '12345678'
+    admin: true
+  - accessKey: reader01
+    secretKey: readersecret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms: [AclTopic=SUB]
+"""
+ADMIN_KEYS = ("--access-key", "rocketmq2", "--secret-key", "12345678")
+READER_KEYS = ("--access-key", "reader01", "--secret-key", "readersecret")
+
+
+def test_acl_signs_the_new_commands(cluster: Cluster, tmp_path: Path) -> None:
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    ns = cluster.namesrv()
+    broker = cluster.broker("broker-acl", ns.addr, aclEnable="true", aclPlainFile=acl)
+    n, addr = ns.addr, broker.addr
+    for topic in ("AclTopic", "OtherTopic"):
+        ok(*ADMIN_KEYS, "updateTopic", "-n", n, "-b", addr, "-t", topic, "-r", "1", "-w", "1")
+        routed(n, topic)
+    cq = ("queryCq", "-n", n, "-b", addr, "-q", "0", "-i", "0", "-t")
+    # a queue no message made yet: the broker answers that it does not have it
+    assert "0@AclTopic is not exist!" in fails(*READER_KEYS, *cq, "AclTopic")
+    assert "No permission for topic=OtherTopic" in fails(*READER_KEYS, *cq, "OtherTopic")
+    assert "NO_PERMISSION" in fails(*cq, "AclTopic")  # unsigned
+    # removing queues and changing a topic: admin accounts only
+    assert "admin" in fails(*READER_KEYS, "cleanUnusedTopic", "-n", n, "-b", addr)
+    assert ok(*ADMIN_KEYS, "cleanUnusedTopic", "-n", n, "-b", addr).splitlines()[-1] == "success"
+    assert "admin" in fails(*READER_KEYS, "updateTopicPerm", "-n", n, "-t", "AclTopic", "-b", addr,
+                            "-p", "4")
+    assert "success" in ok(*ADMIN_KEYS, "updateTopicPerm", "-n", n, "-t", "AclTopic", "-b", addr,
+                           "-p", "4")
