@@ -248,9 +248,10 @@ def update_topic_perm(namesrv: str, broker_addr: str | None, cluster: str | None
 
 async def _print_queue(consumer: Any, mq: MessageQueue, expression: str, lo: int, hi: int,
                        on_messages: Callable[[list[MessageExt]], None],
-                       on_unmatched: Callable[[int], None] | None = None) -> str:
+                       on_unmatched: Callable[[int], None] | None = None) -> tuple[str, int]:
     """Pull ``mq`` from ``lo`` to ``hi`` (exclusive) in batches, handing on each
-    batch's messages below ``hi``; returns the status the walk ended on."""
+    batch's messages below ``hi``; returns the status the walk ended on and the
+    offset it reached."""
     offset = lo
     status = PullStatus.NO_NEW_MSG.name
     while offset < hi:
@@ -262,11 +263,11 @@ async def _print_queue(consumer: Any, mq: MessageQueue, expression: str, lo: int
             if on_unmatched is not None:
                 on_unmatched(r.next_begin_offset)
         else:  # NO_NEW_MSG, OFFSET_ILLEGAL: this queue is done
-            return status
+            return status, r.next_begin_offset
         if r.next_begin_offset <= offset:  # no progress: never loop
-            return status
+            return status, offset
         offset = r.next_begin_offset
-    return status
+    return status, offset
 
 
 async def _queue_range(consumer: Any, mq: MessageQueue, begin: int | None, end: int | None
@@ -318,13 +319,14 @@ def print_msg(namesrv: str, topic: str, charset: str, expression: str, begin: st
                         click.echo(f"{java_queue(mq)} no matched msg. status=NO_MATCHED_MSG, "
                                    f"offset={offset}")
 
-                status = await _print_queue(consumer, mq, expression, lo, hi, found, unmatched)
+                status, reached = await _print_queue(consumer, mq, expression, lo, hi, found,
+                                                     unmatched)
                 queues_seen.append({"brokerName": mq.broker_name, "queueId": mq.queue_id,
                                     "minOffset": lo, "maxOffset": hi, "status": status})
                 if stream is None:
                     if status in (PullStatus.NO_NEW_MSG.name, PullStatus.OFFSET_ILLEGAL.name):
                         click.echo(f"{java_queue(mq)} print msg finished. status={status}, "
-                                   f"offset={hi}")
+                                   f"offset={reached}")
                     click.echo("-" * 56)
         if stream is not None:
             stream.close({"queues": queues_seen})
