@@ -9,7 +9,6 @@ and noted once in the log at start; any other unknown key is a ConfigError.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -23,6 +22,7 @@ from protocol.config import (
     mask_secrets,
     not_a_key,
 )
+from protocol.namesrv_addr import split_namesrv_addr
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.busy_poll import check_window_us
 from protocol.trio.limits import ConnectionLimits, limits_of
@@ -137,6 +137,13 @@ class BrokerConfig(PropertiesConfig):
     # writable (mqadmin sendMsgStatus and clusterRT send to them), else neither
     broker_topic_enable: bool = True
     cluster_topic_enable: bool = True
+    # message trace (docs/trace.md): the trace topic is made at start (1 queue) and
+    # registered; send responses carry regionId and traceOn (traceOn=false: clients
+    # with trace on record nothing of sends to this broker)
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = names.RMQ_SYS_TRACE_TOPIC
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
     # messages
     max_message_size: int = 4 * MiB
     max_frame_size: int = 16 * MiB
@@ -296,6 +303,8 @@ class BrokerConfig(PropertiesConfig):
         checks = [
             ("brokerName", names.broker_name_problem(self.broker_name)),
             ("brokerClusterName", names.cluster_name_problem(self.broker_cluster_name)),
+            ("msgTraceTopicName", names.topic_problem(self.msg_trace_topic_name)),
+            ("regionId", names.topic_problem(self.region_id)),
             ("brokerIP1", names.addr_problem(f"{self.broker_ip1}:{self.listen_port}")),
         ]
         checks += [("namesrvAddr", names.addr_problem(a)) for a in self.namesrv_addr_list]
@@ -434,7 +443,7 @@ class BrokerConfig(PropertiesConfig):
 
     @property
     def namesrv_addr_list(self) -> list[str]:
-        return [a.strip() for a in re.split(r"[;,]", self.namesrv_addr) if a.strip()]
+        return split_namesrv_addr(self.namesrv_addr)
 
     def store_path(self, *parts: str) -> Path:
         return Path(self.store_path_root_dir).joinpath(*parts)

@@ -228,10 +228,13 @@ class BrokerController:
                 broker_registry(self), self.listen_host, config.metrics_port,
                 snapshot=partial(frozen_registry, BrokerCollector(self)))
         self.tune_gc = False  # mqbroker sets it: freeze start-up objects, fewer young GCs
-        self._register_event = trio.Event()
         self._stop = trio.Event()
         self.started = False
         self._register_guard = Guard(self.log, "register")
+        # one registration loop per name server: each its own wake-up and back-off
+        self._register_events = {a: trio.Event() for a in config.namesrv_addr_list}
+        self._register_guards = {a: Guard(self.log.bind(namesrv=a), "register")
+                                 for a in config.namesrv_addr_list}
         self._persist_guard = Guard(self.log, "persist")
         # admins' topic changes waiting for the topic journal (_topic_persist_loop)
         self._topics_guard = Guard(self.log, "persist topics")
@@ -368,7 +371,8 @@ class BrokerController:
 
     def trigger_register(self) -> None:
         """Register with the name servers soon (topics changed)."""
-        self._register_event.set()
+        for event in self._register_events.values():
+            event.set()
 
     def delete_topic(self, topic: str) -> None:
         self.topic_config_manager.delete(topic)
@@ -551,24 +555,33 @@ class BrokerController:
             commit_log.store_host = host
             commit_log._id_head = host.hex().upper()
 
-    async def register_broker_all(self) -> None:
-        """Register with every name server: the whole table with one that does
-        not know this broker's topics yet, else only what changed since it last
-        took a registration (broker/out_api.py). Never raises (but Cancelled):
-        a failure is logged and the next period (or topic change) tries again."""
+    async def register_broker_all(self, addr: str | None = None) -> None:
+        """Register with every name server at once (or with ``addr`` only): the
+        whole table with one that does not know this broker's topics yet, else
+        only what changed since it last took a registration (broker/out_api.py).
+        Never raises (but Cancelled): a failure is logged and the next period
+        (or topic change) tries again."""
         assert self.outer_api is not None
+        guard = self._register_guard if addr is None else self._register_guards[addr]
         try:
-            await self.outer_api.register_broker_all(self.topic_config_manager,
-                                                     self.ha_server_addr)
+            await self.outer_api.register_broker_all(
+                self.topic_config_manager, self.ha_server_addr,
+                None if addr is None else [addr])
             if self.config.is_slave:
                 self.ha_service.set_master_ha_addr(self.outer_api.master_ha_addr)
         except Exception as exc:
-            self._register_guard.failed(exc, "register with name servers failed",
-                                        topics=len(self.topic_config_manager.table))
+            guard.failed(exc, "register with name servers failed",
+                         topics=len(self.topic_config_manager.table))
         else:
-            self._register_guard.ok()
+            guard.ok()
 
     async def _register_loop(self) -> None:
+        """One loop per name server: one that hangs delays no other's registrations."""
+        async with trio.open_nursery() as nursery:
+            for addr in self.config.namesrv_addr_list:
+                nursery.start_soon(self._register_one_loop, addr)
+
+    async def _register_one_loop(self, addr: str) -> None:
         interval = self.config.register_broker_interval_ms / 1000
         while True:
             # a slave that does not know its master's HA address yet asks every
@@ -577,11 +590,11 @@ class BrokerController:
             if self.config.is_slave and self.ha_service.master_ha_addr is None:
                 wait = min(interval, SLAVE_FIND_MASTER_S)
             with trio.move_on_after(wait):
-                await self._register_event.wait()
-            self._register_event = trio.Event()
-            await self.register_broker_all()
+                await self._register_events[addr].wait()
+            self._register_events[addr] = trio.Event()
+            await self.register_broker_all(addr)
             # after failures, topic changes do not re-register back to back
-            await self._register_guard.pause()
+            await self._register_guards[addr].pause()
 
     async def listed_slaves(self) -> set[int] | None:
         """The broker ids of this broker group's slaves registered with the name
@@ -590,16 +603,22 @@ class BrokerController:
         addrs = self.config.namesrv_addr_list
         if not addrs:
             return set()
-        found: set[int] | None = None
-        for addr in addrs:
+        api = self.outer_api
+        answers: list[set[int]] = []
+
+        async def ask(addr: str) -> None:  # all at once: a dead one delays no other
             try:
-                ids = await self.outer_api.broker_ids(addr, self.config.broker_name)
+                answers.append(await api.broker_ids(addr, self.config.broker_name))
             except Exception as exc:
                 self.log.info("name server did not list this group's slaves", namesrv=addr,
                               error=describe(exc))
-                continue
-            found = (found or set()) | {i for i in ids if i > 0}
-        return found
+
+        async with trio.open_nursery() as nursery:
+            for addr in addrs:
+                nursery.start_soon(ask, addr)
+        if not answers:
+            return None
+        return {i for ids in answers for i in ids if i > 0}
 
     async def _copy_tables_from_slave(self, addr: str) -> None:
         """After this master restored its log from a slave: the slave's topics,

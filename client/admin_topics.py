@@ -24,13 +24,13 @@ import trio
 
 from client.admin import MQAdmin, MQAdminError
 from client.admin_cli import (
-    NAMESRV_HELP,
     _echo_json,
     _print_table,
     _run,
     cli,
     json_option,
     message_dict,
+    namesrv_option,
     tool_credentials,
     topic_config_text,
 )
@@ -189,7 +189,7 @@ def _charset(name: str) -> str:
 
 
 @cli.command("topicClusterList")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @json_option
 def topic_cluster_list(namesrv: str, topic: str, as_json: bool) -> None:
@@ -208,7 +208,7 @@ def topic_cluster_list(namesrv: str, topic: str, as_json: bool) -> None:
 
 
 @cli.command("updateTopicPerm")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None,
               help="Only this master (host:port) of the topic's route.")
 @click.option("-c", "--clusterName", "cluster", default=None,
@@ -278,7 +278,7 @@ async def _queue_range(consumer: Any, mq: MessageQueue, begin: int | None, end: 
 
 
 @cli.command("printMsg")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-c", "--charsetName", "charset", default="UTF-8", show_default=True,
               help="The bodies' charset (e.g. UTF-8, GBK).")
@@ -335,7 +335,7 @@ def print_msg(namesrv: str, topic: str, charset: str, expression: str, begin: st
 
 
 @cli.command("printMsgByQueue")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-a", "--brokerName", "broker_name", required=True)
 @click.option("-i", "--queueId", "queue_id", type=click.IntRange(min=0), required=True)
@@ -395,7 +395,7 @@ def print_msg_by_queue(namesrv: str, topic: str, broker_name: str, queue_id: int
 
 
 @cli.command("checkMsgSendRT")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-a", "--amount", type=click.IntRange(min=1), default=100, show_default=True,
               help="How many messages to send (queue after queue).")
@@ -443,7 +443,7 @@ def check_msg_send_rt(namesrv: str, topic: str, amount: int, size: int, as_json:
 
 
 @cli.command("sendMsgStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerName", "broker_name", required=True,
               help="The broker (its own topic, named after it, takes the messages).")
 @click.option("-s", "--messageSize", "size", type=click.IntRange(min=1), default=128,
@@ -501,7 +501,7 @@ def _clean_command(name: str, doc: str, masters_only: bool,
     every cluster's brokers; each one's report, then ``success``; a broker that
     failed makes the command fail once the others are done."""
 
-    @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+    @namesrv_option()
     @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Only this broker.")
     @click.option("-c", "--cluster", "cluster", default=None,
                   help="This cluster's brokers (default: every cluster's).")
@@ -559,7 +559,7 @@ _clean_command(
 
 
 @cli.command("queryCq")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-q", "--queue", "queue_id", type=click.IntRange(min=0), required=True,
               help="The queue id.")
@@ -605,7 +605,7 @@ def query_cq(namesrv: str, topic: str, queue_id: int, index: int, count: int,
 
 
 @cli.command("clusterRT")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-a", "--amount", type=click.IntRange(min=1), default=100, show_default=True,
               help="Messages sent to each broker per round.")
 @click.option("-s", "--size", type=click.IntRange(min=1), default=128, show_default=True,
