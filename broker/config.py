@@ -133,6 +133,10 @@ class BrokerConfig(PropertiesConfig):
     default_topic_queue_nums: int = 4
     max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS  # most read/write queues one topic may have
     broker_permission: int = 6
+    # the topics named after the broker and its cluster (RocketMQ's): readable and
+    # writable (mqadmin sendMsgStatus and clusterRT send to them), else neither
+    broker_topic_enable: bool = True
+    cluster_topic_enable: bool = True
     # message trace (docs/trace.md): the trace topic is made at start (1 queue) and
     # registered; send responses carry regionId and traceOn (traceOn=false: clients
     # with trace on record nothing of sends to this broker)

@@ -52,6 +52,7 @@ from broker.out_api import BrokerOuterAPI
 from broker.persist import ConfigSnapshot, SnapshotTable, atomic_write_bytes
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
+from broker.queue_admin_processor import QueueAdminProcessor
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.slave_synchronize import SlaveSynchronize
@@ -134,6 +135,7 @@ class BrokerController:
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
         self.ops_processor = OpsProcessor(self)
+        self.queue_admin_processor = QueueAdminProcessor(self)
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
@@ -282,6 +284,11 @@ class BrokerController:
         t.register(RequestCode.GET_PRODUCER_CONNECTION_LIST, ops.get_producer_connection_list)
         t.register(RequestCode.GET_BROKER_CONFIG, ops.get_broker_config)
         t.register(RequestCode.UPDATE_BROKER_CONFIG, ops.update_broker_config)
+        qa = self.queue_admin_processor
+        t.register(RequestCode.GET_TOPIC_CONFIG, qa.get_topic_config)
+        t.register(RequestCode.QUERY_CONSUME_QUEUE, qa.query_consume_queue)
+        t.register(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, qa.clean_expired_consume_queue)
+        t.register(RequestCode.CLEAN_UNUSED_TOPIC, qa.clean_unused_topic)
         return t
 
     def acl_path(self) -> Path:

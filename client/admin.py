@@ -11,7 +11,7 @@ others, and the error names it."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import structlog
@@ -24,11 +24,14 @@ from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError, is_secret_key, mask_secrets, parse_properties
+from protocol.errors import RemoteProtocolError
 from protocol.headers import (
     CreateTopicRequestHeader,
     DeleteTopicRequestHeader,
     GetRouteInfoRequestHeader,
+    GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    QueryConsumeQueueRequestHeader,
     QueryMessageRequestHeader,
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
@@ -46,7 +49,7 @@ from protocol.namesrv_addr import (
     split_namesrv_addr,
 )
 from protocol.record import decode_msg_id, decode_records
-from protocol.route import PERM_RW, BrokerData, TopicRouteData
+from protocol.route import MASTER_ID, PERM_MAX, PERM_RW, BrokerData, TopicConfig, TopicRouteData
 from protocol.trace_data import TraceContext, TraceView, decode, trace_views
 from protocol.trio.client import RemotingClient, split_addr
 from protocol.trio.errors import RemotingError
@@ -160,6 +163,47 @@ class QueueStatus:
     min_offset: int
     max_offset: int
     last_update_timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class PermChange:
+    """updateTopicPerm on one master: the perm it had, the config it has now
+    (``changed`` False: it had the new perm already, nothing was sent)."""
+
+    broker_addr: str
+    broker_name: str
+    old_perm: int
+    config: TopicConfig
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    """cleanExpiredCQ / cleanUnusedTopic on one broker: the queues removed and the
+    topics kept, with why (lists capped by the broker, counts whole)."""
+
+    broker_addr: str
+    removed: list[tuple[str, int]]
+    removed_count: int
+    kept: list[tuple[str, str]]
+    kept_count: int
+
+    @classmethod
+    def from_body(cls, addr: str, body: Any) -> CleanResult:
+        try:
+            return cls(addr, [(str(r["topic"]), int(r["queueId"])) for r in body["removed"]],
+                       int(body["removedCount"]),
+                       [(str(r["topic"]), str(r["reason"])) for r in body["kept"]],
+                       int(body["keptCount"]))
+        except (TypeError, KeyError, ValueError) as exc:
+            raise MQAdminError(f"{addr}: the clean-up report is unreadable: {exc!r}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"brokerAddr": self.broker_addr,
+                "removed": [{"topic": t, "queueId": q} for t, q in self.removed],
+                "removedCount": self.removed_count,
+                "kept": [{"topic": t, "reason": r} for t, r in self.kept],
+                "keptCount": self.kept_count}
 
 
 class MQAdmin:
@@ -355,7 +399,126 @@ class MQAdmin:
                                        row["maxOffset"], row["lastUpdateTimestamp"]))
         return sorted(out, key=lambda q: (q.broker_name, q.queue_id))
 
+    async def topic_config(self, addr: str, topic: str) -> TopicConfig:
+        """The topic's config on one broker (GET_TOPIC_CONFIG); MQAdminError
+        (TOPIC_NOT_EXIST) when the broker has none."""
+        cmd = RemotingCommand.request(RequestCode.GET_TOPIC_CONFIG,
+                                      GetTopicConfigRequestHeader(topic).to_fields())
+        body = self._check(await self._invoke(addr, cmd), f"getTopicConfig on {addr}").decode_body()
+        try:
+            cfg = TopicConfig.from_dict(body)
+        except RemoteProtocolError as exc:
+            raise MQAdminError(f"{addr}: getTopicConfig answered an unreadable config: "
+                               f"{exc}") from exc
+        if cfg.topic_name != topic:
+            raise MQAdminError(f"{addr}: getTopicConfig answered topic {cfg.topic_name!r}")
+        return cfg
+
+    async def update_topic_perm(self, topic: str, perm: int, *, broker_addr: str | None = None,
+                                cluster: str | None = None) -> list[PermChange]:
+        """RocketMQ's updateTopicPerm: the topic's permission on one master
+        (``broker_addr``, which must be a master in the topic's route) or on
+        every master of ``cluster`` holding the topic. Each broker's own config
+        (queue counts, order, flags) is read and sent back with the new perm."""
+        if not 0 <= perm <= PERM_MAX:
+            raise MQAdminError(f"perm must be within 0..{PERM_MAX} (2 W, 4 R, 6 RW), not {perm}")
+        route = await self.topic_route(topic)
+        masters = {a: bd.broker_name for bd in route.broker_datas if (a := bd.master_addr())}
+        if broker_addr:
+            if broker_addr not in masters:
+                raise MQAdminError(f"{broker_addr} is not the master of a broker in the route of "
+                                   f"{topic} (masters: {', '.join(sorted(masters)) or 'none'})")
+            targets = {broker_addr: masters[broker_addr]}
+        elif cluster:
+            in_cluster = set((await self.master_addrs(cluster)).values())
+            targets = {a: n for a, n in masters.items() if a in in_cluster}
+            if not targets:
+                raise MQAdminError(f"no master of cluster {cluster} holds the topic {topic}")
+        else:
+            raise MQAdminError("give a cluster (-c) or a broker address (-b)")
+        changes = []
+        for addr, name in sorted(targets.items()):
+            old = await self.topic_config(addr, topic)
+            if old.perm == perm:
+                changes.append(PermChange(addr, name, old.perm, old, False))
+                continue
+            new = replace(old, perm=perm)
+            fields = CreateTopicRequestHeader(
+                topic=topic, read_queue_nums=new.read_queue_nums,
+                write_queue_nums=new.write_queue_nums, perm=perm,
+                topic_filter_type=new.topic_filter_type, topic_sys_flag=new.topic_sys_flag,
+                order=new.order).to_fields()
+            cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+            self._check(await self._invoke(addr, cmd), f"updateTopicPerm on {addr}")
+            changes.append(PermChange(addr, name, old.perm, new, True))
+        return changes
+
+    async def topic_clusters(self, topic: str) -> list[str]:
+        """The clusters of the brokers in the topic's route (RocketMQ's
+        getTopicClusterList, which looks at the first broker only)."""
+        route = await self.topic_route(topic)
+        info = await self.cluster_info()
+        names = {bd.broker_name for bd in route.broker_datas}
+        return sorted(c for c, members in info["clusterAddrTable"].items()
+                      if names & set(members))
+
+    async def broker_addrs(self, cluster: str | None, *, masters_only: bool) -> list[str]:
+        """The brokers of ``cluster`` (None: of every cluster), masters and slaves
+        or masters only. MQAdminError when the cluster has no broker."""
+        info = await self.cluster_info()
+        clusters = info["clusterAddrTable"]
+        if cluster is not None and not clusters.get(cluster):
+            raise MQAdminError(f"cluster {cluster!r} has no broker registered")
+        addrs: set[str] = set()
+        for cname, members in clusters.items():
+            if cluster is not None and cname != cluster:
+                continue
+            for name in members:
+                bd = info["brokerAddrTable"].get(name)
+                if bd is None:
+                    continue
+                addrs |= {a for bid, a in bd.broker_addrs.items()
+                          if not masters_only or bid == MASTER_ID}
+        return sorted(addrs)
+
+    async def clean_expired_consume_queue(self, addr: str) -> CleanResult:
+        """CLEAN_EXPIRED_CONSUMEQUEUE: the broker removes the queues whose messages
+        are all gone, of topics nothing refers to (broker/store/queue_cleanup.py)."""
+        cmd = RemotingCommand.request(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)
+        resp = self._check(await self._invoke(addr, cmd), f"cleanExpiredCQ on {addr}")
+        return CleanResult.from_body(addr, resp.decode_body())
+
+    async def clean_unused_topic(self, addr: str) -> CleanResult:
+        """CLEAN_UNUSED_TOPIC: the broker (a master) removes the queues of topics
+        nothing refers to (no topic config, no offsets, no subscriber...)."""
+        cmd = RemotingCommand.request(RequestCode.CLEAN_UNUSED_TOPIC)
+        resp = self._check(await self._invoke(addr, cmd), f"cleanUnusedTopic on {addr}")
+        return CleanResult.from_body(addr, resp.decode_body())
+
     # ---- messages ------------------------------------------------------------------
+
+    async def query_consume_queue(self, topic: str, queue_id: int, index: int, count: int, *,
+                                  broker_addr: str | None = None, group: str | None = None
+                                  ) -> tuple[str, dict[str, Any]]:
+        """QUERY_CONSUME_QUEUE on ``broker_addr`` (default: the master of the first
+        broker, by name, in the topic's route): (address, body)."""
+        if broker_addr is None:
+            route = await self.topic_route(topic)
+            addrs = [a for bd in sorted(route.broker_datas, key=lambda b: b.broker_name)
+                     if (a := bd.select_addr())]
+            if not addrs:
+                raise MQAdminError(f"no broker in the route of {topic}")
+            broker_addr = addrs[0]
+        fields = QueryConsumeQueueRequestHeader(topic, queue_id, index, count, group).to_fields()
+        cmd = RemotingCommand.request(RequestCode.QUERY_CONSUME_QUEUE, fields)
+        resp = self._check(await self._invoke(broker_addr, cmd), f"queryCq on {broker_addr}")
+        body = resp.decode_body()
+        if not isinstance(body, dict) or not isinstance(body.get("queueData"), list):
+            raise MQAdminError(f"{broker_addr}: queryCq answered without queueData")
+        if resp.remark:
+            body["remark"] = resp.remark
+        return broker_addr, body
+
 
     async def broker_addr(self, topic: str, broker_name: str) -> str:
         route = await self.topic_route(topic)

@@ -431,6 +431,20 @@ class GetTopicStatsInfoRequestHeader(Header):
 
 
 @dataclass(slots=True)
+class GetTopicConfigRequestHeader(Header):
+    topic: Topic
+
+
+@dataclass(slots=True)
+class QueryConsumeQueueRequestHeader(Header):
+    topic: Topic
+    queue_id: NonNegInt32
+    index: NonNegInt64  # the first consume-queue entry to show
+    count: Int32  # how many (the broker bounds it)
+    consumer_group: Group | None = None  # its subscription: which entries it would read
+
+
+@dataclass(slots=True)
 class ViewBrokerStatsDataRequestHeader(Header):
     stats_name: Annotated[str, MaxLen(64)]
     stats_key: Annotated[str, MaxLen(1024)]

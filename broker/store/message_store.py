@@ -52,6 +52,7 @@ from broker.store.ha.epochs import EpochHistory, LogView, live, tail_of
 from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
 from broker.store.memory_ratio import TOTAL_PHYSICAL_MEMORY_SIZE, in_disk, memory_budget
+from broker.store.queue_cleanup import QueueFacts
 from broker.store.replica_dispatch import MAX_RECORDS, Scan, compiled_scan, scan_loop
 from broker.store.status import (
     GetMessageResult,
@@ -1088,25 +1089,68 @@ class DefaultMessageStore:
     def delete_topics(self, topics: set[str]) -> int:
         """Drop the consume queues of ``topics``; returns how many. Invalid names
         are logged and skipped: nothing outside the store is ever touched."""
-        deleted = 0
-        cq_root = self.cq_root
-        for topic in topics:
+        return self._remove_queues({t: None for t in topics})
+
+    def remove_consume_queues(self, queues: list[tuple[str, int]]) -> int:
+        """Drop these consume queues (topic, queue id): their files, their next
+        offset, and their topic's directories once empty; returns how many."""
+        chosen: dict[str, set[int] | None] = {}
+        for topic, queue_id in queues:
+            ids = chosen.setdefault(topic, set())
+            assert ids is not None
+            ids.add(queue_id)
+        return self._remove_queues(chosen)
+
+    def _remove_queues(self, chosen: dict[str, set[int] | None]) -> int:
+        """Topic -> the ids of the queues to drop (None: every one)."""
+        self.dispatch_deferred()  # a pending put's entries are not written after this
+        removed = 0
+        for topic, ids in chosen.items():
             problem = topic_problem(topic)
             if problem is not None:
                 self.log.warning("not deleting the queues of an invalid topic", reason=problem)
                 continue
-            queues = self.consume_queue_table.pop(topic, {})
-            for cq in queues.values():
+            table = self.consume_queue_table.get(topic, {})
+            for queue_id in list(table) if ids is None else sorted(ids):
+                cq = table.pop(queue_id, None)
+                if cq is None:
+                    continue
                 with self._queue_lock:
                     cq.destroy()
-                self.commit_log.topic_queue_table.pop(f"{topic}-{cq.queue_id}", None)
-                deleted += 1
+                self.commit_log.topic_queue_table.pop(f"{topic}-{queue_id}", None)
+                removed += 1
+            if not table:
+                self.consume_queue_table.pop(topic, None)
             try:
-                self._remove_empty_dirs(cq_root, cq_root / topic)
+                self._remove_empty_dirs(self.cq_root, self.cq_root / topic)
             except OSError as exc:
                 self.log.warning("cannot remove a topic's queue directories", topic=topic,
                                  error=str(exc))
-        return deleted
+        return removed
+
+    def consume_queue_facts(self) -> list[QueueFacts]:
+        """Every consume queue, as queue_cleanup decides on them."""
+        return [QueueFacts(cq.topic, cq.queue_id, cq.max_physic_offset)
+                for cq in self._all_consume_queues()]
+
+    def consume_queue_entries(self, topic: str, queue_id: int, index: int, count: int
+                              ) -> tuple[int, int, list[tuple[int, int, int, int]]] | None:
+        """QUERY_CONSUME_QUEUE: (min offset, max offset, up to ``count`` entries
+        from ``index`` as (offset, commit-log offset, size, tags code)), or None
+        when the queue does not exist. A gap in the queue ends the entries."""
+        cq = self._existing_cq(topic, queue_id)
+        if cq is None:
+            return None
+        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+        out: list[tuple[int, int, int, int]] = []
+        at = index if index >= lo else hi  # before the min: nothing (gone)
+        while len(out) < count and at < hi:  # each round adds entries or stops
+            entries = cq.get_entries(at, count - len(out))
+            if not entries:
+                break
+            out += [(at + i, phys, size, tag) for i, (phys, size, tag) in enumerate(entries)]
+            at += len(entries)
+        return lo, hi, out
 
     @staticmethod
     def _remove_empty_dirs(cq_root: Path, topic_dir: Path) -> None:
