@@ -447,8 +447,8 @@ def truth(b: bool) -> Value:
 def ref_eval(node: tuple[Any, ...], props: dict[str, str]) -> Value:
     kind = node[0]
     if kind == "prop":
-        v = props.get(node[1])
-        return None if not v else (STR, v)
+        text = props.get(node[1])
+        return None if not text else (STR, text)
     if kind == "const":
         return node[1]
     if kind == "neg":
@@ -478,10 +478,10 @@ def ref_eval(node: tuple[Any, ...], props: dict[str, str]) -> Value:
             c = ref_compare(lv, rv)
         return truth(ORDERED[node[1]](c))
     if kind == "in":
-        v = props.get(node[1])
-        if not v:
+        text = props.get(node[1])
+        if not text:
             return None
-        return truth((v in node[2]) != node[3])
+        return truth((text in node[2]) != node[3])
     if kind == "strop":
         _, op, operand, search, negated = node
         if not search:
@@ -501,8 +501,7 @@ def ref_eval(node: tuple[Any, ...], props: dict[str, str]) -> Value:
         v = ref_eval(node[1], props)
         return None if v is None else truth(not v[1])
     if kind == "cast":
-        v = props.get(node[1])
-        return None if not v else truth(False)
+        return None if not props.get(node[1]) else truth(False)
     raise AssertionError(kind)
 
 
@@ -674,6 +673,10 @@ def condition(draw: st.DrawFn, depth: int) -> Expr:
                 "bool")
 
 
+def properties_getter(properties: dict[str, str]) -> Any:
+    return lambda name: properties.get(name) or None
+
+
 PROPERTY_MAPS = st.dictionaries(st.sampled_from(NAMES), st.sampled_from(TEXTS), max_size=4)
 
 
@@ -691,7 +694,7 @@ def test_random_expressions_match_the_reference(expr: Expr, maps: list[dict[str,
     f = compile_sql(expr.text)
     for properties in maps:
         want = reference(expr.node, properties)
-        get = lambda name: properties.get(name) or None  # noqa: E731
+        get = properties_getter(properties)
         if want == "error":
             with pytest.raises(SqlEvalError):
                 f.evaluate(get)
