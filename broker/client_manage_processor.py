@@ -17,8 +17,14 @@ from protocol.client_data import (
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
-from protocol.filter_sql import SQL92, SqlParseError, compile_sql, is_tag_type
-from protocol.names import InvalidNameError, group_problem, retry_topic, shown
+from protocol.filter_sql import (
+    SQL92,
+    SqlParseError,
+    compile_sql,
+    is_tag_type,
+    unsupported_remark,
+)
+from protocol.names import InvalidNameError, group_problem, retry_topic
 from protocol.route import PERM_RW
 from protocol.trio.connection import RemotingConnection
 
@@ -111,8 +117,7 @@ class ClientManageProcessor:
             return cmd.response(ResponseCode.SUCCESS)
         if sub.expression_type != SQL92 or not self.controller.config.enable_property_filter:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                "The broker does not support consumer to filter message by "
-                                f"{shown(sub.expression_type)}")
+                                unsupported_remark(sub.expression_type))
         try:
             compile_sql(sub.sub_string)
         except SqlParseError as exc:

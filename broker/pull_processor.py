@@ -28,9 +28,8 @@ from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.filter import parse_sub_expression
-from protocol.filter_sql import SQL92, SqlParseError, is_tag_type
+from protocol.filter_sql import SQL92, SqlParseError, is_tag_type, unsupported_remark
 from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from protocol.names import shown
 from protocol.route import MASTER_ID, is_readable
 from protocol.trio.connection import RemotingConnection
 
@@ -180,8 +179,7 @@ class PullMessageProcessor:
             return None, tag_filter(tags)
         if expression_type != SQL92 or not self.config.enable_property_filter:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                "The broker does not support consumer to filter message by "
-                                f"{shown(expression_type)}"), nothing
+                                unsupported_remark(expression_type)), nothing
         try:
             compiled = self.controller.consumer_filter_manager.get(
                 h.consumer_group, h.topic, expression or "", version)

@@ -87,6 +87,17 @@ def is_tag_type(expression_type: str | None) -> bool:
     return expression_type is None or expression_type in ("", TAG)
 
 
+_PLAIN_TYPE = re.compile(r"[A-Za-z0-9_]{1,32}")
+
+
+def unsupported_remark(expression_type: str) -> str:
+    """RocketMQ's refusal of a subscription type the broker does not filter by
+    (SQL92 without ``enablePropertyFilter``, or an unknown type)."""
+    shown = expression_type if _PLAIN_TYPE.fullmatch(expression_type) else \
+        repr(expression_type[:32]) + ("..." if len(expression_type) > 32 else "")
+    return f"The broker does not support consumer to filter message by {shown}"
+
+
 class SqlParseError(ValueError):
     """An expression that does not compile: ``position`` is the 0-based index
     in the text, ``line`` and ``column`` 1-based."""
