@@ -786,6 +786,10 @@ def _compile(node: Node) -> Evaluator:
                     unknown = True
             return None if unknown else False
         return or_
+    if kind in (EQ, CMP):
+        fast = _compile_property_test(node)
+        if fast is not None:
+            return fast
     if kind == EQ:
         left, right = (_compile(a) for a in node.args)
 
@@ -842,6 +846,65 @@ def _compile(node: Node) -> Evaluator:
             return bool(method(v, search)) != negated_op
         return strop
     raise AssertionError(f"unknown node {kind}")  # pragma: no cover
+
+
+def _property_reader(constant: Any) -> Callable[[str], Any] | None:
+    """How a property's text is converted to compare with ``constant`` on the
+    right (``java_compare``'s string-on-the-left conversions), or None when it
+    is compared as it is (a string) or the pair takes the general path."""
+    t = type(constant)
+    if t is JInt:
+        return java_parse_int
+    if t is JLong:
+        return lambda v: java_parse_int(v, LONG_MIN, LONG_MAX)
+    if t is float:
+        return java_parse_double
+    return None
+
+
+def _compile_property_test(node: Node) -> Evaluator | None:
+    """``property OP constant``, the usual shape, without the general path's
+    calls: the same results (NULL and conversion errors included), or None
+    for any other shape."""
+    left, right = node.args
+    if left.kind != PROP or right.kind != CONST or right.value is None:
+        return None
+    name, constant = left.value, right.value
+    read = _property_reader(constant)
+    if node.kind == EQ:
+        if type(constant) is str:
+            def eq_text(get: Get) -> Any:
+                v = get(name)
+                return None if v is None else v == constant
+            return eq_text
+        if read is None:
+            return None
+        if type(constant) is float:
+            def eq_double(get: Get) -> Any:
+                v = get(name)
+                return None if v is None else _double_compare(read(v), constant) == 0
+            return eq_double
+
+        def eq_number(get: Get) -> Any:
+            v = get(name)
+            return None if v is None else read(v) == constant
+        return eq_number
+    test = _TESTS[node.value]
+    if read is None:  # (a string literal is never ordered: it does not compile)
+        return None
+    if type(constant) is float:
+        def cmp_double(get: Get) -> Any:
+            v = get(name)
+            return None if v is None else test(_double_compare(read(v), constant))
+        return cmp_double
+
+    def cmp_number(get: Get) -> Any:
+        v = get(name)
+        if v is None:
+            return None
+        x = read(v)
+        return test((x > constant) - (x < constant))
+    return cmp_number
 
 
 def required_tags(node: Node) -> frozenset[str] | None:
