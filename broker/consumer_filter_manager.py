@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from broker.store.message_store import MAX_FILTER_SCAN, RecordFilter
 from protocol.filter import tag_codes
 from protocol.filter_sql import SqlFilter, SqlParseError, compile_sql
-from protocol.record import record_properties
+from protocol.record import Buffer, record_properties
 
 DEFAULT_MAX_ENTRIES = 16_384
 DEFAULT_MAX_WEIGHT = 32 * 1024 * 1024  # ~ bytes held: texts and compiled nodes
@@ -54,7 +54,7 @@ def tag_filter(tags: frozenset[str] | None) -> MessageFilter:
 def sql_filter(compiled: SqlFilter) -> MessageFilter:
     """A pull's filter for a compiled SQL92 expression."""
 
-    def matches(record: bytes) -> bool:
+    def matches(record: Buffer) -> bool:
         return compiled.matches_text(record_properties(record))
 
     scan = max(MIN_FILTER_SCAN, min(MAX_FILTER_SCAN,

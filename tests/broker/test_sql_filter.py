@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 import broker.consumer_filter_manager as filter_module
+import broker.store.message_store as message_store
 from broker.config import BrokerConfig
 from broker.consumer_filter_manager import (
     FILTER_WORK_PER_PULL,
@@ -31,7 +32,7 @@ from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
 from protocol.filter_sql import SqlParseError, compile_sql
 from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from protocol.record import decode_records
+from protocol.record import RECORD_HEAD_SIZE, decode_records
 from protocol.route import TopicConfig
 from tests.broker.fakes import FakeConn, call
 from tests.broker.store.helpers import inner
@@ -240,6 +241,40 @@ async def test_messages_whose_evaluation_fails_are_skipped(on: BrokerController)
     assert got == [0, 3, 5]
     got, _ = read_all(on, "n > 4.0 OR n IS NULL")  # 'x' throws, whatever OR's right says
     assert got == [0, 3, 4, 5]
+
+
+@pytest.mark.parametrize("read_bytes", [1, 700, 1 << 20])
+async def test_records_read_in_runs_and_corrupt_ones_skipped(
+        tmp_path: Path, made: list[BrokerController], monkeypatch: pytest.MonkeyPatch,
+        read_bytes: int) -> None:
+    monkeypatch.setattr(message_store, "FILTER_READ_BYTES", read_bytes)
+    c = broker(tmp_path, made, enable_property_filter=True)
+    c.topic_config_manager.update(TopicConfig(TOPIC, 2, 2))
+    store = c.message_store
+    for i in range(120):  # runs of 5 in queue 0, then single records alternating
+        queue = (i // 5) % 2 if i < 60 else i % 2
+        msg = inner(TOPIC, queue, str(i).encode(), properties={"n": str(i), "mod3": str(i % 3)})
+        assert store.put_message(msg).ok
+    # the body of the record of message 12 (queue 0) no longer matches its CRC
+    phys = store.get_commit_log_offset_in_queue(TOPIC, 0, 7)
+    mf = store.commit_log.mapped_file_queue.find_by_offset(phys)
+    assert mf is not None
+    at = phys - mf.file_from_offset + RECORD_HEAD_SIZE
+    mf.mm[at] ^= 0xFF
+    want = [i for i in range(120) if ((i // 5) % 2 if i < 60 else i % 2) == 0
+            and i % 3 == 0 and i != 12]
+    got: list[int] = []
+    offset = 0
+    while offset < store.get_max_offset_in_queue(TOPIC, 0):
+        h = PullMessageRequestHeader(consumer_group=GROUP, topic=TOPIC, queue_id=0,
+                                     queue_offset=offset, max_msg_nums=4,
+                                     sys_flag=FLAG_SUBSCRIPTION,
+                                     subscription="mod3 = 0 AND n BETWEEN 0 AND 200",
+                                     expression_type="SQL92")
+        r = call(c, RequestCode.PULL_MESSAGE, h.to_fields())
+        got += numbers(r)
+        offset = next_offset(r)
+    assert got == want
 
 
 async def test_only_records_whose_tags_can_match_are_read(on: BrokerController,
