@@ -50,7 +50,9 @@ Evaluation is RocketMQ's, Java types and all (``ComparisonExpression``,
 
 Differences from RocketMQ: trailing text after a complete expression is an
 error here (RocketMQ's parser silently ignores it), and expressions are
-bounded (``MAX_SQL_LENGTH``, ``MAX_DEPTH``, ``MAX_NODES``).
+bounded (``MAX_SQL_LENGTH``, ``MAX_DEPTH``, ``MAX_NODES``, ``MAX_HEIGHT``,
+``MAX_IN_ITEMS``): compiling one takes a few milliseconds at most, evaluating
+it on a message a bounded number of steps.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ import math
 import re
 import struct
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +78,7 @@ MAX_NODES = 512  # operators and operands (the strings of an IN list not counted
 # operators inside operators (``a = 1 = 2 = ...`` nests without parentheses);
 # evaluation recurses this deep
 MAX_HEIGHT = 128
+MAX_IN_ITEMS = 1024  # strings in the IN lists of an expression, together
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -291,15 +294,19 @@ _KEYWORDS = frozenset({"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NU
                        "CONTAINS", "STARTSWITH", "ENDSWITH"})
 _STRING_OPS = ("CONTAINS", "STARTSWITH", "ENDSWITH")
 _WHITESPACE = " \t\n\r\f"
-_ID = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
-_DECIMAL = re.compile(r"0|[1-9][0-9]*[lL]?")
-_FLOATS = (re.compile(r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?"),
-           re.compile(r"\.[0-9]+(?:[eE][+-]?[0-9]+)?"),
-           re.compile(r"[0-9]+[eE][+-]?[0-9]+"))
-_STRING = re.compile(r"'(?:''|[^'])*'", re.S)
-_LINE_COMMENT = re.compile(r"--[^\n\r]*(?:\n|\r\n?)")
-_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
-_OPERATORS = ("<>", "<=", ">=", "<", ">", "=", "(", ")", ",", "+", "-")
+# One pattern, tried at each position: its alternatives in an order that gives
+# JavaCC's longest match (a floating literal before a decimal one, two-character
+# operators before one-character ones, a comment before '-'), keywords before
+# properties by a look-up of the identifier.
+_TOKEN = re.compile(r"""
+    (?P<space>[ \t\n\r\f]+)
+  | (?P<comment>--[^\n\r]*(?:\n|\r\n?)|/\*.*?\*/)
+  | (?P<string>'(?:[^']|'')*')
+  | (?P<float>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+|\.[0-9]+(?:[eE][+-]?[0-9]+)?)
+  | (?P<decimal>0|[1-9][0-9]*[lL]?)
+  | (?P<id>[A-Za-z_$][A-Za-z0-9_$]*)
+  | (?P<op><>|<=|>=|[<>=(),+-])
+""", re.X | re.S)
 
 
 @dataclass(slots=True)
@@ -327,71 +334,57 @@ def _short(text: str, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def tokenize(text: str) -> list[Token]:
-    """The tokens of ``text`` (JavaCC's longest match, keywords before
-    properties), ending with an ``eof`` token. Raises SqlParseError."""
-    tokens: list[Token] = []
+def _lexical_error(text: str, i: int) -> SqlParseError:
+    ch = text[i]
+    if ch == "'":
+        return SqlParseError(text, i, "a string literal is not closed by '")
+    if text.startswith("/*", i):
+        return SqlParseError(text, i, "a /* comment is not closed by */")
+    if ch == ".":
+        return SqlParseError(text, i, "'.' must be followed by digits")
+    hint = ""
+    if ch == '"':
+        hint = " (string literals take single quotes: 'text')"
+    elif ch == "!":
+        hint = " (write <> for not equal, NOT for negation)"
+    elif ch in "&|":
+        hint = " (write AND, OR)"
+    return SqlParseError(text, i, f"unexpected character {ch!r}{hint}")
+
+
+def tokens(text: str) -> Iterator[Token]:
+    """The tokens of ``text`` as they are needed (JavaCC's longest match,
+    keywords before properties), then ``eof`` tokens. Raises SqlParseError at
+    the first character no token starts with."""
+    match = _TOKEN.match
     i, n = 0, len(text)
     while i < n:
-        ch = text[i]
-        if ch in _WHITESPACE:
-            i += 1
-            continue
-        if text.startswith("--", i):
-            m = _LINE_COMMENT.match(text, i)
-            if m is not None:  # RocketMQ's: a line comment ends with a line end
-                i = m.end()
-                continue
-        if text.startswith("/*", i):
-            m = _BLOCK_COMMENT.match(text, i)
-            if m is None:
-                raise SqlParseError(text, i, "a /* comment is not closed by */")
-            i = m.end()
-            continue
-        if ch == "'":
-            m = _STRING.match(text, i)
-            if m is None:
-                raise SqlParseError(text, i, "a string literal is not closed by '")
-            tokens.append(Token("string", m.group(), i))
-            i = m.end()
-            continue
-        if ch.isascii() and (ch.isdigit() or ch == "."):
-            best: tuple[int, str] | None = None
-            m = _DECIMAL.match(text, i)
-            if m is not None:
-                best = (m.end(), "decimal")
-            for pattern in _FLOATS:
-                m = pattern.match(text, i)
-                if m is not None and (best is None or m.end() > best[0]):
-                    best = (m.end(), "float")
-            if best is None:
-                raise SqlParseError(text, i, "'.' must be followed by digits")
-            tokens.append(Token(best[1], text[i: best[0]], i))
-            i = best[0]
-            continue
-        m = _ID.match(text, i)
-        if m is not None:
-            word = m.group()
+        m = match(text, i)
+        if m is None:
+            raise _lexical_error(text, i)
+        kind = m.lastgroup
+        word = m.group()
+        if kind == "id":
             upper = word.upper()
-            tokens.append(Token(upper if upper in _KEYWORDS else "id", word, i))
-            i = m.end()
-            continue
-        for op in _OPERATORS:
-            if text.startswith(op, i):
-                tokens.append(Token(op, op, i))
-                i += len(op)
-                break
-        else:
-            hint = ""
-            if ch == '"':
-                hint = " (string literals take single quotes: 'text')"
-            elif ch == "!":
-                hint = " (write <> for not equal, NOT for negation)"
-            elif ch in "&|":
-                hint = " (write AND, OR)"
-            raise SqlParseError(text, i, f"unexpected character {ch!r}{hint}")
-    tokens.append(Token("eof", "", n))
-    return tokens
+            if upper in _KEYWORDS:
+                kind = upper
+        elif kind == "op":
+            kind = word
+        if kind not in ("space", "comment"):
+            yield Token(kind or "", word, i)
+        i = m.end()
+    while True:
+        yield Token("eof", "", n)
+
+
+def tokenize(text: str) -> list[Token]:
+    """Every token of ``text``, ending with one ``eof`` token. Raises SqlParseError."""
+    out: list[Token] = []
+    for tok in tokens(text):
+        out.append(tok)
+        if tok.kind == "eof":
+            return out
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # ---------------------------------------------------------------- the tree
@@ -454,24 +447,28 @@ def describe(node: Node) -> str:
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
-        self.tokens = tokenize(text)
-        self.i = 0
+        self._stream = tokens(text)
+        self.ahead: list[Token] = [next(self._stream)]  # the current token, and any peeked
         self.depth = 0
         self.nodes = 0
+        self.in_items = 0
         self.names: set[str] = set()
 
-    # -- tokens
+    # -- tokens, read as the parser needs them (a mistake early in a long text
+    # is found without reading the rest)
     @property
     def tok(self) -> Token:
-        return self.tokens[self.i]
+        return self.ahead[0]
 
     def peek(self, k: int = 1) -> Token:
-        return self.tokens[min(self.i + k, len(self.tokens) - 1)]
+        while len(self.ahead) <= k:
+            self.ahead.append(next(self._stream))
+        return self.ahead[k]
 
     def take(self) -> Token:
-        tok = self.tokens[self.i]
-        if tok.kind != "eof":
-            self.i += 1
+        tok = self.ahead.pop(0)
+        if not self.ahead:
+            self.ahead.append(next(self._stream))
         return tok
 
     def fail(self, expected: str, tok: Token | None = None) -> SqlParseError:
@@ -607,10 +604,10 @@ class _Parser:
             elif kind == "IN":
                 self.take()
                 self.expect("(", "'(' after IN")
-                items = [self.string()]
+                items = [self.in_item()]
                 while self.tok.kind == ",":
                     self.take()
-                    items.append(self.string())
+                    items.append(self.in_item())
                 self.expect(")", "',' or ')' in the IN list")
                 if left.kind != PROP:
                     raise self.error(tok.pos, f"IN needs a property on its left, not "
@@ -648,6 +645,12 @@ class _Parser:
         at = Token(">=", "BETWEEN", tok.pos)
         parts = (self.ordered(">=", value, low, at), self.ordered("<=", value, high, at))
         return self.node(AND, tok.pos, parts)
+
+    def in_item(self) -> str:
+        self.in_items += 1
+        if self.in_items > MAX_IN_ITEMS:
+            raise self.error(self.tok.pos, f"the IN lists hold more than {MAX_IN_ITEMS} strings")
+        return self.string()
 
     def string(self) -> str:
         tok = self.expect("string", "a string literal in single quotes")

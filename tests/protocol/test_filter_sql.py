@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from protocol.filter_sql import (
     MAX_DEPTH,
     MAX_HEIGHT,
+    MAX_IN_ITEMS,
     MAX_NODES,
     MAX_SQL_LENGTH,
     SqlEvalError,
@@ -264,10 +265,13 @@ def test_bounds() -> None:
         compile_sql("a" + " = 1" * MAX_HEIGHT)
     with pytest.raises(SqlParseError, match="longer than"):
         compile_sql("a = '" + "x" * MAX_SQL_LENGTH + "'")
-    # a long IN list counts as one operator
-    items = ", ".join(f"'{i}'" for i in range(3000))
+    # a long IN list counts as one operator, its strings on their own
+    items = ", ".join(f"'{i}'" for i in range(MAX_IN_ITEMS))
     f = compile_sql(f"a IN ({items})")
-    assert f.matches_properties({"a": "2999"}) and not f.matches_properties({"a": "3000"})
+    assert f.matches_properties({"a": str(MAX_IN_ITEMS - 1)})
+    assert not f.matches_properties({"a": str(MAX_IN_ITEMS)})
+    with pytest.raises(SqlParseError, match=f"more than {MAX_IN_ITEMS} strings"):
+        compile_sql(f"a IN ({items}) OR b IN ('x', 'y')")
 
 
 def test_the_deepest_expressions_evaluate() -> None:
