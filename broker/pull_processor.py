@@ -1,7 +1,13 @@
 """PullMessageProcessor: PULL_MESSAGE.
 
 The response body is the stored records, concatenated as they are on disk.
-A pull with the suspend flag that finds nothing is held (long polling).
+A pull with the suspend flag that finds nothing is held (long polling), unless
+its filter skipped a whole window of entries and more remain: that one is
+answered PULL_RETRY_IMMEDIATELY at once, past the window, as RocketMQ's.
+
+A pull filters by tags (the consume queue's hashes) or, with
+``enablePropertyFilter``, by an SQL92 expression over each record's
+properties (``broker/consumer_filter_manager.py``, docs/filters.md).
 
 Every response says which broker of the group to pull that queue from next
 (``suggestWhichBrokerId``, RocketMQ's rules, ``suggest_which_broker_id``):
