@@ -212,6 +212,8 @@ class BrokerConfig(PropertiesConfig):
     long_polling_max_suspend_millis: int = 15_000
     max_held_pulls: int = 100_000  # long-polling pulls held at once, broker-wide
     max_held_pulls_per_connection: int = 1_024  # ... and from one connection
+    # SQL92 subscriptions (filters on message properties); off: refused, as RocketMQ
+    enable_property_filter: bool = False
     # housekeeping
     channel_expired_timeout: int = 120_000
     # connections: what one client may make the broker hold (protocol/trio/limits.py)

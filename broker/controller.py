@@ -35,6 +35,7 @@ from broker.admin_processor import AdminBrokerProcessor
 from broker.client_manage_processor import ClientManageProcessor
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, FlushDiskType
+from broker.consumer_filter_manager import ConsumerFilterManager
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.end_transaction_processor import EndTransactionProcessor
@@ -145,6 +146,7 @@ class BrokerController:
         )
         self.end_transaction_processor = EndTransactionProcessor(self)
         self.consumer_manager = ClientGroups("consumer")
+        self.consumer_filter_manager = ConsumerFilterManager()  # compiled SQL92 subscriptions
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
         self.client_manage_processor = ClientManageProcessor(self)
@@ -272,6 +274,7 @@ class BrokerController:
         t.register(RequestCode.HEART_BEAT, self._heart_beat)
         t.register(RequestCode.UNREGISTER_CLIENT, cmp.unregister_client)
         t.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, cmp.get_consumer_list_by_group)
+        t.register(RequestCode.CHECK_CLIENT_CONFIG, cmp.check_client_config)
         t.register(RequestCode.LOCK_BATCH_MQ, cmp.lock_batch_mq)
         t.register(RequestCode.UNLOCK_BATCH_MQ, cmp.unlock_batch_mq)
         qp = self.query_processor

@@ -59,6 +59,7 @@ RUNTIME_KEYS: dict[str, str] = {
     "autoCreateSubscriptionGroup": "each pull or heart-beat of an unknown group",
     "maxReconsumeTimes": "each subscription group created automatically",
     "maxMessageSize": "each send",
+    "enablePropertyFilter": "each pull and CHECK_CLIENT_CONFIG of an SQL92 subscription",
     "longPollingEnable": "each pull that finds nothing",
     "longPollingMaxSuspendMillis": "each pull that finds nothing",
     "slaveReadEnable": "each pull's suggested broker",

@@ -35,7 +35,9 @@ Subclasses say what happens to pulled messages (``_on_pulled``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from abc import abstractmethod
 from collections.abc import Sequence
 from enum import Enum
@@ -69,7 +71,7 @@ from client.process_queue import PULL_MAX_IDLE_TIME, ProcessQueue
 from client.pull_result import PullStatus
 from client.rebalance import AllocateStrategy, allocate_averagely
 from client.service import ServiceNursery
-from client.subscription import SubscriptionData, build_subscription
+from client.subscription import MessageSelector, SubscriptionData, subscription_of
 from client.trace import CONSUME, AsyncTraceDispatcher, ConsumeMessageTraceHook, check_trace_topic
 from client.validators import check_group
 from protocol.message import MessageExt, MessageQueue
@@ -226,13 +228,18 @@ class ConsumerCore:
 
     # ---- subscriptions ----------------------------------------------------------
 
-    def _subscribe(self, topic: str, sub_expression: str | None) -> None:
+    def _subscribe(self, topic: str, selector: str | MessageSelector | None) -> None:
+        """Subscribe ``topic`` with a tag expression or a MessageSelector; the
+        subscription's version is the time it was made, as RocketMQ's (a
+        broker keeps the newest a group's heart-beats carry)."""
         if not isinstance(topic, str) or not topic:
             raise MQClientError("topic must be a non-empty string")
         try:
-            self.subscriptions[topic] = build_subscription(topic, sub_expression)
+            sub = subscription_of(topic, selector)
         except ValueError as exc:
-            raise MQClientError(f"bad subscription expression {sub_expression!r}: {exc}") from exc
+            shown = selector.expression if isinstance(selector, MessageSelector) else selector
+            raise MQClientError(f"bad subscription expression {shown!r}: {exc}") from exc
+        self.subscriptions[topic] = dataclasses.replace(sub, sub_version=int(time.time() * 1000))
 
     @property
     def retry_topic(self) -> str:
@@ -254,8 +261,8 @@ class ConsumerCore:
                     "subString": s.sub_string,
                     "tagsSet": sorted(s.tags_set or ()),
                     "codeSet": sorted(s.code_set or ()),
-                    "expressionType": "TAG",
-                    "subVersion": 0,
+                    "expressionType": s.expression_type,
+                    "subVersion": s.sub_version,
                 }
                 for s in self.subscriptions.values()
             ],
@@ -319,8 +326,29 @@ class ConsumerCore:
                 await instance.update_topic_route(topic)
             except (MQClientError, MQBrokerError) as exc:
                 self._log.warning("no route for subscribed topic yet", topic=topic, error=str(exc))
+        try:
+            await self._check_client_in_broker()
+        except BaseException:
+            await self._shutdown_core()
+            raise
         await instance.send_heartbeat_to_all_brokers()
         await self.do_rebalance()
+
+    async def _check_client_in_broker(self) -> None:
+        """Before the first heart-beat, ask a broker of each topic with a
+        subscription other than tags whether it filters by it (RocketMQ's
+        checkClientInBroker): a broker without ``enablePropertyFilter``, or an
+        expression it refuses, stops ``start`` with MQBrokerError."""
+        assert self._api is not None
+        instance = self._running_instance()
+        for sub in self.subscriptions.values():
+            if sub.sql is None:
+                continue
+            mqs = instance.subscribe_queues(sub.topic) or []
+            found = next((f for f in (instance.find_broker_addr_in_admin(mq.broker_name)
+                                      for mq in mqs) if f is not None), None)
+            if found is not None:  # no route yet: the pulls will say
+                await self._api.check_client_in_broker(found[0], sub)
 
     async def _shutdown_core(self) -> None:
         """Stop pulling and consuming, persist offsets, leave the group."""

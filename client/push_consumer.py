@@ -50,6 +50,7 @@ from client.instance import resolve_tls
 from client.metrics import EXCEPTION, ClientMetrics, status_name
 from client.process_queue import PULL_MAX_IDLE_TIME, REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
+from client.subscription import MessageSelector
 from protocol.message import MessageExt, MessageQueue
 from protocol.trio.service import Guard
 
@@ -170,10 +171,12 @@ class PushConsumer(ConsumerCore):
 
     # ---- configuration ---------------------------------------------------------------
 
-    def subscribe(self, topic: str, sub_expression: str | None = "*") -> None:
-        """Subscribe to ``topic`` with ``"*"`` or ``"tagA || tagB"``. Raises
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector | None = "*") -> None:
+        """Subscribe to ``topic`` with ``"*"``, ``"tagA || tagB"`` or a
+        MessageSelector (``MessageSelector.by_sql("a > 5")``). Raises
         MQClientError for a bad topic or expression. Call before ``start``
-        (or later: the next rebalance picks it up)."""
+        (or later: the next rebalance picks it up); ``start`` raises
+        MQBrokerError when a broker does not filter by an SQL92 subscription."""
         self._subscribe(topic, sub_expression)
         if self._instance is not None and self.running:
             self._instance.rebalance_immediately()

@@ -1,10 +1,11 @@
-"""Bodies clients send about themselves: HeartbeatData and LockBatchRequestBody.
+"""Bodies clients send about themselves: HeartbeatData, CheckClientRequestBody
+and LockBatchRequestBody.
 
 As RocketMQ's (``HeartbeatData``, ``ConsumerData``, ``SubscriptionData``,
-``LockBatchRequestBody``). ``from_wire`` checks a decoded body's shape (msgpack or JSON),
-every name (protocol.names) and every bound, and raises RemoteProtocolError
-naming the offending field, so a broker keeps only what it validated: nothing
-a peer adds beyond these fields is stored.
+``CheckClientRequestBody``, ``LockBatchRequestBody``). ``from_wire`` checks a
+decoded body's shape (msgpack or JSON), every name (protocol.names) and every
+bound, and raises RemoteProtocolError naming the offending field, so a broker
+keeps only what it validated: nothing a peer adds beyond these fields is stored.
 """
 
 from __future__ import annotations
@@ -212,6 +213,35 @@ class HeartbeatData:
                                         MAX_GROUPS_PER_HEARTBEAT))
         ]
         return cls(client_id, producers, consumers)
+
+
+@dataclass(slots=True)
+class CheckClientRequestBody:
+    """CHECK_CLIENT_CONFIG's body (RocketMQ's CheckClientRequestBody): a
+    consumer asks whether the broker filters by one of its subscriptions."""
+
+    client_id: str
+    group: str
+    subscription: SubscriptionData | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clientId": self.client_id, "group": self.group,
+                "subscriptionData": None if self.subscription is None
+                else self.subscription.to_dict()}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> CheckClientRequestBody:
+        where = "check client body"
+        d = _map(obj, where)
+        client_id = _text(d, "clientId", where, "", CLIENT_ID_MAX_LENGTH)
+        group = d.get("group", "")
+        if group:
+            _name(names.group_problem(group), f"{where}.group")
+        elif not isinstance(group, str):
+            raise _fail(f"{where}.group", "must be a string")
+        sub = d.get("subscriptionData")
+        return cls(client_id, group, None if sub is None
+                   else SubscriptionData.from_wire(sub, f"{where}.subscriptionData"))
 
 
 @dataclass(slots=True)

@@ -116,6 +116,9 @@ BROKER_RULES: dict[int, Rule] = {
     C.UNREGISTER_CLIENT: _res(group("consumerGroup"),
                               why="a producer group is no ACL resource (as RocketMQ)"),
     C.GET_CONSUMER_LIST_BY_GROUP: _res(group("consumerGroup")),
+    C.CHECK_CLIENT_CONFIG: _account(
+        "compiles the body's subscription expression and says whether the broker filters "
+        "by it; reads and changes nothing (as RocketMQ)"),
     C.LOCK_BATCH_MQ: _res(handler="SUB on the body's `consumerGroup` and on the topic of "
                                   "each queue of `mqSet`"),
     C.UNLOCK_BATCH_MQ: _res(handler="as LOCK_BATCH_MQ"),

@@ -108,6 +108,18 @@ def disk_used_ratio(path: Path) -> float:
     return used / room if room > 0 else 0.0
 
 
+# Consume-queue entries a filtered pull looks at, at most (RocketMQ's
+# maxFilterMessageCount is 16 000 bytes of entries: 800).
+MAX_FILTER_SCAN = 400
+
+# Bytes a filtered pull reads from the commit log at once (records back to back).
+FILTER_READ_BYTES = 1 << 20
+
+# A record's bytes -> whether the pull returns it (RocketMQ's isMatchedByCommitLog);
+# may raise CorruptRecordError for a record it cannot read.
+RecordFilter = Callable[[Buffer], bool]
+
+
 class PullKernel(NamedTuple):
     """``protocol/records_kernel.py``'s two pull functions (compiled, or its
     plain Python source in the tests)."""
@@ -745,8 +757,17 @@ class DefaultMessageStore:
         offset: int,
         max_nums: int,
         tag_codes: set[int] | None,
+        record_filter: RecordFilter | None = None,
+        max_scan: int = MAX_FILTER_SCAN,
     ) -> GetMessageResult:
-        """Up to ``max_nums`` raw records of a queue from ``offset`` (RocketMQ's rules)."""
+        """Up to ``max_nums`` raw records of a queue from ``offset`` (RocketMQ's rules).
+
+        ``tag_codes`` (None: all) skips entries by their consume-queue tags hash;
+        ``record_filter`` (RocketMQ's ``isMatchedByCommitLog``), when given, is
+        asked about each record left and skips those it refuses. A filtered
+        pull looks at no more than ``max_scan`` entries (at most
+        ``MAX_FILTER_SCAN``); the next begin offset goes past every entry
+        looked at, matched or not."""
         cq = self._existing_cq(topic, queue_id)
         if cq is None:  # nothing was ever written to this queue
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
@@ -763,11 +784,18 @@ class DefaultMessageStore:
 
         max_count = min(max_nums, self.config.max_transfer_count_on_message_in_memory)
         max_bytes = self.config.max_transfer_bytes_on_message_in_memory
-        # scan more entries than we return, so a tag filter can skip unmatched ones
-        data = cq.get_entry_bytes(offset, max(max_count, 16) if tag_codes is None else 400)
+        # scan more entries than we return, so a filter can skip unmatched ones
+        if record_filter is not None:
+            scan = max(1, min(max_scan, MAX_FILTER_SCAN))
+        else:
+            scan = max(max_count, 16) if tag_codes is None else MAX_FILTER_SCAN
+        data = cq.get_entry_bytes(offset, scan)
         if not data:  # no entry here (a missing file): go on at the queue's next file
             nxt = cq.roll_next_file(offset)
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, nxt, min_off, max_off)
+        if record_filter is not None:
+            return self._get_filtered(data, offset, max_count, max_bytes, tag_codes,
+                                      record_filter, min_off, max_off, topic, queue_id)
         kernel = self.pull_kernel
         if kernel is not None:
             found = self._get_by_kernel(kernel, data, offset, max_count, max_bytes, tag_codes,
@@ -824,6 +852,72 @@ class DefaultMessageStore:
             total += size
         if run:
             count += self._read_run(run_file, run_start, run_end, run, pieces, topic, queue_id)
+        if count:
+            status = GetMessageStatus.FOUND
+        return GetMessageResult(status, offset + scanned, min_off, max_off, pieces,
+                                suggest_pulling_from_slave=self._cold(last_phys),
+                                message_count=count)
+
+    def _get_filtered(self, data: bytes, offset: int, max_count: int, max_bytes: int,
+                      tag_codes: set[int] | None, record_filter: RecordFilter, min_off: int,
+                      max_off: int, topic: str, queue_id: int) -> GetMessageResult:
+        """``get_message``'s walk when each record is asked (RocketMQ's
+        ``isMatchedByCommitLog``): entries passing the tags hash check have
+        their record read and filtered; a record that matches and passes its
+        CRC is returned. Records lying back to back in one file (a batch, or
+        sends to one queue in a row) are read with one pread of at most
+        ``FILTER_READ_BYTES``. The filter sees only records within their
+        file's written bytes; a record it cannot read (corrupt) is logged and
+        skipped."""
+        pieces: list[bytes | memoryview] = []
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        count = total = scanned = 0
+        cl_min = self.commit_log.min_offset
+        find_file = self.commit_log.mapped_file_queue.find_by_offset
+        entries = list(CQ_ENTRY.iter_unpack(data))
+        last_phys = 0
+        chunk = memoryview(b"")
+        chunk_start = chunk_end = 0  # the commit-log offsets the chunk holds
+        for k, (phys, size, tag) in enumerate(entries):
+            if count and (count >= max_count or total + size > max_bytes):
+                break
+            scanned += 1
+            last_phys = phys
+            if size <= 0 or (tag_codes is not None and tag not in tag_codes):
+                continue
+            if not (chunk_start <= phys and phys + size <= chunk_end and phys >= cl_min):
+                mf = find_file(phys) if phys >= cl_min else None
+                pos = phys - mf.file_from_offset if mf is not None else 0
+                if mf is None or pos + size > mf.wrote_position:
+                    if not count:
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    continue
+                end = pos + size  # read on over the entries that follow back to back
+                j = k + 1
+                while j < len(entries):
+                    nxt_phys, nxt_size, _ = entries[j]
+                    nxt = nxt_phys - mf.file_from_offset
+                    if nxt != end or nxt_size <= 0 or nxt + nxt_size > mf.wrote_position \
+                            or nxt + nxt_size - pos > FILTER_READ_BYTES:
+                        break
+                    end = nxt + nxt_size
+                    j += 1
+                chunk = memoryview(mf.pread(pos, end - pos))
+                chunk_start, chunk_end = phys, phys + end - pos
+            record = chunk[phys - chunk_start: phys - chunk_start + size]
+            try:
+                if not record_filter(record):
+                    continue
+            except CorruptRecordError:
+                self._crc_failed(topic, queue_id, phys)
+                continue
+            good, found, bad = check_run(record, ((phys, size),))
+            if bad:
+                self._crc_failed(topic, queue_id, phys)
+                continue
+            pieces += good
+            count += found
+            total += size
         if count:
             status = GetMessageStatus.FOUND
         return GetMessageResult(status, offset + scanned, min_off, max_off, pieces,
