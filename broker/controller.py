@@ -32,6 +32,7 @@ from broker.acl.guard import AclFile, guard_table
 from broker.acl.plain import Need, Perm
 from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
+from broker.broker_to_client import Broker2Client
 from broker.client_manage_processor import ClientManageProcessor
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, FlushDiskType
@@ -133,6 +134,7 @@ class BrokerController:
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
         self.ops_processor = OpsProcessor(self)
+        self.broker2client = Broker2Client(self)
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
@@ -272,6 +274,9 @@ class BrokerController:
         t.register(RequestCode.GET_PRODUCER_CONNECTION_LIST, ops.get_producer_connection_list)
         t.register(RequestCode.GET_BROKER_CONFIG, ops.get_broker_config)
         t.register(RequestCode.UPDATE_BROKER_CONFIG, ops.update_broker_config)
+        b2c = self.broker2client
+        t.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, b2c.reset_offset)
+        t.register(RequestCode.GET_CONSUMER_RUNNING_INFO, b2c.get_consumer_running_info)
         return t
 
     def acl_path(self) -> Path:

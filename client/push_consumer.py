@@ -49,6 +49,7 @@ from client.instance import resolve_tls
 from client.metrics import EXCEPTION, ClientMetrics, status_name
 from client.process_queue import REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
+from client.running_info import PROP_THREADPOOL_CORE_SIZE
 from protocol.message import MessageExt, MessageQueue
 from protocol.trio.service import Guard
 
@@ -245,7 +246,7 @@ class PushConsumer(ConsumerCore):
     async def _call_listener(self, msgs: list[MessageExt], ctx: Any) -> Any:
         assert self._listener is not None
         metrics = self._metrics
-        start = trio.current_time() if metrics is not None else 0.0
+        start = trio.current_time()
         try:
             result = self._listener(msgs, ctx)
             # a plain status is the usual answer: no awaitable check (an ABC's) for it
@@ -256,12 +257,28 @@ class PushConsumer(ConsumerCore):
         except Exception as exc:
             self._log.warning("message listener raised", error=repr(exc),
                               msg_ids=[m.msg_id for m in msgs[:8]])
+            now = trio.current_time()
+            self.stats.consumed(ctx.message_queue.topic, now, now - start, 0, len(msgs))
             if metrics is not None:
-                metrics.consume_done(self.group, msgs, EXCEPTION, trio.current_time() - start)
+                metrics.consume_done(self.group, msgs, EXCEPTION, now - start)
             return None
+        now = trio.current_time()
+        ok = result in (ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
+        self.stats.consumed(ctx.message_queue.topic, now, now - start,
+                            len(msgs) if ok else 0, 0 if ok else len(msgs))
         if metrics is not None:
-            metrics.consume_done(self.group, msgs, status_name(result), trio.current_time() - start)
+            metrics.consume_done(self.group, msgs, status_name(result), now - start)
         return result
+
+    def running_properties(self) -> dict[str, str]:
+        return {
+            **super().running_properties(),
+            "consumeThreadMax": str(self.consume_thread_max),
+            "consumeMessageBatchMaxSize": str(self.consume_message_batch_max_size),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "suspendCurrentQueueTimeMillis": str(self.suspend_current_queue_time_millis),
+            PROP_THREADPOOL_CORE_SIZE: str(self.consume_thread_max),
+        }
 
     # ---- concurrently ----------------------------------------------------------------------
 
