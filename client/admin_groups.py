@@ -371,7 +371,8 @@ def update_order_conf(namesrv: str, topic: str, order_conf: str | None, method: 
         if as_json:
             _echo_json({"topic": topic, "orderConf": got})
         else:
-            click.echo(f"get orderConf success. topic=[{topic}], orderConf=[{got}]")
+            shown = "null" if got is None else got  # as RocketMQ prints an unset one
+            click.echo(f"get orderConf success. topic=[{topic}], orderConf=[{shown}]")
     elif method == "put":
         click.echo(f"update orderConf success. topic=[{topic}], orderConf=[{conf}]")
     else:
