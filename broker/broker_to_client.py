@@ -94,7 +94,7 @@ class Broker2Client:
         for ch in list(info.clients.values()) if info is not None else []:
             notice = RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
                                              h.to_fields(), oneway=True)
-            notice.codec = ch.conn.codec  # the body in the consumer's wire format
+            notice.codec = getattr(ch.conn, "codec", None)  # the body in its wire format
             notice.body = notice.encode_body(body)
             if ch.conn.offer(notice):
                 told += 1

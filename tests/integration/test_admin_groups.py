@@ -52,9 +52,9 @@ async def mqadmin_process(*args: str, ok: bool = True) -> str:
     return await run_mqadmin(*args, cred=None, ok=ok)
 
 
-def start(cluster: Cluster, namesrvs: int = 1, **broker: object) -> tuple[list[Daemon], Daemon]:
+def start(cluster: Cluster, namesrvs: int = 1) -> tuple[list[Daemon], Daemon]:
     nss = [cluster.namesrv() for _ in range(namesrvs)]
-    b = cluster.broker("broker-a", ";".join(ns.addr for ns in nss), **broker)
+    b = cluster.broker("broker-a", ";".join(ns.addr for ns in nss))
     return nss, b
 
 
