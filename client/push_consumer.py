@@ -247,6 +247,9 @@ class PushConsumer(ConsumerCore):
         assert self._listener is not None
         metrics = self._metrics
         start = trio.current_time()
+        # the queue's topic (a retry queue's messages show their original topic)
+        mq = getattr(ctx, "message_queue", None)
+        topic = mq.topic if isinstance(mq, MessageQueue) else msgs[0].topic
         try:
             result = self._listener(msgs, ctx)
             # a plain status is the usual answer: no awaitable check (an ABC's) for it
@@ -258,14 +261,13 @@ class PushConsumer(ConsumerCore):
             self._log.warning("message listener raised", error=repr(exc),
                               msg_ids=[m.msg_id for m in msgs[:8]])
             now = trio.current_time()
-            self.stats.consumed(ctx.message_queue.topic, now, now - start, 0, len(msgs))
+            self.stats.consumed(topic, now, now - start, 0, len(msgs))
             if metrics is not None:
                 metrics.consume_done(self.group, msgs, EXCEPTION, now - start)
             return None
         now = trio.current_time()
         ok = result in (ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
-        self.stats.consumed(ctx.message_queue.topic, now, now - start,
-                            len(msgs) if ok else 0, 0 if ok else len(msgs))
+        self.stats.consumed(topic, now, now - start, len(msgs) if ok else 0, 0 if ok else len(msgs))
         if metrics is not None:
             metrics.consume_done(self.group, msgs, status_name(result), now - start)
         return result
