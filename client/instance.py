@@ -907,13 +907,19 @@ class MQClientInstance:
 
     def _on_reset_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (oneway): the broker moved a group's offsets
-        of a topic (mqadmin skipAccumulatedMessage); the group's consumer takes them."""
+        of a topic (mqadmin skipAccumulatedMessage); the group's consumer takes them,
+        for that broker's own queues only (a broker cannot move another's)."""
         h = ResetOffsetRequestHeader.from_fields(cmd.ext_fields)
         consumer = self._consumers.get(h.group)
         if consumer is None or not self._service.running:
             return
         body = ResetOffsetBody.from_wire(cmd.decode_body())
-        offsets = {mq: o for mq, o in body.offsets.items() if mq.topic == h.topic}
+        sender = {name for name, addrs in self._broker_addrs.items()
+                  if conn.remote_addr in addrs.values()}
+        offsets = {mq: o for mq, o in body.offsets.items()
+                   if mq.topic == h.topic and mq.broker_name in sender}
+        if not offsets:
+            return
         self._log.info("offset reset asked by the broker", group=h.group, topic=h.topic,
                        broker=conn.remote_addr, queues=len(offsets))
         self._service.start_soon(self._reset_guard.run, consumer.reset_offset, h.topic, offsets)
