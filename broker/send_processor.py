@@ -50,7 +50,7 @@ from protocol.headers import (
     SendMessageResponseHeader,
     is_v2_send_header,
 )
-from protocol.message import string_to_properties
+from protocol.message import MessageConst, string_to_properties
 from protocol.names import (
     RETRY_GROUP_TOPIC_PREFIX,
     InvalidNameError,
@@ -98,6 +98,8 @@ PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
 }
 
 
+MSG_REGION, TRACE_ON = MessageConst.PROPERTY_MSG_REGION, MessageConst.PROPERTY_TRACE_SWITCH
+
 # a single send holding neither property takes the batch's way into the log
 DELAY_PROBE, TRAN_PROBE = DELAY + "\x01", TRAN_MSG + "\x01"
 
@@ -108,6 +110,8 @@ class SendMessageProcessor:
         self.config = controller.config
         self.stats = controller.stats
         self.put_latency = controller.put_latency
+        self._trace_fields = {MSG_REGION: self.config.region_id,
+                              TRACE_ON: "true" if self.config.trace_on else "false"}
 
     def _count(self, topic: str, result: PutMessageResult, started: float) -> None:
         """A stored put: its messages and bytes (per request, broker/stats.py)
@@ -400,7 +404,9 @@ class SendMessageProcessor:
         if ar is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "store returned no append result")
         header = SendMessageResponseHeader(ar.msg_id, queue_id, ar.logics_offset, transaction_id)
-        return cmd.response(code, remark, ext_fields=header.to_fields())
+        fields = header.to_fields()
+        fields.update(self._trace_fields)  # MSG_REGION, TRACE_ON (as RocketMQ's)
+        return cmd.response(code, remark, ext_fields=fields)
 
     def _reply(
         self, conn: RemotingConnection, cmd: RemotingCommand, response: RemotingCommand,

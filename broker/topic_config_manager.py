@@ -111,6 +111,9 @@ class TopicConfigManager:
             )
         for name in (self.config.broker_cluster_name, self.config.broker_name):
             self.table[name] = TopicConfig(name, 1, 1, PERM_INHERIT)
+        if self.config.trace_topic_enable:  # message trace (RocketMQ 4.4+): one queue
+            name = self.config.msg_trace_topic_name
+            self.table[name] = TopicConfig(name, 1, 1)
 
     # ---- loading -------------------------------------------------------------
 

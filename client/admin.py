@@ -1,13 +1,21 @@
-"""MQAdmin: the admin API behind ``mqadmin`` (RocketMQ's MQAdminExt), on trio."""
+"""MQAdmin: the admin API behind ``mqadmin`` (RocketMQ's MQAdminExt), on trio.
+
+A query for the name servers goes to one of them, picked at random and kept
+while it answers; when it cannot be reached or times out the next ones are
+tried (``protocol.namesrv_addr.NamesrvSelector``, as the SDK's client
+instance). A change every name server must make (a topic deleted, a broker's
+write permission wiped or given back) goes to all of them at once, each
+bounded by the timeout: one dead name server neither delays nor stops the
+others, and the error names it."""
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import structlog
+import trio
 
 from client.credentials import AclCredentials, resolve_credentials
 from client.rebalance import allocate_averagely
@@ -38,10 +46,19 @@ from protocol.headers import (
     WipeWritePermOfBrokerRequestHeader,
 )
 from protocol.message import MessageExt, MessageQueue
-from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRACE_TOPIC
+from protocol.namesrv_addr import (
+    NAMESRV_ADDR_ENV,
+    NamesrvSelector,
+    NoNamesrvAnswered,
+    ask_in_turn,
+    resolve_namesrv_addr,
+    split_namesrv_addr,
+)
 from protocol.record import decode_msg_id, decode_records
 from protocol.route import PERM_RW, BrokerData, TopicRouteData
-from protocol.trio.client import RemotingClient
+from protocol.trace_data import TraceContext, TraceView, decode, trace_views
+from protocol.trio.client import RemotingClient, split_addr
 from protocol.trio.errors import RemotingError
 from protocol.trio.tls import TlsConfigError, client_tls, client_tls_from_env
 
@@ -60,6 +77,9 @@ GROUP_GET_NUMS = "GROUP_GET_NUMS"
 GROUP_GET_SIZE = "GROUP_GET_SIZE"
 BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
+# most trace records of one message a trace query reads (a message consumed by many
+# groups, retried many times, has a few hundred)
+MAX_TRACE_RECORDS = 4096
 
 def is_system_topic(topic: str) -> bool:
     """A topic statsAll skips by default (the broker's own, or a retry or dead-letter topic)."""
@@ -157,16 +177,26 @@ class QueueStatus:
 
 
 class MQAdmin:
-    """Admin operations against a name-server list. Use ``async with MQAdmin(addr)``."""
+    """Admin operations against a name-server list. Use ``async with MQAdmin(addr)``;
+    ``addr`` None: the NAMESRV_ADDR environment variable."""
 
-    def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT, *,
+    def __init__(self, namesrv_addr: str | None = None, timeout: float = DEFAULT_TIMEOUT, *,
                  credentials: AclCredentials | None = None, access_key: str | None = None,
                  secret_key: str | None = None, use_tls: bool = False,
                  tls_ca_path: str | None = None, tls_cert_path: str | None = None,
                  tls_key_path: str | None = None) -> None:
-        self.namesrv_list = [a.strip() for a in re.split(r"[;,]", namesrv_addr) if a.strip()]
+        resolved = resolve_namesrv_addr(namesrv_addr)
+        if resolved is None:
+            raise MQAdminError(f"no name server address given (pass one or set {NAMESRV_ADDR_ENV})")
+        self.namesrv_list = split_namesrv_addr(resolved)
         if not self.namesrv_list:
             raise MQAdminError("no name server address given")
+        for addr in self.namesrv_list:
+            try:
+                split_addr(addr)
+            except ValueError as exc:
+                raise MQAdminError(f"bad name server address: {exc}") from None
+        self._namesrvs = NamesrvSelector(self.namesrv_list)
         self.timeout = timeout
         self.credentials = resolve_credentials(credentials, access_key, secret_key)
         # TLS: use_tls (with a CA, and a certificate for need.client.auth servers),
@@ -195,13 +225,38 @@ class MQAdmin:
             raise MQAdminError(f"{addr}: {exc}") from exc
 
     async def _invoke_namesrv(self, cmd_factory: Any) -> RemotingCommand:
-        errors = []
-        for addr in self.namesrv_list:
+        """One name server's answer: the current one, else the next that answers."""
+        async def ask(addr: str) -> RemotingCommand:
+            return await self._client.invoke(addr, cmd_factory(), self.timeout)
+
+        try:
+            _, resp = await ask_in_turn(self._namesrvs, ask, RemotingError)
+        except NoNamesrvAnswered as exc:
+            raise MQAdminError(f"no name server answered: {exc}") from None
+        return resp
+
+    async def _on_every_namesrv(self, cmd_factory: Any, what: str) -> dict[str, RemotingCommand]:
+        """The same request to every name server at once; name server -> its
+        (successful) answer. Raises MQAdminError, once all have been tried, when
+        any failed or refused, naming those and the ones done."""
+        done: dict[str, RemotingCommand] = {}
+        errors: dict[str, str] = {}
+
+        async def one(addr: str) -> None:
             try:
-                return await self._invoke(addr, cmd_factory())
+                done[addr] = self._check(await self._invoke(addr, cmd_factory()),
+                                         f"{what} on name server {addr}")
             except MQAdminError as exc:
-                errors.append(str(exc))
-        raise MQAdminError("no name server answered: " + "; ".join(errors))
+                errors[addr] = str(exc)
+
+        async with trio.open_nursery() as nursery:
+            for addr in self.namesrv_list:
+                nursery.start_soon(one, addr)
+        if errors:
+            ok = ", ".join(a for a in self.namesrv_list if a in done) or "none"
+            raise MQAdminError("; ".join(errors[a] for a in self.namesrv_list if a in errors)
+                               + f" (done on: {ok})")
+        return {a: done[a] for a in self.namesrv_list}
 
     @staticmethod
     def _check(resp: RemotingCommand, what: str) -> RemotingCommand:
@@ -296,9 +351,9 @@ class MQAdmin:
         for addr in sorted((await self.master_addrs(cluster)).values()):
             cmd = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, dict(fields))
             self._check(await self._invoke(addr, cmd), f"deleteTopic on {addr}")
-        for addr in self.namesrv_list:
-            cmd = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, dict(fields))
-            self._check(await self._invoke(addr, cmd), f"deleteTopic on name server {addr}")
+        await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, dict(fields)),
+            "deleteTopic")
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         route = await self.topic_route(topic)
@@ -361,6 +416,26 @@ class MQAdmin:
             out += decode_records(resp.body or b"", verify_crc=True)
         out.sort(key=lambda m: m.store_timestamp, reverse=True)
         return out[:max_num]
+
+    async def query_msg_trace(self, msg_id: str, trace_topic: str = RMQ_SYS_TRACE_TOPIC,
+                              max_num: int = 64, begin_ms: int = 0, end_ms: int = 2**62
+                              ) -> list[TraceView]:
+        """The trace of a message (RocketMQ's queryMsgTraceById): the trace
+        messages of ``trace_topic`` indexed under ``msg_id`` (QUERY_MESSAGE by
+        key; at most ``max_num``, newest first), their records of ``msg_id``,
+        oldest first (protocol/trace_data.py: ``trace_views``)."""
+        if not msg_id or " " in msg_id:
+            raise MQAdminError(f"bad message id {names.shown(msg_id)}")
+        msgs = await self.query_by_key(trace_topic, msg_id, max_num, begin_ms, end_ms)
+        records: list[tuple[str, TraceContext]] = []
+        for m in msgs:  # anyone may write the trace topic: what is built is bounded
+            left = MAX_TRACE_RECORDS - len(records)
+            if left <= 0:
+                break
+            host = str(m.born_host).rpartition(":")[0] or str(m.born_host)
+            text = m.body.decode("utf-8", errors="replace")
+            records += [(host, ctx) for ctx in decode(text, msg_id, left)]
+        return trace_views(msg_id, records)
 
     # ---- consumers -----------------------------------------------------------------
 
@@ -432,23 +507,19 @@ class MQAdmin:
 
     async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
         fields = WipeWritePermOfBrokerRequestHeader(broker_name).to_fields()
-        out = {}
-        for addr in self.namesrv_list:
-            cmd = RemotingCommand.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, dict(fields))
-            resp = self._check(await self._invoke(addr, cmd), f"wipeWritePerm on {addr}")
-            out[addr] = int(resp.ext_fields.get("wipeTopicCount", 0))
-        return out
+        answers = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, dict(fields)),
+            "wipeWritePerm")
+        return {a: int(r.ext_fields.get("wipeTopicCount", 0)) for a, r in answers.items()}
 
     async def add_write_perm(self, broker_name: str) -> dict[str, int]:
         """Give a broker's topics their write permission back on every name server
         (ADD_WRITE_PERM_OF_BROKER); name server -> topics changed."""
         fields = WipeWritePermOfBrokerRequestHeader(broker_name).to_fields()
-        out = {}
-        for addr in self.namesrv_list:
-            cmd = RemotingCommand.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, dict(fields))
-            resp = self._check(await self._invoke(addr, cmd), f"addWritePerm on {addr}")
-            out[addr] = int(resp.ext_fields.get("addTopicCount", 0))
-        return out
+        answers = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, dict(fields)),
+            "addWritePerm")
+        return {a: int(r.ext_fields.get("addTopicCount", 0)) for a, r in answers.items()}
 
     # ---- broker configuration and statistics ----------------------------------------
 
@@ -695,18 +766,10 @@ class MQAdmin:
         mqs = subscribe_queues(topic, await self.topic_route(topic))
         return {cid: allocate_averagely(cid, mqs, ids) for cid in ids}
 
-    async def _each_namesrv(self, factory: Any, what: str) -> dict[str, RemotingCommand]:
-        """The same request to every name server (a KV or config change must reach
-        each: they never talk to each other); MQAdminError at the first refusal."""
-        out = {}
-        for addr in self.namesrv_list:
-            out[addr] = self._check(await self._invoke(addr, factory()), f"{what} on {addr}")
-        return out
-
     async def put_kv_config(self, namespace: str, key: str, value: str) -> list[str]:
         """PUT_KV_CONFIG on every name server; their addresses."""
         fields = PutKVConfigRequestHeader(namespace, key, value).to_fields()
-        done = await self._each_namesrv(
+        done = await self._on_every_namesrv(
             lambda: RemotingCommand.request(RequestCode.PUT_KV_CONFIG, dict(fields)),
             "updateKvConfig")
         return list(done)
@@ -714,7 +777,7 @@ class MQAdmin:
     async def delete_kv_config(self, namespace: str, key: str) -> list[str]:
         """DELETE_KV_CONFIG on every name server (a missing key is no error)."""
         fields = DeleteKVConfigRequestHeader(namespace, key).to_fields()
-        done = await self._each_namesrv(
+        done = await self._on_every_namesrv(
             lambda: RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, dict(fields)),
             "deleteKvConfig")
         return list(done)
@@ -732,7 +795,7 @@ class MQAdmin:
     async def get_namesrv_config(self) -> dict[str, dict[str, str]]:
         """GET_NAMESRV_CONFIG of every name server: address -> key -> value, secrets
         masked."""
-        answers = await self._each_namesrv(
+        answers = await self._on_every_namesrv(
             lambda: RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), "getNamesrvConfig")
         return {a: _shown_config(r, f"{a}: getNamesrvConfig") for a, r in answers.items()}
 
@@ -741,7 +804,7 @@ class MQAdmin:
         or why the change is not persisted). A secret key is refused before anything
         is sent; a key a name server cannot change at run time is refused by it."""
         body = _config_changes(props, "name server")
-        answers = await self._each_namesrv(
+        answers = await self._on_every_namesrv(
             lambda: RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=body),
             "updateNamesrvConfig")
         return {a: r.remark or None for a, r in answers.items()}

@@ -6,7 +6,7 @@ import datetime as _dt
 import json
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import trio
@@ -14,13 +14,28 @@ import trio
 from client.admin import MQAdmin, MQAdminError
 from client.credentials import AclCredentials
 from protocol.logs import configure_logging
-from protocol.names import RMQ_SYS_TRANS_HALF_TOPIC
+from protocol.names import RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC
+from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
 from protocol.route import perm_to_string
+from protocol.trace_data import TraceView
 from protocol.trio import tls
 from protocol.trio.daemon import first_leaf
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def namesrv_option(default: str | None = None) -> Callable[[_F], _F]:
+    """``-n/--namesrvAddr``: the flag, else the NAMESRV_ADDR environment variable
+    (as RocketMQ's tools), else ``default`` (None: the option is required)."""
+    if default is None:  # (click takes an explicit default=None for a default)
+        return click.option("-n", "--namesrvAddr", "namesrv", required=True,
+                            envvar=NAMESRV_ADDR_ENV, show_envvar=True, help=NAMESRV_HELP)
+    return click.option("-n", "--namesrvAddr", "namesrv", default=default, show_default=True,
+                        envvar=NAMESRV_ADDR_ENV, show_envvar=True, help=NAMESRV_HELP)
+
+
 json_option = click.option("--json", "as_json", is_flag=True, default=False,
                            help="Print one JSON document instead of the table.")
 
@@ -158,7 +173,7 @@ def cli(ctx: click.Context, access_key: str | None, secret_key: str | None, use_
 
 
 @cli.command("updateTopic")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-c", "--clusterName", "cluster", default=None, help="Create on every master of the cluster.")
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Create on this broker only.")
 @click.option("-t", "--topic", required=True)
@@ -183,7 +198,7 @@ def update_topic(namesrv: str, cluster: str | None, broker_addr: str | None, top
 
 
 @cli.command("deleteTopic")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-c", "--clusterName", "cluster", required=True)
 @click.option("-t", "--topic", required=True)
 def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
@@ -198,7 +213,7 @@ def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
 
 
 @cli.command("topicList")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @json_option
 def topic_list(namesrv: str, as_json: bool) -> None:
     """List every topic the name servers know."""
@@ -216,7 +231,7 @@ def topic_list(namesrv: str, as_json: bool) -> None:
 
 
 @cli.command("topicRoute")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @json_option
 def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
@@ -230,7 +245,7 @@ def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
 
 
 @cli.command("topicStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @json_option
 def topic_status(namesrv: str, topic: str, as_json: bool) -> None:
@@ -252,7 +267,7 @@ def topic_status(namesrv: str, topic: str, as_json: bool) -> None:
 
 
 @cli.command("clusterList")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @json_option
 def cluster_list(namesrv: str, as_json: bool) -> None:
     """Clusters, their brokers and addresses."""
@@ -286,7 +301,7 @@ def cluster_list(namesrv: str, as_json: bool) -> None:
 
 
 @cli.command("brokerStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", required=True, help="Broker address host:port.")
 @json_option
 def broker_status(namesrv: str, broker_addr: str, as_json: bool) -> None:
@@ -338,7 +353,7 @@ def ha_state(ha: dict[str, Any]) -> tuple[str, str]:
 
 
 @cli.command("haStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-c", "--clusterName", "cluster", default=None,
               help="Every broker of this cluster (default: every cluster).")
 @json_option
@@ -385,7 +400,7 @@ def ha_status(namesrv: str, cluster: str | None, as_json: bool) -> None:
 
 
 @cli.command("sendMessage")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-p", "--body", required=True, help="Message body (UTF-8).")
 @click.option("-k", "--keys", default=None)
@@ -415,7 +430,7 @@ def send_message(namesrv: str, topic: str, body: str, keys: str | None, tags: st
 
 
 @cli.command("consumeMessage")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-g", "--consumerGroup", "group", default="TOOLS_CONSUMER", show_default=True)
 @click.option("-b", "--brokerName", "broker_name", default=None, help="Only this broker's queues.")
@@ -514,7 +529,7 @@ def _print_message(m: Any) -> None:
 
 
 @cli.command("queryMsgById")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id (32 hex digits).")
 @json_option
 def query_msg_by_id(namesrv: str, msg_id: str, as_json: bool) -> None:
@@ -532,7 +547,7 @@ def query_msg_by_id(namesrv: str, msg_id: str, as_json: bool) -> None:
 
 
 @cli.command("queryMsgByKey")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-k", "--msgKey", "key", required=True)
 @click.option("-m", "--maxNum", "max_num", type=int, default=64, show_default=True)
@@ -553,7 +568,7 @@ def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int, as_json: 
 
 
 @cli.command("queryMsgByUniqueKey")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-i", "--msgId", "uniq", required=True, help="The UNIQ_KEY the producer returned.")
 @json_option
@@ -574,8 +589,73 @@ def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str, as_json: bool) 
         _print_message(m)
 
 
-@cli.command("queryMsgByOffset")
+def format_trace(views: Sequence[TraceView]) -> list[str]:
+    """RocketMQ's queryMsgTraceById layout: a Pub table per send, then one table
+    per consumer group with its SubBefore and SubAfter rows (RocketMQ prints
+    SubAfter rows only, typed ``Sub``); a SubBefore has no cost or status."""
+    row = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
+    lines: list[str] = []
+
+    def when(ms: int) -> str:
+        return _dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S") if ms > 0 else "-"
+
+    consumers: dict[str, list[TraceView]] = {}
+    for v in views:
+        if v.trace_type == "Pub":
+            lines.append(row.format("#Type", "#ProducerGroup", "#ClientHost", "#SendTime",
+                                    "#CostTimes", "#Status").rstrip())
+            lines.append(row.format("Pub", v.group_name, v.client_host, when(v.timestamp),
+                                    f"{v.cost_time}ms", v.status).rstrip())
+            lines.append("")
+        elif v.trace_type in ("SubBefore", "SubAfter"):
+            consumers.setdefault(v.group_name, []).append(v)
+    for group_views in consumers.values():
+        lines.append(row.format("#Type", "#ConsumerGroup", "#ClientHost", "#ConsumerTime",
+                                "#CostTimes", "#Status").rstrip())
+        for v in group_views:
+            after = v.trace_type == "SubAfter"
+            lines.append(row.format(v.trace_type, v.group_name, v.client_host, when(v.timestamp),
+                                    f"{v.cost_time}ms" if after else "-",
+                                    v.status if after else "-").rstrip())
+        lines.append("")
+    return lines
+
+
+@cli.command("queryMsgTraceById")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-i", "--msgId", "msg_id", required=True,
+              help="The message's msgId (the UNIQ_KEY the producer returned).")
+@click.option("-t", "--traceTopic", "trace_topic", default=RMQ_SYS_TRACE_TOPIC,
+              show_default=True, help="The trace topic.")
+@click.option("-b", "--beginTimestamp", "begin_ms", type=click.IntRange(min=0), default=0,
+              help="Trace messages stored from (ms).")
+@click.option("-e", "--endTimestamp", "end_ms", type=click.IntRange(min=0), default=2**62,
+              help="Trace messages stored until (ms).")
+@click.option("-num", "--maxNum", "max_num", type=click.IntRange(1, 64), default=64,
+              show_default=True, help="Trace messages read at most (a broker answers "
+              "at most 64).")
+@json_option
+def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, begin_ms: int,
+                          end_ms: int, max_num: int, as_json: bool) -> None:
+    """Show a message's trace: its sends and consumptions, as trace clients recorded them."""
+    msg_id, trace_topic = msg_id.strip(), trace_topic.strip()
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+            return await admin.query_msg_trace(msg_id, trace_topic, max_num, begin_ms, end_ms)
+
+    views = _run(go)
+    if as_json:
+        _echo_json([v.to_dict() for v in views])
+        return
+    if not views:
+        raise click.ClickException(f"no trace of message {msg_id} in {trace_topic}")
+    for line in format_trace(views):
+        click.echo(line)
+
+
+@cli.command("queryMsgByOffset")
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-b", "--brokerName", "broker_name", required=True)
 @click.option("-i", "--queueId", "queue_id", type=int, required=True)
@@ -603,7 +683,7 @@ def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: in
 
 
 @cli.command("searchOffsetByTime")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-b", "--brokerName", "broker_name", required=True)
 @click.option("-i", "--queueId", "queue_id", type=int, required=True)
@@ -620,7 +700,7 @@ def search_offset_by_time(namesrv: str, topic: str, broker_name: str, queue_id: 
 
 
 @cli.command("consumerProgress")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--groupName", "group", required=True)
 @click.option("-t", "--topicName", "topic", default=None)
 @json_option
@@ -644,7 +724,7 @@ def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool
 
 
 @cli.command("consumerConnection")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--consumerGroup", "group", required=True)
 @json_option
 def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
@@ -669,7 +749,7 @@ def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
 
 
 @cli.command("resetOffsetByTime")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--group", required=True)
 @click.option("-t", "--topic", required=True)
 @click.option("-s", "--timestamp", required=True,
@@ -694,7 +774,7 @@ def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: str,
 
 
 @cli.command("producerConnection")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--producerGroup", "group", required=True)
 @click.option("-t", "--topic", required=True, help="A topic the group sends to (its brokers are asked).")
 @json_option
@@ -715,7 +795,7 @@ def producer_connection(namesrv: str, group: str, topic: str, as_json: bool) -> 
 
 
 @cli.command("statsAll")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", default=None, help="Only this topic.")
 @click.option("-s", "--system", "include_system", is_flag=True, default=False,
               help="Include system, retry and DLQ topics.")
@@ -750,7 +830,7 @@ async def _broker_addrs(admin: MQAdmin, broker_addr: str | None, cluster: str | 
 
 
 @cli.command("getBrokerConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address host:port.")
 @click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
 @json_option
@@ -783,7 +863,7 @@ def config_lines(configs: dict[str, dict[str, str]]) -> list[str]:
 
 
 @cli.command("updateBrokerConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address host:port.")
 @click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
 @click.option("-k", "--key", required=True, help="A key the broker can change while it runs.")
@@ -804,7 +884,7 @@ def update_broker_config(namesrv: str, broker_addr: str | None, cluster: str | N
 
 
 @cli.command("wipeWritePerm")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerName", "broker_name", required=True)
 def wipe_write_perm(namesrv: str, broker_name: str) -> None:
     """Take a broker out of writing (its topics lose the write permission on every
@@ -819,7 +899,7 @@ def wipe_write_perm(namesrv: str, broker_name: str) -> None:
 
 
 @cli.command("addWritePerm")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerName", "broker_name", required=True)
 def add_write_perm(namesrv: str, broker_name: str) -> None:
     """Give a broker its write permission back on every name server."""
@@ -855,7 +935,7 @@ def _admin_flag(text: str | None) -> bool | None:
 
 
 @cli.command("updateAclConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
 @click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
 @click.option("-a", "--accessKey", "access_key", required=True, help="The account's accessKey.")
@@ -896,7 +976,7 @@ def update_acl_config(namesrv: str, broker_addr: str | None, cluster: str | None
 
 
 @cli.command("deleteAccessConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
 @click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
 @click.option("-a", "--accessKey", "access_key", required=True,
@@ -920,7 +1000,7 @@ cli.add_command(delete_acl_config, "deleteAclConfig")
 
 
 @cli.command("updateGlobalWhiteAddr")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
 @click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
 @click.option("-g", "--globalWhiteRemoteAddresses", "addresses", required=True,
@@ -941,7 +1021,7 @@ def update_global_white_addr(namesrv: str, broker_addr: str | None, cluster: str
 
 
 @cli.command("clusterAclConfigVersion")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Only this broker.")
 @click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
 @json_option

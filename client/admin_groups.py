@@ -17,7 +17,6 @@ import click
 
 from client.admin import MQAdmin, MQAdminError
 from client.admin_cli import (
-    NAMESRV_HELP,
     _broker_addrs,
     _echo_json,
     _print_table,
@@ -25,6 +24,7 @@ from client.admin_cli import (
     cli,
     config_lines,
     json_option,
+    namesrv_option,
     tool_credentials,
 )
 from client.running_info import (
@@ -83,7 +83,7 @@ def merged_group_config(group: str, current: dict[str, Any] | None,
 
 
 @cli.command("updateSubGroup")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None,
               help="Create the group on this broker.")
 @click.option("-c", "--clusterName", "cluster", default=None,
@@ -159,7 +159,7 @@ async def _retry_queue_nums(admin: MQAdmin, group: str, addr: str, nums: int) ->
 
 
 @cli.command("deleteSubGroup")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None,
               help="Delete the group from this broker.")
 @click.option("-c", "--clusterName", "cluster", default=None,
@@ -193,7 +193,7 @@ def delete_sub_group(namesrv: str, broker_addr: str | None, cluster: str | None,
 # ---- a group's consumers -------------------------------------------------------------
 
 @cli.command("consumerStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--consumerGroup", "group", required=True, help="Consumer group name.")
 @click.option("-i", "--clientId", "client_id", default=None,
               help="Only this consumer, shown in full.")
@@ -248,7 +248,7 @@ def _offset_rows(rows: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
 
 
 @cli.command("cloneGroupOffset")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-s", "--srcGroup", "src", required=True, help="The group to copy offsets from.")
 @click.option("-d", "--destGroup", "dest", required=True, help="The group to copy them to.")
 @click.option("-t", "--topic", required=True)
@@ -273,7 +273,7 @@ def clone_group_offset(namesrv: str, src: str, dest: str, topic: str, offline: s
 
 
 @cli.command("skipAccumulatedMessage")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--group", required=True, help="The consumer group.")
 @click.option("-t", "--topic", required=True)
 @click.option("-f", "--force", "force", type=bool, default=True, show_default=True,
@@ -296,7 +296,7 @@ def skip_accumulated_message(namesrv: str, group: str, topic: str, force: bool,
 
 
 @cli.command("allocateMQ")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-i", "--ipList", "ip_list", required=True,
               help="Consumer ids (or IPs), comma-separated.")
@@ -336,7 +336,7 @@ def order_conf_problem(conf: str) -> str | None:
 
 
 @cli.command("updateOrderConf")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-v", "--orderConf", "order_conf", default=None,
               help="brokerName1:num;brokerName2:num (with -m put).")
@@ -380,7 +380,7 @@ def update_order_conf(namesrv: str, topic: str, order_conf: str | None, method: 
 
 
 @cli.command("updateKvConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-s", "--namespace", required=True)
 @click.option("-k", "--key", required=True)
 @click.option("-v", "--value", required=True)
@@ -396,7 +396,7 @@ def update_kv_config(namesrv: str, namespace: str, key: str, value: str) -> None
 
 
 @cli.command("deleteKvConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-s", "--namespace", required=True)
 @click.option("-k", "--key", required=True)
 def delete_kv_config(namesrv: str, namespace: str, key: str) -> None:
@@ -413,7 +413,7 @@ def delete_kv_config(namesrv: str, namespace: str, key: str) -> None:
 # ---- the name servers' own config ---------------------------------------------------
 
 @cli.command("getNamesrvConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @json_option
 def get_namesrv_config(namesrv: str, as_json: bool) -> None:
     """Each name server's configuration, as it runs (secrets masked)."""
@@ -431,7 +431,7 @@ def get_namesrv_config(namesrv: str, as_json: bool) -> None:
 
 
 @cli.command("updateNamesrvConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-k", "--key", required=True, help="A key the name server can change while it runs.")
 @click.option("-v", "--value", required=True)
 def update_namesrv_config(namesrv: str, key: str, value: str) -> None:

@@ -48,6 +48,7 @@ from client.admin_cli import (
     apply_tls_options,
     check_credentials,
     credential_options,
+    namesrv_option,
     tls_options,
     tool_credentials,
 )
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
 
 # mqbench latency: how long a new consumer may take to get its queues
 WARM_UP_TIMEOUT_S = 30.0
-NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
 
 
 def percentiles(samples: Sequence[float], points: Sequence[float] = (50, 90, 99, 99.9)) -> dict[float, float]:
@@ -429,7 +429,7 @@ cli.add_command(attack)
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
 @click.option("-s", "--messageSize", "size", type=int, default=1024, show_default=True)
 @click.option("-b", "--batchSize", "batch", type=int, default=1, show_default=True,
@@ -493,7 +493,7 @@ def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concur
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchTxTopic", show_default=True)
 @click.option("-s", "--messageSize", "size", type=click.IntRange(min=0), default=1024,
               show_default=True)
@@ -602,7 +602,7 @@ async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, co
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
 @click.option("-g", "--group", default="BENCH_CONSUMER", show_default=True)
 @click.option("-c", "--count", type=int, default=200_000, show_default=True,
@@ -662,7 +662,7 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
 @click.option("-g", "--group", default=None, help="Consumer group (default: a new one per run).")
 @click.option("-c", "--count", type=int, default=200_000, show_default=True,
@@ -806,7 +806,7 @@ def uuid_hex() -> str:
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="LatencyTopic", show_default=True)
 @click.option("-r", "--rate", type=int, default=2000, show_default=True, help="Messages per second.")
 @click.option("-d", "--duration", type=float, default=10.0, show_default=True, help="Seconds.")
@@ -892,7 +892,7 @@ def render_latency(d: Mapping[str, Any]) -> str:
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 @click.option("--mode", type=click.Choice(["batch", "stream"]), default="batch", show_default=True)

@@ -167,7 +167,7 @@ class Producer(_BlockingClient):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         send_msg_timeout: float = 3.0,
         retry_times_when_send_failed: int = 2,
@@ -184,6 +184,8 @@ class Producer(_BlockingClient):
         tls_ca_path: str | None = None,
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         super().__init__()
         self._impl = self._producer = AsyncProducer(
@@ -204,6 +206,8 @@ class Producer(_BlockingClient):
             tls_ca_path=tls_ca_path,
             tls_cert_path=tls_cert_path,
             tls_key_path=tls_key_path,
+            enable_msg_trace=enable_msg_trace,
+            customized_trace_topic=customized_trace_topic,
         )
 
     @property
@@ -299,7 +303,7 @@ class TransactionProducer(Producer):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str,
+        namesrv_addr: str | None,
         transaction_listener: TransactionListener,
         *,
         check_workers: int = DEFAULT_CHECK_WORKERS,
@@ -342,7 +346,7 @@ class PullConsumer(_BlockingClient):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
@@ -551,7 +555,7 @@ class PushConsumer(_BlockingConsumer):
     """Blocking push consumer; arguments as ``client.push_consumer.PushConsumer``.
     The listener is a plain function, run in worker threads."""
 
-    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
+    def __init__(self, group: str, namesrv_addr: str | None = None, **options: Any) -> None:
         super().__init__()
         self._impl = self._consumer = self._push = AsyncPushConsumer(group, namesrv_addr, **options)
 
@@ -579,7 +583,7 @@ class LitePullConsumer(_BlockingConsumer):
     """Blocking lite pull consumer; arguments and methods as
     ``client.lite_pull_consumer.LitePullConsumer``."""
 
-    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
+    def __init__(self, group: str, namesrv_addr: str | None = None, **options: Any) -> None:
         super().__init__()
         self._impl = self._consumer = self._lite = AsyncLitePullConsumer(group, namesrv_addr, **options)
 

@@ -15,6 +15,17 @@ RebalanceImpl plus the pull half of DefaultMQPushConsumerImpl).
   ``pull_threshold_for_queue`` cached messages, ``pull_threshold_size_for_queue``
   MiB or a span of ``consume_concurrently_max_span`` offsets), 3 s back-off
   after an error.
+- Stuck pulls (push consumers, RocketMQ's CONSUME_PASSIVELY): a queue whose
+  pull task has not gone round its loop for ``pull_max_idle_s`` (120 s) is
+  dropped at the next rebalance (its task cancelled and awaited, its offset
+  persisted, its process queue forgotten) and taken again at once from the
+  persisted offset, with a new task (RocketMQ's isPullExpired in
+  updateProcessQueueTableInRebalance). Lite pull consumers
+  (CONSUME_ACTIVELY) are left alone, as in RocketMQ.
+
+Every pull task runs in its own cancel scope: dropping a queue (rebalance,
+expiry, seek) cancels it and waits for it to end, so no task outlives the
+queue it pulled.
 
 Subclasses say what happens to pulled messages (``_on_pulled``).
 """
@@ -36,6 +47,7 @@ from client.consumer_api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND, Cons
 from client.consumer_types import ConsumeFromWhere, MessageModel, parse_consume_timestamp
 from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
+from client.hooks import ConsumeMessageHook, consume_hooks
 from client.instance import (
     DEFAULT_HEARTBEAT_BROKER_INTERVAL,
     DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
@@ -43,6 +55,7 @@ from client.instance import (
     DEFAULT_REBALANCE_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
     MQClientInstance,
+    client_namesrv_addr,
 )
 from client.metrics import ClientMetrics
 from client.offset_store import (
@@ -51,7 +64,7 @@ from client.offset_store import (
     ReadOffsetType,
     RemoteBrokerOffsetStore,
 )
-from client.process_queue import ProcessQueue
+from client.process_queue import PULL_MAX_IDLE_TIME, ProcessQueue
 from client.pull_result import PullStatus
 from client.rebalance import AllocateStrategy, allocate_averagely
 from client.running_info import (
@@ -67,6 +80,7 @@ from client.running_info import (
 )
 from client.service import ServiceNursery
 from client.subscription import SubscriptionData, build_subscription
+from client.trace import CONSUME, AsyncTraceDispatcher, ConsumeMessageTraceHook, check_trace_topic
 from client.validators import check_group
 from protocol.message import MessageExt, MessageQueue
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
@@ -76,6 +90,8 @@ BROKER_SUSPEND_MAX_TIME_MILLIS = 15_000
 CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0
 PULL_TIME_DELAY_WHEN_EXCEPTION = 3.0
 PULL_TIME_DELAY_WHEN_FLOW_CONTROL = 0.05
+# s a dropped queue's cancelled pull task is waited for (it ends at its next checkpoint)
+PULL_TASK_STOP_WAIT = 1.0
 MiB = 1024 * 1024
 
 
@@ -86,6 +102,16 @@ class ConsumerState(Enum):
     SHUTDOWN = "shutdown"
 
 
+class _PullTask:
+    """One queue's pull task: the cancel scope it runs in, set when it has ended."""
+
+    __slots__ = ("scope", "done")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.done = trio.Event()
+
+
 class ConsumerCore:
     consume_type = "CONSUME_PASSIVELY"
     orderly = False
@@ -93,7 +119,7 @@ class ConsumerCore:
     def __init__(
         self,
         group: str,
-        namesrv_addr: str,
+        namesrv_addr: str | None,
         *,
         message_model: MessageModel,
         consume_from_where: ConsumeFromWhere,
@@ -114,8 +140,13 @@ class ConsumerCore:
         metrics: ClientMetrics | None = None,
         credentials: AclCredentials | None = None,
         tls: ClientTls | None = None,
+        pull_max_idle_s: float = PULL_MAX_IDLE_TIME,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         check_group(group, "DEFAULT_CONSUMER")
+        self.enable_msg_trace = bool(enable_msg_trace)
+        self.customized_trace_topic = check_trace_topic(customized_trace_topic)
         self.credentials = credentials
         self.tls = tls
         if not isinstance(message_model, MessageModel):
@@ -132,8 +163,12 @@ class ConsumerCore:
             raise MQClientError("pull_batch_size must be at most 1024")
         if request_timeout <= 0:
             raise MQClientError("request_timeout must be positive")
+        if (isinstance(pull_max_idle_s, bool) or not isinstance(pull_max_idle_s, int | float)
+                or not 0 < pull_max_idle_s < float("inf")):
+            raise MQClientError(f"pull_max_idle_s must be a positive number of seconds, "
+                                f"got {pull_max_idle_s!r}")
         self.group = group
-        self.namesrv_addr = namesrv_addr
+        self.namesrv_addr = client_namesrv_addr(namesrv_addr)
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp_ms = parse_consume_timestamp(consume_timestamp)
@@ -149,9 +184,11 @@ class ConsumerCore:
         self.rebalance_interval = rebalance_interval
         self.persist_consumer_offset_interval = persist_consumer_offset_interval
         self.offset_store_dir = offset_store_dir
+        self.pull_max_idle_s = float(pull_max_idle_s)
         self._metrics = metrics
         self.subscriptions: dict[str, SubscriptionData] = {}
         self.process_queue_table: dict[MessageQueue, ProcessQueue] = {}
+        self._pull_tasks: dict[MessageQueue, _PullTask] = {}
         self._state = ConsumerState.CREATED
         self._instance: MQClientInstance | None = None
         self._api: ConsumerAPI | None = None
@@ -159,7 +196,10 @@ class ConsumerCore:
         self._service: ServiceNursery | None = None
         self._space: dict[MessageQueue, trio.Event] = {}
         self._rebalance_lock = trio.Lock()
-        self._log = structlog.get_logger(logger_name).bind(group=group, namesrv=namesrv_addr)
+        self._log = structlog.get_logger(logger_name).bind(group=group,
+                                                           namesrv=self.namesrv_addr)
+        self._consume_hooks = consume_hooks(self._log)
+        self.trace_dispatcher: AsyncTraceDispatcher | None = None
         # pull and consume figures by topic (mqadmin consumerStatus)
         self.stats = ConsumeStats()
         self.start_timestamp_ms = 0
@@ -173,6 +213,29 @@ class ConsumerCore:
         "rebalance_interval": DEFAULT_REBALANCE_INTERVAL,
         "persist_consumer_offset_interval": DEFAULT_PERSIST_CONSUMER_OFFSET_INTERVAL,
     }
+
+    # ---- hooks and trace ----------------------------------------------------------
+
+    def register_consume_message_hook(self, hook: ConsumeMessageHook) -> None:
+        """Call ``hook`` around every listener call (client/hooks.py). Raises
+        MQClientError for an object without the hook's methods."""
+        self._consume_hooks.register(hook)
+
+    async def _start_trace(self) -> None:
+        """With ``enable_msg_trace``: the trace dispatcher and its hook."""
+        if not self.enable_msg_trace:
+            return
+        dispatcher = AsyncTraceDispatcher(
+            self.group, CONSUME, self.namesrv_addr, self.customized_trace_topic,
+            credentials=self.credentials, tls=self.tls)
+        await dispatcher.start()
+        self.trace_dispatcher = dispatcher
+        self._consume_hooks.register(ConsumeMessageTraceHook(dispatcher))
+
+    async def _stop_trace(self) -> None:
+        """Once nothing consumes any more: what the dispatcher holds is sent."""
+        if self.trace_dispatcher is not None:
+            await self.trace_dispatcher.shutdown()
 
     # ---- subscriptions ----------------------------------------------------------
 
@@ -281,7 +344,8 @@ class ConsumerCore:
                 for pq in self.process_queue_table.values():
                     pq.dropped = True
             if self._service is not None:
-                await self._service.stop()
+                await self._service.stop()  # every pull task with it
+            self._pull_tasks.clear()
             await self._before_leave()
             if self._offset_store is not None:
                 with trio.move_on_after(self.request_timeout + 1):
@@ -349,9 +413,21 @@ class ConsumerCore:
 
     async def _update_process_queue_table(self, topic: str, allocated: set[MessageQueue]) -> None:
         changed = False
+        now = trio.current_time()
         for mq in [mq for mq in self.process_queue_table if mq.topic == topic]:
-            if mq not in allocated and await self._drop_queue(mq, "not allocated any more"):
-                changed = True
+            if mq not in allocated:
+                if await self._drop_queue(mq, "not allocated any more"):
+                    changed = True
+                continue
+            pq = self.process_queue_table.get(mq)
+            if pq is not None and self._pull_expired(pq, now):
+                # a pull task stuck somewhere: drop the queue (offset persisted
+                # first) and take it again below, from that offset, with a new task
+                self._log.warning("no pull for too long, the queue is taken again",
+                                  mq=str(mq), idle_s=round(now - pq.last_pull_time, 1),
+                                  pull_max_idle_s=self.pull_max_idle_s)
+                if await self._drop_queue(mq, "pull expired"):
+                    changed = True
         for mq in sorted(allocated):
             pq = self.process_queue_table.get(mq)
             if pq is not None and pq.dropped:
@@ -381,7 +457,7 @@ class ConsumerCore:
                 return False
         if self._state is not ConsumerState.RUNNING:
             return False
-        pq = ProcessQueue()
+        pq = ProcessQueue(trio.current_time())
         if self._needs_lock():
             # _prepare_queue locked it on the broker
             pq.locked = True
@@ -389,7 +465,8 @@ class ConsumerCore:
         self.process_queue_table[mq] = pq
         self._offset_store.update_offset(mq, offset)
         assert self._service is not None
-        self._service.start_soon(self._pull_loop, mq, pq, offset)
+        task = self._pull_tasks[mq] = _PullTask()
+        self._service.start_soon(self._pull_loop, mq, pq, offset, task)
         self._log.debug("queue added", mq=str(mq), offset=offset)
         return True
 
@@ -401,13 +478,32 @@ class ConsumerCore:
         """Whether queues are locked on the broker before they are consumed."""
         return False
 
+    def _pull_expired(self, pq: ProcessQueue, now: float) -> bool:
+        """A push consumer's queue whose pull task has been idle too long."""
+        return (self.consume_type == "CONSUME_PASSIVELY" and not pq.dropped
+                and pq.pull_expired(now, self.pull_max_idle_s))
+
+    async def _stop_pull(self, mq: MessageQueue) -> None:
+        """Cancel ``mq``'s pull task and wait (bounded) until it has ended."""
+        task = self._pull_tasks.pop(mq, None)
+        if task is None:
+            return
+        task.scope.cancel()
+        with trio.move_on_after(PULL_TASK_STOP_WAIT):
+            await task.done.wait()
+            return
+        # it ends at its next checkpoint, at the latest with the consumer's nursery
+        self._log.warning("cancelled pull task has not ended yet", mq=str(mq))
+
     async def _drop_queue(self, mq: MessageQueue, why: str) -> bool:
-        """Stop pulling ``mq``; persist and forget its offset. False when it
-        cannot be released yet (orderly: a batch is still being consumed)."""
+        """Stop pulling ``mq`` (its task cancelled and awaited); persist and
+        forget its offset. False when it cannot be released yet (orderly: a
+        batch is still being consumed)."""
         pq = self.process_queue_table.get(mq)
         if pq is None:
             return True
         pq.dropped = True
+        await self._stop_pull(mq)
         if not await self._release_queue(mq, pq):
             return False
         self.process_queue_table.pop(mq, None)
@@ -457,9 +553,11 @@ class ConsumerCore:
         if ev is not None:
             ev.set()
 
-    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue, offset: int,
+                         task: _PullTask) -> None:
         try:
-            await self._pull_queue(mq, pq, offset)
+            with task.scope:  # cancelled when the queue is dropped (_stop_pull)
+                await self._pull_queue(mq, pq, offset)
         except Exception:
             # A bug must not take the consumer's other tasks down: this queue
             # stops being pulled and is taken again at the next rebalance.
@@ -467,6 +565,10 @@ class ConsumerCore:
             pq.dropped = True
             if self.process_queue_table.get(mq) is pq:
                 self.process_queue_table.pop(mq, None)
+        finally:
+            task.done.set()
+            if self._pull_tasks.get(mq) is task:
+                del self._pull_tasks[mq]
 
     async def _pull_queue(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         assert self._api is not None and self._offset_store is not None
@@ -475,6 +577,9 @@ class ConsumerCore:
         clustering = self.message_model is MessageModel.CLUSTERING
         paused = 0
         while not pq.dropped and self._state is ConsumerState.RUNNING:
+            # the task is alive (RocketMQ's pullMessage sets it first thing,
+            # paused or not): a queue is pull-expired only when this stops
+            pq.last_pull_time = trio.current_time()
             why = self._flow_controlled(pq)
             if why is not None:
                 if paused % 1000 == 0:
@@ -508,7 +613,7 @@ class ConsumerCore:
                 continue
             if pq.dropped:
                 return
-            pq.last_pull_time = now = trio.current_time()
+            now = trio.current_time()
             self.stats.pulled(mq.topic, now, now - started, len(result.msg_found_list))
             status = result.pull_status
             if status is PullStatus.FOUND:

@@ -52,7 +52,7 @@ class LitePullConsumer(ConsumerCore):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         message_model: MessageModel = MessageModel.CLUSTERING,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
@@ -262,6 +262,7 @@ class LitePullConsumer(ConsumerCore):
             raise MQClientError(f"seek offset {offset} of {mq} is outside [{lo}, {hi}]")
         async with self._rebalance_lock:
             pq.dropped = True
+            await self._stop_pull(mq)
             pq.clear()
             self.process_queue_table.pop(mq, None)
             self._polled.pop(mq, None)

@@ -28,6 +28,7 @@ from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
     MQClientInstance,
+    client_namesrv_addr,
     resolve_tls,
 )
 from client.pull_result import PullResult
@@ -74,7 +75,8 @@ class PullConsumer:
 
     Args:
         group: consumer group name (``^[%|a-zA-Z0-9_-]+$``).
-        namesrv_addr: name servers, ``;``-separated.
+        namesrv_addr: name servers, ``;``-separated (default: the NAMESRV_ADDR
+            environment variable, else 127.0.0.1:9876).
         pull_timeout: default seconds for one pull.
         request_timeout: seconds for offset and route requests.
         poll_name_server_interval: seconds between route refreshes.
@@ -87,7 +89,7 @@ class PullConsumer:
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
@@ -107,7 +109,7 @@ class PullConsumer:
         if pull_timeout <= 0 or request_timeout <= 0:
             raise MQClientError("timeouts must be positive")
         self.group = group
-        self.namesrv_addr = namesrv_addr
+        self.namesrv_addr = client_namesrv_addr(namesrv_addr)
         self.pull_timeout = pull_timeout
         self.request_timeout = request_timeout
         self.poll_name_server_interval = poll_name_server_interval
@@ -115,7 +117,7 @@ class PullConsumer:
         self._state = _State.CREATED
         self._instance: MQClientInstance | None = None
         self._api: ConsumerAPI | None = None
-        self._log = log.bind(group=group, namesrv=namesrv_addr)
+        self._log = log.bind(group=group, namesrv=self.namesrv_addr)
 
     # ---- lifecycle --------------------------------------------------------------
 

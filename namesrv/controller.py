@@ -15,7 +15,7 @@ import trio
 
 from broker.acl.binding import signature_binding
 from broker.acl.guard import AclFile
-from namesrv.acl import guard_table
+from namesrv.acl import guard_table, header_gate
 from namesrv.config import NamesrvConfig
 from namesrv.kv_config import KVConfigManager, write_atomically
 from namesrv.metrics import namesrv_registry
@@ -27,6 +27,7 @@ from protocol.config import rewrite_properties
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.limits import SharedBudget
 from protocol.trio.metrics_http import MetricsServer
+from protocol.trio.preauth import NAMESRV_PRE_AUTH_BODY, PreAuth, pre_auth_of
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard
 
@@ -55,12 +56,18 @@ class NamesrvController:
         handlers.register(RequestCode.UPDATE_NAMESRV_CONFIG, configs.update_namesrv_config)
         self._config_lock = trio.Lock()
         # plain ACL (aclEnable): every served request is checked (namesrv/acl.py)
+        # and a connection not yet authenticated is judged on each header before the
+        # body is read, within small limits (protocol/trio/preauth.py)
         self.acl_file: AclFile | None = None
+        preauth: PreAuth | None = None
         if config.acl_enable:
             acl_file = self.acl_file = AclFile(self.acl_path())
             handlers = guard_table(handlers, lambda: acl_file.config,
                                    self.processor.record_acl_refusal,
                                    binding=signature_binding(config))
+            preauth = pre_auth_of(config, header_gate(lambda: acl_file.config,
+                                                      self.processor.record_acl_refusal),
+                                  NAMESRV_PRE_AUTH_BODY)
         self.server = RemotingServer(
             handlers,
             config.listen_ip,
@@ -68,7 +75,7 @@ class NamesrvController:
             max_frame_size=config.max_frame_size,
             limits=config.connection_limits(),
             budget=SharedBudget(config.max_total_connection_buffer_bytes),
-            tls=config.server_tls(),
+            tls=config.server_tls(), preauth=preauth,
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self.metrics_port: int | None = None  # once served

@@ -343,6 +343,11 @@ class AclConfig:
             return Decision(True, access_key=access_key)
         return self.check_perm(account, code, needs)
 
+    def globally_white(self, remote_host: str) -> bool:
+        """Whether ``remote_host`` is a global white address: every request from it
+        passes, whatever it carries."""
+        return self._white(remote_host, self.global_white)
+
     @staticmethod
     def _white(remote_host: str, strategies: Iterable[RemoteAddressStrategy]) -> bool:
         addr = parse_host(remote_host)

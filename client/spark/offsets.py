@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from client.subscription import parse_sub_expression
+from protocol.namesrv_addr import NAMESRV_ADDR_ENV, namesrv_addr_from_env
 
 Offsets = dict[str, dict[str, int]]
 
@@ -110,9 +111,11 @@ class SourceOptions:
 def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
     """Validate the source's options (case-insensitive names). Raises OptionError."""
     opts = {k.lower(): v for k, v in options.items()}
-    namesrv = opts.get("namesrv", "").strip()
+    # the option, else the driver's NAMESRV_ADDR (what the readers are given)
+    namesrv = opts.get("namesrv", "").strip() or namesrv_addr_from_env()
     if not namesrv:
-        raise OptionError("option 'namesrv' is required, e.g. '127.0.0.1:9876'")
+        raise OptionError("option 'namesrv' is required, e.g. '127.0.0.1:9876' "
+                          f"(or {NAMESRV_ADDR_ENV} set where the driver runs)")
     topics = tuple(t.strip() for t in opts.get("topic", "").split(",") if t.strip())
     if not topics:
         raise OptionError("option 'topic' is required (one topic or a comma list)")

@@ -23,7 +23,9 @@ system's CAs), and ``tlsCertPath`` with ``tlsKeyPath`` a client certificate for
 servers with ``tls.server.need.client.auth``. The paths must exist on the
 driver and on every executor.
 
-Options (case-insensitive): ``namesrv`` (required), ``topic`` (one or a comma
+Options (case-insensitive): ``namesrv`` (required unless ``NAMESRV_ADDR`` is
+set where the driver runs; ``;``-separated, one name server asked at a time,
+the next on failure), ``topic`` (one or a comma
 list, required), ``consumerGroup``, ``startingOffsets``, ``endingOffsets``
 (batch), ``maxOffsetsPerTrigger`` (streaming), ``failOnDataLoss``,
 ``pullBatchSize``, ``subExpression``, ``accessKey``, ``secretKey``, ``useTls``,
