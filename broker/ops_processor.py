@@ -60,7 +60,8 @@ RUNTIME_KEYS: dict[str, str] = {
     "longPollingEnable": "each pull that finds nothing",
     "longPollingMaxSuspendMillis": "each pull that finds nothing",
     "slaveReadEnable": "each pull's suggested broker",
-    "accessMessageInMemoryMaxRatio": "each pull (cold-read test)",
+    "accessMessageInMemoryMaxRatio": "each pull (cold-read test) and each offset query of a "
+                                     "group with no offset (new-group start)",
     "rejectTransactionMessage": "each prepared send",
     "transactionTimeOut": "each transaction check",
     "transactionCheckMax": "each transaction check",

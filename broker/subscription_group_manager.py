@@ -28,6 +28,7 @@ from protocol.subscription_group import SubscriptionGroupConfig
 
 __all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager"]
 
+
 class SubscriptionGroupManager:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config

@@ -709,7 +709,9 @@ class MQAdmin:
                 continue
             addr = await self.broker_addr(topic, qd.broker_name)
             for qid in range(qd.read_queue_nums):
-                query = QueryConsumerOffsetRequestHeader(src, topic, qid).to_fields()
+                # the group's stored offset only (not the 0 a new group is answered)
+                query = QueryConsumerOffsetRequestHeader(src, topic, qid,
+                                                         set_zero_if_not_found=False).to_fields()
                 resp = await self._invoke(addr, RemotingCommand.request(
                     RequestCode.QUERY_CONSUMER_OFFSET, query))
                 if resp.code == ResponseCode.QUERY_NOT_FOUND:

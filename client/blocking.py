@@ -458,7 +458,8 @@ class PullConsumer(_BlockingClient):
         self._run(self._consumer.update_consume_offset, mq, offset)
 
     def fetch_consume_offset(self, mq: MessageQueue) -> int:
-        """The group's stored offset of ``mq``, -1 if none."""
+        """The group's offset of ``mq`` as the broker answers it (see
+        ``client.PullConsumer.fetch_consume_offset``), -1 if none."""
         return self._run(self._consumer.fetch_consume_offset, mq)
 
     def max_offset(self, mq: MessageQueue) -> int:

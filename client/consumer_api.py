@@ -231,8 +231,9 @@ class ConsumerAPI:
         return addr
 
     async def fetch_consume_offset(self, mq: MessageQueue) -> int:
-        """The group's stored offset of ``mq`` (from the master, else a slave),
-        or -1 when the broker has none."""
+        """The group's offset of ``mq`` as the broker answers it (from the
+        master, else a slave): stored, or 0 for a group with none while the
+        queue's first message is in memory; -1 for QUERY_NOT_FOUND."""
         addr = await self._admin(mq)
         header = QueryConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id)
         cmd = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.to_fields())

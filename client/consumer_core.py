@@ -8,8 +8,11 @@ RebalanceImpl plus the pull half of DefaultMQPushConsumerImpl).
   broadcasting consumers take every queue. A queue dropped from this member
   stops being pulled, its offset is persisted and forgotten (orderly: after
   the running batch finishes, then the broker lock is released); a new queue
-  starts from the stored offset or, for a new group, from
-  ``consume_from_where``.
+  starts from the offset the broker answers or, when it has none
+  (QUERY_NOT_FOUND), from ``consume_from_where``. A broker answers 0 for a
+  group with no stored offset while the queue's first message is still in
+  memory (RocketMQ 4.x's rule, broker/new_group_offset.py), so a new group of
+  a young topic reads it from the start, whatever ``consume_from_where``.
 - Pull tasks: long polling (the broker holds an empty pull up to 15 s), the
   group's offset piggybacked on each pull, flow control (pause a queue above
   ``pull_threshold_for_queue`` cached messages, ``pull_threshold_size_for_queue``
@@ -518,8 +521,10 @@ class ConsumerCore:
         return True
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
-        """The stored offset, or where a new group starts (``consume_from_where``;
-        a retry topic always from 0)."""
+        """The offset the broker answers for the group (stored, or 0 for a queue
+        whose first message is still in memory), else where a new group starts:
+        ``consume_from_where`` (a retry topic always from 0), as RocketMQ's
+        RebalancePushImpl.computePullFromWhere."""
         assert self._offset_store is not None and self._api is not None
         last = await self._offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
         if last >= 0:

@@ -227,7 +227,9 @@ class LitePullConsumer(ConsumerCore):
         await self._offset_store.persist_all(set(self.process_queue_table))
 
     async def committed(self, mq: MessageQueue) -> int:
-        """The offset committed for ``mq`` in the store (-1 when none)."""
+        """The offset committed for ``mq`` in the store (-1 when none). As
+        RocketMQ's, a broker answers 0 for a clustering group with none while
+        the queue's first message is still in memory."""
         self._running_instance()
         assert self._offset_store is not None
         return await self._offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)

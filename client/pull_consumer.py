@@ -270,9 +270,10 @@ class PullConsumer:
         await self._running_api().update_consume_offset(mq, offset, self.request_timeout)
 
     async def fetch_consume_offset(self, mq: MessageQueue) -> int:
-        """The group's stored offset of ``mq``, or -1 when the broker has none
-        (QUERY_NOT_FOUND). Reads the master, or a slave when there is no master.
-        Raises MQClientError / MQBrokerError."""
+        """The group's offset of ``mq`` as the broker answers it: the stored
+        one, 0 for a group with none while the queue's first message is still
+        in memory (RocketMQ's rule), or -1 (QUERY_NOT_FOUND). Reads the master,
+        or a slave when there is no master. Raises MQClientError / MQBrokerError."""
         return await self._running_api().fetch_consume_offset(mq)
 
     async def max_offset(self, mq: MessageQueue) -> int:

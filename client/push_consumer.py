@@ -69,7 +69,10 @@ class PushConsumer(ConsumerCore):
         namesrv_addr: name servers, ``;``-separated (default: the NAMESRV_ADDR
             environment variable, else 127.0.0.1:9876).
         message_model: CLUSTERING (default) or BROADCASTING.
-        consume_from_where: where a new group starts (last offset by default).
+        consume_from_where: where a group with no offset on the broker starts
+            (last offset by default). As with RocketMQ, the broker answers 0
+            for a queue whose first message is still in memory, so a new group
+            reads such a queue from its start (docs/compatibility.md).
         consume_timestamp: for CONSUME_FROM_TIMESTAMP: ms, ``yyyyMMddHHmmss``
             or a datetime (default: half an hour ago).
         allocate_strategy: ``client.rebalance`` function (averagely by default).

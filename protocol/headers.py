@@ -357,9 +357,13 @@ class PullMessageResponseHeader(Header):
 
 @dataclass(slots=True)
 class QueryConsumerOffsetRequestHeader(Header):
+    """RocketMQ's; ``setZeroIfNotFound`` (RocketMQ 5) false asks for
+    QUERY_NOT_FOUND rather than a new group's 0 (broker/new_group_offset.py)."""
+
     consumer_group: Group
     topic: Topic
     queue_id: Int32
+    set_zero_if_not_found: bool | None = None
 
 
 @dataclass(slots=True)

@@ -61,6 +61,12 @@ class SubscriptionGroupConfig:
             values[f.name] = value
         return cls(data["groupName"], **values)
 
+    def retry_limit(self, header_max: int | None) -> int:
+        """Reconsume times after which a message of the group is a dead letter:
+        the request's ``maxReconsumeTimes`` when it carries one (RocketMQ's
+        clients since 3.4.9), else the group's ``retryMaxTimes``."""
+        return self.retry_max_times if header_max is None else header_max
+
     def __str__(self) -> str:
         """RocketMQ's toString (mqadmin updateSubGroup prints it)."""
         inner = ", ".join(f"{key}={str(value).lower() if isinstance(value, bool) else value}"

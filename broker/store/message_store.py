@@ -51,6 +51,7 @@ from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildC
 from broker.store.ha.epochs import EpochHistory, LogView, live, tail_of
 from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
+from broker.store.memory_ratio import TOTAL_PHYSICAL_MEMORY_SIZE, in_disk, memory_budget
 from broker.store.replica_dispatch import MAX_RECORDS, Scan, compiled_scan, scan_loop
 from broker.store.status import (
     GetMessageResult,
@@ -104,18 +105,6 @@ def disk_used_ratio(path: Path) -> float:
     used = (st.f_blocks - st.f_bfree) * st.f_frsize
     room = used + st.f_bavail * st.f_frsize
     return used / room if room > 0 else 0.0
-
-
-def _physical_memory() -> int:
-    """Bytes of physical memory of this machine (0 when the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-# Read once, as RocketMQ's StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE.
-TOTAL_PHYSICAL_MEMORY_SIZE = _physical_memory()
 
 
 class PullKernel(NamedTuple):
@@ -896,9 +885,22 @@ class DefaultMessageStore:
         data: more than accessMessageInMemoryMaxRatio % of the machine's memory
         lies between it and the commit log's end (RocketMQ's rule; the master
         then suggests a slave)."""
-        behind = self.commit_log.max_offset - pulled_phys
-        memory = self.total_physical_memory * self.config.access_message_in_memory_max_ratio // 100
-        return behind > memory
+        return in_disk(self.commit_log.max_offset, pulled_phys, self._memory_budget())
+
+    def _memory_budget(self) -> int:
+        return memory_budget(self.total_physical_memory,
+                             self.config.access_message_in_memory_max_ratio)
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether the message at queue offset ``offset`` of ``topic``/``queue_id``
+        is "in disk" (broker/store/memory_ratio.py); False when the queue has no
+        entry there (RocketMQ's checkInDiskByConsumeOffset). Never creates a queue."""
+        cq = self._existing_cq(topic, queue_id)
+        entry = cq.get_entry(offset) if cq is not None and offset >= cq.min_offset_in_queue \
+            else None
+        if entry is None:
+            return False
+        return in_disk(self.commit_log.max_offset, entry[0], self._memory_budget())
 
     # ---- queries ---------------------------------------------------------------------
 
