@@ -67,3 +67,13 @@ def test_reset_offset_body_round_trip_and_checks() -> None:
                        ({"offsetTable": [{}] * (MAX_QUEUES_PER_RESET + 1)}, "at most")):
         with pytest.raises(RemoteProtocolError, match=where):
             ResetOffsetBody.from_wire(bad)
+
+
+def test_every_command_is_on_the_mqadmin_page() -> None:
+    """docs/mqadmin.md lists every registered mqadmin command (a new one needs its line)."""
+    from pathlib import Path
+
+    from client.admin_cli import cli
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "mqadmin.md").read_text()
+    assert [c for c in sorted(cli.commands) if f"`{c}`" not in doc] == []
