@@ -3,9 +3,12 @@ reset body a broker sends consumers (protocol/client_data.py ResetOffsetBody).""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 import pytest
 
+from client.admin_cli import cli
 from client.admin_groups import merged_group_config, new_group_config, order_conf_problem
 from protocol.client_data import MAX_QUEUES_PER_RESET, ResetOffsetBody
 from protocol.errors import RemoteProtocolError
@@ -71,9 +74,5 @@ def test_reset_offset_body_round_trip_and_checks() -> None:
 
 def test_every_command_is_on_the_mqadmin_page() -> None:
     """docs/mqadmin.md lists every registered mqadmin command (a new one needs its line)."""
-    from pathlib import Path
-
-    from client.admin_cli import cli
-
     doc = (Path(__file__).resolve().parents[2] / "docs" / "mqadmin.md").read_text()
     assert [c for c in sorted(cli.commands) if f"`{c}`" not in doc] == []
