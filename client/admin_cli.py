@@ -864,11 +864,19 @@ def get_broker_config(namesrv: str, broker_addr: str | None, cluster: str | None
     if as_json:
         _echo_json(configs if broker_addr is None else configs[broker_addr])
         return
+    for line in config_lines(configs):
+        click.echo(line)
+
+
+def config_lines(configs: dict[str, dict[str, str]]) -> list[str]:
+    """Daemons' configs as RocketMQ's getBrokerConfig / getNamesrvConfig print them:
+    ``============addr============`` then ``key=  value`` lines, keys padded to 50."""
+    lines = []
     for addr, config in configs.items():
-        click.echo(f"============{addr}============")
+        lines.append(f"============{addr}============")
         width = max([50, *(len(k) for k in config)])
-        for key, value in sorted(config.items()):
-            click.echo(f"{key:<{width}}=  {value}")
+        lines += [f"{key:<{width}}=  {value}" for key, value in sorted(config.items())]
+    return lines
 
 
 @cli.command("updateBrokerConfig")
@@ -1055,8 +1063,9 @@ def cluster_acl_config_version(namesrv: str, broker_addr: str | None, cluster: s
                   for r in rows])
 
 
-# commands kept in their own modules (they use the helpers above)
-from client import admin_topics  # noqa: E402, F401
+# commands defined in other modules, registered on ``cli`` when imported
+from client import admin_groups  # noqa: E402,F401  (groups, offsets, KV and name server config)
+from client import admin_topics  # noqa: E402,F401  (topics, messages, queues, cluster)
 
 
 def main() -> None:

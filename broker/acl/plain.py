@@ -50,7 +50,7 @@ DELETE_ACL_CONFIG = RequestCode.DELETE_ACL_CONFIG
 GET_BROKER_CLUSTER_ACL_INFO = RequestCode.GET_BROKER_CLUSTER_ACL_INFO
 UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG
 GET_BROKER_CLUSTER_ACL_CONFIG = RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG
-INVOKE_BROKER_TO_RESET_OFFSET = 222
+INVOKE_BROKER_TO_RESET_OFFSET = RequestCode.INVOKE_BROKER_TO_RESET_OFFSET
 CLONE_GROUP_OFFSET = 314
 DELETE_EXPIRED_COMMITLOG = 329
 
@@ -273,7 +273,7 @@ def required_resources(code: int, fields: Mapping[str, object],
                   RequestCode.GET_CONSUME_STATS, RequestCode.QUERY_CONSUME_QUEUE):
         add_group(_field(fields, "consumerGroup"))
         add(_field(fields, "topic"), Perm.SUB)
-    elif code == RequestCode.GET_CONSUMER_CONNECTION_LIST:
+    elif code in (RequestCode.GET_CONSUMER_CONNECTION_LIST, RequestCode.GET_CONSUMER_RUNNING_INFO):
         add_group(_field(fields, "consumerGroup"))
     elif code in TOPIC_READ_CODES:
         # beyond RocketMQ: what a queue holds (offsets, counts, who consumes it) is

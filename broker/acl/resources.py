@@ -144,6 +144,9 @@ BROKER_RULES: dict[int, Rule] = {
     C.GET_BROKER_CLUSTER_ACL_INFO: _admin(),
     C.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: _admin(),
     C.GET_BROKER_CLUSTER_ACL_CONFIG: _admin(),
+    C.INVOKE_BROKER_TO_RESET_OFFSET: _admin("moves a group's offsets and tells its consumers"),
+    C.GET_CONSUMER_RUNNING_INFO: _res(group("consumerGroup"),
+                                      why="relayed to the consumer, which answers its state"),
 }
 
 NAMESRV_RULES: dict[int, Rule] = {
@@ -160,6 +163,8 @@ NAMESRV_RULES: dict[int, Rule] = {
     C.GET_KV_CONFIG: _account("clients read ORDER_TOPIC_CONFIG"),
     C.DELETE_KV_CONFIG: _admin(),
     C.GET_KVLIST_BY_NAMESPACE: _account("as GET_KV_CONFIG"),
+    C.UPDATE_NAMESRV_CONFIG: _admin("secrets are refused: set in the config file"),
+    C.GET_NAMESRV_CONFIG: _admin("the name server's settings, secrets masked"),
 }
 
 
