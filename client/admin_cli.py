@@ -1064,10 +1064,9 @@ def cluster_acl_config_version(namesrv: str, broker_addr: str | None, cluster: s
 
 
 # commands defined in other modules, registered on ``cli`` when imported
-from client import (
-    admin_groups,  # noqa: E402,F401  (groups, offsets, KV and name server config)
-    admin_topics,  # noqa: E402,F401  (topics, messages, queues, cluster)
-)
+# admin_groups: groups, offsets, KV and name server config; admin_topics: topics,
+# messages, queues, cluster
+from client import admin_groups, admin_topics  # noqa: E402,F401
 
 
 def main() -> None:
