@@ -118,8 +118,9 @@ class TopicConfigManager:
             self.table[AUTO_CREATE_TOPIC_KEY_TOPIC] = TopicConfig(
                 AUTO_CREATE_TOPIC_KEY_TOPIC, n, n, PERM_RW | PERM_INHERIT
             )
-        for name in (self.config.broker_cluster_name, self.config.broker_name):
-            self.table[name] = TopicConfig(name, 1, 1, PERM_INHERIT)
+        for name, enabled in ((self.config.broker_cluster_name, self.config.cluster_topic_enable),
+                              (self.config.broker_name, self.config.broker_topic_enable)):
+            self.table[name] = TopicConfig(name, 1, 1, PERM_INHERIT | (PERM_RW if enabled else 0))
         if self.config.trace_topic_enable:  # message trace (RocketMQ 4.4+): one queue
             name = self.config.msg_trace_topic_name
             self.table[name] = TopicConfig(name, 1, 1)
