@@ -107,8 +107,12 @@ class DocEnv:
         return self.sets[name]
 
     def close(self) -> None:
+        """Stop every set (an orderly stop), then fail if a daemon logged a traceback
+        while stopping."""
         for s in self.sets.values():
             s.cluster.close()
+        for s in self.sets.values():
+            s.check_logs()
 
 
 def make_workdir(workdir: Path) -> None:
