@@ -2,7 +2,7 @@
 against a real name server and brokers: its producer (sync, oneway, batch,
 orderly sends) read back by our SDK, its push consumer (clustering, tag
 filter, committed offsets) fed by both producers, a consumer group shared by
-our push consumer and the C++ one, and ``deploy.bench_official`` end to end.
+our push consumer and the C++ one, and ``bench.official`` end to end.
 
 The C++ client runs in child processes (``official_client_proc``), each
 bounded in time and killed at the end of its test; the module is skipped only
@@ -565,7 +565,7 @@ async def test_cpp_send_orderly_keeps_order_per_key(env: Env, tmp_path: Path) ->
 def test_bench_official_runs_end_to_end(tmp_path: Path) -> None:
     out_json = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "deploy.bench_official", "--count", "40", "--json", str(out_json),
+        [sys.executable, "-m", "bench.official", "--count", "40", "--json", str(out_json),
          "--tmp-dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

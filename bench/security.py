@@ -1,6 +1,6 @@
 """What access control and TLS cost: the same sends with ACL off, ACL on, ACL + TLS.
 
-    .venv/bin/python -m deploy.bench_security [--count N] [--single N] [--json PATH]
+    .venv/bin/python -m bench.security [--count N] [--single N] [--json PATH]
 
 One run, three fresh name server + broker pairs (ASYNC_FLUSH, free 127.0.0.1
 ports, temporary stores), started one after another:
@@ -31,7 +31,7 @@ from typing import Any
 import click
 import structlog
 
-from deploy.bench_all import ASYNC, Pair, mqbench_argv, parse_json_lines
+from bench.all import ASYNC, Pair, mqbench_argv, parse_json_lines
 from protocol.logs import configure_logging
 
 log = structlog.get_logger("bench_security")

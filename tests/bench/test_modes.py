@@ -1,5 +1,5 @@
 """``mqbench`` result dicts (``--json``) and their text, ``mqbench disk``'s
-measuring function on a small file, ``deploy.bench_all``'s plan and table from
+measuring function on a small file, ``bench.all``'s plan and table from
 fixed results, and one bounded ``bench_all --quick --skip-spark`` run on
 fresh daemons. Nothing here asserts a speed."""
 
@@ -17,8 +17,23 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from client import bench
-from client.bench import (
+from bench import all as bench_all
+from bench import mqbench
+from bench.all import (
+    ASYNC,
+    ASYNC_BUSY,
+    SYNC,
+    SYNC_BUSY,
+    PeakRss,
+    cpu_seconds,
+    find,
+    parse_json_lines,
+    plan,
+    render_table,
+    table_rows,
+    wait_until,
+)
+from bench.mqbench import (
     CheckSummary,
     DiskBenchError,
     check_report,
@@ -26,7 +41,6 @@ from client.bench import (
     cli,
     default_disk_dir,
     latency_result,
-    latency_us,
     measure_fdatasync,
     mount_of,
     parse_member_line,
@@ -44,21 +58,8 @@ from client.bench import (
     spark_summary,
     throughput_result,
 )
-from deploy import bench_all, speedups
-from deploy.bench_all import (
-    ASYNC,
-    ASYNC_BUSY,
-    SYNC,
-    SYNC_BUSY,
-    PeakRss,
-    cpu_seconds,
-    find,
-    parse_json_lines,
-    plan,
-    render_table,
-    table_rows,
-    wait_until,
-)
+from bench.stats import latency_us
+from deploy import speedups
 from protocol.trio.memory import rss_bytes
 
 MiB = 1 << 20
@@ -248,7 +249,7 @@ def test_measure_fdatasync_removes_its_file_on_failure(tmp_path: Path,
     def broken(fd: int) -> None:
         raise OSError(5, "I/O error")
 
-    monkeypatch.setattr(bench.os, "fdatasync", broken)
+    monkeypatch.setattr(mqbench.os, "fdatasync", broken)
     with pytest.raises(OSError):
         measure_fdatasync(tmp_path, size=16, count=3, file_size=4096)
     assert list(tmp_path.iterdir()) == []
@@ -335,16 +336,16 @@ def test_machine_command_times_the_interpreter_and_loopback() -> None:
 
 
 def test_pinned_loopback_needs_two_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    import client.bench as bench
+    import bench.mqbench as mqbench
 
-    monkeypatch.setattr(bench.os, "sched_getaffinity", lambda pid: {3})
-    assert bench.pinned_loopback(10) is None
+    monkeypatch.setattr(mqbench.os, "sched_getaffinity", lambda pid: {3})
+    assert mqbench.pinned_loopback(10) is None
 
 
 def test_pinned_loopback_left_out_when_pinning_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """A CPU the kernel will not pin to (a cpuset changed meanwhile): the
     pinned figure is left out, the rest of ``mqbench machine`` goes on."""
-    import client.bench as bench
+    import bench.mqbench as mqbench
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("needs two CPUs")
@@ -352,14 +353,14 @@ def test_pinned_loopback_left_out_when_pinning_fails(monkeypatch: pytest.MonkeyP
     def refused(count: int, cpus: tuple[int, int] | None = None) -> list[float]:
         raise OSError(22, "Invalid argument")
 
-    monkeypatch.setattr(bench, "loopback_rtt", refused)
-    assert bench.pinned_loopback(10) is None
+    monkeypatch.setattr(mqbench, "loopback_rtt", refused)
+    assert mqbench.pinned_loopback(10) is None
 
 
 def test_an_echo_peer_that_exits_is_an_os_error() -> None:
     import subprocess
 
-    from client.bench import _peer_port
+    from bench.mqbench import _peer_port
 
     peer = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"],
                             stdout=subprocess.PIPE, text=True)
@@ -371,19 +372,19 @@ def test_an_echo_peer_that_exits_is_an_os_error() -> None:
 
 def test_wake_cost_times_the_same_work_warm_and_after_a_pause(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import client.bench as bench
+    import bench.mqbench as mqbench
 
     calls: list[str] = []
-    real = bench._SendWork.__call__
+    real = mqbench._SendWork.__call__
 
     def traced(self: Any) -> None:
         calls.append("work")
         real(self)
 
     sleeps: list[float] = []
-    monkeypatch.setattr(bench._SendWork, "__call__", traced)
-    monkeypatch.setattr(bench.time, "sleep", sleeps.append)
-    d = bench.wake_cost(rounds=4, pause=0.001)
+    monkeypatch.setattr(mqbench._SendWork, "__call__", traced)
+    monkeypatch.setattr(mqbench.time, "sleep", sleeps.append)
+    d = mqbench.wake_cost(rounds=4, pause=0.001)
     # each round: a warm-up run, the timed warm run, the pause, the timed woken run
     assert calls == ["work"] * 12 and sleeps == [0.001] * 4
     assert d["rounds"] == 4 and d["pause_us"] == 1000
@@ -402,7 +403,7 @@ HALT_POLL = "module/haltpoll/parameters/guest_halt_poll_ns"
 
 
 def test_cpu_idle_reads_the_driver_and_a_kvm_guests_halt_polling(tmp_path: Path) -> None:
-    from client.bench import cpu_idle, idle_text
+    from bench.mqbench import cpu_idle, idle_text
 
     off = cpu_idle(fake_sys(tmp_path / "a", {f"{IDLE}/current_driver": "haltpoll",
                                              f"{IDLE}/current_governor": "haltpoll",
@@ -425,7 +426,7 @@ def test_cpu_idle_reads_the_driver_and_a_kvm_guests_halt_polling(tmp_path: Path)
 
 
 def test_loopback_peer_is_gone_afterwards() -> None:
-    from client.bench import loopback_rtt
+    from bench.mqbench import loopback_rtt
 
     before = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert len(loopback_rtt(10, request=10, reply=3)) == 10
@@ -681,7 +682,7 @@ def test_bench_all_quick_end_to_end(tmp_path: Path) -> None:
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "deploy.bench_all", "--quick", "--skip-spark", "--json", str(raw),
+        [sys.executable, "-m", "bench.all", "--quick", "--skip-spark", "--json", str(raw),
          "--tmp-dir", str(work), "--log-level", "WARNING"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, (proc.stdout, proc.stderr[-4000:])

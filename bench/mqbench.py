@@ -9,7 +9,7 @@
     mqbench disk --dir .data/commitlog -s 1024 -c 2000 [--compare-zero-filled]
     mqbench machine -c 5000
     mqbench attack held-pulls -n 127.0.0.1:9876 -b 127.0.0.1:10911 --broker-pid PID -d 30
-      (kinds: unread-pulls heartbeat-flood idle-conns held-pulls groups topics; client/bench_attacks.py)
+      (kinds: unread-pulls heartbeat-flood idle-conns held-pulls groups topics; bench/attacks.py)
 
 Counts are bounded; every run stops by itself. ``--json`` (every mode but
 attack) prints one JSON object per result line instead of text; the text is
@@ -44,6 +44,10 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 import click
 import trio
 
+from bench.attacks import attack
+from bench.proc_cpu import tree_cpu_seconds
+from bench.pywork import work_ns
+from bench.stats import latency_max_us, latency_text, latency_us, per_second, percentiles
 from client.admin_cli import (
     apply_tls_options,
     check_credentials,
@@ -52,9 +56,6 @@ from client.admin_cli import (
     tls_options,
     tool_credentials,
 )
-from client.bench_attacks import attack
-from client.proc_cpu import tree_cpu_seconds
-from client.pywork import work_ns
 from protocol.logs import configure_logging
 from protocol.trio.busy_poll import ENV_BUSY_POLL_US, MAX_BUSY_POLL_US
 
@@ -67,37 +68,7 @@ if TYPE_CHECKING:
 WARM_UP_TIMEOUT_S = 30.0
 
 
-def percentiles(samples: Sequence[float], points: Sequence[float] = (50, 90, 99, 99.9)) -> dict[float, float]:
-    """Nearest-rank percentiles of ``samples`` (seconds), as a dict point -> value."""
-    if not samples:
-        return {p: 0.0 for p in points}
-    ordered = sorted(samples)
-    n = len(ordered)
-    return {p: ordered[min(n - 1, max(0, int(round(p / 100 * n + 0.5)) - 1))] for p in points}
-
-
 # ---- result dicts (the --json objects) and their text ---------------------------------
-
-
-def latency_us(samples: Sequence[float]) -> dict[str, float]:
-    """Percentiles of ``samples`` (seconds) in microseconds, keyed "p50", "p90",
-    "p99", "p99.9"."""
-    return {f"p{p:g}": v * 1e6 for p, v in percentiles(samples).items()}
-
-
-def latency_text(lat: Mapping[str, float], unit: str = "ms", digits: int = 3) -> str:
-    """``p50=1.000ms p90=...`` from a ``latency_us`` dict."""
-    scale = {"ms": 1e3, "us": 1.0, "µs": 1.0, "s": 1e6}[unit]
-    return " ".join(f"{k}={v / scale:.{digits}f}{unit}" for k, v in lat.items())
-
-
-def latency_max_us(samples: Sequence[float]) -> float:
-    """The largest of ``samples`` (seconds) in microseconds; 0 without samples."""
-    return max(samples) * 1e6 if samples else 0.0
-
-
-def per_second(count: float, elapsed: float) -> float:
-    return count / elapsed if elapsed > 0 else 0.0
 
 
 def throughput_result(mode: str, count: int, nbytes: int, elapsed: float,
@@ -696,7 +667,7 @@ def push(namesrv: str, topic: str, group: str | None, count: int, instances: int
                           ROCKETMQ_SECRET_KEY=cred.secret_key)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "client.bench", "push", "-n", namesrv, "-t", topic, "-g", group,
+            [sys.executable, "-m", "bench.mqbench", "push", "-n", namesrv, "-t", topic, "-g", group,
              "-c", str(count), "-b", str(batch), "--timeout", str(timeout), "--member", str(i)],
             stdout=subprocess.PIPE, text=True, env=member_env)
         for i in range(instances)

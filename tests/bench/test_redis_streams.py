@@ -1,4 +1,4 @@
-"""deploy.bench_redis: the RESP codec, the table, and one short run against a
+"""bench.redis_streams: the RESP codec, the table, and one short run against a
 real redis-server (installed by make test as root on Debian)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.bench_redis import (
+from bench.redis_streams import (
     RespError,
     encode_command,
     read_reply,

@@ -1,6 +1,6 @@
 """Redis Streams, measured the way ``make bench`` measures this project.
 
-    .venv/bin/python -m deploy.bench_redis [--count N] [--single N] [--json PATH]
+    .venv/bin/python -m bench.redis_streams [--count N] [--single N] [--json PATH]
 
 The issue this project's performance is held to compares it with Redis 7
 Streams on the same machine. This starts ``redis-server`` (from PATH; on
@@ -33,8 +33,8 @@ from typing import Any
 
 import click
 
-from client.bench import latency_us, per_second
-from deploy.bench_all import free_port, number_text, render_table, stop_process, wait_until
+from bench.all import free_port, number_text, render_table, stop_process, wait_until
+from bench.stats import latency_us, per_second
 
 STREAM = b"bench"
 PIPELINE = 100

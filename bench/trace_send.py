@@ -1,6 +1,6 @@
 """Where a single send's time goes: the syscalls at the edges of each round trip.
 
-    .venv/bin/python -m deploy.trace_send [--flush SYNC_FLUSH] [-c 3000] [-o key=value ...]
+    .venv/bin/python -m bench.trace_send [--flush SYNC_FLUSH] [-c 3000] [-o key=value ...]
 
 Starts a fresh pair (a name server and a broker with ``--flush``, free
 127.0.0.1 ports, a temporary store, as ``make bench``), sends 200 messages to
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import click
 
-from deploy.bench_all import Pair, mqbench_argv, wait_until
+from bench.all import Pair, mqbench_argv, wait_until
 
 PARTS = ("request wake", "broker", "fsync", "answer wake", "client", "round trip")
 ROUND_TRIP = ("request wake", "broker", "answer wake", "client")  # its parts, in order

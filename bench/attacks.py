@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import trio
 
+from bench.stats import percentiles
 from client.consumer_api import PULL_FLAG_SUBSCRIPTION, PULL_FLAG_SUSPEND
 from protocol.body import pack_body, unpack_body
 from protocol.client_data import ConsumerData, HeartbeatData, SubscriptionData
@@ -172,8 +173,6 @@ def latency_summary(latencies: Sequence[float]) -> tuple[float, float, float]:
     """(p50, p99, max) in seconds, nearest rank; zeros for no samples."""
     if not latencies:
         return 0.0, 0.0, 0.0
-    from client.bench import percentiles  # not at the top: client.bench imports this module
-
     pct = percentiles(latencies, (50, 99))
     return pct[50], pct[99], max(latencies)
 
@@ -562,7 +561,7 @@ class ProbeProcess:
 
     @classmethod
     async def start(cls, s: Settings, broker_name: str) -> ProbeProcess:
-        args = [sys.executable, "-m", "client.bench_attacks", "-n", s.namesrv,
+        args = [sys.executable, "-m", "bench.attacks", "-n", s.namesrv,
                 "-t", s.probe_topic, "--broker-name", broker_name, "--rate", str(s.probe_rate),
                 "--size", str(s.probe_size), "--timeout", str(s.probe_timeout),
                 "--max-seconds", str(s.duration + 60)]

@@ -1,6 +1,6 @@
 """What one ``/metrics`` scrape costs the broker's event loop with many consumer offsets.
 
-    .venv/bin/python -m deploy.bench_scrape [--offsets N] [--queues Q] [--runs R]
+    .venv/bin/python -m bench.scrape [--offsets N] [--queues Q] [--runs R]
 
 A broker controller (no server, temporary store) with one topic of Q read
 queues and N committed offsets of fresh groups on it (what N

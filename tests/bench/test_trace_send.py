@@ -1,11 +1,11 @@
-"""deploy.trace_send: reading perf's syscall lines and splitting round trips
+"""bench.trace_send: reading perf's syscall lines and splitting round trips
 into their parts (pure; the tool itself needs perf and is run by hand)."""
 
 from __future__ import annotations
 
 import pytest
 
-from deploy.trace_send import PARTS, ROUND_TRIP, Event, parse, render, segments, summary
+from bench.trace_send import PARTS, ROUND_TRIP, Event, parse, render, segments, summary
 
 C, B = 100, 200  # the client's and the broker's pids
 REQ, ANS = 1267, 75  # request and answer frame lengths

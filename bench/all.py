@@ -1,6 +1,6 @@
 """``make bench``: every headline figure from one run, on fresh daemons.
 
-    .venv/bin/python -m deploy.bench_all [--quick] [--json PATH] [--skip-spark]
+    .venv/bin/python -m bench.all [--quick] [--json PATH] [--skip-spark]
 
 Starts a name server and a broker (separate processes, free 127.0.0.1 ports,
 a temporary store) with ASYNC_FLUSH, runs the mqbench commands below one after
@@ -52,7 +52,7 @@ import click
 import structlog
 import trio
 
-from client.proc_cpu import cpu_seconds
+from bench.proc_cpu import cpu_seconds
 from deploy import speedups
 from protocol.logs import configure_logging
 from protocol.trio.memory import rss_bytes
@@ -498,7 +498,7 @@ class Pair:
 
 def mqbench_argv() -> list[str]:
     script = Path(sys.executable).parent / "mqbench"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "client.bench"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "bench.mqbench"]
 
 
 def run_step(step: Step, namesrv: str | None, extra: Sequence[str] = (),

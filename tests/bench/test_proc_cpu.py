@@ -1,4 +1,4 @@
-"""client.proc_cpu: CPU time of a process and of its tree, from /proc."""
+"""bench.proc_cpu: CPU time of a process and of its tree, from /proc."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from client.proc_cpu import cpu_seconds, tree_cpu_seconds
+from bench.proc_cpu import cpu_seconds, tree_cpu_seconds
 
 TICK = os.sysconf("SC_CLK_TCK")
 

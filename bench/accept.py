@@ -1,6 +1,6 @@
 """How fast a new connection is served while many idle connections are open.
 
-    .venv/bin/python -m deploy.bench_accept [--idle 2000] [--probes 200] [--bursts 1] [--settle]
+    .venv/bin/python -m bench.accept [--idle 2000] [--probes 200] [--bursts 1] [--settle]
 
 Starts a name server (``python -m namesrv.cli``, a free 127.0.0.1 port, its
 logs in a temporary directory), opens ``--idle`` connections to it from

@@ -2,7 +2,7 @@
 existing topics, and name-server route look-up latency meanwhile. Run from the
 repository root:
 
-    .venv/bin/python -m deploy.bench_topics [--topics 100000] [--measure 2000]
+    .venv/bin/python -m bench.topics [--topics 100000] [--measure 2000]
 
 A name server and a broker run as separate processes on loopback
 (tests/integration/cluster.py) with a temporary store. Topics are created
@@ -14,7 +14,7 @@ Then the name server restarts (the broker registers its whole table again),
 then the broker (loads every topic, registers the whole table): how long until
 routes are back, and the look-ups meanwhile.
 
-    .venv/bin/python -m deploy.bench_topics groups [--count 5000]
+    .venv/bin/python -m bench.topics groups [--count 5000]
 
 times the first heartbeats of new consumer groups (each creates its %RETRY%
 topic) and how long until the name server lists every retry topic.
@@ -82,7 +82,7 @@ class Probe:
 
     def __init__(self, ns: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "deploy.bench_topics", "probe", ns, PROBE_TOPIC],
+            [sys.executable, "-m", "bench.topics", "probe", ns, PROBE_TOPIC],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def stop(self) -> list[tuple[float, float]]:

@@ -9,8 +9,7 @@ from pathlib import Path
 import trio
 from click.testing import CliRunner
 
-from client import LocalTransactionState, Message, MessageExt
-from client.bench import (
+from bench.mqbench import (
     BenchTransactionListener,
     CheckSummary,
     CheckTimes,
@@ -19,6 +18,7 @@ from client.bench import (
     report,
     summarize_checks,
 )
+from client import LocalTransactionState, Message, MessageExt
 from protocol.message import MessageConst
 from tests.integration.cluster import Cluster
 from tests.integration.log_scan import LogWatch

@@ -1,6 +1,6 @@
 """The official RocketMQ C++ client next to our SDK, on the same fresh daemons.
 
-    .venv/bin/python -m deploy.bench_official [--count N] [--size BYTES] [--json PATH|-]
+    .venv/bin/python -m bench.official [--count N] [--size BYTES] [--json PATH|-]
 
 Starts a name server and a broker (separate processes, free 127.0.0.1 ports, a
 temporary store, ASYNC_FLUSH), creates one topic of 4 queues, then measures:
@@ -45,7 +45,7 @@ import click
 import structlog
 import trio
 
-from deploy.bench_all import accepts, free_port, route_has, stop_process, wait_until
+from bench.all import accepts, free_port, route_has, stop_process, wait_until
 from protocol.logs import configure_logging
 
 log = structlog.get_logger("bench_official")
@@ -137,7 +137,7 @@ def run_child(argv: list[str], home: Path, timeout: float) -> dict[str, Any]:
     """Run ``--child`` in a process of its own (it exits by itself after
     ``timeout`` s, and is killed a little later); its JSON result."""
     home.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "deploy.bench_official", *argv]
+    cmd = [sys.executable, "-m", "bench.official", *argv]
     try:
         proc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "HOME": str(home)},
                               capture_output=True, text=True, timeout=timeout + 10,

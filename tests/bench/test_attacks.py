@@ -11,8 +11,7 @@ import trio
 import trio.testing
 from click.testing import CliRunner
 
-from client.bench import cli
-from client.bench_attacks import (
+from bench.attacks import (
     ConnRecord,
     LineReader,
     ProbeResult,
@@ -31,6 +30,7 @@ from client.bench_attacks import (
     rates_text,
     rss_report,
 )
+from bench.mqbench import cli
 from client.errors import MQBrokerError, MQClientError
 from protocol.body import unpack_body
 from protocol.client_data import HeartbeatData

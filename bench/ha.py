@@ -1,8 +1,8 @@
 """HA figures: how far an ASYNC_MASTER's slave stays behind under load, and how
 fast a stopped slave catches up. Run from the repository root:
 
-    .venv/bin/python -m deploy.bench_ha [--seconds 20] [--sample-ms 20]
-    .venv/bin/python -m deploy.bench_ha --roles    # the older table: msg/s per role
+    .venv/bin/python -m bench.ha [--seconds 20] [--sample-ms 20]
+    .venv/bin/python -m bench.ha --roles    # the older table: msg/s per role
 
 A name server, an ASYNC_MASTER (ASYNC_FLUSH) and a SLAVE run as separate
 processes on loopback (tests/integration/cluster.py), each with a temporary
@@ -74,7 +74,7 @@ def pace(ns: str, topic: str, rate: float, count: int) -> dict[str, Any]:
     leaves at k * 32 / rate s, 16 in flight at most) in a subprocess; its
     result: msgs, seconds, msgs_per_s, late_s (how far the last batch left
     after its time: the producer kept up when near 0)."""
-    out = subprocess.run([sys.executable, "-m", "deploy.bench_ha", "pace", ns, topic, str(rate),
+    out = subprocess.run([sys.executable, "-m", "bench.ha", "pace", ns, topic, str(rate),
                           str(count)], capture_output=True, text=True, timeout=900)
     if out.returncode:
         raise RuntimeError(f"paced producer failed: {out.stderr[-2000:]}")
@@ -249,7 +249,7 @@ def page_cache_line(directory: Path, nbytes: int) -> str:
     slower than a copy (seen here: 0.3 CPU seconds per GB into pages freed
     just before, 4.6 into pages not touched for a while)."""
     chunk, size = b"\x5a" * (32 << 10), 256 << 20
-    paths = []
+    paths: list[Path] = []
     t0, c0 = time.monotonic(), time.process_time()
     written = 0
     try:

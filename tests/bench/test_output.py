@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from client.bench import (
+from bench.mqbench import (
     ProgressMeter,
     emit,
     latency_result,
