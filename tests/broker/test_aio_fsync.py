@@ -1,4 +1,4 @@
-"""fdatasync through Linux AIO (protocol/aio_fsync.py), on real files."""
+"""fdatasync through Linux AIO (broker/aio_fsync.py), on real files."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from protocol import aio_fsync
-from protocol.aio_fsync import AioFsync
+from broker import aio_fsync
+from broker.aio_fsync import AioFsync
 
 
 @pytest.fixture
