@@ -264,7 +264,7 @@ def test_role_and_broker_id(role: str, broker_id: int, ok: bool) -> None:
 def test_pre_auth_keys_of_broker_and_name_server() -> None:
     """aclPreAuthMaxFrameBytes (0: header limit + largest body + 64 KiB, at most
     maxFrameSize) and aclPreAuthReadBudgetBytes, checked at start (issue 48)."""
-    from broker.acl.guard import HeaderGate
+    from acl.guard import HeaderGate
     from namesrv.config import NamesrvConfig
     from protocol.trio.preauth import NAMESRV_PRE_AUTH_BODY, pre_auth_of
 

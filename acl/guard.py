@@ -1,8 +1,9 @@
-"""The broker's ACL check around its served handlers, and the accounts file's loading.
+"""The ACL check around a daemon's served handlers, and the accounts file's loading
+(the broker's; the name server's through namesrv/acl.py, with its own ``decide``).
 
 ``guard_table`` wraps every handler of a HandlerTable (sync ones stay sync, async
 ones async) with AclConfig.decide, whose signature step also checks the signature's
-binding to the request code and time (broker/acl/binding.py, ``bound_decision``); a
+binding to the request code and time (acl/binding.py, ``bound_decision``); a
 refusal answers NO_PERMISSION with the decision's remark (a oneway request is dropped)
 and is logged. A request let in authenticates its connection
 (``RemotingConnection.authenticate``). ``HeaderGate`` is the same check asked about a
@@ -21,10 +22,10 @@ from typing import Any
 import structlog
 import trio
 
-from broker.acl import plain
-from broker.acl.admin import AclAdminError, AclDocument
-from broker.acl.binding import SignatureBinding
-from broker.acl.plain import AclConfig, AclWatcher, Decision
+from acl import plain
+from acl.admin import AclAdminError, AclDocument
+from acl.binding import SignatureBinding
+from acl.plain import AclConfig, AclWatcher, Decision
 from protocol.acl import ACCESS_KEY, read_binding, verify
 from protocol.client_data import HeartbeatData
 from protocol.codes import RequestCode, ResponseCode
@@ -65,7 +66,7 @@ def decide(config: AclConfig | None, conn: Any, cmd: RemotingCommand,
 def bound_decision(cmd: RemotingCommand, binding: SignatureBinding | None,
                    decide_with: Callable[[Callable[[str], bool]], Decision]) -> Decision:
     """``decide_with(signature_ok)``, the signature step checking ``cmd``'s signature and,
-    with a ``binding``, its binding (broker/acl/binding.py): a request whose signature
+    with a ``binding``, its binding (acl/binding.py): a request whose signature
     verifies but whose binding does not is refused with the binding's reason, and an
     allowed bound request is remembered (a replay of it is refused)."""
     fields = cmd.ext_fields or {}

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from broker.acl.address import RemoteAddressStrategy, parse_host
+from acl.address import RemoteAddressStrategy, parse_host
 from protocol import names
 from protocol.acl import ACCESS_KEY
 from protocol.client_data import HeartbeatData

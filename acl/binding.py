@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from broker.acl.plain import ADMIN_CODES
+from acl.plain import ADMIN_CODES
 from protocol.acl import (
     BINDING_FIELDS,
     SIGNATURE,
@@ -80,7 +80,7 @@ OTHER_DESTRUCTIVE_CODES: frozenset[int] = frozenset({
 
 # The one list of requests accepted only with a bound signature: the broker's admin
 # requests (topic, group, ACL, config and permission changes, deletes, offset resets;
-# broker/acl/plain.py ADMIN_CODES), the name server's and the other destructive ones.
+# acl/plain.py ADMIN_CODES), the name server's and the other destructive ones.
 BOUND_CODES: frozenset[int] = ADMIN_CODES | NAMESRV_ADMIN_CODES | OTHER_DESTRUCTIVE_CODES
 
 # ±60 s: covers the clock difference of NTP-synchronised hosts many times over and a

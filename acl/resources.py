@@ -14,7 +14,7 @@ key with a valid signature (or a white address); then its row says what more:
 tests/broker/test_acl_resources.py fails when a served code has no row, when a
 row disagrees with plain.ADMIN_CODES or plain.required_resources, or when
 docs/security/acl-resources.md differs from ``render_markdown()``
-(``python -m broker.acl.resources`` prints it).
+(``python -m acl.resources`` prints it).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from broker.acl.plain import Perm, perm_name
+from acl.plain import Perm, perm_name
 from protocol.codes import RequestCode as C
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from broker.acl import (
+from acl import (
     ADMIN_CODES,
     AclConfig,
     AclWatcher,
@@ -15,7 +15,7 @@ from broker.acl import (
     parse_plain_acl,
     required_resources,
 )
-from broker.acl.plain import INVOKE_BROKER_TO_RESET_OFFSET, SIGNATURE_REFUSED, check_permission
+from acl.plain import INVOKE_BROKER_TO_RESET_OFFSET, SIGNATURE_REFUSED, check_permission
 from protocol.client_data import ConsumerData, HeartbeatData, SubscriptionData
 from protocol.codes import RequestCode, ResponseCode
 

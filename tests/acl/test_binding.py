@@ -1,5 +1,5 @@
 """Signatures bound to the request code and time (protocol/acl.py sign_request,
-broker/acl/binding.py, the guards of broker/acl/guard.py and namesrv/acl.py): pure,
+acl/binding.py, the guards of acl/guard.py and namesrv/acl.py): pure,
 the wall clock replaced."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.acl.binding import (
+from acl.binding import (
     ADMIN_REPLAY_ENTRIES,
     BOUND_CODES,
     FRESH,
@@ -18,8 +18,8 @@ from broker.acl.binding import (
     ReplayCache,
     SignatureBinding,
 )
-from broker.acl.guard import guard_table
-from broker.acl.plain import ADMIN_CODES, BAD_SIGNATURE, parse_plain_acl
+from acl.guard import guard_table
+from acl.plain import ADMIN_CODES, BAD_SIGNATURE, parse_plain_acl
 from broker.config import BrokerConfig
 from namesrv.acl import NAMESRV_ADMIN_CODES
 from namesrv.acl import guard_table as namesrv_guard_table

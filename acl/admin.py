@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from broker.acl.address import RemoteAddressStrategy
-from broker.acl.plain import (
+from acl.address import RemoteAddressStrategy
+from acl.plain import (
     ACCESS_KEY_MIN_LENGTH,
     PERM_NAMES,
     SECRET_KEY_MIN_LENGTH,

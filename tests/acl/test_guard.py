@@ -1,4 +1,4 @@
-"""broker.acl.guard: the ACL check around served handlers."""
+"""acl.guard: the ACL check around served handlers."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import trio
 
-from broker.acl.guard import NOT_LOADED, HeaderGate, guard_table, remote_host
-from broker.acl.plain import BAD_SIGNATURE, NO_ACCESS_KEY, UNKNOWN_ACCOUNT, parse_plain_acl
+from acl.guard import NOT_LOADED, HeaderGate, guard_table, remote_host
+from acl.plain import BAD_SIGNATURE, NO_ACCESS_KEY, UNKNOWN_ACCOUNT, parse_plain_acl
 from namesrv.acl import header_gate as namesrv_header_gate
 from protocol.acl import sign_fields
 from protocol.codes import RequestCode, ResponseCode
