@@ -16,7 +16,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark,speed]'
+	$(PY) -m pip install -q -e '.[test,spark,speed,web]'
 	touch $(STAMP)
 
 install: $(STAMP)

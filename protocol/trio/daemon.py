@@ -18,6 +18,7 @@ import click
 import structlog
 import trio
 
+from protocol.extras import MissingExtraError, require_metrics_http
 from protocol.logs import (
     DEFAULT_BACKUPS,
     DEFAULT_MAX_BYTES,
@@ -130,6 +131,17 @@ def fail(logger: Any, what: str, exc: BaseException) -> NoReturn:
     """Log why ``what`` (e.g. "broker") stopped, with the whole traceback, and exit 1."""
     logger.error(f"{what} failed", error=describe(first_leaf(exc)), exc_info=exc)
     sys.exit(1)
+
+
+def require_extras(metrics_port: int) -> None:
+    """Stop a daemon's CLI with one line, before it starts anything, when a feature it is
+    asked for needs an extra that is not installed (protocol/extras.py): ``metricsPort``
+    needs the web extra's hypercorn. Raises click.UsageError."""
+    try:
+        if metrics_port:
+            require_metrics_http()
+    except MissingExtraError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 def unblock_stop_signals() -> None:
