@@ -54,7 +54,7 @@ import trio
 
 from bench.proc_cpu import cpu_seconds
 from deploy import speedups
-from protocol.logs import configure_logging
+from protocol.trio.logs import configure_logging
 from protocol.trio.memory import rss_bytes
 
 log = structlog.get_logger("bench_all")

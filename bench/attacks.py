@@ -1481,7 +1481,7 @@ def probe_main(namesrv: str, topic: str, broker_name: str, rate: int, size: int,
 
 
 if __name__ == "__main__":
-    from protocol.logs import configure_logging
+    from protocol.trio.logs import configure_logging
 
     configure_logging("WARNING")
     probe_main()

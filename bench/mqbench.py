@@ -56,8 +56,8 @@ from client.admin_cli import (
     tls_options,
     tool_credentials,
 )
-from protocol.logs import configure_logging
 from protocol.trio.busy_poll import ENV_BUSY_POLL_US, MAX_BUSY_POLL_US
+from protocol.trio.logs import configure_logging
 
 if TYPE_CHECKING:
     import subprocess

@@ -46,7 +46,7 @@ import structlog
 import trio
 
 from bench.all import accepts, free_port, route_has, stop_process, wait_until
-from protocol.logs import configure_logging
+from protocol.trio.logs import configure_logging
 
 log = structlog.get_logger("bench_official")
 

@@ -32,7 +32,7 @@ import click
 import structlog
 
 from bench.all import ASYNC, Pair, mqbench_argv, parse_json_lines
-from protocol.logs import configure_logging
+from protocol.trio.logs import configure_logging
 
 log = structlog.get_logger("bench_security")
 

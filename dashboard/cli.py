@@ -30,8 +30,8 @@ from dashboard.auth import (
 )
 from dashboard.data import DEFAULT_TIMEOUT
 from protocol.extras import DASHBOARD_MODULES, WEB, MissingExtraError, require
-from protocol.logs import configure_logging
 from protocol.namesrv_addr import NAMESRV_ADDR_ENV
+from protocol.trio.logs import configure_logging
 
 if TYPE_CHECKING:
     from hypercorn.config import Config

@@ -19,8 +19,8 @@ from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
-from protocol.logs import configure_logging
 from protocol.trio.daemon import run_until_signal
+from protocol.trio.logs import configure_logging
 
 
 class LocalPair:

@@ -9,15 +9,16 @@ import structlog
 
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
-from protocol.config import ConfigError, load_properties
-from protocol.logs import NAMESRV_LOGS
+from protocol.config import ConfigError
 from protocol.trio.daemon import (
     fail,
+    load_properties,
     log_options,
     require_extras,
     run_daemon,
     start_logging,
 )
+from protocol.trio.logs import NAMESRV_LOGS
 from protocol.trio.tls import TLS_MODES, TlsConfigError
 
 log = structlog.get_logger("namesrv")

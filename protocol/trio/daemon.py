@@ -18,8 +18,9 @@ import click
 import structlog
 import trio
 
+from protocol.config import parse_properties
 from protocol.extras import MissingExtraError, require_metrics_http
-from protocol.logs import (
+from protocol.trio.logs import (
     DEFAULT_BACKUPS,
     DEFAULT_MAX_BYTES,
     LOG_DIR_ENV,
@@ -131,6 +132,12 @@ def fail(logger: Any, what: str, exc: BaseException) -> NoReturn:
     """Log why ``what`` (e.g. "broker") stopped, with the whole traceback, and exit 1."""
     logger.error(f"{what} failed", error=describe(first_leaf(exc)), exc_info=exc)
     sys.exit(1)
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Parse a daemon's Java-style properties file (``-c``). Raises ConfigError on a line
+    it cannot read, OSError if unreadable."""
+    return parse_properties(Path(path).read_text(), f"{path}:")
 
 
 def require_extras(metrics_port: int) -> None:

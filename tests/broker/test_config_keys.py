@@ -16,7 +16,8 @@ from broker.cli import main as mqbroker
 from broker.config import NO_EFFECT_KEYS, BrokerConfig, BrokerRole
 from broker.controller import BrokerController
 from broker.store import DefaultMessageStore, PutMessageStatus
-from protocol.config import ConfigError, key_of, load_properties
+from protocol.config import ConfigError, key_of
+from protocol.trio.daemon import load_properties
 from tests.broker.store.helpers import inner
 
 # The broker template of RocketMQ's deployment guide (the seed's 2m-2s example),

@@ -1,8 +1,9 @@
-"""The import graph of the project's packages, read from the sources (nothing is imported).
+"""The layout of the project's packages, read from their sources (nothing is imported).
 
-``python -m tests.import_graph`` prints every import cycle between modules (strongly connected
-components of more than one module), then what each top-level package imports of the others.
-tests/test_layout.py holds the layout to its rules with the same graph.
+``python -m tests.layout`` prints every import cycle between modules (strongly connected
+components of more than one module), what each top-level package imports of the others, and
+the I/O found in the sans-IO part of protocol/ (everything but protocol/trio/).
+tests/test_layout.py holds the layout to its rules with the same readings.
 
 An edge ``a -> b`` is an ``import b`` / ``from b import x`` anywhere in ``a`` (at the top or in
 a function: a deferred import still ties the two modules together), resolved to the module
@@ -204,6 +205,133 @@ def imports_between(graph: Mapping[str, Mapping[str, Import]], importer: str,
                   for target, imp in targets.items() if under(target, imported))
 
 
+# ---- I/O in source ------------------------------------------------------------------------
+
+# modules whose import means I/O, threads or an event loop: a sans-IO module imports none
+IO_MODULES = frozenset({
+    "trio", "anyio", "asyncio", "ssl", "selectors", "select", "subprocess", "ctypes",
+    "threading", "multiprocessing", "concurrent", "shutil", "tempfile", "fcntl", "termios",
+    "signal", "http", "urllib.request", "logging.handlers", "hypercorn", "protocol.trio",
+})
+# os functions that touch files, descriptors or processes (os.environ, os.getpid,
+# os.path's string functions are not I/O)
+OS_IO = frozenset({
+    "open", "read", "write", "pread", "pwrite", "readv", "writev", "close", "fsync",
+    "fdatasync", "ftruncate", "truncate", "posix_fallocate", "sendfile", "pipe", "dup", "dup2",
+    "eventfd", "eventfd_read", "eventfd_write", "makedirs", "mkdir", "remove", "unlink",
+    "rmdir", "removedirs", "rename", "renames", "replace", "link", "symlink", "listdir",
+    "scandir", "walk", "stat", "lstat", "fstat", "chmod", "chown", "utime", "system",
+    "popen", "fork", "kill", "killpg", "waitpid", "sync",
+})
+# os.path functions that ask the file system
+OS_PATH_IO = frozenset({"exists", "isfile", "isdir", "islink", "getsize", "getmtime",
+                        "realpath", "samefile"})
+# socket's functions that only convert addresses; the rest opens sockets or resolves names
+SOCKET_PURE = frozenset({"inet_aton", "inet_ntoa", "inet_pton", "inet_ntop", "htons",
+                         "ntohs", "htonl", "ntohl", "AF_INET", "AF_INET6"})
+# pathlib.Path methods that read or change the file system
+PATH_IO = frozenset({"read_text", "read_bytes", "write_text", "write_bytes", "open",
+                     "mkdir", "touch", "unlink", "rmdir", "iterdir", "glob", "rglob",
+                     "exists", "is_file", "is_dir", "stat", "rename", "replace", "resolve",
+                     "symlink_to", "chmod"})
+
+
+@dataclass(frozen=True, slots=True)
+class IOUse:
+    """One import or call in a module that does I/O."""
+
+    module: str
+    line: int
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.line} {self.what}"
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of names and attributes, else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _is_path(node: ast.expr, path_names: set[str]) -> bool:
+    """A ``Path(...)`` expression, or a name bound to one / annotated as one."""
+    if isinstance(node, ast.Call):
+        return _dotted(node.func) in ("Path", "pathlib.Path")
+    return isinstance(node, ast.Name) and node.id in path_names
+
+
+def io_uses(module: str, source: str) -> list[IOUse]:
+    """The I/O ``source`` (the module ``module``) does, as far as reading it tells:
+    imports of IO_MODULES, ``open()``, os's and os.path's file-system functions, socket's
+    functions beyond address conversions, ``mmap.mmap()``, and pathlib.Path's file-system
+    methods on a ``Path(...)`` or on a name annotated or bound as a Path. Imports under
+    ``if TYPE_CHECKING:`` are left out. What a function called from here does is not seen."""
+    tree = ast.parse(source)
+    found: list[IOUse] = []
+    path_names: set[str] = set()
+    for node in ast.walk(tree):  # names that hold a Path: annotated as one, or assigned one
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            if "Path" in ast.unparse(node.annotation):
+                path_names.add(node.arg)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if "Path" in ast.unparse(node.annotation):
+                path_names.add(node.target.id)
+        elif isinstance(node, ast.Assign) and _is_path(node.value, set()):
+            path_names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+
+    def io_module(name: str) -> bool:
+        return any(name == m or name.startswith(m + ".") for m in IO_MODULES)
+
+    for node, _deferred in _walk(tree):
+        if isinstance(node, ast.Import):
+            found += [IOUse(module, node.lineno, f"import {a.name}")
+                      for a in node.names if io_module(a.name)]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            if any(io_module(n) for n in names):
+                found.append(IOUse(module, node.lineno, f"from {node.module} import "
+                                   + ", ".join(a.name for a in node.names)))
+        elif isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            func = node.func
+            if name == "open":
+                found.append(IOUse(module, node.lineno, "open()"))
+            elif name is not None and name.startswith("os.path."):
+                if name.removeprefix("os.path.") in OS_PATH_IO:
+                    found.append(IOUse(module, node.lineno, f"{name}()"))
+            elif name is not None and name.startswith("os."):
+                if name.removeprefix("os.") in OS_IO:
+                    found.append(IOUse(module, node.lineno, f"{name}()"))
+            elif name is not None and name.startswith("socket."):
+                if name.removeprefix("socket.") not in SOCKET_PURE:
+                    found.append(IOUse(module, node.lineno, f"{name}()"))
+            elif name == "mmap.mmap":
+                found.append(IOUse(module, node.lineno, "mmap.mmap()"))
+            elif (isinstance(func, ast.Attribute) and func.attr in PATH_IO
+                  and _is_path(func.value, path_names)):
+                found.append(IOUse(module, node.lineno, f"Path.{func.attr}()"))
+    return sorted(found, key=lambda u: u.line)
+
+
+def sans_io_modules(root: Path = ROOT) -> dict[str, Path]:
+    """protocol/'s modules but protocol/trio/'s: the part that must do no I/O."""
+    return {name: path for name, path in package_modules(root, ("protocol",)).items()
+            if name != "protocol.trio" and not name.startswith("protocol.trio.")}
+
+
+def sans_io_uses(root: Path = ROOT) -> list[IOUse]:
+    """The I/O found in protocol/ outside protocol/trio/."""
+    return [use for name, path in sans_io_modules(root).items()
+            for use in io_uses(name, path.read_text())]
+
+
 def report(graph: Mapping[str, Mapping[str, Import]]) -> str:
     lines: list[str] = []
     found = cycles(graph)
@@ -226,6 +354,10 @@ def report(graph: Mapping[str, Mapping[str, Import]]) -> str:
 def main(argv: list[str]) -> int:
     root = Path(argv[0]).resolve() if argv else ROOT
     print(report(import_graph(root)))
+    uses = sans_io_uses(root)
+    print(f"I/O in protocol/ outside protocol/trio/: {len(uses)}")
+    for use in uses:
+        print(f"    {use}")
     return 0
 
 
