@@ -143,12 +143,12 @@ def load_properties(path: str | Path) -> dict[str, str]:
 def require_extras(metrics_port: int) -> None:
     """Stop a daemon's CLI with one line, before it starts anything, when a feature it is
     asked for needs an extra that is not installed (protocol/extras.py): ``metricsPort``
-    needs the web extra's hypercorn. Raises click.UsageError."""
+    needs the web extra's hypercorn. Raises click.ClickException (``Error: ...``, exit 1)."""
     try:
         if metrics_port:
             require_metrics_http()
     except MissingExtraError as exc:
-        raise click.UsageError(str(exc)) from exc
+        raise click.ClickException(str(exc)) from None
 
 
 def unblock_stop_signals() -> None:
