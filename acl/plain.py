@@ -50,7 +50,7 @@ DELETE_ACL_CONFIG = RequestCode.DELETE_ACL_CONFIG
 GET_BROKER_CLUSTER_ACL_INFO = RequestCode.GET_BROKER_CLUSTER_ACL_INFO
 UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG
 GET_BROKER_CLUSTER_ACL_CONFIG = RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG
-INVOKE_BROKER_TO_RESET_OFFSET = 222
+INVOKE_BROKER_TO_RESET_OFFSET = RequestCode.INVOKE_BROKER_TO_RESET_OFFSET
 CLONE_GROUP_OFFSET = 314
 DELETE_EXPIRED_COMMITLOG = 329
 
@@ -75,6 +75,9 @@ ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.TRIGGER_DELETE_FILES,
     DELETE_EXPIRED_COMMITLOG,
     RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    # removing consume queues (mqadmin cleanExpiredCQ, cleanUnusedTopic)
+    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
+    RequestCode.CLEAN_UNUSED_TOPIC,
     # reading the configuration: it names the broker's own account (brokerAccessKey)
     # and its files; secrets are masked, the rest is still for operators only
     RequestCode.GET_BROKER_CONFIG,
@@ -267,10 +270,10 @@ def required_resources(code: int, fields: Mapping[str, object],
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
         add_group(_field(fields, "consumerGroup"))
     elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET,
-                  RequestCode.GET_CONSUME_STATS):
+                  RequestCode.GET_CONSUME_STATS, RequestCode.QUERY_CONSUME_QUEUE):
         add_group(_field(fields, "consumerGroup"))
         add(_field(fields, "topic"), Perm.SUB)
-    elif code == RequestCode.GET_CONSUMER_CONNECTION_LIST:
+    elif code in (RequestCode.GET_CONSUMER_CONNECTION_LIST, RequestCode.GET_CONSUMER_RUNNING_INFO):
         add_group(_field(fields, "consumerGroup"))
     elif code in TOPIC_READ_CODES:
         # beyond RocketMQ: what a queue holds (offsets, counts, who consumes it) is
@@ -286,6 +289,7 @@ TOPIC_READ_CODES: frozenset[int] = frozenset({
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
     RequestCode.GET_TOPIC_STATS_INFO,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+    RequestCode.GET_TOPIC_CONFIG,
 })
 
 

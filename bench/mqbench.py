@@ -786,17 +786,25 @@ def uuid_hex() -> str:
 def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
             as_json: bool) -> None:
     """End-to-end latency, send to listener, at a steady RATE (one process:
-    a producer and a push consumer of a new group)."""
-    from client import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
+    a producer and a push consumer of a new group).
+
+    The group starts from the time it starts (CONSUME_FROM_TIMESTAMP): a new
+    group would otherwise read the topic's history first (a broker answers
+    offset 0 while a queue's first message is in memory, as RocketMQ's), and
+    only this run's messages (property BENCH_RUN) count."""
+    from client import ConsumeConcurrentlyStatus, ConsumeFromWhere, Message, Producer, PushConsumer
 
     samples: list[float] = []
     warmed: list[bool] = []
     ok = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
     total = int(rate * duration)
+    run = uuid_hex()
 
     def listener(msgs: list, ctx: object) -> ConsumeConcurrentlyStatus:  # type: ignore[type-arg]
         now = time.perf_counter()
         for m in msgs:
+            if m.properties.get("BENCH_RUN") != run:
+                continue  # an earlier run's, or anyone else's
             sent = m.properties.get("BENCH_T")
             if sent is not None:
                 samples.append(now - float(sent))
@@ -804,12 +812,17 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
                 warmed.append(True)
         return ok
 
+    def warm_up() -> Message:
+        return Message(topic, b"warm-up", properties={"BENCH_RUN": run})
+
     async def go() -> None:
         async with Producer("BENCH_LATENCY_PRODUCER", namesrv,
                             credentials=tool_credentials()) as p:
             # the topic exists (and has a route) before the consumer looks it up
-            await p.send(Message(topic, b"warm-up"))
-            c = PushConsumer(f"BENCH_LATENCY_{uuid_hex()}", namesrv,
+            await p.send(warm_up())
+            c = PushConsumer(f"BENCH_LATENCY_{run}", namesrv,
+                             consume_from_where=ConsumeFromWhere.CONSUME_FROM_TIMESTAMP,
+                             consume_timestamp=int(time.time() * 1000),
                              credentials=tool_credentials())
             c.subscribe(topic, "*")
             c.register_message_listener(listener)
@@ -817,7 +830,7 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
                 # warm-ups until one arrives: the consumer's rebalance is done
                 with trio.move_on_after(WARM_UP_TIMEOUT_S):
                     while not warmed:
-                        await p.send(Message(topic, b"warm-up"))
+                        await p.send(warm_up())
                         await trio.sleep(0.2)
                 if not warmed:
                     raise click.ClickException(
@@ -834,7 +847,7 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
                         delay = target - trio.current_time()
                         if delay > 0:
                             await trio.sleep(delay)
-                        msg = Message(topic, body)
+                        msg = Message(topic, body, properties={"BENCH_RUN": run})
                         msg.put_user_property("BENCH_T", repr(time.perf_counter()))
                         await p.send_oneway(msg)
                     with trio.move_on_after(10):

@@ -132,6 +132,10 @@ class BrokerConfig(PropertiesConfig):
     default_topic_queue_nums: int = 4
     max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS  # most read/write queues one topic may have
     broker_permission: int = 6
+    # the topics named after the broker and its cluster (RocketMQ's): readable and
+    # writable (mqadmin sendMsgStatus and clusterRT send to them), else neither
+    broker_topic_enable: bool = True
+    cluster_topic_enable: bool = True
     # message trace (docs/trace.md): the trace topic is made at start (1 queue) and
     # registered; send responses carry regionId and traceOn (traceOn=false: clients
     # with trace on record nothing of sends to this broker)
@@ -207,6 +211,8 @@ class BrokerConfig(PropertiesConfig):
     long_polling_max_suspend_millis: int = 15_000
     max_held_pulls: int = 100_000  # long-polling pulls held at once, broker-wide
     max_held_pulls_per_connection: int = 1_024  # ... and from one connection
+    # SQL92 subscriptions (filters on message properties); off: refused, as RocketMQ
+    enable_property_filter: bool = False
     # housekeeping
     channel_expired_timeout: int = 120_000
     # connections: what one client may make the broker hold (protocol/trio/limits.py)

@@ -32,9 +32,11 @@ from acl.plain import Need, Perm
 from broker.acl.admin_processor import AclAdminProcessor
 from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
+from broker.broker_to_client import Broker2Client
 from broker.client_manage_processor import ClientManageProcessor
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, FlushDiskType
+from broker.consumer_filter_manager import ConsumerFilterManager
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.end_transaction_processor import EndTransactionProcessor
@@ -52,6 +54,7 @@ from broker.out_api import BrokerOuterAPI
 from broker.persist import ConfigSnapshot, SnapshotTable, atomic_write_bytes
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
+from broker.queue_admin_processor import QueueAdminProcessor
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.slave_synchronize import SlaveSynchronize
@@ -134,6 +137,8 @@ class BrokerController:
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
         self.ops_processor = OpsProcessor(self)
+        self.queue_admin_processor = QueueAdminProcessor(self)
+        self.broker2client = Broker2Client(self)
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
@@ -143,6 +148,7 @@ class BrokerController:
         )
         self.end_transaction_processor = EndTransactionProcessor(self)
         self.consumer_manager = ClientGroups("consumer")
+        self.consumer_filter_manager = ConsumerFilterManager()  # compiled SQL92 subscriptions
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
         self.client_manage_processor = ClientManageProcessor(self)
@@ -270,6 +276,7 @@ class BrokerController:
         t.register(RequestCode.HEART_BEAT, self._heart_beat)
         t.register(RequestCode.UNREGISTER_CLIENT, cmp.unregister_client)
         t.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, cmp.get_consumer_list_by_group)
+        t.register(RequestCode.CHECK_CLIENT_CONFIG, cmp.check_client_config)
         t.register(RequestCode.LOCK_BATCH_MQ, cmp.lock_batch_mq)
         t.register(RequestCode.UNLOCK_BATCH_MQ, cmp.unlock_batch_mq)
         qp = self.query_processor
@@ -282,6 +289,14 @@ class BrokerController:
         t.register(RequestCode.GET_PRODUCER_CONNECTION_LIST, ops.get_producer_connection_list)
         t.register(RequestCode.GET_BROKER_CONFIG, ops.get_broker_config)
         t.register(RequestCode.UPDATE_BROKER_CONFIG, ops.update_broker_config)
+        qa = self.queue_admin_processor
+        t.register(RequestCode.GET_TOPIC_CONFIG, qa.get_topic_config)
+        t.register(RequestCode.QUERY_CONSUME_QUEUE, qa.query_consume_queue)
+        t.register(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, qa.clean_expired_consume_queue)
+        t.register(RequestCode.CLEAN_UNUSED_TOPIC, qa.clean_unused_topic)
+        b2c = self.broker2client
+        t.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, b2c.reset_offset)
+        t.register(RequestCode.GET_CONSUMER_RUNNING_INFO, b2c.get_consumer_running_info)
         return t
 
     def acl_path(self) -> Path:

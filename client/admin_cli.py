@@ -12,11 +12,12 @@ import click
 import trio
 
 from client.admin import MQAdmin, MQAdminError
+from client.admin_help import GroupedCommands, listing, register_help
 from client.credentials import AclCredentials
 from protocol.names import RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC
 from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
-from protocol.route import perm_to_string
+from protocol.route import TopicConfig, perm_to_string
 from protocol.trace_data import TraceView
 from protocol.trio import tls
 from protocol.trio.daemon import first_leaf
@@ -161,15 +162,24 @@ def apply_tls_options(use_tls: bool, tls_ca: str | None, tls_cert: str | None,
             os.environ[name] = value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GroupedCommands, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @credential_options
 @tls_options
 @click.pass_context
 def cli(ctx: click.Context, access_key: str | None, secret_key: str | None, use_tls: bool,
         tls_ca: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Administer trio-rocketmq name servers and brokers."""
+    if ctx.invoked_subcommand is None:  # no command: the listing, as RocketMQ's mqadmin
+        assert isinstance(ctx.command, click.Group)
+        for line in listing(ctx.command, ctx):
+            click.echo(line)
+        return
     ctx.obj = check_credentials(access_key, secret_key)
     apply_tls_options(use_tls, tls_ca, tls_cert, tls_key)
+
+
+register_help(cli)
 
 
 @cli.command("updateTopic")
@@ -193,8 +203,15 @@ def update_topic(namesrv: str, cluster: str | None, broker_addr: str | None, top
 
     for addr in _run(go):
         click.echo(f"create topic to {addr} success.")
-    click.echo(f"TopicConfig [topicName={topic}, readQueueNums={read}, writeQueueNums={write}, "
-               f"perm={perm_to_string(perm)}, order={str(order).lower()}]")
+    click.echo(topic_config_text(TopicConfig(topic, read, write, perm, order=order)))
+
+
+def topic_config_text(cfg: TopicConfig) -> str:
+    """RocketMQ's ``TopicConfig.toString``, as updateTopic and updateTopicPerm print it."""
+    return (f"TopicConfig [topicName={cfg.topic_name}, readQueueNums={cfg.read_queue_nums}, "
+            f"writeQueueNums={cfg.write_queue_nums}, perm={perm_to_string(cfg.perm)}, "
+            f"topicFilterType={cfg.topic_filter_type}, topicSysFlag={cfg.topic_sys_flag}, "
+            f"order={str(cfg.order).lower()}]")
 
 
 @cli.command("deleteTopic")
@@ -395,8 +412,8 @@ def ha_status(namesrv: str, cluster: str | None, as_json: bool) -> None:
         return
     _print_table(["#Broker Name", "#BID", "#Addr", "#Role", "#Max Offset", "#Epoch", "#State",
                   "#Detail"],
-                 [[r["brokerName"], r["brokerId"], r["addr"], r["role"], r.get("maxOffset", ""),
-                   r.get("epoch", ""), r["state"], r["detail"]] for r in rows])
+                 [[r["brokerName"], r["brokerId"], r["addr"], r["role"], r.get("maxOffset"),
+                   r.get("epoch"), r["state"], r["detail"]] for r in rows])
 
 
 @cli.command("sendMessage")
@@ -847,11 +864,19 @@ def get_broker_config(namesrv: str, broker_addr: str | None, cluster: str | None
     if as_json:
         _echo_json(configs if broker_addr is None else configs[broker_addr])
         return
+    for line in config_lines(configs):
+        click.echo(line)
+
+
+def config_lines(configs: dict[str, dict[str, str]]) -> list[str]:
+    """Daemons' configs as RocketMQ's getBrokerConfig / getNamesrvConfig print them:
+    ``============addr============`` then ``key=  value`` lines, keys padded to 50."""
+    lines = []
     for addr, config in configs.items():
-        click.echo(f"============{addr}============")
+        lines.append(f"============{addr}============")
         width = max([50, *(len(k) for k in config)])
-        for key, value in sorted(config.items()):
-            click.echo(f"{key:<{width}}=  {value}")
+        lines += [f"{key:<{width}}=  {value}" for key, value in sorted(config.items())]
+    return lines
 
 
 @cli.command("updateBrokerConfig")
@@ -1038,10 +1063,18 @@ def cluster_acl_config_version(namesrv: str, broker_addr: str | None, cluster: s
                   for r in rows])
 
 
+# commands defined in other modules, registered on ``cli`` when imported
+# admin_groups: groups, offsets, KV and name server config; admin_topics: topics,
+# messages, queues, cluster
+from client import admin_groups, admin_topics  # noqa: E402,F401
+
+
 def main() -> None:
     configure_logging("WARNING")
     cli()
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m client.admin_cli: the imported module's ``cli``
+    from client.admin_cli import main as _main  # holds the other modules' commands too
+
+    _main()

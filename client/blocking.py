@@ -59,6 +59,7 @@ from client.push_consumer import PushConsumer as AsyncPushConsumer
 from client.range_reader import DEFAULT_IN_FLIGHT, OffsetMoved, RangeChunk, skip_to_min
 from client.send_future import SendCallback
 from client.send_result import SendResult, SendStatus
+from client.subscription import MessageSelector
 from client.transaction import (
     DEFAULT_CHECK_BACKLOG,
     DEFAULT_CHECK_WORKERS,
@@ -88,6 +89,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PullResult",
@@ -386,7 +388,7 @@ class PullConsumer(_BlockingClient):
     def pull(
         self,
         mq: MessageQueue,
-        sub_expression: str | None,
+        sub_expression: str | MessageSelector | None,
         offset: int,
         max_nums: int,
         timeout: float | None = None,
@@ -398,7 +400,7 @@ class PullConsumer(_BlockingClient):
     def read_range(
         self,
         mq: MessageQueue,
-        sub_expression: str | None,
+        sub_expression: str | MessageSelector | None,
         start: int,
         end: int,
         *,
@@ -425,7 +427,7 @@ class PullConsumer(_BlockingClient):
     def read_range_here(
         self,
         mq: MessageQueue,
-        sub_expression: str | None,
+        sub_expression: str | MessageSelector | None,
         start: int,
         end: int,
         *,
@@ -458,7 +460,8 @@ class PullConsumer(_BlockingClient):
         self._run(self._consumer.update_consume_offset, mq, offset)
 
     def fetch_consume_offset(self, mq: MessageQueue) -> int:
-        """The group's stored offset of ``mq``, -1 if none."""
+        """The group's offset of ``mq`` as the broker answers it (see
+        ``client.PullConsumer.fetch_consume_offset``), -1 if none."""
         return self._run(self._consumer.fetch_consume_offset, mq)
 
     def max_offset(self, mq: MessageQueue) -> int:
@@ -540,7 +543,7 @@ class _BlockingConsumer(_BlockingClient):
     def group(self) -> str:
         return self._consumer.group
 
-    def subscribe(self, topic: str, sub_expression: str | None = "*") -> None:
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector | None = "*") -> None:
         """Subscribe before ``start`` (or while running). Raises MQClientError."""
         if self._loop is None:
             self._consumer.subscribe(topic, sub_expression)
@@ -587,7 +590,8 @@ class LitePullConsumer(_BlockingConsumer):
         super().__init__()
         self._impl = self._consumer = self._lite = AsyncLitePullConsumer(group, namesrv_addr, **options)
 
-    def assign(self, mqs: list[MessageQueue], sub_expression: str | None = "*") -> None:
+    def assign(self, mqs: list[MessageQueue],
+               sub_expression: str | MessageSelector | None = "*") -> None:
         if self._loop is None:
             self._lite.set_assignment(mqs, sub_expression)
         else:

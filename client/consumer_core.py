@@ -8,8 +8,11 @@ RebalanceImpl plus the pull half of DefaultMQPushConsumerImpl).
   broadcasting consumers take every queue. A queue dropped from this member
   stops being pulled, its offset is persisted and forgotten (orderly: after
   the running batch finishes, then the broker lock is released); a new queue
-  starts from the stored offset or, for a new group, from
-  ``consume_from_where``.
+  starts from the offset the broker answers or, when it has none
+  (QUERY_NOT_FOUND), from ``consume_from_where``. A broker answers 0 for a
+  group with no stored offset while the queue's first message is still in
+  memory (RocketMQ 4.x's rule, broker/new_group_offset.py), so a new group of
+  a young topic reads it from the start, whatever ``consume_from_where``.
 - Pull tasks: long polling (the broker holds an empty pull up to 15 s), the
   group's offset piggybacked on each pull, flow control (pause a queue above
   ``pull_threshold_for_queue`` cached messages, ``pull_threshold_size_for_queue``
@@ -32,7 +35,9 @@ Subclasses say what happens to pulled messages (``_on_pulled``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from abc import abstractmethod
 from collections.abc import Sequence
 from enum import Enum
@@ -41,6 +46,7 @@ from typing import Any
 import structlog
 import trio
 
+from client.consume_stats import ConsumeStats
 from client.consumer_api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND, ConsumerAPI
 from client.consumer_types import ConsumeFromWhere, MessageModel, parse_consume_timestamp
 from client.credentials import AclCredentials
@@ -65,8 +71,19 @@ from client.offset_store import (
 from client.process_queue import PULL_MAX_IDLE_TIME, ProcessQueue
 from client.pull_result import PullStatus
 from client.rebalance import AllocateStrategy, allocate_averagely
+from client.running_info import (
+    PROP_CLIENT_VERSION,
+    PROP_CONSUME_ORDERLY,
+    PROP_CONSUME_TYPE,
+    PROP_CONSUMER_START_TIMESTAMP,
+    PROP_NAMESERVER_ADDR,
+    client_version,
+    mq_entry,
+    process_queue_info,
+    stacks,
+)
 from client.service import ServiceNursery
-from client.subscription import SubscriptionData, build_subscription
+from client.subscription import MessageSelector, SubscriptionData, subscription_of
 from client.trace import CONSUME, AsyncTraceDispatcher, ConsumeMessageTraceHook, check_trace_topic
 from client.validators import check_group
 from protocol.message import MessageExt, MessageQueue
@@ -187,6 +204,9 @@ class ConsumerCore:
                                                            namesrv=self.namesrv_addr)
         self._consume_hooks = consume_hooks(self._log)
         self.trace_dispatcher: AsyncTraceDispatcher | None = None
+        # pull and consume figures by topic (mqadmin consumerStatus)
+        self.stats = ConsumeStats()
+        self.start_timestamp_ms = 0
 
     # ---- defaults shared by subclasses' signatures --------------------------------
 
@@ -223,13 +243,18 @@ class ConsumerCore:
 
     # ---- subscriptions ----------------------------------------------------------
 
-    def _subscribe(self, topic: str, sub_expression: str | None) -> None:
+    def _subscribe(self, topic: str, selector: str | MessageSelector | None) -> None:
+        """Subscribe ``topic`` with a tag expression or a MessageSelector; the
+        subscription's version is the time it was made, as RocketMQ's (a
+        broker keeps the newest a group's heart-beats carry)."""
         if not isinstance(topic, str) or not topic:
             raise MQClientError("topic must be a non-empty string")
         try:
-            self.subscriptions[topic] = build_subscription(topic, sub_expression)
+            sub = subscription_of(topic, selector)
         except ValueError as exc:
-            raise MQClientError(f"bad subscription expression {sub_expression!r}: {exc}") from exc
+            shown = selector.expression if isinstance(selector, MessageSelector) else selector
+            raise MQClientError(f"bad subscription expression {shown!r}: {exc}") from exc
+        self.subscriptions[topic] = dataclasses.replace(sub, sub_version=int(time.time() * 1000))
 
     @property
     def retry_topic(self) -> str:
@@ -251,8 +276,8 @@ class ConsumerCore:
                     "subString": s.sub_string,
                     "tagsSet": sorted(s.tags_set or ()),
                     "codeSet": sorted(s.code_set or ()),
-                    "expressionType": "TAG",
-                    "subVersion": 0,
+                    "expressionType": s.expression_type,
+                    "subVersion": s.sub_version,
                 }
                 for s in self.subscriptions.values()
             ],
@@ -311,13 +336,35 @@ class ConsumerCore:
             self._state = ConsumerState.SHUTDOWN
             raise
         self._state = ConsumerState.RUNNING
+        self.start_timestamp_ms = int(time.time() * 1000)
         for topic in sorted(self.subscriptions):
             try:
                 await instance.update_topic_route(topic)
             except (MQClientError, MQBrokerError) as exc:
                 self._log.warning("no route for subscribed topic yet", topic=topic, error=str(exc))
+        try:
+            await self._check_client_in_broker()
+        except BaseException:
+            await self._shutdown_core()
+            raise
         await instance.send_heartbeat_to_all_brokers()
         await self.do_rebalance()
+
+    async def _check_client_in_broker(self) -> None:
+        """Before the first heart-beat, ask a broker of each topic with a
+        subscription other than tags whether it filters by it (RocketMQ's
+        checkClientInBroker): a broker without ``enablePropertyFilter``, or an
+        expression it refuses, stops ``start`` with MQBrokerError."""
+        assert self._api is not None
+        instance = self._running_instance()
+        for sub in self.subscriptions.values():
+            if sub.sql is None:
+                continue
+            mqs = instance.subscribe_queues(sub.topic) or []
+            found = next((f for f in (instance.find_broker_addr_in_admin(mq.broker_name)
+                                      for mq in mqs) if f is not None), None)
+            if found is not None:  # no route yet: the pulls will say
+                await self._api.check_client_in_broker(found[0], sub)
 
     async def _shutdown_core(self) -> None:
         """Stop pulling and consuming, persist offsets, leave the group."""
@@ -501,8 +548,10 @@ class ConsumerCore:
         return True
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
-        """The stored offset, or where a new group starts (``consume_from_where``;
-        a retry topic always from 0)."""
+        """The offset the broker answers for the group (stored, or 0 for a queue
+        whose first message is still in memory), else where a new group starts:
+        ``consume_from_where`` (a retry topic always from 0), as RocketMQ's
+        RebalancePushImpl.computePullFromWhere."""
         assert self._offset_store is not None and self._api is not None
         last = await self._offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
         if last >= 0:
@@ -581,6 +630,7 @@ class ConsumerCore:
                 return
             commit_offset = store.table.get(mq, 0) if clustering else 0
             sys_flag = PULL_FLAG_SUSPEND | (PULL_FLAG_COMMIT_OFFSET if commit_offset > 0 else 0)
+            started = trio.current_time()
             try:
                 result = await api.pull(
                     mq, sub, offset, self.pull_batch_size,
@@ -595,6 +645,8 @@ class ConsumerCore:
                 continue
             if pq.dropped:
                 return
+            now = trio.current_time()
+            self.stats.pulled(mq.topic, now, now - started, len(result.msg_found_list))
             status = result.pull_status
             if status is PullStatus.FOUND:
                 offset = result.next_begin_offset
@@ -638,6 +690,70 @@ class ConsumerCore:
     def _commit_offset(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         if offset >= 0 and not pq.dropped and self._offset_store is not None:
             self._offset_store.update_offset(mq, offset, increase_only=True)
+
+    # ---- what admins ask of a consumer ---------------------------------------------
+
+    def running_properties(self) -> dict[str, str]:
+        """The consumer's settings as RocketMQ's ConsumerRunningInfo shows them
+        (subclasses add theirs)."""
+        return {
+            "consumerGroup": self.group, "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from_where.value,
+            "consumeTimestamp": str(self.consume_timestamp_ms),
+            "allocateMessageQueueStrategy": getattr(self.allocate_strategy, "__name__",
+                                                    type(self.allocate_strategy).__name__),
+            "pullBatchSize": str(self.pull_batch_size),
+            "pullThresholdForQueue": str(self.pull_threshold_for_queue),
+            "pullThresholdSizeForQueue": str(self.pull_threshold_size_for_queue),
+            "consumeConcurrentlyMaxSpan": str(self.consume_concurrently_max_span),
+            "instanceName": self.instance_name or "",
+            PROP_NAMESERVER_ADDR: self.namesrv_addr,
+            PROP_CONSUME_TYPE: self.consume_type,
+            PROP_CONSUME_ORDERLY: "true" if self.orderly else "false",
+            PROP_CLIENT_VERSION: client_version(),
+            PROP_CONSUMER_START_TIMESTAMP: str(self.start_timestamp_ms),
+        }
+
+    def running_info(self, jstack: bool = False) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO's body (client/running_info.py)."""
+        now, now_ms = trio.current_time(), int(time.time() * 1000)
+        offsets = self.offset_table()
+        self.stats.forget(set(self.subscriptions))
+        body: dict[str, Any] = {
+            "properties": self.running_properties(),
+            "subscriptionSet": [
+                {"topic": s.topic, "subString": s.sub_string, "classFilterMode": False,
+                 "tagsSet": sorted(s.tags_set or ()), "expressionType": "TAG"}
+                for _, s in sorted(self.subscriptions.items())],
+            "mqTable": [mq_entry(mq, process_queue_info(pq, offsets.get(mq, -1), now, now_ms))
+                        for mq, pq in sorted(self.process_queue_table.items())],
+            "statusTable": self.stats.status(now),
+        }
+        if jstack:
+            body["jstack"] = stacks()
+        return body
+
+    async def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: the broker moved the group's offsets of
+        ``topic`` (mqadmin skipAccumulatedMessage, resetOffsetByTime). The queues of
+        ``offsets`` this consumer holds stop at once (what is cached or being consumed
+        is neither committed nor pulled further), take their new offsets (written
+        back to the broker, after any commit of the old ones already on its way),
+        are released, and the next rebalance (asked for now) pulls them from there."""
+        if self._state is not ConsumerState.RUNNING or self._offset_store is None:
+            return
+        store = self._offset_store
+        async with self._rebalance_lock:
+            held = [mq for mq in self.process_queue_table if mq.topic == topic and mq in offsets]
+            for mq in held:
+                self.process_queue_table[mq].dropped = True
+                store.remove_offset(mq)  # forget what was written: the new one goes out
+                store.update_offset(mq, offsets[mq])
+            for mq in held:
+                await self._drop_queue(mq, "offset reset by an admin")
+        self._log.info("offsets reset by an admin", topic=topic,
+                       queues={f"{mq.broker_name}:{mq.queue_id}": offsets[mq] for mq in held})
+        self._running_instance().rebalance_immediately()
 
     def offset_table(self) -> dict[MessageQueue, int]:
         """The offsets this consumer holds in memory now (a copy)."""

@@ -80,6 +80,30 @@ DEFAULT_COMPRESS_LEVEL = 5
 _UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
 
+_RECONSUME_TIME = MessageConst.PROPERTY_RECONSUME_TIME
+_MAX_RECONSUME_TIMES = MessageConst.PROPERTY_MAX_RECONSUME_TIMES
+
+
+def retry_header_fields(props: dict[str, str]) -> tuple[dict[str, str], dict[str, int]]:
+    """A message to a ``%RETRY%`` topic carries its reconsume times in the send
+    header, not in properties (RocketMQ's DefaultMQProducerImpl.sendKernelImpl):
+    ``props`` without ``RECONSUME_TIME``/``MAX_RECONSUME_TIMES``, and the header
+    fields ``reconsumeTimes``/``maxReconsumeTimes`` they become. The broker
+    stores such a message in the group's DLQ once its reconsume times reach
+    the limit. Raises MQClientError for a value that is not a count."""
+    out = dict(props)
+    fields: dict[str, int] = {}
+    for prop, field in ((_RECONSUME_TIME, "reconsumeTimes"),
+                        (_MAX_RECONSUME_TIMES, "maxReconsumeTimes")):
+        raw = out.pop(prop, None)
+        if raw is None:
+            continue
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 10 and int(raw) < 2**31):
+            raise MQClientError(f"property {prop} must be a count, not {raw!r}")
+        fields[field] = int(raw)
+    return out, fields
+
+
 # send_async yields to the scheduler once per this many queued messages.
 ASYNC_YIELD_EVERY = 64
 
@@ -415,7 +439,12 @@ class Producer:
         uniq = props.get(_UNIQ_KEY)
         if not uniq:
             uniq = props[_UNIQ_KEY] = create_uniq_id()
+        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            props, times = retry_header_fields(props)
+        else:
+            times = {}
         fields = self._header(msg.topic, msg.flag, encode_properties(props), False)
+        fields.update(times)
         body = bytes(msg.body)
         over = self.compress_msg_body_over_howmuch
         if over and len(body) >= over:

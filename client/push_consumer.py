@@ -50,6 +50,8 @@ from client.instance import resolve_tls
 from client.metrics import EXCEPTION, ClientMetrics, status_name
 from client.process_queue import PULL_MAX_IDLE_TIME, REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
+from client.running_info import PROP_THREADPOOL_CORE_SIZE
+from client.subscription import MessageSelector
 from protocol.message import MessageExt, MessageQueue
 from protocol.trio.service import Guard
 
@@ -68,7 +70,10 @@ class PushConsumer(ConsumerCore):
         namesrv_addr: name servers, ``;``-separated (default: the NAMESRV_ADDR
             environment variable, else 127.0.0.1:9876).
         message_model: CLUSTERING (default) or BROADCASTING.
-        consume_from_where: where a new group starts (last offset by default).
+        consume_from_where: where a group with no offset on the broker starts
+            (last offset by default). As with RocketMQ, the broker answers 0
+            for a queue whose first message is still in memory, so a new group
+            reads such a queue from its start (docs/compatibility.md).
         consume_timestamp: for CONSUME_FROM_TIMESTAMP: ms, ``yyyyMMddHHmmss``
             or a datetime (default: half an hour ago).
         allocate_strategy: ``client.rebalance`` function (averagely by default).
@@ -167,10 +172,12 @@ class PushConsumer(ConsumerCore):
 
     # ---- configuration ---------------------------------------------------------------
 
-    def subscribe(self, topic: str, sub_expression: str | None = "*") -> None:
-        """Subscribe to ``topic`` with ``"*"`` or ``"tagA || tagB"``. Raises
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector | None = "*") -> None:
+        """Subscribe to ``topic`` with ``"*"``, ``"tagA || tagB"`` or a
+        MessageSelector (``MessageSelector.by_sql("a > 5")``). Raises
         MQClientError for a bad topic or expression. Call before ``start``
-        (or later: the next rebalance picks it up)."""
+        (or later: the next rebalance picks it up); ``start`` raises
+        MQBrokerError when a broker does not filter by an SQL92 subscription."""
         self._subscribe(topic, sub_expression)
         if self._instance is not None and self.running:
             self._instance.rebalance_immediately()
@@ -271,7 +278,10 @@ class PushConsumer(ConsumerCore):
             hook_ctx = ConsumeMessageContext(self.group, ctx.message_queue, msgs)
             hooks.before(hook_ctx)
         metrics = self._metrics
-        start = trio.current_time() if metrics is not None else 0.0
+        start = trio.current_time()
+        # the queue's topic (a retry queue's messages show their original topic)
+        mq = getattr(ctx, "message_queue", None)
+        topic = mq.topic if isinstance(mq, MessageQueue) else msgs[0].topic
         try:
             result = self._listener(msgs, ctx)
             # a plain status is the usual answer: no awaitable check (an ABC's) for it
@@ -282,18 +292,33 @@ class PushConsumer(ConsumerCore):
         except Exception as exc:
             self._log.warning("message listener raised", error=repr(exc),
                               msg_ids=[m.msg_id for m in msgs[:8]])
+            now = trio.current_time()
+            self.stats.consumed(topic, now, now - start, 0, len(msgs))
             if metrics is not None:
-                metrics.consume_done(self.group, msgs, EXCEPTION, trio.current_time() - start)
+                metrics.consume_done(self.group, msgs, EXCEPTION, now - start)
             if hook_ctx is not None:
                 hook_ctx.finish(None, raised=True)
                 hooks.after(hook_ctx)
             return None
+        now = trio.current_time()
+        ok = result in (ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
+        self.stats.consumed(topic, now, now - start, len(msgs) if ok else 0, 0 if ok else len(msgs))
         if metrics is not None:
-            metrics.consume_done(self.group, msgs, status_name(result), trio.current_time() - start)
+            metrics.consume_done(self.group, msgs, status_name(result), now - start)
         if hook_ctx is not None:
             hook_ctx.finish(result, raised=False)
             hooks.after(hook_ctx)
         return result
+
+    def running_properties(self) -> dict[str, str]:
+        return {
+            **super().running_properties(),
+            "consumeThreadMax": str(self.consume_thread_max),
+            "consumeMessageBatchMaxSize": str(self.consume_message_batch_max_size),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "suspendCurrentQueueTimeMillis": str(self.suspend_current_queue_time_millis),
+            PROP_THREADPOOL_CORE_SIZE: str(self.consume_thread_max),
+        }
 
     # ---- concurrently ----------------------------------------------------------------------
 

@@ -74,6 +74,11 @@ REQUEST_BODY = BodyLimit(max_bytes=1024 * 1024, max_containers=32 * 1024,
 # zlib, used to build them all: GBs).
 BODY_ENTRY = BodyLimit(max_bytes=16 * 1024, max_containers=16, max_values=256, max_array=256)
 
+# The bytes a body reader takes from its stream at a time (a name server
+# inflates a compressed REGISTER_BROKER body that much at a time, and takes a
+# step after each such read).
+READ_SIZE = 256 * 1024
+
 
 def refusal(message: str, request: tuple[int, int] | None) -> RemoteProtocolError:
     """The error of a frame refused after its code and opaque were read:

@@ -19,6 +19,7 @@ from protocol.codecs.base import (
     GATHER_MIN,
     MAX_EXT_FIELDS,
     MAX_HEADER_BYTES,
+    READ_SIZE,
     BodyLimit,
     NotAMapError,
     refusal,
@@ -29,7 +30,6 @@ from protocol.names import shown
 
 # The first byte of every msgpack payload: a fixarray of seven elements.
 FIRST_BYTE = 0x97
-READ_SIZE = 256 * 1024
 
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 _BIN16 = struct.Struct(">BH")  # msgpack's bin 16 and bin 32 headers: type, length

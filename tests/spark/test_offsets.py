@@ -53,6 +53,15 @@ def test_options_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
                            streaming=True)
     assert tagged.sub_expression == "a || b"
     assert parse_options({"namesrv": "h:1", "topic": "A"}, streaming=True).sub_expression == "*"
+    sql = parse_options({"namesrv": "h:1", "topic": "A", "subExpression": "a > 5",
+                         "expressionType": "sql92"}, streaming=True)
+    assert (sql.sub_expression, sql.expression_type) == ("a > 5", "SQL92")
+    with pytest.raises(OptionError, match="column 4"):  # compiled on the driver first
+        parse_options({"namesrv": "h:1", "topic": "A", "subExpression": "a >> 5",
+                       "expressionType": "SQL92"}, streaming=False)
+    with pytest.raises(OptionError, match="expressionType"):
+        parse_options({"namesrv": "h:1", "topic": "A", "expressionType": "XPATH"},
+                      streaming=False)
     with pytest.raises(OptionError, match="brokerName:queueId"):
         parse_offsets('{"A": {"nocolon": 1}}', "startingOffsets")
     with pytest.raises(OptionError, match="integer"):
