@@ -441,9 +441,10 @@ class BrokerController:
 
     async def _prepare_role(self, old: Role, new: Role) -> None:
         """Before the old role's services stop: a master becoming a slave takes
-        no more puts and answers the sends waiting for a slave."""
+        no more puts, lets its slaves take what it stored (bounded) and
+        answers the sends waiting for a slave."""
         if new.is_slave and not old.is_slave:
-            waiting = self.ha_service.stand_down(SLAVE_FENCE)
+            waiting = await self.ha_service.stand_down(SLAVE_FENCE)
             if waiting:
                 self.log.warning("sends waiting for a slave answered SLAVE_NOT_AVAILABLE: "
                                  "the broker becomes a slave", sends=waiting)

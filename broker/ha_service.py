@@ -271,14 +271,25 @@ class HAService:
 
     # ---- role changes (broker/role.py) -------------------------------------------------
 
-    def stand_down(self, fence: str) -> int:
+    async def stand_down(self, fence: str) -> int:
         """A master becoming a slave, before its tasks are cancelled: no put
-        from now on (the store's write fence says ``fence``), the write gate
-        stays shut, and every send waiting for a slave's acknowledgement is
-        answered SLAVE_NOT_AVAILABLE (stored here, not known to be on a
-        slave). Returns how many sends were waiting."""
+        from now on (the store's write fence says ``fence``) and the write
+        gate stays shut; then, while a slave is close enough to count
+        (``is_slave_ok``), wait until one acknowledged the log's end (at
+        most syncFlushTimeout, less when it falls silent): what this master
+        stored, and every send waiting for it, reaches a slave. A send still
+        waiting after that is answered SLAVE_NOT_AVAILABLE (stored here, not
+        known to be on a slave). Returns how many were."""
         self.master_role = False
         self.store.write_fence = fence
+        end = self.store.get_max_phy_offset()
+        if is_slave_ok(self.connections, end, self.config.ha_slave_fallbehind_max):
+            drained = trio.Event()
+            self.sends.add(end).on_done(lambda _w: drained.set())
+            ev, self._silence_check = self._silence_check, trio.Event()
+            ev.set()
+            self.notify_new_data()
+            await drained.wait()
         waiting = len(self.waiters)
         self.sends.guard.call(self.waiters.fail_all, PutMessageStatus.SLAVE_NOT_AVAILABLE)
         return waiting
