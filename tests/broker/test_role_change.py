@@ -64,25 +64,39 @@ async def send_all(rc: RemotingClient, addr: str, bodies: list[bytes]) -> list[b
 
 
 async def during(change: Callable[[], Awaitable[Any]], rc: RemotingClient,
-                 targets: list[str], tag: str, per_target: int = 10) -> list[bytes]:
-    """Run ``change`` while sends to ``targets`` are in flight; every send is
-    answered with a code a role change allows; returns the bodies acknowledged."""
+                 targets: list[str], tag: str, senders: int = 3) -> list[bytes]:
+    """Run ``change`` while sends to ``targets`` are in flight: senders
+    (``senders`` per target) send one after another from before the change
+    (some acknowledged first) until one more after it; every send is
+    answered with a code a role change allows. Returns the bodies
+    acknowledged."""
     acked: list[bytes] = []
     codes: list[int] = []
+    changed = False
+    flowing = trio.Event()
 
-    async def one(addr: str, body: bytes) -> None:
-        r = await send(rc, addr, body)
-        codes.append(r.code)
-        if r.code == ResponseCode.SUCCESS:
-            acked.append(body)
+    async def sender(addr: str, n: int) -> None:
+        for i in range(10_000):
+            last = changed
+            body = f"{tag}-{n}-{i}".encode()
+            r = await send(rc, addr, body)
+            codes.append(r.code)
+            if r.code == ResponseCode.SUCCESS:
+                acked.append(body)
+                if len(acked) >= 2 * senders:
+                    flowing.set()
+            if last:
+                return
+            await trio.sleep(0.002)  # pacing, not waiting: refusals come back fast
 
     async with trio.open_nursery() as nursery:
-        for i in range(per_target):
-            for t, addr in enumerate(targets):
-                nursery.start_soon(one, addr, f"{tag}-{t}-{i}".encode())
+        for n, addr in enumerate(targets * senders):
+            nursery.start_soon(sender, addr, n)
+        await flowing.wait()
         await change()
-    assert len(codes) == per_target * len(targets)  # every one answered
+        changed = True
     assert set(codes) <= IN_FLIGHT_CODES, codes
+    assert ResponseCode.SUCCESS in codes and len(set(codes)) > 1, codes
     return acked
 
 
