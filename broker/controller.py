@@ -430,14 +430,22 @@ class BrokerController:
         if role.is_slave:
             await nursery.start(self.ha_service.run_slave)
             await nursery.start(self.slave_synchronize.run, self.outer_api.client)
-            await self.register_broker_all()
+            await self._register_for_role()
             return
         self.ha_listen_port = await nursery.start(
             self.ha_service.run_master, 0 if self._ephemeral_ha else None)
-        await self.register_broker_all()
+        await self._register_for_role()
         await self.ha_service.start_writes(self.listed_slaves)
         await nursery.start(self.schedule_service.run)
         await nursery.start(self.transaction_service.run, self.ask_producer)
+
+    async def _register_for_role(self) -> None:
+        """Register now; after a change (not at start: the loops start after
+        this), the registration loops wake too: their period depends on the
+        role (a slave without a master asks every SLAVE_FIND_MASTER_S)."""
+        await self.register_broker_all()
+        if self.started:
+            self.trigger_register()
 
     async def _prepare_role(self, old: Role, new: Role) -> None:
         """Before the old role's services stop: a master becoming a slave takes

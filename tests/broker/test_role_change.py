@@ -16,6 +16,8 @@ from broker.config import BrokerConfig, BrokerRole
 from broker.controller import SLAVE_FENCE, BrokerController
 from broker.role import RoleError
 from broker.store.ha.ha_connection import HAConnection
+from namesrv.config import NamesrvConfig
+from namesrv.controller import NamesrvController
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import SendMessageRequestHeader
@@ -241,3 +243,44 @@ async def test_a_standing_down_master_answers_the_sends_waiting_for_a_slave(
                 ResponseCode.SLAVE_NOT_AVAILABLE] * 2
             assert len(ha.waiters) == 0 and c.role.is_slave
             c.request_shutdown()
+
+
+async def test_a_change_registers_at_once_and_slaves_find_the_new_master(
+        tmp_path: Path) -> None:
+    """With a name server: each change registers the new brokerId at once; a
+    slave learns its (new) master's address from the registration's answer."""
+    ns = NamesrvController(NamesrvConfig(listen_port=0))
+    with trio.fail_after(60):
+        async with RemotingClient() as rc, trio.open_nursery() as nursery:
+            await nursery.start(ns.run)
+            ns_addr = f"127.0.0.1:{ns.port}"
+            x = BrokerController(config(tmp_path / "x", free_port(2), A, 0, namesrv_addr=ns_addr))
+            y = BrokerController(config(tmp_path / "y", free_port(2), M, 1, namesrv_addr=ns_addr))
+
+            def ids() -> dict[int, str]:
+                return dict(ns.routes.broker_addr_table["broker-a"].broker_addrs)
+
+            await nursery.start(x.run)
+            x.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
+            await nursery.start(y.run)
+            await wait_for(slave_connected(x), 20, "y following x")
+            assert ids() == {0: x.config.broker_addr, 1: y.config.broker_addr}
+            acked = await send_all(rc, x.config.broker_addr, [b"a-%d" % i for i in range(5)])
+
+            await x.change_role(M, 2)
+            assert ids() == {1: y.config.broker_addr, 2: x.config.broker_addr}
+            assert await same_log(x, y)()
+            # y becomes the master; x (listed by the name server) is heard before y writes
+            await y.change_role(A, 0)
+            assert ids() == {0: y.config.broker_addr, 2: x.config.broker_addr}
+            assert ns.routes.broker_live_table[y.config.broker_addr].ha_server_addr == ha_addr(y)
+            assert ns.routes.broker_live_table[x.config.broker_addr].ha_server_addr is None
+            assert y.ha_service.heard == {2: "accept"}
+            acked += await send_all(rc, y.config.broker_addr, [b"b-%d" % i for i in range(5)])
+            await wait_for(same_log(x, y), 20, "x following y")
+            assert x.ha_service.master_ha_addr == ha_addr(y)
+            assert x.slave_synchronize.master_addr() == y.config.broker_addr
+            assert sorted(await readable(rc, x)) == sorted(acked)
+            x.request_shutdown()
+            y.request_shutdown()
+            ns.request_shutdown()
