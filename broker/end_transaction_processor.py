@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.acl.plain import Need, Perm
+from acl.plain import Need, Perm
 from broker.message_rewrite import REAL_TOPIC, EndState
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -42,7 +42,7 @@ class EndTransactionProcessor:
 
     def end_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = EndTransactionRequestHeader.from_fields(cmd.ext_fields)
-        if self.config.is_slave:
+        if self.controller.role.is_slave:
             return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE,
                                 f"the broker[{self.config.broker_name}] is a slave: end "
                                 "transactions on its master")

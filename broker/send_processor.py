@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from broker.acl.stored import message_needs
-from broker.config import BrokerRole
 from broker.message_rewrite import (
     DELAY,
     PGROUP,
@@ -133,7 +132,7 @@ class SendMessageProcessor:
 
     def _slave_refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """NO_PERMISSION on a slave: it stores only what its master replicates."""
-        if not self.config.is_slave:
+        if not self.controller.role.is_slave:
             return None
         return self._fail(cmd, ResponseCode.NO_PERMISSION,
                           f"the broker[{self.config.broker_name}] is a slave, "
@@ -473,7 +472,7 @@ class SendMessageProcessor:
         records are in the commit log only; any put dispatches them first."""
         store = self.controller.message_store
         commit = self.controller.group_commit
-        sync_master = self.config.broker_role is BrokerRole.SYNC_MASTER
+        sync_master = self.controller.role.sync_master
         ar = result.append_result
         if (commit is None and not sync_master) or response.code != ResponseCode.SUCCESS \
                 or ar is None:

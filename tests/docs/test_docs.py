@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.acl.plain import parse_plain_acl
+from acl.plain import parse_plain_acl
 from broker.config import BrokerConfig
 from namesrv.config import NamesrvConfig
 from protocol.config import ConfigError, parse_properties
