@@ -144,7 +144,8 @@ class BrokerController:
             config, self.message_store, self.consumer_offset_manager, self.topic_config_manager,
             self.trigger_register,
         )
-        self.end_transaction_processor = EndTransactionProcessor(self)
+        self.end_transaction_processor = EndTransactionProcessor(
+            self.transaction_service, config, lambda: self.acl_check)
         # spin after requests instead of sleeping (busyPollMicros; off by default)
         self.busy_poll = BusyPoll(config.busy_poll_micros)
         self.ha_service = HAService(config, self.message_store)

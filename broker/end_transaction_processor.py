@@ -8,12 +8,15 @@ replicates what they store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import structlog
 
 from broker.acl.plain import Need, Perm
+from broker.acl.stored import ResourceCheck
+from broker.config import BrokerConfig
 from broker.message_rewrite import REAL_TOPIC, EndState
+from broker.transaction_service import TransactionalMessageService
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import EndTransactionRequestHeader
@@ -27,16 +30,15 @@ from protocol.record import (
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.service import Guard
 
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
-
 END_STATES = {TRANSACTION_COMMIT_TYPE: EndState.COMMIT, TRANSACTION_ROLLBACK_TYPE: EndState.ROLLBACK}
 
 
 class EndTransactionProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.controller = controller
-        self.config = controller.config
+    def __init__(self, transactions: TransactionalMessageService, config: BrokerConfig,
+                 acl_check: Callable[[], ResourceCheck]) -> None:
+        self.transactions = transactions
+        self.acl_check = acl_check  # the controller's, set once ACL is loaded
+        self.config = config
         self.log = structlog.get_logger("broker.transaction").bind(broker=self.config.broker_name)
         self.guard = Guard(self.log, "end transaction")
 
@@ -60,18 +62,18 @@ class EndTransactionProcessor:
                                 f"{TRANSACTION_ROLLBACK_TYPE} (rollback), "
                                 f"not {h.commit_or_rollback}")
         may_end = None
-        if self.controller.acl_check.enabled:
+        acl = self.acl_check()
+        if acl.enabled:
             def may_end(msg: MessageExt) -> str | None:
                 # ACL: PUB on the topic the half message is for (the header names
                 # only a producer group, which is no resource)
                 topic = msg.properties.get(REAL_TOPIC) or msg.topic
-                refused = self.controller.acl_check.refusal(
+                refused = acl.refusal(
                     conn, cmd, [Need(topic, Perm.PUB)],
                     remark=f"No permission to end the transaction of the half message at "
                            f"commit-log offset {h.commit_log_offset}: PUB on its topic needed")
                 return None if refused is None else refused.remark
-        code, remark = self.controller.transaction_service.end(h, state, conn.remote_addr,
-                                                               may_end)
+        code, remark = self.transactions.end(h, state, conn.remote_addr, may_end)
         if code != ResponseCode.SUCCESS:
             self.guard.note("end transaction refused", key=("refused", code),
                             log_level="warning", group=shown(h.producer_group),
