@@ -366,11 +366,12 @@ class SendService:
         """One message, or a batch if the header's ``batch`` flag says so.
         Raises RemoteProtocolError for a batch body that is no batch."""
         if h.batch:
-            return self._send_batch(h, body, born_host)
-        return self._send_single(h, body, born_host)
+            return self.send_batch(h, body, born_host)
+        return self.send_single(h, body, born_host)
 
-    def _send_single(self, h: SendMessageRequestHeader, body: bytes | None,
-                     born_host: str) -> SendOutcome:
+    def send_single(self, h: SendMessageRequestHeader, body: bytes | None,
+                    born_host: str) -> SendOutcome:
+        """One message (``send`` when the header says no batch)."""
         cfg = self._check(h)
         if isinstance(cfg, SendOutcome):
             return cfg
@@ -436,8 +437,10 @@ class SendService:
                                "a delayed message cannot be transactional")
         return None
 
-    def _send_batch(self, h: SendMessageRequestHeader, body: bytes | None,
-                    born_host: str) -> SendOutcome:
+    def send_batch(self, h: SendMessageRequestHeader, body: bytes | None,
+                   born_host: str) -> SendOutcome:
+        """A batch (``send`` when the header says batch). Raises
+        RemoteProtocolError for an empty body."""
         cfg = self._check(h)
         if isinstance(cfg, SendOutcome):
             return cfg
