@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import structlog
 
-from broker.acl.plain import Need, Perm
+from acl.plain import Need, Perm
 from broker.acl.stored import ResourceCheck
 from broker.config import BrokerConfig
 from broker.message_rewrite import REAL_TOPIC, EndState

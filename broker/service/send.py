@@ -48,7 +48,6 @@ from broker.message_rewrite import (
 )
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from broker.store.offset_waiters import Waiter
-from broker.subscription_group_manager import SubscriptionGroupConfig
 from broker.topic_validator import check_user_topic
 from protocol.batch import decode_batch
 from protocol.errors import RemoteProtocolError
@@ -63,6 +62,7 @@ from protocol.names import (
 )
 from protocol.record import TRANSACTION_NOT_TYPE, transaction_type
 from protocol.route import PERM_RW, TopicConfig, is_writeable
+from protocol.subscription_group import SubscriptionGroupConfig
 
 log = structlog.get_logger("broker.send")
 

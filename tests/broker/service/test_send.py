@@ -17,7 +17,7 @@ from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStat
 from broker.store.commit_log import SCHEDULE_TOPIC
 from broker.store.offset_waiters import OffsetWaiters, Waiter
 from broker.store.status import AppendMessageResult, AppendMessageStatus
-from broker.subscription_group_manager import SubscriptionGroupConfig, SubscriptionGroupManager
+from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
 from protocol.batch import encode_batch
 from protocol.codes import ResponseCode
@@ -26,6 +26,7 @@ from protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageReques
 from protocol.message import MessageExt, properties_to_string, string_to_properties
 from protocol.record import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE
 from protocol.route import PERM_INHERIT, PERM_READ, PERM_RW, TopicConfig
+from protocol.subscription_group import SubscriptionGroupConfig
 
 HOST = "10.0.0.7:50000"
 STORED_AT = 4096  # the fake store's first write offset
