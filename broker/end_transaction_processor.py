@@ -16,6 +16,7 @@ from acl.plain import Need, Perm
 from broker.acl.stored import ResourceCheck
 from broker.config import BrokerConfig
 from broker.message_rewrite import REAL_TOPIC, EndState
+from broker.role import RoleState
 from broker.transaction_service import TransactionalMessageService
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
@@ -35,8 +36,9 @@ END_STATES = {TRANSACTION_COMMIT_TYPE: EndState.COMMIT, TRANSACTION_ROLLBACK_TYP
 
 class EndTransactionProcessor:
     def __init__(self, transactions: TransactionalMessageService, config: BrokerConfig,
-                 acl_check: Callable[[], ResourceCheck]) -> None:
+                 role: RoleState, acl_check: Callable[[], ResourceCheck]) -> None:
         self.transactions = transactions
+        self.role = role  # the live role
         self.acl_check = acl_check  # the controller's, set once ACL is loaded
         self.config = config
         self.log = structlog.get_logger("broker.transaction").bind(broker=self.config.broker_name)
@@ -44,7 +46,7 @@ class EndTransactionProcessor:
 
     def end_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = EndTransactionRequestHeader.from_fields(cmd.ext_fields)
-        if self.config.is_slave:
+        if self.role.is_slave:
             return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE,
                                 f"the broker[{self.config.broker_name}] is a slave: end "
                                 "transactions on its master")

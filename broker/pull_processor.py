@@ -220,7 +220,7 @@ class PullMessageProcessor:
             h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums,
             how.tag_codes, how.record_filter, how.max_scan,
         )
-        slave = self.config.is_slave
+        slave = self.controller.role.is_slave
         if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and not slave:
             self.controller.consumer_offset_manager.commit_offset(
                 h.consumer_group, h.topic, h.queue_id, h.commit_offset

@@ -21,7 +21,8 @@ joined: the transport answers once they are all done, the worst status
 deciding (``STORE_STATUS``).
 
 The service takes narrow collaborators (the protocols below), never the
-controller: its tests build it with fakes (tests/broker/service/test_send.py).
+controller, and reads the live role (broker/role.py), never the config's: its
+tests build it with fakes (tests/broker/service/test_send.py).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from broker.config import BrokerConfig, BrokerRole
+from broker.config import BrokerConfig
 from broker.message_rewrite import (
     DELAY,
     PGROUP,
@@ -194,6 +195,13 @@ class HalfMessages(Protocol):
                 group: str) -> PutMessageResult: ...
 
 
+class LiveRole(Protocol):
+    """The broker's live role (broker/role.py RoleState): read on every send."""
+
+    is_slave: bool
+    sync_master: bool
+
+
 class DelayLevels(Protocol):
     """The schedule service's highest delay level."""
 
@@ -212,14 +220,16 @@ class SendService:
     here (the name servers must hear of it); ``record_put`` and
     ``observe_put`` count stored puts (broker/stats.py)."""
 
-    def __init__(self, config: BrokerConfig, store: SendStore, topics: SendTopics,
-                 groups: SendGroups, half: HalfMessages, delays: DelayLevels, *,
+    def __init__(self, config: BrokerConfig, role: LiveRole, store: SendStore,
+                 topics: SendTopics, groups: SendGroups, half: HalfMessages,
+                 delays: DelayLevels, *,
                  on_topics_changed: Callable[[], None],
                  record_put: Callable[[str, int, int], None],
                  observe_put: Callable[[float], None],
                  wait_flush: Callable[[int], Waiter] | None,
                  wait_slave: Callable[[int], Waiter]) -> None:
         self.config = config
+        self.role = role
         self.store = store
         self.topics = topics
         self.groups = groups
@@ -236,7 +246,7 @@ class SendService:
 
     def _slave_refusal(self) -> SendOutcome | None:
         """NO_PERMISSION on a slave: it stores only what its master replicates."""
-        if not self.config.is_slave:
+        if not self.role.is_slave:
             return None
         return SendOutcome(SendStatus.NO_PERMISSION,
                            f"the broker[{self.config.broker_name}] is a slave, "
@@ -300,7 +310,7 @@ class SendService:
             self.record_put(topic, ar.msg_num, ar.wrote_bytes)
             self.observe_put(time.perf_counter() - started)
             waiters = None
-            sync_master = self.config.broker_role is BrokerRole.SYNC_MASTER
+            sync_master = self.role.sync_master
             if self.wait_flush is not None or sync_master:
                 end = ar.wrote_offset + ar.wrote_bytes
                 waiters = [self.wait_flush(end)] if self.wait_flush is not None else []

@@ -11,6 +11,7 @@ import pytest
 
 from broker.config import BrokerConfig, BrokerRole
 from broker.message_rewrite import DELAY, PGROUP, REAL_TOPIC, RETRY_TOPIC, TRAN_MSG
+from broker.role import RoleState
 from broker.send_processor import PUT_STATUS_TO_CODE, SEND_STATUS_TO_CODE
 from broker.service.send import SendOutcome, SendService, SendStatus
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
@@ -119,8 +120,9 @@ class Harness:
         self.latencies: list[float] = []
         self.flushes = OffsetWaiters(PutMessageStatus.FLUSH_DISK_TIMEOUT)
         self.slaves = OffsetWaiters(PutMessageStatus.FLUSH_SLAVE_TIMEOUT)
+        self.role = RoleState(self.config.broker_role, 1 if self.config.is_slave else 0)
         self.service = SendService(
-            self.config, self.store, self.topics, self.groups, self.half, Delays(),
+            self.config, self.role, self.store, self.topics, self.groups, self.half, Delays(),
             on_topics_changed=self._registered,
             record_put=lambda t, n, b: self.counted.append((t, n, b)),
             observe_put=self.latencies.append,
@@ -204,6 +206,21 @@ def test_a_slave_refuses_before_creating_anything(tmp_path: Path) -> None:
     assert h.topics.get("NEW") is None
     assert "is a slave" in refused(h.service.send_back(ConsumerSendMsgBackRequestHeader(
         0, "G", 0)), SendStatus.NO_PERMISSION)
+
+
+def test_the_live_role_decides_not_the_config(tmp_path: Path) -> None:
+    h = Harness(tmp_path, sync_flush=False)
+    assert h.send().waiters is None
+    new = h.role.next(BrokerRole.SYNC_MASTER, 0)
+    assert new is not None
+    h.role.apply(new)  # now each send waits for a slave
+    out = h.send()
+    assert out.waiters is not None and len(out.waiters) == 1 and len(h.slaves) == 1
+    new = h.role.next(BrokerRole.SLAVE, 1)
+    assert new is not None
+    h.role.apply(new)
+    assert "is a slave" in refused(h.send(), SendStatus.NO_PERMISSION)
+    assert h.config.broker_role is BrokerRole.ASYNC_MASTER  # the config never moved
 
 
 def test_bad_topics_queues_and_bodies_are_illegal(h: Harness) -> None:
