@@ -105,23 +105,51 @@ def signature_content(
     return _signed_text(fields, skip) + (body or b"")
 
 
+_SHA1_BLOCK = 64
+_IPAD = bytes(b ^ 0x36 for b in range(256))
+_OPAD = bytes(b ^ 0x5C for b in range(256))
+
+
+class _KeyedSha1:
+    """HMAC-SHA1 (RFC 2104) with the key's inner and outer pads hashed once: a signature
+    copies two SHA-1 states instead of keying a new HMAC (``hmac.new``) or copying
+    one (``HMAC.copy``, a Python object around an OpenSSL context), each a few µs on
+    every request. Gives ``hmac.digest(key, msg, "sha1")`` (tests/protocol/
+    test_acl_signature.py checks it for keys shorter and longer than a block)."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) > _SHA1_BLOCK:
+            key = hashlib.sha1(key).digest()
+        key = key.ljust(_SHA1_BLOCK, b"\0")
+        self._inner = hashlib.sha1(key.translate(_IPAD))
+        self._outer = hashlib.sha1(key.translate(_OPAD))
+
+    def digest(self, *parts: bytes | bytearray | memoryview) -> bytes:
+        """The HMAC of ``parts`` one after the other, none of them copied."""
+        inner = self._inner.copy()
+        for part in parts:
+            inner.update(part)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+
 @lru_cache(maxsize=256)
-def _keyed_sha1(secret_key: str) -> hmac.HMAC:
-    """An HMAC-SHA1 keyed with ``secret_key`` and fed nothing yet: each signature starts
-    from a copy, so the key's padding is not hashed again for every request (one per
-    secret key a process signs or verifies with: accounts, credentials)."""
-    return hmac.new(_java_utf8(secret_key), digestmod=hashlib.sha1)
+def _keyed_sha1(secret_key: str) -> _KeyedSha1:
+    """The HMAC-SHA1 of ``secret_key``, one per secret key a process signs or verifies
+    with (accounts, credentials)."""
+    return _KeyedSha1(_java_utf8(secret_key))
 
 
 def _signature(text: bytes, body: bytes | bytearray | memoryview | None,
                secret_key: str) -> bytes:
     """Base64 (ASCII bytes) of the HMAC-SHA1 of ``text`` then ``body``: the body is
     hashed where it lies, not copied after the text."""
-    mac = _keyed_sha1(secret_key).copy()
-    mac.update(text)
-    if body:
-        mac.update(body)
-    return binascii.b2a_base64(mac.digest(), newline=False)
+    mac = _keyed_sha1(secret_key)
+    digest = mac.digest(text, body) if body else mac.digest(text)
+    return binascii.b2a_base64(digest, newline=False)
 
 
 def calc_signature(content: bytes, secret_key: str) -> str:
@@ -142,8 +170,8 @@ def _sign_text_fields(out: dict[str, str], body: bytes | None, access_key: str,
 
 def _text_fields(fields: Mapping[str, object]) -> dict[str, str]:
     """``fields`` as the wire carries them: values as strings, None ones left out."""
-    return {key: value if type(value) is str else _wire_text(key, value)
-            for key, value in fields.items() if value is not None}
+    return {key: value if type(value) is str else str(value) if type(value) is int
+            else _wire_text(key, value) for key, value in fields.items() if value is not None}
 
 
 def sign_fields(
