@@ -190,7 +190,7 @@ def sign_fields(
 
 def verify(
     fields: Mapping[str, object],
-    body: bytes | None,
+    body: bytes | bytearray | memoryview | None,
     secret_key: str,
     *,
     skip: Collection[str] = (),

@@ -388,7 +388,7 @@ def test_verify_with_garbage_body_or_key_is_false() -> None:
     assert verify(signed, 5, "SK") is False  # type: ignore[arg-type]
     assert verify(signed, b"x", None) is False  # type: ignore[arg-type]
     assert verify(signed, b"x", b"SK") is False  # type: ignore[arg-type]
-    assert verify(signed, bytearray(b"x"), "SK")  # type: ignore[arg-type]
+    assert verify(signed, bytearray(b"x"), "SK")
 
 
 # ---- property ----
