@@ -51,6 +51,7 @@ IN_FLIGHT = 16
 WARM_SENDS = 300
 CHILD_TIMEOUT = 900.0
 FIGURES = ("single_client", "single_broker", "batched_client", "batched_broker")
+Samples = dict[str, dict[str, dict[str, list[float]]]]  # checkout -> setup -> figure -> runs
 
 # The producer run in a child process (python -c), so that it can come from another
 # checkout: public client APIs only. argv: namesrv, broker pid, access key ("" for
@@ -150,7 +151,7 @@ def run(checkouts: Sequence[Checkout], single: int, batched: int, repeat: int,
     root = Path(tempfile.mkdtemp(prefix="acl-cost-", dir=tmp_dir))
     setups = [s for s in SETUPS if not s.tls]  # off, acl
     pairs: dict[tuple[str, str], Pair] = {}
-    samples: dict[str, dict[str, dict[str, list[float]]]] = {
+    samples: Samples = {
         c.name: {s.name: {k: [] for k in FIGURES} for s in setups} for c in checkouts}
     out: dict[str, Any] = {"load_before": load_average(), "single": single,
                            "batched": batched, "repeat": repeat,
@@ -176,12 +177,16 @@ def run(checkouts: Sequence[Checkout], single: int, batched: int, repeat: int,
             pair.stop()
         shutil.rmtree(root, ignore_errors=True)
     out["load_after"] = load_average()
-    out["samples"] = samples
-    out["median"] = {c: {s: {k: statistics.median(v) for k, v in figs.items()}
-                         for s, figs in by_setup.items()} for c, by_setup in samples.items()}
-    out["min"] = {c: {s: {k: min(v) for k, v in figs.items()}
-                      for s, figs in by_setup.items()} for c, by_setup in samples.items()}
-    return out
+    return summarize(out, samples)
+
+
+
+def summarize(out: dict[str, Any], samples: Samples) -> dict[str, Any]:
+    """``out`` with the samples, their medians and their minima."""
+    def each(fn: Any) -> dict[str, Any]:
+        return {c: {s: {k: fn(v) for k, v in figs.items()} for s, figs in by_setup.items()}
+                for c, by_setup in samples.items()}
+    return {**out, "samples": samples, "median": each(statistics.median), "min": each(min)}
 
 
 def render(result: dict[str, Any]) -> str:
