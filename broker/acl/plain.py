@@ -311,8 +311,11 @@ def required_resources(code: int, fields: Mapping[str, object],
 
 
 # Permission decisions remembered per accounts file (AclConfig.decide): a full
-# cache is emptied, so a flood of names only costs the check again.
+# cache is emptied, so a flood of names only costs the check again. Only requests
+# whose names are no longer than a valid one (a group's 255 characters) are
+# remembered: a few MB at most, whatever names a header (up to 256 KiB) carries.
 DECISION_CACHE_ENTRIES = 4096
+CACHED_NAME_MAX = names.GROUP_MAX_LENGTH
 _DecisionKey = tuple[str, int, tuple[str | None, ...]]
 
 ALLOWED = Decision(True)  # a globally white peer
@@ -364,9 +367,10 @@ class AclConfig:
         decision = self._decisions.get(key)
         if decision is None:
             decision = self._permission(account, code, _header_needs(spec, named))
-            if len(self._decisions) >= DECISION_CACHE_ENTRIES:
-                self._decisions.clear()
-            self._decisions[key] = decision
+            if all(n is None or len(n) <= CACHED_NAME_MAX for n in named):
+                if len(self._decisions) >= DECISION_CACHE_ENTRIES:
+                    self._decisions.clear()
+                self._decisions[key] = decision
         return decision
 
     def _permission(self, account: Account, code: int, needs: list[Need]) -> Decision:
