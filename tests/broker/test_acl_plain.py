@@ -534,29 +534,28 @@ def test_a_secret_key_of_six_characters_is_enough() -> None:
 
 # ---------------------------------------------------------------- remembered decisions
 
-_CACHE_CASES: list[tuple[int, dict[str, object]]] = [
-    (code, {**fields, "AccessKey": key})
-    for key in ("pubOnly1", "subOnly1", "mixed001", "admin001", "admin002")
-    for code, fields in [
-        (RequestCode.SEND_MESSAGE, {"topic": "TopicA"}),
-        (RequestCode.SEND_MESSAGE, {"topic": "Denied"}),
-        (RequestCode.SEND_MESSAGE_V2, {"b": "OnlySub"}),
-        (RequestCode.SEND_MESSAGE_V2, {"b": "%RETRY%BadGroup"}),
-        (RequestCode.SEND_MESSAGE_V2, {"b": "RMQ_SYS_TRACE_TOPIC"}),
-        (RequestCode.SEND_BATCH_MESSAGE, {"b": "Secret"}),
-        (RequestCode.PULL_MESSAGE, {"topic": "OnlySub", "consumerGroup": "CG"}),
-        (RequestCode.PULL_MESSAGE, {"topic": "OnlySub", "consumerGroup": "BadGroup"}),
-        (RequestCode.PULL_MESSAGE, {"topic": "Secret"}),
-        (RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "CG", "topic": "Denied"}),
-        (RequestCode.GET_MAX_OFFSET, {"topic": "Secret"}),
-        (RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "X"}),
-        (RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Denied"}),
-        (RequestCode.SEND_MESSAGE_V2, {"b": True}),  # True == 1 as keys: the names differ
-        (RequestCode.SEND_MESSAGE_V2, {"b": 1}),
-        (RequestCode.SEND_MESSAGE_V2, {"b": "1"}),
-        (RequestCode.SEND_MESSAGE_V2, {}),
-    ]
+_CACHE_REQUESTS: list[tuple[int, dict[str, object]]] = [
+    (RequestCode.SEND_MESSAGE, {"topic": "TopicA"}),
+    (RequestCode.SEND_MESSAGE, {"topic": "Denied"}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "OnlySub"}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "%RETRY%BadGroup"}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "RMQ_SYS_TRACE_TOPIC"}),
+    (RequestCode.SEND_BATCH_MESSAGE, {"b": "Secret"}),
+    (RequestCode.PULL_MESSAGE, {"topic": "OnlySub", "consumerGroup": "CG"}),
+    (RequestCode.PULL_MESSAGE, {"topic": "OnlySub", "consumerGroup": "BadGroup"}),
+    (RequestCode.PULL_MESSAGE, {"topic": "Secret"}),
+    (RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "CG", "topic": "Denied"}),
+    (RequestCode.GET_MAX_OFFSET, {"topic": "Secret"}),
+    (RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "X"}),
+    (RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Denied"}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": True}),  # True == 1 as keys: the names differ
+    (RequestCode.SEND_MESSAGE_V2, {"b": 1}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "1"}),
+    (RequestCode.SEND_MESSAGE_V2, {}),
 ]
+_CACHE_CASES = [(code, {**fields, "AccessKey": key})
+                for key in ("pubOnly1", "subOnly1", "mixed001", "admin001", "admin002")
+                for code, fields in _CACHE_REQUESTS]
 
 
 def test_remembered_decisions_are_the_computed_ones() -> None:
