@@ -302,9 +302,11 @@ def required_resources(code: int, fields: Mapping[str, object],
     if code == RequestCode.HEART_BEAT:
         needs: dict[str, Perm] = {}
         for consumer in heartbeat.consumers if heartbeat is not None else ():
-            needs[group_resource(consumer.group_name)] = Perm.SUB
+            if consumer.group_name is not None:
+                needs[group_resource(consumer.group_name)] = Perm.SUB
             for sub in consumer.subscriptions:
-                needs[sub.topic] = Perm.SUB
+                if sub.topic is not None:
+                    needs[sub.topic] = Perm.SUB
         return [Need(r, p) for r, p in needs.items()]
     spec = HEADER_RESOURCES.get(code, ())
     return _header_needs(spec, _header_names(spec, fields))
