@@ -12,6 +12,7 @@ from broker.controller import BrokerController
 from broker.store.store_lock import StoreLockedError
 from protocol.config import ConfigError, load_properties
 from protocol.logs import BROKER_LOGS
+from protocol.namesrv_addr import NAMESRV_ADDR_ENV, namesrv_addr_from_env
 from protocol.trio.daemon import fail, log_options, run_daemon, start_logging
 from protocol.trio.tls import TLS_MODES, TlsConfigError
 
@@ -21,7 +22,9 @@ log = structlog.get_logger("broker")
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-c", "--config-file", type=click.Path(exists=True, dir_okay=False),
               help="RocketMQ-style properties file (broker.conf).")
-@click.option("-n", "--namesrv-addr", default=None, help='Name servers, "host:port;host:port".')
+@click.option("-n", "--namesrv-addr", default=None,
+              help='Name servers, "host:port;host:port" (wins over namesrvAddr in the config '
+                   f'file, which wins over ${NAMESRV_ADDR_ENV}).')
 @click.option("-p", "--print-config", is_flag=True, help="Print the effective config and exit.")
 @click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE",
               help="Set one config key (repeatable), after the config file.")
@@ -60,6 +63,13 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
         raise click.UsageError(str(exc)) from exc
     if namesrv_addr is not None:
         config.namesrv_addr = namesrv_addr
+    # none from -n, -o or the file: NAMESRV_ADDR (as RocketMQ's BrokerConfig)
+    from_env = namesrv_addr_from_env()
+    if not config.namesrv_addr and from_env is not None:
+        try:
+            config.update({"namesrvAddr": from_env})
+        except ConfigError as exc:
+            raise click.UsageError(f"{NAMESRV_ADDR_ENV}: {exc}") from exc
     if metrics_port is not None:
         config.metrics_port = metrics_port
     if print_config:

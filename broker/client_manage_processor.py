@@ -1,4 +1,5 @@
-"""HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, LOCK/UNLOCK_BATCH_MQ."""
+"""HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, CHECK_CLIENT_CONFIG,
+LOCK/UNLOCK_BATCH_MQ."""
 
 from __future__ import annotations
 
@@ -7,10 +8,22 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from broker.acl.plain import Need, Perm, group_resource
-from protocol.client_data import CLIENT_ID_MAX_LENGTH, HeartbeatData, LockBatchRequestBody
+from protocol.client_data import (
+    CLIENT_ID_MAX_LENGTH,
+    CheckClientRequestBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+)
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
+from protocol.filter_sql import (
+    SQL92,
+    SqlParseError,
+    compile_sql,
+    is_tag_type,
+    unsupported_remark,
+)
 from protocol.names import InvalidNameError, group_problem, retry_topic
 from protocol.route import PERM_RW
 from protocol.trio.connection import RemotingConnection
@@ -90,6 +103,26 @@ class ClientManageProcessor:
         if not ids:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} online")
         return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"consumerIdList": ids}))
+
+    def check_client_config(self, conn: RemotingConnection, cmd: RemotingCommand
+                            ) -> RemotingCommand:
+        """CHECK_CLIENT_CONFIG (RocketMQ's checkClientConfig): whether the
+        broker filters by the body's subscription. A tag subscription always;
+        SQL92 only with ``enablePropertyFilter`` (SYSTEM_ERROR otherwise), and
+        only an expression that compiles (SUBSCRIPTION_PARSE_FAILED, saying
+        where it is wrong). A consumer asks before it starts."""
+        body = CheckClientRequestBody.from_wire(cmd.decode_body())
+        sub = body.subscription
+        if sub is None or is_tag_type(sub.expression_type):
+            return cmd.response(ResponseCode.SUCCESS)
+        if sub.expression_type != SQL92 or not self.controller.config.enable_property_filter:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                unsupported_remark(sub.expression_type))
+        try:
+            compile_sql(sub.sub_string)
+        except SqlParseError as exc:
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        return cmd.response(ResponseCode.SUCCESS)
 
     def _lock_refusal(self, conn: RemotingConnection, cmd: RemotingCommand,
                       body: LockBatchRequestBody) -> RemotingCommand | None:

@@ -9,7 +9,6 @@ and noted once in the log at start; any other unknown key is a ConfigError.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -23,9 +22,11 @@ from protocol.config import (
     mask_secrets,
     not_a_key,
 )
+from protocol.namesrv_addr import split_namesrv_addr
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.busy_poll import check_window_us
 from protocol.trio.limits import ConnectionLimits, limits_of
+from protocol.trio.preauth import DEFAULT_PRE_AUTH_BUDGET, pre_auth_problem
 from protocol.trio.tls import (
     ClientTls,
     ServerTls,
@@ -132,6 +133,17 @@ class BrokerConfig(PropertiesConfig):
     default_topic_queue_nums: int = 4
     max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS  # most read/write queues one topic may have
     broker_permission: int = 6
+    # the topics named after the broker and its cluster (RocketMQ's): readable and
+    # writable (mqadmin sendMsgStatus and clusterRT send to them), else neither
+    broker_topic_enable: bool = True
+    cluster_topic_enable: bool = True
+    # message trace (docs/trace.md): the trace topic is made at start (1 queue) and
+    # registered; send responses carry regionId and traceOn (traceOn=false: clients
+    # with trace on record nothing of sends to this broker)
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = names.RMQ_SYS_TRACE_TOPIC
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
     # messages
     max_message_size: int = 4 * MiB
     max_frame_size: int = 16 * MiB
@@ -200,6 +212,8 @@ class BrokerConfig(PropertiesConfig):
     long_polling_max_suspend_millis: int = 15_000
     max_held_pulls: int = 100_000  # long-polling pulls held at once, broker-wide
     max_held_pulls_per_connection: int = 1_024  # ... and from one connection
+    # SQL92 subscriptions (filters on message properties); off: refused, as RocketMQ
+    enable_property_filter: bool = False
     # housekeeping
     channel_expired_timeout: int = 120_000
     # connections: what one client may make the broker hold (protocol/trio/limits.py)
@@ -260,6 +274,12 @@ class BrokerConfig(PropertiesConfig):
     acl_strict_signature: bool = False
     # most bound data-path signatures remembered against replays (~220 bytes each)
     acl_replay_cache_size: int = 100_000
+    # before a connection is authenticated (a request on it passed the ACL check;
+    # docs/security/decoding-limits.md): the largest frame it may send (0: the header
+    # limit, 256 KiB, + maxMessageSize + 64 KiB), and the bytes of partial frames all
+    # such connections may hold together
+    acl_pre_auth_max_frame_bytes: int = 0
+    acl_pre_auth_read_budget_bytes: int = DEFAULT_PRE_AUTH_BUDGET
     # the broker's own ACL account (issue 18): when set, its requests to name servers
     # and to its master, and a slave's HA hello, are signed with it
     broker_access_key: str = ""
@@ -285,6 +305,8 @@ class BrokerConfig(PropertiesConfig):
         checks = [
             ("brokerName", names.broker_name_problem(self.broker_name)),
             ("brokerClusterName", names.cluster_name_problem(self.broker_cluster_name)),
+            ("msgTraceTopicName", names.topic_problem(self.msg_trace_topic_name)),
+            ("regionId", names.topic_problem(self.region_id)),
             ("brokerIP1", names.addr_problem(f"{self.broker_ip1}:{self.listen_port}")),
         ]
         checks += [("namesrvAddr", names.addr_problem(a)) for a in self.namesrv_addr_list]
@@ -365,6 +387,9 @@ class BrokerConfig(PropertiesConfig):
                            ("aclReplayCacheSize", self.acl_replay_cache_size)):
             if value <= 0:
                 raise ConfigError(f"{key} must be positive, not {value}")
+        problem = pre_auth_problem(self)
+        if problem is not None:
+            raise ConfigError(problem)
         if bool(self.broker_access_key) != bool(self.broker_secret_key):
             raise ConfigError("brokerAccessKey and brokerSecretKey go together: set both or neither")
         if not 0 <= self.metrics_port <= 65535:
@@ -420,7 +445,7 @@ class BrokerConfig(PropertiesConfig):
 
     @property
     def namesrv_addr_list(self) -> list[str]:
-        return [a.strip() for a in re.split(r"[;,]", self.namesrv_addr) if a.strip()]
+        return split_namesrv_addr(self.namesrv_addr)
 
     def store_path(self, *parts: str) -> Path:
         return Path(self.store_path_root_dir).joinpath(*parts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.new_group_offset import NOT_FOUND_REMARK, query_offset_answer
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import (
@@ -24,12 +25,20 @@ class ConsumerManageProcessor:
         self.controller = controller
 
     def query_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        """The group's stored offset; for a group with none, 0 while the queue's
+        first message is still in memory, else QUERY_NOT_FOUND (RocketMQ 4.x,
+        broker/new_group_offset.py). A slave answers from its own store."""
         h = QueryConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
-        offset = self.controller.consumer_offset_manager.query_offset(
+        stored = self.controller.consumer_offset_manager.query_offset(
             h.consumer_group, h.topic, h.queue_id
         )
-        if offset < 0:
-            return cmd.response(ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first")
+        store = self.controller.message_store
+        offset = query_offset_answer(
+            stored, store.get_min_offset_in_queue(h.topic, h.queue_id),
+            lambda: store.check_in_disk_by_consume_offset(h.topic, h.queue_id, 0),
+            zero_if_not_found=h.set_zero_if_not_found is not False)
+        if offset is None:
+            return cmd.response(ResponseCode.QUERY_NOT_FOUND, NOT_FOUND_REMARK)
         return cmd.response(ResponseCode.SUCCESS, ext_fields=OffsetResponseHeader(offset).to_fields())
 
     def update_consumer_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -28,13 +28,15 @@ import trio
 
 from broker.acl.admin_processor import AclAdminProcessor
 from broker.acl.binding import signature_binding
-from broker.acl.guard import AclFile, guard_table
+from broker.acl.guard import AclFile, HeaderGate, guard_table
 from broker.acl.plain import Need, Perm
 from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
+from broker.broker_to_client import Broker2Client
 from broker.client_manage_processor import ClientManageProcessor
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, FlushDiskType
+from broker.consumer_filter_manager import ConsumerFilterManager
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.end_transaction_processor import EndTransactionProcessor
@@ -52,6 +54,7 @@ from broker.out_api import BrokerOuterAPI
 from broker.persist import ConfigSnapshot, SnapshotTable, atomic_write_bytes
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
+from broker.queue_admin_processor import QueueAdminProcessor
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.slave_synchronize import SlaveSynchronize
@@ -77,6 +80,7 @@ from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import Lane, Lanes, SharedBudget
 from protocol.trio.memory import trim_free_memory
 from protocol.trio.metrics_http import MetricsServer
+from protocol.trio.preauth import PreAuth, pre_auth_of
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
 
@@ -133,6 +137,8 @@ class BrokerController:
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
         self.ops_processor = OpsProcessor(self)
+        self.queue_admin_processor = QueueAdminProcessor(self)
+        self.broker2client = Broker2Client(self)
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
@@ -142,6 +148,7 @@ class BrokerController:
         )
         self.end_transaction_processor = EndTransactionProcessor(self)
         self.consumer_manager = ClientGroups("consumer")
+        self.consumer_filter_manager = ConsumerFilterManager()  # compiled SQL92 subscriptions
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
         self.client_manage_processor = ClientManageProcessor(self)
@@ -165,6 +172,9 @@ class BrokerController:
         # what handlers find beyond the header (a stored message's topic, a body's
         # group) is checked by them through acl_check (broker/acl/stored.py)
         self.acl_check = ResourceCheck()
+        # ... and a connection not yet authenticated is judged on each header
+        # before the body is read, within small limits (protocol/trio/preauth.py)
+        preauth: PreAuth | None = None
         if self.acl_file is not None:
             acl_file = self.acl_file
             handlers = guard_table(handlers, lambda: acl_file.config,
@@ -172,6 +182,9 @@ class BrokerController:
                                    binding=signature_binding(config))
             self.acl_check = ResourceCheck(lambda: acl_file.config,
                                            self.stats.record_acl_refusal)
+            preauth = pre_auth_of(config, HeaderGate(lambda: acl_file.config,
+                                                     self.stats.record_acl_refusal),
+                                  config.max_message_size)
         # spin after requests instead of sleeping (busyPollMicros; off by default)
         self.busy_poll = BusyPoll(config.busy_poll_micros)
         self.server = RemotingServer(
@@ -180,7 +193,7 @@ class BrokerController:
             limits=config.connection_limits(),
             budget=SharedBudget(config.max_total_connection_buffer_bytes),
             lanes=request_lanes(config), tls=config.server_tls(),
-            busy_poll=self.busy_poll,
+            busy_poll=self.busy_poll, preauth=preauth,
         )
         self.server.on_connection_closed(self._on_connection_closed)
         self.server.on_connection_closed(self.pull_hold_service.connection_closed)
@@ -219,10 +232,13 @@ class BrokerController:
                 broker_registry(self), self.listen_host, config.metrics_port,
                 snapshot=partial(frozen_registry, BrokerCollector(self)))
         self.tune_gc = False  # mqbroker sets it: freeze start-up objects, fewer young GCs
-        self._register_event = trio.Event()
         self._stop = trio.Event()
         self.started = False
         self._register_guard = Guard(self.log, "register")
+        # one registration loop per name server: each its own wake-up and back-off
+        self._register_events = {a: trio.Event() for a in config.namesrv_addr_list}
+        self._register_guards = {a: Guard(self.log.bind(namesrv=a), "register")
+                                 for a in config.namesrv_addr_list}
         self._persist_guard = Guard(self.log, "persist")
         # admins' topic changes waiting for the topic journal (_topic_persist_loop)
         self._topics_guard = Guard(self.log, "persist topics")
@@ -260,6 +276,7 @@ class BrokerController:
         t.register(RequestCode.HEART_BEAT, self._heart_beat)
         t.register(RequestCode.UNREGISTER_CLIENT, cmp.unregister_client)
         t.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, cmp.get_consumer_list_by_group)
+        t.register(RequestCode.CHECK_CLIENT_CONFIG, cmp.check_client_config)
         t.register(RequestCode.LOCK_BATCH_MQ, cmp.lock_batch_mq)
         t.register(RequestCode.UNLOCK_BATCH_MQ, cmp.unlock_batch_mq)
         qp = self.query_processor
@@ -272,6 +289,14 @@ class BrokerController:
         t.register(RequestCode.GET_PRODUCER_CONNECTION_LIST, ops.get_producer_connection_list)
         t.register(RequestCode.GET_BROKER_CONFIG, ops.get_broker_config)
         t.register(RequestCode.UPDATE_BROKER_CONFIG, ops.update_broker_config)
+        qa = self.queue_admin_processor
+        t.register(RequestCode.GET_TOPIC_CONFIG, qa.get_topic_config)
+        t.register(RequestCode.QUERY_CONSUME_QUEUE, qa.query_consume_queue)
+        t.register(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, qa.clean_expired_consume_queue)
+        t.register(RequestCode.CLEAN_UNUSED_TOPIC, qa.clean_unused_topic)
+        b2c = self.broker2client
+        t.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, b2c.reset_offset)
+        t.register(RequestCode.GET_CONSUMER_RUNNING_INFO, b2c.get_consumer_running_info)
         return t
 
     def acl_path(self) -> Path:
@@ -354,7 +379,8 @@ class BrokerController:
 
     def trigger_register(self) -> None:
         """Register with the name servers soon (topics changed)."""
-        self._register_event.set()
+        for event in self._register_events.values():
+            event.set()
 
     def delete_topic(self, topic: str) -> None:
         self.topic_config_manager.delete(topic)
@@ -537,24 +563,33 @@ class BrokerController:
             commit_log.store_host = host
             commit_log._id_head = host.hex().upper()
 
-    async def register_broker_all(self) -> None:
-        """Register with every name server: the whole table with one that does
-        not know this broker's topics yet, else only what changed since it last
-        took a registration (broker/out_api.py). Never raises (but Cancelled):
-        a failure is logged and the next period (or topic change) tries again."""
+    async def register_broker_all(self, addr: str | None = None) -> None:
+        """Register with every name server at once (or with ``addr`` only): the
+        whole table with one that does not know this broker's topics yet, else
+        only what changed since it last took a registration (broker/out_api.py).
+        Never raises (but Cancelled): a failure is logged and the next period
+        (or topic change) tries again."""
         assert self.outer_api is not None
+        guard = self._register_guard if addr is None else self._register_guards[addr]
         try:
-            await self.outer_api.register_broker_all(self.topic_config_manager,
-                                                     self.ha_server_addr)
+            await self.outer_api.register_broker_all(
+                self.topic_config_manager, self.ha_server_addr,
+                None if addr is None else [addr])
             if self.config.is_slave:
                 self.ha_service.set_master_ha_addr(self.outer_api.master_ha_addr)
         except Exception as exc:
-            self._register_guard.failed(exc, "register with name servers failed",
-                                        topics=len(self.topic_config_manager.table))
+            guard.failed(exc, "register with name servers failed",
+                         topics=len(self.topic_config_manager.table))
         else:
-            self._register_guard.ok()
+            guard.ok()
 
     async def _register_loop(self) -> None:
+        """One loop per name server: one that hangs delays no other's registrations."""
+        async with trio.open_nursery() as nursery:
+            for addr in self.config.namesrv_addr_list:
+                nursery.start_soon(self._register_one_loop, addr)
+
+    async def _register_one_loop(self, addr: str) -> None:
         interval = self.config.register_broker_interval_ms / 1000
         while True:
             # a slave that does not know its master's HA address yet asks every
@@ -563,11 +598,11 @@ class BrokerController:
             if self.config.is_slave and self.ha_service.master_ha_addr is None:
                 wait = min(interval, SLAVE_FIND_MASTER_S)
             with trio.move_on_after(wait):
-                await self._register_event.wait()
-            self._register_event = trio.Event()
-            await self.register_broker_all()
+                await self._register_events[addr].wait()
+            self._register_events[addr] = trio.Event()
+            await self.register_broker_all(addr)
             # after failures, topic changes do not re-register back to back
-            await self._register_guard.pause()
+            await self._register_guards[addr].pause()
 
     async def listed_slaves(self) -> set[int] | None:
         """The broker ids of this broker group's slaves registered with the name
@@ -576,16 +611,22 @@ class BrokerController:
         addrs = self.config.namesrv_addr_list
         if not addrs:
             return set()
-        found: set[int] | None = None
-        for addr in addrs:
+        api = self.outer_api
+        answers: list[set[int]] = []
+
+        async def ask(addr: str) -> None:  # all at once: a dead one delays no other
             try:
-                ids = await self.outer_api.broker_ids(addr, self.config.broker_name)
+                answers.append(await api.broker_ids(addr, self.config.broker_name))
             except Exception as exc:
                 self.log.info("name server did not list this group's slaves", namesrv=addr,
                               error=describe(exc))
-                continue
-            found = (found or set()) | {i for i in ids if i > 0}
-        return found
+
+        async with trio.open_nursery() as nursery:
+            for addr in addrs:
+                nursery.start_soon(ask, addr)
+        if not answers:
+            return None
+        return {i for ids in answers for i in ids if i > 0}
 
     async def _copy_tables_from_slave(self, addr: str) -> None:
         """After this master restored its log from a slave: the slave's topics,

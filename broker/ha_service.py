@@ -14,6 +14,10 @@ frames the bytes. This module owns the sockets and the time:
   dropped for newer ones, a flooding host's first), and SEND_BUDGET bytes of
   prepared sends across all of them. A hello answers a challenge the master
   sent on its connection (transfer.py): no replay, and nothing remembered.
+- A slave with brokerAccessKey acts on its master's answer only once the
+  answer's signature (the same account's secret, over the slave's own
+  challenge and every byte of the answer) checks: a fake master cannot tell it
+  where its log starts, what epochs it holds, or to discard or send its log.
 - Slave: one task connecting to the master's HA address (``haMasterAddress``
   or the name server's answer), reporting its max offset at connect, after
   every append and every ``haSendHeartbeatInterval``, and appending what
@@ -69,14 +73,19 @@ from broker.store.ha.transfer import (
     RECOVER,
     Answer,
     AnswerDecoder,
+    AnswerFrame,
+    AnswerKey,
     ChallengeDecoder,
     GreetingDecoder,
+    HandshakeVersionError,
     HAProtocolError,
     Hello,
     HelloCheck,
     HelloDecoder,
     ReportDecoder,
     TransferDecoder,
+    answer_key,
+    check_answer,
     check_hello,
     encode_answer,
     encode_challenge,
@@ -128,6 +137,10 @@ class LogRefused(HAProtocolError):
     def __init__(self, reason: str, verdict: str) -> None:
         super().__init__(reason)
         self.verdict = verdict
+
+
+class MasterUnproven(HAProtocolError):
+    """The master's answer does not prove it holds this slave's account secret."""
 
 
 class HAService:
@@ -386,15 +399,21 @@ class HAService:
             if stream is None:
                 return
             try:
-                hello, rest = await self._receive_hello(stream, peer)
+                hello, rest, key = await self._receive_hello(stream, peer)
                 view = hello_log_view(hello)
                 broker_id = hello_broker_id(hello)
             except Exception as exc:
                 # anyone reaching the port can repeat this: rate-limited per host and reason
-                reason = describe(first_leaf(exc))
+                leaf = first_leaf(exc)
+                reason = describe(leaf)
                 self._refusals.note("HA connection refused", (peer.rpartition(":")[0], reason),
                                     slave=peer, error=reason)
                 with trio.move_on_after(1):
+                    if isinstance(leaf, HandshakeVersionError):  # tell it our version
+                        try:
+                            await stream.send_all(GREETING)
+                        except (trio.BrokenResourceError, trio.ClosedResourceError):
+                            pass
                     await stream.aclose()
                 return
             slot.established()
@@ -410,7 +429,7 @@ class HAService:
             return
         async with stream:
             try:
-                admitted = await self._admit(stream, peer, hello, view, broker_id, rest)
+                admitted = await self._admit(stream, peer, hello, view, broker_id, rest, key)
             except Exception as exc:
                 leaf = first_leaf(exc)
                 if not isinstance(leaf, EXPECTED_FAILURES):
@@ -422,8 +441,9 @@ class HAService:
                 await self._stream_to_slave(stream, peer, rest)
 
     async def _admit(self, stream: trio.abc.Stream, peer: str, hello: Hello, view: LogView,
-                     broker_id: int, rest: bytes) -> bool:
-        """Judge the slave's log and answer; True when transfers follow."""
+                     broker_id: int, rest: bytes, key: AnswerKey | None) -> bool:
+        """Judge the slave's log and answer (signed with ``key``); True when
+        transfers follow."""
         store = self.store
         mine = store.log_view()
         j = judge(mine, view, store.crc_range)
@@ -448,7 +468,7 @@ class HAService:
                                master_offset=mine.max_offset, reason=j.reason,
                                recover_from_slave=self.config.recover_from_slave)
             if self.config.recover_from_slave and self.recovering is None:
-                await self._recover_from(stream, peer, hello, view, broker_id, rest)
+                await self._recover_from(stream, peer, hello, view, broker_id, rest, key)
                 return False
         if j.verdict is not Verdict.ACCEPT:
             self.refused[j.verdict.value] += 1
@@ -457,14 +477,15 @@ class HAService:
             self._refusals.note("slave's log refused", (peer.rpartition(":")[0], j.verdict.value),
                                 slave=peer, verdict=j.verdict.value, reason=j.reason)
             with trio.move_on_after(3):
-                await stream.send_all(encode_answer(self._answer(j.verdict.value, j.reason)))
+                await stream.send_all(encode_answer(self._answer(j.verdict.value, j.reason),
+                                                    key))
             return False
         if self.behind.pop(broker_id, None) is not None:  # it discarded its longer log
             self.log.info("the slave that held more of the log now follows this one",
                           slave=peer)
             await self._maybe_open()
         with trio.fail_after(3):
-            await stream.send_all(encode_answer(self._answer(Verdict.ACCEPT.value)))
+            await stream.send_all(encode_answer(self._answer(Verdict.ACCEPT.value), key))
         return True
 
     def _answer(self, verdict: str, reason: str = "") -> Answer:
@@ -472,7 +493,8 @@ class HAService:
         return Answer(verdict, reason, v.store_id, tuple(v.epochs), v.min_offset, v.max_offset)
 
     async def _recover_from(self, stream: trio.abc.Stream, peer: str, hello: Hello,
-                            view: LogView, broker_id: int, rest: bytes) -> None:
+                            view: LogView, broker_id: int, rest: bytes,
+                            key: AnswerKey | None) -> None:
         """recoverFromSlave: copy the slave's log past ours over this connection
         (it sends, we report), take its epochs, then the slave's metadata, then
         writes in a new epoch."""
@@ -484,7 +506,8 @@ class HAService:
         try:
             with trio.fail_after(3):
                 await stream.send_all(encode_answer(self._answer(
-                    RECOVER, f"restoring the master from this slave up to offset {target}")))
+                    RECOVER, f"restoring the master from this slave up to offset {target}"),
+                    key))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_transfers, client, stream, nursery.cancel_scope,
                                    rest, target)
@@ -540,10 +563,12 @@ class HAService:
             return account.secret_key if account is not None and account.admin else None
         return secret
 
-    async def _receive_hello(self, stream: trio.abc.Stream, peer: str) -> tuple[Hello, bytes]:
+    async def _receive_hello(self, stream: trio.abc.Stream,
+                             peer: str) -> tuple[Hello, bytes, AnswerKey | None]:
         """The slave's greeting, this connection's challenge sent, then the
         slave's hello answering it, within HELLO_TIMEOUT; HAProtocolError when
-        refused. Returns the hello and the bytes that followed it."""
+        refused. Returns the hello, the bytes that followed it and the key the
+        answer is signed with (transfer.answer_key; None: unsigned)."""
         timeout = min(HELLO_TIMEOUT, self.housekeeping)
         with trio.move_on_after(timeout):
             greeting = GreetingDecoder()
@@ -567,11 +592,16 @@ class HAService:
             hello, rest = got
             now_ms = int(time.time() * 1000)
             check = HelloCheck(self.config.broker_name, self.config.broker_cluster_name)
-            refused = check_hello(hello, check, now_ms, self._admin_secret(), challenge)
+            admin_secret = self._admin_secret()
+            refused = check_hello(hello, check, now_ms, admin_secret, challenge)
             if refused is not None:
                 raise HAProtocolError(refused)
-            self.log.info("slave hello accepted", slave=peer, access_key=hello.access_key)
-            return hello, rest
+            cred = self.config.broker_credentials()
+            key = answer_key(hello, admin_secret, cred.access_key if cred else "",
+                             cred.secret_key if cred else "")
+            self.log.info("slave hello accepted", slave=peer, access_key=hello.access_key,
+                          answer_signed=key is not None)
+            return hello, rest, key
         raise HAProtocolError(f"no hello within {timeout:.0f}s")
 
     async def _read_reports(self, conn: HAConnection, stream: trio.abc.Stream,
@@ -663,6 +693,11 @@ class HAService:
                                 master=addr, verdict=exc.verdict, reason=str(exc),
                                 offset=self.store.get_max_phy_offset())
             return True
+        except MasterUnproven as exc:
+            self._refusals.note("this slave refuses its master's answer", (addr, str(exc)),
+                                master=addr, reason=str(exc),
+                                offset=self.store.get_max_phy_offset())
+            return True
         except Exception as exc:
             leaf = first_leaf(exc)
             if not isinstance(leaf, EXPECTED_FAILURES):
@@ -694,15 +729,23 @@ class HAService:
                 await stream.send_all(GREETING)
             challenge = await self._receive_challenge(stream)
             mine = store.log_view()
+            ours = new_challenge()  # the master's answer must sign it
             hello = make_hello(self.config.broker_name, self.config.broker_cluster_name,
                                int(time.time() * 1000), secrets.token_hex(12),
                                cred.access_key if cred else None,
                                cred.secret_key if cred else None, log=mine,
                                broker_id=self.config.broker_id,
-                               broker_addr=self.config.broker_addr, challenge=challenge)
+                               broker_addr=self.config.broker_addr, challenge=challenge,
+                               slave_challenge=ours)
             with trio.fail_after(3):
                 await stream.send_all(encode_hello(hello))
-            answer, rest = await self._receive_answer(stream)
+            frame, rest = await self._receive_answer(stream)
+            if cred is not None:  # nothing in the answer counts before its proof
+                problem = check_answer(frame, ours, cred.access_key, cred.secret_key)
+                if problem is not None:
+                    self.link, self.link_reason = "refused", problem
+                    raise MasterUnproven(problem)
+            answer = frame.answer
             if answer.verdict == RECOVER:
                 await self._send_log_to_master(stream, addr, answer, rest)
                 return
@@ -759,7 +802,7 @@ class HAService:
                         raise HAProtocolError("the master sent more than its challenge")
                     return challenge
 
-    async def _receive_answer(self, stream: trio.abc.Stream) -> tuple[Answer, bytes]:
+    async def _receive_answer(self, stream: trio.abc.Stream) -> tuple[AnswerFrame, bytes]:
         decoder = AnswerDecoder()
         with trio.fail_after(ANSWER_TIMEOUT):
             while True:

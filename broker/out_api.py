@@ -14,7 +14,14 @@ nothing or only changes. A name server that does not hold the base (it
 restarted, dropped the broker, ...) answers ``needFull`` and gets the whole
 table at once. An old name server never answers ``incrementalOk`` and keeps
 getting whole tables. Whole tables are copied on the event loop and encoded
-(msgpack, zlib above 1 MiB) in a worker thread.
+(msgpack, zlib above 1 MiB) in a worker thread, once for every name server
+that needs the same one.
+
+Every name server on ``namesrvAddr`` is registered with, each on its own and
+each request bounded by ``registerBrokerTimeoutMills`` (more for a large
+table): ``register_broker_all`` asks several at once, and the controller runs
+one registration loop per name server, so a name server that hangs holds up
+nothing but its own loop.
 """
 
 from __future__ import annotations
@@ -147,6 +154,12 @@ class BrokerOuterAPI:
         self.views: dict[str, NamesrvView] = {}
         self.full_registrations = 0  # whole tables sent (tests, figures)
         self.incremental_registrations = 0
+        # the whole table last encoded from the topic manager (its seq and data
+        # version inside): shared by the registrations under way that need it,
+        # dropped when none is left
+        self._full: RegisterBody | None = None
+        self._full_lock = trio.Lock()
+        self._registering = 0
 
     def _header(self, body: RegisterBody, ha_server_addr: str | None,
                 incremental: bool) -> dict[str, Any]:
@@ -187,9 +200,26 @@ class BrokerOuterAPI:
                         topics=body.topics, longest_topics=[shown(n) for n in body.names])
         return False
 
+    async def _full_of(self, source: TopicSource, broker_perm: int | None) -> RegisterBody | None:
+        """The whole table of ``source`` as it is now, encoded (once for every
+        name server needing it while the table does not change); None when it
+        does not fit in a frame (reported)."""
+        async with self._full_lock:
+            full = self._full
+            if full is None or full.seq != source.seq:
+                # copied now (configs are never changed in place), encoded in a thread
+                seq, version = source.seq, _copy(source.data_version)
+                copy = dict(source.table)
+                full = await self._encode(lambda: full_wire(copy, version, broker_perm), len(copy))
+                full.seq, full.version = seq, version
+                self._full = full
+            return full if self._fits(full) else None
+
     async def register_broker_all(self, topics: dict[str, object] | TopicSource,
-                                  ha_server_addr: str | None = None) -> int:
-        """Register with every name server at once; returns how many accepted.
+                                  ha_server_addr: str | None = None,
+                                  addrs: list[str] | None = None) -> int:
+        """Register with every name server (or those of ``addrs``) at once;
+        returns how many accepted.
 
         ``topics`` is the topic manager (incremental where a name server takes
         it), or a whole table on the wire (``to_wire()``: always sent whole).
@@ -198,34 +228,29 @@ class BrokerOuterAPI:
         cannot be built (the table does not pack); the caller logs that and
         retries next period."""
         source = None if isinstance(topics, dict) else topics
+        targets = self.config.namesrv_addr_list if addrs is None else addrs
         perm = self.config.broker_permission
         broker_perm = perm if (perm & PERM_RW) != PERM_RW else None
-        full: list[RegisterBody | None] = []
-        full_lock = trio.Lock()
+        wire_body: list[RegisterBody | None] = []
+        wire_lock = trio.Lock()
 
         async def full_body() -> RegisterBody | None:
-            async with full_lock:
-                if not full:
-                    if source is None:
-                        assert isinstance(topics, dict)
-                        table = topics.get("topicConfigTable")
-                        built = await self._encode(
-                            topics, len(table) if isinstance(table, dict) else 0)
-                    else:
-                        # copied now (configs are never changed in place), encoded in a thread
-                        seq, version = source.seq, _copy(source.data_version)
-                        copy = dict(source.table)
-                        built = await self._encode(
-                            lambda: full_wire(copy, version, broker_perm), len(copy))
-                        built.seq, built.version = seq, version
-                    full.append(built if self._fits(built) else None)
-                return full[0]
+            if source is not None:
+                return await self._full_of(source, broker_perm)
+            async with wire_lock:  # a table on the wire: encoded once per call
+                if not wire_body:
+                    assert isinstance(topics, dict)
+                    table = topics.get("topicConfigTable")
+                    built = await self._encode(topics,
+                                               len(table) if isinstance(table, dict) else 0)
+                    wire_body.append(built if self._fits(built) else None)
+                return wire_body[0]
 
         # incremental bodies, all taken now, before any await: one consistent state
         delta_wires: dict[str, tuple[dict[str, Any], int]] = {}
         if source is not None:
             seq, version = source.seq, _copy(source.data_version)
-            for addr in self.config.namesrv_addr_list:
+            for addr in targets:
                 view = self.views.get(addr)
                 if view is None or not view.incremental:
                     continue
@@ -269,9 +294,15 @@ class BrokerOuterAPI:
             if source is not None:
                 self._took(addr, body, answer)
 
-        async with trio.open_nursery() as nursery:
-            for addr in self.config.namesrv_addr_list:
-                nursery.start_soon(one, addr)
+        self._registering += 1
+        try:
+            async with trio.open_nursery() as nursery:
+                for addr in targets:
+                    nursery.start_soon(one, addr)
+        finally:
+            self._registering -= 1
+            if not self._registering:
+                self._full = None
         return ok
 
     def _took(self, addr: str, body: RegisterBody, answer: RegisterBrokerResponseHeader) -> None:

@@ -1,7 +1,13 @@
 """PullMessageProcessor: PULL_MESSAGE.
 
 The response body is the stored records, concatenated as they are on disk.
-A pull with the suspend flag that finds nothing is held (long polling).
+A pull with the suspend flag that finds nothing is held (long polling), unless
+its filter skipped a whole window of entries and more remain: that one is
+answered PULL_RETRY_IMMEDIATELY at once, past the window, as RocketMQ's.
+
+A pull filters by tags (the consume queue's hashes) or, with
+``enablePropertyFilter``, by an SQL92 expression over each record's
+properties (``broker/consumer_filter_manager.py``, docs/filters.md).
 
 Every response says which broker of the group to pull that queue from next
 (``suggestWhichBrokerId``, RocketMQ's rules, ``suggest_which_broker_id``):
@@ -22,13 +28,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker.consumer_filter_manager import MessageFilter, sql_filter, tag_filter
 from broker.store import GetMessageStatus
 from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.filter import parse_sub_expression, tag_codes
+from protocol.filter import parse_sub_expression
+from protocol.filter_sql import SQL92, SqlParseError, is_tag_type, unsupported_remark
 from protocol.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from protocol.names import shown
 from protocol.route import MASTER_ID, is_readable
 from protocol.trio.connection import RemotingConnection
 
@@ -59,7 +66,10 @@ GET_STATUS_TO_CODE: dict[GetMessageStatus, int] = {
 }
 
 
-# Answers that mean "nothing for you yet": a held pull waits on these.
+# Answers that mean "nothing for you yet": a held pull waits on these, unless
+# its scan stopped short of the queue's end (a filter skipped a window of
+# entries that matched nothing: the client goes on at once, as RocketMQ's
+# PULL_RETRY_IMMEDIATELY).
 _EMPTY = (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY)
 
 # Outcomes whose next offset is where reading goes on (records were scanned);
@@ -105,9 +115,17 @@ class PullMessageProcessor:
     def retry_held(
         self, conn: RemotingConnection, cmd: RemotingCommand, final: bool
     ) -> RemotingCommand | None:
-        """Re-run a held pull: its response, or None to keep holding it."""
-        response = self.process(conn, cmd, allow_suspend=False)
-        if not final and response is not None and response.code in _EMPTY:
+        """Re-run a held pull: its response, or None to keep holding it. A
+        re-run that scanned new entries and matched none keeps holding from
+        past them, so the next one reads only what arrives next (a property
+        filter is not asked about a record twice)."""
+        response, more = self._process(conn, cmd, allow_suspend=False)
+        if not final and response is not None and response.code in _EMPTY and not more:
+            nxt = PullMessageResponseHeader.from_fields(response.ext_fields).next_begin_offset
+            fields = cmd.ext_fields
+            asked = fields.get("queueOffset")
+            if nxt > PullMessageRequestHeader.from_fields(fields).queue_offset:
+                fields["queueOffset"] = str(nxt) if isinstance(asked, str) else nxt
             return None
         return response
 
@@ -127,75 +145,80 @@ class PullMessageProcessor:
             codes.extend(tag for _, _, tag in entries)
         return codes
 
-    def subscription_codes(
+    def subscription_filter(
         self, cmd: RemotingCommand, h: PullMessageRequestHeader, group_cfg: SubscriptionGroupConfig,
-    ) -> tuple[RemotingCommand | None, set[int] | None]:
-        """(refusal, None) or (None, the tag hashes to match; None = all): from
-        the request's subscription with FLAG_SUBSCRIPTION, else from the
-        group's heart-beats (RocketMQ's PullMessageProcessor)."""
-        if h.sys_flag & FLAG_SUBSCRIPTION:
+    ) -> tuple[RemotingCommand | None, MessageFilter]:
+        """(refusal, _) or (None, how to filter): from the request's
+        subscription with FLAG_SUBSCRIPTION, else from the group's heart-beats
+        (RocketMQ's PullMessageProcessor). An SQL92 subscription needs
+        ``enablePropertyFilter``; its expression is compiled once per
+        subscription (``ConsumerFilterManager``)."""
+        nothing = MessageFilter()
+        from_request = bool(h.sys_flag & FLAG_SUBSCRIPTION)
+        if from_request:
             expression, expression_type = h.subscription, h.expression_type
+            version = h.sub_version
         else:
             info = self.controller.consumer_manager.groups.get(h.consumer_group)
             if info is None:
                 return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                    "the consumer's group info not exist"), None
+                                    "the consumer's group info not exist"), nothing
             if info.message_model == "BROADCASTING" and not group_cfg.consume_broadcast_enable:
                 return cmd.response(ResponseCode.NO_PERMISSION,
                                     f"the consumer group[{h.consumer_group}] can not consume "
-                                    "by broadcast way"), None
+                                    "by broadcast way"), nothing
             sub = info.subscriptions.get(h.topic)
             if sub is None:
                 return cmd.response(ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                                    "the consumer's subscription not exist"), None
-            if sub.get("subVersion", 0) < h.sub_version:
+                                    "the consumer's subscription not exist"), nothing
+            version = sub.get("subVersion", 0)
+            if version < h.sub_version:
                 return cmd.response(ResponseCode.SUBSCRIPTION_NOT_LATEST,
-                                    "the consumer's subscription not latest"), None
+                                    "the consumer's subscription not latest"), nothing
             expression = sub.get("subString", "*")
             expression_type = sub.get("expressionType", "TAG")
-        if expression_type not in ("", "TAG"):
+        if is_tag_type(expression_type):
+            try:
+                tags = parse_sub_expression(expression)
+            except ValueError as exc:
+                return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)), nothing
+            return None, tag_filter(tags)
+        if expression_type != SQL92 or not self.config.enable_property_filter:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                "The broker does not support consumer to filter message by "
-                                f"{shown(expression_type)}"), None
+                                unsupported_remark(expression_type)), nothing
         try:
-            tags = parse_sub_expression(expression)
-        except ValueError as exc:
-            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc)), None
-        return None, tag_codes(tags)
+            compiled = self.controller.consumer_filter_manager.get(
+                h.consumer_group, h.topic, expression or "", version)
+        except SqlParseError as exc:
+            if from_request:
+                return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                                    f"parse the consumer's subscription failed: {exc}"), nothing
+            return cmd.response(ResponseCode.FILTER_DATA_NOT_EXIST,
+                                "The broker's consumer filter data is not exist!Your "
+                                f"expression may be wrong! {exc}"), nothing
+        return None, sql_filter(compiled)
 
     def process(
         self, conn: RemotingConnection, cmd: RemotingCommand, allow_suspend: bool
     ) -> RemotingCommand | None:
+        return self._process(conn, cmd, allow_suspend)[0]
+
+    def _process(
+        self, conn: RemotingConnection, cmd: RemotingCommand, allow_suspend: bool
+    ) -> tuple[RemotingCommand | None, bool]:
+        """(the response, or None when held; whether the scan stopped short of
+        the queue's end)."""
         h = PullMessageRequestHeader.from_fields(cmd.ext_fields)
-        if not is_readable(self.config.broker_permission):
-            return cmd.response(ResponseCode.NO_PERMISSION,
-                                f"the broker[{self.config.broker_name}] pulling message is forbidden")
-        group_cfg = self.controller.subscription_group_manager.find(h.consumer_group)
+        refused, group_cfg = self._checked(cmd, h)
         if group_cfg is None:
-            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group [{h.consumer_group}] does not exist")
-        if not group_cfg.consume_enable:
-            return cmd.response(ResponseCode.NO_PERMISSION,
-                                f"subscription group [{h.consumer_group}] has consumption disabled")
-        cfg = self.controller.topic_config_manager.get(h.topic)
-        if cfg is None:
-            return cmd.response(ResponseCode.TOPIC_NOT_EXIST,
-                                f"topic[{h.topic}] not exist, apply first please!")
-        if not is_readable(cfg.perm):
-            return cmd.response(ResponseCode.NO_PERMISSION,
-                                f"the topic[{h.topic}] pulling message is forbidden")
-        if h.queue_id < 0 or h.queue_id >= cfg.read_queue_nums:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                f"queueId[{h.queue_id}] is illegal, topic {h.topic} has "
-                                f"{cfg.read_queue_nums} read queues")
-        if h.max_msg_nums <= 0:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "maxMsgNums must be positive")
-        refused, codes = self.subscription_codes(cmd, h, group_cfg)
+            return refused, False
+        refused, how = self.subscription_filter(cmd, h, group_cfg)
         if refused is not None:
-            return refused
+            return refused, False
         store = self.controller.message_store
         result = store.get_message(
-            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes
+            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums,
+            how.tag_codes, how.record_filter, how.max_scan,
         )
         slave = self.config.is_slave
         if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0 and not slave:
@@ -207,9 +230,11 @@ class PullMessageProcessor:
         if slave:
             code, next_begin_offset = slave_outcome(
                 result.status, code, next_begin_offset, h.queue_offset)
+        more = result.status in _SCANNED and next_begin_offset < result.max_offset
         if (
             allow_suspend
             and code in _EMPTY
+            and not more
             and h.sys_flag & FLAG_SUSPEND
             and h.suspend_timeout_millis > 0
             and self.config.long_polling_enable
@@ -217,9 +242,9 @@ class PullMessageProcessor:
             timeout_ms = min(h.suspend_timeout_millis, self.config.long_polling_max_suspend_millis)
             if self.controller.pull_hold_service.suspend(
                 h.topic, h.queue_id, h.queue_offset, conn, cmd, timeout_ms / 1000,
-                tag_codes=codes, max_offset=result.max_offset,
+                tag_codes=how.tag_codes, max_offset=result.max_offset,
             ):
-                return None
+                return None, False
             # not held (a bound on held pulls): the empty answer of a suspend time that is over
         header = PullMessageResponseHeader(
             suggest_which_broker_id=suggest_which_broker_id(
@@ -233,4 +258,36 @@ class PullMessageProcessor:
         if body:  # per response: what it returns (a retry topic counts under its group)
             self.stats.record_get(h.topic, h.consumer_group, result.message_count, len(body))
         remark = None if code == ResponseCode.SUCCESS else result.status.name
-        return cmd.response(code, remark, ext_fields=header.to_fields(), body=body)
+        return cmd.response(code, remark, ext_fields=header.to_fields(), body=body), more
+
+    def _checked(self, cmd: RemotingCommand, h: PullMessageRequestHeader
+                 ) -> tuple[RemotingCommand | None, SubscriptionGroupConfig | None]:
+        """(None, the group's config), or (the answer, None) to a pull the
+        broker, group, topic or queue refuses."""
+        def refuse(code: int, remark: str) -> tuple[RemotingCommand, None]:
+            return cmd.response(code, remark), None
+
+        if not is_readable(self.config.broker_permission):
+            return refuse(ResponseCode.NO_PERMISSION,
+                          f"the broker[{self.config.broker_name}] pulling message is forbidden")
+        group_cfg = self.controller.subscription_group_manager.find(h.consumer_group)
+        if group_cfg is None:
+            return refuse(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                          f"subscription group [{h.consumer_group}] does not exist")
+        if not group_cfg.consume_enable:
+            return refuse(ResponseCode.NO_PERMISSION,
+                          f"subscription group [{h.consumer_group}] has consumption disabled")
+        cfg = self.controller.topic_config_manager.get(h.topic)
+        if cfg is None:
+            return refuse(ResponseCode.TOPIC_NOT_EXIST,
+                          f"topic[{h.topic}] not exist, apply first please!")
+        if not is_readable(cfg.perm):
+            return refuse(ResponseCode.NO_PERMISSION,
+                          f"the topic[{h.topic}] pulling message is forbidden")
+        if h.queue_id < 0 or h.queue_id >= cfg.read_queue_nums:
+            return refuse(ResponseCode.SYSTEM_ERROR,
+                          f"queueId[{h.queue_id}] is illegal, topic {h.topic} has "
+                          f"{cfg.read_queue_nums} read queues")
+        if h.max_msg_nums <= 0:
+            return refuse(ResponseCode.SYSTEM_ERROR, "maxMsgNums must be positive")
+        return None, group_cfg

@@ -48,7 +48,6 @@ from protocol.names import (
     shown,
     topic_problem,
 )
-from protocol.route import PERM_WRITE
 from protocol.trio.service import Guard, describe
 
 PERSIST_EVERY_S = 10.0
@@ -207,8 +206,7 @@ class ScheduleMessageService:
             self._drop(msg, level, offset, f"{reason}; {bad}", exc, **context)
             return _Step.SKIPPED
         try:
-            created = self.topics.get(dlq) is None
-            self.topics.create_topic_in_send_back(dlq, 1, PERM_WRITE)
+            _, created = self.topics.create_dead_letter_topic(dlq)
             if created:
                 self.on_topic_created()
         except OSError as err:  # the topic could not be written: the disk, try again later

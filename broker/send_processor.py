@@ -5,9 +5,16 @@ The three send codes are one entry point (``send``), as RocketMQ's: the header
 is SendMessageRequestHeader for SEND_MESSAGE, its one-letter form
 (SendMessageRequestHeaderV2) for SEND_MESSAGE_V2 and for a SEND_BATCH_MESSAGE
 that carries it (RocketMQ's clients; this project's producer sends the long
-names), and a header whose ``batch`` is true is a batch whatever its code (the
-C++ client sends its batches as SEND_MESSAGE_V2). SEND_BATCH_MESSAGE is always
-a batch.
+names). The header's ``batch`` flag decides, whatever the code, as in
+RocketMQ's broker: true is a batch (the C++ client sends its batches as
+SEND_MESSAGE_V2), false or absent one message, even under SEND_BATCH_MESSAGE
+(its body is then stored as it came).
+
+A send to ``%RETRY%<group>`` (RocketMQ's clients send a message there
+themselves when CONSUMER_SEND_MSG_BACK fails) whose ``reconsumeTimes`` has
+reached the group's limit is stored in ``%DLQ%<group>`` instead
+(handleRetryAndDLQ); a batch to a retry topic is refused, as RocketMQ 5's
+broker does.
 
 Runs inline in the connection's reader loop: every check and the store append
 are synchronous, so a send costs no await on the broker. A SLAVE refuses all
@@ -17,6 +24,7 @@ producer moves on to a master.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Callable
@@ -50,7 +58,7 @@ from protocol.headers import (
     SendMessageResponseHeader,
     is_v2_send_header,
 )
-from protocol.message import string_to_properties
+from protocol.message import MessageConst, properties_to_string, string_to_properties
 from protocol.names import (
     RETRY_GROUP_TOPIC_PREFIX,
     InvalidNameError,
@@ -59,7 +67,7 @@ from protocol.names import (
     shown,
 )
 from protocol.record import TRANSACTION_NOT_TYPE, transaction_type
-from protocol.route import PERM_RW, PERM_WRITE, TopicConfig, is_writeable
+from protocol.route import PERM_RW, TopicConfig, is_writeable
 from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
@@ -98,6 +106,8 @@ PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
 }
 
 
+MSG_REGION, TRACE_ON = MessageConst.PROPERTY_MSG_REGION, MessageConst.PROPERTY_TRACE_SWITCH
+
 # a single send holding neither property takes the batch's way into the log
 DELAY_PROBE, TRAN_PROBE = DELAY + "\x01", TRAN_MSG + "\x01"
 
@@ -108,6 +118,8 @@ class SendMessageProcessor:
         self.config = controller.config
         self.stats = controller.stats
         self.put_latency = controller.put_latency
+        self._trace_fields = {MSG_REGION: self.config.region_id,
+                              TRACE_ON: "true" if self.config.trace_on else "false"}
 
     def _count(self, topic: str, result: PutMessageResult, started: float) -> None:
         """A stored put: its messages and bytes (per request, broker/stats.py)
@@ -194,6 +206,44 @@ class SendMessageProcessor:
     def _queue_id(self, h: SendMessageRequestHeader, cfg: TopicConfig) -> int:
         return h.queue_id if h.queue_id >= 0 else random.randrange(cfg.write_queue_nums)
 
+    # ---- retry and dead letters ------------------------------------------------
+
+    def _dead_letter_topic(self, group: str) -> TopicConfig:
+        """``%DLQ%<group>``, created on first use (the name servers told).
+        Raises InvalidNameError for a group that cannot have one."""
+        cfg, created = self.controller.topic_config_manager.create_dead_letter_topic(
+            dlq_topic(group))
+        if created:
+            self.controller.trigger_register()
+        return cfg
+
+    def _past_retry_limit(self, cmd: RemotingCommand, h: SendMessageRequestHeader
+                          ) -> tuple[RemotingCommand | None, SendMessageRequestHeader]:
+        """RocketMQ's handleRetryAndDLQ: a send to ``%RETRY%<group>`` whose
+        header's ``reconsumeTimes`` has reached the group's limit (the header's
+        ``maxReconsumeTimes``, else the group's ``retryMaxTimes``) goes to
+        ``%DLQ%<group>`` queue 0, its delay level dropped. Returns (an error
+        response or None, the header to store the message under)."""
+        if not h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return None, h
+        group = h.topic[len(RETRY_GROUP_TOPIC_PREFIX):]
+        group_cfg = self.controller.subscription_group_manager.find(group)
+        if group_cfg is None:
+            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                                f"subscription group {shown(group)} does not exist"), h
+        if h.reconsume_times < group_cfg.retry_limit(h.max_reconsume_times):
+            return None, h
+        try:
+            cfg = self._dead_letter_topic(group)
+        except InvalidNameError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc)), h
+        props = string_to_properties(h.properties)
+        props.pop(DELAY, None)
+        log.debug("send to a retry topic past its retry limit: dead letter", group=group,
+                 reconsume_times=h.reconsume_times)
+        return None, dataclasses.replace(h, topic=cfg.topic_name, queue_id=0,
+                                         properties=properties_to_string(props))
+
     @staticmethod
     def send_header(cmd: RemotingCommand) -> SendMessageRequestHeader:
         """The send header of ``cmd``, whichever form it came in (RocketMQ's
@@ -207,7 +257,7 @@ class SendMessageProcessor:
     def send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
         h = self.send_header(cmd)
-        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+        if h.batch:
             return self._send_batch(conn, cmd, h)
         return self._send_single(conn, cmd, h)
 
@@ -224,6 +274,9 @@ class SendMessageProcessor:
         if err is not None:
             return err
         assert cmd.body is not None
+        err, h = self._past_retry_limit(cmd, h)
+        if err is not None:
+            return err
         queue_id = self._queue_id(h, cfg)
         text = h.properties
         if DELAY_PROBE not in text and TRAN_PROBE not in text \
@@ -309,24 +362,21 @@ class SendMessageProcessor:
                                 f"subscription group {shown(h.group)} does not exist")
         topics = self.controller.topic_config_manager
         reconsume = msg.reconsume_times  # failures so far, before this one
-        max_times = (h.max_reconsume_times if h.max_reconsume_times is not None
-                     else group_cfg.retry_max_times)
-        to_dlq = reconsume >= max_times or h.delay_level < 0
+        to_dlq = reconsume >= group_cfg.retry_limit(h.max_reconsume_times) or h.delay_level < 0
         try:
-            topic = dlq_topic(h.group) if to_dlq else retry_topic(h.group)
+            if to_dlq:
+                cfg = self._dead_letter_topic(h.group)
+                queue_id = 0
+                level = 0
+            else:
+                cfg = topics.create_topic_in_send_back(
+                    retry_topic(h.group), max(1, group_cfg.retry_queue_nums), PERM_RW)
+                queue_id = random.randrange(cfg.write_queue_nums) if cfg.write_queue_nums > 0 else 0
+                level = h.delay_level or 3 + reconsume
+                self.controller.trigger_register()
         except InvalidNameError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        if to_dlq:
-            cfg = topics.create_topic_in_send_back(topic, 1, PERM_WRITE)
-            queue_id = 0
-            level = 0
-        else:
-            cfg = topics.create_topic_in_send_back(topic, max(1, group_cfg.retry_queue_nums), PERM_RW)
-            queue_id = random.randrange(cfg.write_queue_nums) if cfg.write_queue_nums > 0 else 0
-            level = h.delay_level or 3 + reconsume
-        if cfg is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"topic[{topic}] could not be created")
-        self.controller.trigger_register()
+        topic = cfg.topic_name
         inner = send_back_message(msg, topic, queue_id, h.origin_msg_id, level,
                                   self.controller.schedule_service.max_level)
         started = time.perf_counter()
@@ -346,6 +396,9 @@ class SendMessageProcessor:
         if transaction_type(h.sys_flag) != TRANSACTION_NOT_TYPE:
             return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
                                 "a batch cannot be transactional: send each prepared message alone")
+        if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # RocketMQ 5's refusal
+            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
+                                f"batch request does not support retry group {h.topic}")
         if not cmd.body:
             raise RemoteProtocolError("batch body must hold at least one message")
         queue_id = self._queue_id(h, cfg)
@@ -400,7 +453,9 @@ class SendMessageProcessor:
         if ar is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, "store returned no append result")
         header = SendMessageResponseHeader(ar.msg_id, queue_id, ar.logics_offset, transaction_id)
-        return cmd.response(code, remark, ext_fields=header.to_fields())
+        fields = header.to_fields()
+        fields.update(self._trace_fields)  # MSG_REGION, TRACE_ON (as RocketMQ's)
+        return cmd.response(code, remark, ext_fields=fields)
 
     def _reply(
         self, conn: RemotingConnection, cmd: RemotingCommand, response: RemotingCommand,

@@ -50,9 +50,18 @@ from broker.persist import (
 from broker.topic_validator import AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC
 from protocol.errors import RemoteProtocolError
 from protocol.names import shown
-from protocol.route import PERM_INHERIT, PERM_RW, DataVersion, TopicConfig, topic_config_problem
+from protocol.route import (
+    PERM_INHERIT,
+    PERM_RW,
+    PERM_WRITE,
+    DataVersion,
+    TopicConfig,
+    topic_config_problem,
+)
 
 # A compaction is due once the journal holds this many records and more than the table.
+# queues of a group's dead-letter topic (RocketMQ's DLQ_NUMS_PER_GROUP)
+DLQ_NUMS_PER_GROUP = 1
 COMPACT_MIN_RECORDS = 10_000
 # Deleted topics remembered for incremental registration before they are forgotten
 # (name servers that have not seen the older changes then get a full registration).
@@ -109,8 +118,12 @@ class TopicConfigManager:
             self.table[AUTO_CREATE_TOPIC_KEY_TOPIC] = TopicConfig(
                 AUTO_CREATE_TOPIC_KEY_TOPIC, n, n, PERM_RW | PERM_INHERIT
             )
-        for name in (self.config.broker_cluster_name, self.config.broker_name):
-            self.table[name] = TopicConfig(name, 1, 1, PERM_INHERIT)
+        for name, enabled in ((self.config.broker_cluster_name, self.config.cluster_topic_enable),
+                              (self.config.broker_name, self.config.broker_topic_enable)):
+            self.table[name] = TopicConfig(name, 1, 1, PERM_INHERIT | (PERM_RW if enabled else 0))
+        if self.config.trace_topic_enable:  # message trace (RocketMQ 4.4+): one queue
+            name = self.config.msg_trace_topic_name
+            self.table[name] = TopicConfig(name, 1, 1)
 
     # ---- loading -------------------------------------------------------------
 
@@ -279,6 +292,16 @@ class TopicConfigManager:
         cfg = TopicConfig(topic, queue_nums, queue_nums, perm)
         self.update(cfg, durable=False)
         return cfg
+
+    def create_dead_letter_topic(self, topic: str) -> tuple[TopicConfig, bool]:
+        """A group's dead-letter topic (``%DLQ%<group>``), created on first use
+        with one queue, write only (no consumer reads it; tools do), as RocketMQ
+        4.x up to 4.9.0 creates it (later versions make it readable too).
+        Returns the config and whether it was created now."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing, False
+        return self.create_topic_in_send_back(topic, DLQ_NUMS_PER_GROUP, PERM_WRITE), True
 
     def create_topic_in_send_message_method(
         self, topic: str, default_topic: str, queue_nums: int

@@ -13,6 +13,7 @@ from protocol.names import (  # noqa: F401  (re-exported)
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     SELF_TEST_TOPIC,
+    SEND_ALLOWED_SYSTEM_TOPICS,
     SYSTEM_TOPIC_PREFIX,
     SYSTEM_TOPICS,
     TOPIC_MAX_LENGTH,
@@ -29,8 +30,9 @@ def validate_topic(topic: str) -> str | None:
 
 
 def check_user_topic(topic: str) -> str | None:
-    """Reason a producer may not send to ``topic``, or None."""
+    """Reason a producer may not send to ``topic``, or None. Of the system
+    topics only the trace topic takes sends (RocketMQ's isNotAllowedSendTopic)."""
     reason = validate_topic(topic)
-    if reason is None and is_system_topic(topic):
+    if reason is None and is_system_topic(topic) and topic not in SEND_ALLOWED_SYSTEM_TOPICS:
         reason = f"the topic {shown(topic)} is a reserved system topic"
     return reason

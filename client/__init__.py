@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     )
     from client.send_future import SendFuture
     from client.send_result import SendResult, SendStatus
+    from client.subscription import MessageSelector
     from client.transaction import (
         LocalTransactionState,
         TransactionListener,
@@ -60,6 +61,7 @@ _EXPORTS = {
     "MessageExt": "protocol.message",
     "MessageModel": "client.consumer_types",
     "MessageQueue": "protocol.message",
+    "MessageSelector": "client.subscription",
     "Producer": "client.producer",
     "PullConsumer": "client.pull_consumer",
     "PullResult": "client.pull_result",

@@ -1,43 +1,76 @@
-"""MQAdmin: the admin API behind ``mqadmin`` (RocketMQ's MQAdminExt), on trio."""
+"""MQAdmin: the admin API behind ``mqadmin`` (RocketMQ's MQAdminExt), on trio.
+
+A query for the name servers goes to one of them, picked at random and kept
+while it answers; when it cannot be reached or times out the next ones are
+tried (``protocol.namesrv_addr.NamesrvSelector``, as the SDK's client
+instance). A change every name server must make (a topic deleted, a broker's
+write permission wiped or given back) goes to all of them at once, each
+bounded by the timeout: one dead name server neither delays nor stops the
+others, and the error names it."""
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import structlog
+import trio
 
 from client.credentials import AclCredentials, resolve_credentials
-from client.route_info import usable
+from client.rebalance import allocate_averagely
+from client.route_info import subscribe_queues, usable
+from client.running_info import RunningInfo, RunningInfoError
 from protocol import names
-from protocol.body import unpack_body
+from protocol.body import pack_body, unpack_body
+from protocol.client_data import ResetOffsetBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError, is_secret_key, mask_secrets, parse_properties
+from protocol.errors import RemoteProtocolError
 from protocol.headers import (
     CreateTopicRequestHeader,
+    DeleteKVConfigRequestHeader,
     DeleteTopicRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    GetKVConfigRequestHeader,
     GetRouteInfoRequestHeader,
+    GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    PutKVConfigRequestHeader,
+    QueryConsumeQueueRequestHeader,
+    QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
+    ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
     WipeWritePermOfBrokerRequestHeader,
 )
-from protocol.message import MessageExt
-from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from protocol.message import MessageExt, MessageQueue
+from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRACE_TOPIC
+from protocol.namesrv_addr import (
+    NAMESRV_ADDR_ENV,
+    NamesrvSelector,
+    NoNamesrvAnswered,
+    ask_in_turn,
+    resolve_namesrv_addr,
+    split_namesrv_addr,
+)
 from protocol.record import decode_msg_id, decode_records
-from protocol.route import PERM_RW, BrokerData, TopicRouteData
-from protocol.trio.client import RemotingClient
+from protocol.route import MASTER_ID, PERM_MAX, PERM_RW, BrokerData, TopicConfig, TopicRouteData
+from protocol.trace_data import TraceContext, TraceView, decode, trace_views
+from protocol.trio.client import RemotingClient, split_addr
 from protocol.trio.errors import RemotingError
 from protocol.trio.tls import TlsConfigError, client_tls, client_tls_from_env
 
 log = structlog.get_logger("client.admin")
 
 DEFAULT_TIMEOUT = 5.0
+# what a broker gives a consumer to answer GET_CONSUMER_RUNNING_INFO
+# (broker/broker_to_client.py RELAY_TIMEOUT_S), on top of the admin's own timeout
+RELAY_TIMEOUT_S = 5.0
+SKIP_ALL = -1  # a reset's timestamp: past the last message (skipAccumulatedMessage)
 
 # VIEW_BROKER_STATS_DATA's statsName values (RocketMQ's BrokerStatsManager).
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
@@ -46,6 +79,9 @@ GROUP_GET_NUMS = "GROUP_GET_NUMS"
 GROUP_GET_SIZE = "GROUP_GET_SIZE"
 BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
+# most trace records of one message a trace query reads (a message consumed by many
+# groups, retried many times, has a few hundred)
+MAX_TRACE_RECORDS = 4096
 
 def is_system_topic(topic: str) -> bool:
     """A topic statsAll skips by default (the broker's own, or a retry or dead-letter topic)."""
@@ -142,17 +178,68 @@ class QueueStatus:
     last_update_timestamp: int
 
 
-class MQAdmin:
-    """Admin operations against a name-server list. Use ``async with MQAdmin(addr)``."""
+@dataclass(frozen=True, slots=True)
+class PermChange:
+    """updateTopicPerm on one master: the perm it had, the config it has now
+    (``changed`` False: it had the new perm already, nothing was sent)."""
 
-    def __init__(self, namesrv_addr: str, timeout: float = DEFAULT_TIMEOUT, *,
+    broker_addr: str
+    broker_name: str
+    old_perm: int
+    config: TopicConfig
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    """cleanExpiredCQ / cleanUnusedTopic on one broker: the queues removed and the
+    topics kept, with why (lists capped by the broker, counts whole)."""
+
+    broker_addr: str
+    removed: list[tuple[str, int]]
+    removed_count: int
+    kept: list[tuple[str, str]]
+    kept_count: int
+
+    @classmethod
+    def from_body(cls, addr: str, body: Any) -> CleanResult:
+        try:
+            return cls(addr, [(str(r["topic"]), int(r["queueId"])) for r in body["removed"]],
+                       int(body["removedCount"]),
+                       [(str(r["topic"]), str(r["reason"])) for r in body["kept"]],
+                       int(body["keptCount"]))
+        except (TypeError, KeyError, ValueError) as exc:
+            raise MQAdminError(f"{addr}: the clean-up report is unreadable: {exc!r}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"brokerAddr": self.broker_addr,
+                "removed": [{"topic": t, "queueId": q} for t, q in self.removed],
+                "removedCount": self.removed_count,
+                "kept": [{"topic": t, "reason": r} for t, r in self.kept],
+                "keptCount": self.kept_count}
+
+
+class MQAdmin:
+    """Admin operations against a name-server list. Use ``async with MQAdmin(addr)``;
+    ``addr`` None: the NAMESRV_ADDR environment variable."""
+
+    def __init__(self, namesrv_addr: str | None = None, timeout: float = DEFAULT_TIMEOUT, *,
                  credentials: AclCredentials | None = None, access_key: str | None = None,
                  secret_key: str | None = None, use_tls: bool = False,
                  tls_ca_path: str | None = None, tls_cert_path: str | None = None,
                  tls_key_path: str | None = None) -> None:
-        self.namesrv_list = [a.strip() for a in re.split(r"[;,]", namesrv_addr) if a.strip()]
+        resolved = resolve_namesrv_addr(namesrv_addr)
+        if resolved is None:
+            raise MQAdminError(f"no name server address given (pass one or set {NAMESRV_ADDR_ENV})")
+        self.namesrv_list = split_namesrv_addr(resolved)
         if not self.namesrv_list:
             raise MQAdminError("no name server address given")
+        for addr in self.namesrv_list:
+            try:
+                split_addr(addr)
+            except ValueError as exc:
+                raise MQAdminError(f"bad name server address: {exc}") from None
+        self._namesrvs = NamesrvSelector(self.namesrv_list)
         self.timeout = timeout
         self.credentials = resolve_credentials(credentials, access_key, secret_key)
         # TLS: use_tls (with a CA, and a certificate for need.client.auth servers),
@@ -173,20 +260,46 @@ class MQAdmin:
 
     # ---- plumbing ----------------------------------------------------------------
 
-    async def _invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+    async def _invoke(self, addr: str, cmd: RemotingCommand,
+                      timeout: float | None = None) -> RemotingCommand:
         try:
-            return await self._client.invoke(addr, cmd, self.timeout)
+            return await self._client.invoke(addr, cmd, timeout or self.timeout)
         except RemotingError as exc:
             raise MQAdminError(f"{addr}: {exc}") from exc
 
     async def _invoke_namesrv(self, cmd_factory: Any) -> RemotingCommand:
-        errors = []
-        for addr in self.namesrv_list:
+        """One name server's answer: the current one, else the next that answers."""
+        async def ask(addr: str) -> RemotingCommand:
+            return await self._client.invoke(addr, cmd_factory(), self.timeout)
+
+        try:
+            _, resp = await ask_in_turn(self._namesrvs, ask, RemotingError)
+        except NoNamesrvAnswered as exc:
+            raise MQAdminError(f"no name server answered: {exc}") from None
+        return resp
+
+    async def _on_every_namesrv(self, cmd_factory: Any, what: str) -> dict[str, RemotingCommand]:
+        """The same request to every name server at once; name server -> its
+        (successful) answer. Raises MQAdminError, once all have been tried, when
+        any failed or refused, naming those and the ones done."""
+        done: dict[str, RemotingCommand] = {}
+        errors: dict[str, str] = {}
+
+        async def one(addr: str) -> None:
             try:
-                return await self._invoke(addr, cmd_factory())
+                done[addr] = self._check(await self._invoke(addr, cmd_factory()),
+                                         f"{what} on name server {addr}")
             except MQAdminError as exc:
-                errors.append(str(exc))
-        raise MQAdminError("no name server answered: " + "; ".join(errors))
+                errors[addr] = str(exc)
+
+        async with trio.open_nursery() as nursery:
+            for addr in self.namesrv_list:
+                nursery.start_soon(one, addr)
+        if errors:
+            ok = ", ".join(a for a in self.namesrv_list if a in done) or "none"
+            raise MQAdminError("; ".join(errors[a] for a in self.namesrv_list if a in errors)
+                               + f" (done on: {ok})")
+        return {a: done[a] for a in self.namesrv_list}
 
     @staticmethod
     def _check(resp: RemotingCommand, what: str) -> RemotingCommand:
@@ -281,9 +394,9 @@ class MQAdmin:
         for addr in sorted((await self.master_addrs(cluster)).values()):
             cmd = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, dict(fields))
             self._check(await self._invoke(addr, cmd), f"deleteTopic on {addr}")
-        for addr in self.namesrv_list:
-            cmd = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, dict(fields))
-            self._check(await self._invoke(addr, cmd), f"deleteTopic on name server {addr}")
+        await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, dict(fields)),
+            "deleteTopic")
 
     async def topic_status(self, topic: str) -> list[QueueStatus]:
         route = await self.topic_route(topic)
@@ -300,7 +413,126 @@ class MQAdmin:
                                        row["maxOffset"], row["lastUpdateTimestamp"]))
         return sorted(out, key=lambda q: (q.broker_name, q.queue_id))
 
+    async def topic_config(self, addr: str, topic: str) -> TopicConfig:
+        """The topic's config on one broker (GET_TOPIC_CONFIG); MQAdminError
+        (TOPIC_NOT_EXIST) when the broker has none."""
+        cmd = RemotingCommand.request(RequestCode.GET_TOPIC_CONFIG,
+                                      GetTopicConfigRequestHeader(topic).to_fields())
+        body = self._check(await self._invoke(addr, cmd), f"getTopicConfig on {addr}").decode_body()
+        try:
+            cfg = TopicConfig.from_dict(body)
+        except RemoteProtocolError as exc:
+            raise MQAdminError(f"{addr}: getTopicConfig answered an unreadable config: "
+                               f"{exc}") from exc
+        if cfg.topic_name != topic:
+            raise MQAdminError(f"{addr}: getTopicConfig answered topic {cfg.topic_name!r}")
+        return cfg
+
+    async def update_topic_perm(self, topic: str, perm: int, *, broker_addr: str | None = None,
+                                cluster: str | None = None) -> list[PermChange]:
+        """RocketMQ's updateTopicPerm: the topic's permission on one master
+        (``broker_addr``, which must be a master in the topic's route) or on
+        every master of ``cluster`` holding the topic. Each broker's own config
+        (queue counts, order, flags) is read and sent back with the new perm."""
+        if not 0 <= perm <= PERM_MAX:
+            raise MQAdminError(f"perm must be within 0..{PERM_MAX} (2 W, 4 R, 6 RW), not {perm}")
+        route = await self.topic_route(topic)
+        masters = {a: bd.broker_name for bd in route.broker_datas if (a := bd.master_addr())}
+        if broker_addr:
+            if broker_addr not in masters:
+                raise MQAdminError(f"{broker_addr} is not the master of a broker in the route of "
+                                   f"{topic} (masters: {', '.join(sorted(masters)) or 'none'})")
+            targets = {broker_addr: masters[broker_addr]}
+        elif cluster:
+            in_cluster = set((await self.master_addrs(cluster)).values())
+            targets = {a: n for a, n in masters.items() if a in in_cluster}
+            if not targets:
+                raise MQAdminError(f"no master of cluster {cluster} holds the topic {topic}")
+        else:
+            raise MQAdminError("give a cluster (-c) or a broker address (-b)")
+        changes = []
+        for addr, name in sorted(targets.items()):
+            old = await self.topic_config(addr, topic)
+            if old.perm == perm:
+                changes.append(PermChange(addr, name, old.perm, old, False))
+                continue
+            new = replace(old, perm=perm)
+            fields = CreateTopicRequestHeader(
+                topic=topic, read_queue_nums=new.read_queue_nums,
+                write_queue_nums=new.write_queue_nums, perm=perm,
+                topic_filter_type=new.topic_filter_type, topic_sys_flag=new.topic_sys_flag,
+                order=new.order).to_fields()
+            cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, fields)
+            self._check(await self._invoke(addr, cmd), f"updateTopicPerm on {addr}")
+            changes.append(PermChange(addr, name, old.perm, new, True))
+        return changes
+
+    async def topic_clusters(self, topic: str) -> list[str]:
+        """The clusters of the brokers in the topic's route (RocketMQ's
+        getTopicClusterList, which looks at the first broker only)."""
+        route = await self.topic_route(topic)
+        info = await self.cluster_info()
+        names = {bd.broker_name for bd in route.broker_datas}
+        return sorted(c for c, members in info["clusterAddrTable"].items()
+                      if names & set(members))
+
+    async def broker_addrs(self, cluster: str | None, *, masters_only: bool) -> list[str]:
+        """The brokers of ``cluster`` (None: of every cluster), masters and slaves
+        or masters only. MQAdminError when the cluster has no broker."""
+        info = await self.cluster_info()
+        clusters = info["clusterAddrTable"]
+        if cluster is not None and not clusters.get(cluster):
+            raise MQAdminError(f"cluster {cluster!r} has no broker registered")
+        addrs: set[str] = set()
+        for cname, members in clusters.items():
+            if cluster is not None and cname != cluster:
+                continue
+            for name in members:
+                bd = info["brokerAddrTable"].get(name)
+                if bd is None:
+                    continue
+                addrs |= {a for bid, a in bd.broker_addrs.items()
+                          if not masters_only or bid == MASTER_ID}
+        return sorted(addrs)
+
+    async def clean_expired_consume_queue(self, addr: str) -> CleanResult:
+        """CLEAN_EXPIRED_CONSUMEQUEUE: the broker removes the queues whose messages
+        are all gone, of topics nothing refers to (broker/store/queue_cleanup.py)."""
+        cmd = RemotingCommand.request(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)
+        resp = self._check(await self._invoke(addr, cmd), f"cleanExpiredCQ on {addr}")
+        return CleanResult.from_body(addr, resp.decode_body())
+
+    async def clean_unused_topic(self, addr: str) -> CleanResult:
+        """CLEAN_UNUSED_TOPIC: the broker (a master) removes the queues of topics
+        nothing refers to (no topic config, no offsets, no subscriber...)."""
+        cmd = RemotingCommand.request(RequestCode.CLEAN_UNUSED_TOPIC)
+        resp = self._check(await self._invoke(addr, cmd), f"cleanUnusedTopic on {addr}")
+        return CleanResult.from_body(addr, resp.decode_body())
+
     # ---- messages ------------------------------------------------------------------
+
+    async def query_consume_queue(self, topic: str, queue_id: int, index: int, count: int, *,
+                                  broker_addr: str | None = None, group: str | None = None
+                                  ) -> tuple[str, dict[str, Any]]:
+        """QUERY_CONSUME_QUEUE on ``broker_addr`` (default: the master of the first
+        broker, by name, in the topic's route): (address, body)."""
+        if broker_addr is None:
+            route = await self.topic_route(topic)
+            addrs = [a for bd in sorted(route.broker_datas, key=lambda b: b.broker_name)
+                     if (a := bd.select_addr())]
+            if not addrs:
+                raise MQAdminError(f"no broker in the route of {topic}")
+            broker_addr = addrs[0]
+        fields = QueryConsumeQueueRequestHeader(topic, queue_id, index, count, group).to_fields()
+        cmd = RemotingCommand.request(RequestCode.QUERY_CONSUME_QUEUE, fields)
+        resp = self._check(await self._invoke(broker_addr, cmd), f"queryCq on {broker_addr}")
+        body = resp.decode_body()
+        if not isinstance(body, dict) or not isinstance(body.get("queueData"), list):
+            raise MQAdminError(f"{broker_addr}: queryCq answered without queueData")
+        if resp.remark:
+            body["remark"] = resp.remark
+        return broker_addr, body
+
 
     async def broker_addr(self, topic: str, broker_name: str) -> str:
         route = await self.topic_route(topic)
@@ -346,6 +578,26 @@ class MQAdmin:
             out += decode_records(resp.body or b"", verify_crc=True)
         out.sort(key=lambda m: m.store_timestamp, reverse=True)
         return out[:max_num]
+
+    async def query_msg_trace(self, msg_id: str, trace_topic: str = RMQ_SYS_TRACE_TOPIC,
+                              max_num: int = 64, begin_ms: int = 0, end_ms: int = 2**62
+                              ) -> list[TraceView]:
+        """The trace of a message (RocketMQ's queryMsgTraceById): the trace
+        messages of ``trace_topic`` indexed under ``msg_id`` (QUERY_MESSAGE by
+        key; at most ``max_num``, newest first), their records of ``msg_id``,
+        oldest first (protocol/trace_data.py: ``trace_views``)."""
+        if not msg_id or " " in msg_id:
+            raise MQAdminError(f"bad message id {names.shown(msg_id)}")
+        msgs = await self.query_by_key(trace_topic, msg_id, max_num, begin_ms, end_ms)
+        records: list[tuple[str, TraceContext]] = []
+        for m in msgs:  # anyone may write the trace topic: what is built is bounded
+            left = MAX_TRACE_RECORDS - len(records)
+            if left <= 0:
+                break
+            host = str(m.born_host).rpartition(":")[0] or str(m.born_host)
+            text = m.body.decode("utf-8", errors="replace")
+            records += [(host, ctx) for ctx in decode(text, msg_id, left)]
+        return trace_views(msg_id, records)
 
     # ---- consumers -----------------------------------------------------------------
 
@@ -417,23 +669,19 @@ class MQAdmin:
 
     async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
         fields = WipeWritePermOfBrokerRequestHeader(broker_name).to_fields()
-        out = {}
-        for addr in self.namesrv_list:
-            cmd = RemotingCommand.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, dict(fields))
-            resp = self._check(await self._invoke(addr, cmd), f"wipeWritePerm on {addr}")
-            out[addr] = int(resp.ext_fields.get("wipeTopicCount", 0))
-        return out
+        answers = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, dict(fields)),
+            "wipeWritePerm")
+        return {a: int(r.ext_fields.get("wipeTopicCount", 0)) for a, r in answers.items()}
 
     async def add_write_perm(self, broker_name: str) -> dict[str, int]:
         """Give a broker's topics their write permission back on every name server
         (ADD_WRITE_PERM_OF_BROKER); name server -> topics changed."""
         fields = WipeWritePermOfBrokerRequestHeader(broker_name).to_fields()
-        out = {}
-        for addr in self.namesrv_list:
-            cmd = RemotingCommand.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, dict(fields))
-            resp = self._check(await self._invoke(addr, cmd), f"addWritePerm on {addr}")
-            out[addr] = int(resp.ext_fields.get("addTopicCount", 0))
-        return out
+        answers = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, dict(fields)),
+            "addWritePerm")
+        return {a: int(r.ext_fields.get("addTopicCount", 0)) for a, r in answers.items()}
 
     # ---- broker configuration and statistics ----------------------------------------
 
@@ -443,30 +691,14 @@ class MQAdmin:
         (an older broker does)."""
         cmd = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
         resp = self._check(await self._invoke(addr, cmd), f"getBrokerConfig on {addr}")
-        try:
-            return mask_secrets(parse_properties(
-                (resp.body or b"").decode("utf-8", errors="replace")))
-        except ConfigError as exc:
-            raise MQAdminError(f"{addr}: getBrokerConfig answered unreadable properties: "
-                               f"{exc}") from exc
+        return _shown_config(resp, f"{addr}: getBrokerConfig")
 
     async def update_broker_config(self, addr: str, props: dict[str, str]) -> None:
         """Change keys of a running broker (UPDATE_BROKER_CONFIG); the broker persists
         them to its config file. Raises MQAdminError naming a key it refuses; a secret
         key is refused before anything is sent (the broker refuses it too)."""
-        if not props:
-            raise MQAdminError("no key to update")
-        for key in props:
-            if not key or "=" in key or "\n" in key:
-                raise MQAdminError(f"bad config key {key!r}")
-            if is_secret_key(key):
-                raise MQAdminError(f"{key} holds a secret: a secret cannot be changed over the "
-                                   "wire (set it in the broker's config file and restart it)")
-        for value in props.values():
-            if "\n" in value:
-                raise MQAdminError("a config value cannot hold a line break")
         cmd = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG,
-                                      body=format_properties(props).encode())
+                                      body=_config_changes(props, "broker"))
         self._check(await self._invoke(addr, cmd), f"updateBrokerConfig on {addr}")
 
     async def view_broker_stats_data(self, addr: str, stats_name: str, stats_key: str
@@ -562,6 +794,185 @@ class MQAdmin:
                 rows.append(TopicGroupStats(t, group, accumulation, in_tps, out_tps, in_24h, out_24h))
         return rows
 
+    # ---- subscription groups, group offsets, consumers, KV and name server config ----
+    # (mqadmin updateSubGroup, deleteSubGroup, consumerStatus, cloneGroupOffset,
+    # skipAccumulatedMessage, allocateMQ, updateOrderConf, updateKvConfig,
+    # deleteKvConfig, getNamesrvConfig, updateNamesrvConfig)
+
+    async def subscription_groups(self, addr: str) -> dict[str, dict[str, Any]]:
+        """A broker's subscription groups (GET_ALL_SUBSCRIPTIONGROUP_CONFIG): name ->
+        SubscriptionGroupConfig map."""
+        cmd = RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        body = self._check(await self._invoke(addr, cmd), f"subscription groups of {addr}"
+                           ).decode_body()
+        table = body.get("subscriptionGroupTable") if isinstance(body, dict) else None
+        if not isinstance(table, dict):
+            raise MQAdminError(f"{addr}: the subscription groups are not a map")
+        return {str(k): v for k, v in table.items() if isinstance(v, dict)}
+
+    async def update_subscription_group(self, addr: str, config: dict[str, Any]) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ``config`` (RocketMQ's
+        SubscriptionGroupConfig fields) replaces the group's on ``addr``."""
+        cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                      body=pack_body(config))
+        self._check(await self._invoke(addr, cmd), f"updateSubGroup on {addr}")
+
+    async def delete_subscription_group(self, addr: str, group: str) -> None:
+        """DELETE_SUBSCRIPTIONGROUP; MQAdminError (SUBSCRIPTION_GROUP_NOT_EXIST) when
+        the broker has no such group."""
+        cmd = RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
+        self._check(await self._invoke(addr, cmd), f"deleteSubGroup on {addr}")
+
+    async def _topic_masters(self, topic: str) -> list[tuple[str, str]]:
+        """(broker name, master address) of each broker of ``topic``'s route."""
+        route = await self.topic_route(topic)
+        masters = sorted((bd.broker_name, a) for bd in route.broker_datas
+                         if (a := bd.master_addr()))
+        if not masters:
+            raise MQAdminError(f"no master broker in the route of {topic}")
+        return masters
+
+    async def reset_offset_by_broker(self, group: str, topic: str, timestamp_ms: int,
+                                     force: bool = True) -> list[tuple[str, int, int]]:
+        """INVOKE_BROKER_TO_RESET_OFFSET on every master of ``topic``: the group's
+        offsets go to the first message stored at or after ``timestamp_ms`` (-1:
+        past the last message, everything accumulated skipped; without ``force``
+        only backwards), committed by each broker as an admin's reset and taken by
+        the group's online consumers at once. Returns (broker, queue, offset) rows."""
+        fields = ResetOffsetRequestHeader(topic, group, timestamp_ms, force).to_fields()
+        rows: list[tuple[str, int, int]] = []
+        for name, addr in await self._topic_masters(topic):
+            cmd = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, dict(fields))
+            resp = self._check(await self._invoke(addr, cmd), f"resetOffset on {addr}")
+            try:
+                body = ResetOffsetBody.from_wire(resp.decode_body())
+            except RemoteProtocolError as exc:
+                raise MQAdminError(f"{addr}: resetOffset answered an unreadable body: {exc}"
+                                   ) from exc
+            rows += [(mq.broker_name or name, mq.queue_id, o)
+                     for mq, o in sorted(body.offsets.items())]
+        return rows
+
+    async def skip_accumulated(self, group: str, topic: str,
+                               force: bool = True) -> list[tuple[str, int, int]]:
+        """mqadmin skipAccumulatedMessage: every queue of ``topic`` to its max offset."""
+        return await self.reset_offset_by_broker(group, topic, SKIP_ALL, force)
+
+    async def clone_group_offset(self, src: str, dest: str, topic: str
+                                 ) -> list[tuple[str, int, int]]:
+        """``dest``'s offsets of ``topic`` set to ``src``'s, queue by queue (each an
+        admin's reset: slaves take it even backwards); queues where ``src`` has no
+        offset are left alone. MQAdminError when ``src`` has none at all. Returns
+        (broker, queue, offset) rows."""
+        route = await self.topic_route(topic)
+        rows: list[tuple[str, int, int]] = []
+        for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            if not usable(qd):
+                continue
+            addr = await self.broker_addr(topic, qd.broker_name)
+            for qid in range(qd.read_queue_nums):
+                # the group's stored offset only (not the 0 a new group is answered)
+                query = QueryConsumerOffsetRequestHeader(src, topic, qid,
+                                                         set_zero_if_not_found=False).to_fields()
+                resp = await self._invoke(addr, RemotingCommand.request(
+                    RequestCode.QUERY_CONSUMER_OFFSET, query))
+                if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                    continue
+                offset = int(self._check(resp, f"cloneGroupOffset on {addr}")
+                             .ext_fields.get("offset", -1))
+                if offset < 0:
+                    continue
+                fields = UpdateConsumerOffsetRequestHeader(dest, topic, qid, offset,
+                                                           admin_reset=True).to_fields()
+                cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+                self._check(await self._invoke(addr, cmd), f"cloneGroupOffset on {addr}")
+                rows.append((qd.broker_name, qid, offset))
+        if not rows:
+            raise MQAdminError(f"the consumer group {src} has no offset of topic {topic}")
+        return rows
+
+    async def consumer_running_info(self, group: str, client_id: str | None = None,
+                                    jstack: bool = False) -> dict[str, RunningInfo | str]:
+        """GET_CONSUMER_RUNNING_INFO of each online client of ``group`` (or only
+        ``client_id``), asked through a broker the client is connected to: client id
+        -> its RunningInfo, or why it could not be had. MQAdminError when the group
+        (or that client) is not online."""
+        via: dict[str, str] = {}
+        for b in await self.consumer_connection(group):
+            for c in b.get("connectionSet") or []:
+                if isinstance(c, dict) and isinstance(c.get("clientId"), str):
+                    via.setdefault(c["clientId"], b["broker"])
+        if client_id is not None:
+            if client_id not in via:
+                raise MQAdminError(f"the consumer {client_id} of group {group} is not online")
+            via = {client_id: via[client_id]}
+        out: dict[str, RunningInfo | str] = {}
+        for cid, addr in sorted(via.items()):
+            fields = GetConsumerRunningInfoRequestHeader(group, cid, jstack).to_fields()
+            cmd = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, fields)
+            try:
+                resp = self._check(await self._invoke(addr, cmd, self.timeout + RELAY_TIMEOUT_S),
+                                   f"consumerStatus of {cid} via {addr}")
+                out[cid] = RunningInfo.from_body(resp.decode_body())
+            except (MQAdminError, RemoteProtocolError, RunningInfoError) as exc:
+                if client_id is not None:
+                    raise MQAdminError(str(exc)) from exc
+                out[cid] = str(exc)
+        return out
+
+    async def allocate_mq(self, topic: str, client_ids: list[str]
+                          ) -> dict[str, list[MessageQueue]]:
+        """mqadmin allocateMQ: how ``topic``'s readable queues split among consumers
+        with these ids (averagely, as a group's members sort their ids)."""
+        ids = [i for i in dict.fromkeys(client_ids) if i]
+        if not ids:
+            raise MQAdminError("give at least one consumer id (-i a,b,c)")
+        mqs = subscribe_queues(topic, await self.topic_route(topic))
+        return {cid: allocate_averagely(cid, mqs, ids) for cid in ids}
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> list[str]:
+        """PUT_KV_CONFIG on every name server; their addresses."""
+        fields = PutKVConfigRequestHeader(namespace, key, value).to_fields()
+        done = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.PUT_KV_CONFIG, dict(fields)),
+            "updateKvConfig")
+        return list(done)
+
+    async def delete_kv_config(self, namespace: str, key: str) -> list[str]:
+        """DELETE_KV_CONFIG on every name server (a missing key is no error)."""
+        fields = DeleteKVConfigRequestHeader(namespace, key).to_fields()
+        done = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, dict(fields)),
+            "deleteKvConfig")
+        return list(done)
+
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG from the first name server that answers; None when unset."""
+        fields = GetKVConfigRequestHeader(namespace, key).to_fields()
+        resp = await self._invoke_namesrv(
+            lambda: RemotingCommand.request(RequestCode.GET_KV_CONFIG, dict(fields)))
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        value = self._check(resp, "getKvConfig").ext_fields.get("value")
+        return value if isinstance(value, str) else None
+
+    async def get_namesrv_config(self) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG of every name server: address -> key -> value, secrets
+        masked."""
+        answers = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), "getNamesrvConfig")
+        return {a: _shown_config(r, f"{a}: getNamesrvConfig") for a, r in answers.items()}
+
+    async def update_namesrv_config(self, props: dict[str, str]) -> dict[str, str | None]:
+        """UPDATE_NAMESRV_CONFIG on every name server: address -> its remark (None,
+        or why the change is not persisted). A secret key is refused before anything
+        is sent; a key a name server cannot change at run time is refused by it."""
+        body = _config_changes(props, "name server")
+        answers = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=body),
+            "updateNamesrvConfig")
+        return {a: r.remark or None for a, r in answers.items()}
+
     # ---- ACL administration (plain_acl.yml on the brokers; admin accounts only) -----
 
     async def acl_targets(self, broker_addr: str | None = None,
@@ -625,6 +1036,34 @@ class MQAdmin:
         if not isinstance(body, dict):
             raise MQAdminError(f"{addr}: the ACL config is not a map")
         return body
+
+
+def _shown_config(resp: RemotingCommand, what: str) -> dict[str, str]:
+    """A GET_BROKER_CONFIG / GET_NAMESRV_CONFIG answer, key -> value text; a secret's
+    value (protocol.config.is_secret_key) masked even when the daemon shows it (an
+    older one does)."""
+    try:
+        return mask_secrets(parse_properties((resp.body or b"").decode("utf-8", errors="replace")))
+    except ConfigError as exc:
+        raise MQAdminError(f"{what} answered unreadable properties: {exc}") from exc
+
+
+def _config_changes(props: dict[str, str], daemon: str) -> bytes:
+    """UPDATE_BROKER_CONFIG's / UPDATE_NAMESRV_CONFIG's body. MQAdminError, before
+    anything is sent, for no key, a bad key or value, or a secret key (the daemon
+    refuses it too)."""
+    if not props:
+        raise MQAdminError("no key to update")
+    for key in props:
+        if not key or "=" in key or "\n" in key:
+            raise MQAdminError(f"bad config key {key!r}")
+        if is_secret_key(key):
+            raise MQAdminError(f"{key} holds a secret: a secret cannot be changed over the "
+                               f"wire (set it in the {daemon}'s config file and restart it)")
+    for value in props.values():
+        if "\n" in value:
+            raise MQAdminError("a config value cannot hold a line break")
+    return format_properties(props).encode()
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,21 +6,37 @@ import datetime as _dt
 import json
 import os
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 import trio
 
 from client.admin import MQAdmin, MQAdminError
+from client.admin_help import GroupedCommands, listing, register_help
 from client.credentials import AclCredentials
 from protocol.logs import configure_logging
-from protocol.names import RMQ_SYS_TRANS_HALF_TOPIC
+from protocol.names import RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC
+from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
-from protocol.route import perm_to_string
+from protocol.route import TopicConfig, perm_to_string
+from protocol.trace_data import TraceView
 from protocol.trio import tls
 from protocol.trio.daemon import first_leaf
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def namesrv_option(default: str | None = None) -> Callable[[_F], _F]:
+    """``-n/--namesrvAddr``: the flag, else the NAMESRV_ADDR environment variable
+    (as RocketMQ's tools), else ``default`` (None: the option is required)."""
+    if default is None:  # (click takes an explicit default=None for a default)
+        return click.option("-n", "--namesrvAddr", "namesrv", required=True,
+                            envvar=NAMESRV_ADDR_ENV, show_envvar=True, help=NAMESRV_HELP)
+    return click.option("-n", "--namesrvAddr", "namesrv", default=default, show_default=True,
+                        envvar=NAMESRV_ADDR_ENV, show_envvar=True, help=NAMESRV_HELP)
+
+
 json_option = click.option("--json", "as_json", is_flag=True, default=False,
                            help="Print one JSON document instead of the table.")
 
@@ -146,19 +162,28 @@ def apply_tls_options(use_tls: bool, tls_ca: str | None, tls_cert: str | None,
             os.environ[name] = value
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=GroupedCommands, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @credential_options
 @tls_options
 @click.pass_context
 def cli(ctx: click.Context, access_key: str | None, secret_key: str | None, use_tls: bool,
         tls_ca: str | None, tls_cert: str | None, tls_key: str | None) -> None:
     """Administer trio-rocketmq name servers and brokers."""
+    if ctx.invoked_subcommand is None:  # no command: the listing, as RocketMQ's mqadmin
+        assert isinstance(ctx.command, click.Group)
+        for line in listing(ctx.command, ctx):
+            click.echo(line)
+        return
     ctx.obj = check_credentials(access_key, secret_key)
     apply_tls_options(use_tls, tls_ca, tls_cert, tls_key)
 
 
+register_help(cli)
+
+
 @cli.command("updateTopic")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-c", "--clusterName", "cluster", default=None, help="Create on every master of the cluster.")
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Create on this broker only.")
 @click.option("-t", "--topic", required=True)
@@ -178,12 +203,19 @@ def update_topic(namesrv: str, cluster: str | None, broker_addr: str | None, top
 
     for addr in _run(go):
         click.echo(f"create topic to {addr} success.")
-    click.echo(f"TopicConfig [topicName={topic}, readQueueNums={read}, writeQueueNums={write}, "
-               f"perm={perm_to_string(perm)}, order={str(order).lower()}]")
+    click.echo(topic_config_text(TopicConfig(topic, read, write, perm, order=order)))
+
+
+def topic_config_text(cfg: TopicConfig) -> str:
+    """RocketMQ's ``TopicConfig.toString``, as updateTopic and updateTopicPerm print it."""
+    return (f"TopicConfig [topicName={cfg.topic_name}, readQueueNums={cfg.read_queue_nums}, "
+            f"writeQueueNums={cfg.write_queue_nums}, perm={perm_to_string(cfg.perm)}, "
+            f"topicFilterType={cfg.topic_filter_type}, topicSysFlag={cfg.topic_sys_flag}, "
+            f"order={str(cfg.order).lower()}]")
 
 
 @cli.command("deleteTopic")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-c", "--clusterName", "cluster", required=True)
 @click.option("-t", "--topic", required=True)
 def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
@@ -198,7 +230,7 @@ def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
 
 
 @cli.command("topicList")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @json_option
 def topic_list(namesrv: str, as_json: bool) -> None:
     """List every topic the name servers know."""
@@ -216,7 +248,7 @@ def topic_list(namesrv: str, as_json: bool) -> None:
 
 
 @cli.command("topicRoute")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @json_option
 def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
@@ -230,7 +262,7 @@ def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
 
 
 @cli.command("topicStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @json_option
 def topic_status(namesrv: str, topic: str, as_json: bool) -> None:
@@ -252,7 +284,7 @@ def topic_status(namesrv: str, topic: str, as_json: bool) -> None:
 
 
 @cli.command("clusterList")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @json_option
 def cluster_list(namesrv: str, as_json: bool) -> None:
     """Clusters, their brokers and addresses."""
@@ -286,7 +318,7 @@ def cluster_list(namesrv: str, as_json: bool) -> None:
 
 
 @cli.command("brokerStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", required=True, help="Broker address host:port.")
 @json_option
 def broker_status(namesrv: str, broker_addr: str, as_json: bool) -> None:
@@ -338,7 +370,7 @@ def ha_state(ha: dict[str, Any]) -> tuple[str, str]:
 
 
 @cli.command("haStatus")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-c", "--clusterName", "cluster", default=None,
               help="Every broker of this cluster (default: every cluster).")
 @json_option
@@ -380,12 +412,12 @@ def ha_status(namesrv: str, cluster: str | None, as_json: bool) -> None:
         return
     _print_table(["#Broker Name", "#BID", "#Addr", "#Role", "#Max Offset", "#Epoch", "#State",
                   "#Detail"],
-                 [[r["brokerName"], r["brokerId"], r["addr"], r["role"], r.get("maxOffset", ""),
-                   r.get("epoch", ""), r["state"], r["detail"]] for r in rows])
+                 [[r["brokerName"], r["brokerId"], r["addr"], r["role"], r.get("maxOffset"),
+                   r.get("epoch"), r["state"], r["detail"]] for r in rows])
 
 
 @cli.command("sendMessage")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-p", "--body", required=True, help="Message body (UTF-8).")
 @click.option("-k", "--keys", default=None)
@@ -415,7 +447,7 @@ def send_message(namesrv: str, topic: str, body: str, keys: str | None, tags: st
 
 
 @cli.command("consumeMessage")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-g", "--consumerGroup", "group", default="TOOLS_CONSUMER", show_default=True)
 @click.option("-b", "--brokerName", "broker_name", default=None, help="Only this broker's queues.")
@@ -514,7 +546,7 @@ def _print_message(m: Any) -> None:
 
 
 @cli.command("queryMsgById")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-i", "--msgId", "msg_id", required=True, help="Offset message id (32 hex digits).")
 @json_option
 def query_msg_by_id(namesrv: str, msg_id: str, as_json: bool) -> None:
@@ -532,7 +564,7 @@ def query_msg_by_id(namesrv: str, msg_id: str, as_json: bool) -> None:
 
 
 @cli.command("queryMsgByKey")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-k", "--msgKey", "key", required=True)
 @click.option("-m", "--maxNum", "max_num", type=int, default=64, show_default=True)
@@ -553,7 +585,7 @@ def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int, as_json: 
 
 
 @cli.command("queryMsgByUniqueKey")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-i", "--msgId", "uniq", required=True, help="The UNIQ_KEY the producer returned.")
 @json_option
@@ -574,8 +606,73 @@ def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str, as_json: bool) 
         _print_message(m)
 
 
-@cli.command("queryMsgByOffset")
+def format_trace(views: Sequence[TraceView]) -> list[str]:
+    """RocketMQ's queryMsgTraceById layout: a Pub table per send, then one table
+    per consumer group with its SubBefore and SubAfter rows (RocketMQ prints
+    SubAfter rows only, typed ``Sub``); a SubBefore has no cost or status."""
+    row = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
+    lines: list[str] = []
+
+    def when(ms: int) -> str:
+        return _dt.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S") if ms > 0 else "-"
+
+    consumers: dict[str, list[TraceView]] = {}
+    for v in views:
+        if v.trace_type == "Pub":
+            lines.append(row.format("#Type", "#ProducerGroup", "#ClientHost", "#SendTime",
+                                    "#CostTimes", "#Status").rstrip())
+            lines.append(row.format("Pub", v.group_name, v.client_host, when(v.timestamp),
+                                    f"{v.cost_time}ms", v.status).rstrip())
+            lines.append("")
+        elif v.trace_type in ("SubBefore", "SubAfter"):
+            consumers.setdefault(v.group_name, []).append(v)
+    for group_views in consumers.values():
+        lines.append(row.format("#Type", "#ConsumerGroup", "#ClientHost", "#ConsumerTime",
+                                "#CostTimes", "#Status").rstrip())
+        for v in group_views:
+            after = v.trace_type == "SubAfter"
+            lines.append(row.format(v.trace_type, v.group_name, v.client_host, when(v.timestamp),
+                                    f"{v.cost_time}ms" if after else "-",
+                                    v.status if after else "-").rstrip())
+        lines.append("")
+    return lines
+
+
+@cli.command("queryMsgTraceById")
 @click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@click.option("-i", "--msgId", "msg_id", required=True,
+              help="The message's msgId (the UNIQ_KEY the producer returned).")
+@click.option("-t", "--traceTopic", "trace_topic", default=RMQ_SYS_TRACE_TOPIC,
+              show_default=True, help="The trace topic.")
+@click.option("-b", "--beginTimestamp", "begin_ms", type=click.IntRange(min=0), default=0,
+              help="Trace messages stored from (ms).")
+@click.option("-e", "--endTimestamp", "end_ms", type=click.IntRange(min=0), default=2**62,
+              help="Trace messages stored until (ms).")
+@click.option("-num", "--maxNum", "max_num", type=click.IntRange(1, 64), default=64,
+              show_default=True, help="Trace messages read at most (a broker answers "
+              "at most 64).")
+@json_option
+def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, begin_ms: int,
+                          end_ms: int, max_num: int, as_json: bool) -> None:
+    """Show a message's trace: its sends and consumptions, as trace clients recorded them."""
+    msg_id, trace_topic = msg_id.strip(), trace_topic.strip()
+
+    async def go() -> Any:
+        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+            return await admin.query_msg_trace(msg_id, trace_topic, max_num, begin_ms, end_ms)
+
+    views = _run(go)
+    if as_json:
+        _echo_json([v.to_dict() for v in views])
+        return
+    if not views:
+        raise click.ClickException(f"no trace of message {msg_id} in {trace_topic}")
+    for line in format_trace(views):
+        click.echo(line)
+
+
+@cli.command("queryMsgByOffset")
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-b", "--brokerName", "broker_name", required=True)
 @click.option("-i", "--queueId", "queue_id", type=int, required=True)
@@ -603,7 +700,7 @@ def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: in
 
 
 @cli.command("searchOffsetByTime")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", required=True)
 @click.option("-b", "--brokerName", "broker_name", required=True)
 @click.option("-i", "--queueId", "queue_id", type=int, required=True)
@@ -620,7 +717,7 @@ def search_offset_by_time(namesrv: str, topic: str, broker_name: str, queue_id: 
 
 
 @cli.command("consumerProgress")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--groupName", "group", required=True)
 @click.option("-t", "--topicName", "topic", default=None)
 @json_option
@@ -644,7 +741,7 @@ def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool
 
 
 @cli.command("consumerConnection")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--consumerGroup", "group", required=True)
 @json_option
 def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
@@ -669,7 +766,7 @@ def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
 
 
 @cli.command("resetOffsetByTime")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--group", required=True)
 @click.option("-t", "--topic", required=True)
 @click.option("-s", "--timestamp", required=True,
@@ -694,7 +791,7 @@ def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: str,
 
 
 @cli.command("producerConnection")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-g", "--producerGroup", "group", required=True)
 @click.option("-t", "--topic", required=True, help="A topic the group sends to (its brokers are asked).")
 @json_option
@@ -715,7 +812,7 @@ def producer_connection(namesrv: str, group: str, topic: str, as_json: bool) -> 
 
 
 @cli.command("statsAll")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-t", "--topic", default=None, help="Only this topic.")
 @click.option("-s", "--system", "include_system", is_flag=True, default=False,
               help="Include system, retry and DLQ topics.")
@@ -750,7 +847,7 @@ async def _broker_addrs(admin: MQAdmin, broker_addr: str | None, cluster: str | 
 
 
 @cli.command("getBrokerConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address host:port.")
 @click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
 @json_option
@@ -767,15 +864,23 @@ def get_broker_config(namesrv: str, broker_addr: str | None, cluster: str | None
     if as_json:
         _echo_json(configs if broker_addr is None else configs[broker_addr])
         return
+    for line in config_lines(configs):
+        click.echo(line)
+
+
+def config_lines(configs: dict[str, dict[str, str]]) -> list[str]:
+    """Daemons' configs as RocketMQ's getBrokerConfig / getNamesrvConfig print them:
+    ``============addr============`` then ``key=  value`` lines, keys padded to 50."""
+    lines = []
     for addr, config in configs.items():
-        click.echo(f"============{addr}============")
+        lines.append(f"============{addr}============")
         width = max([50, *(len(k) for k in config)])
-        for key, value in sorted(config.items()):
-            click.echo(f"{key:<{width}}=  {value}")
+        lines += [f"{key:<{width}}=  {value}" for key, value in sorted(config.items())]
+    return lines
 
 
 @cli.command("updateBrokerConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Broker address host:port.")
 @click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
 @click.option("-k", "--key", required=True, help="A key the broker can change while it runs.")
@@ -796,7 +901,7 @@ def update_broker_config(namesrv: str, broker_addr: str | None, cluster: str | N
 
 
 @cli.command("wipeWritePerm")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerName", "broker_name", required=True)
 def wipe_write_perm(namesrv: str, broker_name: str) -> None:
     """Take a broker out of writing (its topics lose the write permission on every
@@ -811,7 +916,7 @@ def wipe_write_perm(namesrv: str, broker_name: str) -> None:
 
 
 @cli.command("addWritePerm")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerName", "broker_name", required=True)
 def add_write_perm(namesrv: str, broker_name: str) -> None:
     """Give a broker its write permission back on every name server."""
@@ -847,7 +952,7 @@ def _admin_flag(text: str | None) -> bool | None:
 
 
 @cli.command("updateAclConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
 @click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
 @click.option("-a", "--accessKey", "access_key", required=True, help="The account's accessKey.")
@@ -888,7 +993,7 @@ def update_acl_config(namesrv: str, broker_addr: str | None, cluster: str | None
 
 
 @cli.command("deleteAccessConfig")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
 @click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
 @click.option("-a", "--accessKey", "access_key", required=True,
@@ -912,7 +1017,7 @@ cli.add_command(delete_acl_config, "deleteAclConfig")
 
 
 @cli.command("updateGlobalWhiteAddr")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help=ACL_TARGET_HELP_B)
 @click.option("-c", "--clusterName", "cluster", default=None, help=ACL_TARGET_HELP_C)
 @click.option("-g", "--globalWhiteRemoteAddresses", "addresses", required=True,
@@ -933,7 +1038,7 @@ def update_global_white_addr(namesrv: str, broker_addr: str | None, cluster: str
 
 
 @cli.command("clusterAclConfigVersion")
-@click.option("-n", "--namesrvAddr", "namesrv", required=True, help=NAMESRV_HELP)
+@namesrv_option()
 @click.option("-b", "--brokerAddr", "broker_addr", default=None, help="Only this broker.")
 @click.option("-c", "--clusterName", "cluster", default=None, help="Every master of the cluster.")
 @json_option
@@ -958,10 +1063,18 @@ def cluster_acl_config_version(namesrv: str, broker_addr: str | None, cluster: s
                   for r in rows])
 
 
+# commands defined in other modules, registered on ``cli`` when imported
+# admin_groups: groups, offsets, KV and name server config; admin_topics: topics,
+# messages, queues, cluster
+from client import admin_groups, admin_topics  # noqa: E402,F401
+
+
 def main() -> None:
     configure_logging("WARNING")
     cli()
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m client.admin_cli: the imported module's ``cli``
+    from client.admin_cli import main as _main  # holds the other modules' commands too
+
+    _main()

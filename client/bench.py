@@ -48,6 +48,7 @@ from client.admin_cli import (
     apply_tls_options,
     check_credentials,
     credential_options,
+    namesrv_option,
     tls_options,
     tool_credentials,
 )
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
 
 # mqbench latency: how long a new consumer may take to get its queues
 WARM_UP_TIMEOUT_S = 30.0
-NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
 
 
 def percentiles(samples: Sequence[float], points: Sequence[float] = (50, 90, 99, 99.9)) -> dict[float, float]:
@@ -429,7 +429,7 @@ cli.add_command(attack)
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
 @click.option("-s", "--messageSize", "size", type=int, default=1024, show_default=True)
 @click.option("-b", "--batchSize", "batch", type=int, default=1, show_default=True,
@@ -493,7 +493,7 @@ def producer(namesrv: str, topic: str, size: int, batch: int, count: int, concur
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchTxTopic", show_default=True)
 @click.option("-s", "--messageSize", "size", type=click.IntRange(min=0), default=1024,
               show_default=True)
@@ -602,7 +602,7 @@ async def _transaction_bench(namesrv: str, topic: str, size: int, count: int, co
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
 @click.option("-g", "--group", default="BENCH_CONSUMER", show_default=True)
 @click.option("-c", "--count", type=int, default=200_000, show_default=True,
@@ -662,7 +662,7 @@ def consumer(namesrv: str, topic: str, group: str, count: int, pull_batch: int,
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
 @click.option("-g", "--group", default=None, help="Consumer group (default: a new one per run).")
 @click.option("-c", "--count", type=int, default=200_000, show_default=True,
@@ -806,7 +806,7 @@ def uuid_hex() -> str:
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="LatencyTopic", show_default=True)
 @click.option("-r", "--rate", type=int, default=2000, show_default=True, help="Messages per second.")
 @click.option("-d", "--duration", type=float, default=10.0, show_default=True, help="Seconds.")
@@ -815,17 +815,25 @@ def uuid_hex() -> str:
 def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
             as_json: bool) -> None:
     """End-to-end latency, send to listener, at a steady RATE (one process:
-    a producer and a push consumer of a new group)."""
-    from client import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
+    a producer and a push consumer of a new group).
+
+    The group starts from the time it starts (CONSUME_FROM_TIMESTAMP): a new
+    group would otherwise read the topic's history first (a broker answers
+    offset 0 while a queue's first message is in memory, as RocketMQ's), and
+    only this run's messages (property BENCH_RUN) count."""
+    from client import ConsumeConcurrentlyStatus, ConsumeFromWhere, Message, Producer, PushConsumer
 
     samples: list[float] = []
     warmed: list[bool] = []
     ok = ConsumeConcurrentlyStatus.CONSUME_SUCCESS
     total = int(rate * duration)
+    run = uuid_hex()
 
     def listener(msgs: list, ctx: object) -> ConsumeConcurrentlyStatus:  # type: ignore[type-arg]
         now = time.perf_counter()
         for m in msgs:
+            if m.properties.get("BENCH_RUN") != run:
+                continue  # an earlier run's, or anyone else's
             sent = m.properties.get("BENCH_T")
             if sent is not None:
                 samples.append(now - float(sent))
@@ -833,12 +841,17 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
                 warmed.append(True)
         return ok
 
+    def warm_up() -> Message:
+        return Message(topic, b"warm-up", properties={"BENCH_RUN": run})
+
     async def go() -> None:
         async with Producer("BENCH_LATENCY_PRODUCER", namesrv,
                             credentials=tool_credentials()) as p:
             # the topic exists (and has a route) before the consumer looks it up
-            await p.send(Message(topic, b"warm-up"))
-            c = PushConsumer(f"BENCH_LATENCY_{uuid_hex()}", namesrv,
+            await p.send(warm_up())
+            c = PushConsumer(f"BENCH_LATENCY_{run}", namesrv,
+                             consume_from_where=ConsumeFromWhere.CONSUME_FROM_TIMESTAMP,
+                             consume_timestamp=int(time.time() * 1000),
                              credentials=tool_credentials())
             c.subscribe(topic, "*")
             c.register_message_listener(listener)
@@ -846,7 +859,7 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
                 # warm-ups until one arrives: the consumer's rebalance is done
                 with trio.move_on_after(WARM_UP_TIMEOUT_S):
                     while not warmed:
-                        await p.send(Message(topic, b"warm-up"))
+                        await p.send(warm_up())
                         await trio.sleep(0.2)
                 if not warmed:
                     raise click.ClickException(
@@ -863,7 +876,7 @@ def latency(namesrv: str, topic: str, rate: int, duration: float, size: int,
                         delay = target - trio.current_time()
                         if delay > 0:
                             await trio.sleep(delay)
-                        msg = Message(topic, body)
+                        msg = Message(topic, body, properties={"BENCH_RUN": run})
                         msg.put_user_property("BENCH_T", repr(time.perf_counter()))
                         await p.send_oneway(msg)
                     with trio.move_on_after(10):
@@ -892,7 +905,7 @@ def render_latency(d: Mapping[str, Any]) -> str:
 
 
 @cli.command()
-@click.option("-n", "--namesrvAddr", "namesrv", default="127.0.0.1:9876", show_default=True, help=NAMESRV_HELP)
+@namesrv_option("127.0.0.1:9876")
 @click.option("-t", "--topic", default="BenchmarkTopic", show_default=True)
 @click.option("--master", default="local[2]", show_default=True, help="Spark master.")
 @click.option("--mode", type=click.Choice(["batch", "stream"]), default="batch", show_default=True)

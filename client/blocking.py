@@ -59,6 +59,7 @@ from client.push_consumer import PushConsumer as AsyncPushConsumer
 from client.range_reader import DEFAULT_IN_FLIGHT, OffsetMoved, RangeChunk, skip_to_min
 from client.send_future import SendCallback
 from client.send_result import SendResult, SendStatus
+from client.subscription import MessageSelector
 from client.transaction import (
     DEFAULT_CHECK_BACKLOG,
     DEFAULT_CHECK_WORKERS,
@@ -88,6 +89,7 @@ __all__ = [
     "Message",
     "MessageExt",
     "MessageQueue",
+    "MessageSelector",
     "Producer",
     "PullConsumer",
     "PullResult",
@@ -167,7 +169,7 @@ class Producer(_BlockingClient):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         send_msg_timeout: float = 3.0,
         retry_times_when_send_failed: int = 2,
@@ -184,6 +186,8 @@ class Producer(_BlockingClient):
         tls_ca_path: str | None = None,
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         super().__init__()
         self._impl = self._producer = AsyncProducer(
@@ -204,6 +208,8 @@ class Producer(_BlockingClient):
             tls_ca_path=tls_ca_path,
             tls_cert_path=tls_cert_path,
             tls_key_path=tls_key_path,
+            enable_msg_trace=enable_msg_trace,
+            customized_trace_topic=customized_trace_topic,
         )
 
     @property
@@ -299,7 +305,7 @@ class TransactionProducer(Producer):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str,
+        namesrv_addr: str | None,
         transaction_listener: TransactionListener,
         *,
         check_workers: int = DEFAULT_CHECK_WORKERS,
@@ -342,7 +348,7 @@ class PullConsumer(_BlockingClient):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
@@ -382,7 +388,7 @@ class PullConsumer(_BlockingClient):
     def pull(
         self,
         mq: MessageQueue,
-        sub_expression: str | None,
+        sub_expression: str | MessageSelector | None,
         offset: int,
         max_nums: int,
         timeout: float | None = None,
@@ -394,7 +400,7 @@ class PullConsumer(_BlockingClient):
     def read_range(
         self,
         mq: MessageQueue,
-        sub_expression: str | None,
+        sub_expression: str | MessageSelector | None,
         start: int,
         end: int,
         *,
@@ -421,7 +427,7 @@ class PullConsumer(_BlockingClient):
     def read_range_here(
         self,
         mq: MessageQueue,
-        sub_expression: str | None,
+        sub_expression: str | MessageSelector | None,
         start: int,
         end: int,
         *,
@@ -454,7 +460,8 @@ class PullConsumer(_BlockingClient):
         self._run(self._consumer.update_consume_offset, mq, offset)
 
     def fetch_consume_offset(self, mq: MessageQueue) -> int:
-        """The group's stored offset of ``mq``, -1 if none."""
+        """The group's offset of ``mq`` as the broker answers it (see
+        ``client.PullConsumer.fetch_consume_offset``), -1 if none."""
         return self._run(self._consumer.fetch_consume_offset, mq)
 
     def max_offset(self, mq: MessageQueue) -> int:
@@ -536,7 +543,7 @@ class _BlockingConsumer(_BlockingClient):
     def group(self) -> str:
         return self._consumer.group
 
-    def subscribe(self, topic: str, sub_expression: str | None = "*") -> None:
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector | None = "*") -> None:
         """Subscribe before ``start`` (or while running). Raises MQClientError."""
         if self._loop is None:
             self._consumer.subscribe(topic, sub_expression)
@@ -551,7 +558,7 @@ class PushConsumer(_BlockingConsumer):
     """Blocking push consumer; arguments as ``client.push_consumer.PushConsumer``.
     The listener is a plain function, run in worker threads."""
 
-    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
+    def __init__(self, group: str, namesrv_addr: str | None = None, **options: Any) -> None:
         super().__init__()
         self._impl = self._consumer = self._push = AsyncPushConsumer(group, namesrv_addr, **options)
 
@@ -579,11 +586,12 @@ class LitePullConsumer(_BlockingConsumer):
     """Blocking lite pull consumer; arguments and methods as
     ``client.lite_pull_consumer.LitePullConsumer``."""
 
-    def __init__(self, group: str, namesrv_addr: str = "127.0.0.1:9876", **options: Any) -> None:
+    def __init__(self, group: str, namesrv_addr: str | None = None, **options: Any) -> None:
         super().__init__()
         self._impl = self._consumer = self._lite = AsyncLitePullConsumer(group, namesrv_addr, **options)
 
-    def assign(self, mqs: list[MessageQueue], sub_expression: str | None = "*") -> None:
+    def assign(self, mqs: list[MessageQueue],
+               sub_expression: str | MessageSelector | None = "*") -> None:
         if self._loop is None:
             self._lite.set_assignment(mqs, sub_expression)
         else:

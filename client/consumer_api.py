@@ -34,6 +34,8 @@ from client.instance import MQClientInstance
 from client.pull_result import PULL_STATUS_BY_CODE, PullResult, PullStatus, RawPullResult
 from client.subscription import SubscriptionData
 from protocol.body import pack_body, unpack_body
+from protocol.client_data import CheckClientRequestBody
+from protocol.client_data import SubscriptionData as WireSubscription
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
@@ -77,8 +79,8 @@ def pull_request(group: str, mq: MessageQueue, sub: SubscriptionData, offset: in
         commit_offset=commit_offset,
         suspend_timeout_millis=suspend_timeout_millis,
         subscription=sub.sub_string,
-        sub_version=0,
-        expression_type="TAG",
+        sub_version=sub.sub_version,
+        expression_type=sub.expression_type,
     )
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, header.to_fields())
 
@@ -231,8 +233,9 @@ class ConsumerAPI:
         return addr
 
     async def fetch_consume_offset(self, mq: MessageQueue) -> int:
-        """The group's stored offset of ``mq`` (from the master, else a slave),
-        or -1 when the broker has none."""
+        """The group's offset of ``mq`` as the broker answers it (from the
+        master, else a slave): stored, or 0 for a group with none while the
+        queue's first message is in memory; -1 for QUERY_NOT_FOUND."""
         addr = await self._admin(mq)
         header = QueryConsumerOffsetRequestHeader(self.group, mq.topic, mq.queue_id)
         cmd = RemotingCommand.request(RequestCode.QUERY_CONSUMER_OFFSET, header.to_fields())
@@ -368,6 +371,21 @@ class ConsumerAPI:
 
     async def unlock_batch(self, broker_name: str, topic: str, mqs: list[MessageQueue]) -> None:
         await self._lock_request(RequestCode.UNLOCK_BATCH_MQ, broker_name, topic, mqs)
+
+
+    async def check_client_in_broker(self, addr: str, sub: SubscriptionData) -> None:
+        """CHECK_CLIENT_CONFIG: whether the broker at ``addr`` filters by ``sub``.
+        Raises MQBrokerError when it does not (SQL92 without
+        ``enablePropertyFilter``, an expression it cannot compile)."""
+        body = CheckClientRequestBody(self.instance.client_id, self.group, WireSubscription(
+            sub.topic, sub.sub_string, sorted(sub.tags_set or ()), sorted(sub.code_set or ()),
+            sub.expression_type, sub.sub_version))
+        cmd = RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, {},
+                                      body=pack_body(body.to_dict()))
+        what = f"check {sub.expression_type} subscription of {sub.topic} in broker"
+        response = await self._invoke(addr, cmd, None, what)
+        if response.code != ResponseCode.SUCCESS:
+            raise MQBrokerError(response.code, response.remark, addr, context=what)
 
 
 def _mq_dict(mq: MessageQueue) -> dict[str, Any]:

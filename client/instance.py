@@ -5,9 +5,11 @@ the same name servers share one instance (``acquire`` / ``release``, with
 reference counting; the registry is per trio run). It owns:
 
 - a ``RemotingClient`` (one connection per broker or name server address);
-- the name-server list (``"a:9876;b:9876"``), tried in turn: a request goes
-  to the current name server and moves on to the next one when it cannot be
-  reached, and the next request starts from the one that answered;
+- the name-server list (``"a:9876;b:9876"``; ``NAMESRV_ADDR`` when none is
+  given, ``client_namesrv_addr``): one name server is picked at random when
+  the instance is made and asked while it answers; when it cannot be reached
+  or does not answer within the request's timeout the next ones are tried in
+  turn, and the first that answers is kept (``protocol.namesrv_addr``);
 - the route cache: topic -> TopicRouteData, the publish info (writable
   queues) and subscribe queues derived from it, and broker name -> addresses.
   Routes are refreshed every ``poll_name_server_interval`` seconds by a
@@ -58,11 +60,24 @@ from client.route_info import default_topic_route, publish_queues, subscribe_que
 from client.service import ServiceNursery
 from client.validators import AUTO_CREATE_TOPIC_KEY
 from protocol.body import pack_body, unpack_body
+from protocol.client_data import ResetOffsetBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
-from protocol.headers import CheckTransactionStateRequestHeader, GetRouteInfoRequestHeader
+from protocol.headers import (
+    CheckTransactionStateRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    GetRouteInfoRequestHeader,
+    ResetOffsetRequestHeader,
+)
 from protocol.message import MessageConst, MessageExt, MessageQueue
+from protocol.namesrv_addr import (
+    NamesrvSelector,
+    NoNamesrvAnswered,
+    ask_in_turn,
+    resolve_namesrv_addr,
+    split_namesrv_addr,
+)
 from protocol.record import decode_record
 from protocol.route import MASTER_ID, TopicRouteData
 from protocol.trio import HandlerTable, RemotingClient, RemotingError, split_addr
@@ -75,6 +90,7 @@ from protocol.trio.tls import ClientTls, TlsConfigError, client_tls, client_tls_
 
 log = structlog.get_logger("client.instance")
 
+DEFAULT_NAMESRV_ADDR = "127.0.0.1:9876"
 DEFAULT_REQUEST_TIMEOUT = 3.0
 DEFAULT_POLL_NAME_SERVER_INTERVAL = 30.0
 DEFAULT_TOPIC_QUEUE_NUMS = 4
@@ -98,6 +114,14 @@ class ConsumerInner(Protocol):
 
     async def persist_consumer_offset(self) -> None: ...
 
+    def running_info(self, jstack: bool = False) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO's body (client/running_info.py)."""
+        ...
+
+    async def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: the broker moved the group's offsets."""
+        ...
+
 
 # Called on the event loop with (broker address, check header, half message);
 # must not block (a transaction producer queues the check).
@@ -114,11 +138,20 @@ HEARTBEAT_BUSY_RETRIES = 4
 HEARTBEAT_BUSY_BACKOFF = 0.5
 
 
+def client_namesrv_addr(namesrv_addr: str | None) -> str:
+    """The name servers a producer or consumer uses: ``namesrv_addr`` when given,
+    else the ``NAMESRV_ADDR`` environment variable (as RocketMQ's clients), else
+    ``127.0.0.1:9876``."""
+    resolved = resolve_namesrv_addr(namesrv_addr, DEFAULT_NAMESRV_ADDR)
+    assert resolved is not None
+    return resolved
+
+
 def parse_namesrv_addr(namesrv_addr: str) -> list[str]:
     """``"a:9876;b:9876"`` -> ``["a:9876", "b:9876"]``. Raises MQClientError."""
     if not isinstance(namesrv_addr, str):
         raise MQClientError("the name server address must be a string like 'host:9876;host2:9876'")
-    addrs = [a.strip() for a in namesrv_addr.split(";") if a.strip()]
+    addrs = split_namesrv_addr(namesrv_addr)
     if not addrs:
         raise MQClientError("no name server address given")
     for addr in addrs:
@@ -222,6 +255,8 @@ class MQClientInstance:
         self.handlers = handlers or HandlerTable()
         self.handlers.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self.handlers.register(RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction)
+        self.handlers.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
+        self.handlers.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         self.instance_name = instance_name or str(os.getpid())
         self.client_id = f"{_local_ip()}@{self.instance_name}"
         self._consumers: dict[str, ConsumerInner] = {}
@@ -231,7 +266,7 @@ class MQClientInstance:
         self._prompt_heartbeat_running = False
         self._rejoining: set[str] = set()  # broker addresses being re-joined (_rejoin)
         self._rebalance_event = trio.Event()
-        self._namesrv_index = int.from_bytes(os.urandom(2), "big") % len(self.namesrv_addrs)
+        self._namesrvs = NamesrvSelector(self.namesrv_addrs)
         self._service = ServiceNursery(f"MQClientInstance[{self.namesrv_addr}]")
         self._remoting: RemotingClient | None = None
         # Open connections by address (RemotingClient's pool, without an await per lookup).
@@ -251,6 +286,7 @@ class MQClientInstance:
         self._heartbeat_guard = Guard(self._log, "heartbeat")
         self._rebalance_guard = Guard(self._log, "rebalance")
         self._persist_guard = Guard(self._log, "persist consumer offsets")
+        self._reset_guard = Guard(self._log, "reset offsets")
 
     # ---- registry ---------------------------------------------------------------
 
@@ -414,27 +450,27 @@ class MQClientInstance:
         self._client().sign(cmd)
         await conn.invoke_oneway(cmd)
 
+    @property
+    def current_namesrv(self) -> str:
+        """The name server the next request goes to first."""
+        return self._namesrvs.current
+
     async def invoke_namesrv(
         self, make_cmd: Callable[[], RemotingCommand], timeout: float | None = None
     ) -> tuple[str, RemotingCommand]:
-        """Send a request to a name server, moving on to the next one while they
-        cannot be reached. Returns (address, response). Each name server gets
-        ``timeout``. Raises MQClientError when none answers."""
-        addrs = self.namesrv_addrs
-        errors: list[str] = []
-        for i in range(len(addrs)):
-            idx = (self._namesrv_index + i) % len(addrs)
-            addr = addrs[idx]
-            try:
-                response = await self.invoke(addr, make_cmd(), timeout)
-            except RemotingError as exc:
-                errors.append(f"{addr}: {exc}")
-                self._log.warning("name server request failed", addr=addr, error=str(exc))
-                continue
-            self._namesrv_index = idx
-            return addr, response
-        self._namesrv_index = (self._namesrv_index + 1) % len(addrs)
-        raise MQClientError("no name server could be reached: " + "; ".join(errors))
+        """Send a request to the current name server, moving on to the next ones
+        while they cannot be reached or do not answer in time; the first that
+        answers becomes the current one. Returns (address, response). Each name
+        server gets ``timeout`` (default ``request_timeout``), so the call is
+        bounded by that times the number of name servers. Raises MQClientError
+        when none answers."""
+        async def ask(addr: str) -> RemotingCommand:
+            return await self.invoke(addr, make_cmd(), timeout)
+
+        try:
+            return await ask_in_turn(self._namesrvs, ask, RemotingError, self._log)
+        except NoNamesrvAnswered as exc:
+            raise MQClientError(f"no name server could be reached: {exc}") from None
 
     # ---- routes -----------------------------------------------------------------
 
@@ -876,6 +912,36 @@ class MQClientInstance:
         self._log.info("consumer ids changed", group=cmd.ext_fields.get("consumerGroup"),
                        broker=conn.remote_addr)
         self.rebalance_immediately()
+
+    def _on_running_info(self, conn: RemotingConnection, cmd: RemotingCommand
+                         ) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (a broker relays an admin's mqadmin consumerStatus)."""
+        h = GetConsumerRunningInfoRequestHeader.from_fields(cmd.ext_fields)
+        consumer = self._consumers.get(h.consumer_group)
+        if consumer is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{h.consumer_group}> "
+                                                           "not exist in this consumer")
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=cmd.encode_body(consumer.running_info(h.jstack_enable)))
+
+    def _on_reset_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (oneway): the broker moved a group's offsets
+        of a topic (mqadmin skipAccumulatedMessage); the group's consumer takes them,
+        for that broker's own queues only (a broker cannot move another's)."""
+        h = ResetOffsetRequestHeader.from_fields(cmd.ext_fields)
+        consumer = self._consumers.get(h.group)
+        if consumer is None or not self._service.running:
+            return
+        body = ResetOffsetBody.from_wire(cmd.decode_body())
+        sender = {name for name, addrs in self._broker_addrs.items()
+                  if conn.remote_addr in addrs.values()}
+        offsets = {mq: o for mq, o in body.offsets.items()
+                   if mq.topic == h.topic and mq.broker_name in sender}
+        if not offsets:
+            return
+        self._log.info("offset reset asked by the broker", group=h.group, topic=h.topic,
+                       broker=conn.remote_addr, queues=len(offsets))
+        self._service.start_soon(self._reset_guard.run, consumer.reset_offset, h.topic, offsets)
 
     async def do_rebalance(self) -> None:
         """Rebalance every registered consumer once. Failures are logged."""

@@ -32,6 +32,7 @@ from client.metrics import POLLED, ClientMetrics
 from client.offset_store import ReadOffsetType
 from client.process_queue import ProcessQueue
 from client.rebalance import AllocateStrategy
+from client.subscription import MessageSelector
 from protocol.message import MessageExt, MessageQueue
 
 _DEF = ConsumerCore.DEFAULTS
@@ -52,7 +53,7 @@ class LitePullConsumer(ConsumerCore):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         message_model: MessageModel = MessageModel.CLUSTERING,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
@@ -107,9 +108,11 @@ class LitePullConsumer(ConsumerCore):
 
     # ---- subscribe / assign ---------------------------------------------------------
 
-    def subscribe(self, topic: str, sub_expression: str | None = "*") -> None:
-        """Consume ``topic`` with queues rebalanced among the group. Raises
-        MQClientError after ``assign`` or for a bad topic/expression."""
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector | None = "*") -> None:
+        """Consume ``topic`` with queues rebalanced among the group, selecting
+        by a tag expression or a MessageSelector. Raises MQClientError after
+        ``assign`` or for a bad topic/expression; ``start`` raises MQBrokerError
+        when a broker does not filter by an SQL92 subscription."""
         if self._assigned is not None:
             raise MQClientError("subscribe and assign cannot be mixed")
         self._subscribe(topic, sub_expression)
@@ -121,14 +124,16 @@ class LitePullConsumer(ConsumerCore):
         if self._instance is not None and self.running:
             self._instance.rebalance_immediately()
 
-    async def assign(self, mqs: list[MessageQueue], sub_expression: str | None = "*") -> None:
+    async def assign(self, mqs: list[MessageQueue],
+                     sub_expression: str | MessageSelector | None = "*") -> None:
         """Consume exactly ``mqs`` (no rebalancing). Queues no longer listed are
         dropped (offsets persisted). Raises MQClientError after ``subscribe``."""
         self.set_assignment(mqs, sub_expression)
         if self.running:
             await self.do_rebalance()
 
-    def set_assignment(self, mqs: list[MessageQueue], sub_expression: str | None = "*") -> None:
+    def set_assignment(self, mqs: list[MessageQueue],
+                       sub_expression: str | MessageSelector | None = "*") -> None:
         """``assign`` without taking effect until the next rebalance (or start)."""
         if self.subscriptions and self._assigned is None:
             raise MQClientError("subscribe and assign cannot be mixed")
@@ -227,7 +232,9 @@ class LitePullConsumer(ConsumerCore):
         await self._offset_store.persist_all(set(self.process_queue_table))
 
     async def committed(self, mq: MessageQueue) -> int:
-        """The offset committed for ``mq`` in the store (-1 when none)."""
+        """The offset committed for ``mq`` in the store (-1 when none). As
+        RocketMQ's, a broker answers 0 for a clustering group with none while
+        the queue's first message is still in memory."""
         self._running_instance()
         assert self._offset_store is not None
         return await self._offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
@@ -235,6 +242,18 @@ class LitePullConsumer(ConsumerCore):
     async def persist_consumer_offset(self) -> None:
         if self.auto_commit:
             await super().persist_consumer_offset()
+
+    async def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """As ConsumerCore's; what was polled but not committed of those queues is
+        forgotten (commit_sync must not write the old offsets back)."""
+        await super().reset_offset(topic, offsets)
+        for mq in offsets:  # polled from the old queues (poll skips them once dropped)
+            if mq.topic == topic:
+                self._polled.pop(mq, None)
+
+    def running_properties(self) -> dict[str, str]:
+        return {**super().running_properties(), "autoCommit": str(self.auto_commit).lower(),
+                "pullThresholdForAll": str(self.pull_threshold_for_all)}
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:
         """Consume ``mq`` from ``offset`` on: buffered messages of it are dropped.
@@ -250,6 +269,7 @@ class LitePullConsumer(ConsumerCore):
             raise MQClientError(f"seek offset {offset} of {mq} is outside [{lo}, {hi}]")
         async with self._rebalance_lock:
             pq.dropped = True
+            await self._stop_pull(mq)
             pq.clear()
             self.process_queue_table.pop(mq, None)
             self._polled.pop(mq, None)

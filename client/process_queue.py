@@ -6,6 +6,12 @@ sorted map: its first key is the lowest offset not yet consumed, which is
 what the consumer commits. Orderly consumption moves messages to a
 "consuming" map while the listener runs; ``commit`` drops them and
 ``make_message_to_consume_again`` puts them back in front.
+
+``last_pull_time`` is when the queue's pull task last went round its loop
+(a pull sent, a flow-control pause, a back-off): a push consumer drops a
+queue whose task has not done so for ``pull_max_idle_s`` (RocketMQ's
+isPullExpired, 120 s) and takes it again, so a stuck pull cannot hold a
+queue for ever. Times are ``trio.current_time()`` values, passed in.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from protocol.message import MessageExt
 
 REBALANCE_LOCK_MAX_LIVE_TIME = 30.0  # s a broker lock is trusted without renewal
 REBALANCE_LOCK_INTERVAL = 20.0  # s between lock renewals
+PULL_MAX_IDLE_TIME = 120.0  # s without a pull before a push consumer drops the queue
 
 
 class ProcessQueue:
@@ -25,7 +32,7 @@ class ProcessQueue:
         "version",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, now: float = 0.0) -> None:
         self.msgs: dict[int, MessageExt] = {}
         self.consuming: dict[int, MessageExt] = {}
         self.msg_count = 0
@@ -34,8 +41,8 @@ class ProcessQueue:
         self.dropped = False
         self.locked = False
         self.last_lock_time = 0.0
-        self.last_pull_time = 0.0
-        self.last_consume_time = 0.0
+        self.last_pull_time = now
+        self.last_consume_time = now
         self.consuming_flag = False  # orderly: a consume task holds this queue's messages
         self.version = 0
 
@@ -140,3 +147,9 @@ class ProcessQueue:
 
     def lock_expired(self, now: float) -> bool:
         return now - self.last_lock_time > REBALANCE_LOCK_MAX_LIVE_TIME
+
+    # ---- pull liveness --------------------------------------------------------------
+
+    def pull_expired(self, now: float, max_idle: float = PULL_MAX_IDLE_TIME) -> bool:
+        """No pull for more than ``max_idle`` s (RocketMQ's isPullExpired)."""
+        return now - self.last_pull_time > max_idle

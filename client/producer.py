@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -31,18 +31,21 @@ import trio
 
 from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQBrokerError, MQClientError
+from client.hooks import SendMessageContext, SendMessageHook, send_hooks
 from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
     DEFAULT_TOPIC_QUEUE_NUMS,
     MQClientInstance,
+    client_namesrv_addr,
     resolve_tls,
 )
 from client.metrics import FAILED, ONEWAY, ClientMetrics
 from client.publish_info import TopicPublishInfo
 from client.send_future import SendCallback, SendFuture
-from client.send_result import SEND_STATUS_BY_CODE, SendResult
+from client.send_result import SEND_STATUS_BY_CODE, SendResult, region_and_trace_switch
 from client.service import ServiceNursery
+from client.trace import PRODUCE, AsyncTraceDispatcher, SendMessageTraceHook, check_trace_topic
 from client.validators import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -76,6 +79,30 @@ DEFAULT_COMPRESS_OVER = 4 * 1024
 DEFAULT_COMPRESS_LEVEL = 5
 _UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 _DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
+
+_RECONSUME_TIME = MessageConst.PROPERTY_RECONSUME_TIME
+_MAX_RECONSUME_TIMES = MessageConst.PROPERTY_MAX_RECONSUME_TIMES
+
+
+def retry_header_fields(props: dict[str, str]) -> tuple[dict[str, str], dict[str, int]]:
+    """A message to a ``%RETRY%`` topic carries its reconsume times in the send
+    header, not in properties (RocketMQ's DefaultMQProducerImpl.sendKernelImpl):
+    ``props`` without ``RECONSUME_TIME``/``MAX_RECONSUME_TIMES``, and the header
+    fields ``reconsumeTimes``/``maxReconsumeTimes`` they become. The broker
+    stores such a message in the group's DLQ once its reconsume times reach
+    the limit. Raises MQClientError for a value that is not a count."""
+    out = dict(props)
+    fields: dict[str, int] = {}
+    for prop, field in ((_RECONSUME_TIME, "reconsumeTimes"),
+                        (_MAX_RECONSUME_TIMES, "maxReconsumeTimes")):
+        raw = out.pop(prop, None)
+        if raw is None:
+            continue
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 10 and int(raw) < 2**31):
+            raise MQClientError(f"property {prop} must be a count, not {raw!r}")
+        fields[field] = int(raw)
+    return out, fields
+
 
 # send_async yields to the scheduler once per this many queued messages.
 ASYNC_YIELD_EVERY = 64
@@ -158,6 +185,7 @@ class _Prepared:
     fields: dict[str, Any]
     body: bytes
     msg_id: str
+    messages: Sequence[Message]  # what the hooks see: the message, or the batch's
 
 
 @dataclass(slots=True)
@@ -177,7 +205,8 @@ class Producer:
 
     Args:
         group: producer group name (``^[%|a-zA-Z0-9_-]+$``).
-        namesrv_addr: name servers, ``;``-separated.
+        namesrv_addr: name servers, ``;``-separated (default: the NAMESRV_ADDR
+            environment variable, else 127.0.0.1:9876).
         send_msg_timeout: seconds for a whole send, retries included.
         retry_times_when_send_failed: extra attempts (on another broker).
         max_message_size: largest body (and encoded batch) accepted, bytes.
@@ -192,6 +221,10 @@ class Producer:
         compress_level: zlib level of that compression (RocketMQ's default 5).
         metrics: a ``client.metrics.ClientMetrics`` recording sends and their
             latency in the user's Prometheus registry (None: no metrics, no cost).
+        enable_msg_trace: record every send in the trace topic (RocketMQ's
+            enableMsgTrace; client/trace.py, docs/trace.md).
+        customized_trace_topic: the trace topic (RocketMQ's customizedTraceTopic;
+            default ``RMQ_SYS_TRACE_TOPIC``).
 
     Raises MQClientError for an invalid group name or setting.
     """
@@ -199,7 +232,7 @@ class Producer:
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         send_msg_timeout: float = 3.0,
         retry_times_when_send_failed: int = 2,
@@ -218,8 +251,12 @@ class Producer:
         tls_ca_path: str | None = None,
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         check_group(group, DEFAULT_PRODUCER_GROUP)
+        self.enable_msg_trace = bool(enable_msg_trace)
+        self.customized_trace_topic = check_trace_topic(customized_trace_topic)
         self.credentials = resolve_credentials(credentials, access_key, secret_key)
         self.tls = resolve_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path)
         if send_msg_timeout <= 0:
@@ -237,7 +274,7 @@ class Producer:
         if not -1 <= compress_level <= 9:
             raise MQClientError("compress_level must be a zlib level, -1..9")
         self.group = group
-        self.namesrv_addr = namesrv_addr
+        self.namesrv_addr = client_namesrv_addr(namesrv_addr)
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.max_message_size = max_message_size
@@ -258,7 +295,9 @@ class Producer:
         self._topics = TopicChecker()
         self._header_templates: dict[tuple[str, bool], dict[str, Any]] = {}
         self._submits_since_yield = 0
-        self._log = log.bind(group=group, namesrv=namesrv_addr)
+        self._log = log.bind(group=group, namesrv=self.namesrv_addr)
+        self._send_hooks = send_hooks(self._log)
+        self.trace_dispatcher: AsyncTraceDispatcher | None = None
 
     # ---- lifecycle --------------------------------------------------------------
 
@@ -283,6 +322,8 @@ class Producer:
             raise
         try:
             self._register(self._instance, self._service)
+            if self.enable_msg_trace:
+                await self._start_trace()
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._service.stop()
@@ -290,6 +331,19 @@ class Producer:
             raise
         self._state = _State.RUNNING
         self._log.info("producer started")
+
+    async def _start_trace(self) -> None:
+        dispatcher = AsyncTraceDispatcher(
+            self.group, PRODUCE, self.namesrv_addr, self.customized_trace_topic,
+            credentials=self.credentials, tls=self.tls)
+        await dispatcher.start()
+        self.trace_dispatcher = dispatcher
+        self._send_hooks.register(SendMessageTraceHook(dispatcher))
+
+    def register_send_message_hook(self, hook: SendMessageHook) -> None:
+        """Call ``hook`` around every attempt of every send (client/hooks.py).
+        Raises MQClientError for an object without the hook's methods."""
+        self._send_hooks.register(hook)
 
     def _register(self, instance: MQClientInstance, service: ServiceNursery) -> None:
         """Make the producer known to the client instance (a subclass adds what
@@ -315,6 +369,8 @@ class Producer:
                 await self._service.stop()
             if self._async_rx is not None:
                 self._fail_queued_jobs(self._async_rx)
+            if self.trace_dispatcher is not None:
+                await self.trace_dispatcher.shutdown()
             if self._instance is not None:
                 with trio.move_on_after(self._instance.request_timeout):
                     await self._instance.unregister_producer(self.group)
@@ -383,7 +439,12 @@ class Producer:
         uniq = props.get(_UNIQ_KEY)
         if not uniq:
             uniq = props[_UNIQ_KEY] = create_uniq_id()
+        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            props, times = retry_header_fields(props)
+        else:
+            times = {}
         fields = self._header(msg.topic, msg.flag, encode_properties(props), False)
+        fields.update(times)
         body = bytes(msg.body)
         over = self.compress_msg_body_over_howmuch
         if over and len(body) >= over:
@@ -391,7 +452,7 @@ class Producer:
             if len(packed) < len(body):  # an incompressible body goes as it is
                 body = packed
                 fields["sysFlag"] = FLAG_COMPRESSED
-        return _Prepared(RequestCode.SEND_MESSAGE, msg.topic, fields, body, uniq)
+        return _Prepared(RequestCode.SEND_MESSAGE, msg.topic, fields, body, uniq, (msg,))
 
     def _prepare_batch(self, msgs: Iterable[Message]) -> _Prepared:
         batch = list(msgs)
@@ -417,7 +478,8 @@ class Producer:
                 f"over the maximum {max_size}; split it"
             )
         fields = self._header(topic, 0, "", True)
-        return _Prepared(RequestCode.SEND_BATCH_MESSAGE, topic, fields, body, ",".join(ids))
+        return _Prepared(RequestCode.SEND_BATCH_MESSAGE, topic, fields, body, ",".join(ids),
+                         batch)
 
     # ---- sending ----------------------------------------------------------------
 
@@ -439,30 +501,51 @@ class Producer:
     async def _send_kernel(
         self, prepared: _Prepared, mq: MessageQueue, deadline: float
     ) -> SendResult:
+        """One attempt, between the send hooks when there are any."""
         instance = self._sending_instance()
         addr = await self._broker_addr(instance, mq)
+        hooks = self._send_hooks
+        ctx: SendMessageContext | None = None
+        if hooks.hooks:  # a list: the usual, empty case costs one truth test
+            ctx = SendMessageContext(self.group, prepared.messages, mq, addr,
+                                     prepared.code == RequestCode.SEND_BATCH_MESSAGE)
+            hooks.before(ctx)
         fields = dict(prepared.fields)
         fields["queueId"] = mq.queue_id
         cmd = RemotingCommand.request(prepared.code, fields, prepared.body)
-        remaining = deadline - trio.current_time()
-        if remaining <= 0:
-            raise MQClientError(f"send to {mq} timed out")
-        response = await instance.invoke(addr, cmd, remaining)
-        status = SEND_STATUS_BY_CODE.get(response.code)
-        if status is None:
-            raise MQBrokerError(response.code, response.remark, addr, context=f"send to {mq}")
         try:
-            header = SendMessageResponseHeader.from_fields(response.ext_fields)
-        except ProtocolError as exc:
-            raise MQClientError(f"bad send response from {addr}: {exc}") from exc
-        return SendResult(
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                raise MQClientError(f"send to {mq} timed out")
+            response = await instance.invoke(addr, cmd, remaining)
+            status = SEND_STATUS_BY_CODE.get(response.code)
+            if status is None:
+                raise MQBrokerError(response.code, response.remark, addr,
+                                    context=f"send to {mq}")
+            try:
+                header = SendMessageResponseHeader.from_fields(response.ext_fields)
+            except ProtocolError as exc:
+                raise MQClientError(f"bad send response from {addr}: {exc}") from exc
+        except Exception as exc:
+            if ctx is not None:
+                ctx.exception = exc
+                hooks.after(ctx)
+            raise
+        region_id, trace_on = region_and_trace_switch(response.ext_fields)
+        result = SendResult(
             send_status=status,
             msg_id=prepared.msg_id,
             message_queue=MessageQueue(mq.topic, mq.broker_name, header.queue_id),
             queue_offset=header.queue_offset,
             offset_msg_id=header.msg_id,
             transaction_id=header.transaction_id,
+            region_id=region_id,
+            trace_on=trace_on,
         )
+        if ctx is not None:
+            ctx.send_result = result
+            hooks.after(ctx)
+        return result
 
     async def _send(
         self, prepared: _Prepared, mq: MessageQueue | None, deadline: float

@@ -28,6 +28,7 @@ from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
     MQClientInstance,
+    client_namesrv_addr,
     resolve_tls,
 )
 from client.pull_result import PullResult
@@ -38,7 +39,7 @@ from client.range_reader import (
     read_range,
     skip_to_min,
 )
-from client.subscription import SubscriptionData, build_subscription
+from client.subscription import MessageSelector, SubscriptionData, subscription_of
 from client.validators import check_group
 from protocol.message import MessageQueue
 from protocol.route import MASTER_ID
@@ -74,7 +75,8 @@ class PullConsumer:
 
     Args:
         group: consumer group name (``^[%|a-zA-Z0-9_-]+$``).
-        namesrv_addr: name servers, ``;``-separated.
+        namesrv_addr: name servers, ``;``-separated (default: the NAMESRV_ADDR
+            environment variable, else 127.0.0.1:9876).
         pull_timeout: default seconds for one pull.
         request_timeout: seconds for offset and route requests.
         poll_name_server_interval: seconds between route refreshes.
@@ -87,7 +89,7 @@ class PullConsumer:
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
         request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
@@ -107,7 +109,7 @@ class PullConsumer:
         if pull_timeout <= 0 or request_timeout <= 0:
             raise MQClientError("timeouts must be positive")
         self.group = group
-        self.namesrv_addr = namesrv_addr
+        self.namesrv_addr = client_namesrv_addr(namesrv_addr)
         self.pull_timeout = pull_timeout
         self.request_timeout = request_timeout
         self.poll_name_server_interval = poll_name_server_interval
@@ -115,7 +117,7 @@ class PullConsumer:
         self._state = _State.CREATED
         self._instance: MQClientInstance | None = None
         self._api: ConsumerAPI | None = None
-        self._log = log.bind(group=group, namesrv=namesrv_addr)
+        self._log = log.bind(group=group, namesrv=self.namesrv_addr)
 
     # ---- lifecycle --------------------------------------------------------------
 
@@ -178,14 +180,17 @@ class PullConsumer:
     async def pull(
         self,
         mq: MessageQueue,
-        sub_expression: str | None,
+        sub_expression: str | MessageSelector | None,
         offset: int,
         max_nums: int,
         timeout: float | None = None,
     ) -> PullResult:
         """Pull up to ``max_nums`` messages of ``mq`` from ``offset``.
 
-        ``sub_expression``: ``"*"``/``""``/None for all, or ``"tagA || tagB"``.
+        ``sub_expression``: ``"*"``/``""``/None for all, ``"tagA || tagB"``, or
+        a MessageSelector (``MessageSelector.by_sql(...)``: the broker filters
+        by message properties; it answers SYSTEM_ERROR without
+        ``enablePropertyFilter``).
 
         Raises:
             MQClientError: bad arguments or expression, consumer not running,
@@ -201,13 +206,13 @@ class PullConsumer:
         sub, timeout = self._pull_args(mq, sub_expression, timeout)
         return await api.pull(mq, sub, offset, max_nums, timeout=timeout)
 
-    def _pull_args(self, mq: MessageQueue, sub_expression: str | None,
+    def _pull_args(self, mq: MessageQueue, sub_expression: str | MessageSelector | None,
                    timeout: float | None) -> tuple[SubscriptionData, float]:
         """The parsed expression and the pull timeout. Raises MQClientError."""
         if timeout is not None and not timeout > 0:
             raise MQClientError(f"timeout must be positive, got {timeout}")
         try:
-            sub = build_subscription(mq.topic, sub_expression)
+            sub = subscription_of(mq.topic, sub_expression)
         except ValueError as exc:
             raise MQClientError(str(exc)) from exc
         return sub, self.pull_timeout if timeout is None else timeout
@@ -215,7 +220,7 @@ class PullConsumer:
     async def read_range(
         self,
         mq: MessageQueue,
-        sub_expression: str | None,
+        sub_expression: str | MessageSelector | None,
         start: int,
         end: int,
         send: trio.MemorySendChannel[RangeChunk],
@@ -243,7 +248,7 @@ class PullConsumer:
             batch_size=batch_size, in_flight=in_flight, on_offset_moved=on_offset_moved,
         )
 
-    async def read_setup(self, mq: MessageQueue, sub_expression: str | None,
+    async def read_setup(self, mq: MessageQueue, sub_expression: str | MessageSelector | None,
                          timeout: float | None = None) -> ReadSetup:
         """What a reader with a connection of its own needs to pull ``mq``
         (``client.direct_range``): the broker's address (the master, else a
@@ -268,9 +273,10 @@ class PullConsumer:
         await self._running_api().update_consume_offset(mq, offset, self.request_timeout)
 
     async def fetch_consume_offset(self, mq: MessageQueue) -> int:
-        """The group's stored offset of ``mq``, or -1 when the broker has none
-        (QUERY_NOT_FOUND). Reads the master, or a slave when there is no master.
-        Raises MQClientError / MQBrokerError."""
+        """The group's offset of ``mq`` as the broker answers it: the stored
+        one, 0 for a group with none while the queue's first message is still
+        in memory (RocketMQ's rule), or -1 (QUERY_NOT_FOUND). Reads the master,
+        or a slave when there is no master. Raises MQClientError / MQBrokerError."""
         return await self._running_api().fetch_consume_offset(mq)
 
     async def max_offset(self, mq: MessageQueue) -> int:

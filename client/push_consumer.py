@@ -45,10 +45,13 @@ from client.consumer_types import (
 )
 from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQBrokerError, MQClientError
+from client.hooks import ConsumeMessageContext
 from client.instance import resolve_tls
 from client.metrics import EXCEPTION, ClientMetrics, status_name
-from client.process_queue import REBALANCE_LOCK_INTERVAL, ProcessQueue
+from client.process_queue import PULL_MAX_IDLE_TIME, REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
+from client.running_info import PROP_THREADPOOL_CORE_SIZE
+from client.subscription import MessageSelector
 from protocol.message import MessageExt, MessageQueue
 from protocol.trio.service import Guard
 
@@ -64,9 +67,13 @@ class PushConsumer(ConsumerCore):
 
     Args (RocketMQ's names in snake_case):
         group: consumer group.
-        namesrv_addr: name servers, ``;``-separated.
+        namesrv_addr: name servers, ``;``-separated (default: the NAMESRV_ADDR
+            environment variable, else 127.0.0.1:9876).
         message_model: CLUSTERING (default) or BROADCASTING.
-        consume_from_where: where a new group starts (last offset by default).
+        consume_from_where: where a group with no offset on the broker starts
+            (last offset by default). As with RocketMQ, the broker answers 0
+            for a queue whose first message is still in memory, so a new group
+            reads such a queue from its start (docs/compatibility.md).
         consume_timestamp: for CONSUME_FROM_TIMESTAMP: ms, ``yyyyMMddHHmmss``
             or a datetime (default: half an hour ago).
         allocate_strategy: ``client.rebalance`` function (averagely by default).
@@ -80,14 +87,20 @@ class PushConsumer(ConsumerCore):
             setting on the broker (16) for concurrently, unlimited for orderly.
         suspend_current_queue_time_millis: orderly pause after a failure (1000).
         offset_store_dir: broadcasting offsets' directory (~/.rocketmq_offsets).
+        pull_max_idle_s: a queue whose pull task has not run for this long
+            (stuck) is dropped at the next rebalance, its offset persisted, and
+            taken again with a new task (120; RocketMQ's pullMaxIdleTime).
         metrics: a ``client.metrics.ClientMetrics``: messages consumed by the
             listener's answer, listener latency, failures (None: no metrics, no cost).
+        enable_msg_trace: record every listener call (SubBefore, SubAfter) in
+            the trace topic (RocketMQ's enableMsgTrace; docs/trace.md).
+        customized_trace_topic: the trace topic (default ``RMQ_SYS_TRACE_TOPIC``).
     """
 
     def __init__(
         self,
         group: str,
-        namesrv_addr: str = "127.0.0.1:9876",
+        namesrv_addr: str | None = None,
         *,
         message_model: MessageModel = MessageModel.CLUSTERING,
         consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
@@ -103,6 +116,7 @@ class PushConsumer(ConsumerCore):
         max_reconsume_times: int = -1,
         suspend_current_queue_time_millis: int = 1000,
         offset_store_dir: str | os.PathLike[str] | None = None,
+        pull_max_idle_s: float = PULL_MAX_IDLE_TIME,
         request_timeout: float = _DEF["request_timeout"],
         poll_name_server_interval: float = _DEF["poll_name_server_interval"],
         heartbeat_broker_interval: float = _DEF["heartbeat_broker_interval"],
@@ -116,6 +130,8 @@ class PushConsumer(ConsumerCore):
         tls_ca_path: str | None = None,
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
+        enable_msg_trace: bool = False,
+        customized_trace_topic: str | None = None,
     ) -> None:
         super().__init__(
             group, namesrv_addr, credentials=resolve_credentials(credentials, access_key, secret_key), message_model=message_model,
@@ -130,7 +146,9 @@ class PushConsumer(ConsumerCore):
             rebalance_interval=rebalance_interval,
             persist_consumer_offset_interval=persist_consumer_offset_interval,
             offset_store_dir=offset_store_dir, logger_name="client.push_consumer",
-            metrics=metrics,
+            metrics=metrics, pull_max_idle_s=pull_max_idle_s,
+            enable_msg_trace=enable_msg_trace,
+            customized_trace_topic=customized_trace_topic,
         )
         for name, value in (("consume_thread_max", consume_thread_max),
                             ("consume_message_batch_max_size", consume_message_batch_max_size)):
@@ -154,10 +172,12 @@ class PushConsumer(ConsumerCore):
 
     # ---- configuration ---------------------------------------------------------------
 
-    def subscribe(self, topic: str, sub_expression: str | None = "*") -> None:
-        """Subscribe to ``topic`` with ``"*"`` or ``"tagA || tagB"``. Raises
+    def subscribe(self, topic: str, sub_expression: str | MessageSelector | None = "*") -> None:
+        """Subscribe to ``topic`` with ``"*"``, ``"tagA || tagB"`` or a
+        MessageSelector (``MessageSelector.by_sql("a > 5")``). Raises
         MQClientError for a bad topic or expression. Call before ``start``
-        (or later: the next rebalance picks it up)."""
+        (or later: the next rebalance picks it up); ``start`` raises
+        MQBrokerError when a broker does not filter by an SQL92 subscription."""
         self._subscribe(topic, sub_expression)
         if self._instance is not None and self.running:
             self._instance.rebalance_immediately()
@@ -196,7 +216,12 @@ class PushConsumer(ConsumerCore):
             float("inf"))
         self._consume_tx = tx
         try:
-            await self._start_core()
+            await self._start_trace()
+            try:
+                await self._start_core()
+            except BaseException:
+                await self._stop_trace()
+                raise
             self._guard.log = self._log  # now bound with the client id
             assert self._service is not None
             if not self.orderly:
@@ -216,6 +241,7 @@ class PushConsumer(ConsumerCore):
             self._state = ConsumerState.SHUTDOWN
             return
         await self._shutdown_core()
+        await self._stop_trace()
         self._log.info("push consumer shut down")
 
     async def __aenter__(self) -> PushConsumer:
@@ -243,9 +269,19 @@ class PushConsumer(ConsumerCore):
             self._consume_tx.send_nowait((mq, pq, msgs))
 
     async def _call_listener(self, msgs: list[MessageExt], ctx: Any) -> Any:
+        """The listener's answer (None when it raised), between the consume hooks
+        when there are any."""
         assert self._listener is not None
+        hooks = self._consume_hooks
+        hook_ctx: ConsumeMessageContext | None = None
+        if hooks.hooks:  # a list: the usual, empty case costs one truth test
+            hook_ctx = ConsumeMessageContext(self.group, ctx.message_queue, msgs)
+            hooks.before(hook_ctx)
         metrics = self._metrics
-        start = trio.current_time() if metrics is not None else 0.0
+        start = trio.current_time()
+        # the queue's topic (a retry queue's messages show their original topic)
+        mq = getattr(ctx, "message_queue", None)
+        topic = mq.topic if isinstance(mq, MessageQueue) else msgs[0].topic
         try:
             result = self._listener(msgs, ctx)
             # a plain status is the usual answer: no awaitable check (an ABC's) for it
@@ -256,12 +292,33 @@ class PushConsumer(ConsumerCore):
         except Exception as exc:
             self._log.warning("message listener raised", error=repr(exc),
                               msg_ids=[m.msg_id for m in msgs[:8]])
+            now = trio.current_time()
+            self.stats.consumed(topic, now, now - start, 0, len(msgs))
             if metrics is not None:
-                metrics.consume_done(self.group, msgs, EXCEPTION, trio.current_time() - start)
+                metrics.consume_done(self.group, msgs, EXCEPTION, now - start)
+            if hook_ctx is not None:
+                hook_ctx.finish(None, raised=True)
+                hooks.after(hook_ctx)
             return None
+        now = trio.current_time()
+        ok = result in (ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
+        self.stats.consumed(topic, now, now - start, len(msgs) if ok else 0, 0 if ok else len(msgs))
         if metrics is not None:
-            metrics.consume_done(self.group, msgs, status_name(result), trio.current_time() - start)
+            metrics.consume_done(self.group, msgs, status_name(result), now - start)
+        if hook_ctx is not None:
+            hook_ctx.finish(result, raised=False)
+            hooks.after(hook_ctx)
         return result
+
+    def running_properties(self) -> dict[str, str]:
+        return {
+            **super().running_properties(),
+            "consumeThreadMax": str(self.consume_thread_max),
+            "consumeMessageBatchMaxSize": str(self.consume_message_batch_max_size),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "suspendCurrentQueueTimeMillis": str(self.suspend_current_queue_time_millis),
+            PROP_THREADPOOL_CORE_SIZE: str(self.consume_thread_max),
+        }
 
     # ---- concurrently ----------------------------------------------------------------------
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from protocol.codes import ResponseCode
-from protocol.message import MessageQueue
+from protocol.message import MessageConst, MessageQueue
+from protocol.trace_data import DEFAULT_REGION
 
 
 class SendStatus(Enum):
@@ -37,6 +40,8 @@ class SendResult:
     RocketMQ's ``SendResult.msgId``); ``offset_msg_id`` is the broker's
     offset message id (store host + commit-log offset). For a batch both are
     comma-joined, one per message, and ``queue_offset`` is the first message's.
+    ``region_id`` and ``trace_on`` are what the broker answered (its regionId
+    and traceOn): a trace hook records nothing of a send with ``trace_on`` False.
     """
 
     send_status: SendStatus
@@ -45,3 +50,14 @@ class SendResult:
     queue_offset: int
     offset_msg_id: str | None = None
     transaction_id: str | None = None
+    region_id: str = DEFAULT_REGION
+    trace_on: bool = True
+
+
+def region_and_trace_switch(ext_fields: Mapping[str, Any]) -> tuple[str, bool]:
+    """A send response's ``MSG_REGION`` and ``TRACE_ON`` (RocketMQ's
+    processSendResponse: no region is DefaultRegion; only "false" turns trace off)."""
+    region = ext_fields.get(MessageConst.PROPERTY_MSG_REGION)
+    trace_on = ext_fields.get(MessageConst.PROPERTY_TRACE_SWITCH)
+    return (region if isinstance(region, str) and region else DEFAULT_REGION,
+            not (isinstance(trace_on, str) and trace_on == "false"))

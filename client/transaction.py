@@ -162,7 +162,8 @@ class TransactionProducer(Producer):
     Args:
         group: producer group; the brokers ask this group's producers about
             open transactions, so every process of the group needs the listener.
-        namesrv_addr: name servers, ``;``-separated.
+        namesrv_addr: name servers, ``;``-separated (None: the NAMESRV_ADDR
+            environment variable, else 127.0.0.1:9876).
         transaction_listener: a TransactionListener.
         check_workers: checks run at once.
         check_backlog: checks queued while the workers are busy; more are dropped.
@@ -175,7 +176,7 @@ class TransactionProducer(Producer):
     def __init__(
         self,
         group: str,
-        namesrv_addr: str,
+        namesrv_addr: str | None,
         transaction_listener: TransactionListener,
         *,
         check_workers: int = DEFAULT_CHECK_WORKERS,

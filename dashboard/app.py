@@ -45,12 +45,15 @@ from dashboard.data import (
     parse_topic_form,
 )
 from dashboard.guard import Guard, Security, cookie_header, visitor
+from protocol.names import RMQ_SYS_TRACE_TOPIC
 
 log = structlog.get_logger("dashboard")
 
 HERE = Path(__file__).parent
 MAX_FORM_BYTES = 16 * 1024
 MSG_ID = re.compile(r"[0-9A-Fa-f]{16,64}")
+# a message id page shows the trace of at most this many of its messages
+MAX_TRACED_ROWS = 8
 # scrypt checks run at once (each takes 16 MiB and ~50 ms of a CPU): a flood
 # of login attempts queues here instead of taking the memory and every thread
 LOGIN_CHECKS_AT_ONCE = 2
@@ -243,7 +246,7 @@ async def messages_page(request: Request) -> Response:
     now_ms = int(time.time() * 1000)
     ctx: dict[str, Any] = {
         "mode": mode, "body_mode": body_mode, "rows": None, "truncated": False,
-        "q": dict(q), "max_messages": MAX_MESSAGES,
+        "q": dict(q), "max_messages": MAX_MESSAGES, "trace_topic": RMQ_SYS_TRACE_TOPIC,
         "default_begin": fmt_ts(now_ms - 3600_000)[:16].replace(" ", "T"),
         "default_end": fmt_ts(now_ms + 60_000)[:16].replace(" ", "T"),
     }
@@ -271,7 +274,10 @@ async def messages_page(request: Request) -> Response:
                 raise InputError("message id: 16 to 64 hex digits (an offset msgId or a "
                                  "producer's unique key)")
             topic_s = q.get("topic", "").strip()
+            trace_topic = check_topic_name(q.get("traceTopic", "").strip() or RMQ_SYS_TRACE_TOPIC)
             ctx["rows"] = await data.by_id(msg_id, check_topic_name(topic_s) if topic_s else None)
+            ctx["trace_topic"] = trace_topic
+            await data.add_traces(ctx["rows"][:MAX_TRACED_ROWS], trace_topic)
         elif mode:
             raise InputError(f"unknown query mode {mode[:20]!r}")
     except InputError as exc:

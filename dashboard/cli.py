@@ -29,6 +29,7 @@ from dashboard.auth import (
 from dashboard.data import DEFAULT_TIMEOUT
 from dashboard.guard import Security
 from protocol.logs import configure_logging
+from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 
 
 def hypercorn_config(host: str, port: int, certfile: Path | None = None,
@@ -100,7 +101,8 @@ def add_user_command(users_file: Path | None, name: str, password_stdin: bool) -
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-n", "--namesrvAddr", "namesrv", default=None,
+@click.option("-n", "--namesrvAddr", "namesrv", default=None, envvar=NAMESRV_ADDR_ENV,
+              show_envvar=True,
               help='Name server address list, "host:port;host:port" (required to serve).')
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to listen on (0.0.0.0 or :: to serve other hosts; needs "
@@ -140,7 +142,7 @@ def main(namesrv: str | None, host: str, port: int, timeout: float, users_file: 
             add_user_command(users_file, add_user_name, password_stdin)
             return
         if not namesrv:
-            raise click.UsageError("give the name servers: -n host:port")
+            raise click.UsageError(f"give the name servers: -n host:port (or {NAMESRV_ADDR_ENV})")
         if (certfile is None) != (keyfile is None):
             raise click.UsageError("--certfile and --keyfile go together")
         security = security_of(host, users_file, no_login, read_only, allowed_hosts,

@@ -28,10 +28,12 @@ from protocol.message import MessageExt, MessageQueue
 from protocol.names import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
+    RMQ_SYS_TRACE_TOPIC,
     group_problem,
     topic_problem,
 )
 from protocol.route import PERM_RW, perm_to_string
+from protocol.trace_data import TraceView
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
 
@@ -181,6 +183,14 @@ class BrokerRow:
 class MessageRow:
     msg: MessageExt
     broker_name: str
+    # its trace (message id pages): the records found, or why none could be read
+    trace: list[TraceView] | None = None
+    trace_error: str | None = None
+
+    @property
+    def client_msg_id(self) -> str:
+        """The id trace records use: the producer's unique key, else the offset id."""
+        return self.msg.uniq_key or self.msg.msg_id
 
     @property
     def store_time(self) -> str:
@@ -462,6 +472,22 @@ class DashboardData:
             return [MessageRow(m, _broker_of(m)) for m in msgs if m.uniq_key == msg_id]
 
         return await self._bounded(f"message {msg_id}", go)
+
+    async def trace(self, msg_id: str, trace_topic: str = RMQ_SYS_TRACE_TOPIC
+                    ) -> list[TraceView]:
+        """The trace records of a message (``MQAdmin.query_msg_trace``), at most
+        MAX_MESSAGES trace messages read."""
+        return await self._bounded(
+            f"trace of {msg_id} in {trace_topic}",
+            lambda: self.admin.query_msg_trace(msg_id, trace_topic, MAX_MESSAGES))
+
+    async def add_traces(self, rows: list[MessageRow], trace_topic: str) -> None:
+        """Each row's trace, or the reason it could not be read (no trace topic...)."""
+        for row in rows:
+            try:
+                row.trace = await self.trace(row.client_msg_id, trace_topic)
+            except DataError as exc:
+                row.trace_error = str(exc)
 
     async def by_time(self, topic: str, begin_ms: int, end_ms: int) -> tuple[list[MessageRow], bool]:
         """Messages of ``topic`` stored in ``[begin_ms, end_ms)``, queue by queue,

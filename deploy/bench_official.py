@@ -13,8 +13,9 @@ temporary store, ASYNC_FLUSH), creates one topic of 4 queues, then measures:
 COUNT messages of SIZE bytes each (default 20,000 of 1 KiB). Both producers
 write to the topic (after one warm-up send each, not timed); each consumer
 then reads COUNT messages of it from offset 0 in a new group of its own
-(the C++ one's offsets are set to 0 before it starts, as it would otherwise
-begin at the queues' end) and is timed from its first message to its COUNT-th
+(the C++ one's offsets are set to 0 before it starts: a new group starts at 0
+only while a queue's first message counts as in memory, see
+docs/compatibility.md, which a large COUNT can pass) and is timed from its first message to its COUNT-th
 (as ``mqbench push``). The "with start-up" column adds the client's start
 (and a producer's warm-up send; a consumer's rebalance and first pulls).
 
@@ -233,8 +234,9 @@ async def create_topic(namesrv: str, broker_addr: str, topic: str) -> None:
 
 async def offsets_to_zero(namesrv: str, topic: str, group: str) -> None:
     """Commit offset 0 of every queue for ``group``: a C++ push consumer of a new
-    group would start at the queues' end (it has no CONSUME_FROM_FIRST_OFFSET
-    setting in this wrapper)."""
+    group starts at the queues' end once their first messages no longer count
+    as in memory (accessMessageInMemoryMaxRatio; a large COUNT), and it has no
+    CONSUME_FROM_FIRST_OFFSET setting in this wrapper."""
     from client.admin import MQAdmin
 
     async with MQAdmin(namesrv) as admin:

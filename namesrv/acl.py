@@ -16,7 +16,10 @@ routes, nor serve twice.
 
 ``guard_table`` wraps a HandlerTable's handlers: a refusal answers
 NO_PERMISSION with a remark naming what is missing (a oneway request is
-dropped), is logged, and the connection stays usable.
+dropped), is logged, and the connection stays usable once a request on it was
+let in. ``header_gate`` asks the same of a connection not yet authenticated, on
+a request's header (protocol/trio/preauth.py): an unsigned request there is
+refused before its body is read and its connection closed.
 """
 
 from __future__ import annotations
@@ -61,6 +64,12 @@ def decide_request(config: AclConfig | None, conn: Any, cmd: RemotingCommand,
     host = remote_host(getattr(conn, "remote_addr", "?"))
     return bound_decision(cmd, binding, lambda signature_ok: decide(
         config, cmd.code, fields, host, signature_ok))
+
+
+def header_gate(config: Callable[[], AclConfig | None],
+                on_refusal: OnRefusal | None = None) -> guard.HeaderGate:
+    """The broker's header gate (broker.acl.guard) with the name server's ``decide``."""
+    return guard.HeaderGate(config, on_refusal, decide_fn=decide_request, logger=log)
 
 
 def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],

@@ -8,6 +8,7 @@ from namesrv.kv_config import KVLimits
 from protocol.config import ConfigError, PropertiesConfig, key_of
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.limits import ConnectionLimits, limits_of
+from protocol.trio.preauth import DEFAULT_PRE_AUTH_BUDGET, pre_auth_problem
 from protocol.trio.tls import (
     ServerTls,
     TlsConfigError,
@@ -56,6 +57,12 @@ class NamesrvConfig(PropertiesConfig):
     acl_strict_signature: bool = False
     # most bound data-path signatures remembered against replays (~220 bytes each)
     acl_replay_cache_size: int = 100_000
+    # before a connection is authenticated (a request on it passed the ACL check;
+    # docs/security/decoding-limits.md): the largest frame it may send (0: the header
+    # limit, 256 KiB, + 4 MiB + 64 KiB), and the bytes of partial frames all
+    # such connections may hold together
+    acl_pre_auth_max_frame_bytes: int = 0
+    acl_pre_auth_read_budget_bytes: int = DEFAULT_PRE_AUTH_BUDGET
     # connections (protocol/trio/limits.py), as the broker's keys
     server_channel_max_idle_time_seconds: int = 120
     frame_read_timeout_seconds: int = 30
@@ -93,6 +100,9 @@ class NamesrvConfig(PropertiesConfig):
                            ("aclReplayCacheSize", self.acl_replay_cache_size)):
             if value <= 0:
                 raise ConfigError(f"{key} must be positive, not {value}")
+        problem = pre_auth_problem(self)
+        if problem is not None:
+            raise ConfigError(problem)
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")

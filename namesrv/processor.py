@@ -1,12 +1,12 @@
 """Request handlers of the name server, keyed by request code.
 
 REGISTER_BROKER is decoded and applied in steps (``register_steps``): the
-body is inflated a MiB at a time, its topic table read one entry at a time
-from a streaming body reader and checked in chunks, and the route tables
-updated in chunks (RouteInfoManager.register_steps). A small registration
-runs all steps at once; a large one runs as a task of its connection with a
-checkpoint between steps (``pause``), so look-ups keep being answered while a
-broker with 100,000 topics registers. Nothing is applied before the whole
+body is inflated as it is read, READ_SIZE at a time, its topic table read
+one entry at a time from a streaming body reader and checked in chunks, and
+the route tables updated in chunks (RouteInfoManager.register_steps). A
+small registration runs all steps at once; a large one runs as a task of its
+connection with a checkpoint between steps (``pause``), so look-ups keep
+being answered while a broker with 100,000 topics registers. Nothing is applied before the whole
 body has been checked: a bad topic refuses the registration as a whole.
 
 A registration or unregistration that conflicts with a live registration of
@@ -17,7 +17,6 @@ brokers behind NAT or with several interfaces register that way.
 
 from __future__ import annotations
 
-import codecs
 import gc
 import io
 import ipaddress
@@ -36,7 +35,7 @@ from namesrv.route_info import (
     drain,
     same_connection,
 )
-from protocol.codecs.base import UNKNOWN_LENGTH, BodyReader, Codec, NotAMapError
+from protocol.codecs.base import READ_SIZE, UNKNOWN_LENGTH, BodyReader, Codec, NotAMapError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand, default_codec
 from protocol.errors import ProtocolError, RemoteProtocolError
@@ -70,7 +69,6 @@ ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 # Plain bodies up to this many bytes (~100 topics) are applied inline; larger or
 # compressed ones (a small one may inflate 1000-fold) in steps.
 INLINE_BODY_MAX = 16 * 1024
-READ_SIZE = 256 * 1024  # bytes the body reader takes (and inflates) at a time
 
 Steps = Generator[None, None, Any]
 
@@ -131,20 +129,30 @@ def _topic_entry(name: object, raw: object, max_queue_nums: int) -> TopicConfig:
     return cfg
 
 
-def _text_steps(stream: io.RawIOBase | io.BytesIO) -> Steps:
-    """All of ``stream`` as UTF-8 text, read (inflated) and decoded a
-    READ_SIZE at a time with a step after each: the one copy left, joining
-    the pieces, takes about 10 ms for 64 MiB."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    pieces: list[str] = []
-    try:
-        while chunk := stream.read(READ_SIZE):
-            pieces.append(decoder.decode(chunk))
-            yield
-        pieces.append(decoder.decode(b"", final=True))
-    except UnicodeDecodeError as exc:
-        raise RemoteProtocolError(f"undecodable body: {exc}") from exc
-    return "".join(pieces)
+class _Paced:
+    """A body stream read through, and when its parse takes a step: after
+    every ``chunk`` entries of a map or list, and at the first entry after
+    READ_SIZE more bytes have been read (inflated). A value may take 16 KiB
+    (BODY_ENTRY) and the whitespace around it as much: a thousand of them,
+    read in one step, held the loop for 160 ms."""
+
+    def __init__(self, stream: io.RawIOBase | io.BytesIO, chunk: int) -> None:
+        self._stream = stream
+        self._chunk = chunk
+        self.taken = 0  # bytes read
+        self._stepped = 0  # ... at the last step
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size) or b""
+        self.taken += len(data)
+        return data
+
+    def due(self, entry: int) -> bool:
+        """Whether to take a step before ``entry`` (its index in its map or list)."""
+        if (entry and entry % self._chunk == 0) or self.taken - self._stepped >= READ_SIZE:
+            self._stepped = self.taken
+            return True
+        return False
 
 
 def _entries(reader: BodyReader, n: int | None) -> Iterator[int]:
@@ -164,24 +172,22 @@ def parse_register_steps(stream: io.RawIOBase | io.BytesIO, out: RegisterBody,
                          max_queue_nums: int, chunk: int = DEFAULT_CHUNK,
                          codec: Codec | None = None) -> Steps:
     """Read a register body from ``stream`` (the plain bytes, or ``Inflating``)
-    into ``out``, an entry at a time, yielding every ``chunk`` topics. The body
-    is in ``codec`` (the request's; msgpack by default). Each value (a topic's
+    into ``out``, an entry at a time, yielding every ``chunk`` entries (topics,
+    deleted names, the body's own keys) and every READ_SIZE bytes read
+    (``_Paced``). The body is in ``codec`` (the request's; msgpack by
+    default), read as a stream, never held whole. Each value (a topic's
     config, a dataVersion, an unknown key's value) is read within the codec's
     BODY_ENTRY limits, so no entry builds more than a few containers. Raises
     RemoteProtocolError on anything malformed or past those limits."""
     codec = codec or default_codec()
-    if codec.name != "msgpack":
-        # a JSON reader takes its text at once: read (inflate) and decode it
-        # here, a READ_SIZE at a time, so that 64 MiB is not done in one step
-        reader = codec.body_reader((yield from _text_steps(stream)))
-    else:
-        reader = codec.body_reader(stream)
+    paced = _Paced(stream, chunk)
+    reader = codec.body_reader(paced)
     try:
         keys = reader.read_map_header()
     except NotAMapError as exc:
         raise RemoteProtocolError("register body must be a map") from exc
     for k in _entries(reader, keys):
-        if k and k % chunk == 0:  # a body of millions of small unknown keys
+        if paced.due(k):  # a body of millions of small unknown keys
             yield
         key = reader.unpack()
         if key == "topicConfigTable":
@@ -190,7 +196,7 @@ def parse_register_steps(stream: io.RawIOBase | io.BytesIO, out: RegisterBody,
             except NotAMapError:
                 raise RemoteProtocolError("topicConfigTable must be a map") from None
             for i in _entries(reader, n):
-                if i and i % chunk == 0:
+                if paced.due(i):
                     yield
                 name = reader.unpack()
                 cfg = _topic_entry(name, reader.unpack(), max_queue_nums)
@@ -203,7 +209,7 @@ def parse_register_steps(stream: io.RawIOBase | io.BytesIO, out: RegisterBody,
                 raise RemoteProtocolError("deletedTopics must be a list of topic names") from None
             names: list[str] = []
             for i in _entries(reader, n):
-                if i and i % chunk == 0:
+                if paced.due(i):
                     yield
                 name = reader.unpack()
                 if not isinstance(name, str) or topic_problem(name) is not None:

@@ -1,10 +1,12 @@
-"""Bodies clients send about themselves: HeartbeatData and LockBatchRequestBody.
+"""Bodies clients send about themselves: HeartbeatData, CheckClientRequestBody
+and LockBatchRequestBody; and ResetOffsetBody, the offsets a broker tells a group's
+consumers to take.
 
 As RocketMQ's (``HeartbeatData``, ``ConsumerData``, ``SubscriptionData``,
-``LockBatchRequestBody``). ``from_wire`` checks a decoded body's shape (msgpack or JSON),
-every name (protocol.names) and every bound, and raises RemoteProtocolError
-naming the offending field, so a broker keeps only what it validated: nothing
-a peer adds beyond these fields is stored.
+``CheckClientRequestBody``, ``LockBatchRequestBody``, ``ResetOffsetBody``). ``from_wire``
+checks a decoded body's shape (msgpack or JSON), every name (protocol.names) and every
+bound, and raises RemoteProtocolError naming the offending field, so a broker keeps only
+what it validated: nothing a peer adds beyond these fields is stored.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from protocol import names
 from protocol.errors import RemoteProtocolError
 from protocol.headers import wire_int
+from protocol.message import MessageQueue
 
 CLIENT_ID_MAX_LENGTH = 255
 TEXT_MAX_LENGTH = 255
@@ -24,6 +27,7 @@ MAX_GROUPS_PER_HEARTBEAT = 256
 MAX_SUBSCRIPTIONS_PER_CONSUMER = 1024
 MAX_TAGS_PER_SUBSCRIPTION = 1024
 MAX_QUEUES_PER_LOCK = 4096
+MAX_QUEUES_PER_RESET = 65536
 
 MESSAGE_MODELS = ("CLUSTERING", "BROADCASTING")
 CONSUME_TYPES = ("CONSUME_PASSIVELY", "CONSUME_ACTIVELY")
@@ -215,6 +219,35 @@ class HeartbeatData:
 
 
 @dataclass(slots=True)
+class CheckClientRequestBody:
+    """CHECK_CLIENT_CONFIG's body (RocketMQ's CheckClientRequestBody): a
+    consumer asks whether the broker filters by one of its subscriptions."""
+
+    client_id: str
+    group: str
+    subscription: SubscriptionData | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"clientId": self.client_id, "group": self.group,
+                "subscriptionData": None if self.subscription is None
+                else self.subscription.to_dict()}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> CheckClientRequestBody:
+        where = "check client body"
+        d = _map(obj, where)
+        client_id = _text(d, "clientId", where, "", CLIENT_ID_MAX_LENGTH)
+        group = d.get("group", "")
+        if group:
+            _name(names.group_problem(group), f"{where}.group")
+        elif not isinstance(group, str):
+            raise _fail(f"{where}.group", "must be a string")
+        sub = d.get("subscriptionData")
+        return cls(client_id, group, None if sub is None
+                   else SubscriptionData.from_wire(sub, f"{where}.subscriptionData"))
+
+
+@dataclass(slots=True)
 class LockBatchRequestBody:
     consumer_group: str
     client_id: str
@@ -240,3 +273,32 @@ class LockBatchRequestBody:
             _name(names.broker_name_problem(m.get("brokerName")), f"{at}.brokerName")
             mqs.append((m["topic"], m["brokerName"], _int(m, "queueId", at, -1, 0, 2**31 - 1)))
         return cls(group, client_id, mqs)
+
+
+@dataclass(slots=True)
+class ResetOffsetBody:
+    """RESET_CONSUMER_CLIENT_OFFSET's body (broker -> consumer) and the answer of
+    INVOKE_BROKER_TO_RESET_OFFSET: ``{"offsetTable": [{topic, brokerName, queueId,
+    offset}]}``. RocketMQ's keys a map by MessageQueue objects, which JSON cannot."""
+
+    offsets: dict[MessageQueue, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offsetTable": [{"topic": mq.topic, "brokerName": mq.broker_name,
+                                 "queueId": mq.queue_id, "offset": offset}
+                                for mq, offset in sorted(self.offsets.items())]}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> ResetOffsetBody:
+        where = "reset offset body"
+        d = _map(obj, where)
+        offsets: dict[MessageQueue, int] = {}
+        table = _list(d.get("offsetTable"), f"{where}.offsetTable", MAX_QUEUES_PER_RESET)
+        for i, it in enumerate(table):
+            at = f"{where}.offsetTable[{i}]"
+            m = _map(it, at)
+            _name(names.topic_problem(m.get("topic")), f"{at}.topic")
+            _name(names.broker_name_problem(m.get("brokerName")), f"{at}.brokerName")
+            mq = MessageQueue(m["topic"], m["brokerName"], _int(m, "queueId", at, -1, 0, 2**31 - 1))
+            offsets[mq] = _int(m, "offset", at, -1, 0, 2**63 - 1)
+        return cls(offsets)

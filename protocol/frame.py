@@ -91,6 +91,37 @@ class FrameDecoder:
             return _HEADER_SIZE - self._held
         return self._need - self._held
 
+    @property
+    def declared(self) -> int | None:
+        """The payload length the frame held in part declares, once its
+        length prefix is in; None when no frame, or not all of its prefix,
+        is held."""
+        if not self._need:
+            return None
+        return self._need - _HEADER_SIZE
+
+    def head(self, limit: int) -> bytes:
+        """The payload bytes received so far of the frame held in part (after
+        its length prefix), at most ``limit`` of them: what a header can be
+        read from before the body is in."""
+        want = limit + _HEADER_SIZE
+        pieces: list[bytes | memoryview] = []
+        got = 0
+        for part in self._parts:
+            if got >= want:
+                break
+            piece = part[:want - got]
+            pieces.append(piece)
+            got += len(piece)
+        return b"".join(pieces)[_HEADER_SIZE:]
+
+    def drop(self) -> None:
+        """Forget the frame held in part and take no more bytes (``feed``
+        raises): the connection reads no further frames."""
+        self._parts.clear()
+        self._held = self._need = 0
+        self._broken = True
+
     def _frame_size(self, header: bytes | memoryview) -> int:
         (length,) = FRAME_HEADER.unpack_from(header)
         if length > self.max_frame_size:
@@ -103,7 +134,7 @@ class FrameDecoder:
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
         if self._broken:
-            raise FrameTooLargeError("decoder already saw an oversize frame")
+            raise FrameTooLargeError("decoder already saw an oversize frame, or was dropped")
         frames: list[bytes] = []
         end = len(data)
         if not end:

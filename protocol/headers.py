@@ -363,9 +363,13 @@ class PullMessageResponseHeader(Header):
 
 @dataclass(slots=True)
 class QueryConsumerOffsetRequestHeader(Header):
+    """RocketMQ's; ``setZeroIfNotFound`` (RocketMQ 5) false asks for
+    QUERY_NOT_FOUND rather than a new group's 0 (broker/new_group_offset.py)."""
+
     consumer_group: Group
     topic: Topic
     queue_id: Int32
+    set_zero_if_not_found: bool | None = None
 
 
 @dataclass(slots=True)
@@ -430,6 +434,20 @@ class DeleteTopicRequestHeader(Header):
 @dataclass(slots=True)
 class GetTopicStatsInfoRequestHeader(Header):
     topic: Topic
+
+
+@dataclass(slots=True)
+class GetTopicConfigRequestHeader(Header):
+    topic: Topic
+
+
+@dataclass(slots=True)
+class QueryConsumeQueueRequestHeader(Header):
+    topic: Topic
+    queue_id: NonNegInt32
+    index: NonNegInt64  # the first consume-queue entry to show
+    count: Int32  # how many (the broker bounds it)
+    consumer_group: Group | None = None  # its subscription: which entries it would read
 
 
 @dataclass(slots=True)
@@ -563,6 +581,33 @@ class DeleteKVConfigRequestHeader(Header):
 @dataclass(slots=True)
 class GetKVListByNamespaceRequestHeader(Header):
     namespace: KVName
+
+
+# ---- consumers, by an admin (mqadmin skipAccumulatedMessage, consumerStatus) ----
+
+ClientId = Annotated[str, MaxLen(255)]
+
+
+@dataclass(slots=True)
+class ResetOffsetRequestHeader(Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET (admin -> broker) and RESET_CONSUMER_CLIENT_OFFSET
+    (broker -> consumer, oneway): move ``group``'s offsets of ``topic`` to the first
+    message stored at or after ``timestamp`` (ms; -1: past the last message). Without
+    ``is_force`` an offset only moves back (RocketMQ's rollback)."""
+
+    topic: Topic
+    group: Group
+    timestamp: Int64
+    is_force: bool = True
+
+
+@dataclass(slots=True)
+class GetConsumerRunningInfoRequestHeader(Header):
+    """GET_CONSUMER_RUNNING_INFO (admin -> broker -> consumer): a consumer's state."""
+
+    consumer_group: Group
+    client_id: ClientId
+    jstack_enable: bool = False
 
 
 # ---- queries --------------------------------------------------------------

@@ -37,6 +37,9 @@ SYSTEM_TOPICS = frozenset({
     RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
     RMQ_SYS_TRACE_TOPIC, OFFSET_MOVED_EVENT,
 })
+# the broker's own topics a producer may send to (TopicValidator's system topics
+# outside NOT_ALLOWED_SEND_TOPIC_SET that exist here): trace clients write the trace topic
+SEND_ALLOWED_SYSTEM_TOPICS = frozenset({RMQ_SYS_TRACE_TOPIC})
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 VALID_NAME = re.compile(r"[%|a-zA-Z0-9_-]+")
 VALID_CHARS = "[%|a-zA-Z0-9_-]"

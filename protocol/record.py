@@ -312,6 +312,22 @@ def _record_layout(buf: Buffer, pos: int, limit: int, total: int, magic: int,
     return topic_at, props_at, end
 
 
+_BODY_LENGTH = struct.Struct(">i")
+
+
+def record_properties(record: Buffer, pos: int = 0) -> str:
+    """The PROPERTIES text (``key\\x01value\\x02...``) of the message record
+    at ``pos``, without decoding the rest; bytes that are not UTF-8 are
+    replaced (as Java's ``new String(bytes, UTF_8)``). Raises CorruptRecordError."""
+    try:
+        total, magic = BLANK_HEAD.unpack_from(record, pos)
+        (body_len,) = _BODY_LENGTH.unpack_from(record, pos + OFF_BODY_LEN)
+        _, props_at, end = _record_layout(record, pos, len(record), total, magic, body_len)
+    except (struct.error, IndexError) as exc:
+        raise CorruptRecordError(f"undecodable record at {pos}: {exc}") from exc
+    return bytes(record[props_at:end]).decode("utf-8", "replace")
+
+
 class _DecodeCache:
     """What repeats from record to record of one buffer (topic names, hosts,
     the hex of store hosts), decoded once."""

@@ -107,6 +107,13 @@ def queue_counts_problem(topic: str, read: int, write: int, perm: int,
 
 @dataclass(slots=True)
 class QueueData:
+    """One broker's queues of a topic in a route.
+
+    Its topic flag travels under both names clients read: ``topicSynFlag``
+    (RocketMQ's Java QueueData up to 4.8, and the Go and other clients) and
+    ``topicSysFlag`` (Java 4.9 on, and 5.x); JSON readers skip the name they
+    do not know. Either is read, ``topicSysFlag`` first."""
+
     broker_name: str
     read_queue_nums: int
     write_queue_nums: int
@@ -119,17 +126,20 @@ class QueueData:
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
             "perm": self.perm,
+            "topicSynFlag": self.topic_sys_flag,
             "topicSysFlag": self.topic_sys_flag,
         }
 
     @classmethod
     def from_dict(cls, d: Any) -> QueueData:
+        flag_key = "topicSynFlag" if isinstance(d, dict) and "topicSysFlag" not in d \
+            else "topicSysFlag"
         return cls(
             broker_name=_get(d, "brokerName", str),
             read_queue_nums=_get(d, "readQueueNums", int),
             write_queue_nums=_get(d, "writeQueueNums", int),
             perm=_get(d, "perm", int),
-            topic_sys_flag=_get(d, "topicSysFlag", int, 0),
+            topic_sys_flag=_get(d, flag_key, int, 0),
         )
 
 

@@ -43,10 +43,9 @@ from protocol.acl import (
 from protocol.codes import RequestCode
 
 # RocketMQ 4.x's name server config requests (mqadmin getNamesrvConfig /
-# updateNamesrvConfig). Not served here (REQUEST_CODE_NOT_SUPPORTED to an admin),
-# listed so reading or changing the name server's config is admin-only if ever served.
-UPDATE_NAMESRV_CONFIG = 318
-GET_NAMESRV_CONFIG = 319
+# updateNamesrvConfig): reading or changing the name server's config is admin-only.
+UPDATE_NAMESRV_CONFIG = RequestCode.UPDATE_NAMESRV_CONFIG
+GET_NAMESRV_CONFIG = RequestCode.GET_NAMESRV_CONFIG
 
 # The name server's admin-only requests (namesrv/acl.py): those that change what it
 # answers, or read its configuration. Here, where both daemons' guards find it.

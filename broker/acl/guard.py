@@ -4,7 +4,10 @@
 ones async) with AclConfig.decide, whose signature step also checks the signature's
 binding to the request code and time (broker/acl/binding.py, ``bound_decision``); a
 refusal answers NO_PERMISSION with the decision's remark (a oneway request is dropped)
-and is logged. ``AclFile`` reads ``plain_acl.yml`` at start (ConfigError when missing
+and is logged. A request let in authenticates its connection
+(``RemotingConnection.authenticate``). ``HeaderGate`` is the same check asked about a
+connection not yet authenticated, on a request's header before its body is read
+(protocol/trio/preauth.py). ``AclFile`` reads ``plain_acl.yml`` at start (ConfigError when missing
 or malformed) and re-reads it when its mtime changes, keeping the last good accounts.
 """
 
@@ -28,6 +31,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError
 from protocol.trio.connection import HandlerTable, RemotingConnection
+from protocol.trio.preauth import READ, TRUST, Judgement, Verdict, carries_signature
 
 log = structlog.get_logger("broker.acl")
 
@@ -133,6 +137,44 @@ def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],
     return out
 
 
+def _authenticated(conn: Any) -> None:
+    """A request on ``conn`` passed the check: its connection is authenticated."""
+    authenticate = getattr(conn, "authenticate", None)
+    if authenticate is not None:
+        authenticate()
+
+
+class HeaderGate:
+    """The ACL asked about a connection not yet authenticated (protocol/trio/preauth.py
+    ``HeaderGate``), with the daemon's ``decide_fn``, ``on_refusal`` and ``logger`` as
+    ``guard_table``'s. A global white address is trusted outright. A request that carries
+    an ``AccessKey`` and a ``Signature`` needs its body (the signature covers it): read
+    on. Any other is decided on its header alone, which is all its body could not
+    change: let in (a white address), or refused with the remark, log line and count of
+    the same refusal once its body is in."""
+
+    def __init__(self, config: Callable[[], AclConfig | None],
+                 on_refusal: OnRefusal | None = None, *, decide_fn: DecideFn = decide,
+                 logger: Any = log) -> None:
+        self.config = config
+        self.on_refusal = on_refusal
+        self.decide_fn = decide_fn
+        self.logger = logger
+
+    def trusts(self, remote_addr: str) -> bool:
+        config = self.config()
+        return config is not None and config.globally_white(remote_host(remote_addr))
+
+    def judge(self, conn: Any, cmd: RemotingCommand) -> Judgement:
+        if carries_signature(cmd.ext_fields):
+            return READ
+        decision = self.decide_fn(self.config(), conn, cmd, None)  # nothing signed to bind
+        if decision.allowed:
+            return TRUST
+        return Judgement(Verdict.REFUSE,
+                         _refusal(conn, cmd, decision, self.on_refusal, self.logger))
+
+
 def _guard_sync(handler: Callable[..., RemotingCommand | None],
                 config: Callable[[], AclConfig | None], on_refusal: OnRefusal | None,
                 decide_fn: _Decide, logger: Any) -> Callable[..., RemotingCommand | None]:
@@ -140,6 +182,7 @@ def _guard_sync(handler: Callable[..., RemotingCommand | None],
         decision = decide_fn(config(), conn, cmd)
         if not decision.allowed:
             return _refusal(conn, cmd, decision, on_refusal, logger)
+        _authenticated(conn)
         return handler(conn, cmd)
     return guarded
 
@@ -151,6 +194,7 @@ def _guard_async(handler: Callable[..., Any],
         decision = decide_fn(config(), conn, cmd)
         if not decision.allowed:
             return _refusal(conn, cmd, decision, on_refusal, logger)
+        _authenticated(conn)
         return await handler(conn, cmd)  # type: ignore[no-any-return]
     return guarded
 

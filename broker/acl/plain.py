@@ -50,7 +50,7 @@ DELETE_ACL_CONFIG = RequestCode.DELETE_ACL_CONFIG
 GET_BROKER_CLUSTER_ACL_INFO = RequestCode.GET_BROKER_CLUSTER_ACL_INFO
 UPDATE_GLOBAL_WHITE_ADDRS_CONFIG = RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG
 GET_BROKER_CLUSTER_ACL_CONFIG = RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG
-INVOKE_BROKER_TO_RESET_OFFSET = 222
+INVOKE_BROKER_TO_RESET_OFFSET = RequestCode.INVOKE_BROKER_TO_RESET_OFFSET
 CLONE_GROUP_OFFSET = 314
 DELETE_EXPIRED_COMMITLOG = 329
 
@@ -75,6 +75,9 @@ ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.TRIGGER_DELETE_FILES,
     DELETE_EXPIRED_COMMITLOG,
     RequestCode.DELETE_TOPIC_IN_NAMESRV,
+    # removing consume queues (mqadmin cleanExpiredCQ, cleanUnusedTopic)
+    RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE,
+    RequestCode.CLEAN_UNUSED_TOPIC,
     # reading the configuration: it names the broker's own account (brokerAccessKey)
     # and its files; secrets are masked, the rest is still for operators only
     RequestCode.GET_BROKER_CONFIG,
@@ -243,6 +246,7 @@ TOPIC_READ_CODES: frozenset[int] = frozenset({
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
     RequestCode.GET_TOPIC_STATS_INFO,
     RequestCode.QUERY_TOPIC_CONSUME_BY_WHO,
+    RequestCode.GET_TOPIC_CONFIG,
 })
 
 # The resources a request's header names, per code (RocketMQ's
@@ -265,7 +269,9 @@ HEADER_RESOURCES: Mapping[int, _Spec] = {
     RequestCode.UPDATE_CONSUMER_OFFSET: _GROUP_AND_TOPIC,
     RequestCode.QUERY_CONSUMER_OFFSET: _GROUP_AND_TOPIC,
     RequestCode.GET_CONSUME_STATS: _GROUP_AND_TOPIC,
+    RequestCode.QUERY_CONSUME_QUEUE: _GROUP_AND_TOPIC,
     RequestCode.GET_CONSUMER_CONNECTION_LIST: _GROUP_READ,
+    RequestCode.GET_CONSUMER_RUNNING_INFO: _GROUP_READ,
     # beyond RocketMQ: what a queue holds (offsets, counts, who consumes it) is
     # read with the topic's SUB, as its messages are
     **{code: _TOPIC_READ for code in TOPIC_READ_CODES},
@@ -403,6 +409,11 @@ class AclConfig:
         if self._white(remote_host, (account.white_remote_address,)):
             return self._allow(account.access_key)
         return self.check_perm(account, code, needs)
+
+    def globally_white(self, remote_host: str) -> bool:
+        """Whether ``remote_host`` is a global white address: every request from it
+        passes, whatever it carries."""
+        return self._white(remote_host, self.global_white)
 
     @staticmethod
     def _white(remote_host: str, strategies: Iterable[RemoteAddressStrategy]) -> bool:

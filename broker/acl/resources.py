@@ -116,6 +116,9 @@ BROKER_RULES: dict[int, Rule] = {
     C.UNREGISTER_CLIENT: _res(group("consumerGroup"),
                               why="a producer group is no ACL resource (as RocketMQ)"),
     C.GET_CONSUMER_LIST_BY_GROUP: _res(group("consumerGroup")),
+    C.CHECK_CLIENT_CONFIG: _account(
+        "compiles the body's subscription expression and says whether the broker filters "
+        "by it; reads and changes nothing (as RocketMQ)"),
     C.LOCK_BATCH_MQ: _res(handler="SUB on the body's `consumerGroup` and on the topic of "
                                   "each queue of `mqSet`"),
     C.UNLOCK_BATCH_MQ: _res(handler="as LOCK_BATCH_MQ"),
@@ -131,11 +134,19 @@ BROKER_RULES: dict[int, Rule] = {
                                              "lists client ids and addresses"),
     C.GET_BROKER_CONFIG: _admin("the broker's settings, secrets masked"),
     C.UPDATE_BROKER_CONFIG: _admin(),
+    C.GET_TOPIC_CONFIG: _res(topic("topic")),
+    C.QUERY_CONSUME_QUEUE: _res(topic("topic"), group("consumerGroup"),
+                                why="the group (optional) shows its subscription"),
+    C.CLEAN_EXPIRED_CONSUMEQUEUE: _admin("removes consume queues"),
+    C.CLEAN_UNUSED_TOPIC: _admin("removes consume queues"),
     C.UPDATE_AND_CREATE_ACL_CONFIG: _admin(),
     C.DELETE_ACL_CONFIG: _admin(),
     C.GET_BROKER_CLUSTER_ACL_INFO: _admin(),
     C.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: _admin(),
     C.GET_BROKER_CLUSTER_ACL_CONFIG: _admin(),
+    C.INVOKE_BROKER_TO_RESET_OFFSET: _admin("moves a group's offsets and tells its consumers"),
+    C.GET_CONSUMER_RUNNING_INFO: _res(group("consumerGroup"),
+                                      why="relayed to the consumer, which answers its state"),
 }
 
 NAMESRV_RULES: dict[int, Rule] = {
@@ -152,6 +163,8 @@ NAMESRV_RULES: dict[int, Rule] = {
     C.GET_KV_CONFIG: _account("clients read ORDER_TOPIC_CONFIG"),
     C.DELETE_KV_CONFIG: _admin(),
     C.GET_KVLIST_BY_NAMESPACE: _account("as GET_KV_CONFIG"),
+    C.UPDATE_NAMESRV_CONFIG: _admin("secrets are refused: set in the config file"),
+    C.GET_NAMESRV_CONFIG: _admin("the name server's settings, secrets masked"),
 }
 
 

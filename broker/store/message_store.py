@@ -51,6 +51,8 @@ from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildC
 from broker.store.ha.epochs import EpochHistory, LogView, live, tail_of
 from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
+from broker.store.memory_ratio import TOTAL_PHYSICAL_MEMORY_SIZE, in_disk, memory_budget
+from broker.store.queue_cleanup import QueueFacts
 from broker.store.replica_dispatch import MAX_RECORDS, Scan, compiled_scan, scan_loop
 from broker.store.status import (
     GetMessageResult,
@@ -106,16 +108,16 @@ def disk_used_ratio(path: Path) -> float:
     return used / room if room > 0 else 0.0
 
 
-def _physical_memory() -> int:
-    """Bytes of physical memory of this machine (0 when the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return 0
+# Consume-queue entries a filtered pull looks at, at most (RocketMQ's
+# maxFilterMessageCount is 16 000 bytes of entries: 800).
+MAX_FILTER_SCAN = 400
 
+# Bytes a filtered pull reads from the commit log at once (records back to back).
+FILTER_READ_BYTES = 1 << 20
 
-# Read once, as RocketMQ's StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE.
-TOTAL_PHYSICAL_MEMORY_SIZE = _physical_memory()
+# A record's bytes -> whether the pull returns it (RocketMQ's isMatchedByCommitLog);
+# may raise CorruptRecordError for a record it cannot read.
+RecordFilter = Callable[[Buffer], bool]
 
 
 class PullKernel(NamedTuple):
@@ -755,8 +757,17 @@ class DefaultMessageStore:
         offset: int,
         max_nums: int,
         tag_codes: set[int] | None,
+        record_filter: RecordFilter | None = None,
+        max_scan: int = MAX_FILTER_SCAN,
     ) -> GetMessageResult:
-        """Up to ``max_nums`` raw records of a queue from ``offset`` (RocketMQ's rules)."""
+        """Up to ``max_nums`` raw records of a queue from ``offset`` (RocketMQ's rules).
+
+        ``tag_codes`` (None: all) skips entries by their consume-queue tags hash;
+        ``record_filter`` (RocketMQ's ``isMatchedByCommitLog``), when given, is
+        asked about each record left and skips those it refuses. A filtered
+        pull looks at no more than ``max_scan`` entries (at most
+        ``MAX_FILTER_SCAN``); the next begin offset goes past every entry
+        looked at, matched or not."""
         cq = self._existing_cq(topic, queue_id)
         if cq is None:  # nothing was ever written to this queue
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
@@ -773,11 +784,18 @@ class DefaultMessageStore:
 
         max_count = min(max_nums, self.config.max_transfer_count_on_message_in_memory)
         max_bytes = self.config.max_transfer_bytes_on_message_in_memory
-        # scan more entries than we return, so a tag filter can skip unmatched ones
-        data = cq.get_entry_bytes(offset, max(max_count, 16) if tag_codes is None else 400)
+        # scan more entries than we return, so a filter can skip unmatched ones
+        if record_filter is not None:
+            scan = max(1, min(max_scan, MAX_FILTER_SCAN))
+        else:
+            scan = max(max_count, 16) if tag_codes is None else MAX_FILTER_SCAN
+        data = cq.get_entry_bytes(offset, scan)
         if not data:  # no entry here (a missing file): go on at the queue's next file
             nxt = cq.roll_next_file(offset)
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, nxt, min_off, max_off)
+        if record_filter is not None:
+            return self._get_filtered(data, offset, max_count, max_bytes, tag_codes,
+                                      record_filter, min_off, max_off, topic, queue_id)
         kernel = self.pull_kernel
         if kernel is not None:
             found = self._get_by_kernel(kernel, data, offset, max_count, max_bytes, tag_codes,
@@ -840,6 +858,72 @@ class DefaultMessageStore:
                                 suggest_pulling_from_slave=self._cold(last_phys),
                                 message_count=count)
 
+    def _get_filtered(self, data: bytes, offset: int, max_count: int, max_bytes: int,
+                      tag_codes: set[int] | None, record_filter: RecordFilter, min_off: int,
+                      max_off: int, topic: str, queue_id: int) -> GetMessageResult:
+        """``get_message``'s walk when each record is asked (RocketMQ's
+        ``isMatchedByCommitLog``): entries passing the tags hash check have
+        their record read and filtered; a record that matches and passes its
+        CRC is returned. Records lying back to back in one file (a batch, or
+        sends to one queue in a row) are read with one pread of at most
+        ``FILTER_READ_BYTES``. The filter sees only records within their
+        file's written bytes; a record it cannot read (corrupt) is logged and
+        skipped."""
+        pieces: list[bytes | memoryview] = []
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        count = total = scanned = 0
+        cl_min = self.commit_log.min_offset
+        find_file = self.commit_log.mapped_file_queue.find_by_offset
+        entries = list(CQ_ENTRY.iter_unpack(data))
+        last_phys = 0
+        chunk = memoryview(b"")
+        chunk_start = chunk_end = 0  # the commit-log offsets the chunk holds
+        for k, (phys, size, tag) in enumerate(entries):
+            if count and (count >= max_count or total + size > max_bytes):
+                break
+            scanned += 1
+            last_phys = phys
+            if size <= 0 or (tag_codes is not None and tag not in tag_codes):
+                continue
+            if not (chunk_start <= phys and phys + size <= chunk_end and phys >= cl_min):
+                mf = find_file(phys) if phys >= cl_min else None
+                pos = phys - mf.file_from_offset if mf is not None else 0
+                if mf is None or pos + size > mf.wrote_position:
+                    if not count:
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    continue
+                end = pos + size  # read on over the entries that follow back to back
+                j = k + 1
+                while j < len(entries):
+                    nxt_phys, nxt_size, _ = entries[j]
+                    nxt = nxt_phys - mf.file_from_offset
+                    if nxt != end or nxt_size <= 0 or nxt + nxt_size > mf.wrote_position \
+                            or nxt + nxt_size - pos > FILTER_READ_BYTES:
+                        break
+                    end = nxt + nxt_size
+                    j += 1
+                chunk = memoryview(mf.pread(pos, end - pos))
+                chunk_start, chunk_end = phys, phys + end - pos
+            record = chunk[phys - chunk_start: phys - chunk_start + size]
+            try:
+                if not record_filter(record):
+                    continue
+            except CorruptRecordError:
+                self._crc_failed(topic, queue_id, phys)
+                continue
+            good, found, bad = check_run(record, ((phys, size),))
+            if bad:
+                self._crc_failed(topic, queue_id, phys)
+                continue
+            pieces += good
+            count += found
+            total += size
+        if count:
+            status = GetMessageStatus.FOUND
+        return GetMessageResult(status, offset + scanned, min_off, max_off, pieces,
+                                suggest_pulling_from_slave=self._cold(last_phys),
+                                message_count=count)
+
     def _get_by_kernel(self, kernel: PullKernel, data: bytes, offset: int, max_count: int,
                        max_bytes: int, tag_codes: set[int] | None, min_off: int, max_off: int,
                        topic: str, queue_id: int) -> GetMessageResult | None:
@@ -896,9 +980,22 @@ class DefaultMessageStore:
         data: more than accessMessageInMemoryMaxRatio % of the machine's memory
         lies between it and the commit log's end (RocketMQ's rule; the master
         then suggests a slave)."""
-        behind = self.commit_log.max_offset - pulled_phys
-        memory = self.total_physical_memory * self.config.access_message_in_memory_max_ratio // 100
-        return behind > memory
+        return in_disk(self.commit_log.max_offset, pulled_phys, self._memory_budget())
+
+    def _memory_budget(self) -> int:
+        return memory_budget(self.total_physical_memory,
+                             self.config.access_message_in_memory_max_ratio)
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether the message at queue offset ``offset`` of ``topic``/``queue_id``
+        is "in disk" (broker/store/memory_ratio.py); False when the queue has no
+        entry there (RocketMQ's checkInDiskByConsumeOffset). Never creates a queue."""
+        cq = self._existing_cq(topic, queue_id)
+        entry = cq.get_entry(offset) if cq is not None and offset >= cq.min_offset_in_queue \
+            else None
+        if entry is None:
+            return False
+        return in_disk(self.commit_log.max_offset, entry[0], self._memory_budget())
 
     # ---- queries ---------------------------------------------------------------------
 
@@ -1086,25 +1183,68 @@ class DefaultMessageStore:
     def delete_topics(self, topics: set[str]) -> int:
         """Drop the consume queues of ``topics``; returns how many. Invalid names
         are logged and skipped: nothing outside the store is ever touched."""
-        deleted = 0
-        cq_root = self.cq_root
-        for topic in topics:
+        return self._remove_queues({t: None for t in topics})
+
+    def remove_consume_queues(self, queues: list[tuple[str, int]]) -> int:
+        """Drop these consume queues (topic, queue id): their files, their next
+        offset, and their topic's directories once empty; returns how many."""
+        chosen: dict[str, set[int] | None] = {}
+        for topic, queue_id in queues:
+            ids = chosen.setdefault(topic, set())
+            assert ids is not None
+            ids.add(queue_id)
+        return self._remove_queues(chosen)
+
+    def _remove_queues(self, chosen: dict[str, set[int] | None]) -> int:
+        """Topic -> the ids of the queues to drop (None: every one)."""
+        self.dispatch_deferred()  # a pending put's entries are not written after this
+        removed = 0
+        for topic, ids in chosen.items():
             problem = topic_problem(topic)
             if problem is not None:
                 self.log.warning("not deleting the queues of an invalid topic", reason=problem)
                 continue
-            queues = self.consume_queue_table.pop(topic, {})
-            for cq in queues.values():
+            table = self.consume_queue_table.get(topic, {})
+            for queue_id in list(table) if ids is None else sorted(ids):
+                cq = table.pop(queue_id, None)
+                if cq is None:
+                    continue
                 with self._queue_lock:
                     cq.destroy()
-                self.commit_log.topic_queue_table.pop(f"{topic}-{cq.queue_id}", None)
-                deleted += 1
+                self.commit_log.topic_queue_table.pop(f"{topic}-{queue_id}", None)
+                removed += 1
+            if not table:
+                self.consume_queue_table.pop(topic, None)
             try:
-                self._remove_empty_dirs(cq_root, cq_root / topic)
+                self._remove_empty_dirs(self.cq_root, self.cq_root / topic)
             except OSError as exc:
                 self.log.warning("cannot remove a topic's queue directories", topic=topic,
                                  error=str(exc))
-        return deleted
+        return removed
+
+    def consume_queue_facts(self) -> list[QueueFacts]:
+        """Every consume queue, as queue_cleanup decides on them."""
+        return [QueueFacts(cq.topic, cq.queue_id, cq.max_physic_offset)
+                for cq in self._all_consume_queues()]
+
+    def consume_queue_entries(self, topic: str, queue_id: int, index: int, count: int
+                              ) -> tuple[int, int, list[tuple[int, int, int, int]]] | None:
+        """QUERY_CONSUME_QUEUE: (min offset, max offset, up to ``count`` entries
+        from ``index`` as (offset, commit-log offset, size, tags code)), or None
+        when the queue does not exist. A gap in the queue ends the entries."""
+        cq = self._existing_cq(topic, queue_id)
+        if cq is None:
+            return None
+        lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+        out: list[tuple[int, int, int, int]] = []
+        at = index if index >= lo else hi  # before the min: nothing (gone)
+        while len(out) < count and at < hi:  # each round adds entries or stops
+            entries = cq.get_entries(at, count - len(out))
+            if not entries:
+                break
+            out += [(at + i, phys, size, tag) for i, (phys, size, tag) in enumerate(entries)]
+            at += len(entries)
+        return lo, hi, out
 
     @staticmethod
     def _remove_empty_dirs(cq_root: Path, topic_dir: Path) -> None:

@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from client.subscription import parse_sub_expression
+from client.subscription import SQL92, TAG, build_subscription
+from protocol.namesrv_addr import NAMESRV_ADDR_ENV, namesrv_addr_from_env
 
 Offsets = dict[str, dict[str, int]]
 
@@ -97,6 +98,7 @@ class SourceOptions:
     fail_on_data_loss: bool
     pull_batch_size: int
     sub_expression: str
+    expression_type: str = TAG  # subExpression is tags (TAG) or an SQL92 property filter
     # ACL credentials (options accessKey/secretKey): the source's consumers sign requests
     access_key: str | None = None
     secret_key: str | None = field(default=None, repr=False)
@@ -110,9 +112,11 @@ class SourceOptions:
 def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
     """Validate the source's options (case-insensitive names). Raises OptionError."""
     opts = {k.lower(): v for k, v in options.items()}
-    namesrv = opts.get("namesrv", "").strip()
+    # the option, else the driver's NAMESRV_ADDR (what the readers are given)
+    namesrv = opts.get("namesrv", "").strip() or namesrv_addr_from_env()
     if not namesrv:
-        raise OptionError("option 'namesrv' is required, e.g. '127.0.0.1:9876'")
+        raise OptionError("option 'namesrv' is required, e.g. '127.0.0.1:9876' "
+                          f"(or {NAMESRV_ADDR_ENV} set where the driver runs)")
     topics = tuple(t.strip() for t in opts.get("topic", "").split(",") if t.strip())
     if not topics:
         raise OptionError("option 'topic' is required (one topic or a comma list)")
@@ -139,9 +143,12 @@ def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
     if streaming and "endingoffsets" in opts:
         raise OptionError("endingOffsets is for batch queries only")
     ending = None if streaming else offsets_option("endingOffsets", (LATEST,), LATEST)
+    expression_type = opts.get("expressiontype", TAG).strip().upper() or TAG
+    if expression_type not in (TAG, SQL92):
+        raise OptionError(f"expressionType {expression_type!r}: TAG or SQL92")
     sub_expression = opts.get("subexpression", "*").strip() or "*"
     try:
-        parse_sub_expression(sub_expression)
+        build_subscription(topics[0], sub_expression, expression_type)
     except ValueError as exc:
         raise OptionError(f"subExpression {sub_expression!r}: {exc}") from exc
     limit = opts.get("maxoffsetspertrigger")
@@ -176,6 +183,7 @@ def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
         fail_on_data_loss=_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
         pull_batch_size=_positive_int(opts.get("pullbatchsize", "256"), "pullBatchSize"),
         sub_expression=sub_expression,
+        expression_type=expression_type,
     )
 
 

@@ -23,11 +23,15 @@ system's CAs), and ``tlsCertPath`` with ``tlsKeyPath`` a client certificate for
 servers with ``tls.server.need.client.auth``. The paths must exist on the
 driver and on every executor.
 
-Options (case-insensitive): ``namesrv`` (required), ``topic`` (one or a comma
+Options (case-insensitive): ``namesrv`` (required unless ``NAMESRV_ADDR`` is
+set where the driver runs; ``;``-separated, one name server asked at a time,
+the next on failure), ``topic`` (one or a comma
 list, required), ``consumerGroup``, ``startingOffsets``, ``endingOffsets``
 (batch), ``maxOffsetsPerTrigger`` (streaming), ``failOnDataLoss``,
-``pullBatchSize``, ``subExpression``, ``accessKey``, ``secretKey``, ``useTls``,
-``tlsCaPath``, ``tlsCertPath``, ``tlsKeyPath``.
+``pullBatchSize``, ``subExpression``, ``expressionType`` (``TAG``, the default,
+or ``SQL92``: ``subExpression`` is then a property filter the brokers evaluate,
+docs/filters.md), ``accessKey``, ``secretKey``, ``useTls``, ``tlsCaPath``,
+``tlsCertPath``, ``tlsKeyPath``.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     tls_ca_path: str | None = None
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
+    expression_type: str = "TAG"
 
     def client_options(self) -> dict[str, Any]:
         """The blocking PullConsumer's credentials and TLS keywords."""
@@ -113,7 +118,7 @@ def partition(opts: SourceOptions, r: QueueRange) -> RangePartition:
     return RangePartition(opts.namesrv, opts.consumer_group, opts.sub_expression,
                           opts.pull_batch_size, opts.fail_on_data_loss, r, opts.access_key,
                           opts.secret_key, opts.use_tls, opts.tls_ca_path,
-                          opts.tls_cert_path, opts.tls_key_path)
+                          opts.tls_cert_path, opts.tls_key_path, opts.expression_type)
 
 
 def credentials(access_key: str | None, secret_key: str | None) -> Any:
@@ -205,12 +210,13 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     quiet_client_logs()
     from client.blocking import MessageQueue, PullConsumer
     from client.spark.arrow import RecordScan
-    from client.subscription import build_subscription
+    from client.subscription import MessageSelector, build_subscription
 
     r = part.range
     key = queue_key(r.broker_name, r.queue_id)
     mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
-    tags = build_subscription(r.topic, part.expression).tags_set
+    selector = MessageSelector(part.expression_type, part.expression)
+    tags = build_subscription(r.topic, part.expression, part.expression_type).tags_set
 
     def moved(offset: int, min_offset: int) -> int:
         return check_data_loss(r.topic, key, offset, min_offset, part.fail_on_data_loss)
@@ -222,7 +228,7 @@ def _batches(part: RangePartition) -> Iterator[Any]:
         start = moved(r.start, consumer.min_offset(mq))
         if start > r.start:
             skipped(r.start, start)
-        with consumer.read_range_here(mq, part.expression, start, r.end,
+        with consumer.read_range_here(mq, selector, start, r.end,
                                       batch_size=part.batch_size, in_flight=PULLS_IN_FLIGHT,
                                       on_offset_moved=moved) as reader:
             scan = RecordScan()

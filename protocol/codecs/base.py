@@ -74,6 +74,11 @@ REQUEST_BODY = BodyLimit(max_bytes=1024 * 1024, max_containers=32 * 1024,
 # zlib, used to build them all: GBs).
 BODY_ENTRY = BodyLimit(max_bytes=16 * 1024, max_containers=16, max_values=256, max_array=256)
 
+# The bytes a body reader takes from its stream at a time (a name server
+# inflates a compressed REGISTER_BROKER body that much at a time, and takes a
+# step after each such read).
+READ_SIZE = 256 * 1024
+
 
 def refusal(message: str, request: tuple[int, int] | None) -> RemoteProtocolError:
     """The error of a frame refused after its code and opaque were read:
@@ -146,6 +151,15 @@ class Codec(Protocol):
         be answered. Bounded: the header (MAX_HEADER_BYTES, MAX_EXT_FIELDS)
         is checked before the body is looked at, and no more than a few
         containers are built whatever the bytes."""
+
+    def decode_header(self, prefix: bytes) -> RemotingCommand | None:
+        """The command whose frame payload starts with ``prefix`` (the body may
+        not be in yet), without its body (None) and version (the default):
+        None while ``prefix`` is too short to hold the whole header.
+        RemoteProtocolError (MalformedRequestError when answerable) as
+        ``decode`` refuses the header, and when it runs past MAX_HEADER_BYTES:
+        a connection not yet trusted is judged on its header before its body
+        is read (protocol/trio/preauth.py)."""
 
     def peek_request(self, payload: bytes) -> tuple[int, int] | None:
         """(code, opaque) of a request payload (one that expects an answer),

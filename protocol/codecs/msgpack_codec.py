@@ -19,6 +19,7 @@ from protocol.codecs.base import (
     GATHER_MIN,
     MAX_EXT_FIELDS,
     MAX_HEADER_BYTES,
+    READ_SIZE,
     BodyLimit,
     NotAMapError,
     refusal,
@@ -29,7 +30,6 @@ from protocol.names import shown
 
 # The first byte of every msgpack payload: a fixarray of seven elements.
 FIRST_BYTE = 0x97
-READ_SIZE = 256 * 1024
 
 _packb = msgpack.Packer(use_bin_type=True, autoreset=True).pack
 _BIN16 = struct.Struct(">BH")  # msgpack's bin 16 and bin 32 headers: type, length
@@ -119,6 +119,10 @@ def _unpack_limited(body: bytes, limit: BodyLimit) -> Any:
                            list_hook=budget.took, object_hook=budget.took)
 
 
+class _NeedMore(Exception):
+    """The header reader of a payload's prefix ran out of bytes."""
+
+
 class _Reader:
     """Reads one command payload an element at a time, with msgpack's limits
     set so that nothing but scalars is built: the array of seven and the
@@ -127,10 +131,13 @@ class _Reader:
     bounded (MAX_HEADER_BYTES, MAX_EXT_FIELDS); the body is cut out of the
     payload as is (one copy), never fed to the unpacker."""
 
-    __slots__ = ("_payload", "_u", "_fed", "_request")
+    __slots__ = ("_payload", "_u", "_fed", "_request", "_prefix")
 
-    def __init__(self, payload: bytes) -> None:
+    def __init__(self, payload: bytes, prefix: bool = False) -> None:
+        """``prefix``: ``payload`` is the start of a payload; running out of
+        it before the header ends raises _NeedMore (head() only)."""
         self._payload = payload
+        self._prefix = prefix
         self._u = msgpack.Unpacker(
             None, raw=False, strict_map_key=False, max_buffer_size=MAX_HEADER_BYTES,
             max_str_len=MAX_HEADER_BYTES, max_bin_len=MAX_HEADER_BYTES, max_array_len=0,
@@ -152,6 +159,8 @@ class _Reader:
             except msgpack.OutOfData:
                 total = len(self._payload)
                 if self._fed >= total:
+                    if self._prefix:
+                        raise _NeedMore from None
                     raise RemoteProtocolError(
                         f"undecodable msgpack: truncated in its {what}") from None
                 if self._fed >= MAX_HEADER_BYTES:
@@ -201,7 +210,9 @@ class _Reader:
             return None
         return RemotingCommand(code, opaque, flag, remark, ext, body, version)
 
-    def command(self) -> RemotingCommand:
+    def head(self) -> RemotingCommand:
+        """The command up to its body: code, opaque, flag, remark and
+        ext_fields (body None, version the default)."""
         u = self._u
         if not self._payload or self._payload[0] & 0xF0 != 0x90 and self._payload[0] not in (
                 0xDC, 0xDD):
@@ -218,8 +229,11 @@ class _Reader:
         remark = self._next(u.unpack, "remark")
         if remark is not None and not isinstance(remark, str):
             raise self._refuse("remark must be a string or nil")
-        ext = self._ext_fields()
-        body, end = self._body(u.tell())
+        return RemotingCommand(code, opaque, flag, remark, self._ext_fields())
+
+    def command(self) -> RemotingCommand:
+        cmd = self.head()
+        cmd.body, end = self._body(self._u.tell())
         try:
             version = msgpack.unpackb(memoryview(self._payload)[end:], max_str_len=0,
                                       max_bin_len=0, max_array_len=0, max_map_len=0,
@@ -228,12 +242,15 @@ class _Reader:
             raise RemoteProtocolError(f"undecodable msgpack in its version: {exc}") from None
         if type(version) is not int:
             raise self._refuse("version must be an integer")
-        return RemotingCommand(code, opaque, flag, remark, ext, body, version)
+        cmd.version = version
+        return cmd
 
     def _ext_fields(self) -> dict[str, Any]:
         u = self._u
         at = u.tell()
         kind = self._payload[at] if at < len(self._payload) else -1
+        if kind == -1 and self._prefix:
+            raise _NeedMore
         if kind == _NIL:
             self._next(u.skip, "ext_fields")
             return {}
@@ -362,6 +379,14 @@ class MsgpackCodec:
         # refused, or a header past the first chunk: the bounded reader, element
         # by element, says what is wrong (and the request to answer when it can)
         return _Reader(payload).command()
+
+    def decode_header(self, prefix: bytes) -> RemotingCommand | None:
+        if not prefix:
+            return None
+        try:
+            return _Reader(prefix, prefix=True).head()
+        except _NeedMore:
+            return None
 
     def peek_request(self, payload: bytes) -> tuple[int, int] | None:
         try:

@@ -23,10 +23,12 @@ read them (protocol/headers.py). Everything this side writes into
 
 from __future__ import annotations
 
+import codecs
 import json
 import json.scanner
 import re
 import struct
+import sys
 from typing import Any
 
 from protocol.codecs.base import (
@@ -34,6 +36,7 @@ from protocol.codecs.base import (
     GATHER_MIN,
     MAX_EXT_FIELDS,
     MAX_HEADER_BYTES,
+    READ_SIZE,
     UNKNOWN_LENGTH,
     BodyLimit,
     NotAMapError,
@@ -320,10 +323,9 @@ def _binary_rest(raw: bytes, code: int, language: int, version: int, opaque: int
     return _Header(code, name, version, opaque, flag, remark, ext)
 
 
-def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
-    """(serialization type, header bytes, body or None) of a frame payload."""
-    if len(payload) < 4:
-        raise RemoteProtocolError(f"frame of {len(payload)} bytes has no header length")
+def _header_length(payload: bytes) -> tuple[int, int]:
+    """(serialization type, header length) of a payload of at least 4 bytes,
+    refused when the type is unknown or the header is past MAX_HEADER_BYTES."""
     (word,) = _WORD.unpack_from(payload)
     stype, header_len = word >> 24, word & MAX_HEADER
     if stype not in (JSON_TYPE, BINARY_TYPE):
@@ -335,6 +337,14 @@ def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
             request = None if flag & (FLAG_RESPONSE | FLAG_ONEWAY) else (code, opaque)
         raise refusal(
             f"header length {header_len} is above the limit of {MAX_HEADER_BYTES} bytes", request)
+    return stype, header_len
+
+
+def _split(payload: bytes) -> tuple[int, bytes, bytes | None]:
+    """(serialization type, header bytes, body or None) of a frame payload."""
+    if len(payload) < 4:
+        raise RemoteProtocolError(f"frame of {len(payload)} bytes has no header length")
+    stype, header_len = _header_length(payload)
     if 4 + header_len > len(payload):
         raise RemoteProtocolError(
             f"header length {header_len} runs past the frame ({len(payload) - 4} bytes after it)")
@@ -355,6 +365,12 @@ _BODY_VALUE = re.compile(
     + r")*+\]|" + _BODY_STRING + r'|[^\[\]{}",\s]++')
 _BODY_SPACE = re.compile(r"[ \t\n\r]*")
 _scan_once: Any = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+# What one look of the reader may need past its position, beyond a value or
+# a run of whitespace of the limit's length: the two characters the value
+# pattern may take past the limit (a string's quotes, a container's
+# brackets), the one after a number that the scanner peeks at, and the four
+# of "null" after whitespace.
+_SLACK = 8
 
 
 class _Open:
@@ -373,29 +389,106 @@ class JsonBodyReader:
     """``BodyReader`` over a JSON body, pulled a value at a time: maps and
     arrays opened by read_map_header / read_array_header are walked entry by
     entry (``more``), and each value (``unpack``) is found, bounded by
-    ``limit``, before the scanner builds it."""
+    ``limit``, before the scanner builds it.
 
-    def __init__(self, stream: Any, limit: BodyLimit = BODY_ENTRY) -> None:
-        """``stream`` is a file-like object of the body's bytes, or its text
-        already read and decoded (a str)."""
-        if isinstance(stream, str):
-            self._text = stream
-        else:
-            try:
-                self._text = stream.read().decode()
-            except UnicodeDecodeError as exc:
-                raise RemoteProtocolError(f"undecodable body: {exc}") from exc
-        self._pos = 0
+    A body read from a stream is never held whole: the reader holds a window
+    of its text, the part not read yet of what it has taken. When less than
+    one look's worth is left (``limit.max_bytes`` and ``_SLACK`` characters:
+    a value, or a run of whitespace, as long as the limit allows), it takes
+    ``read_size`` more bytes and decodes them (UTF-8, a character split
+    between two reads kept for the next). A value or a run of whitespace
+    longer than the limit is refused where it starts, so no look goes further
+    and the window stays under ``max_window`` characters (BODY_ENTRY, 256 KiB
+    reads: 278,536; at most four bytes a character, 1.1 MB). Positions in
+    errors count characters (bytes, for a UTF-8 error) from the body's start.
+    """
+
+    def __init__(self, stream: Any, limit: BodyLimit = BODY_ENTRY,
+                 read_size: int = READ_SIZE) -> None:
+        """``stream`` is a file-like object of the body's bytes (its ``read``
+        may return fewer bytes than asked, b"" only at its end), or its text
+        already read and decoded (a str, held whole). The first window is
+        read here."""
         self._limit = limit
+        self._read_size = read_size
+        self._look = limit.max_bytes + _SLACK
+        # the position past which a look needs more of the stream (past the
+        # end of a whole text: never)
+        self._ample = sys.maxsize
+        self._pos = 0  # in the window
+        self._base = 0  # characters of the body before the window
         self._open: list[_Open] = []
+        self._decoder = codecs.getincrementaldecoder("utf-8")()
+        self._taken = 0  # bytes read from the stream
+        self._stream: Any
+        if isinstance(stream, str):
+            self._text, self._stream = stream, None
+        else:
+            self._text, self._stream = "", stream
+            self._need(self._look)
+
+    @property
+    def window(self) -> int:
+        """Characters of the body held now."""
+        return len(self._text)
+
+    @property
+    def max_window(self) -> int:
+        """The most characters a reader of a stream holds at once: one look
+        left of the last window, and one read."""
+        return self._look + self._read_size
+
+    def _read(self) -> str:
+        """The text of the stream's next read ("" at its end, where the stream
+        is let go)."""
+        chunk = self._stream.read(self._read_size)
+        pending = len(self._decoder.getstate()[0])  # bytes of a split character
+        try:
+            text: str = self._decoder.decode(chunk, final=not chunk)
+        except UnicodeDecodeError as exc:
+            at = self._taken - pending + exc.start
+            raise RemoteProtocolError(
+                f"undecodable body: not UTF-8 ({exc.reason}) at byte {at}") from None
+        self._taken += len(chunk)
+        if not chunk:
+            self._stream = None
+        return text
+
+    def _need(self, n: int) -> None:
+        """Hold at least ``n`` characters from the position on, or all the
+        body has left: the window becomes its unread part and as many reads
+        as that takes (each adds at most ``read_size`` characters, so the
+        window stays under n + read_size)."""
+        if self._stream is None or len(self._text) - self._pos >= n:
+            return
+        pieces = [self._text[self._pos:]]
+        self._text = ""
+        self._base += self._pos
+        self._pos = 0
+        held = len(pieces[0])
+        while held < n and self._stream is not None:
+            piece = self._read()
+            pieces.append(piece)
+            held += len(piece)
+        self._text = "".join(pieces)
+        self._ample = len(self._text) - self._look if self._stream is not None else sys.maxsize
 
     def _fail(self, what: str) -> RemoteProtocolError:
+        self._need(1)
         if self._pos >= len(self._text):
             return RemoteProtocolError("undecodable body: truncated")
-        return RemoteProtocolError(f"undecodable body: {what} at char {self._pos}")
+        return RemoteProtocolError(f"undecodable body: {what} at char {self._base + self._pos}")
 
     def _space(self) -> None:
-        self._pos = _BODY_SPACE.match(self._text, self._pos).end()  # type: ignore[union-attr]
+        """Pass whitespace, at most the limit's bytes of it; at least _SLACK
+        characters are held past it (unless the body ends sooner)."""
+        if self._pos > self._ample:
+            self._need(self._look)
+        most, at = self._limit.max_bytes, self._pos
+        end = _BODY_SPACE.match(self._text, at, at + most + 1).end()  # type: ignore[union-attr]
+        if end - at > most:
+            raise self._fail(f"more than {most} bytes of whitespace")
+        self._pos = end
 
     def _start(self) -> bool:
         """Move to the next value; whether it is an object's key."""
@@ -456,20 +549,29 @@ class JsonBodyReader:
 
     def unpack_value(self) -> Any:
         limit = self._limit
+        if self._pos > self._ample:
+            self._need(self._look)
         text, at = self._text, self._pos
         found = _BODY_VALUE.match(text, at, at + limit.max_bytes + 2)
+        too_long = f"a value nested more than two deep or longer than {limit.max_bytes} bytes"
         if found is None:
-            raise self._fail(f"a value nested more than two deep or longer than "
-                             f"{limit.max_bytes} bytes")
+            raise self._fail(too_long)
         end = found.end()
         if text[at] in "[{":
             containers = text.count("[", at, end) + text.count("{", at, end)
             if containers > limit.max_containers or text.count(",", at, end) >= limit.max_values:
                 raise self._fail(f"more than {limit.max_containers} arrays and objects or "
                                  f"{limit.max_values} values in one value")
+        elif text[at] != '"' and end - at > limit.max_bytes:
+            # a scalar the pattern cut at the limit: the scanner would read on
+            raise self._fail(too_long)
         try:
             value, self._pos = _scan_once(text, at)
-        except (StopIteration, ValueError, RecursionError) as exc:
+        except StopIteration:
+            raise self._fail("not JSON") from None
+        except json.JSONDecodeError as exc:
+            raise self._fail(f"not JSON ({exc.msg}, char {self._base + exc.pos})") from None
+        except (ValueError, RecursionError) as exc:
             raise self._fail(f"not JSON ({exc})") from None
         return value
 
@@ -485,7 +587,7 @@ class JsonBodyReader:
 
     def at_end(self) -> bool:
         self._space()
-        return not self._open and self._pos == len(self._text)
+        return not self._open and self._pos == len(self._text) and self._stream is None
 
 
 class RocketMQCodec:
@@ -572,12 +674,24 @@ class RocketMQCodec:
 
     def decode(self, payload: bytes) -> RemotingCommand:
         stype, raw, body = _split(payload)
+        return self._command(stype, raw, body)
+
+    @staticmethod
+    def _command(stype: int, raw: bytes, body: bytes | None) -> RemotingCommand:
         if stype == JSON_TYPE:
             h, codec = _json_header(raw), ROCKETMQ_JSON
         else:
             h, codec = _binary_header(raw), ROCKETMQ_BINARY
         return RemotingCommand(h.code, h.opaque, h.flag, h.remark, h.ext, body, h.version,
                                codec=codec, language=h.language)
+
+    def decode_header(self, prefix: bytes) -> RemotingCommand | None:
+        if len(prefix) < 4:
+            return None
+        stype, header_len = _header_length(prefix)
+        if len(prefix) < 4 + header_len:
+            return None
+        return self._command(stype, prefix[4:4 + header_len], None)
 
     def peek_request(self, payload: bytes) -> tuple[int, int] | None:
         try:

@@ -24,7 +24,7 @@ import structlog
 import trio
 
 from protocol.codecs import detect
-from protocol.codecs.base import Codec
+from protocol.codecs.base import MAX_HEADER_BYTES, Codec
 from protocol.codes import RequestCode, ResponseCode, code_name
 from protocol.command import FLAG_RESPONSE, RemotingCommand
 from protocol.errors import MalformedRequestError, ProtocolError, RemoteProtocolError
@@ -35,7 +35,8 @@ from protocol.trio.errors import (
     RemotingSendRequestError,
     RemotingTimeoutError,
 )
-from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
+from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget, may_finish_all
+from protocol.trio.preauth import Judgement, PreAuth, Verdict
 from protocol.trio.tls import describe_tls_failure
 
 SyncHandler = Callable[["RemotingConnection", RemotingCommand], RemotingCommand | None]
@@ -51,6 +52,20 @@ _IOV_MAX = 1024
 # chunk, or after this long handling them, whichever comes first.
 YIELD_EVERY = 64
 YIELD_AFTER_S = 0.002
+# Before authentication (protocol/trio/preauth.py) a connection reads at most
+# this much at a time, and this little while the pre-auth budget is spent:
+# what connections read beyond that budget stays a small multiple of their number
+PRE_AUTH_CHUNK = 64 * 1024
+PRE_AUTH_SPENT_CHUNK = 4 * 1024
+# what is read of a frame held in part to judge its header (a little past the
+# longest header a codec takes)
+HEADER_PEEK = MAX_HEADER_BYTES + 64
+# After a refusal that closes the connection: how long, and how many bytes the
+# peer still sends, the connection reads (and drops) once its answer is written
+# and its end of the stream closed, so that closing it does not reset the
+# connection before the peer has read the answer.
+LINGER_S = 1.0
+LINGER_MAX_BYTES = 1024 * 1024
 
 log = structlog.get_logger("remoting")
 
@@ -72,10 +87,12 @@ class HandlerTable:
         return self._sync.get(code), self._async.get(code)
 
 
-def budget_room(budget: SharedBudget) -> trio.Event:
-    """An event set when ``budget`` is back under its limit."""
+def budget_room(*budgets: SharedBudget) -> trio.Event:
+    """An event set when one of ``budgets`` is back under its limit, or its
+    turn to finish a frame is given up."""
     event = trio.Event()
-    budget.waiters.append(event.set)
+    for budget in budgets:
+        budget.waiters.append(event.set)
     return event
 
 
@@ -103,6 +120,7 @@ class RemotingConnection:
         lanes: Lanes | None = None,
         codec: Codec | None = None,
         busy_poll: BusyPoll | None = None,
+        preauth: PreAuth | None = None,
     ) -> None:
         self.stream = stream
         # The connection's codec: given by who opens it, else read from the
@@ -115,6 +133,13 @@ class RemotingConnection:
         self.limits = limits or ConnectionLimits()
         self._budget = budget
         self._lanes = lanes
+        # ACL on (protocol/trio/preauth.py): until a request passed the ACL check,
+        # frames are judged on their header and bounded by the pre-auth limits
+        self._preauth = preauth
+        self.authenticated = preauth is None
+        self._pre_buffered = 0  # the part of _buffered counted in the pre-auth budget
+        self._judged = False  # the header of the frame held in part was judged: read on
+        self._linger = False  # a refusal was answered: close once the peer had it
         # the process's spin window (protocol/trio/busy_poll.py): touched on
         # every chunk read and frame queued; None when off
         self._busy_poll = active(busy_poll)
@@ -242,7 +267,36 @@ class RemotingConnection:
             self._budget.add(buffered - self._buffered)
             if not buffered:
                 self._budget.finished(self)
+        pre = self._pre_budget
+        if pre is not None:
+            pre.add(buffered - self._pre_buffered)
+            self._pre_buffered = buffered
+            if not buffered:
+                pre.finished(self)
         self._buffered = buffered
+
+    @property
+    def _pre_budget(self) -> SharedBudget | None:
+        """The pre-auth budget, while this connection is counted in it."""
+        if self.authenticated or self._preauth is None:
+            return None
+        return self._preauth.budget
+
+    def _budgets(self) -> list[SharedBudget]:
+        """The budgets this connection's partial frame is counted in."""
+        return [b for b in (self._budget, self._pre_budget) if b is not None]
+
+    def authenticate(self) -> None:
+        """A request on this connection passed the ACL check (the daemon's
+        guard says so): the pre-auth limits no longer apply to it."""
+        if self.authenticated:
+            return
+        pre = self._pre_budget
+        self.authenticated = True
+        if pre is not None:
+            pre.add(-self._pre_buffered)
+            self._pre_buffered = 0
+            pre.finished(self)
 
     @property
     def owed(self) -> int:
@@ -271,37 +325,48 @@ class RemotingConnection:
         if self._owed > self.limits.write_high_water:
             return True
         budget = self._budget
-        if budget is None or not budget.over:
-            return False
-        if self._owed > 0:
+        over = budget is not None and budget.over
+        if over and self._owed > 0:
             return True
-        # holding only part of a frame: one such connection at a time reads on
-        # to complete it (_finishing), so that partial frames never hold the
-        # budget with none able to complete
-        return self._buffered > 0 and not budget.may_finish(self)
+        pre = self._pre_budget
+        if not (over or pre is not None and pre.over) or not self._buffered:
+            return False
+        # holding only part of a frame past a budget: one such connection at a
+        # time (in every budget it is counted in) reads on to complete it
+        # (_finishing), so that partial frames never hold a budget with none
+        # able to complete
+        return not may_finish_all(self, self._budgets())
 
     def _finishing(self) -> bool:
-        """Whether this connection reads past the shared budget only to
-        complete the frame it holds part of."""
-        budget = self._budget
-        return budget is not None and budget.finishing is self and budget.over
+        """Whether this connection reads past a budget only to complete the
+        frame it holds part of."""
+        return any(b.finishing is self and b.over for b in self._budgets())
+
+    def _chunk(self) -> int:
+        """How much to read next."""
+        missing = self._decoder.missing
+        if missing and self._finishing():  # past a budget: the rest of its frame only
+            return min(RECEIVE_CHUNK, missing)
+        pre = self._pre_budget
+        if pre is None:
+            return RECEIVE_CHUNK
+        return PRE_AUTH_SPENT_CHUNK if pre.over else PRE_AUTH_CHUNK
 
     async def _wait_for_room(self) -> None:
         """Back-pressure: while the peer is owed more than the high-water mark,
         read nothing until it is under the low-water mark; while the server's
         connections together hold more than their budget, a connection holding
-        any of it reads nothing."""
-        if self._owed > self.limits.write_high_water:
-            while self._owed > self.limits.write_low_water and not self.closed:
-                progress = self._write_progress = trio.Event()
-                await progress.wait()
+        any of it reads nothing (before authentication, the same within the
+        pre-auth budget)."""
         while self._must_wait():
-            budget = self._budget
-            assert budget is not None
-            # woken when the total falls back under the budget (or this one closes)
-            room = budget_room(budget)
-            if budget.over:
-                await room.wait()
+            if self._owed > self.limits.write_high_water:
+                while self._owed > self.limits.write_low_water and not self.closed:
+                    progress = self._write_progress = trio.Event()
+                    await progress.wait()
+                continue
+            # woken when a total falls back under its budget, or a turn to
+            # finish a frame is given up (or this one closes)
+            await budget_room(*self._budgets()).wait()
 
     def _answered(self, opaque: int) -> None:
         n = self._unanswered.get(opaque)
@@ -599,9 +664,7 @@ class RemotingConnection:
         raw = self._raw
         while True:
             await self._wait_for_room()
-            # past the shared budget, only the rest of the frame held in part
-            missing = decoder.missing
-            size = min(RECEIVE_CHUNK, missing) if missing and self._finishing() else RECEIVE_CHUNK
+            size = self._chunk()
             try:
                 if raw is not None:
                     data: bytes | bytearray = await self._receive_raw(raw, size)
@@ -622,16 +685,24 @@ class RemotingConnection:
             except ProtocolError as exc:
                 self._log.warning("protocol error, closing connection", error=str(exc))
                 return
-            buffered = decoder.buffered
-            if buffered != self._buffered:
+            buffered, held_before = decoder.buffered, self._buffered
+            if buffered != held_before:
                 self._account_buffered(buffered)
-            if frames and self._budget is not None:
-                self._budget.finished(self)  # its frame is complete: another's turn
+            if frames:  # its frame is complete: another's turn
+                if self._budget is not None:
+                    self._budget.finished(self)
+                if not self.authenticated:
+                    pre = self._pre_budget
+                    if pre is not None:
+                        pre.finished(self)
+            if frames or not held_before:
+                self._judged = False  # the frame held in part (if any) is a new one
             if not buffered:
                 self.partial_since = None
             elif self.partial_since is None or frames:
                 self.partial_since = now  # a new frame started
             received_at = slice_start = time.perf_counter()
+            stop = False
             self._batching = True
             try:
                 for i, payload in enumerate(frames, 1):
@@ -640,7 +711,8 @@ class RemotingConnection:
                     if self.closed:  # its close callbacks ran: take no more requests
                         return
                     if not self._handle_frame(payload, received_at):
-                        return
+                        stop = True
+                        break
                     if (i % YIELD_EVERY == 0 or self._must_wait()
                             or time.perf_counter() - slice_start > YIELD_AFTER_S):
                         # let the writer and other connections go on before the rest
@@ -653,6 +725,12 @@ class RemotingConnection:
                         self._batching = True
             finally:
                 self._flush_batch()
+            if not stop and buffered and not self.authenticated and not self._judged:
+                stop = not self._judge_partial()  # before its body is read
+            if stop:
+                if self._linger:
+                    await self._linger_then_close()
+                return
 
     @staticmethod
     async def _receive_raw(raw: Any, size: int = RECEIVE_CHUNK) -> bytes:
@@ -701,6 +779,9 @@ class RemotingConnection:
             self._log.warning("undecodable frame, closing connection", error=str(exc)[:300],
                               codec=codec.name, size=len(payload))
             return False
+        if not self.authenticated and self._preauth is not None and not self._judged_on(
+                self._preauth.judge_frame(self, cmd, self._pending.__contains__)):
+            return False
         if cmd.is_response:
             pending = self._pending.get(cmd.opaque)
             if pending is not None:
@@ -709,6 +790,73 @@ class RemotingConnection:
             return True
         self._dispatch(cmd, received_at)
         return True
+
+    # ---- before authentication (protocol/trio/preauth.py) ----------------------------
+
+    def _judge_partial(self) -> bool:
+        """Judge the frame held in part on its length and header, before its
+        body is read; False means the connection must close."""
+        preauth = self._preauth
+        assert preauth is not None
+        decoder = self._decoder
+        declared = decoder.declared
+        if declared is None:
+            return True
+        head = decoder.head(HEADER_PEEK)
+        if self.codec is None and head:
+            self.codec = detect(head)
+        judgement = preauth.judge_partial(self, declared, head, self.codec,
+                                          self._pending.__contains__)
+        self._judged = judgement.verdict is Verdict.READ  # not again until the next frame
+        return self._judged_on(judgement)
+
+    def _judged_on(self, judgement: Judgement) -> bool:
+        """Act on a pre-auth verdict; False means the connection must close
+        (after the answer of a refusal, ``_linger``)."""
+        verdict = judgement.verdict
+        if verdict is Verdict.TRUST:
+            self.authenticate()
+        elif verdict is Verdict.REFUSE:
+            if judgement.reason:  # the ACL's refusals are logged by the ACL
+                self._log.warning("request refused before authentication, closing connection",
+                                  reason=judgement.reason[:300])
+            if judgement.answer is not None:
+                self.send_response(judgement.answer)
+                self._linger = True
+            return False
+        elif verdict is Verdict.CLOSE:
+            self._log.warning("connection closed before authentication",
+                              reason=judgement.reason[:300])
+            return False
+        return True
+
+    async def _linger_then_close(self) -> None:
+        """After a refusal that closes the connection: its answer written, the
+        peer told that nothing more is read (end of stream, where the stream
+        has one), and what it still sends read and dropped for a moment
+        (LINGER_S, LINGER_MAX_BYTES), so that the close does not reset the
+        connection before the peer read the answer. Holds no frame meanwhile."""
+        self._flush_batch()
+        self._decoder.drop()
+        self._account_buffered(0)
+        self.partial_since = None
+        stream = self.stream
+        broken = (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError,
+                  OSError)
+        with trio.move_on_after(LINGER_S):
+            await self.drain()
+            send_eof = getattr(stream, "send_eof", None)
+            try:
+                if send_eof is not None:
+                    await send_eof()
+                dropped = 0
+                while dropped < LINGER_MAX_BYTES:
+                    data = await stream.receive_some(RECEIVE_CHUNK)
+                    if not data:
+                        return
+                    dropped += len(data)
+            except broken:
+                return
 
     def _refuse_busy(self, cmd: RemotingCommand, remark: str) -> None:
         if not cmd.is_oneway:

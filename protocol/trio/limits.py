@@ -28,7 +28,7 @@ starves the others.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -131,6 +131,19 @@ class SharedBudget:
             waiters, self.waiters = self.waiters, []
             for wake in waiters:
                 wake()
+
+
+def may_finish_all(owner: object, budgets: Sequence[SharedBudget]) -> bool:
+    """``may_finish`` in every one of ``budgets`` at once, or in none: a
+    connection counted in several (the partial frame of a connection not yet
+    authenticated counts in the daemon's budget and in the pre-auth one,
+    protocol/trio/preauth.py) finishes its frame in all of them, so that two
+    connections never each hold the turn of one budget and wait for the other."""
+    if any(b.finishing is not None and b.finishing is not owner for b in budgets):
+        return False
+    for b in budgets:
+        b.finishing = owner
+    return True
 
 
 @dataclass(slots=True)

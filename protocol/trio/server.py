@@ -16,6 +16,7 @@ from protocol.trio import waiting_room
 from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import ConnectionLimits, Lanes, SharedBudget
+from protocol.trio.preauth import PreAuth
 from protocol.trio.service import Guard
 from protocol.trio.tls import ServerTls, accept
 from protocol.trio.waiting_room import Silent, WaitingRoom
@@ -63,8 +64,12 @@ class RemotingServer:
         lanes: Lanes | None = None,
         tls: ServerTls | None = None,
         busy_poll: BusyPoll | None = None,
+        preauth: PreAuth | None = None,
     ) -> None:
         self.handlers = handlers
+        # ACL on: what a connection may hold before it is authenticated
+        # (protocol/trio/preauth.py); None: no such limits
+        self.preauth = preauth
         # spin after each request instead of sleeping (protocol/trio/busy_poll.py)
         self.busy_poll = active(busy_poll)
         self.host = host
@@ -259,7 +264,7 @@ class RemotingServer:
         conn = RemotingConnection(
             served, self.handlers, remote_addr=peer, max_frame_size=self.max_frame_size,
             limits=self.limits, budget=self.budget, lanes=self.lanes,
-            busy_poll=self.busy_poll,
+            busy_poll=self.busy_poll, preauth=self.preauth,
         )
         conn.on_close(gone)
         self.connections.add(conn)

@@ -259,3 +259,35 @@ def test_role_and_broker_id(role: str, broker_id: int, ok: bool) -> None:
     else:
         with pytest.raises(ConfigError, match="brokerId"):
             BrokerConfig.from_properties(props)
+
+
+def test_pre_auth_keys_of_broker_and_name_server() -> None:
+    """aclPreAuthMaxFrameBytes (0: header limit + largest body + 64 KiB, at most
+    maxFrameSize) and aclPreAuthReadBudgetBytes, checked at start (issue 48)."""
+    from broker.acl.guard import HeaderGate
+    from namesrv.config import NamesrvConfig
+    from protocol.trio.preauth import NAMESRV_PRE_AUTH_BODY, pre_auth_of
+
+    mib = 1024 * 1024
+    gate = HeaderGate(lambda: None)
+    for config_class, body_of in ((BrokerConfig, lambda c: c.max_message_size),
+                                  (NamesrvConfig, lambda c: NAMESRV_PRE_AUTH_BODY)):
+        cfg = config_class.from_properties({})
+        assert (cfg.acl_pre_auth_max_frame_bytes, cfg.acl_pre_auth_read_budget_bytes) == \
+            (0, 32 * mib)
+        pre = pre_auth_of(cfg, gate, body_of(cfg))
+        assert pre.max_frame_bytes == 4_521_984 and pre.budget.max_bytes == 32 * mib
+        cfg = config_class.from_properties({"aclPreAuthMaxFrameBytes": str(mib),
+                                            "aclPreAuthReadBudgetBytes": str(8 * mib)})
+        pre = pre_auth_of(cfg, gate, body_of(cfg))
+        assert pre.max_frame_bytes == mib and pre.budget.max_bytes == 8 * mib
+        for bad, key in ((("aclPreAuthMaxFrameBytes", "1000")), "aclPreAuthMaxFrameBytes"), \
+                        ((("aclPreAuthMaxFrameBytes", str(17 * mib))), "maxFrameSize"), \
+                        ((("aclPreAuthReadBudgetBytes", "0")), "aclPreAuthReadBudgetBytes"):
+            with pytest.raises(ConfigError, match=key):
+                config_class.from_properties(dict([bad]))
+    # a broker taking larger messages: the default follows maxMessageSize, within maxFrameSize
+    cfg = BrokerConfig.from_properties({"maxMessageSize": str(8 * mib)})
+    assert pre_auth_of(cfg, gate, cfg.max_message_size).max_frame_bytes == 8 * mib + 320 * 1024
+    cfg = BrokerConfig.from_properties({"maxMessageSize": str(16 * mib)})
+    assert pre_auth_of(cfg, gate, cfg.max_message_size).max_frame_bytes == cfg.max_frame_size

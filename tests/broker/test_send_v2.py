@@ -3,6 +3,7 @@ and which of the three send codes is a batch, as RocketMQ's Java and C++ clients
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,8 @@ from broker import send_processor
 from broker.config import BrokerConfig, BrokerRole, FlushDiskType
 from broker.controller import BrokerController
 from broker.message_rewrite import build_batch_inners, build_inner
+from broker.store.commit_log import SCHEDULE_TOPIC
+from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.batch import encode_batch
 from protocol.codecs import ROCKETMQ_BINARY, ROCKETMQ_JSON
 from protocol.codes import RequestCode, ResponseCode
@@ -33,7 +36,7 @@ from protocol.headers import (
 )
 from protocol.message import properties_to_string, string_to_properties
 from protocol.record import decode_records
-from protocol.route import TopicConfig
+from protocol.route import PERM_WRITE, TopicConfig
 from tests.broker.fakes import FakeConn
 
 PROPS = properties_to_string({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AC1100000001",
@@ -343,3 +346,87 @@ def test_single_sends_store_what_the_general_path_stores(
             finally:
                 c._persist_and_close()
     assert logs[0] == logs[1]
+
+
+def test_send_batch_message_with_batch_false_is_one_message(broker: BrokerController) -> None:
+    """RocketMQ's broker decides by the header's batch flag, not the code: a
+    SEND_BATCH_MESSAGE saying batch=false (or nothing) stores its body as one
+    message."""
+    body = encode_batch([(0, b"b0", ""), (0, b"b1", "")])
+    cases = [
+        v2_fields(e="0", m="false"),  # RocketMQ's V2 header (what 320 carries), batch false
+        v2_fields(e="0", m=None),  # the flag left out
+        SendMessageRequestHeader("pg", "T", 0).to_fields(),  # the long names, batch false
+    ]
+    for n, fields in enumerate(cases):
+        r = send(broker, RequestCode.SEND_BATCH_MESSAGE, fields, body)
+        assert r is not None and r.code == ResponseCode.SUCCESS, r and r.remark
+        h = SendMessageResponseHeader.from_fields(r.ext_fields)
+        assert h.queue_offset == n and "," not in h.msg_id
+    assert [m.body for m in stored(broker, "T", 0)] == [body] * len(cases)
+
+
+# ---- a send to a retry topic past the group's retry limit ----------------------------------
+
+RETRY, DLQ = "%RETRY%cg", "%DLQ%cg"
+
+
+def retry_send(c: BrokerController, body: bytes, j: int, l: int | None = None,  # noqa: E741
+               props: dict[str, str] | None = None) -> SendMessageResponseHeader:
+    """A send to ``%RETRY%cg`` as RocketMQ's producer makes it (V2 header,
+    reconsumeTimes ``j``, maxReconsumeTimes ``l``)."""
+    text = properties_to_string({"UNIQ_KEY": body.decode(), **(props or {})})
+    r = send(c, RequestCode.SEND_MESSAGE_V2,
+             v2_fields(b=RETRY, e="0", i=text, j=str(j), l=None if l is None else str(l)), body)
+    assert r is not None and r.code == ResponseCode.SUCCESS, r and r.remark
+    return SendMessageResponseHeader.from_fields(r.ext_fields)
+
+
+def test_a_send_to_a_retry_topic_at_the_retry_limit_goes_to_the_dlq(
+        broker: BrokerController) -> None:
+    broker.topic_config_manager.update(TopicConfig(RETRY, 1, 1))
+    retry_send(broker, b"r15", 15)  # below the group's retryMaxTimes (16): the retry topic
+    h = retry_send(broker, b"r16", 16, props={"DELAY": "3"})  # at it: the DLQ, undelayed
+    [dead] = stored(broker, DLQ, 0)
+    assert (h.queue_id, h.queue_offset, h.msg_id) == (0, 0, dead.msg_id)
+    assert (dead.topic, dead.body, dead.reconsume_times) == (DLQ, b"r16", 16)
+    assert "DELAY" not in dead.properties and dead.properties["UNIQ_KEY"] == "r16"
+    cfg = broker.topic_config_manager.get(DLQ)
+    assert cfg is not None and (cfg.read_queue_nums, cfg.write_queue_nums, cfg.perm) == \
+        (1, 1, PERM_WRITE)
+    assert broker.message_store.get_max_offset_in_queue(SCHEDULE_TOPIC, 2) == 0  # not delayed
+    # the header's maxReconsumeTimes (RocketMQ's clients since 3.4.9) rules over the group's
+    retry_send(broker, b"l2-j1", 1, l=2)
+    retry_send(broker, b"l2-j2", 2, l=2)
+    # the group's retryMaxTimes otherwise
+    cfg_g = broker.subscription_group_manager.find("cg")
+    assert cfg_g is not None
+    broker.subscription_group_manager.update(dataclasses.replace(cfg_g, retry_max_times=3))
+    retry_send(broker, b"g3-j2", 2)
+    retry_send(broker, b"g3-j3", 3)
+    assert [(m.body, m.reconsume_times) for m in stored(broker, RETRY, 0)] == \
+        [(b"r15", 15), (b"l2-j1", 1), (b"g3-j2", 2)]
+    assert [m.body for m in stored(broker, DLQ, 0)] == [b"r16", b"l2-j2", b"g3-j3"]
+
+
+def test_retry_sends_need_the_group_and_no_batch(tmp_path: Path) -> None:
+    c = BrokerController(BrokerConfig(
+        store_path_root_dir=str(tmp_path), listen_port=0, maped_file_size_commit_log=1 << 20,
+        maped_file_size_consume_queue=100 * 20, max_hash_slot_num=64, max_index_num=256,
+        auto_create_subscription_group=False))
+    c._load()
+    try:
+        c.topic_config_manager.update(TopicConfig(RETRY, 1, 1))
+        r = send(c, RequestCode.SEND_MESSAGE_V2, v2_fields(b=RETRY, e="0", j="16"), b"x")
+        assert r is not None and r.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, r
+        assert "cg" in (r.remark or "")
+        c.subscription_group_manager.update(SubscriptionGroupConfig("cg"))
+        # a batch to a retry topic is refused, as RocketMQ 5's broker does
+        r = send(c, RequestCode.SEND_BATCH_MESSAGE, v2_fields(b=RETRY, e="0", m="true", j="16"),
+                 encode_batch([(0, b"a", ""), (0, b"b", "")]))
+        assert r is not None and r.code == ResponseCode.MESSAGE_ILLEGAL
+        assert r.remark == f"batch request does not support retry group {RETRY}"
+        assert c.topic_config_manager.get(DLQ) is None
+        assert c.message_store.get_max_phy_offset() == 0
+    finally:
+        c._persist_and_close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -215,11 +216,13 @@ def test_compressed_bodies_are_bounded() -> None:
 
 class FailingOuterAPI:
     def __init__(self) -> None:
-        self.calls = 0
+        self.calls: Counter[str | None] = Counter()  # name server (None: all) -> calls
 
     async def register_broker_all(self, wire: dict[str, object],
-                                  ha_server_addr: str | None = None) -> int:
-        self.calls += 1
+                                  ha_server_addr: str | None = None,
+                                  addrs: list[str] | None = None) -> int:
+        for addr in addrs or [None]:
+            self.calls[addr] += 1
         raise LocalProtocolError("frame of 17000000 bytes exceeds 16777216")
 
 
@@ -228,9 +231,13 @@ async def test_register_loop_survives_and_backs_off(
 ) -> None:
     c = BrokerController(config(tmp_path))
     c._register_guard.log = log = FakeLog()
+    logs = {}
+    for addr, guard in c._register_guards.items():
+        guard.log = logs[addr] = FakeLog()
     api = FailingOuterAPI()
     c.outer_api = api  # type: ignore[assignment]
     await c.register_broker_all()  # the start-up registration: logged, not raised
+    assert api.calls == {None: 1} and len(log.lines) == 1
     async with trio.open_nursery() as nursery:
         nursery.start_soon(c._register_loop)
         for _ in range(200):  # a flood of topic changes while registration fails
@@ -238,10 +245,13 @@ async def test_register_loop_survives_and_backs_off(
             await trio.sleep(0.05)
         await trio.sleep(120)
         nursery.cancel_scope.cancel()
-    assert 10 <= api.calls <= 40  # at most one try per back-off, then once per period
-    assert log.lines[0][1] == "register with name servers failed"
-    assert isinstance(log.lines[0][2]["exc_info"], LocalProtocolError)
-    assert len(log.lines) <= 4
+    # one loop per name server, each at most one try per back-off, then once per period
+    assert set(logs) == {"127.0.0.1:1", "127.0.0.1:2"}
+    for addr, ns_log in logs.items():
+        assert 10 <= api.calls[addr] <= 40
+        assert ns_log.lines[0][1] == "register with name servers failed"
+        assert isinstance(ns_log.lines[0][2]["exc_info"], LocalProtocolError)
+        assert len(ns_log.lines) <= 4
 
 
 async def test_housekeeping_survives_a_failing_notification(

@@ -77,6 +77,10 @@ class FakeBroker:
         self.pull_code: int | None = None  # force this response code on pulls
         self.suggest_which_broker_id = 0
         self.silent = False  # accept requests but never answer
+        # QUERY_CONSUMER_OFFSET's answer for a group with no stored offset
+        # (a real broker's 0 for a queue whose first message is in memory);
+        # None: QUERY_NOT_FOUND
+        self.new_group_offset: int | None = None
         # State.
         self.queues: dict[tuple[str, int], list[tuple[bytes, int]]] = defaultdict(list)
         self.min_offsets: dict[tuple[str, int], int] = {}
@@ -227,7 +231,8 @@ class FakeBroker:
     def _query_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         self.requests.append(cmd)
         h = QueryConsumerOffsetRequestHeader.from_fields(cmd.ext_fields)
-        offset = self.consumer_offsets.get((h.consumer_group, h.topic, h.queue_id))
+        offset = self.consumer_offsets.get((h.consumer_group, h.topic, h.queue_id),
+                                           self.new_group_offset)
         if offset is None:
             return cmd.response(
                 ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first"

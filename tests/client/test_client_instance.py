@@ -108,7 +108,7 @@ async def test_namesrv_failover_skips_unreachable(cluster: FakeCluster) -> None:
                 r = await instance.update_topic_route(TOPIC)
                 assert r is not None
             # After a failure the working name server is used first.
-            assert instance.namesrv_addrs[instance._namesrv_index] == cluster.namesrv_addr
+            assert instance.current_namesrv == cluster.namesrv_addr
         finally:
             await instance.release()
     assert len(cluster.namesrv.route_requests) == 6

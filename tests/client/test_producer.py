@@ -87,6 +87,35 @@ async def test_send_header_uniq_key_and_ids(cluster: FakeCluster) -> None:
     assert result.queue_offset == 0
 
 
+async def test_retry_topic_sends_carry_reconsume_times_in_the_header(cluster: FakeCluster) -> None:
+    """As RocketMQ's producer: a message to a %RETRY% topic has its
+    RECONSUME_TIME and MAX_RECONSUME_TIMES properties sent as the header's
+    reconsumeTimes/maxReconsumeTimes (the broker moves it to the DLQ at the
+    limit); the caller's message keeps them."""
+    retry = "%RETRY%cg"
+    cluster.namesrv.set_route(retry, cluster.brokers)
+    msg = Message(retry, b"again", properties={"RECONSUME_TIME": "3", "MAX_RECONSUME_TIMES": "5",
+                                               "ORIGIN_MESSAGE_ID": "X"})
+    plain = Message(TOPIC, b"plain", properties={"RECONSUME_TIME": "3"})
+    async with make_producer(cluster) as producer:
+        result = await producer.send(msg)
+        other = await producer.send(plain)
+        for bad in ("-1", "x", "99999999999"):
+            with pytest.raises(MQClientError, match="RECONSUME_TIME must be a count"):
+                await producer.send(Message(retry, b"bad", properties={"RECONSUME_TIME": bad}))
+    (req,) = sends(cluster.broker(result.message_queue.broker_name))[:1]
+    h = req.ext_fields
+    assert (h["topic"], h["reconsumeTimes"], h["maxReconsumeTimes"]) == (retry, 3, 5)
+    assert string_to_properties(h["properties"]) == {
+        "ORIGIN_MESSAGE_ID": "X", PROPERTY_UNIQ_KEY: result.msg_id}
+    assert msg.properties["RECONSUME_TIME"] == "3" and msg.properties["MAX_RECONSUME_TIMES"] == "5"
+    # another topic: properties as they are, no reconsume times in the header
+    req = next(r for r in sends(cluster.broker(other.message_queue.broker_name))
+               if r.ext_fields["topic"] == TOPIC)
+    assert req.ext_fields["reconsumeTimes"] == 0 and "maxReconsumeTimes" not in req.ext_fields
+    assert string_to_properties(req.ext_fields["properties"])["RECONSUME_TIME"] == "3"
+
+
 async def test_existing_uniq_key_is_kept(cluster: FakeCluster) -> None:
     msg = Message(TOPIC, b"x", properties={PROPERTY_UNIQ_KEY: "MY-ID"})
     async with make_producer(cluster) as producer:

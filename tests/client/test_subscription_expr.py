@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from client.errors import MQClientError
 from client.subscription import (
+    MessageSelector,
+    SqlParseError,
     SubscriptionData,
     build_subscription,
     parse_sub_expression,
+    subscription_of,
     tag_codes,
     tag_matches,
 )
@@ -52,3 +56,49 @@ def test_subscription_data() -> None:
     everything = build_subscription("T", "")
     assert everything.sub_string == "*" and everything.is_all
     assert everything.matches_code(123) and everything.matches_tag(None)
+
+
+# ---------------------------------------------------------------- MessageSelector
+
+
+def test_selectors() -> None:
+    sql = subscription_of("T", MessageSelector.by_sql("a > 5 AND TAGS = 'x'"))
+    assert (sql.expression_type, sql.sub_string) == ("SQL92", "a > 5 AND TAGS = 'x'")
+    # the broker evaluates it: the client keeps every message it is sent
+    assert sql.tags_set is None and sql.code_set is None and not sql.is_all
+    assert sql.matches_tag("anything") and sql.sql is not None
+    assert sql.sql.matches_properties({"a": "6", "TAGS": "x"})
+    tag = subscription_of("T", MessageSelector.by_tag("A || B"))
+    assert tag == build_subscription("T", "A || B") and tag.expression_type == "TAG"
+    assert subscription_of("T", MessageSelector.by_tag(None)).is_all
+    assert subscription_of("T", "A") == build_subscription("T", "A")
+
+
+def test_bad_selectors() -> None:
+    with pytest.raises(SqlParseError, match="column 7"):
+        subscription_of("T", MessageSelector.by_sql("a > 5 b"))
+    with pytest.raises(ValueError, match="unknown expression type"):
+        subscription_of("T", MessageSelector("XPATH", "//a"))
+    with pytest.raises(ValueError, match="MessageSelector"):
+        subscription_of("T", 5)  # type: ignore[arg-type]
+
+
+def test_consumers_send_the_type_and_version() -> None:
+    from client.consumer_api import pull_request
+    from client.lite_pull_consumer import LitePullConsumer
+    from protocol.headers import PullMessageRequestHeader
+    from protocol.message import MessageQueue
+
+    c = LitePullConsumer("g", "127.0.0.1:1")
+    with pytest.raises(MQClientError, match="column 4"):
+        c.subscribe("T", MessageSelector.by_sql("a ="))
+    c.subscribe("T", MessageSelector.by_sql("a = 1"))
+    c.subscribe("U", "*")
+    subs = {s["topic"]: s for s in c.consumer_data()["subscriptionDataSet"]}
+    assert subs["T"]["expressionType"] == "SQL92" and subs["T"]["subString"] == "a = 1"
+    assert subs["U"]["expressionType"] == "TAG"
+    assert subs["T"]["subVersion"] > 1_600_000_000_000  # made now, in ms (RocketMQ's)
+    cmd = pull_request("g", MessageQueue("T", "b", 0), c.subscriptions["T"], 0, 32)
+    h = PullMessageRequestHeader.from_fields(cmd.ext_fields)
+    assert (h.expression_type, h.subscription, h.sub_version) == (
+        "SQL92", "a = 1", subs["T"]["subVersion"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from broker.acl.plain import SIGNATURE_REFUSED
@@ -16,6 +17,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import RegisterBrokerRequestHeader
 from protocol.trio.client import RemotingClient
+from protocol.trio.connection import RemotingConnection
 from tests.integration.cluster import Cluster, free_port
 from tests.integration.hostile import register_body
 from tests.integration.waits import routed, wait_for
@@ -103,13 +105,15 @@ async def test_namesrv_acl(cluster: Cluster, tmp_path: Path) -> None:
     async with MQAdmin(n, credentials=READER) as admin:
         assert "broker-unsigned" not in str(await admin.cluster_info())
 
-    # unsigned: every write and the look-up refused, on one connection that stays usable
-    async with RemotingClient() as rc:
-        for what, cmd in [*writes(), ("route", route_request())]:
+    # unsigned: every write and the look-up refused; before any request was let in on
+    # it, the connection is closed after the refusal (docs/security/decoding-limits.md)
+    for what, cmd in [*writes(), ("route", route_request())]:
+        async with RemotingClient() as rc:
+            conn = await rc.get_connection(n)
             resp = await rc.invoke(n, cmd, TIMEOUT)
             assert resp.code == ResponseCode.NO_PERMISSION, (what, resp.code, resp.remark)
             assert "No accessKey" in (resp.remark or ""), (what, resp.remark)
-        assert len(rc._conns) == 1  # the same connection answered every refusal
+            await wait_for(partial(_closed, conn), TIMEOUT, "the name server closing it")
 
     # an unknown access key cannot look up routes
     async with RemotingClient(credentials=UNKNOWN) as rc:
@@ -163,6 +167,10 @@ async def _registered(admin: MQAdmin) -> bool:
     except Exception:  # noqa: BLE001 - not yet
         return False
     return "broker-nsacl" in str(info)
+
+
+async def _closed(conn: RemotingConnection) -> bool:
+    return conn.closed
 
 
 async def _logged(text: Callable[[], str], needle: str) -> bool:

@@ -6,12 +6,17 @@
   and the master closes them;
 - 11: a captured admin hello replayed after the master restarted is refused;
 - 12: a (man-in-the-middle) master's first transfer to an empty slave far past the
-  master's start is refused; the slave then follows the real master.
+  master's start is refused; the slave then follows the real master;
+- 13: a fake master (without the slave's account secret) answering with a lying
+  log start is refused before anything is appended; the slave then follows the
+  real master; a slave of another handshake version is told the master's.
 
 The hand-made peers here speak whichever HA handshake the master speaks (the
-greeting and challenge of version 3, or a bare hello before it), so each test
-shows the attack working on a master without the fix (row 10's once its
-haMaxConnections, a key an older broker refuses, is left out).
+greeting and challenge of this version, or a bare hello before version 3), so
+each test of rows 9-12 shows the attack working on a master without the fix
+(row 10's once its haMaxConnections, a key an older broker refuses, is left out;
+a version 3 master, which refuses this version's greeting, once GREETING is
+written out as b"RMQC\x03").
 """
 
 from __future__ import annotations
@@ -27,13 +32,21 @@ import trio
 
 from broker.store.ha.epochs import LogView
 from broker.store.ha.transfer import (
+    CHALLENGE,
+    GREETING,
+    Answer,
     AnswerDecoder,
+    AnswerKey,
+    GreetingDecoder,
+    HelloDecoder,
     TransferDecoder,
     encode_answer,
+    encode_challenge,
     encode_hello,
     encode_report,
     encode_transfer,
     make_hello,
+    new_challenge,
 )
 from client import AclCredentials, Message, Producer, SendStatus
 from client.admin import MQAdmin
@@ -43,8 +56,7 @@ from tests.integration.waits import routed, wait_for
 TOPIC = "HaPortTopic"
 CL_FILE = 256 * 1024
 TIMEOUT = 20.0
-GREETING_V3 = b"RMQC\x03"  # written out: the peers must also talk to an older master
-CHALLENGE_SIZE = 21
+CHALLENGE_SIZE = CHALLENGE.size
 ADMIN = AclCredentials("brokeradm1", "brokersecret1")
 ACL = f"""globalWhiteRemoteAddresses:
   - 10.254.254.254
@@ -81,11 +93,11 @@ async def acknowledged(producer: Producer, what: str, timeout: float = TIMEOUT) 
     await wait_for(ok, timeout, what)
 
 
-async def speaks_v3(port: int) -> bool:
-    """Whether the master answers the version 3 greeting with a challenge."""
+async def challenges(port: int) -> bool:
+    """Whether the master answers the greeting with a challenge."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
-        await stream.send_all(GREETING_V3)
+        await stream.send_all(GREETING)
         with trio.move_on_after(5):
             try:
                 return (await stream.receive_some(CHALLENGE_SIZE)).startswith(b"RMQC")
@@ -107,14 +119,14 @@ async def receive_exactly(stream: trio.abc.Stream, n: int) -> bytes | None:
     return buf
 
 
-async def say_hello(port: int, v3: bool, cred: AclCredentials | None = None,
+async def say_hello(port: int, greet: bool, cred: AclCredentials | None = None,
                     after: bytes = b"") -> trio.SocketStream | None:
     """A connection that said a valid hello of an empty slave of broker-a (and
     ``after``); None when the master closed it before its challenge."""
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     kw: dict[str, Any] = {}
-    if v3:
-        await stream.send_all(GREETING_V3)
+    if greet:
+        await stream.send_all(GREETING)
         got = await receive_exactly(stream, CHALLENGE_SIZE)
         if got is None:
             await stream.aclose()
@@ -154,7 +166,7 @@ async def test_a_flood_of_hellos_does_not_keep_the_slave_out(cluster: Cluster) -
     master, slave = pair(cluster, ns.addr, "SYNC_MASTER", syncFlushTimeout=2500)
     ha_port = master.port + 1
     await setup_topic(ns.addr, master)
-    v3 = await speaks_v3(ha_port)
+    greet = await challenges(ha_port)
     async with Producer("ha-port-flood", ns.addr) as producer:
         await acknowledged(producer, "the slave acknowledging sends")
         # 4,100 connect-hello-close (an older master remembered 4,096 hellos' nonces
@@ -165,7 +177,7 @@ async def test_a_flood_of_hellos_does_not_keep_the_slave_out(cluster: Cluster) -
         async def flood(n: int) -> None:
             nonlocal sent
             for _ in range(n):
-                stream = await say_hello(ha_port, v3)
+                stream = await say_hello(ha_port, greet)
                 if stream is not None:
                     sent += 1
                     await stream.aclose()
@@ -236,7 +248,7 @@ async def test_connections_that_never_read_are_bounded(cluster: Cluster) -> None
                          haSendHeartbeatInterval=1000, haHousekeepingInterval=5000)
     ha_port = master.port + 1
     await setup_topic(ns.addr, master)
-    v3 = await speaks_v3(ha_port)
+    greet = await challenges(ha_port)
     async with Producer("ha-port-never-read", ns.addr) as producer:
         await acknowledged(producer, "the slave acknowledging sends")
         for _ in range(60):  # 12 MB for each connection to be sent (not compressible)
@@ -248,7 +260,7 @@ async def test_connections_that_never_read_are_bounded(cluster: Cluster) -> None
         admitted: list[trio.SocketStream] = []
         refused = 0
         for _ in range(64):
-            stream = await say_hello(ha_port, v3, after=encode_report(0))
+            stream = await say_hello(ha_port, greet, after=encode_report(0))
             if stream is None:
                 refused += 1
                 continue
@@ -410,7 +422,7 @@ async def test_an_empty_slave_refuses_a_first_transfer_far_past_the_masters_star
             buf = bytearray()
             while len(buf) < 4:
                 buf += await server.receive_some(65536)
-            if buf.startswith(b"RMQC"):  # version 3: the challenge goes to the slave
+            if buf.startswith(b"RMQC"):  # version 3 on: the challenge goes to the slave
                 while len(buf) < CHALLENGE_SIZE:
                     buf += await server.receive_some(65536)
                 await client.send_all(bytes(buf[:CHALLENGE_SIZE]))
@@ -419,7 +431,8 @@ async def test_an_empty_slave_refuses_a_first_transfer_far_past_the_masters_star
             got = decoder.feed(buf)
             while got is None:
                 got = decoder.feed(await server.receive_some(65536))
-            answer, rest = got
+            frame, rest = got
+            answer = frame.answer
             assert answer.verdict == "accept" and answer.min_offset == 0, answer
             await client.send_all(encode_answer(answer))  # the real answer: accept from 0
             transfers = TransferDecoder()
@@ -450,3 +463,133 @@ async def test_an_empty_slave_refuses_a_first_transfer_far_past_the_masters_star
     status = await ha_status(ns.addr, slave)
     assert status["maxOffset"] < far
     assert re.search(r"master transfer of \d+ bytes at offset " + str(far), slave.log_text())
+
+
+# ---- row 13 -----------------------------------------------------------------------------
+
+
+async def fake_master(client: trio.SocketStream, secret: str | None, lie: Answer,
+                      transfer: bytes) -> None:
+    """A master without the slave's account secret: the handshake as a master
+    speaks it, then ``lie`` (signed with ``secret``, None: unsigned) and
+    ``transfer``, until the slave closes."""
+    async with client:
+        greeting, rest = GreetingDecoder(), None
+        while rest is None:
+            rest = greeting.feed(await client.receive_some(65536))
+        await client.send_all(encode_challenge(new_challenge()))
+        decoder = HelloDecoder()
+        got = decoder.feed(rest) if rest else None
+        while got is None:
+            got = decoder.feed(await client.receive_some(65536))
+        hello, _ = got
+        key = AnswerKey(hello.slave_challenge, ADMIN.access_key, secret) if secret else None
+        await client.send_all(encode_answer(lie, key) + transfer)
+        with trio.move_on_after(TIMEOUT):  # until the slave closes
+            try:
+                while await client.receive_some(65536):
+                    pass
+            except trio.BrokenResourceError:
+                pass
+
+
+async def test_a_fake_master_without_the_secret_is_refused(cluster: Cluster,
+                                                           tmp_path: Path) -> None:
+    """The slave (brokerAccessKey) is sent to a fake master: one closing at its
+    greeting (an older master), one answering with a log start far past the
+    real one signed with a wrong secret, one with no signature. Each refused,
+    the slave's log stays empty and its status names the reason; released to
+    the real master (aclEnable), it follows it."""
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text(ACL)
+    ns = cluster.namesrv()
+    cred: dict[str, Any] = {"brokerAccessKey": ADMIN.access_key,
+                            "brokerSecretKey": ADMIN.secret_key,
+                            "mapedFileSizeCommitLog": CL_FILE,
+                            "mapedFileSizeConsumeQueue": 20 * 1000}
+    master = cluster.broker("broker-a", ns.addr, brokerRole="ASYNC_MASTER", aclEnable="true",
+                            aclPlainFile=acl, **cred)
+    ha_port = master.port + 1
+    await setup_topic(ns.addr, master)
+    async with Producer("ha-port-fake", ns.addr, credentials=ADMIN) as producer:
+        for i in range(50):
+            assert (await producer.send(Message(TOPIC, f"m{i}".encode() * 100))).send_status \
+                == SendStatus.SEND_OK
+    # a slave of the previous handshake version: the master names both versions
+    stream = await trio.open_tcp_stream("127.0.0.1", ha_port)
+    async with stream:
+        await stream.send_all(b"RMQC\x03")
+        assert await receive_exactly(stream, len(GREETING)) == GREETING
+    assert "HA handshake version 3 not understood (this master speaks 4" in master.log_text()
+
+    far = 1000 * CL_FILE
+    first_file = tmp_path / "store-broker-a" / "commitlog" / f"{0:020d}"
+    records = first_file.read_bytes()[:4096]  # the master's own records, sent at ``far``
+    lie = Answer("accept", "", "fake", (), far, far + len(records))
+    transfer = encode_transfer(far, records)
+    seen = 0
+    release = trio.Event()
+
+    async def proxy(client: trio.SocketStream) -> None:
+        nonlocal seen
+        seen += 1
+        if seen == 1:  # an older master closes at the greeting
+            async with client:
+                await receive_exactly(client, len(GREETING))
+        elif seen == 2:
+            await fake_master(client, "wrongsecret1", lie, transfer)
+        elif seen == 3:
+            await fake_master(client, None, lie, transfer)
+        else:
+            await release.wait()
+            server = await trio.open_tcp_stream("127.0.0.1", ha_port)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pipe, client, server, None)
+                nursery.start_soon(pipe, server, client, None)
+
+    proxy_port = free_port(1)
+    async with trio.open_nursery() as nursery:
+        listeners = await trio.open_tcp_listeners(proxy_port, host="127.0.0.1")
+        nursery.start_soon(trio.serve_listeners, proxy, listeners)
+        slave = cluster.broker("broker-a-s", ns.addr, brokerName="broker-a", brokerId=1,
+                               brokerRole="SLAVE", haMasterAddress=f"127.0.0.1:{proxy_port}",
+                               **cred)
+
+        async def both_refused() -> bool:
+            log = slave.log_text()
+            return seen >= 4 and "not signed" in log and "signature check failed" in log
+        await wait_for(both_refused, TIMEOUT, "the slave refusing both fake masters")
+        status = await ha_status(ns.addr, slave)
+        print(f"after the fake masters: {status}")
+        assert status["maxOffset"] == 0 and status["link"] == "refused", status
+        assert "the master's answer is not signed" in status["linkReason"], status
+        log = slave.log_text()
+        assert "closed the HA connection before its challenge (an older master" in log
+        assert re.search(r"this slave refuses its master's answer .*signature check failed "
+                         r"for accessKey=" + ADMIN.access_key, log)
+        assert not list((tmp_path / "store-broker-a-s" / "commitlog").glob(f"{far:020d}"))
+        release.set()
+
+        async def caught_up() -> bool:
+            m, s = await ha_status(ns.addr, master), await ha_status(ns.addr, slave)
+            return bool(s["maxOffset"] == m["maxOffset"] and s.get("link") == "accepted")
+        await wait_for(caught_up, TIMEOUT, "the slave following the real master")
+        nursery.cancel_scope.cancel()
+    assert "linkReason" not in await ha_status(ns.addr, slave)
+    assert "answer_signed=True" in master.log_text()
+
+
+async def test_a_master_without_acl_signs_with_its_own_credentials(cluster: Cluster) -> None:
+    """No aclEnable, but master and slave share brokerAccessKey/brokerSecretKey
+    (a name server with ACL, say): the master signs its answer with them, and
+    the slave, which requires a signed answer, follows it."""
+    ns = cluster.namesrv()
+    master, slave = pair(cluster, ns.addr, "ASYNC_MASTER", brokerAccessKey=ADMIN.access_key,
+                         brokerSecretKey=ADMIN.secret_key)
+
+    async def accepted() -> bool:
+        return bool((await ha_status(ns.addr, slave)).get("link") == "accepted")
+    await wait_for(accepted, TIMEOUT, "the slave accepting its master's signed answer")
+    assert re.search(r"slave hello accepted .*access_key=" + ADMIN.access_key
+                     + r" answer_signed=True", master.log_text())
+    assert "refuses its master's answer" not in slave.log_text()

@@ -2,17 +2,21 @@
 against a real name server and brokers: its producer (sync, oneway, batch,
 orderly sends) read back by our SDK, its push consumer (clustering, tag
 filter, committed offsets) fed by both producers, a consumer group shared by
-our push consumer and the C++ one, and ``deploy.bench_official`` end to end.
+our push consumer and the C++ one, RocketMQ's quickstart (a new C++ group
+reads what was sent before it started), and ``deploy.bench_official`` end to
+end.
 
 The C++ client runs in child processes (``official_client_proc``), each
 bounded in time and killed at the end of its test; the module is skipped only
 where the wheel's library cannot load.
 
-A C++ push consumer of a new group starts at each queue's max offset
-(CONSUME_FROM_LAST_OFFSET after QUERY_NOT_FOUND), so before the real traffic
-every test sends probe rounds (one message to every queue, body
-``probe <round> <broker> <queue>``) until the consumers are seen to hold their
-queues; probes are left out of every count.
+When a C++ push consumer holds its queues is known only from what it receives,
+so before the real traffic every test sends probe rounds (one message to
+every queue, body ``probe <round> <broker> <queue>``) until the consumers are
+seen to hold their queues; probes are left out of every count. (A new group
+starts at offset 0 of queues whose first message is still in memory, as the
+broker answers 0 for them as RocketMQ's does, so nothing sent meanwhile is
+missed either way.)
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from tests.integration.official_client import (
     load_error,
     message,
 )
-from tests.integration.waits import wait_for
+from tests.integration.waits import wait_for, wait_lag_zero
 
 _why = load_error()
 if _why is not None:
@@ -214,20 +218,6 @@ def real(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if probe_key(r["body"]) is None]
 
 
-async def wait_lag_zero(env: Env, group: str, topic: str, timeout: float = 30.0
-                        ) -> list[dict[str, Any]]:
-    async with MQAdmin(env.ns) as admin:
-        async def done() -> list[dict[str, Any]] | None:
-            rows = await admin.consume_stats(group, topic)
-            return rows if rows and all(r["lag"] == 0 for r in rows) else None
-        try:
-            rows: list[dict[str, Any]] = await wait_for(done, timeout, f"{group} lag 0 on {topic}",
-                                                        interval=0.5)
-        except AssertionError as e:
-            raise AssertionError(f"{e}: {await admin.consume_stats(group, topic)}") from None
-    return rows
-
-
 def assert_fields(got: dict[str, Any], want: dict[str, Any]) -> None:
     """A C++ consumer's record matches the message sent."""
     assert got["topic"] == want["topic"]
@@ -325,7 +315,7 @@ async def test_cpp_push_consumer_exactly_once_tag_filter_and_offsets(env: Env, t
         # (c) the offsets the C++ consumers commit reach the broker: lag 0 everywhere
         total = 2 * n + probes
         for group in (g_all, g_tag):
-            rows = await wait_lag_zero(env, group, topic)
+            rows = await wait_lag_zero(env.ns, group, topic)
             assert len(rows) == 8 and sum(r["brokerOffset"] for r in rows) == total, rows
             assert sum(r["consumerOffset"] for r in rows) == total, rows
         assert c_all.finish() == 0 and c_tag.finish() == 0
@@ -353,8 +343,9 @@ async def test_cpp_push_consumer_exactly_once_tag_filter_and_offsets(env: Env, t
     assert sum(1 for line in out.stdout.splitlines() if line.startswith(topic)) == 8, out.stdout
 
     # a new C++ consumer of the group resumes at the committed offsets: it gets what
-    # was sent while the group was away (it would skip it, starting at the queues'
-    # end, if the offsets were not found) and nothing it had consumed before
+    # was sent while the group was away and nothing it had consumed before (without
+    # them it would start again at 0, the broker answering 0 for queues whose first
+    # message is in memory, and get everything again)
     gap = {f"gap:{i}": sample(topic, i, "gap") for i in range(16)}
     async with Producer("official-sdk-producer", env.ns) as producer:
         for m in gap.values():
@@ -436,7 +427,7 @@ async def test_mixed_group_our_push_consumer_and_cpp_share_the_queues(env: Env, 
             except AssertionError as e:
                 raise AssertionError(f"{e}: ours {len(real_ours())}, C++ "
                                      f"{len(real(cpp.records()))}\n{cpp.diagnostics()}") from None
-            await wait_lag_zero(env, group, topic)
+            await wait_lag_zero(env.ns, group, topic)
             assert mine() == sdk_queues, "a rebalance happened during the test"
         assert cpp.finish() == 0
 
@@ -557,6 +548,34 @@ async def test_cpp_send_orderly_keeps_order_per_key(env: Env, tmp_path: Path) ->
         seqs = [s for _, s in sorted(order[k])]
         assert seqs == list(range(per_key)), f"key {k} out of order: {seqs}"
     assert len({next(iter(v)) for v in queues.values()}) == keys  # 5 keys, 8 queues: 5 queues
+
+
+# ---- g. RocketMQ's quickstart: a new group reads what was sent before it started --------
+
+
+async def test_cpp_new_group_reads_what_was_sent_before_it_started(env: Env, tmp_path: Path
+                                                                   ) -> None:
+    """Send 200, then start a C++ push consumer of a new group (its default
+    CONSUME_FROM_LAST_OFFSET): the broker answers offset 0 for queues whose
+    first message is in memory, as RocketMQ's does, so it receives all 200."""
+    topic, group = "CppQuickstartTopic", "CID-cpp-quickstart"
+    await create_topic(env, topic)
+    sent = {str(i): sample(topic, i, "early") for i in range(200)}
+    async with Producer("official-sdk-producer", env.ns) as producer:
+        for m in sent.values():
+            assert (await producer.send(ours(m))).send_status == SendStatus.SEND_OK
+    await wait_stored(env, topic, len(sent))
+    with cpp_consumer(env, tmp_path / "c", group, topic) as c:
+        await trio.to_thread.run_sync(
+            lambda: c.wait(lambda: len(c.records()) >= len(sent), 60,
+                           "the 200 messages sent before the group started"))
+        rows = await wait_lag_zero(env.ns, group, topic)
+        assert sum(r["consumerOffset"] for r in rows) == len(sent), rows
+        assert c.finish() == 0
+    got = Counter(rec["props"]["idx"] for rec in c.records())
+    assert got == Counter(set(sent)), "each message exactly once"
+    for rec in c.records():
+        assert_fields(rec, sent[rec["props"]["idx"]])
 
 
 # ---- the benchmark, end to end ----------------------------------------------------------

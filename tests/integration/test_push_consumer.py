@@ -27,7 +27,7 @@ from client import (
 )
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for, wait_until_sync
+from tests.integration.waits import routed, wait_for, wait_lag_zero, wait_until_sync
 
 TOPIC = "PushTopic"
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -311,8 +311,29 @@ async def test_flow_control_bounds_the_cache(cluster: Cluster) -> None:
     assert 50 <= peak <= 50 + 16, peak
 
 
-async def test_consume_from_last_offset_skips_history(cluster: Cluster) -> None:
+async def test_a_new_group_reads_what_was_sent_before_it_started(cluster: Cluster) -> None:
+    """RocketMQ's quickstart: send 200, then start a push consumer of a new group
+    (CONSUME_FROM_LAST_OFFSET): the broker answers offset 0 for queues whose
+    first message is still in memory, so the group gets all 200."""
     ns, _ = await two_brokers(cluster, queues=2)
+    sent = [b"early-%d" % i for i in range(200)]
+    await produce(ns, sent, batch=10)
+    got: Counter[bytes] = Counter()
+    c = PushConsumer("quickstart-group", ns.addr)  # CONSUME_FROM_LAST_OFFSET
+    c.subscribe(TOPIC, "*")
+    c.register_message_listener(lambda msgs, ctx: got.update(m.body for m in msgs) or SUCCESS)
+    async with c:
+        await wait_for(lambda: _true(len(got) == len(sent)), 30, "the 200 messages")
+        rows = await wait_lag_zero(ns.addr, "quickstart-group", TOPIC)
+    assert got == Counter(sent)
+    assert sum(r["consumerOffset"] for r in rows) == len(sent)
+
+
+async def test_consume_from_last_offset_skips_history_out_of_memory(cluster: Cluster) -> None:
+    """accessMessageInMemoryMaxRatio=0: a queue's first message counts as "in
+    disk", the broker answers QUERY_NOT_FOUND and a new group starts at the
+    queues' end (an empty queue is answered 0: nothing is skipped there)."""
+    ns, _ = await two_brokers(cluster, queues=2, accessMessageInMemoryMaxRatio=0)
     await produce(ns, [b"old"] * 20, batch=10)
     got: list[bytes] = []
     c = PushConsumer("latest-group", ns.addr)  # CONSUME_FROM_LAST_OFFSET
@@ -321,8 +342,9 @@ async def test_consume_from_last_offset_skips_history(cluster: Cluster) -> None:
     async with c:
         await produce(ns, [b"new"])
         await wait_for(lambda: _true(bool(got)), 15, "the new message")
-        await trio.sleep(0.3)
+        rows = await wait_lag_zero(ns.addr, "latest-group", TOPIC)
     assert got == [b"new"]
+    assert sum(r["consumerOffset"] for r in rows) == 21
 
 
 async def test_tag_filter_on_push_consumer(cluster: Cluster) -> None:

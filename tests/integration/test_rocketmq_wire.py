@@ -263,8 +263,9 @@ async def test_routes_cluster_info_and_tbw102(daemons: Daemons, codec: Codec) ->
                                          "brokerAddrs": {"0": daemons.addr}}]
         [qd] = route["queueDatas"]
         assert qd["brokerName"] == BROKER and qd["perm"] & 0x1  # inheritable
+        # the topic flag under both names (Java up to 4.8 and Go read topicSynFlag)
         assert all(type(qd[k]) is int for k in ("readQueueNums", "writeQueueNums", "perm",
-                                                "topicSysFlag"))
+                                                "topicSynFlag", "topicSysFlag"))
         assert route["filterServerTable"] == {}
         # ... and the broker creates the topic from it
         text, _ = props()
@@ -280,7 +281,8 @@ async def test_routes_cluster_info_and_tbw102(daemons: Daemons, codec: Codec) ->
 
         route = await wait_for(routed_now, TIMEOUT, f"{topic} registered")
         assert route["queueDatas"] == [{"brokerName": BROKER, "readQueueNums": 3,
-                                        "writeQueueNums": 3, "perm": 6, "topicSysFlag": 0}]
+                                        "writeQueueNums": 3, "perm": 6, "topicSynFlag": 0,
+                                        "topicSysFlag": 0}]
         r = await c.call(daemons.ns_addr, RequestCode.GET_BROKER_CLUSTER_INFO)
         info = json.loads(r.body or b"")
         assert info["brokerAddrTable"] == {BROKER: {"cluster": CLUSTER, "brokerName": BROKER,
@@ -291,6 +293,68 @@ async def test_routes_cluster_info_and_tbw102(daemons: Daemons, codec: Codec) ->
                          {"namespace": "ORDER_TOPIC_CONFIG", "key": topic})
         assert (r.code, r.remark) == (ResponseCode.QUERY_NOT_FOUND,
                                       f"No config item, Namespace: ORDER_TOPIC_CONFIG Key: {topic}")
+
+
+# ---- retry-topic sends and the batch flag ---------------------------------------------------
+
+
+async def test_retry_topic_sends_and_the_batch_flag(daemons: Daemons) -> None:
+    """A send to ``%RETRY%<group>`` at the group's retry limit lands in its DLQ
+    (RocketMQ's handleRetryAndDLQ), from a Java client's header or our SDK's
+    producer; a SEND_BATCH_MESSAGE saying batch=false is one message."""
+    topic, group = "RetrySendTopic", "retry-send-cg"
+    retry, dlq = f"%RETRY%{group}", f"%DLQ%{group}"
+    await create_topic(daemons, topic, queues=1)
+    async with java("10.0.0.1@retry-send") as c:
+        addr = daemons.addr
+        # the group's heart-beat creates its retry topic (1 queue)
+        hb = java_heartbeat(c.client_id, group, {topic: "*", retry: "*"})
+        assert (await c.call(addr, RequestCode.HEART_BEAT, body=hb)).code == ResponseCode.SUCCESS
+
+        async def max_offset(t: str) -> int:
+            r = await c.call(addr, RequestCode.GET_MAX_OFFSET, {"topic": t, "queueId": "0"})
+            return int(r.ext_fields["offset"]) if r.code == ResponseCode.SUCCESS else -1
+
+        ids: dict[bytes, str] = {}
+        for body, times, limit in ((b"j15", "15", None), (b"j16", "16", None),
+                                   (b"l3-j3", "3", "3")):
+            text, _ = props(DELAY="3")
+            fields = {**java_v2("retry-pg", retry, 0, text), "j": times}
+            if limit is not None:
+                fields["l"] = limit  # maxReconsumeTimes
+            r = await c.call(addr, RequestCode.SEND_MESSAGE_V2, fields, body)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            ids[body] = r.ext_fields["msgId"]
+        assert await max_offset(dlq) == 2  # j16 (the group's 16), l3-j3 (the header's 3)
+        assert await max_offset(retry) == 0  # j15 waits out its delay in the schedule topic
+
+        # a SEND_BATCH_MESSAGE saying batch=false: its body is one message
+        body = encode_batch([(0, b"b0", ""), (0, b"b1", "")])
+        r = await c.call(addr, RequestCode.SEND_BATCH_MESSAGE,
+                         java_v2("retry-pg", topic, 0, props()[0], batch=False), body)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert "," not in r.ext_fields["msgId"]
+        r = await c.call(addr, RequestCode.PULL_MESSAGE,
+                         java_pull(group, topic, 0, 0, sys_flag=0x4, subscription="*"))
+        assert [m.body for m in pulled(r)] == [body]
+
+    # our SDK's producer: RECONSUME_TIME/MAX_RECONSUME_TIMES go in the header
+    async with Producer("retry-sdk-pg", daemons.ns_addr) as producer:
+        sent = await producer.send(Message(retry, b"sdk-j2", properties={
+            "RECONSUME_TIME": "2", "MAX_RECONSUME_TIMES": "2"}))
+        assert sent.send_status == SendStatus.SEND_OK and sent.offset_msg_id
+        ids[b"sdk-j2"] = sent.offset_msg_id
+    async with MQAdmin(daemons.ns_addr) as admin:
+        for body, where, times in ((b"j16", dlq, 16), (b"l3-j3", dlq, 3), (b"sdk-j2", dlq, 2),
+                                   (b"j15", "SCHEDULE_TOPIC_XXXX", 15)):
+            m = await admin.view_message(ids[body])
+            assert (m.body, m.topic, m.reconsume_times) == (body, where, times)
+            assert ("DELAY" in m.properties) == (where != dlq)
+            assert "RECONSUME_TIME" not in m.properties and "MAX_RECONSUME_TIMES" not in m.properties
+        await wait_for(routed(admin, dlq), TIMEOUT, f"{dlq} registered")
+        route = await admin.topic_route(dlq)
+        assert [(q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas] == \
+            [(1, 1, 2)]  # one queue, write only
 
 
 # ---- a Java client's whole flow ----------------------------------------------------------
@@ -371,8 +435,16 @@ async def test_java_client_flow(daemons: Daemons) -> None:
         r = await c.call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, {
             "consumerGroup": group, "topic": topic, "queueId": "0", "commitOffset": "6"})
         assert r.code == ResponseCode.SUCCESS
+        # no offset stored: 0 while the queue's first message is in memory (queue 0,
+        # with history, for a group new to it; queue 1, empty), as RocketMQ 4.x
+        # answers; QUERY_NOT_FOUND when RocketMQ 5's setZeroIfNotFound is false
+        for g, q in ((group, "1"), ("java-new-cg", "0")):
+            r = await c.call(addr, RequestCode.QUERY_CONSUMER_OFFSET,
+                             {"consumerGroup": g, "topic": topic, "queueId": q})
+            assert (r.code, r.ext_fields) == (ResponseCode.SUCCESS, {"offset": "0"})
         r = await c.call(addr, RequestCode.QUERY_CONSUMER_OFFSET,
-                         {"consumerGroup": group, "topic": topic, "queueId": "1"})
+                         {"consumerGroup": "java-new-cg", "topic": topic, "queueId": "0",
+                          "setZeroIfNotFound": "false"})
         assert r.code == ResponseCode.QUERY_NOT_FOUND
         for request, expected in ((RequestCode.GET_MAX_OFFSET, "6"),
                                   (RequestCode.GET_MIN_OFFSET, "0")):

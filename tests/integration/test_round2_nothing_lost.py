@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import trio
 
+from broker.store.ha.transfer import GREETING
 from client.admin import MQAdmin
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -53,7 +54,7 @@ async def _ha_flood(ns: str, broker: str, port: int) -> None:
             continue  # refused past the bound: what the bound is for
         async with stream:
             try:
-                await stream.send_all(b"RMQC\x03" + i.to_bytes(4, "big") * 8)
+                await stream.send_all(GREETING + i.to_bytes(4, "big") * 8)
             except trio.BrokenResourceError:
                 pass
     held = []

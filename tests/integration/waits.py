@@ -53,3 +53,20 @@ def wait_until_sync(predicate: Callable[[], Any], timeout: float, what: str,
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+async def wait_lag_zero(namesrv: str, group: str, topic: str, timeout: float = 30.0
+                        ) -> list[dict[str, Any]]:
+    """Wait until ``group`` has committed every queue of ``topic`` up to its max
+    offset (consumeStats lag 0 on every row): a state that implies nothing more
+    is delivered. Returns the rows."""
+    async with MQAdmin(namesrv) as admin:
+        async def done() -> list[dict[str, Any]] | None:
+            rows = await admin.consume_stats(group, topic)
+            return rows if rows and all(r["lag"] == 0 for r in rows) else None
+        try:
+            rows: list[dict[str, Any]] = await wait_for(done, timeout, f"{group} lag 0 on {topic}",
+                                                        interval=0.5)
+        except AssertionError as e:
+            raise AssertionError(f"{e}: {await admin.consume_stats(group, topic)}") from None
+    return rows

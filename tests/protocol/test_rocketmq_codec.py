@@ -243,9 +243,10 @@ def _our_pull_response() -> RemotingCommand:
         suggest_which_broker_id=0, next_begin_offset=130, min_offset=0, max_offset=130).to_fields())
 
 
-ROUTE_BODY = {  # TopicRouteData as RocketMQ's JSON (fastjson leaves a null orderTopicConf out)
+ROUTE_BODY = {  # TopicRouteData as RocketMQ's JSON (fastjson leaves a null orderTopicConf out),
+    # the topic flag under both names clients read (Java up to 4.8 and Go; Java 4.9 on)
     "queueDatas": [{"brokerName": "broker-a", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
-                    "topicSysFlag": 0}],
+                    "topicSynFlag": 0, "topicSysFlag": 0}],
     "brokerDatas": [{"cluster": "DefaultCluster", "brokerName": "broker-a",
                      "brokerAddrs": {"0": "192.168.0.7:10911"}}],
     "filterServerTable": {},
@@ -254,7 +255,7 @@ ROUTE_BODY = {  # TopicRouteData as RocketMQ's JSON (fastjson leaves a null orde
 
 def _our_route_response() -> RemotingCommand:
     request = decode(GOLDEN_BY_ID["java-get-routeinfo"].payload)
-    return request.response(ResponseCode.SUCCESS, body=request.encode_body(ROUTE_BODY))
+    return request.response(ResponseCode.SUCCESS, body=request.encode_body(ROUTE.to_dict()))
 
 
 def _our_error_response() -> RemotingCommand:
@@ -742,12 +743,13 @@ GOLDEN: list[Golden] = [
         r'{"code":0,"flag":1,"language":"PYTHON","opaque":1,"serializeTypeCurrentRPC":"JSON",'
         r'"version":1}',
         b'{"queueDatas":[{"brokerName":"broker-a","readQueueNums":4,"writeQueueNums":4,"perm":6,'
-        b'"topicSysFlag":0}],"brokerDatas":[{"cluster":"DefaultCluster","brokerName":"broker-a",'
-        b'"brokerAddrs":{"0":"192.168.0.7:10911"}}],"filterServerTable":{}}'),
+        b'"topicSynFlag":0,"topicSysFlag":0}],"brokerDatas":[{"cluster":"DefaultCluster",'
+        b'"brokerName":"broker-a","brokerAddrs":{"0":"192.168.0.7:10911"}}],'
+        b'"filterServerTable":{}}'),
         0, 1, 1, {}, language="PYTHON",
         body=b'{"queueDatas":[{"brokerName":"broker-a","readQueueNums":4,"writeQueueNums":4,'
-             b'"perm":6,"topicSysFlag":0}],"brokerDatas":[{"cluster":"DefaultCluster",'
-             b'"brokerName":"broker-a","brokerAddrs":{"0":"192.168.0.7:10911"}}],'
+             b'"perm":6,"topicSynFlag":0,"topicSysFlag":0}],"brokerDatas":[{"cluster":'
+             b'"DefaultCluster","brokerName":"broker-a","brokerAddrs":{"0":"192.168.0.7:10911"}}],'
              b'"filterServerTable":{}}',
         reads=[(lambda cmd: TopicRouteData.from_dict(cmd.decode_body()), ROUTE),
                (lambda cmd: cmd.decode_body(), ROUTE_BODY)],
@@ -802,6 +804,19 @@ def test_golden_frame_is_what_we_write(g: Golden) -> None:
     cmd = g.ours()
     assert cmd.encode() == g.payload
     assert all(isinstance(v, str) for v in decode(cmd.encode()).ext_fields.values())
+
+
+@pytest.mark.parametrize("flags", [
+    {"topicSynFlag": 3},  # RocketMQ's Java QueueData up to 4.8, the Go client
+    {"topicSysFlag": 3},  # Java 4.9 on, 5.x
+    {"topicSynFlag": 0, "topicSysFlag": 3},  # both (ours): topicSysFlag first
+])
+def test_queue_data_reads_either_spelling_of_the_topic_flag(flags: dict[str, int]) -> None:
+    d = {"brokerName": "broker-a", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, **flags}
+    qd = QueueData.from_dict(d)
+    assert qd == QueueData("broker-a", 4, 4, 6, 3)
+    assert qd.to_dict() == {"brokerName": "broker-a", "readQueueNums": 4, "writeQueueNums": 4,
+                            "perm": 6, "topicSynFlag": 3, "topicSysFlag": 3}
 
 
 def test_responses_leave_in_their_requests_codec() -> None:

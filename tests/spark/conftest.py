@@ -60,7 +60,8 @@ def pair_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     cluster = Cluster(root)
     try:
         ns = cluster.namesrv()
-        brokers = [cluster.broker(n, ns.addr) for n in ("broker-a", "broker-b")]
+        brokers = [cluster.broker(n, ns.addr, enablePropertyFilter="true")  # SQL92 reads
+                   for n in ("broker-a", "broker-b")]
         yield Pair(cluster, ns, brokers)
     finally:
         cluster.close()

@@ -22,7 +22,8 @@ from client.spark.offsets import (
 )
 
 
-def test_options_and_errors() -> None:
+def test_options_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NAMESRV_ADDR", raising=False)
     o = parse_options({"namesrv": "h:1", "topic": "A, B", "maxOffsetsPerTrigger": "10",
                        "failOnDataLoss": "false"}, streaming=True)
     assert o.topics == ("A", "B") and o.max_offsets_per_trigger == 10
@@ -32,6 +33,11 @@ def test_options_and_errors() -> None:
     assert b.starting == "earliest" and b.ending == {"A": {"broker-a:0": 5}}
     with pytest.raises(OptionError, match="namesrv"):
         parse_options({"topic": "A"}, streaming=False)
+    # without the option: the driver's NAMESRV_ADDR; the option wins over it
+    monkeypatch.setenv("NAMESRV_ADDR", "n1:9876;n2:9876")
+    assert parse_options({"topic": "A"}, streaming=False).namesrv == "n1:9876;n2:9876"
+    assert parse_options({"namesrv": "h:1", "topic": "A"}, streaming=False).namesrv == "h:1"
+    monkeypatch.delenv("NAMESRV_ADDR")
     with pytest.raises(OptionError, match="topic"):
         parse_options({"namesrv": "h:1"}, streaming=False)
     with pytest.raises(OptionError, match="batch queries only"):
@@ -47,6 +53,15 @@ def test_options_and_errors() -> None:
                            streaming=True)
     assert tagged.sub_expression == "a || b"
     assert parse_options({"namesrv": "h:1", "topic": "A"}, streaming=True).sub_expression == "*"
+    sql = parse_options({"namesrv": "h:1", "topic": "A", "subExpression": "a > 5",
+                         "expressionType": "sql92"}, streaming=True)
+    assert (sql.sub_expression, sql.expression_type) == ("a > 5", "SQL92")
+    with pytest.raises(OptionError, match="column 4"):  # compiled on the driver first
+        parse_options({"namesrv": "h:1", "topic": "A", "subExpression": "a >> 5",
+                       "expressionType": "SQL92"}, streaming=False)
+    with pytest.raises(OptionError, match="expressionType"):
+        parse_options({"namesrv": "h:1", "topic": "A", "expressionType": "XPATH"},
+                      streaming=False)
     with pytest.raises(OptionError, match="brokerName:queueId"):
         parse_offsets('{"A": {"nocolon": 1}}', "startingOffsets")
     with pytest.raises(OptionError, match="integer"):

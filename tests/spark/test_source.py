@@ -54,6 +54,11 @@ def test_batch_read_columns_bounds_and_tags(spark: Any, pair: Pair) -> None:
     tagged = reader(spark, pair, topic, subExpression="A").load().collect()
     assert len(tagged) == 200 and {r.tags for r in tagged} == {"A"}
 
+    # an SQL92 property filter, evaluated by the brokers
+    sql = reader(spark, pair, topic, subExpression="TAGS = 'A' AND KEYS >= 300",
+                 expressionType="SQL92").load().collect()
+    assert sorted(int(r.keys) for r in sql) == list(range(301, 400, 2))
+
 
 def test_streaming_available_now_exactly_once(spark: Any, pair: Pair, tmp_path: Path) -> None:
     topic = "SparkStream"

@@ -6,11 +6,12 @@ owns the socket to the master: it feeds decoded transfers
 ``report_due`` returns (``encode_report``). One HAClient per connection:
 a new one reports at once, so the master learns where to start.
 
-A transfer must start exactly at the slave's own end. A slave with an empty
-log also takes ``first_offset``, and only it: where the master said, in its
-answer to the hello, that its log starts (the master's oldest file; a first
-transfer anywhere else, say far past the master's end, would leave the slave
-with a log no master continues). Its bytes
+A transfer must start exactly at the slave's own end, with one exception: a
+slave whose log is empty at offset 0 (it reports 0, and its master then starts
+at its oldest file) takes ``first_offset`` instead, and only it: where the
+master said, in its answer to the hello (signed when the slave has
+brokerAccessKey), that its log starts. A first transfer anywhere else, say far
+past the master's end, would leave the slave with a log no master continues. Its bytes
 go to ``store.append_replica`` unchanged, which dispatches them through the
 store's reput cursor. Anything else raises a HAProtocolError and nothing is
 appended: the connection closes and a new one resumes from the slave's end.
@@ -87,9 +88,10 @@ class HAClient:
     def on_transfer(self, offset: int, data: bytes | bytearray | memoryview,
                     now: float | None = None) -> None:
         """Apply one transfer from the master. A heartbeat (``data`` empty)
-        appends nothing. While our log is empty a frame may start at
-        ``first_offset`` instead of our end. Raises TransferOffsetError (nothing appended) when the frame
-        does not start at our end, ReplicaAppendError when the store refuses
+        appends nothing. While our log is empty at offset 0, frames start at
+        ``first_offset`` (when given) instead of our end. Raises
+        TransferOffsetError (nothing appended) when the frame does not start
+        there, ReplicaAppendError when the store refuses
         or cannot take all of it. With ``max_record_size`` only whole records
         reach the store; the rest is held for the next transfer."""
         if now is not None:
@@ -99,10 +101,14 @@ class HAClient:
         else:
             end = self.store.get_max_phy_offset()
             empty = end == self.store.get_min_phy_offset()
-        if offset != end and not (empty and offset == self.first_offset):
+        if empty and end == 0 and self.first_offset is not None:
+            expected, where = self.first_offset, "is empty: its master's log starts at"
+        else:
+            expected, where = end, "ends at"
+        if offset != expected:
             kind = "heartbeat" if not data else f"transfer of {len(data)} bytes"
             raise TransferOffsetError(
-                f"master {kind} at offset {offset}, but the slave's log ends at {end}")
+                f"master {kind} at offset {offset}, but the slave's log {where} {expected}")
         self.master_offset = max(self.master_offset, offset + len(data))
         if not data:
             return

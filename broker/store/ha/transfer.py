@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from broker.store.ha.epochs import Epoch, LogView, Verdict, epochs_from_wire
-from protocol.acl import ACCESS_KEY, sign_fields, verify
+from protocol.acl import ACCESS_KEY, SIGNATURE, sign_fields, verify
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 
 REPORT = struct.Struct(">q")  # the slave's max commit-log offset
@@ -209,11 +209,17 @@ class ReportDecoder(_Decoder):
 # brokerId and brokerAddr (the slave's remoting address), and its log view:
 # storeId, minOffset, maxOffset, tail ("from:crc32", empty for an empty log) and
 # epochs (a JSON list of [epoch, start, token, writer]). Version 3 added the
-# greeting and the challenge. The master answers with one ANSWER frame (below)
+# greeting and the challenge. Version 4 added slaveChallenge: the slave's own
+# challenge (16 random bytes in hex, fresh for each connection), which the
+# master's answer signs (below). The master answers with one ANSWER frame
 # before any transfer.
+#
+# A side meeting another handshake version says so in its log and closes; a
+# master also sends its own greeting bytes back (magic "RMQC", its version), so
+# the slave's log names the master's version too.
 
 HELLO_MAGIC = b"RMQH"
-HELLO_VERSION = 3
+HELLO_VERSION = 4
 HELLO_HEADER = struct.Struct(">4sBI")
 HELLO_MAX_SIZE = 64 * 1024  # bytes of the JSON object (MAX_EPOCHS epochs fit)
 HELLO_MAX_SKEW_MS = 60_000  # a hello older or newer than this is refused
@@ -222,10 +228,18 @@ CHALLENGE_MAGIC = b"RMQC"
 GREETING = CHALLENGE_MAGIC + bytes([HELLO_VERSION])  # a slave's first bytes
 CHALLENGE = struct.Struct(">4sB16s")  # the master's answer to the greeting
 CHALLENGE_FIELD = "challenge"
+SLAVE_CHALLENGE_FIELD = "slaveChallenge"  # the slave's challenge, the answer signs it
+
+
+class HandshakeVersionError(HAProtocolError):
+    """The peer's greeting (or challenge) names another version of the HA
+    handshake; a master answers it with ``GREETING`` (its own version) before
+    closing, so the slave can say which version its master speaks."""
 
 
 def new_challenge() -> str:
-    """A master's challenge for one connection (hex of 16 random bytes)."""
+    """A challenge for one connection (hex of 16 random bytes): the master's to
+    the hello, the slave's to the answer."""
     return secrets.token_hex(CHALLENGE.size - len(GREETING))
 
 
@@ -233,7 +247,12 @@ def encode_challenge(challenge: str) -> bytes:
     return CHALLENGE.pack(CHALLENGE_MAGIC, HELLO_VERSION, bytes.fromhex(challenge))
 
 
-def _version_problem(buf: bytes | bytearray, peer: str) -> str | None:
+def _is_challenge(text: str) -> bool:
+    return len(text) == 2 * (CHALLENGE.size - len(GREETING)) and all(
+        c in "0123456789abcdef" for c in text)
+
+
+def _version_problem(buf: bytes | bytearray, peer: str) -> HAProtocolError | None:
     """Why the first bytes ``peer`` ("slave": its greeting, "master": its
     challenge) sent are not this version's handshake, or None (yet)."""
     n = len(CHALLENGE_MAGIC)
@@ -241,17 +260,22 @@ def _version_problem(buf: bytes | bytearray, peer: str) -> str | None:
         return None
     magic = bytes(buf[:n])
     if peer == "slave" and magic == HELLO_MAGIC:
-        return (f"hello without the master's challenge (an older slave: this master "
-                f"speaks HA handshake version {HELLO_VERSION}, upgrade the slave)")
+        return HAProtocolError(
+            f"hello without the master's challenge (an older slave: this master speaks "
+            f"HA handshake version {HELLO_VERSION}, upgrade the slave)")
     if magic != CHALLENGE_MAGIC:
         if peer == "slave":
-            return ("no hello: the slave must start with the HA greeting and a signed "
-                    "hello naming its broker group (an older slave?)")
-        return "the master sent no challenge (an older master?)"
+            return HAProtocolError("no hello: the slave must start with the HA greeting and "
+                                   "a signed hello naming its broker group (an older slave?)")
+        return HAProtocolError("the master sent no challenge (an older master?)")
     if len(buf) > n and buf[n] != HELLO_VERSION:
-        return (f"HA handshake version {buf[n]} not understood (this side speaks "
-                f"{HELLO_VERSION}: run the same version on master and slaves)")
+        return HandshakeVersionError(
+            f"HA handshake version {buf[n]} not understood (this {_SIDE[peer]} speaks "
+            f"{HELLO_VERSION}: run the same version on master and slaves)")
     return None
+
+
+_SIDE = {"slave": "master", "master": "slave"}  # who reads what ``peer`` sent
 
 
 class GreetingDecoder:
@@ -267,7 +291,7 @@ class GreetingDecoder:
         self._buf += data
         problem = _version_problem(self._buf, "slave")
         if problem is not None:
-            raise HAProtocolError(problem)
+            raise problem
         if len(self._buf) < len(GREETING):
             return None
         return bytes(self._buf[len(GREETING):])
@@ -286,7 +310,7 @@ class ChallengeDecoder:
         self._buf += data
         problem = _version_problem(self._buf, "master")
         if problem is not None:
-            raise HAProtocolError(problem)
+            raise problem
         if len(self._buf) < CHALLENGE.size:
             return None
         _magic, _version, challenge = CHALLENGE.unpack_from(self._buf)
@@ -315,16 +339,26 @@ class Hello:
     def access_key(self) -> str | None:
         return self.fields.get(ACCESS_KEY)
 
+    @property
+    def slave_challenge(self) -> str:
+        """The slave's challenge to the master's answer ("" in none)."""
+        return self.fields.get(SLAVE_CHALLENGE_FIELD, "")
+
 
 def make_hello(broker_name: str, cluster_name: str, now_ms: int, nonce: str,
                access_key: str | None = None, secret_key: str | None = None,
                log: LogView | None = None, broker_id: int = 1,
-               broker_addr: str = "", challenge: str = "") -> Hello:
-    """A slave's hello answering ``challenge`` (the master's, in hex)."""
+               broker_addr: str = "", challenge: str = "",
+               slave_challenge: str | None = None) -> Hello:
+    """A slave's hello answering ``challenge`` (the master's, in hex) and
+    challenging the master's answer with ``slave_challenge`` (None: a fresh one,
+    ``Hello.slave_challenge``)."""
     fields: dict[str, str] = {"brokerName": broker_name, "clusterName": cluster_name,
                               "timestamp": str(now_ms), "nonce": nonce,
                               "brokerId": str(broker_id), "brokerAddr": broker_addr,
-                              CHALLENGE_FIELD: challenge}
+                              CHALLENGE_FIELD: challenge,
+                              SLAVE_CHALLENGE_FIELD: (new_challenge() if slave_challenge is None
+                                                      else slave_challenge)}
     if log is not None:
         fields.update(log_view_fields(log))
     if access_key:
@@ -380,7 +414,7 @@ class HelloDecoder:
 def decode_hello_payload(payload: bytes) -> Hello:
     try:
         raw = json.loads(payload.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise HAProtocolError("hello is not a JSON object") from None
     if not isinstance(raw, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in raw.items()):
@@ -416,6 +450,8 @@ def check_hello(hello: Hello, check: HelloCheck, now_ms: int,
                                challenge.encode()):
         return ("hello does not answer this connection's challenge (a replayed hello, or "
                 "a slave of another version)")
+    if not _is_challenge(hello.slave_challenge):
+        return "hello without the slave's challenge (a slave of another version)"
     if abs(now_ms - hello.timestamp_ms) > check.max_skew_ms:
         return (f"hello timestamp {hello.timestamp_ms} is more than {check.max_skew_ms} ms from "
                 f"the master's clock {now_ms} (a replay, or clocks apart)")
@@ -468,7 +504,7 @@ def hello_log_view(hello: Hello) -> LogView:
             raise HAProtocolError("hello tail is outside its log")
     try:
         epochs = epochs_from_wire(json.loads(f.get("epochs", "[]")))
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise HAProtocolError(f"hello epochs: {exc}") from None
     return LogView(store_id, epochs, lo, hi, tail)
 
@@ -482,20 +518,35 @@ def hello_broker_id(hello: Hello) -> int:
 
 # The master's answer, once, before any transfer:
 #
-#     +-------------+-------------+---------------------+----------------------------+
-#     | magic "RMQA"| version (1) | length (4, BE, u32) | JSON object (length bytes) |
-#     +-------------+-------------+---------------------+----------------------------+
+#     +-------------+-------------+---------------------+---------------------+---------+-------+
+#     | magic "RMQA"| version (1) | length (4, BE, u32) | proof length (2, BE)| answer  | proof |
+#     +-------------+-------------+---------------------+---------------------+---------+-------+
 #
-# {"verdict": "accept" | "recover" | "diverged" | "master-behind" | "too-old",
-#  "reason": str, "storeId": str, "epochs": [...], "minOffset": int,
-#  "maxOffset": int}. "accept": transfers follow. "recover": the master is behind
-# this slave and restores itself from it: the slave sends (transfers) and the
-# master reports, over this connection. Anything else: the master closes.
+# The answer, a JSON object: {"verdict": "accept" | "recover" | "diverged" |
+# "master-behind" | "too-old", "reason": str, "storeId": str, "epochs": [...],
+# "minOffset": int, "maxOffset": int}. "accept": transfers follow. "recover": the
+# master is behind this slave and restores itself from it: the slave sends
+# (transfers) and the master reports, over this connection. Anything else: the
+# master closes.
+#
+# The proof (version 2 of the answer, HA handshake version 4), empty when the
+# master does not sign: {"AccessKey": the hello's, "Signature": ...}, RocketMQ's
+# signature (protocol/acl.py) with that account's secret over the fields
+# {signedFor: ANSWER_SIGNED_FOR, slaveChallenge: the hello's} and, as its body,
+# the answer's bytes exactly as sent. A slave with brokerAccessKey acts on an
+# answer only once its proof checks (``check_answer``): signed for its own
+# challenge, with its own account's secret. A fake master (without the secret)
+# cannot make one, and an answer captured on another connection signs another
+# challenge. The master signs when it knows the secret and has verified the
+# hello with it (``answer_key``).
 
 ANSWER_MAGIC = b"RMQA"
-ANSWER_VERSION = 1
-ANSWER_HEADER = struct.Struct(">4sBI")
+ANSWER_VERSION = 2
+ANSWER_HEADER = struct.Struct(">4sBIH")
 ANSWER_MAX_SIZE = 64 * 1024
+ANSWER_PROOF_MAX_SIZE = 1024
+ANSWER_SIGNED_FOR = "RMQA HA answer"  # no hello signs such a value: a signature is one or the other
+SIGNED_FOR_FIELD = "signedFor"
 RECOVER = "recover"
 _VERDICTS = {v.value for v in Verdict} | {RECOVER}
 
@@ -510,56 +561,161 @@ class Answer:
     max_offset: int = 0
 
 
-def encode_answer(answer: Answer) -> bytes:
+@dataclass(frozen=True)
+class AnswerKey:
+    """How a master signs its answers on one connection: the hello's account
+    and challenge (``answer_key``)."""
+
+    slave_challenge: str
+    access_key: str
+    secret_key: str
+
+
+@dataclass(frozen=True)
+class AnswerFrame:
+    """An answer as a slave received it: ``payload`` is the bytes signed,
+    ``access_key`` and ``signature`` the proof ("" when unsigned)."""
+
+    answer: Answer
+    payload: bytes
+    access_key: str = ""
+    signature: str = ""
+
+
+def _answer_fields(slave_challenge: str) -> dict[str, str]:
+    return {SIGNED_FOR_FIELD: ANSWER_SIGNED_FOR, SLAVE_CHALLENGE_FIELD: slave_challenge}
+
+
+def encode_answer(answer: Answer, key: AnswerKey | None = None) -> bytes:
+    """The answer frame, signed with ``key`` (None: unsigned)."""
     payload = json.dumps({
         "verdict": answer.verdict, "reason": answer.reason, "storeId": answer.store_id,
         "epochs": [e.to_wire() for e in answer.epochs], "minOffset": answer.min_offset,
         "maxOffset": answer.max_offset}, separators=(",", ":")).encode()
     if len(payload) > ANSWER_MAX_SIZE:
         raise LocalProtocolError(f"answer of {len(payload)} bytes exceeds {ANSWER_MAX_SIZE}")
-    return ANSWER_HEADER.pack(ANSWER_MAGIC, ANSWER_VERSION, len(payload)) + payload
+    proof = b""
+    if key is not None:
+        signed = sign_fields(_answer_fields(key.slave_challenge), payload, key.access_key,
+                             key.secret_key)
+        proof = json.dumps({ACCESS_KEY: signed[ACCESS_KEY], SIGNATURE: signed[SIGNATURE]},
+                           separators=(",", ":")).encode()
+        if len(proof) > ANSWER_PROOF_MAX_SIZE:
+            raise LocalProtocolError(f"answer proof of {len(proof)} bytes exceeds "
+                                     f"{ANSWER_PROOF_MAX_SIZE} (an access key that long?)")
+    return ANSWER_HEADER.pack(ANSWER_MAGIC, ANSWER_VERSION, len(payload), len(proof)) \
+        + payload + proof
+
+
+def answer_key(hello: Hello, admin_secret: Callable[[str], str | None] | None,
+               own_access_key: str = "", own_secret_key: str = "") -> AnswerKey | None:
+    """The master's side: the key its answer to ``hello`` (accepted by
+    ``check_hello``) is signed with, or None (unsigned). With aclEnable
+    (``admin_secret``): the secret of the admin account that signed the hello.
+    Without it: the master's own brokerAccessKey/brokerSecretKey, when the hello
+    is signed with that account and its signature checks (the master never
+    signs for a hello it has not verified). A hello without a signature gets
+    an unsigned answer."""
+    key = hello.access_key
+    if not key:
+        return None
+    if admin_secret is not None:
+        secret = admin_secret(key)
+    elif own_access_key and key == own_access_key and verify(hello.fields, None,
+                                                               own_secret_key):
+        secret = own_secret_key
+    else:
+        secret = None
+    if secret is None:
+        return None
+    return AnswerKey(hello.slave_challenge, key, secret)
+
+
+def check_answer(frame: AnswerFrame, slave_challenge: str, access_key: str,
+                 secret_key: str) -> str | None:
+    """The slave's side: why its master's answer is not proven, or None.
+    ``slave_challenge`` is the one this connection's hello sent; ``access_key``
+    and ``secret_key`` the slave's brokerAccessKey/brokerSecretKey."""
+    if not frame.signature:
+        return (f"the master's answer is not signed (this slave has brokerAccessKey={access_key}: "
+                "its master must have aclEnable with that admin account, or the same "
+                "brokerAccessKey/brokerSecretKey; else it is not this group's master)")
+    if frame.access_key != access_key:
+        return (f"the master's answer is signed by accessKey={frame.access_key[:64]}, this slave's "
+                f"hello by {access_key} (not this group's master)")
+    fields: dict[str, str] = {**_answer_fields(slave_challenge), ACCESS_KEY: access_key,
+                              SIGNATURE: frame.signature}
+    if not verify(fields, frame.payload, secret_key):
+        return (f"the master's answer signature check failed for accessKey={access_key} (a "
+                "fake master, an answer replayed from another connection, or another secret)")
+    return None
 
 
 class AnswerDecoder:
     """The master's answer from any split of the stream: ``feed`` returns
-    (Answer, the bytes after it) once complete, else None."""
+    (AnswerFrame, the bytes after it) once complete, else None."""
 
     __slots__ = ("_buf",)
 
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes | bytearray | memoryview) -> tuple[Answer, bytes] | None:
+    def feed(self, data: bytes | bytearray | memoryview) -> tuple[AnswerFrame, bytes] | None:
         self._buf += data
         buf = self._buf
         head = ANSWER_HEADER.size
         if len(buf) >= len(ANSWER_MAGIC) and bytes(buf[:len(ANSWER_MAGIC)]) != ANSWER_MAGIC:
             raise HAProtocolError("the master sent no answer to the hello (an older master?)")
+        if len(buf) > len(ANSWER_MAGIC) and buf[len(ANSWER_MAGIC)] != ANSWER_VERSION:
+            raise HAProtocolError(f"master answer version {buf[len(ANSWER_MAGIC)]} not "
+                                  f"understood (this slave reads {ANSWER_VERSION})")
         if len(buf) < head:
             return None
-        _magic, version, size = ANSWER_HEADER.unpack_from(buf)
-        if version != ANSWER_VERSION:
-            raise HAProtocolError(f"master answer version {version} not understood")
+        _magic, _version, size, proof_size = ANSWER_HEADER.unpack_from(buf)
         if size > ANSWER_MAX_SIZE:
             raise HAProtocolError(f"master answer of {size} bytes exceeds {ANSWER_MAX_SIZE}")
-        if len(buf) < head + size:
+        if proof_size > ANSWER_PROOF_MAX_SIZE:
+            raise HAProtocolError(f"master answer proof of {proof_size} bytes exceeds "
+                                  f"{ANSWER_PROOF_MAX_SIZE}")
+        end = head + size + proof_size
+        if len(buf) < end:
             return None
-        rest = bytes(buf[head + size:])
+        rest = bytes(buf[end:])
+        payload = bytes(buf[head:head + size])
         try:
-            raw = json.loads(bytes(buf[head:head + size]))
-            if not isinstance(raw, dict):
-                raise ValueError("not an object")
-            verdict, reason = raw.get("verdict"), raw.get("reason", "")
-            store_id = raw.get("storeId", "")
-            lo, hi = raw.get("minOffset", 0), raw.get("maxOffset", 0)
-            if verdict not in _VERDICTS or not isinstance(reason, str) \
-                    or not isinstance(store_id, str):
-                raise ValueError("bad verdict")
-            if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
-                       for x in (lo, hi)):
-                raise ValueError("bad offsets")
-            epochs = tuple(epochs_from_wire(raw.get("epochs", [])))
-        except (UnicodeDecodeError, ValueError) as exc:
+            answer = _decode_answer(payload)
+            key, signature = _decode_proof(bytes(buf[head + size:end]))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise HAProtocolError(f"master answer malformed: {exc}") from None
         self._buf = bytearray()
-        return Answer(verdict, reason[:2000], store_id[:64], epochs, lo, hi), rest
+        return AnswerFrame(answer, payload, key, signature), rest
+
+
+def _decode_answer(payload: bytes) -> Answer:
+    raw = json.loads(payload)
+    if not isinstance(raw, dict):
+        raise ValueError("not an object")
+    verdict, reason = raw.get("verdict"), raw.get("reason", "")
+    store_id = raw.get("storeId", "")
+    lo, hi = raw.get("minOffset", 0), raw.get("maxOffset", 0)
+    if not isinstance(verdict, str) or verdict not in _VERDICTS or not isinstance(reason, str) \
+            or not isinstance(store_id, str):
+        raise ValueError("bad verdict")
+    if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**63
+               for x in (lo, hi)):
+        raise ValueError("bad offsets")
+    epochs = tuple(epochs_from_wire(raw.get("epochs", [])))
+    return Answer(verdict, reason[:2000], store_id[:64], epochs, lo, hi)
+
+
+def _decode_proof(proof: bytes) -> tuple[str, str]:
+    """(AccessKey, Signature) of an answer's proof, ("", "") for none."""
+    if not proof:
+        return "", ""
+    raw = json.loads(proof)
+    if not isinstance(raw, dict):
+        raise ValueError("proof not an object")
+    key, signature = raw.get(ACCESS_KEY), raw.get(SIGNATURE)
+    if not isinstance(key, str) or not isinstance(signature, str) or not key or not signature:
+        raise ValueError("proof without AccessKey and Signature")
+    return key, signature

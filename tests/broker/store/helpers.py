@@ -28,8 +28,9 @@ def open_store(config: BrokerConfig) -> DefaultMessageStore:
 
 
 def inner(topic: str, queue_id: int, body: bytes, tags: str | None = None,
-          keys: str | None = None) -> MessageExtBrokerInner:
-    props: dict[str, str] = {}
+          keys: str | None = None, properties: dict[str, str] | None = None
+          ) -> MessageExtBrokerInner:
+    props: dict[str, str] = dict(properties or {})
     if tags:
         props["TAGS"] = tags
     if keys:

@@ -429,6 +429,13 @@ def test_an_empty_slave_takes_its_first_bytes_only_where_its_master_said(tmp_pat
     # a slave not told where the master's log starts takes nothing but its own end
     with pytest.raises(TransferOffsetError):
         HAClient(slave).on_transfer(1000 * CL_SIZE, good)
+    # told it starts at the second file, an empty slave takes nothing at its own end (0)
+    told = HAClient(slave, first_offset=CL_SIZE)
+    for data in (good, b""):
+        with pytest.raises(TransferOffsetError, match=f"is empty: its master's log starts "
+                                                      f"at {CL_SIZE}"):
+            told.on_transfer(0, data)
+    assert slave.get_max_phy_offset() == 0 and files(slave.root / "commitlog") == before
     link = Link(master, slave, 1000, rng)
     link.sync()
     assert_replica(master, slave)
