@@ -26,10 +26,10 @@ from typing import Any
 import structlog
 import trio
 
+from acl.binding import signature_binding
+from acl.guard import AclFile, HeaderGate, guard_table
+from acl.plain import Need, Perm
 from broker.acl.admin_processor import AclAdminProcessor
-from broker.acl.binding import signature_binding
-from broker.acl.guard import AclFile, HeaderGate, guard_table
-from broker.acl.plain import Need, Perm
 from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
 from broker.broker_to_client import Broker2Client

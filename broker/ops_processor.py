@@ -8,7 +8,7 @@ producerConnection, getBrokerConfig, updateBrokerConfig).
   ``{"connectionSet": [{"clientId", "clientAddr", "language", "version"}]}``;
 - GET_BROKER_CONFIG (26): body = the effective config, properties text (UTF-8),
   every secret's value (brokerSecretKey, ...) masked as ``******``; with ACL on,
-  admin accounts only (broker/acl/plain.py ADMIN_CODES);
+  admin accounts only (acl/plain.py ADMIN_CODES);
 - UPDATE_BROKER_CONFIG (25): body = properties text of the keys to change.
 
 A secret key (protocol.config.is_secret_key) is refused by name before any other

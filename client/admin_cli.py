@@ -14,7 +14,6 @@ import trio
 from client.admin import MQAdmin, MQAdminError
 from client.admin_help import GroupedCommands, listing, register_help
 from client.credentials import AclCredentials
-from protocol.logs import configure_logging
 from protocol.names import RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC
 from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
@@ -22,6 +21,7 @@ from protocol.route import TopicConfig, perm_to_string
 from protocol.trace_data import TraceView
 from protocol.trio import tls
 from protocol.trio.daemon import first_leaf
+from protocol.trio.logs import configure_logging
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -58,6 +57,7 @@ from client.errors import MQBrokerError, MQClientError
 from client.publish_info import TopicPublishInfo
 from client.route_info import default_topic_route, publish_queues, subscribe_queues
 from client.service import ServiceNursery
+from client.uniq_id import local_ip
 from client.validators import AUTO_CREATE_TOPIC_KEY
 from protocol.body import pack_body, unpack_body
 from protocol.client_data import ResetOffsetBody
@@ -182,13 +182,6 @@ def resolve_tls(use_tls: bool = False, ca_path: str | None = None,
         raise MQClientError(str(exc)) from exc
 
 
-def _local_ip() -> str:
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
-
-
 class _Flight:
     """One route update in progress; concurrent callers wait for it."""
 
@@ -258,7 +251,7 @@ class MQClientInstance:
         self.handlers.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
         self.handlers.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         self.instance_name = instance_name or str(os.getpid())
-        self.client_id = f"{_local_ip()}@{self.instance_name}"
+        self.client_id = f"{local_ip()}@{self.instance_name}"
         self._consumers: dict[str, ConsumerInner] = {}
         self._producer_groups: set[str] = set()
         self._tx_checkers: dict[str, TransactionChecker] = {}

@@ -13,8 +13,8 @@ from typing import Any
 import structlog
 import trio
 
-from broker.acl.binding import signature_binding
-from broker.acl.guard import AclFile
+from acl.binding import signature_binding
+from acl.guard import AclFile
 from namesrv.acl import guard_table, header_gate
 from namesrv.config import NamesrvConfig
 from namesrv.kv_config import KVConfigManager, write_atomically

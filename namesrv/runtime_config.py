@@ -5,7 +5,7 @@ updateNamesrvConfig; RocketMQ's GET_NAMESRV_CONFIG and UPDATE_NAMESRV_CONFIG).
   every secret's value masked as ``******`` (protocol.config.mask_secrets);
 - UPDATE_NAMESRV_CONFIG (318): body = properties text of the keys to change.
 
-Both are admin-only with ACL on (broker/acl/binding.py NAMESRV_ADMIN_CODES) and need
+Both are admin-only with ACL on (acl/binding.py NAMESRV_ADMIN_CODES) and need
 a bound signature. A secret key is refused by name before any other check; only the
 keys of ``RUNTIME_KEYS`` change at run time (each names what reads it again), any
 other key or a bad value is refused naming it, and nothing is applied. Applied

@@ -18,7 +18,6 @@ import difflib
 import re
 from collections.abc import Mapping
 from enum import Enum
-from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
 from protocol.names import shown
@@ -90,12 +89,6 @@ def parse_properties(text: str, where: str = "") -> dict[str, str]:
             raise ConfigError(f"{where or 'line '}{lineno}: cannot parse {line[:80]!r}")
         props[m.group(1)] = m.group(2).strip()
     return props
-
-
-def load_properties(path: str | Path) -> dict[str, str]:
-    """Parse a Java-style properties file. Raises ConfigError on a line it
-    cannot read, OSError if unreadable."""
-    return parse_properties(Path(path).read_text(), f"{path}:")
 
 
 def rewrite_properties(text: str, changes: dict[str, str]) -> str:
