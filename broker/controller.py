@@ -63,6 +63,7 @@ from broker.queue_admin_processor import QueueAdminProcessor
 from broker.role import Role, RoleRunner, RoleState, services_key
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
+from broker.service.send import SendService
 from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
 from broker.store import DefaultMessageStore
@@ -146,7 +147,6 @@ class BrokerController:
         self.consumer_offset_manager = ConsumerOffsetManager(config)
         self.subscription_group_manager = SubscriptionGroupManager(config)
         self.message_store = DefaultMessageStore(config)
-        self.send_processor = SendMessageProcessor(self)
         self.pull_processor = PullMessageProcessor(self)
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
@@ -161,7 +161,30 @@ class BrokerController:
             config, self.message_store, self.consumer_offset_manager, self.topic_config_manager,
             self.trigger_register,
         )
-        self.end_transaction_processor = EndTransactionProcessor(self)
+        self.end_transaction_processor = EndTransactionProcessor(
+            self.transaction_service, config, self.role, lambda: self.acl_check)
+        # spin after requests instead of sleeping (busyPollMicros; off by default)
+        self.busy_poll = BusyPoll(config.busy_poll_micros)
+        self.ha_service = HAService(config, self.message_store)
+        self.group_commit: GroupCommitService | None = None
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.group_commit = GroupCommitService(
+                partial(self.timed_flush_commit_log, prepare=False),
+                config.sync_flush_timeout, config.broker_name,
+                busy_poll=self.busy_poll,
+                direct=self.message_store if config.aio_fsync_enable else None,
+                observe=self.flush_latency.observe,
+                next_file=self.message_store,
+            )
+        self.send_service = SendService(
+            config, self.role, self.message_store, self.topic_config_manager,
+            self.subscription_group_manager, self.transaction_service, self.schedule_service,
+            on_topics_changed=self.trigger_register, record_put=self.stats.record_put,
+            observe_put=self.put_latency.observe,
+            wait_flush=self.group_commit.wait if self.group_commit is not None else None,
+            wait_slave=self.ha_service.wait_slave)
+        self.send_processor = SendMessageProcessor(self.send_service, config,
+                                                   lambda: self.acl_check)
         self.consumer_manager = ClientGroups("consumer")
         self.consumer_filter_manager = ConsumerFilterManager()  # compiled SQL92 subscriptions
         self.producer_manager = ClientGroups("producer")
@@ -200,8 +223,6 @@ class BrokerController:
             preauth = pre_auth_of(config, HeaderGate(lambda: acl_file.config,
                                                      self.stats.record_acl_refusal),
                                   config.max_message_size)
-        # spin after requests instead of sleeping (busyPollMicros; off by default)
-        self.busy_poll = BusyPoll(config.busy_poll_micros)
         self.server = RemotingServer(
             handlers, self.listen_host,
             config.listen_port, max_frame_size=config.max_frame_size,
@@ -217,7 +238,6 @@ class BrokerController:
         # triggers a registration); until then no HA address is advertised.
         self.ha_listen_port: int | None = None
         self._ephemeral_ha = False  # set by run(): an ephemeral listen port, an ephemeral HA port
-        self.ha_service = HAService(config, self.message_store)
         if self.acl_file is not None:  # a slave's HA hello: signed by an admin account
             self.ha_service.acl_config = lambda: acl_file.config
         # a slave copies its master's tables only while the master's log continues its own
@@ -228,16 +248,6 @@ class BrokerController:
         self.ha_service.on_recovered = self._copy_tables_from_slave
         self.ha_service.on_discarded = self._discarded_log
         self.ha_service.on_slave_heard = self._offsets_from_slave
-        self.group_commit: GroupCommitService | None = None
-        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.group_commit = GroupCommitService(
-                partial(self.timed_flush_commit_log, prepare=False),
-                config.sync_flush_timeout, config.broker_name,
-                busy_poll=self.busy_poll,
-                direct=self.message_store if config.aio_fsync_enable else None,
-                observe=self.flush_latency.observe,
-                next_file=self.message_store,
-            )
         self._overlay_lock = trio.Lock()
         self.metrics_port: int | None = None  # once served
         self.metrics_server: MetricsServer | None = None
