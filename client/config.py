@@ -28,13 +28,10 @@ from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQClientError
 from client.instance import parse_namesrv_addr
 from protocol.namesrv_addr import namesrv_addr_from_env
-from protocol.trio import tls as tls_env
-from protocol.trio.tls import ClientTls, TlsConfigError, client_tls
+from protocol.trio.tls import ClientTls, TlsConfigError, client_tls, client_tls_from_env
 
 ENV_ACCESS_KEY = "ROCKETMQ_ACCESS_KEY"
 ENV_SECRET_KEY = "ROCKETMQ_SECRET_KEY"
-
-_TRUE = ("1", "true", "yes", "on")
 
 
 @dataclass(frozen=True)
@@ -104,8 +101,9 @@ class ClientConfig:
     def from_env(cls, environ: Mapping[str, str] | None = None, **fields: Any) -> ClientConfig:
         """A config from the environment: NAMESRV_ADDR, ROCKETMQ_ACCESS_KEY with
         ROCKETMQ_SECRET_KEY, ROCKETMQ_TLS_ENABLE with ROCKETMQ_TLS_CA/_CERT/_KEY;
-        ``fields`` given win over them. Raises MQClientError (a key without its
-        secret, TLS files without ROCKETMQ_TLS_ENABLE)."""
+        ``fields`` given win over them; TLS paths without ROCKETMQ_TLS_ENABLE
+        are ignored, as when a client starts. Raises MQClientError (a key
+        without its secret)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {"namesrv_addr": namesrv_addr_from_env(env)}
         access_key = env.get(ENV_ACCESS_KEY, "").strip() or None
@@ -113,10 +111,10 @@ class ClientConfig:
         if (access_key is None) != (secret_key is None):
             raise MQClientError(f"{ENV_ACCESS_KEY} and {ENV_SECRET_KEY} go together")
         values["credentials"] = resolve_credentials(None, access_key, secret_key)
-        values["use_tls"] = env.get(tls_env.ENV_ENABLE, "").strip().lower() in _TRUE
-        for name, key in (("tls_ca_path", tls_env.ENV_CA), ("tls_cert_path", tls_env.ENV_CERT),
-                          ("tls_key_path", tls_env.ENV_KEY)):
-            values[name] = env.get(key, "").strip() or None
+        tls = client_tls_from_env(dict(env))
+        if tls is not None:
+            values.update(use_tls=True, tls_ca_path=tls.ca_path or None,
+                          tls_cert_path=tls.cert_path or None, tls_key_path=tls.key_path or None)
         values.update(fields)
         return cls(**values)
 
