@@ -72,7 +72,7 @@ class ClientConfig:
             if value is not None and not isinstance(value, str):
                 raise MQClientError(f"{name} must be a path string, not {value!r}")
         self.client_tls()  # TLS files without use_tls
-        if self.tls_cert_path and not self.tls_key_path or self.tls_key_path and not self.tls_cert_path:
+        if bool(self.tls_cert_path) != bool(self.tls_key_path):
             raise MQClientError("tls_cert_path and tls_key_path go together")
         timeout = self.request_timeout
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)

@@ -207,7 +207,6 @@ class ConsumerCore:
     # ---- defaults shared by subclasses' signatures --------------------------------
 
     DEFAULTS: dict[str, Any] = {
-        "request_timeout": DEFAULT_REQUEST_TIMEOUT,
         "poll_name_server_interval": DEFAULT_POLL_NAME_SERVER_INTERVAL,
         "heartbeat_broker_interval": DEFAULT_HEARTBEAT_BROKER_INTERVAL,
         "rebalance_interval": DEFAULT_REBALANCE_INTERVAL,
