@@ -41,7 +41,6 @@ from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.end_transaction_processor import EndTransactionProcessor
 from broker.group_commit import GroupCommitService
 from broker.ha_service import HAService
-from broker.long_polling import PullRequestHoldService
 from broker.metrics import BrokerCollector, broker_registry, frozen_registry
 from broker.ops_processor import (
     OpsProcessor,
@@ -56,6 +55,7 @@ from broker.query_processor import QueryMessageProcessor
 from broker.queue_admin_processor import QueueAdminProcessor
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
+from broker.service.pull import PullService
 from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
 from broker.store import DefaultMessageStore
@@ -131,7 +131,6 @@ class BrokerController:
         self.subscription_group_manager = SubscriptionGroupManager(config)
         self.message_store = DefaultMessageStore(config)
         self.send_processor = SendMessageProcessor(self)
-        self.pull_processor = PullMessageProcessor(self)
         self.consumer_manage_processor = ConsumerManageProcessor(self)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
@@ -150,12 +149,15 @@ class BrokerController:
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
         self.client_manage_processor = ClientManageProcessor(self)
-        self.pull_hold_service = PullRequestHoldService(
-            self.pull_processor.retry_held, config.broker_name,
-            read_tags=self.pull_processor.queue_tags_codes,
+        self.pull_service = PullService(
+            config, self.subscription_group_manager, self.topic_config_manager,
+            self.consumer_manager, self.consumer_filter_manager, self.message_store,
+            self.consumer_offset_manager, self.stats,
             max_held=config.max_held_pulls,
             max_held_per_connection=config.max_held_pulls_per_connection,
         )
+        self.pull_processor = PullMessageProcessor(self.pull_service)
+        self.pull_hold_service = self.pull_service.holds  # long polling
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving
         )
