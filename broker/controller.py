@@ -55,6 +55,7 @@ from broker.query_processor import QueryMessageProcessor
 from broker.queue_admin_processor import QueueAdminProcessor
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
+from broker.service.offsets import OffsetService
 from broker.service.pull import PullService
 from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
@@ -131,7 +132,8 @@ class BrokerController:
         self.subscription_group_manager = SubscriptionGroupManager(config)
         self.message_store = DefaultMessageStore(config)
         self.send_processor = SendMessageProcessor(self)
-        self.consumer_manage_processor = ConsumerManageProcessor(self)
+        self.offset_service = OffsetService(self.consumer_offset_manager, self.message_store)
+        self.consumer_manage_processor = ConsumerManageProcessor(self.offset_service)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
         self.ops_processor = OpsProcessor(self)
