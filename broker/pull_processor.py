@@ -116,7 +116,9 @@ class PullMessageProcessor:
 
     def pull_message(self, conn: RemotingConnection, cmd: RemotingCommand
                      ) -> RemotingCommand | None:
-        """The response, or None while the pull is held (long polling)."""
-        outcome = self.service.pull(decode_request(cmd.ext_fields),
-                                    RemotingPullWaiter(conn, cmd))
+        """The response, or None while the pull is held (long polling; a
+        pull without a suspend time is never held: it needs no waiter)."""
+        req = decode_request(cmd.ext_fields)
+        waiter = RemotingPullWaiter(conn, cmd) if req.suspend_timeout_ms > 0 else None
+        outcome = self.service.pull(req, waiter)
         return None if outcome is None else encode_outcome(cmd, outcome)
