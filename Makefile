@@ -16,7 +16,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark,speed]'
+	$(PY) -m pip install -q -e '.[test,spark,speed,web]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -60,7 +60,7 @@ browser:
 		echo "could not install chromium: the browser test will skip"; \
 	else echo "no /usr/bin/chromium or /usr/bin/chromedriver: the browser test will skip"; fi
 
-# redis-server for the Redis Streams comparison (deploy/bench_redis.py, its test and
+# redis-server for the Redis Streams comparison (bench/redis_streams.py, its test and
 # make bench): from Debian's packages when running as root on Debian; never fails
 redis:
 	@if command -v redis-server >/dev/null; then :; \
@@ -76,13 +76,13 @@ test: $(STAMP) browser redis bytecode speedups spark-cds
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check protocol namesrv broker client tests deploy dashboard
+	$(VENV)/bin/ruff check protocol acl namesrv broker client tests deploy dashboard bench
 	$(VENV)/bin/mypy
 
 bench: $(STAMP) redis bytecode speedups spark-cds
-	$(PY) -m deploy.bench_all
+	$(PY) -m bench.all
 	@if command -v redis-server >/dev/null; then \
-		echo; echo "Redis Streams on this machine, right after:"; $(PY) -m deploy.bench_redis; fi
+		echo; echo "Redis Streams on this machine, right after:"; $(PY) -m bench.redis_streams; fi
 
 clean:
 	rm -rf $(VENV) $(DATA)

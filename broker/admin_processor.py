@@ -117,6 +117,10 @@ class AdminBrokerProcessor:
         reason = group_problem(cfg.group_name)
         if reason is not None:
             return cmd.response(ResponseCode.SYSTEM_ERROR, reason)
+        limit = self.controller.config.max_queue_nums
+        if cfg.retry_queue_nums > limit:  # the queues %RETRY%<group> is created with
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"retryQueueNums must be within 0..{limit} (maxQueueNums)")
         self.controller.subscription_group_manager.update(cfg)
         return cmd.response(ResponseCode.SUCCESS)
 

@@ -10,10 +10,17 @@ import structlog
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.store.store_lock import StoreLockedError
-from protocol.config import ConfigError, load_properties
-from protocol.logs import BROKER_LOGS
+from protocol.config import ConfigError
 from protocol.namesrv_addr import NAMESRV_ADDR_ENV, namesrv_addr_from_env
-from protocol.trio.daemon import fail, log_options, run_daemon, start_logging
+from protocol.trio.daemon import (
+    fail,
+    load_properties,
+    log_options,
+    require_extras,
+    run_daemon,
+    start_logging,
+)
+from protocol.trio.logs import BROKER_LOGS
 from protocol.trio.tls import TLS_MODES, TlsConfigError
 
 log = structlog.get_logger("broker")
@@ -75,6 +82,7 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
     if print_config:
         click.echo(config.render())
         return
+    require_extras(config.metrics_port)
     start_logging(BROKER_LOGS, **log_opts)
     try:
         controller = BrokerController(config, config_file)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from broker.acl.plain import Need, Perm, group_resource
+from acl.plain import Need, Perm, group_resource
 from protocol.client_data import (
     CLIENT_ID_MAX_LENGTH,
     CheckClientRequestBody,

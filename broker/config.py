@@ -18,7 +18,6 @@ from protocol import names
 from protocol.config import (
     ConfigError,
     PropertiesConfig,
-    load_properties,
     mask_secrets,
     not_a_key,
 )
@@ -509,4 +508,4 @@ class BrokerConfig(PropertiesConfig):
         return "\n".join(lines)
 
 
-__all__ = ["BrokerConfig", "BrokerRole", "ConfigError", "FlushDiskType", "load_properties"]
+__all__ = ["BrokerConfig", "BrokerRole", "ConfigError", "FlushDiskType"]

@@ -26,12 +26,13 @@ from typing import Any
 import structlog
 import trio
 
+from acl.binding import signature_binding
+from acl.guard import AclFile, HeaderGate, guard_table
+from acl.plain import Need, Perm
 from broker.acl.admin_processor import AclAdminProcessor
-from broker.acl.binding import signature_binding
-from broker.acl.guard import AclFile, HeaderGate, guard_table
-from broker.acl.plain import Need, Perm
 from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
+from broker.broker_to_client import Broker2Client
 from broker.client_manage_processor import ClientManageProcessor
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, FlushDiskType
@@ -138,6 +139,7 @@ class BrokerController:
         self.query_processor = QueryMessageProcessor(self)
         self.ops_processor = OpsProcessor(self)
         self.queue_admin_processor = QueueAdminProcessor(self)
+        self.broker2client = Broker2Client(self)
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
@@ -296,6 +298,9 @@ class BrokerController:
         t.register(RequestCode.QUERY_CONSUME_QUEUE, qa.query_consume_queue)
         t.register(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, qa.clean_expired_consume_queue)
         t.register(RequestCode.CLEAN_UNUSED_TOPIC, qa.clean_unused_topic)
+        b2c = self.broker2client
+        t.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, b2c.reset_offset)
+        t.register(RequestCode.GET_CONSUMER_RUNNING_INFO, b2c.get_consumer_running_info)
         return t
 
     def acl_path(self) -> Path:

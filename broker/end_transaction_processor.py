@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from broker.acl.plain import Need, Perm
+from acl.plain import Need, Perm
 from broker.message_rewrite import REAL_TOPIC, EndState
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand

@@ -18,7 +18,7 @@ are waiting (about 60 µs, a scheduling round, less per SYNC_FLUSH send on the
 Where Linux AIO is available and the service is given the store's direct
 flush steps (``DirectFlush``), the fsync is not handed to the thread at all:
 the loop dups the fds of the files to sync, submits an fdatasync of each to the
-kernel (protocol/aio_fsync.py) and hears of their end on an eventfd, with no
+kernel (broker/aio_fsync.py) and hears of their end on an eventfd, with no
 thread woken and no GIL handed over (a SYNC_FLUSH single send's p50 in
 alternating runs is in the README). The thread then only takes a flush
 whenever the store's file lock is busy or the kernel refuses a submission.
@@ -46,10 +46,10 @@ import outcome
 import structlog
 import trio
 
+from broker.aio_fsync import AioFsync
 from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
 from broker.waiting_sends import WaitingSends
-from protocol.aio_fsync import AioFsync
 from protocol.trio.busy_poll import BusyPoll, active
 from protocol.trio.service import Guard
 from protocol.trio.worker_thread import WorkerThread
@@ -98,7 +98,7 @@ class GroupCommitService:
                  observe: Callable[[float], None] | None = None,
                  next_file: NextFile | None = None) -> None:
         self.flush = flush  # must not create files: next_file does, in its own thread
-        # the kernel's fsyncs (protocol/aio_fsync.py) when given and available
+        # the kernel's fsyncs (broker/aio_fsync.py) when given and available
         self.direct = direct
         self.next_file = next_file
         self.observe = observe  # seconds of each direct flush, submission to end

@@ -108,7 +108,7 @@ from protocol.trio.service import Guard, describe
 from protocol.trio.tls import accept, connect
 
 if TYPE_CHECKING:
-    from broker.acl.plain import AclConfig
+    from acl.plain import AclConfig
 
 RECEIVE_CHUNK = 256 * 1024
 HELLO_TIMEOUT = 10.0  # s a new slave connection has to send its hello

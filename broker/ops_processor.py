@@ -8,7 +8,7 @@ producerConnection, getBrokerConfig, updateBrokerConfig).
   ``{"connectionSet": [{"clientId", "clientAddr", "language", "version"}]}``;
 - GET_BROKER_CONFIG (26): body = the effective config, properties text (UTF-8),
   every secret's value (brokerSecretKey, ...) masked as ``******``; with ACL on,
-  admin accounts only (broker/acl/plain.py ADMIN_CODES);
+  admin accounts only (acl/plain.py ADMIN_CODES);
 - UPDATE_BROKER_CONFIG (25): body = properties text of the keys to change.
 
 A secret key (protocol.config.is_secret_key) is refused by name before any other
@@ -24,7 +24,6 @@ restart. A ``brokerPermission`` change re-registers with the name servers.
 
 from __future__ import annotations
 
-import copy
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,13 +34,12 @@ from broker.config import BrokerConfig
 from broker.metrics import consume_pairs
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.config import ConfigError, is_secret_key, parse_properties
+from protocol.config import ConfigError, parse_properties, runtime_changes
 from protocol.headers import (
     GetProducerConnectionListRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
     ViewBrokerStatsDataRequestHeader,
 )
-from protocol.names import shown
 from protocol.route import PERM_MAX
 from protocol.trio.connection import RemotingConnection
 
@@ -76,7 +74,6 @@ RUNTIME_KEYS: dict[str, str] = {
     "haDiscardLog": "each refusal of the slave's log by its master (a slave's)",
     "haSlaveSilentMs": "each SYNC_MASTER send",
 }
-_RUNTIME_BY_LOWER = {k.lower(): k for k in RUNTIME_KEYS}
 
 _POSITIVE = ("maxMessageSize", "longPollingMaxSuspendMillis", "fileReservedTime",
              "transactionTimeOut", "transactionCheckMax", "transactionMaxPendingPerGroup")
@@ -90,21 +87,7 @@ def check_runtime_changes(config: BrokerConfig, props: dict[str, str]) -> dict[s
     """The changes under their RocketMQ names, checked on a copy of ``config``:
     ConfigError naming the first key that cannot change at run time or whose
     value is bad. Nothing is applied."""
-    if not props:
-        raise ConfigError("no key to change")
-    secret = next((k for k in props if is_secret_key(k)), None)
-    if secret is not None:
-        raise ConfigError(f"{shown(secret)} holds a secret: a secret cannot be changed over "
-                          "the wire (set it in the broker's config file and restart it)")
-    changes: dict[str, str] = {}
-    for key, value in props.items():
-        name = _RUNTIME_BY_LOWER.get(key.lower())
-        if name is None:
-            raise ConfigError(f"{shown(key)} cannot change at run time (keys that can: "
-                              f"{', '.join(sorted(RUNTIME_KEYS))})")
-        changes[name] = value
-    trial = copy.copy(config)
-    trial.update(changes)  # converts and validates: ConfigError names the key
+    changes, trial = runtime_changes(config, props, RUNTIME_KEYS, "broker")
     for name in changes:
         value = getattr(trial, _attr(name))
         if name in _POSITIVE and value <= 0:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 import trio
 
-from broker.acl.admin import AclAdminError, AclDocument, AclVersion
+from acl.admin import AclAdminError, AclDocument, AclVersion
 from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
@@ -59,7 +59,7 @@ from protocol.trio.errors import RemotingError
 from protocol.trio.service import Guard, describe
 
 if TYPE_CHECKING:
-    from broker.acl.guard import AclFile
+    from acl.guard import AclFile
     from broker.controller import BrokerController
 
 SYNC_TIMEOUT_S = 5.0

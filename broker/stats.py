@@ -120,7 +120,7 @@ class BrokerStats:
 
     def record_acl_refusal(self, code: int, reason: str) -> None:
         """A request the ACL refused; codes are the served ones, reasons a few
-        (broker/acl/plain.py REFUSAL_REASONS), so the keys stay few."""
+        (acl/plain.py REFUSAL_REASONS), so the keys stay few."""
         key = (code, reason)
         self.acl_refusals[key] = self.acl_refusals.get(key, 0) + 1
 

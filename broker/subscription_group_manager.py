@@ -16,7 +16,6 @@ rendered to JSON in the worker thread that writes it.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,62 +24,9 @@ import structlog
 from broker.config import BrokerConfig
 from broker.persist import ConfigSnapshot, load_json, write_snapshot_now
 from protocol.route import DataVersion
+from protocol.subscription_group import SubscriptionGroupConfig
 
-_WIRE = {
-    "group_name": "groupName",
-    "consume_enable": "consumeEnable",
-    "consume_from_min_enable": "consumeFromMinEnable",
-    "consume_broadcast_enable": "consumeBroadcastEnable",
-    "retry_queue_nums": "retryQueueNums",
-    "retry_max_times": "retryMaxTimes",
-    "broker_id": "brokerId",
-    "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
-    "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class SubscriptionGroupConfig:
-    group_name: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        return {_WIRE[f.name]: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Any) -> SubscriptionGroupConfig:
-        """Raises ValueError for a map without a group name or with wrong types."""
-        if not isinstance(data, dict) or not isinstance(data.get("groupName"), str):
-            raise ValueError("a subscription group needs groupName")
-        if not data["groupName"]:
-            raise ValueError("groupName is empty")
-        defaults = cls(data["groupName"])
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            key = _WIRE[f.name]
-            if key not in data or f.name == "group_name":
-                continue
-            value = data[key]
-            if isinstance(getattr(defaults, f.name), bool):
-                if not isinstance(value, bool):
-                    raise ValueError(f"{key} must be true or false")
-            elif type(value) is not int or value < 0:
-                raise ValueError(f"{key} must be a non-negative integer")
-            values[f.name] = value
-        return cls(data["groupName"], **values)
-
-    def retry_limit(self, header_max: int | None) -> int:
-        """Reconsume times after which a message of the group is a dead letter:
-        the request's ``maxReconsumeTimes`` when it carries one (RocketMQ's
-        clients since 3.4.9), else the group's ``retryMaxTimes``."""
-        return self.retry_max_times if header_max is None else header_max
+__all__ = ["SubscriptionGroupConfig", "SubscriptionGroupManager"]
 
 
 class SubscriptionGroupManager:

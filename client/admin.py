@@ -18,27 +18,36 @@ import structlog
 import trio
 
 from client.credentials import AclCredentials, resolve_credentials
-from client.route_info import usable
+from client.rebalance import allocate_averagely
+from client.route_info import subscribe_queues, usable
+from client.running_info import RunningInfo, RunningInfoError
 from protocol import names
-from protocol.body import unpack_body
+from protocol.body import pack_body, unpack_body
+from protocol.client_data import ResetOffsetBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError, is_secret_key, mask_secrets, parse_properties
 from protocol.errors import RemoteProtocolError
 from protocol.headers import (
     CreateTopicRequestHeader,
+    DeleteKVConfigRequestHeader,
     DeleteTopicRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    GetKVConfigRequestHeader,
     GetRouteInfoRequestHeader,
     GetTopicConfigRequestHeader,
     GetTopicStatsInfoRequestHeader,
+    PutKVConfigRequestHeader,
     QueryConsumeQueueRequestHeader,
+    QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
+    ResetOffsetRequestHeader,
     SearchOffsetRequestHeader,
     UpdateConsumerOffsetRequestHeader,
     ViewMessageRequestHeader,
     WipeWritePermOfBrokerRequestHeader,
 )
-from protocol.message import MessageExt
+from protocol.message import MessageExt, MessageQueue
 from protocol.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, RMQ_SYS_TRACE_TOPIC
 from protocol.namesrv_addr import (
     NAMESRV_ADDR_ENV,
@@ -58,6 +67,10 @@ from protocol.trio.tls import TlsConfigError, client_tls, client_tls_from_env
 log = structlog.get_logger("client.admin")
 
 DEFAULT_TIMEOUT = 5.0
+# what a broker gives a consumer to answer GET_CONSUMER_RUNNING_INFO
+# (broker/broker_to_client.py RELAY_TIMEOUT_S), on top of the admin's own timeout
+RELAY_TIMEOUT_S = 5.0
+SKIP_ALL = -1  # a reset's timestamp: past the last message (skipAccumulatedMessage)
 
 # VIEW_BROKER_STATS_DATA's statsName values (RocketMQ's BrokerStatsManager).
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
@@ -247,9 +260,10 @@ class MQAdmin:
 
     # ---- plumbing ----------------------------------------------------------------
 
-    async def _invoke(self, addr: str, cmd: RemotingCommand) -> RemotingCommand:
+    async def _invoke(self, addr: str, cmd: RemotingCommand,
+                      timeout: float | None = None) -> RemotingCommand:
         try:
-            return await self._client.invoke(addr, cmd, self.timeout)
+            return await self._client.invoke(addr, cmd, timeout or self.timeout)
         except RemotingError as exc:
             raise MQAdminError(f"{addr}: {exc}") from exc
 
@@ -677,30 +691,14 @@ class MQAdmin:
         (an older broker does)."""
         cmd = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
         resp = self._check(await self._invoke(addr, cmd), f"getBrokerConfig on {addr}")
-        try:
-            return mask_secrets(parse_properties(
-                (resp.body or b"").decode("utf-8", errors="replace")))
-        except ConfigError as exc:
-            raise MQAdminError(f"{addr}: getBrokerConfig answered unreadable properties: "
-                               f"{exc}") from exc
+        return _shown_config(resp, f"{addr}: getBrokerConfig")
 
     async def update_broker_config(self, addr: str, props: dict[str, str]) -> None:
         """Change keys of a running broker (UPDATE_BROKER_CONFIG); the broker persists
         them to its config file. Raises MQAdminError naming a key it refuses; a secret
         key is refused before anything is sent (the broker refuses it too)."""
-        if not props:
-            raise MQAdminError("no key to update")
-        for key in props:
-            if not key or "=" in key or "\n" in key:
-                raise MQAdminError(f"bad config key {key!r}")
-            if is_secret_key(key):
-                raise MQAdminError(f"{key} holds a secret: a secret cannot be changed over the "
-                                   "wire (set it in the broker's config file and restart it)")
-        for value in props.values():
-            if "\n" in value:
-                raise MQAdminError("a config value cannot hold a line break")
         cmd = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG,
-                                      body=format_properties(props).encode())
+                                      body=_config_changes(props, "broker"))
         self._check(await self._invoke(addr, cmd), f"updateBrokerConfig on {addr}")
 
     async def view_broker_stats_data(self, addr: str, stats_name: str, stats_key: str
@@ -796,6 +794,185 @@ class MQAdmin:
                 rows.append(TopicGroupStats(t, group, accumulation, in_tps, out_tps, in_24h, out_24h))
         return rows
 
+    # ---- subscription groups, group offsets, consumers, KV and name server config ----
+    # (mqadmin updateSubGroup, deleteSubGroup, consumerStatus, cloneGroupOffset,
+    # skipAccumulatedMessage, allocateMQ, updateOrderConf, updateKvConfig,
+    # deleteKvConfig, getNamesrvConfig, updateNamesrvConfig)
+
+    async def subscription_groups(self, addr: str) -> dict[str, dict[str, Any]]:
+        """A broker's subscription groups (GET_ALL_SUBSCRIPTIONGROUP_CONFIG): name ->
+        SubscriptionGroupConfig map."""
+        cmd = RemotingCommand.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        body = self._check(await self._invoke(addr, cmd), f"subscription groups of {addr}"
+                           ).decode_body()
+        table = body.get("subscriptionGroupTable") if isinstance(body, dict) else None
+        if not isinstance(table, dict):
+            raise MQAdminError(f"{addr}: the subscription groups are not a map")
+        return {str(k): v for k, v in table.items() if isinstance(v, dict)}
+
+    async def update_subscription_group(self, addr: str, config: dict[str, Any]) -> None:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: ``config`` (RocketMQ's
+        SubscriptionGroupConfig fields) replaces the group's on ``addr``."""
+        cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                                      body=pack_body(config))
+        self._check(await self._invoke(addr, cmd), f"updateSubGroup on {addr}")
+
+    async def delete_subscription_group(self, addr: str, group: str) -> None:
+        """DELETE_SUBSCRIPTIONGROUP; MQAdminError (SUBSCRIPTION_GROUP_NOT_EXIST) when
+        the broker has no such group."""
+        cmd = RemotingCommand.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group})
+        self._check(await self._invoke(addr, cmd), f"deleteSubGroup on {addr}")
+
+    async def _topic_masters(self, topic: str) -> list[tuple[str, str]]:
+        """(broker name, master address) of each broker of ``topic``'s route."""
+        route = await self.topic_route(topic)
+        masters = sorted((bd.broker_name, a) for bd in route.broker_datas
+                         if (a := bd.master_addr()))
+        if not masters:
+            raise MQAdminError(f"no master broker in the route of {topic}")
+        return masters
+
+    async def reset_offset_by_broker(self, group: str, topic: str, timestamp_ms: int,
+                                     force: bool = True) -> list[tuple[str, int, int]]:
+        """INVOKE_BROKER_TO_RESET_OFFSET on every master of ``topic``: the group's
+        offsets go to the first message stored at or after ``timestamp_ms`` (-1:
+        past the last message, everything accumulated skipped; without ``force``
+        only backwards), committed by each broker as an admin's reset and taken by
+        the group's online consumers at once. Returns (broker, queue, offset) rows."""
+        fields = ResetOffsetRequestHeader(topic, group, timestamp_ms, force).to_fields()
+        rows: list[tuple[str, int, int]] = []
+        for name, addr in await self._topic_masters(topic):
+            cmd = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, dict(fields))
+            resp = self._check(await self._invoke(addr, cmd), f"resetOffset on {addr}")
+            try:
+                body = ResetOffsetBody.from_wire(resp.decode_body())
+            except RemoteProtocolError as exc:
+                raise MQAdminError(f"{addr}: resetOffset answered an unreadable body: {exc}"
+                                   ) from exc
+            rows += [(mq.broker_name or name, mq.queue_id, o)
+                     for mq, o in sorted(body.offsets.items())]
+        return rows
+
+    async def skip_accumulated(self, group: str, topic: str,
+                               force: bool = True) -> list[tuple[str, int, int]]:
+        """mqadmin skipAccumulatedMessage: every queue of ``topic`` to its max offset."""
+        return await self.reset_offset_by_broker(group, topic, SKIP_ALL, force)
+
+    async def clone_group_offset(self, src: str, dest: str, topic: str
+                                 ) -> list[tuple[str, int, int]]:
+        """``dest``'s offsets of ``topic`` set to ``src``'s, queue by queue (each an
+        admin's reset: slaves take it even backwards); queues where ``src`` has no
+        offset are left alone. MQAdminError when ``src`` has none at all. Returns
+        (broker, queue, offset) rows."""
+        route = await self.topic_route(topic)
+        rows: list[tuple[str, int, int]] = []
+        for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            if not usable(qd):
+                continue
+            addr = await self.broker_addr(topic, qd.broker_name)
+            for qid in range(qd.read_queue_nums):
+                # the group's stored offset only (not the 0 a new group is answered)
+                query = QueryConsumerOffsetRequestHeader(src, topic, qid,
+                                                         set_zero_if_not_found=False).to_fields()
+                resp = await self._invoke(addr, RemotingCommand.request(
+                    RequestCode.QUERY_CONSUMER_OFFSET, query))
+                if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                    continue
+                offset = int(self._check(resp, f"cloneGroupOffset on {addr}")
+                             .ext_fields.get("offset", -1))
+                if offset < 0:
+                    continue
+                fields = UpdateConsumerOffsetRequestHeader(dest, topic, qid, offset,
+                                                           admin_reset=True).to_fields()
+                cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
+                self._check(await self._invoke(addr, cmd), f"cloneGroupOffset on {addr}")
+                rows.append((qd.broker_name, qid, offset))
+        if not rows:
+            raise MQAdminError(f"the consumer group {src} has no offset of topic {topic}")
+        return rows
+
+    async def consumer_running_info(self, group: str, client_id: str | None = None,
+                                    jstack: bool = False) -> dict[str, RunningInfo | str]:
+        """GET_CONSUMER_RUNNING_INFO of each online client of ``group`` (or only
+        ``client_id``), asked through a broker the client is connected to: client id
+        -> its RunningInfo, or why it could not be had. MQAdminError when the group
+        (or that client) is not online."""
+        via: dict[str, str] = {}
+        for b in await self.consumer_connection(group):
+            for c in b.get("connectionSet") or []:
+                if isinstance(c, dict) and isinstance(c.get("clientId"), str):
+                    via.setdefault(c["clientId"], b["broker"])
+        if client_id is not None:
+            if client_id not in via:
+                raise MQAdminError(f"the consumer {client_id} of group {group} is not online")
+            via = {client_id: via[client_id]}
+        out: dict[str, RunningInfo | str] = {}
+        for cid, addr in sorted(via.items()):
+            fields = GetConsumerRunningInfoRequestHeader(group, cid, jstack).to_fields()
+            cmd = RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, fields)
+            try:
+                resp = self._check(await self._invoke(addr, cmd, self.timeout + RELAY_TIMEOUT_S),
+                                   f"consumerStatus of {cid} via {addr}")
+                out[cid] = RunningInfo.from_body(resp.decode_body())
+            except (MQAdminError, RemoteProtocolError, RunningInfoError) as exc:
+                if client_id is not None:
+                    raise MQAdminError(str(exc)) from exc
+                out[cid] = str(exc)
+        return out
+
+    async def allocate_mq(self, topic: str, client_ids: list[str]
+                          ) -> dict[str, list[MessageQueue]]:
+        """mqadmin allocateMQ: how ``topic``'s readable queues split among consumers
+        with these ids (averagely, as a group's members sort their ids)."""
+        ids = [i for i in dict.fromkeys(client_ids) if i]
+        if not ids:
+            raise MQAdminError("give at least one consumer id (-i a,b,c)")
+        mqs = subscribe_queues(topic, await self.topic_route(topic))
+        return {cid: allocate_averagely(cid, mqs, ids) for cid in ids}
+
+    async def put_kv_config(self, namespace: str, key: str, value: str) -> list[str]:
+        """PUT_KV_CONFIG on every name server; their addresses."""
+        fields = PutKVConfigRequestHeader(namespace, key, value).to_fields()
+        done = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.PUT_KV_CONFIG, dict(fields)),
+            "updateKvConfig")
+        return list(done)
+
+    async def delete_kv_config(self, namespace: str, key: str) -> list[str]:
+        """DELETE_KV_CONFIG on every name server (a missing key is no error)."""
+        fields = DeleteKVConfigRequestHeader(namespace, key).to_fields()
+        done = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.DELETE_KV_CONFIG, dict(fields)),
+            "deleteKvConfig")
+        return list(done)
+
+    async def get_kv_config(self, namespace: str, key: str) -> str | None:
+        """GET_KV_CONFIG from the first name server that answers; None when unset."""
+        fields = GetKVConfigRequestHeader(namespace, key).to_fields()
+        resp = await self._invoke_namesrv(
+            lambda: RemotingCommand.request(RequestCode.GET_KV_CONFIG, dict(fields)))
+        if resp.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        value = self._check(resp, "getKvConfig").ext_fields.get("value")
+        return value if isinstance(value, str) else None
+
+    async def get_namesrv_config(self) -> dict[str, dict[str, str]]:
+        """GET_NAMESRV_CONFIG of every name server: address -> key -> value, secrets
+        masked."""
+        answers = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG), "getNamesrvConfig")
+        return {a: _shown_config(r, f"{a}: getNamesrvConfig") for a, r in answers.items()}
+
+    async def update_namesrv_config(self, props: dict[str, str]) -> dict[str, str | None]:
+        """UPDATE_NAMESRV_CONFIG on every name server: address -> its remark (None,
+        or why the change is not persisted). A secret key is refused before anything
+        is sent; a key a name server cannot change at run time is refused by it."""
+        body = _config_changes(props, "name server")
+        answers = await self._on_every_namesrv(
+            lambda: RemotingCommand.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=body),
+            "updateNamesrvConfig")
+        return {a: r.remark or None for a, r in answers.items()}
+
     # ---- ACL administration (plain_acl.yml on the brokers; admin accounts only) -----
 
     async def acl_targets(self, broker_addr: str | None = None,
@@ -859,6 +1036,34 @@ class MQAdmin:
         if not isinstance(body, dict):
             raise MQAdminError(f"{addr}: the ACL config is not a map")
         return body
+
+
+def _shown_config(resp: RemotingCommand, what: str) -> dict[str, str]:
+    """A GET_BROKER_CONFIG / GET_NAMESRV_CONFIG answer, key -> value text; a secret's
+    value (protocol.config.is_secret_key) masked even when the daemon shows it (an
+    older one does)."""
+    try:
+        return mask_secrets(parse_properties((resp.body or b"").decode("utf-8", errors="replace")))
+    except ConfigError as exc:
+        raise MQAdminError(f"{what} answered unreadable properties: {exc}") from exc
+
+
+def _config_changes(props: dict[str, str], daemon: str) -> bytes:
+    """UPDATE_BROKER_CONFIG's / UPDATE_NAMESRV_CONFIG's body. MQAdminError, before
+    anything is sent, for no key, a bad key or value, or a secret key (the daemon
+    refuses it too)."""
+    if not props:
+        raise MQAdminError("no key to update")
+    for key in props:
+        if not key or "=" in key or "\n" in key:
+            raise MQAdminError(f"bad config key {key!r}")
+        if is_secret_key(key):
+            raise MQAdminError(f"{key} holds a secret: a secret cannot be changed over the "
+                               f"wire (set it in the {daemon}'s config file and restart it)")
+    for value in props.values():
+        if "\n" in value:
+            raise MQAdminError("a config value cannot hold a line break")
+    return format_properties(props).encode()
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,6 @@ import trio
 from client.admin import MQAdmin, MQAdminError
 from client.admin_help import GroupedCommands, listing, register_help
 from client.credentials import AclCredentials
-from protocol.logs import configure_logging
 from protocol.names import RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC
 from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
@@ -22,6 +21,7 @@ from protocol.route import TopicConfig, perm_to_string
 from protocol.trace_data import TraceView
 from protocol.trio import tls
 from protocol.trio.daemon import first_leaf
+from protocol.trio.logs import configure_logging
 
 NAMESRV_HELP = 'Name server address list, "host:port;host:port".'
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -864,11 +864,19 @@ def get_broker_config(namesrv: str, broker_addr: str | None, cluster: str | None
     if as_json:
         _echo_json(configs if broker_addr is None else configs[broker_addr])
         return
+    for line in config_lines(configs):
+        click.echo(line)
+
+
+def config_lines(configs: dict[str, dict[str, str]]) -> list[str]:
+    """Daemons' configs as RocketMQ's getBrokerConfig / getNamesrvConfig print them:
+    ``============addr============`` then ``key=  value`` lines, keys padded to 50."""
+    lines = []
     for addr, config in configs.items():
-        click.echo(f"============{addr}============")
+        lines.append(f"============{addr}============")
         width = max([50, *(len(k) for k in config)])
-        for key, value in sorted(config.items()):
-            click.echo(f"{key:<{width}}=  {value}")
+        lines += [f"{key:<{width}}=  {value}" for key, value in sorted(config.items())]
+    return lines
 
 
 @cli.command("updateBrokerConfig")
@@ -1055,8 +1063,10 @@ def cluster_acl_config_version(namesrv: str, broker_addr: str | None, cluster: s
                   for r in rows])
 
 
-# commands kept in their own modules (they use the helpers above)
-from client import admin_topics  # noqa: E402, F401
+# commands defined in other modules, registered on ``cli`` when imported
+# admin_groups: groups, offsets, KV and name server config; admin_topics: topics,
+# messages, queues, cluster
+from client import admin_groups, admin_topics  # noqa: E402,F401
 
 
 def main() -> None:

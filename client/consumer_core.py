@@ -46,6 +46,7 @@ from typing import Any
 import structlog
 import trio
 
+from client.consume_stats import ConsumeStats
 from client.consumer_api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND, ConsumerAPI
 from client.consumer_types import ConsumeFromWhere, MessageModel, parse_consume_timestamp
 from client.credentials import AclCredentials
@@ -70,6 +71,17 @@ from client.offset_store import (
 from client.process_queue import PULL_MAX_IDLE_TIME, ProcessQueue
 from client.pull_result import PullStatus
 from client.rebalance import AllocateStrategy, allocate_averagely
+from client.running_info import (
+    PROP_CLIENT_VERSION,
+    PROP_CONSUME_ORDERLY,
+    PROP_CONSUME_TYPE,
+    PROP_CONSUMER_START_TIMESTAMP,
+    PROP_NAMESERVER_ADDR,
+    client_version,
+    mq_entry,
+    process_queue_info,
+    stacks,
+)
 from client.service import ServiceNursery
 from client.subscription import MessageSelector, SubscriptionData, subscription_of
 from client.trace import CONSUME, AsyncTraceDispatcher, ConsumeMessageTraceHook, check_trace_topic
@@ -192,6 +204,9 @@ class ConsumerCore:
                                                            namesrv=self.namesrv_addr)
         self._consume_hooks = consume_hooks(self._log)
         self.trace_dispatcher: AsyncTraceDispatcher | None = None
+        # pull and consume figures by topic (mqadmin consumerStatus)
+        self.stats = ConsumeStats()
+        self.start_timestamp_ms = 0
 
     # ---- defaults shared by subclasses' signatures --------------------------------
 
@@ -321,6 +336,7 @@ class ConsumerCore:
             self._state = ConsumerState.SHUTDOWN
             raise
         self._state = ConsumerState.RUNNING
+        self.start_timestamp_ms = int(time.time() * 1000)
         for topic in sorted(self.subscriptions):
             try:
                 await instance.update_topic_route(topic)
@@ -614,6 +630,7 @@ class ConsumerCore:
                 return
             commit_offset = store.table.get(mq, 0) if clustering else 0
             sys_flag = PULL_FLAG_SUSPEND | (PULL_FLAG_COMMIT_OFFSET if commit_offset > 0 else 0)
+            started = trio.current_time()
             try:
                 result = await api.pull(
                     mq, sub, offset, self.pull_batch_size,
@@ -628,6 +645,8 @@ class ConsumerCore:
                 continue
             if pq.dropped:
                 return
+            now = trio.current_time()
+            self.stats.pulled(mq.topic, now, now - started, len(result.msg_found_list))
             status = result.pull_status
             if status is PullStatus.FOUND:
                 offset = result.next_begin_offset
@@ -671,6 +690,70 @@ class ConsumerCore:
     def _commit_offset(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         if offset >= 0 and not pq.dropped and self._offset_store is not None:
             self._offset_store.update_offset(mq, offset, increase_only=True)
+
+    # ---- what admins ask of a consumer ---------------------------------------------
+
+    def running_properties(self) -> dict[str, str]:
+        """The consumer's settings as RocketMQ's ConsumerRunningInfo shows them
+        (subclasses add theirs)."""
+        return {
+            "consumerGroup": self.group, "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from_where.value,
+            "consumeTimestamp": str(self.consume_timestamp_ms),
+            "allocateMessageQueueStrategy": getattr(self.allocate_strategy, "__name__",
+                                                    type(self.allocate_strategy).__name__),
+            "pullBatchSize": str(self.pull_batch_size),
+            "pullThresholdForQueue": str(self.pull_threshold_for_queue),
+            "pullThresholdSizeForQueue": str(self.pull_threshold_size_for_queue),
+            "consumeConcurrentlyMaxSpan": str(self.consume_concurrently_max_span),
+            "instanceName": self.instance_name or "",
+            PROP_NAMESERVER_ADDR: self.namesrv_addr,
+            PROP_CONSUME_TYPE: self.consume_type,
+            PROP_CONSUME_ORDERLY: "true" if self.orderly else "false",
+            PROP_CLIENT_VERSION: client_version(),
+            PROP_CONSUMER_START_TIMESTAMP: str(self.start_timestamp_ms),
+        }
+
+    def running_info(self, jstack: bool = False) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO's body (client/running_info.py)."""
+        now, now_ms = trio.current_time(), int(time.time() * 1000)
+        offsets = self.offset_table()
+        self.stats.forget(set(self.subscriptions))
+        body: dict[str, Any] = {
+            "properties": self.running_properties(),
+            "subscriptionSet": [
+                {"topic": s.topic, "subString": s.sub_string, "classFilterMode": False,
+                 "tagsSet": sorted(s.tags_set or ()), "expressionType": "TAG"}
+                for _, s in sorted(self.subscriptions.items())],
+            "mqTable": [mq_entry(mq, process_queue_info(pq, offsets.get(mq, -1), now, now_ms))
+                        for mq, pq in sorted(self.process_queue_table.items())],
+            "statusTable": self.stats.status(now),
+        }
+        if jstack:
+            body["jstack"] = stacks()
+        return body
+
+    async def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: the broker moved the group's offsets of
+        ``topic`` (mqadmin skipAccumulatedMessage, resetOffsetByTime). The queues of
+        ``offsets`` this consumer holds stop at once (what is cached or being consumed
+        is neither committed nor pulled further), take their new offsets (written
+        back to the broker, after any commit of the old ones already on its way),
+        are released, and the next rebalance (asked for now) pulls them from there."""
+        if self._state is not ConsumerState.RUNNING or self._offset_store is None:
+            return
+        store = self._offset_store
+        async with self._rebalance_lock:
+            held = [mq for mq in self.process_queue_table if mq.topic == topic and mq in offsets]
+            for mq in held:
+                self.process_queue_table[mq].dropped = True
+                store.remove_offset(mq)  # forget what was written: the new one goes out
+                store.update_offset(mq, offsets[mq])
+            for mq in held:
+                await self._drop_queue(mq, "offset reset by an admin")
+        self._log.info("offsets reset by an admin", topic=topic,
+                       queues={f"{mq.broker_name}:{mq.queue_id}": offsets[mq] for mq in held})
+        self._running_instance().rebalance_immediately()
 
     def offset_table(self) -> dict[MessageQueue, int]:
         """The offsets this consumer holds in memory now (a copy)."""

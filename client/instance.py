@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -58,12 +57,19 @@ from client.errors import MQBrokerError, MQClientError
 from client.publish_info import TopicPublishInfo
 from client.route_info import default_topic_route, publish_queues, subscribe_queues
 from client.service import ServiceNursery
+from client.uniq_id import local_ip
 from client.validators import AUTO_CREATE_TOPIC_KEY
 from protocol.body import pack_body, unpack_body
+from protocol.client_data import ResetOffsetBody
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
-from protocol.headers import CheckTransactionStateRequestHeader, GetRouteInfoRequestHeader
+from protocol.headers import (
+    CheckTransactionStateRequestHeader,
+    GetConsumerRunningInfoRequestHeader,
+    GetRouteInfoRequestHeader,
+    ResetOffsetRequestHeader,
+)
 from protocol.message import MessageConst, MessageExt, MessageQueue
 from protocol.namesrv_addr import (
     NamesrvSelector,
@@ -107,6 +113,14 @@ class ConsumerInner(Protocol):
     async def do_rebalance(self) -> None: ...
 
     async def persist_consumer_offset(self) -> None: ...
+
+    def running_info(self, jstack: bool = False) -> dict[str, Any]:
+        """GET_CONSUMER_RUNNING_INFO's body (client/running_info.py)."""
+        ...
+
+    async def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: the broker moved the group's offsets."""
+        ...
 
 
 # Called on the event loop with (broker address, check header, half message);
@@ -166,13 +180,6 @@ def resolve_tls(use_tls: bool = False, ca_path: str | None = None,
         return client_tls(use_tls, ca_path, cert_path, key_path)
     except TlsConfigError as exc:
         raise MQClientError(str(exc)) from exc
-
-
-def _local_ip() -> str:
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
 
 
 class _Flight:
@@ -241,8 +248,10 @@ class MQClientInstance:
         self.handlers = handlers or HandlerTable()
         self.handlers.register(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, self._on_ids_changed)
         self.handlers.register(RequestCode.CHECK_TRANSACTION_STATE, self._on_check_transaction)
+        self.handlers.register(RequestCode.GET_CONSUMER_RUNNING_INFO, self._on_running_info)
+        self.handlers.register(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, self._on_reset_offset)
         self.instance_name = instance_name or str(os.getpid())
-        self.client_id = f"{_local_ip()}@{self.instance_name}"
+        self.client_id = f"{local_ip()}@{self.instance_name}"
         self._consumers: dict[str, ConsumerInner] = {}
         self._producer_groups: set[str] = set()
         self._tx_checkers: dict[str, TransactionChecker] = {}
@@ -270,6 +279,7 @@ class MQClientInstance:
         self._heartbeat_guard = Guard(self._log, "heartbeat")
         self._rebalance_guard = Guard(self._log, "rebalance")
         self._persist_guard = Guard(self._log, "persist consumer offsets")
+        self._reset_guard = Guard(self._log, "reset offsets")
 
     # ---- registry ---------------------------------------------------------------
 
@@ -895,6 +905,36 @@ class MQClientInstance:
         self._log.info("consumer ids changed", group=cmd.ext_fields.get("consumerGroup"),
                        broker=conn.remote_addr)
         self.rebalance_immediately()
+
+    def _on_running_info(self, conn: RemotingConnection, cmd: RemotingCommand
+                         ) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (a broker relays an admin's mqadmin consumerStatus)."""
+        h = GetConsumerRunningInfoRequestHeader.from_fields(cmd.ext_fields)
+        consumer = self._consumers.get(h.consumer_group)
+        if consumer is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{h.consumer_group}> "
+                                                           "not exist in this consumer")
+        return cmd.response(ResponseCode.SUCCESS,
+                            body=cmd.encode_body(consumer.running_info(h.jstack_enable)))
+
+    def _on_reset_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (oneway): the broker moved a group's offsets
+        of a topic (mqadmin skipAccumulatedMessage); the group's consumer takes them,
+        for that broker's own queues only (a broker cannot move another's)."""
+        h = ResetOffsetRequestHeader.from_fields(cmd.ext_fields)
+        consumer = self._consumers.get(h.group)
+        if consumer is None or not self._service.running:
+            return
+        body = ResetOffsetBody.from_wire(cmd.decode_body())
+        sender = {name for name, addrs in self._broker_addrs.items()
+                  if conn.remote_addr in addrs.values()}
+        offsets = {mq: o for mq, o in body.offsets.items()
+                   if mq.topic == h.topic and mq.broker_name in sender}
+        if not offsets:
+            return
+        self._log.info("offset reset asked by the broker", group=h.group, topic=h.topic,
+                       broker=conn.remote_addr, queues=len(offsets))
+        self._service.start_soon(self._reset_guard.run, consumer.reset_offset, h.topic, offsets)
 
     async def do_rebalance(self) -> None:
         """Rebalance every registered consumer once. Failures are logged."""

@@ -243,6 +243,18 @@ class LitePullConsumer(ConsumerCore):
         if self.auto_commit:
             await super().persist_consumer_offset()
 
+    async def reset_offset(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """As ConsumerCore's; what was polled but not committed of those queues is
+        forgotten (commit_sync must not write the old offsets back)."""
+        await super().reset_offset(topic, offsets)
+        for mq in offsets:  # polled from the old queues (poll skips them once dropped)
+            if mq.topic == topic:
+                self._polled.pop(mq, None)
+
+    def running_properties(self) -> dict[str, str]:
+        return {**super().running_properties(), "autoCommit": str(self.auto_commit).lower(),
+                "pullThresholdForAll": str(self.pull_threshold_for_all)}
+
     async def seek(self, mq: MessageQueue, offset: int) -> None:
         """Consume ``mq`` from ``offset`` on: buffered messages of it are dropped.
         Raises MQClientError when ``mq`` is not owned now or ``offset`` is

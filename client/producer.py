@@ -46,6 +46,7 @@ from client.send_future import SendCallback, SendFuture
 from client.send_result import SEND_STATUS_BY_CODE, SendResult, region_and_trace_switch
 from client.service import ServiceNursery
 from client.trace import PRODUCE, AsyncTraceDispatcher, SendMessageTraceHook, check_trace_topic
+from client.uniq_id import create_uniq_id, create_uniq_ids
 from client.validators import (
     AUTO_CREATE_TOPIC_KEY,
     DEFAULT_MAX_MESSAGE_SIZE,
@@ -66,7 +67,6 @@ from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
 from protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from protocol.message import Message, MessageConst, MessageQueue
-from protocol.message_id import create_uniq_id, create_uniq_ids
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from protocol.record import FLAG_COMPRESSED
 from protocol.trio import RemotingError

@@ -50,6 +50,7 @@ from client.instance import resolve_tls
 from client.metrics import EXCEPTION, ClientMetrics, status_name
 from client.process_queue import PULL_MAX_IDLE_TIME, REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
+from client.running_info import PROP_THREADPOOL_CORE_SIZE
 from client.subscription import MessageSelector
 from protocol.message import MessageExt, MessageQueue
 from protocol.trio.service import Guard
@@ -277,7 +278,10 @@ class PushConsumer(ConsumerCore):
             hook_ctx = ConsumeMessageContext(self.group, ctx.message_queue, msgs)
             hooks.before(hook_ctx)
         metrics = self._metrics
-        start = trio.current_time() if metrics is not None else 0.0
+        start = trio.current_time()
+        # the queue's topic (a retry queue's messages show their original topic)
+        mq = getattr(ctx, "message_queue", None)
+        topic = mq.topic if isinstance(mq, MessageQueue) else msgs[0].topic
         try:
             result = self._listener(msgs, ctx)
             # a plain status is the usual answer: no awaitable check (an ABC's) for it
@@ -288,18 +292,33 @@ class PushConsumer(ConsumerCore):
         except Exception as exc:
             self._log.warning("message listener raised", error=repr(exc),
                               msg_ids=[m.msg_id for m in msgs[:8]])
+            now = trio.current_time()
+            self.stats.consumed(topic, now, now - start, 0, len(msgs))
             if metrics is not None:
-                metrics.consume_done(self.group, msgs, EXCEPTION, trio.current_time() - start)
+                metrics.consume_done(self.group, msgs, EXCEPTION, now - start)
             if hook_ctx is not None:
                 hook_ctx.finish(None, raised=True)
                 hooks.after(hook_ctx)
             return None
+        now = trio.current_time()
+        ok = result in (ConsumeConcurrentlyStatus.CONSUME_SUCCESS, ConsumeOrderlyStatus.SUCCESS)
+        self.stats.consumed(topic, now, now - start, len(msgs) if ok else 0, 0 if ok else len(msgs))
         if metrics is not None:
-            metrics.consume_done(self.group, msgs, status_name(result), trio.current_time() - start)
+            metrics.consume_done(self.group, msgs, status_name(result), now - start)
         if hook_ctx is not None:
             hook_ctx.finish(result, raised=False)
             hooks.after(hook_ctx)
         return result
+
+    def running_properties(self) -> dict[str, str]:
+        return {
+            **super().running_properties(),
+            "consumeThreadMax": str(self.consume_thread_max),
+            "consumeMessageBatchMaxSize": str(self.consume_message_batch_max_size),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+            "suspendCurrentQueueTimeMillis": str(self.suspend_current_queue_time_millis),
+            PROP_THREADPOOL_CORE_SIZE: str(self.consume_thread_max),
+        }
 
     # ---- concurrently ----------------------------------------------------------------------
 

@@ -41,8 +41,8 @@ from client.errors import MQBrokerError, MQClientError
 from client.hooks import ConsumeMessageContext, SendMessageContext
 from client.send_result import SendStatus
 from client.service import ServiceNursery
+from client.uniq_id import create_uniq_id
 from protocol.message import Message, MessageConst
-from protocol.message_id import create_uniq_id
 from protocol.names import GROUP_MAX_LENGTH, RMQ_SYS_TRACE_TOPIC, topic_problem
 from protocol.trace_data import (
     DEFAULT_REGION,

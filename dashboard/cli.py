@@ -2,7 +2,11 @@
 web console. ``mqdashboard --add-user NAME --users-file PATH`` adds a user (or
 changes its password): the password is prompted for, or read from stdin's first
 line with ``--password-stdin``. ``--no-login`` serves without logins, on a
-loopback address only."""
+loopback address only.
+
+The web server and the app (hypercorn, starlette, jinja2) are the ``web`` extra: they are
+imported only to serve, and without them mqdashboard says what to install
+(protocol/extras.py); ``--add-user`` needs none of them."""
 
 from __future__ import annotations
 
@@ -11,13 +15,11 @@ import signal
 import sys
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 
-from dashboard.app import create_app
 from dashboard.auth import (
     DEFAULT_SESSION_HOURS,
     HostPolicy,
@@ -27,13 +29,20 @@ from dashboard.auth import (
     load_users,
 )
 from dashboard.data import DEFAULT_TIMEOUT
-from dashboard.guard import Security
-from protocol.logs import configure_logging
+from protocol.extras import DASHBOARD_MODULES, WEB, MissingExtraError, require
 from protocol.namesrv_addr import NAMESRV_ADDR_ENV
+from protocol.trio.logs import configure_logging
+
+if TYPE_CHECKING:
+    from hypercorn.config import Config
+
+    from dashboard.guard import Security
 
 
 def hypercorn_config(host: str, port: int, certfile: Path | None = None,
                      keyfile: Path | None = None) -> Config:
+    from hypercorn.config import Config
+
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     if certfile is not None and keyfile is not None:  # HTTPS: cookies are Secure then
@@ -55,6 +64,10 @@ async def until_signal() -> None:
 async def run(namesrv: str, host: str, port: int, timeout: float, security: Security,
               certfile: Path | None = None, keyfile: Path | None = None,
               task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
+    from hypercorn.trio import serve
+
+    from dashboard.app import create_app
+
     app = create_app(namesrv, timeout, security=security)
     await serve(app, hypercorn_config(host, port, certfile, keyfile),  # type: ignore[arg-type]
                 shutdown_trigger=until_signal, task_status=task_status)
@@ -64,6 +77,8 @@ def security_of(host: str, users_file: Path | None, no_login: bool, read_only: b
                 allowed_hosts: tuple[str, ...], session_hours: float) -> Security:
     """The Security the options ask for. Raises click.UsageError when they are
     unsafe or contradict each other, UsersFileError for a bad users file."""
+    from dashboard.guard import Security
+
     if users_file is not None and no_login:
         raise click.UsageError("--users-file and --no-login contradict each other")
     if users_file is None and not no_login:
@@ -145,9 +160,10 @@ def main(namesrv: str | None, host: str, port: int, timeout: float, users_file: 
             raise click.UsageError(f"give the name servers: -n host:port (or {NAMESRV_ADDR_ENV})")
         if (certfile is None) != (keyfile is None):
             raise click.UsageError("--certfile and --keyfile go together")
+        require("mqdashboard", WEB, DASHBOARD_MODULES)
         security = security_of(host, users_file, no_login, read_only, allowed_hosts,
                                session_hours)
-    except UsersFileError as exc:
+    except (UsersFileError, MissingExtraError) as exc:
         raise click.ClickException(str(exc)) from None
     configure_logging(log_level.upper())
     scheme = "https" if certfile is not None else "http"

@@ -4,7 +4,7 @@ Run with any ``python3`` before the venv exists; prints the chosen interpreter's
 path on stdout and why on stderr. The candidates are ``python3`` and
 ``python3.11`` on PATH and the distribution's ``/usr/bin/python3.11`` and
 ``/usr/bin/python3``; each must be 3.11 and able to make a venv (``venv`` and
-``ensurepip``). Each runs ``client/pywork.py``, a pure-Python loop of the kinds
+``ensurepip``). Each runs ``bench/pywork.py``, a pure-Python loop of the kinds
 of work the broker's hot path does (``mqbench machine`` reports the same
 figure), ``ROUNDS`` times in turns with the others, and its best run counts.
 Another interpreter is chosen over ``python3`` only when it is at least
@@ -36,7 +36,7 @@ ROUNDS = 3  # probes of each candidate, taking turns; the fastest of each counts
 
 # Run by each candidate (standard library only): its version, whether it can make
 # a venv, and the best time of a loop of the kinds of work the broker's hot path does
-PROBE = Path(__file__).resolve().parent.parent / "client" / "pywork.py"
+PROBE = Path(__file__).resolve().parent.parent / "bench" / "pywork.py"
 
 
 def candidates() -> list[str]:

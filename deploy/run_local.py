@@ -19,8 +19,8 @@ from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
-from protocol.logs import configure_logging
-from protocol.trio.daemon import run_until_signal
+from protocol.trio.daemon import require_extras, run_until_signal
+from protocol.trio.logs import configure_logging
 
 
 class LocalPair:
@@ -57,6 +57,7 @@ class LocalPair:
               help="The broker's /metrics (0: off).")
 def main(store: str, namesrv_port: int, broker_port: int, namesrv_metrics_port: int,
          broker_metrics_port: int) -> None:
+    require_extras(max(namesrv_metrics_port, broker_metrics_port))
     configure_logging("INFO")
     for name, port in (("name server", namesrv_metrics_port), ("broker", broker_metrics_port)):
         click.echo(f"{name} metrics: " + (f"http://127.0.0.1:{port}/metrics" if port else "off"))

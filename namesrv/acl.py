@@ -1,5 +1,5 @@
 """The name server's ACL (issue 18, beyond RocketMQ): the broker's ``plain_acl.yml``
-accounts and checks (broker.acl, pure; it does not load the store), with the name
+accounts and checks (acl/, shared with the broker; it does not load the store), with the name
 server's own list of admin-only requests.
 
 ``decide`` is pure: a request is checked as the broker checks one (global white
@@ -11,7 +11,7 @@ account's white address. Only a global white address skips that check (as it
 skips every check, RocketMQ's meaning of ``globalWhiteRemoteAddresses``).
 
 A verified signature's binding to the request code and time is checked as on the
-broker (broker/acl/binding.py): a route look-up's signature cannot delete the topic's
+broker (acl/binding.py): a route look-up's signature cannot delete the topic's
 routes, nor serve twice.
 
 ``guard_table`` wraps a HandlerTable's handlers: a refusal answers
@@ -29,11 +29,11 @@ from typing import Any
 
 import structlog
 
-from broker.acl import guard
-from broker.acl.binding import NAMESRV_ADMIN_CODES, SignatureBinding, code_name
-from broker.acl.guard import NOT_LOADED, OnRefusal, bound_decision, remote_host
-from broker.acl.plain import NOT_ADMIN, AclConfig, Decision
-from broker.acl.plain import NOT_LOADED as NOT_LOADED_REASON
+from acl import guard
+from acl.binding import NAMESRV_ADMIN_CODES, SignatureBinding, code_name
+from acl.guard import NOT_LOADED, OnRefusal, bound_decision, remote_host
+from acl.plain import NOT_ADMIN, AclConfig, Decision
+from acl.plain import NOT_LOADED as NOT_LOADED_REASON
 from protocol.command import RemotingCommand
 from protocol.trio.connection import HandlerTable
 
@@ -68,14 +68,14 @@ def decide_request(config: AclConfig | None, conn: Any, cmd: RemotingCommand,
 
 def header_gate(config: Callable[[], AclConfig | None],
                 on_refusal: OnRefusal | None = None) -> guard.HeaderGate:
-    """The broker's header gate (broker.acl.guard) with the name server's ``decide``."""
+    """The broker's header gate (acl.guard) with the name server's ``decide``."""
     return guard.HeaderGate(config, on_refusal, decide_fn=decide_request, logger=log)
 
 
 def guard_table(table: HandlerTable, config: Callable[[], AclConfig | None],
                 on_refusal: OnRefusal | None = None, *,
                 binding: SignatureBinding | None = None) -> HandlerTable:
-    """The broker's guard (broker.acl.guard) with the name server's ``decide``;
-    ``binding`` checks signatures' binding (broker/acl/binding.py)."""
+    """The broker's guard (acl.guard) with the name server's ``decide``;
+    ``binding`` checks signatures' binding (acl/binding.py)."""
     return guard.guard_table(table, config, on_refusal, decide_fn=decide_request, logger=log,
                              binding=binding)

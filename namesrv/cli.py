@@ -9,9 +9,16 @@ import structlog
 
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
-from protocol.config import ConfigError, load_properties
-from protocol.logs import NAMESRV_LOGS
-from protocol.trio.daemon import fail, log_options, run_daemon, start_logging
+from protocol.config import ConfigError
+from protocol.trio.daemon import (
+    fail,
+    load_properties,
+    log_options,
+    require_extras,
+    run_daemon,
+    start_logging,
+)
+from protocol.trio.logs import NAMESRV_LOGS
 from protocol.trio.tls import TLS_MODES, TlsConfigError
 
 log = structlog.get_logger("namesrv")
@@ -62,6 +69,7 @@ def main(
     if print_config:
         click.echo(config.render())
         return
+    require_extras(config.metrics_port)
     start_logging(NAMESRV_LOGS, **log_opts)
     try:
         controller = NamesrvController(config, config_file)

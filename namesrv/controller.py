@@ -13,14 +13,17 @@ from typing import Any
 import structlog
 import trio
 
-from broker.acl.binding import signature_binding
-from broker.acl.guard import AclFile
+from acl.binding import signature_binding
+from acl.guard import AclFile
 from namesrv.acl import guard_table, header_gate
 from namesrv.config import NamesrvConfig
-from namesrv.kv_config import KVConfigManager
+from namesrv.kv_config import KVConfigManager, write_atomically
 from namesrv.metrics import namesrv_registry
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
+from namesrv.runtime_config import NamesrvConfigProcessor
+from protocol.codes import RequestCode
+from protocol.config import rewrite_properties
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.limits import SharedBudget
 from protocol.trio.metrics_http import MetricsServer
@@ -48,6 +51,10 @@ class NamesrvController:
         self._kv_wake = trio.Event()
         self.processor.on_kv_change = lambda: self._kv_wake.set()
         handlers = self.processor.handler_table()
+        configs = NamesrvConfigProcessor(self)
+        handlers.register(RequestCode.GET_NAMESRV_CONFIG, configs.get_namesrv_config)
+        handlers.register(RequestCode.UPDATE_NAMESRV_CONFIG, configs.update_namesrv_config)
+        self._config_lock = trio.Lock()
         # plain ACL (aclEnable): every served request is checked (namesrv/acl.py)
         # and a connection not yet authenticated is judged on each header before the
         # body is read, within small limits (protocol/trio/preauth.py)
@@ -129,12 +136,31 @@ class NamesrvController:
         self._stop.set()
 
     async def scan_loop(self) -> None:
-        interval = self.config.scan_not_active_broker_interval / 1000
-        expired = self.config.broker_channel_expired_time / 1000
-        while True:
-            await trio.sleep(interval)
-            await self._scan_guard.run(self.routes.scan_not_active_broker,
-                                       trio.current_time(), expired)
+        while True:  # the settings read at each period: updateNamesrvConfig changes them
+            await trio.sleep(self.config.scan_not_active_broker_interval / 1000)
+            await self._scan_guard.run(self.routes.scan_not_active_broker, trio.current_time(),
+                                       self.config.broker_channel_expired_time / 1000)
+
+    async def apply_runtime_config(self, changes: dict[str, str]) -> bool:
+        """UPDATE_NAMESRV_CONFIG's checked changes (namesrv/runtime_config.py): written
+        (atomically, in a worker thread) into the config file the name server was
+        started from, then applied. Returns whether they were persisted (False: no
+        config file). OSError when the file cannot be written (nothing applied)."""
+        async with self._config_lock:
+            path = self.config_file
+            if path is not None:
+                def write() -> None:
+                    text = path.read_text()
+                    write_atomically(path, rewrite_properties(text, changes).encode())
+
+                await trio.to_thread.run_sync(write)
+            self.config.update(changes)
+            self.processor.order_message_enable = self.config.order_message_enable
+            self.routes.channel_expired_s = self.config.broker_channel_expired_time / 1000
+            self.kv.limits = self.config.kv_limits()
+            log.info("name server config changed at run time",
+                     path=str(path) if path is not None else None, **changes)
+            return path is not None
 
     async def removal_loop(self) -> None:
         """Remove the queue data of brokers gone from a large table in steps,

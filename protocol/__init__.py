@@ -1,6 +1,7 @@
 """Sans-IO protocol: frames, RemotingCommand, codes, headers, message records, routes.
 
-Nothing here touches sockets or trio except the ``protocol.trio`` subpackage.
+Nothing here does I/O (sockets, files) or runs trio except the ``protocol.trio``
+subpackage (tests/test_layout.py checks it).
 """
 
 from protocol.codes import RequestCode, ResponseCode

@@ -15,7 +15,7 @@ The broker rebuilds the same bytes from the ext fields it received and compares 
 
 Beyond RocketMQ, ``sign_request`` also signs the request code, a time and a nonce as
 three more ext fields (``SignedRequestCode``, ``SignedTimestamp``, ``SignedNonce``), so a
-captured request cannot be sent with another code or later; broker/acl/binding.py checks
+captured request cannot be sent with another code or later; acl/binding.py checks
 them (docs/security/signature-binding.md).
 """
 

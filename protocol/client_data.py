@@ -1,11 +1,12 @@
 """Bodies clients send about themselves: HeartbeatData, CheckClientRequestBody
-and LockBatchRequestBody.
+and LockBatchRequestBody; and ResetOffsetBody, the offsets a broker tells a group's
+consumers to take.
 
 As RocketMQ's (``HeartbeatData``, ``ConsumerData``, ``SubscriptionData``,
-``CheckClientRequestBody``, ``LockBatchRequestBody``). ``from_wire`` checks a
-decoded body's shape (msgpack or JSON), every name (protocol.names) and every
-bound, and raises RemoteProtocolError naming the offending field, so a broker
-keeps only what it validated: nothing a peer adds beyond these fields is stored.
+``CheckClientRequestBody``, ``LockBatchRequestBody``, ``ResetOffsetBody``). ``from_wire``
+checks a decoded body's shape (msgpack or JSON), every name (protocol.names) and every
+bound, and raises RemoteProtocolError naming the offending field, so a broker keeps only
+what it validated: nothing a peer adds beyond these fields is stored.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from protocol import names
 from protocol.errors import RemoteProtocolError
 from protocol.headers import wire_int
+from protocol.message import MessageQueue
 
 CLIENT_ID_MAX_LENGTH = 255
 TEXT_MAX_LENGTH = 255
@@ -25,6 +27,7 @@ MAX_GROUPS_PER_HEARTBEAT = 256
 MAX_SUBSCRIPTIONS_PER_CONSUMER = 1024
 MAX_TAGS_PER_SUBSCRIPTION = 1024
 MAX_QUEUES_PER_LOCK = 4096
+MAX_QUEUES_PER_RESET = 65536
 
 MESSAGE_MODELS = ("CLUSTERING", "BROADCASTING")
 CONSUME_TYPES = ("CONSUME_PASSIVELY", "CONSUME_ACTIVELY")
@@ -270,3 +273,32 @@ class LockBatchRequestBody:
             _name(names.broker_name_problem(m.get("brokerName")), f"{at}.brokerName")
             mqs.append((m["topic"], m["brokerName"], _int(m, "queueId", at, -1, 0, 2**31 - 1)))
         return cls(group, client_id, mqs)
+
+
+@dataclass(slots=True)
+class ResetOffsetBody:
+    """RESET_CONSUMER_CLIENT_OFFSET's body (broker -> consumer) and the answer of
+    INVOKE_BROKER_TO_RESET_OFFSET: ``{"offsetTable": [{topic, brokerName, queueId,
+    offset}]}``. RocketMQ's keys a map by MessageQueue objects, which JSON cannot."""
+
+    offsets: dict[MessageQueue, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offsetTable": [{"topic": mq.topic, "brokerName": mq.broker_name,
+                                 "queueId": mq.queue_id, "offset": offset}
+                                for mq, offset in sorted(self.offsets.items())]}
+
+    @classmethod
+    def from_wire(cls, obj: Any) -> ResetOffsetBody:
+        where = "reset offset body"
+        d = _map(obj, where)
+        offsets: dict[MessageQueue, int] = {}
+        table = _list(d.get("offsetTable"), f"{where}.offsetTable", MAX_QUEUES_PER_RESET)
+        for i, it in enumerate(table):
+            at = f"{where}.offsetTable[{i}]"
+            m = _map(it, at)
+            _name(names.topic_problem(m.get("topic")), f"{at}.topic")
+            _name(names.broker_name_problem(m.get("brokerName")), f"{at}.brokerName")
+            mq = MessageQueue(m["topic"], m["brokerName"], _int(m, "queueId", at, -1, 0, 2**31 - 1))
+            offsets[mq] = _int(m, "offset", at, -1, 0, 2**63 - 1)
+        return cls(offsets)

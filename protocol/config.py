@@ -12,17 +12,22 @@ other unknown key is a ConfigError.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import re
 from collections.abc import Mapping
 from enum import Enum
-from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
+
+from protocol.names import shown
 
 
 class ConfigError(ValueError):
     """A configuration key or value is not valid."""
+
+
+C = TypeVar("C", bound="PropertiesConfig")
 
 
 # What a secret's value is shown as wherever a config is shown (GET_BROKER_CONFIG,
@@ -86,12 +91,6 @@ def parse_properties(text: str, where: str = "") -> dict[str, str]:
     return props
 
 
-def load_properties(path: str | Path) -> dict[str, str]:
-    """Parse a Java-style properties file. Raises ConfigError on a line it
-    cannot read, OSError if unreadable."""
-    return parse_properties(Path(path).read_text(), f"{path}:")
-
-
 def rewrite_properties(text: str, changes: dict[str, str]) -> str:
     """``text`` (a properties file) with each key of ``changes`` set: the line
     that sets it is rewritten in place (the last one, if several do), comments
@@ -109,6 +108,33 @@ def rewrite_properties(text: str, changes: dict[str, str]) -> str:
         lines[i] = f"{key}={changes[key]}"
     lines += [f"{key}={value}" for key, value in changes.items() if key not in last]
     return "\n".join(lines) + "\n"
+
+
+def runtime_changes(config: C, props: Mapping[str, str], runtime_keys: Mapping[str, str],
+                    daemon: str) -> tuple[dict[str, str], C]:
+    """A running daemon's config changes (UPDATE_BROKER_CONFIG, UPDATE_NAMESRV_CONFIG),
+    checked on a copy of ``config``: the changes under their RocketMQ names (the keys of
+    ``runtime_keys``, matched in any case) and the copy with them applied (validated).
+    ConfigError, nothing applied, when there is no key, a key holds a secret (refused
+    first, by name: a secret is set in the config file, never over the wire), a key
+    cannot change at run time, or a value is bad."""
+    if not props:
+        raise ConfigError("no key to change")
+    secret = next((k for k in props if is_secret_key(k)), None)
+    if secret is not None:
+        raise ConfigError(f"{shown(secret)} holds a secret: a secret cannot be changed over "
+                          f"the wire (set it in the {daemon}'s config file and restart it)")
+    by_lower = {k.lower(): k for k in runtime_keys}
+    changes: dict[str, str] = {}
+    for key, value in props.items():
+        name = by_lower.get(key.lower())
+        if name is None:
+            raise ConfigError(f"{shown(key)} cannot change at run time (keys that can: "
+                              f"{', '.join(sorted(runtime_keys))})")
+        changes[name] = value
+    trial = copy.copy(config)
+    trial.update(changes)  # converts and validates: ConfigError names the key
+    return changes, trial
 
 
 def _convert(name: str, current: Any, raw: Any) -> Any:

@@ -577,6 +577,33 @@ class GetKVListByNamespaceRequestHeader(Header):
     namespace: KVName
 
 
+# ---- consumers, by an admin (mqadmin skipAccumulatedMessage, consumerStatus) ----
+
+ClientId = Annotated[str, MaxLen(255)]
+
+
+@dataclass(slots=True)
+class ResetOffsetRequestHeader(Header):
+    """INVOKE_BROKER_TO_RESET_OFFSET (admin -> broker) and RESET_CONSUMER_CLIENT_OFFSET
+    (broker -> consumer, oneway): move ``group``'s offsets of ``topic`` to the first
+    message stored at or after ``timestamp`` (ms; -1: past the last message). Without
+    ``is_force`` an offset only moves back (RocketMQ's rollback)."""
+
+    topic: Topic
+    group: Group
+    timestamp: Int64
+    is_force: bool = True
+
+
+@dataclass(slots=True)
+class GetConsumerRunningInfoRequestHeader(Header):
+    """GET_CONSUMER_RUNNING_INFO (admin -> broker -> consumer): a consumer's state."""
+
+    consumer_group: Group
+    client_id: ClientId
+    jstack_enable: bool = False
+
+
 # ---- queries --------------------------------------------------------------
 
 

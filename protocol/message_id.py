@@ -3,6 +3,9 @@
 Layout, 16 bytes shown as 32 upper-case hex digits, as RocketMQ's
 MessageClientIDSetter: IPv4 (4) + pid (2) + random (4) | ms since the start of
 the month (4) + counter (2).
+
+The address is handed in: finding this host's is the client's (client/uniq_id.py, which
+holds the process's generator).
 """
 
 from __future__ import annotations
@@ -16,13 +19,6 @@ import struct
 import time
 
 
-def _local_ip() -> bytes:
-    try:
-        return socket.inet_aton(socket.gethostbyname(socket.gethostname()))
-    except OSError:
-        return b"\x7f\x00\x00\x01"
-
-
 def _month_start_ms(now_ms: int) -> int:
     now = _dt.datetime.fromtimestamp(now_ms / 1000)
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -33,8 +29,9 @@ class UniqIdGenerator:
     """Generator of ``UNIQ_KEY`` values; safe to share between threads
     (``next()`` on an itertools counter is atomic under the GIL)."""
 
-    def __init__(self) -> None:
-        prefix = _local_ip() + struct.pack(">H", os.getpid() & 0xFFFF)
+    def __init__(self, ip: str) -> None:
+        """``ip``: the IPv4 address (dotted) the ids start with."""
+        prefix = socket.inet_aton(ip) + struct.pack(">H", os.getpid() & 0xFFFF)
         prefix += random.getrandbits(32).to_bytes(4, "big")
         self._prefix = prefix.hex().upper()
         self._counter = itertools.count(random.getrandbits(16))
@@ -70,14 +67,3 @@ class UniqIdGenerator:
 
 # the counter's 4 digits from two look-ups (a format spec per id costs more)
 _HEX2 = tuple(f"{i:02X}" for i in range(256))
-
-_default = UniqIdGenerator()
-
-
-def create_uniq_id() -> str:
-    return _default.next_id()
-
-
-def create_uniq_ids(n: int) -> list[str]:
-    """``n`` ids, as ``n`` calls of ``create_uniq_id`` would give (a batch's)."""
-    return _default.next_ids(n)

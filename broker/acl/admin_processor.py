@@ -7,7 +7,7 @@
 - GET_BROKER_CLUSTER_ACL_CONFIG (54): the white addresses and accounts (RocketMQ's
   AclConfig as JSON; a slave copies its master's file from it).
 
-All are admin-only (broker/acl/plain.py ADMIN_CODES): the guard checks them
+All are admin-only (acl/plain.py ADMIN_CODES): the guard checks them
 before they get here. A change is written to ``plain_acl.yml`` atomically and in
 force at once (AclFile.change); a request that cannot be applied is answered
 SYSTEM_ERROR with why and changes nothing. Without ``aclEnable`` the broker
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from broker.acl.admin import AccessConfig, AclAdminError, AclDocument, split_list
+from acl.admin import AccessConfig, AclAdminError, AclDocument, split_list
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
@@ -34,7 +34,7 @@ from protocol.headers import (
 from protocol.trio.connection import HandlerTable, RemotingConnection
 
 if TYPE_CHECKING:
-    from broker.acl.guard import AclFile
+    from acl.guard import AclFile
 
 log = structlog.get_logger("broker.acl.admin")
 

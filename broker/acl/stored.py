@@ -1,6 +1,6 @@
 """The ACL check of resources a request does not name in its header (issue 48).
 
-The guard (guard.py) checks what a request's header names before its handler
+The guard (acl/guard.py) checks what a request's header names before its handler
 runs. Some resources only the handler finds: the topic of the message at a
 commit-log offset (VIEW_MESSAGE_BY_ID, CONSUMER_SEND_MSG_BACK), a half
 message's real topic (END_TRANSACTION), the group and queues in a body
@@ -20,9 +20,9 @@ from typing import Any
 
 import structlog
 
-from broker.acl.guard import NOT_LOADED, OnRefusal, remote_host
-from broker.acl.plain import NOT_LOADED as NOT_LOADED_REASON
-from broker.acl.plain import AclConfig, Decision, Need, Perm
+from acl.guard import NOT_LOADED, OnRefusal, remote_host
+from acl.plain import NOT_LOADED as NOT_LOADED_REASON
+from acl.plain import AclConfig, Decision, Need, Perm
 from protocol.acl import ACCESS_KEY
 from protocol.command import RemotingCommand
 from protocol.message import MessageConst

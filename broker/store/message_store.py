@@ -1327,7 +1327,7 @@ class DefaultMessageStore:
         return self.commit_log.flushed_where
 
     def begin_commit_log_flush(self) -> CommitLogFlush | None:
-        """On the event loop, for an fsync no thread runs (protocol/aio_fsync.py):
+        """On the event loop, for an fsync no thread runs (broker/aio_fsync.py):
         each commit-log file with bytes not yet fsynced, with its write position
         and a dup of its fd (the fsync may outlive the file's own fd). None when
         the file lock is held (a thread is deleting or creating files): use

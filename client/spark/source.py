@@ -200,7 +200,7 @@ def quiet_client_logs() -> None:
     import structlog
 
     if not structlog.is_configured():
-        from protocol.logs import configure_logging
+        from protocol.trio.logs import configure_logging
 
         configure_logging(os.environ.get("ROCKETMQ_SPARK_LOG_LEVEL", "WARNING"))
 

@@ -1,4 +1,6 @@
-"""The I/O edge of the protocol: symmetric RPC endpoints on trio streams."""
+"""The I/O edge of the protocol: symmetric RPC endpoints on trio streams, and what every
+daemon runs on (logs.py: log files; daemon.py: config files, signals, start-up; metrics_http.py:
+/metrics; tls.py, memory.py, busy_poll.py, worker_thread.py)."""
 
 from protocol.trio.client import RemotingClient, split_addr
 from protocol.trio.connection import HandlerTable, RemotingConnection

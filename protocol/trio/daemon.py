@@ -18,7 +18,9 @@ import click
 import structlog
 import trio
 
-from protocol.logs import (
+from protocol.config import parse_properties
+from protocol.extras import MissingExtraError, require_metrics_http
+from protocol.trio.logs import (
     DEFAULT_BACKUPS,
     DEFAULT_MAX_BYTES,
     LOG_DIR_ENV,
@@ -130,6 +132,23 @@ def fail(logger: Any, what: str, exc: BaseException) -> NoReturn:
     """Log why ``what`` (e.g. "broker") stopped, with the whole traceback, and exit 1."""
     logger.error(f"{what} failed", error=describe(first_leaf(exc)), exc_info=exc)
     sys.exit(1)
+
+
+def load_properties(path: str | Path) -> dict[str, str]:
+    """Parse a daemon's Java-style properties file (``-c``). Raises ConfigError on a line
+    it cannot read, OSError if unreadable."""
+    return parse_properties(Path(path).read_text(), f"{path}:")
+
+
+def require_extras(metrics_port: int) -> None:
+    """Stop a daemon's CLI with one line, before it starts anything, when a feature it is
+    asked for needs an extra that is not installed (protocol/extras.py): ``metricsPort``
+    needs the web extra's hypercorn. Raises click.ClickException (``Error: ...``, exit 1)."""
+    try:
+        if metrics_port:
+            require_metrics_http()
+    except MissingExtraError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 def unblock_stop_signals() -> None:

@@ -25,14 +25,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from protocol.extras import require_metrics_http
+
+if TYPE_CHECKING:
+    from hypercorn.config import Config
 
 log = structlog.get_logger("metrics")
 
@@ -94,14 +97,21 @@ class MetricsApp:
 
 
 class MetricsServer:
+    """``/metrics`` on ``host:port``. Serving needs hypercorn (the ``web`` extra):
+    without it the constructor raises MissingExtraError (protocol/extras.py), so a
+    daemon with ``metricsPort`` set stops before it starts anything."""
+
     def __init__(self, registry: CollectorRegistry, host: str, port: int,
                  snapshot: Callable[[], CollectorRegistry] | None = None) -> None:
+        require_metrics_http()
         self.app = MetricsApp(registry, snapshot)
         self.host = host
         self.port = port
         self._stop = trio.Event()
 
     def _config(self) -> Config:
+        from hypercorn.config import Config
+
         config = Config()
         config.bind = [f"{self.host}:{self.port}"]
         config.accesslog = None
@@ -112,6 +122,8 @@ class MetricsServer:
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``stop()`` or cancelled; reports the bound port."""
+
+        from hypercorn.trio import serve
 
         async def started_at(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
             await serve(self.app, self._config(),  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ daemon's guard calls ``RemotingConnection.authenticate``. Until then:
   except one at a time that completes the frame it holds part of
   (``SharedBudget.may_finish``), as for the daemon's whole budget.
 
-``HeaderGate`` is the daemon's ACL seen from here (broker/acl/guard.py
+``HeaderGate`` is the daemon's ACL seen from here (acl/guard.py
 ``HeaderGate``; the name server's in namesrv/acl.py): whether a peer address is
 trusted outright (a global white address), and the verdict on one request's header.
 """

@@ -11,10 +11,9 @@ import pytest
 import structlog
 import yaml
 
-from broker.acl.admin import AccessConfig, AclAdminError, AclDocument, AclVersion
-from broker.acl.admin_processor import AclAdminProcessor
-from broker.acl.guard import AclFile, guard_table, write_atomically
-from broker.acl.plain import (
+from acl.admin import AccessConfig, AclAdminError, AclDocument, AclVersion
+from acl.guard import AclFile, guard_table, write_atomically
+from acl.plain import (
     ADMIN_CODES,
     BAD_SIGNATURE,
     NO_ACCESS_KEY,
@@ -22,6 +21,7 @@ from broker.acl.plain import (
     Perm,
     parse_plain_acl,
 )
+from broker.acl.admin_processor import AclAdminProcessor
 from protocol.acl import sign_fields
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand

@@ -1,6 +1,6 @@
 """Issue 48: every request code names its resource.
 
-The table (broker/acl/resources.py) against the handlers the broker and the name
+The table (acl/resources.py) against the handlers the broker and the name
 server register, plain.ADMIN_CODES, plain.required_resources and the docs; then
 the handlers that find their resources beyond the header, through an ACL-guarded
 broker (BrokerController with aclEnable=true, handlers called without sockets):
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from broker.acl.plain import (
+from acl.plain import (
     ADMIN_CODES,
     OTHER_TOPICS_HOLDERS,
     SIGNATURE_REFUSED,
@@ -26,7 +26,7 @@ from broker.acl.plain import (
     parse_plain_acl,
     required_resources,
 )
-from broker.acl.resources import BROKER_RULES, NAMESRV_RULES, Access, render_markdown
+from acl.resources import BROKER_RULES, NAMESRV_RULES, Access, render_markdown
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.message_rewrite import PGROUP, TRAN_MSG, EndState, build_inner
@@ -65,14 +65,14 @@ def test_every_broker_code_has_a_row(tmp_path: Path) -> None:
                                           listen_port=0, acl_enable=acl))
         served = _codes(c.server.handlers)
         missing = sorted(RequestCode(x).name for x in served - set(BROKER_RULES))
-        assert not missing, f"request codes with no row in broker/acl/resources.py: {missing}"
+        assert not missing, f"request codes with no row in acl/resources.py: {missing}"
         assert set(BROKER_RULES) == served, "rows for codes the broker does not serve"
 
 
 def test_every_namesrv_code_has_a_row() -> None:
     served = _codes(NamesrvController(NamesrvConfig(listen_port=0)).server.handlers)
     missing = sorted(RequestCode(x).name for x in served - set(NAMESRV_RULES))
-    assert not missing, f"request codes with no row in broker/acl/resources.py: {missing}"
+    assert not missing, f"request codes with no row in acl/resources.py: {missing}"
     assert set(NAMESRV_RULES) == served
 
 
@@ -108,7 +108,7 @@ def test_header_rows_are_what_the_guard_checks(code: int) -> None:
 def test_docs_show_the_table() -> None:
     text = DOCS.read_text(encoding="utf-8")
     assert render_markdown() in text, (
-        f"{DOCS} is out of date: paste the output of `python -m broker.acl.resources`")
+        f"{DOCS} is out of date: paste the output of `python -m acl.resources`")
 
 
 # ---------------------------------------------------------------- an ACL-guarded broker

@@ -16,7 +16,8 @@ from broker.cli import main as mqbroker
 from broker.config import NO_EFFECT_KEYS, BrokerConfig, BrokerRole
 from broker.controller import BrokerController
 from broker.store import DefaultMessageStore, PutMessageStatus
-from protocol.config import ConfigError, key_of, load_properties
+from protocol.config import ConfigError, key_of
+from protocol.trio.daemon import load_properties
 from tests.broker.store.helpers import inner
 
 # The broker template of RocketMQ's deployment guide (the seed's 2m-2s example),
@@ -264,7 +265,7 @@ def test_role_and_broker_id(role: str, broker_id: int, ok: bool) -> None:
 def test_pre_auth_keys_of_broker_and_name_server() -> None:
     """aclPreAuthMaxFrameBytes (0: header limit + largest body + 64 KiB, at most
     maxFrameSize) and aclPreAuthReadBudgetBytes, checked at start (issue 48)."""
-    from broker.acl.guard import HeaderGate
+    from acl.guard import HeaderGate
     from namesrv.config import NamesrvConfig
     from protocol.trio.preauth import NAMESRV_PRE_AUTH_BODY, pre_auth_of
 

@@ -13,8 +13,8 @@ import pytest
 import trio
 from click.testing import CliRunner
 
-from broker.acl.binding import GET_NAMESRV_CONFIG, UPDATE_NAMESRV_CONFIG
-from broker.acl.plain import ADMIN_CODES, parse_plain_acl
+from acl.binding import GET_NAMESRV_CONFIG, UPDATE_NAMESRV_CONFIG
+from acl.plain import ADMIN_CODES, parse_plain_acl
 from broker.cli import main as mqbroker
 from broker.config import BrokerConfig
 from broker.ops_processor import OpsProcessor, check_runtime_changes

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerConfig, BrokerRole
-from protocol.config import load_properties
+from protocol.trio.daemon import load_properties
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DEPLOYMENTS = sorted(d for d in DEPLOY.iterdir() if d.is_dir() and d.name.startswith("2m-"))

@@ -15,11 +15,11 @@ import trio
 import trio.testing
 
 from broker import group_commit
+from broker.aio_fsync import AioFsync
 from broker.group_commit import GroupCommitService
 from broker.send_processor import answer_when_done
 from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
-from protocol.aio_fsync import AioFsync
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.trio.busy_poll import BusyPoll
@@ -164,7 +164,7 @@ async def test_then_runs_after_the_answer_and_for_a_oneway_send_too() -> None:
         nursery.cancel_scope.cancel()
 
 
-# ---- fsyncs through the kernel (protocol/aio_fsync.py) ------------------------------------
+# ---- fsyncs through the kernel (broker/aio_fsync.py) ------------------------------------
 
 
 class FakePlan:

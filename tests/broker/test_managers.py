@@ -28,7 +28,7 @@ def test_config_keys_and_types(tmp_path: Path) -> None:
     conf.write_text("# comment\nbrokerName=b1\nbrokerIP1=10.1.2.3\nlistenPort = 12000\n"
                     "flushDiskType=SYNC_FLUSH\nbrokerRole=SLAVE\nbrokerId=1\nautoCreateTopicEnable=false\n"
                     "namesrvAddr=a:1;b:2\n")
-    from protocol.config import load_properties
+    from protocol.trio.daemon import load_properties
     cfg = BrokerConfig.from_properties(load_properties(conf))
     assert (cfg.broker_name, cfg.broker_ip1, cfg.listen_port) == ("b1", "10.1.2.3", 12000)
     assert cfg.flush_disk_type is FlushDiskType.SYNC_FLUSH and cfg.broker_role is BrokerRole.SLAVE

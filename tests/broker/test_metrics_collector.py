@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.acl.plain import NO_PERMISSION as PERMISSION_REFUSED
+from acl.plain import NO_PERMISSION as PERMISSION_REFUSED
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.metrics import BrokerCollector, broker_registry, frozen_registry
@@ -90,7 +90,7 @@ def test_namesrv_collector() -> None:
 
 
 def test_namesrv_collector_counts_acl_refusals() -> None:
-    from broker.acl.plain import parse_plain_acl
+    from acl.plain import parse_plain_acl
     from namesrv.acl import guard_table
     from protocol.codes import RequestCode, ResponseCode
     from protocol.command import RemotingCommand

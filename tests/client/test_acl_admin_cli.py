@@ -10,9 +10,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
+from bench.mqbench import cli as bench_cli
 from client.admin import AclConfigVersion, MQAdmin, MQAdminError
 from client.admin_cli import check_credentials, cli, tool_credentials
-from client.bench import cli as bench_cli
 from client.credentials import AclCredentials
 
 

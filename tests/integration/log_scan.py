@@ -1,6 +1,6 @@
 """Finding logged tracebacks in daemon logs.
 
-A daemon logs with structlog's ConsoleRenderer (protocol/logs.py): one line per
+A daemon logs with structlog's ConsoleRenderer (protocol/trio/logs.py): one line per
 event, starting with an ISO timestamp. ``log.exception(...)`` renders the
 exception on the lines after the event: ``Traceback (most recent call last):``
 (or ``+ Exception Group Traceback (most recent call last):``) and the frames,

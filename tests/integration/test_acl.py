@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.acl.plain import SIGNATURE_REFUSED
+from acl.plain import SIGNATURE_REFUSED
 from client import AclCredentials, Message, Producer, PullConsumer
 from client.admin import MQAdmin, MQAdminError
 from client.errors import MQBrokerError

@@ -18,7 +18,7 @@ import trio
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from broker.acl.plain import SIGNATURE_REFUSED, parse_plain_acl
+from acl.plain import SIGNATURE_REFUSED, parse_plain_acl
 from client import AclCredentials, Message, Producer
 from client.admin import MQAdmin
 from tests.integration.cluster import BIN, Cluster, free_port

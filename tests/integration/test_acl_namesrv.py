@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from broker.acl.plain import SIGNATURE_REFUSED
+from acl.plain import SIGNATURE_REFUSED
 from client import AclCredentials
 from client.admin import MQAdmin
 from protocol.body import unpack_body

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import trio
 
-from broker.acl.plain import SIGNATURE_REFUSED
+from acl.plain import SIGNATURE_REFUSED
 from client import AclCredentials
 from client.admin import MQAdmin
 from protocol.acl import sign_fields

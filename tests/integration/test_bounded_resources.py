@@ -8,10 +8,10 @@ import socket
 
 import trio
 
+from bench.attacks import heartbeat_body
 from broker.pull_processor import FLAG_SUBSCRIPTION
 from client import Message, Producer, SendStatus
 from client.admin import MQAdmin
-from client.bench_attacks import heartbeat_body
 from protocol.body import pack_body, unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand

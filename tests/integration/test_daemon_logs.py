@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.logs import BROKER_LOGS, LogDirError, LogFiles, open_log_files, parse_size
+from protocol.trio.logs import BROKER_LOGS, LogDirError, LogFiles, open_log_files, parse_size
 from tests.integration.cluster import BIN, Daemon, free_port
 
 SMALL_STORE = {

@@ -3,8 +3,7 @@ against a real name server and brokers: its producer (sync, oneway, batch,
 orderly sends) read back by our SDK, its push consumer (clustering, tag
 filter, committed offsets) fed by both producers, a consumer group shared by
 our push consumer and the C++ one, RocketMQ's quickstart (a new C++ group
-reads what was sent before it started), and ``deploy.bench_official`` end to
-end.
+reads what was sent before it started), and ``bench.official`` end to end.
 
 The C++ client runs in child processes (``official_client_proc``), each
 bounded in time and killed at the end of its test; the module is skipped only
@@ -584,7 +583,7 @@ async def test_cpp_new_group_reads_what_was_sent_before_it_started(env: Env, tmp
 def test_bench_official_runs_end_to_end(tmp_path: Path) -> None:
     out_json = tmp_path / "bench.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "deploy.bench_official", "--count", "40", "--json", str(out_json),
+        [sys.executable, "-m", "bench.official", "--count", "40", "--json", str(out_json),
          "--tmp-dir", str(tmp_path)],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"

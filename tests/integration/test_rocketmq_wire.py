@@ -24,6 +24,7 @@ import trio
 
 from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
+from client.uniq_id import create_uniq_id
 from protocol.batch import encode_batch
 from protocol.codecs import ROCKETMQ_BINARY, ROCKETMQ_JSON
 from protocol.codecs.base import Codec
@@ -31,7 +32,6 @@ from protocol.codecs.rocketmq import JSON_TYPE, RocketMQCodec
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.message import MessageExt, MessageQueue, properties_to_string
-from protocol.message_id import create_uniq_id
 from protocol.record import decode_record, decode_records
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection

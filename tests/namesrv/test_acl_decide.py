@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from broker.acl.plain import SIGNATURE_REFUSED, Decision, parse_plain_acl
+from acl.plain import SIGNATURE_REFUSED, Decision, parse_plain_acl
 from namesrv.acl import NAMESRV_ADMIN_CODES, decide
 from protocol.acl import sign_fields, verify
 from protocol.codes import RequestCode

@@ -5,7 +5,7 @@ RemotingConnection. Counted, not timed: scheduler rounds (a trio Instrument)
 and the server's own counts. Each server test runs with the waiting room and
 with the per-task fallback.
 
-``deploy/bench_accept.py`` gives the figures (a new connection's first request
+``bench/accept.py`` gives the figures (a new connection's first request
 with 2,000 idle connections open)."""
 
 from __future__ import annotations

@@ -14,8 +14,14 @@ from typing import Any
 import pytest
 import structlog
 
-from protocol import logs
-from protocol.logs import BROKER_LOGS, ConsoleLines, LogFiles, configure_logging, open_log_files
+from protocol.trio import logs
+from protocol.trio.logs import (
+    BROKER_LOGS,
+    ConsoleLines,
+    LogFiles,
+    configure_logging,
+    open_log_files,
+)
 
 EVENTS: list[dict[str, Any]] = [
     {"timestamp": "2026-11-23T23:10:12.123456Z", "level": "info", "event": "topic created",

@@ -3,6 +3,7 @@ once per millisecond, and unique under threads."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 
@@ -22,10 +23,12 @@ def test_layout_time_and_counter(monkeypatch: pytest.MonkeyPatch) -> None:
     now_ms = 1_764_000_000_123  # late November 2025
     clock = [now_ms * 1_000_000]
     monkeypatch.setattr(message_id.time, "time_ns", lambda: clock[0])
-    gen = UniqIdGenerator()
+    gen = UniqIdGenerator("10.0.0.7")
     a, b = gen.next_id(), gen.next_id()
     (pa, ta, ca), (pb, tb, cb) = fields(a), fields(b)
     assert pa == pb and ta == tb == now_ms - _month_start_ms(now_ms)
+    # the address handed in, then the pid's low 16 bits
+    assert pa[:12] == f"0A000007{os.getpid() & 0xFFFF:04X}"
     assert cb == (ca + 1) & 0xFFFF
     clock[0] += 5_000_000  # 5 ms later: the time part follows
     pc, tc, cc = fields(gen.next_id())
@@ -52,7 +55,7 @@ def ids_from_threads(make: list[Callable[[], list[str]]], rounds: int) -> list[s
 
 
 def test_ids_are_unique_across_threads() -> None:
-    gen = UniqIdGenerator()
+    gen = UniqIdGenerator("10.0.0.7")
     ids = ids_from_threads([lambda: [gen.next_id()]] * 4, 5000)
     # 20,000 ids: the 16-bit counter cannot wrap, so none repeats
     assert len(set(ids)) == len(ids) == 20_000
@@ -61,7 +64,7 @@ def test_ids_are_unique_across_threads() -> None:
 def test_next_ids_is_next_id_n_times(monkeypatch: pytest.MonkeyPatch) -> None:
     now_ms = 1_764_000_000_123
     monkeypatch.setattr(message_id.time, "time_ns", lambda: now_ms * 1_000_000)
-    gen = UniqIdGenerator()
+    gen = UniqIdGenerator("10.0.0.7")
     first = gen.next_id()
     batch = gen.next_ids(300)  # the counter passes a multiple of 256 on the way
     last = gen.next_id()
@@ -74,7 +77,7 @@ def test_next_ids_is_next_id_n_times(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_ids_and_batches_are_unique_across_threads() -> None:
-    gen = UniqIdGenerator()
+    gen = UniqIdGenerator("10.0.0.7")
 
     def batch() -> list[str]:
         return gen.next_ids(10)

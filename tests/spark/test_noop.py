@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from client.bench import cli
+from bench.mqbench import cli
 from client.spark.noop import NOOP_NAME, noop_source
 from client.spark.source import SCHEMA, RocketMQDataSource
 
