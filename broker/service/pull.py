@@ -52,11 +52,11 @@ from broker.long_polling import (
 from broker.store import GetMessageStatus
 from broker.store.message_store import MAX_FILTER_SCAN, RecordFilter
 from broker.store.status import GetMessageResult
-from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.filter import parse_sub_expression
 from protocol.filter_sql import SQL92, SqlFilter, SqlParseError, is_tag_type, unsupported_remark
 from protocol.record import Buffer
 from protocol.route import MASTER_ID, TopicConfig, is_readable
+from protocol.subscription_group import SubscriptionGroupConfig
 
 
 class PullStatus(enum.Enum):

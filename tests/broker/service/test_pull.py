@@ -24,9 +24,9 @@ from broker.service.pull import (
     PullStatus,
 )
 from broker.store import DefaultMessageStore
-from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.record import decode_records
 from protocol.route import PERM_READ, PERM_WRITE, TopicConfig
+from protocol.subscription_group import SubscriptionGroupConfig
 from tests.broker.fakes import FakeOwner
 from tests.broker.store.helpers import inner, make_config, open_store
 
