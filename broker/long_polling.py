@@ -22,17 +22,17 @@ the transport supplied (broker/service/pull.py); a re-run answers through the
 waiter's callback, never a held connection and command.
 
 Bounds: at most ``maxHeldPullsPerConnection`` holds per connection (the
-waiter's ``owner``) and
-``maxHeldPulls`` in all. A pull over a bound is not held: ``suspend`` says
-so and the pull is answered at once, empty, as if its suspend time were over,
-and the refusal is logged (rate-limited). A closed connection's holds (and
-its count) are dropped when the server reports the close.
+waiters' ``owner``) and ``maxHeldPulls`` in all. A pull over a bound is not
+held: ``suspend`` says so and the pull is answered at once, empty, as if its
+suspend time were over, and the refusal is logged (rate-limited). A closed
+connection's holds (and its count) are dropped when the server reports the
+close.
 
-A held pull whose answer fails (the retry raises, the waiter cannot take
-the answer) is failed through its waiter (``SYSTEM_ERROR`` on the remoting
-wire) when possible and dropped; the
-failure is logged (rate-limited) and never reaches the dispatcher that called
-``notify_message_arriving`` nor stops the service's task.
+A held pull whose answer fails (the retry raises, the waiter cannot take the
+answer) is failed through its waiter (``SYSTEM_ERROR`` on the remoting wire)
+when possible and dropped; the failure is logged (rate-limited) and never
+reaches the dispatcher that called ``notify_message_arriving`` nor stops the
+service's task.
 
 ``HoldIndex`` is the pure part (holds by queue and tags code, bounds,
 deadlines; time and offsets passed in); ``PullRequestHoldService`` is the trio
