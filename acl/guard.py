@@ -84,11 +84,13 @@ def bound_decision(cmd: RemotingCommand, binding: SignatureBinding | None,
         return problem is None
 
     decision = decide_with(signature_ok)
-    problem = next((p for p in verified if p is not None), None)
-    if problem is not None and not decision.allowed:
-        return Decision(False, problem, decision.access_key, plain.BAD_SIGNATURE)
-    if decision.allowed and verified:  # signed (not let in by a white address)
-        problem = binding.remember(cmd.code, fields, bound)
+    if decision.allowed:
+        if verified:  # signed (not let in by a white address)
+            problem = binding.remember(cmd.code, fields, bound)
+            if problem is not None:
+                return Decision(False, problem, decision.access_key, plain.BAD_SIGNATURE)
+        return decision
+    for problem in verified:
         if problem is not None:
             return Decision(False, problem, decision.access_key, plain.BAD_SIGNATURE)
     return decision

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from acl.address import RemoteAddressStrategy, parse_host
+from acl.address import NoAddress, RemoteAddressStrategy, parse_host
 from protocol import names
 from protocol.acl import ACCESS_KEY
 from protocol.client_data import HeartbeatData
@@ -225,6 +225,8 @@ def _field(fields: Mapping[str, object], *keys: str) -> str | None:
         value = fields.get(key)
         if value is None:
             continue
+        if type(value) is str:
+            return value
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, str | int):
@@ -232,55 +234,10 @@ def _field(fields: Mapping[str, object], *keys: str) -> str | None:
     return None
 
 
-def required_resources(code: int, fields: Mapping[str, object],
-                       heartbeat: HeartbeatData | None) -> list[Need]:
-    """What a request needs, per code (RocketMQ's PlainAccessValidator.parse).
-
-    Codes not listed need no resource permission (only the admin check and the
-    account's identity). A missing field adds nothing, as RocketMQ's
-    ``addResourceAndPerm(null, ...)``: the request's own processor refuses it.
-    """
-    needs: dict[str, Perm] = {}
-
-    def add(resource: str | None, perm: Perm) -> None:
-        if resource is not None:
-            needs[resource] = perm
-
-    def add_group(group: str | None) -> None:
-        add(None if group is None else group_resource(group), Perm.SUB)
-
-    if code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
-                RequestCode.SEND_BATCH_MESSAGE):
-        topic = _field(fields, "b") if code == RequestCode.SEND_MESSAGE_V2 else \
-            _field(fields, "topic", "b")
-        # a send to %RETRY%<group> is a consumer's retry: SUB on that group
-        add(topic, Perm.SUB if topic is not None and is_group_resource(topic) else Perm.PUB)
-    elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
-        add_group(_field(fields, "group"))
-    elif code == RequestCode.PULL_MESSAGE:
-        add(_field(fields, "topic"), Perm.SUB)
-        add_group(_field(fields, "consumerGroup"))
-    elif code == RequestCode.QUERY_MESSAGE:
-        add(_field(fields, "topic"), Perm.SUB)
-    elif code == RequestCode.HEART_BEAT:
-        for consumer in heartbeat.consumers if heartbeat is not None else ():
-            add_group(consumer.group_name)
-            for sub in consumer.subscriptions:
-                add(sub.topic, Perm.SUB)
-    elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
-        add_group(_field(fields, "consumerGroup"))
-    elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET,
-                  RequestCode.GET_CONSUME_STATS, RequestCode.QUERY_CONSUME_QUEUE):
-        add_group(_field(fields, "consumerGroup"))
-        add(_field(fields, "topic"), Perm.SUB)
-    elif code in (RequestCode.GET_CONSUMER_CONNECTION_LIST, RequestCode.GET_CONSUMER_RUNNING_INFO):
-        add_group(_field(fields, "consumerGroup"))
-    elif code in TOPIC_READ_CODES:
-        # beyond RocketMQ: what a queue holds (offsets, counts, who consumes it) is
-        # read with the topic's SUB, as its messages are
-        add(_field(fields, "topic"), Perm.SUB)
-    return [Need(r, p) for r, p in needs.items()]
-
+# How a header field names a resource (HEADER_RESOURCES):
+SEND_TOPIC = "send"  # PUB on the topic; SUB on a %RETRY%<group> topic (a consumer's retry)
+SUB_TOPIC = "topic"  # SUB on the topic
+SUB_GROUP = "group"  # SUB on the group (the resource %RETRY%<group>)
 
 # Requests about one topic's queues (header field ``topic``): SUB on the topic.
 TOPIC_READ_CODES: frozenset[int] = frozenset({
@@ -292,25 +249,110 @@ TOPIC_READ_CODES: frozenset[int] = frozenset({
     RequestCode.GET_TOPIC_CONFIG,
 })
 
+# The resources a request's header names, per code (RocketMQ's
+# PlainAccessValidator.parse): (the fields read, the first one present; how it names
+# a resource), in the order they are checked. HEART_BEAT names its resources in its
+# body; the codes not listed name none.
+_Spec = tuple[tuple[tuple[str, ...], str], ...]
+_TOPIC_READ: _Spec = ((("topic",), SUB_TOPIC),)
+_GROUP_READ: _Spec = ((("consumerGroup",), SUB_GROUP),)
+_GROUP_AND_TOPIC: _Spec = ((("consumerGroup",), SUB_GROUP), (("topic",), SUB_TOPIC))
+HEADER_RESOURCES: Mapping[int, _Spec] = {
+    RequestCode.SEND_MESSAGE: ((("topic", "b"), SEND_TOPIC),),
+    RequestCode.SEND_MESSAGE_V2: ((("b",), SEND_TOPIC),),
+    RequestCode.SEND_BATCH_MESSAGE: ((("topic", "b"), SEND_TOPIC),),
+    RequestCode.CONSUMER_SEND_MSG_BACK: ((("group",), SUB_GROUP),),
+    RequestCode.PULL_MESSAGE: ((("topic",), SUB_TOPIC), (("consumerGroup",), SUB_GROUP)),
+    RequestCode.QUERY_MESSAGE: _TOPIC_READ,
+    RequestCode.UNREGISTER_CLIENT: _GROUP_READ,
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: _GROUP_READ,
+    RequestCode.UPDATE_CONSUMER_OFFSET: _GROUP_AND_TOPIC,
+    RequestCode.QUERY_CONSUMER_OFFSET: _GROUP_AND_TOPIC,
+    RequestCode.GET_CONSUME_STATS: _GROUP_AND_TOPIC,
+    RequestCode.QUERY_CONSUME_QUEUE: _GROUP_AND_TOPIC,
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: _GROUP_READ,
+    RequestCode.GET_CONSUMER_RUNNING_INFO: _GROUP_READ,
+    # beyond RocketMQ: what a queue holds (offsets, counts, who consumes it) is
+    # read with the topic's SUB, as its messages are
+    **{code: _TOPIC_READ for code in TOPIC_READ_CODES},
+}
+
+
+def _header_needs(spec: _Spec, names: tuple[str | None, ...]) -> list[Need]:
+    """The Needs of ``spec``'s fields, whose texts are ``names`` (None: missing)."""
+    needs: dict[str, Perm] = {}
+    for (_fields, kind), name in zip(spec, names, strict=True):
+        if name is None:
+            continue
+        if kind == SUB_GROUP:
+            needs[group_resource(name)] = Perm.SUB
+        elif kind == SEND_TOPIC:
+            needs[name] = Perm.SUB if is_group_resource(name) else Perm.PUB
+        else:
+            needs[name] = Perm.SUB
+    return [Need(r, p) for r, p in needs.items()]
+
+
+def _header_names(spec: _Spec, fields: Mapping[str, object]) -> tuple[str | None, ...]:
+    return tuple([_field(fields, *keys) for keys, _kind in spec])
+
+
+def required_resources(code: int, fields: Mapping[str, object],
+                       heartbeat: HeartbeatData | None) -> list[Need]:
+    """What a request needs, per code (RocketMQ's PlainAccessValidator.parse).
+
+    Codes not listed need no resource permission (only the admin check and the
+    account's identity). A missing field adds nothing, as RocketMQ's
+    ``addResourceAndPerm(null, ...)``: the request's own processor refuses it.
+    """
+    if code == RequestCode.HEART_BEAT:
+        needs: dict[str, Perm] = {}
+        for consumer in heartbeat.consumers if heartbeat is not None else ():
+            if consumer.group_name is not None:
+                needs[group_resource(consumer.group_name)] = Perm.SUB
+            for sub in consumer.subscriptions:
+                if sub.topic is not None:
+                    needs[sub.topic] = Perm.SUB
+        return [Need(r, p) for r, p in needs.items()]
+    spec = HEADER_RESOURCES.get(code, ())
+    return _header_needs(spec, _header_names(spec, fields))
+
+
+# Permission decisions remembered per accounts file (AclConfig.decide): a full
+# cache is emptied, so a flood of names only costs the check again. Only requests
+# whose names are no longer than a valid one (a group's 255 characters) are
+# remembered: a few MB at most, whatever names a header (up to 256 KiB) carries.
+DECISION_CACHE_ENTRIES = 4096
+CACHED_NAME_MAX = names.GROUP_MAX_LENGTH
+_DecisionKey = tuple[str, int, tuple[str | None, ...]]
+
+ALLOWED = Decision(True)  # a globally white peer
+
 
 @dataclass(frozen=True)
 class AclConfig:
     global_white: tuple[RemoteAddressStrategy, ...] = ()
     accounts: Mapping[str, Account] = field(default_factory=dict)
+    # (access key, request code, the names its header fields give) -> the permission
+    # step's Decision, for requests whose signature verified; a reload of the file
+    # makes a new AclConfig, so a new cache
+    _decisions: dict[_DecisionKey, Decision] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    # the Decision allowing each account (shared: Decision is frozen)
+    _allowed: dict[str, Decision] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._allowed.update({key: Decision(True, access_key=key) for key in self.accounts})
 
     def decide(self, code: int, fields: Mapping[str, object],
                heartbeat: HeartbeatData | None, remote_host: str,
                signature_ok: Callable[[str], bool]) -> Decision:
-        addr = parse_host(remote_host)
-
-        def white(strategy: RemoteAddressStrategy) -> bool:
-            if addr is None:  # not an IP address: only '*' matches
-                return strategy.matches(remote_host)
-            return strategy.matches_address(addr)
-
-        if any(white(s) for s in self.global_white):
-            return Decision(True)
-        access_key = _field(fields, ACCESS_KEY)
+        if self.global_white and self._white(remote_host, self.global_white):
+            return ALLOWED
+        access_key = fields.get(ACCESS_KEY)
+        if type(access_key) is not str:
+            access_key = _field(fields, ACCESS_KEY)
         if not access_key:
             return _refused("No accessKey is configured", reason=NO_ACCESS_KEY)
         account = self.accounts.get(access_key)
@@ -319,16 +361,37 @@ class AclConfig:
         if account is None:
             return _refused(SIGNATURE_REFUSED, reason=UNKNOWN_ACCOUNT,
                             detail=f"No acl config for accessKey={_shown(access_key)}")
-        if white(account.white_remote_address):
-            return Decision(True, access_key=access_key)
+        if type(account.white_remote_address) is not NoAddress and \
+                self._white(remote_host, (account.white_remote_address,)):
+            return self._allow(access_key)
         if not signature_ok(account.secret_key):
             return _refused(SIGNATURE_REFUSED, access_key, BAD_SIGNATURE,
                             detail=f"Check signature failed for accessKey={access_key}")
-        needs = required_resources(code, fields, heartbeat)
+        if code == RequestCode.HEART_BEAT:  # resources in the body: not remembered
+            return self._permission(account, code, required_resources(code, fields, heartbeat))
+        spec = HEADER_RESOURCES.get(code, ())
+        named = _header_names(spec, fields)
+        key = (access_key, code, named)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._permission(account, code, _header_needs(spec, named))
+            if all(n is None or len(n) <= CACHED_NAME_MAX for n in named):
+                if len(self._decisions) >= DECISION_CACHE_ENTRIES:
+                    self._decisions.clear()
+                self._decisions[key] = decision
+        return decision
+
+    def _permission(self, account: Account, code: int, needs: list[Need]) -> Decision:
+        """The steps after the signature: the trace topic, the admin check, the
+        permissions on ``needs``."""
         # message trace: RocketMQ lets any signed account send to the trace topic
         if any(n.resource == names.RMQ_SYS_TRACE_TOPIC and n.perm == Perm.PUB for n in needs):
-            return Decision(True, access_key=access_key)
+            return self._allow(account.access_key)
         return self.check_perm(account, code, needs)
+
+    def _allow(self, access_key: str) -> Decision:
+        decision = self._allowed.get(access_key)
+        return Decision(True, access_key=access_key) if decision is None else decision
 
     def decide_stored(self, code: int, access_key: str | None, remote_host: str,
                       needs: Iterable[Need]) -> Decision:
@@ -338,13 +401,13 @@ class AclConfig:
         without the signature (verified once, by the guard, which also made sure
         ``access_key`` names an account unless the peer is globally white)."""
         if self._white(remote_host, self.global_white):
-            return Decision(True)
+            return ALLOWED
         account = self.accounts.get(access_key) if access_key else None
         if account is None:  # the account was deleted since, or no key was given
             return _refused(SIGNATURE_REFUSED, access_key, UNKNOWN_ACCOUNT,
                             detail=f"No acl config for accessKey={_shown(access_key or '')}")
         if self._white(remote_host, (account.white_remote_address,)):
-            return Decision(True, access_key=access_key)
+            return self._allow(account.access_key)
         return self.check_perm(account, code, needs)
 
     def globally_white(self, remote_host: str) -> bool:

@@ -35,6 +35,7 @@ timeout) and the temporary directory removed whatever happens.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import socket
@@ -416,17 +417,28 @@ def stop_process(proc: subprocess.Popen[bytes], timeout: float = STOP_TIMEOUT) -
     return proc.wait()
 
 
+def checkout_env(checkout: Path | None) -> dict[str, Any]:
+    """Popen's keywords running ``python -m ...`` from ``checkout`` (its modules
+    first on sys.path) instead of this one; none for None."""
+    if checkout is None:
+        return {}
+    return {"cwd": str(checkout), "env": {**os.environ, "PYTHONPATH": str(checkout)}}
+
+
 @dataclass
 class Pair:
     """A name server and a broker with ``flush``, each its own process, store
     and logs under ``root``; ``namesrv_args`` and ``broker_options`` are added to
-    their command lines, ``admin_kwargs`` to the MQAdmin that waits for the route."""
+    their command lines, ``admin_kwargs`` to the MQAdmin that waits for the route;
+    ``checkout``: another checkout of the project to run the daemons from (its
+    directory and PYTHONPATH; None: the one this runs from)."""
 
     root: Path
     flush: str
     namesrv_args: list[str] = field(default_factory=list)
     broker_options: list[str] = field(default_factory=list)
     admin_kwargs: dict[str, Any] = field(default_factory=dict)
+    checkout: Path | None = None
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     namesrv_port: int = 0
     broker_port: int = 0
@@ -449,7 +461,8 @@ class Pair:
             # its log files beside its output, never in ~/logs
             args = [*args, "--log-dir", str(self.root / "logs" / name)]
             proc = subprocess.Popen([sys.executable, "-m", *args], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    **checkout_env(self.checkout))
         self.procs.append(proc)
         return proc
 

@@ -226,8 +226,8 @@ class AdminBrokerProcessor:
         store = c.message_store
         table: dict[str, object] = {
             "brokerName": c.config.broker_name,
-            "brokerId": c.config.broker_id,
-            "brokerRole": c.config.broker_role.value,
+            "brokerId": c.role.current.broker_id,
+            "brokerRole": c.role.current.broker_role.value,
             "flushDiskType": c.config.flush_disk_type.value,
             "commitLogMinOffset": store.get_min_phy_offset(),
             "commitLogMaxOffset": store.get_max_phy_offset(),
@@ -237,7 +237,7 @@ class AdminBrokerProcessor:
             "ha": c.ha_service.status(),
             **runtime_figures(c),
         }
-        if not c.config.is_slave:
+        if not c.role.is_slave:
             tx = c.transaction_service.status()
             table.update({
                 "transactionCommitted": tx["committed"],

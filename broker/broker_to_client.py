@@ -59,7 +59,7 @@ class Broker2Client:
     def reset_offset(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = ResetOffsetRequestHeader.from_fields(cmd.ext_fields)
         c = self.controller
-        if c.config.is_slave:
+        if c.role.is_slave:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 "a slave does not reset offsets: ask its master")
         cfg = c.topic_config_manager.get(h.topic)

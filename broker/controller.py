@@ -4,8 +4,13 @@ Every background service is a task in the controller's nursery. ``run()``
 returns after an orderly shutdown (``request_shutdown``): unregister from the
 name servers, stop serving, persist managers, flush and close the store.
 
-``brokerRole`` decides which services run: the schedule (delay) service only
-on a master; a SLAVE refuses sends (send_processor) and serves reads.
+The role (``brokerRole``, ``brokerId``, a slave's master) is a live value,
+``self.role`` (broker/role.py): request handlers read it, never the config.
+The services of one role run in their own task group (``role_runner``): a
+master's HA listener, schedule (delay) service and transaction checks; a
+slave's HA client and metadata sync. ``change_role`` moves the running
+broker to another role; a SLAVE refuses sends (send_processor) and serves
+reads, and its store refuses puts (the write fence).
 
 No background service can kill the broker: each iteration runs under a
 ``Guard`` (protocol/trio/service.py) that logs a failure once with its
@@ -35,7 +40,7 @@ from broker.admin_processor import AdminBrokerProcessor
 from broker.broker_to_client import Broker2Client
 from broker.client_manage_processor import ClientManageProcessor
 from broker.client_manager import ClientGroups, RebalanceLockManager
-from broker.config import BrokerConfig, FlushDiskType
+from broker.config import BrokerConfig, BrokerRole, FlushDiskType
 from broker.consumer_filter_manager import ConsumerFilterManager
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
@@ -54,10 +59,12 @@ from broker.persist import ConfigSnapshot, SnapshotTable, atomic_write_bytes
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
 from broker.queue_admin_processor import QueueAdminProcessor
+from broker.role import Role, RoleRunner, RoleState, services_key
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.service.offsets import OffsetService
 from broker.service.pull import PullService
+from broker.service.send import SendService
 from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
 from broker.store import DefaultMessageStore
@@ -111,6 +118,8 @@ def request_lanes(config: BrokerConfig) -> Lanes:
 
 
 SLAVE_FIND_MASTER_S = 1.0  # s between a masterless slave's registrations
+# why a slave's store refuses puts (it stores only what replication brings)
+SLAVE_FENCE = "this broker is a slave: it stores only what its master replicates"
 
 
 class BrokerController:
@@ -124,6 +133,13 @@ class BrokerController:
         self.log = structlog.get_logger("broker").bind(broker=config.broker_name)
         self.boot_timestamp_ms = int(time.time() * 1000)
         self.start_accept_send_timestamp_ms = 0
+        # the live role: what request handlers read (broker/role.py); the config
+        # follows it (brokerRole, brokerId: registrations, HA hellos, mqadmin)
+        self.role = RoleState(config.broker_role, config.broker_id)
+        self.role.observe(self._role_to_config)
+        self.role_runner = RoleRunner(self.role, self._start_role_services,
+                                      self._prepare_role, self._role_handed_over,
+                                      self.log.bind(service="role"))
         # operators' figures (broker/stats.py): plain counters on the hot path
         self.stats = BrokerStats(config.broker_name, time.monotonic())
         self.put_latency = LatencyHistogram()
@@ -132,7 +148,6 @@ class BrokerController:
         self.consumer_offset_manager = ConsumerOffsetManager(config)
         self.subscription_group_manager = SubscriptionGroupManager(config)
         self.message_store = DefaultMessageStore(config)
-        self.send_processor = SendMessageProcessor(self)
         self.offset_service = OffsetService(self.consumer_offset_manager, self.message_store)
         self.consumer_manage_processor = ConsumerManageProcessor(self.offset_service)
         self.admin_processor = AdminBrokerProcessor(self)
@@ -147,14 +162,37 @@ class BrokerController:
             config, self.message_store, self.consumer_offset_manager, self.topic_config_manager,
             self.trigger_register,
         )
-        self.end_transaction_processor = EndTransactionProcessor(self)
+        self.end_transaction_processor = EndTransactionProcessor(
+            self.transaction_service, config, self.role, lambda: self.acl_check)
+        # spin after requests instead of sleeping (busyPollMicros; off by default)
+        self.busy_poll = BusyPoll(config.busy_poll_micros)
+        self.ha_service = HAService(config, self.message_store)
+        self.group_commit: GroupCommitService | None = None
+        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            self.group_commit = GroupCommitService(
+                partial(self.timed_flush_commit_log, prepare=False),
+                config.sync_flush_timeout, config.broker_name,
+                busy_poll=self.busy_poll,
+                direct=self.message_store if config.aio_fsync_enable else None,
+                observe=self.flush_latency.observe,
+                next_file=self.message_store,
+            )
+        self.send_service = SendService(
+            config, self.role, self.message_store, self.topic_config_manager,
+            self.subscription_group_manager, self.transaction_service, self.schedule_service,
+            on_topics_changed=self.trigger_register, record_put=self.stats.record_put,
+            observe_put=self.put_latency.observe,
+            wait_flush=self.group_commit.wait if self.group_commit is not None else None,
+            wait_slave=self.ha_service.wait_slave)
+        self.send_processor = SendMessageProcessor(self.send_service, config,
+                                                   lambda: self.acl_check)
         self.consumer_manager = ClientGroups("consumer")
         self.consumer_filter_manager = ConsumerFilterManager()  # compiled SQL92 subscriptions
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
         self.client_manage_processor = ClientManageProcessor(self)
         self.pull_service = PullService(
-            config, self.subscription_group_manager, self.topic_config_manager,
+            config, self.role, self.subscription_group_manager, self.topic_config_manager,
             self.consumer_manager, self.consumer_filter_manager, self.message_store,
             self.consumer_offset_manager, self.stats,
             max_held=config.max_held_pulls,
@@ -189,8 +227,6 @@ class BrokerController:
             preauth = pre_auth_of(config, HeaderGate(lambda: acl_file.config,
                                                      self.stats.record_acl_refusal),
                                   config.max_message_size)
-        # spin after requests instead of sleeping (busyPollMicros; off by default)
-        self.busy_poll = BusyPoll(config.busy_poll_micros)
         self.server = RemotingServer(
             handlers, self.listen_host,
             config.listen_port, max_frame_size=config.max_frame_size,
@@ -205,28 +241,17 @@ class BrokerController:
         # The port the HA service listens on, set by it once bound (and then it
         # triggers a registration); until then no HA address is advertised.
         self.ha_listen_port: int | None = None
-        self.ha_service = HAService(config, self.message_store)
+        self._ephemeral_ha = False  # set by run(): an ephemeral listen port, an ephemeral HA port
         if self.acl_file is not None:  # a slave's HA hello: signed by an admin account
             self.ha_service.acl_config = lambda: acl_file.config
         # a slave copies its master's tables only while the master's log continues its own
         self.slave_synchronize = SlaveSynchronize(
-            self, lambda: self.outer_api.master_addr if self.outer_api else None,
-            master_trusted=lambda: self.ha_service.master_accepted)
-        if not config.is_slave:  # new commit-log data wakes the writers to the slaves
-            self.message_store.append_listeners.append(self.ha_service.notify_new_data)
+            self, self._master_addr, master_trusted=lambda: self.ha_service.master_accepted)
+        # new commit-log data wakes the writers to the slaves (only a master puts)
+        self.message_store.append_listeners.append(self.ha_service.notify_new_data)
         self.ha_service.on_recovered = self._copy_tables_from_slave
         self.ha_service.on_discarded = self._discarded_log
         self.ha_service.on_slave_heard = self._offsets_from_slave
-        self.group_commit: GroupCommitService | None = None
-        if config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            self.group_commit = GroupCommitService(
-                partial(self.timed_flush_commit_log, prepare=False),
-                config.sync_flush_timeout, config.broker_name,
-                busy_poll=self.busy_poll,
-                direct=self.message_store if config.aio_fsync_enable else None,
-                observe=self.flush_latency.observe,
-                next_file=self.message_store,
-            )
         self._overlay_lock = trio.Lock()
         self.metrics_port: int | None = None  # once served
         self.metrics_server: MetricsServer | None = None
@@ -366,9 +391,7 @@ class BrokerController:
             self.log.info("broker config changed at run time", path=str(path), **changes)
             if "brokerPermission" in changes:
                 # every name server gets the whole table again, with the new permission
-                self.topic_config_manager.next_data_version()
-                if self.outer_api is not None:
-                    self.outer_api.views.clear()
+                self._register_whole_table()
                 self.trigger_register()
 
     def commit_log_disk_ratio(self) -> float:
@@ -378,6 +401,90 @@ class BrokerController:
             return float(store.disk_usage(store.commit_log.mapped_file_queue.store_dir))
         except OSError:
             return 0.0
+
+    # ---- the role (broker/role.py) ---------------------------------------------------
+
+    async def change_role(self, broker_role: BrokerRole, broker_id: int,
+                          master_addr: str | None = None, master_ha_addr: str | None = None,
+                          epoch: int | None = None) -> Role:
+        """Move the running broker to another role (a slave: following the
+        master at ``master_addr`` (remoting) and ``master_ha_addr`` (HA);
+        either None: the name servers' answer, or haMasterAddress). Returns
+        once the new role's services run (a new master: once it takes
+        writes, or knows why it may not). RoleError for a role a broker
+        cannot have; asking for the current role changes nothing."""
+        return await self.role_runner.change(broker_role, broker_id, master_addr,
+                                             master_ha_addr, epoch)
+
+    def _master_addr(self) -> str | None:
+        """A slave's master's remoting address: its role's, else the name servers'."""
+        if self.role.current.master_addr is not None:
+            return self.role.current.master_addr
+        return self.outer_api.master_addr if self.outer_api is not None else None
+
+    def _role_to_config(self, old: Role, new: Role) -> None:
+        """The config follows the live role (what registrations, HA hellos and
+        GET_BROKER_CONFIG read)."""
+        self.config.broker_role = new.broker_role
+        self.config.broker_id = new.broker_id
+        # a master counts commits moving an offset back; a slave copies its master's
+        self.consumer_offset_manager.count_rewinds = not new.is_slave
+
+    def _register_whole_table(self) -> None:
+        """The next registration sends every name server the whole topic table."""
+        self.topic_config_manager.next_data_version()
+        if self.outer_api is not None:
+            self.outer_api.views.clear()
+
+    async def _start_role_services(self, role: Role, nursery: trio.Nursery) -> None:
+        """The services of ``role`` in its task group, then a registration with
+        every name server; a master then waits until it may take writes
+        (``start_writes``) before its schedule and transaction services run."""
+        assert self.outer_api is not None
+        if role.is_slave:
+            await nursery.start(self.ha_service.run_slave)
+            await nursery.start(self.slave_synchronize.run, self.outer_api.client)
+            await self._register_for_role()
+            return
+        self.ha_listen_port = await nursery.start(
+            self.ha_service.run_master, 0 if self._ephemeral_ha else None)
+        await self._register_for_role()
+        await self.ha_service.start_writes(self.listed_slaves)
+        await nursery.start(self.schedule_service.run)
+        await nursery.start(self.transaction_service.run, self.ask_producer)
+
+    async def _register_for_role(self) -> None:
+        """Register now; after a change (not at start: the loops start after
+        this), the registration loops wake too: their period depends on the
+        role (a slave without a master asks every SLAVE_FIND_MASTER_S)."""
+        await self.register_broker_all()
+        if self.started:
+            self.trigger_register()
+
+    async def _prepare_role(self, old: Role, new: Role) -> None:
+        """Before the old role's services stop: a master becoming a slave takes
+        no more puts, lets its slaves take what it stored (bounded) and
+        answers the sends waiting for a slave."""
+        if new.is_slave and not old.is_slave:
+            waiting = await self.ha_service.stand_down(SLAVE_FENCE)
+            if waiting:
+                self.log.warning("sends waiting for a slave answered SLAVE_NOT_AVAILABLE: "
+                                 "the broker becomes a slave", sends=waiting)
+
+    async def _role_handed_over(self, old: Role, new: Role) -> None:
+        """The old role's services ended (or still run: the same ones serve the
+        new role): what the new one starts from."""
+        if services_key(old) == services_key(new):
+            return  # ASYNC_MASTER <-> SYNC_MASTER: the same services go on
+        self.ha_listen_port = None  # nothing listens on it any more
+        if new.is_slave:
+            self.message_store.write_fence = SLAVE_FENCE
+        elif old.is_slave:  # what a master ends: its transactions, from the log
+            await trio.to_thread.run_sync(self.transaction_service.load)
+        self.ha_service.take_role(new.is_slave, new.master_ha_addr)
+        if self.outer_api is not None:  # the previous master's answers no longer hold
+            self.outer_api.master_addr = self.outer_api.master_ha_addr = None
+        self._register_whole_table()
 
     # ---- actions used by processors ---------------------------------------------
 
@@ -428,7 +535,7 @@ class BrokerController:
         if not self.message_store.load():
             raise RuntimeError("message store failed to load")
         self.message_store.start()
-        if not self.config.is_slave:
+        if not self.role.is_slave:
             self.transaction_service.load()
 
     def _shutdown_snapshots(self) -> list[ConfigSnapshot]:
@@ -490,22 +597,18 @@ class BrokerController:
                 async with trio.open_nursery() as nursery:
                     # an ephemeral listen port (tests) gets an ephemeral HA port too:
                     # the bound port + 1 may be anyone's
-                    ephemeral_ha = self.config.listen_port == 0 and self.config.ha_listen_port == 0
-                    if not self.config.is_slave:  # no writes before the slaves are heard
+                    self._ephemeral_ha = (self.config.listen_port == 0
+                                          and self.config.ha_listen_port == 0)
+                    if self.role.is_slave:
+                        self.message_store.write_fence = SLAVE_FENCE
+                    else:  # no writes before the slaves are heard
                         self.ha_service.fence_for_start()
                     port = await nursery.start(self.server.serve)
                     self.config.listen_port = port
                     self._store_host_is_broker_addr()
-                    if self.config.is_slave:
-                        await nursery.start(self.ha_service.run_slave)
-                        await nursery.start(self.slave_synchronize.run, client)
-                    else:
-                        self.ha_listen_port = await nursery.start(
-                            self.ha_service.run_master, 0 if ephemeral_ha else None)
-                    await self.register_broker_all()
+                    # the role's services; they register with the name servers
+                    await nursery.start(self.role_runner.run)
                     nursery.start_soon(self._register_loop)
-                    if not self.config.is_slave:
-                        await self.ha_service.start_writes(self.listed_slaves)
                     if self.acl_file is not None:
                         nursery.start_soon(self.acl_file.watch,
                                            self.config.acl_reload_interval / 1000)
@@ -531,9 +634,6 @@ class BrokerController:
                     if self.metrics_server is not None:
                         self.metrics_port = await nursery.start(self.metrics_server.run)
                     await nursery.start(self.pull_hold_service.run)
-                    if not self.config.is_slave:  # a slave gets its delayed messages replicated
-                        await nursery.start(self.schedule_service.run)
-                        await nursery.start(self.transaction_service.run, self.ask_producer)
                     self.started = True
                     self.start_accept_send_timestamp_ms = int(time.time() * 1000)
                     self.log.info("broker started", addr=self.config.broker_addr,
@@ -579,7 +679,7 @@ class BrokerController:
             await self.outer_api.register_broker_all(
                 self.topic_config_manager, self.ha_server_addr,
                 None if addr is None else [addr])
-            if self.config.is_slave:
+            if self.role.is_slave:
                 self.ha_service.set_master_ha_addr(self.outer_api.master_ha_addr)
         except Exception as exc:
             guard.failed(exc, "register with name servers failed",
@@ -599,7 +699,7 @@ class BrokerController:
             # a slave that does not know its master's HA address yet asks every
             # second: the master, starting, waits for its hello (ha_service)
             wait = interval
-            if self.config.is_slave and self.ha_service.master_ha_addr is None:
+            if self.role.is_slave and self.ha_service.master_ha_addr is None:
                 wait = min(interval, SLAVE_FIND_MASTER_S)
             with trio.move_on_after(wait):
                 await self._register_events[addr].wait()

@@ -8,12 +8,16 @@ replicates what they store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import structlog
 
 from acl.plain import Need, Perm
+from broker.acl.stored import ResourceCheck
+from broker.config import BrokerConfig
 from broker.message_rewrite import REAL_TOPIC, EndState
+from broker.role import RoleState
+from broker.transaction_service import TransactionalMessageService
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import EndTransactionRequestHeader
@@ -27,22 +31,22 @@ from protocol.record import (
 from protocol.trio.connection import RemotingConnection
 from protocol.trio.service import Guard
 
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
-
 END_STATES = {TRANSACTION_COMMIT_TYPE: EndState.COMMIT, TRANSACTION_ROLLBACK_TYPE: EndState.ROLLBACK}
 
 
 class EndTransactionProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.controller = controller
-        self.config = controller.config
+    def __init__(self, transactions: TransactionalMessageService, config: BrokerConfig,
+                 role: RoleState, acl_check: Callable[[], ResourceCheck]) -> None:
+        self.transactions = transactions
+        self.role = role  # the live role
+        self.acl_check = acl_check  # the controller's, set once ACL is loaded
+        self.config = config
         self.log = structlog.get_logger("broker.transaction").bind(broker=self.config.broker_name)
         self.guard = Guard(self.log, "end transaction")
 
     def end_transaction(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         h = EndTransactionRequestHeader.from_fields(cmd.ext_fields)
-        if self.config.is_slave:
+        if self.role.is_slave:
             return cmd.response(ResponseCode.SLAVE_NOT_AVAILABLE,
                                 f"the broker[{self.config.broker_name}] is a slave: end "
                                 "transactions on its master")
@@ -60,18 +64,18 @@ class EndTransactionProcessor:
                                 f"{TRANSACTION_ROLLBACK_TYPE} (rollback), "
                                 f"not {h.commit_or_rollback}")
         may_end = None
-        if self.controller.acl_check.enabled:
+        acl = self.acl_check()
+        if acl.enabled:
             def may_end(msg: MessageExt) -> str | None:
                 # ACL: PUB on the topic the half message is for (the header names
                 # only a producer group, which is no resource)
                 topic = msg.properties.get(REAL_TOPIC) or msg.topic
-                refused = self.controller.acl_check.refusal(
+                refused = acl.refusal(
                     conn, cmd, [Need(topic, Perm.PUB)],
                     remark=f"No permission to end the transaction of the half message at "
                            f"commit-log offset {h.commit_log_offset}: PUB on its topic needed")
                 return None if refused is None else refused.remark
-        code, remark = self.controller.transaction_service.end(h, state, conn.remote_addr,
-                                                               may_end)
+        code, remark = self.transactions.end(h, state, conn.remote_addr, may_end)
         if code != ResponseCode.SUCCESS:
             self.guard.note("end transaction refused", key=("refused", code),
                             log_level="warning", group=shown(h.producer_group),

@@ -163,7 +163,9 @@ class HAService:
         self._tls_server = self._tls.context()
         client_tls = config.client_tls()
         self._tls_client = client_tls.context() if client_tls is not None else None
-        # a slave's master HA address: haMasterAddress, else the name server's answer
+        # a slave's master HA address: the role's (take_role), else haMasterAddress,
+        # else the name server's answer
+        self.pinned_master_ha_addr: str | None = None
         self.master_ha_addr: str | None = config.ha_master_address or None
         self.client: HAClient | None = None  # a slave's current connection
         self._appended = trio.Event()  # set by a slave's reader after an append
@@ -178,6 +180,9 @@ class HAService:
         self._silence_check = trio.Event()
         # ---- a master's write gate (see the module's docstring)
         self.probing = False  # start_writes waits for the slaves' hellos
+        # False once this broker stops being a master (broker/role.py): the write
+        # gate never opens again until take_role makes it a master anew
+        self.master_role = not config.is_slave
         self.opened = False  # this master's write epoch has begun
         self._opening = False  # its epoch is being written
         self.heard: dict[int, str] = {}  # slave brokerId -> verdict of its latest hello
@@ -224,7 +229,8 @@ class HAService:
 
     def set_master_ha_addr(self, addr: str | None) -> None:
         """The name server told a slave its master's HA address."""
-        if self.config.ha_master_address or not addr or addr == self.master_ha_addr:
+        if self.config.ha_master_address or self.pinned_master_ha_addr or not addr \
+                or addr == self.master_ha_addr:
             return
         self.log.info("master HA address", addr=addr)
         self.master_ha_addr = addr
@@ -263,6 +269,50 @@ class HAService:
                 out["lastRefusal"] = self.refusals[-1]["reason"]
         return out
 
+    # ---- role changes (broker/role.py) -------------------------------------------------
+
+    async def stand_down(self, fence: str) -> int:
+        """A master becoming a slave, before its tasks are cancelled: no put
+        from now on (the store's write fence says ``fence``) and the write
+        gate stays shut; then, while a slave is close enough to count
+        (``is_slave_ok``), wait until one acknowledged the log's end (at
+        most syncFlushTimeout, less when it falls silent): what this master
+        stored, and every send waiting for it, reaches a slave. A send still
+        waiting after that is answered SLAVE_NOT_AVAILABLE (stored here, not
+        known to be on a slave). Returns how many were."""
+        self.master_role = False
+        self.store.write_fence = fence
+        end = self.store.get_max_phy_offset()
+        if is_slave_ok(self.connections, end, self.config.ha_slave_fallbehind_max):
+            drained = trio.Event()
+            self.sends.add(end).on_done(lambda _w: drained.set())
+            ev, self._silence_check = self._silence_check, trio.Event()
+            ev.set()
+            self.notify_new_data()
+            await drained.wait()
+        waiting = len(self.waiters)
+        self.sends.guard.call(self.waiters.fail_all, PutMessageStatus.SLAVE_NOT_AVAILABLE)
+        return waiting
+
+    def take_role(self, slave: bool, master_ha_addr: str | None = None) -> None:
+        """Once the old role's tasks ended: the state the new role's tasks start
+        from. A master takes no writes until ``start_writes`` (as at start);
+        a slave follows ``master_ha_addr``, else haMasterAddress, else the
+        name servers' answer."""
+        self.probing = self.opened = self._opening = False
+        self.heard.clear()
+        self.behind.clear()
+        self.recovering = None
+        self.port = None
+        self.client = None
+        self.master_accepted = False
+        self.link, self.link_reason = "connecting", ""
+        self.pinned_master_ha_addr = master_ha_addr
+        self.master_ha_addr = master_ha_addr or self.config.ha_master_address or None
+        self.master_role = not slave
+        if not slave:
+            self.fence_for_start()
+
     # ---- a master's write gate ---------------------------------------------------------
 
     def fence_for_start(self) -> None:
@@ -292,7 +342,7 @@ class HAService:
     async def _maybe_open(self) -> None:
         """Take writes, in a new epoch, once nothing stops it."""
         if self.opened or self.probing or self.behind or self.recovering is not None \
-                or self._opening:
+                or self._opening or not self.master_role:
             return
         store = self.store
         start = store.get_max_phy_offset()
@@ -302,8 +352,8 @@ class HAService:
                 store.epochs.begin, start, 0, store.get_min_phy_offset())
         finally:
             self._opening = False
-        if self.opened or self.behind or self.recovering is not None:
-            return  # a slave's hello fenced it meanwhile
+        if self.opened or self.behind or self.recovering is not None or not self.master_role:
+            return  # a slave's hello fenced it meanwhile, or the broker stood down
         self.opened = True
         store.write_fence = None
         self.log.info("master takes writes", epoch=epoch.epoch, from_offset=start,
@@ -312,7 +362,8 @@ class HAService:
     def _fence_behind(self, broker_id: int, reason: str) -> None:
         self.behind[broker_id] = reason
         self.opened = False
-        self.store.write_fence = f"writes refused: {reason}"
+        if self.master_role:  # a broker standing down keeps its own fence
+            self.store.write_fence = f"writes refused: {reason}"
 
     def _heard_slave(self, broker_id: int, verdict: str) -> None:
         self.heard[broker_id] = verdict

@@ -310,7 +310,7 @@ class BrokerCollector(Collector):
             out.append(_done(conns))
 
         ha = c.ha_service
-        if cfg.is_slave:
+        if c.role.is_slave:
             client = ha.client
             if client is not None:
                 out.append(_done(gauge(

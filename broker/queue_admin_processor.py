@@ -107,7 +107,7 @@ class QueueAdminProcessor:
 
     def clean_unused_topic(self, conn: RemotingConnection, cmd: RemotingCommand
                            ) -> RemotingCommand:
-        if self.controller.config.is_slave:
+        if self.controller.role.is_slave:
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR,
                 "a slave does not clean unused topics: its topic table is a copy of its "

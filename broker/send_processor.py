@@ -1,5 +1,11 @@
 """SendMessageProcessor: SEND_MESSAGE, SEND_MESSAGE_V2, SEND_BATCH_MESSAGE,
-CONSUMER_SEND_MSG_BACK.
+CONSUMER_SEND_MSG_BACK: the remoting adapter over SendService.
+
+It decodes the header, calls the service (broker/service/send.py, where every
+check and the routing live) and encodes its ``SendOutcome``: the status's code
+(``SEND_STATUS_TO_CODE``), the remark, and for a stored message the send
+result header. An answer that waits for a flush or a slave
+(SYNC_FLUSH, SYNC_MASTER) is sent once its waiters are done.
 
 The three send codes are one entry point (``send``), as RocketMQ's: the header
 is SendMessageRequestHeader for SEND_MESSAGE, its one-letter form
@@ -24,33 +30,15 @@ producer moves on to a master.
 
 from __future__ import annotations
 
-import dataclasses
-import random
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
-import structlog
-
-from broker.acl.stored import message_needs
-from broker.config import BrokerRole
-from broker.message_rewrite import (
-    DELAY,
-    PGROUP,
-    TRAN_MSG,
-    build_batch_inners,
-    build_inner,
-    is_prepared,
-    send_back_message,
-    to_schedule,
-)
-from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
+from broker.acl.stored import ResourceCheck, message_needs
+from broker.config import BrokerConfig
+from broker.service.send import STORE_STATUS, SendOutcome, SendService, SendStatus
+from broker.store import PutMessageStatus
 from broker.store.offset_waiters import AllDone, Waiter
-from broker.topic_validator import check_user_topic
-from protocol.batch import decode_batch
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import RemoteProtocolError
 from protocol.headers import (
     ConsumerSendMsgBackRequestHeader,
     SendMessageRequestHeader,
@@ -58,191 +46,40 @@ from protocol.headers import (
     SendMessageResponseHeader,
     is_v2_send_header,
 )
-from protocol.message import MessageConst, properties_to_string, string_to_properties
-from protocol.names import (
-    RETRY_GROUP_TOPIC_PREFIX,
-    InvalidNameError,
-    dlq_topic,
-    retry_topic,
-    shown,
-)
-from protocol.record import TRANSACTION_NOT_TYPE, transaction_type
-from protocol.route import PERM_RW, TopicConfig, is_writeable
+from protocol.message import MessageConst, MessageExt
 from protocol.trio.connection import RemotingConnection
 
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
-
-log = structlog.get_logger("broker.send")
-
-PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
-    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
-    PutMessageStatus.FLUSH_DISK_TIMEOUT: (
-        ResponseCode.FLUSH_DISK_TIMEOUT,
-        "flush disk timeout: the message is stored but not yet on disk",
-    ),
-    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, "flush slave timeout"),
-    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, "slave not available"),
-    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (ResponseCode.SYSTEM_ERROR, "create mapped file failed"),
-    PutMessageStatus.MESSAGE_ILLEGAL: (ResponseCode.MESSAGE_ILLEGAL, "the message is illegal"),
-    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
-        ResponseCode.MESSAGE_ILLEGAL,
-        "the message properties are longer than 32767 bytes",
-    ),
-    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        "the message store is not writable",
-    ),
-    PutMessageStatus.OS_PAGECACHE_BUSY: (ResponseCode.SYSTEM_BUSY, "the page cache is busy"),
-    PutMessageStatus.UNKNOWN_ERROR: (ResponseCode.SYSTEM_ERROR, "unknown store error"),
-    PutMessageStatus.DISK_FULL: (
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        "disk full: the store cannot allocate a new file; writes resume once space is freed",
-    ),
-    PutMessageStatus.DISPATCH_BEHIND: (
-        ResponseCode.SERVICE_NOT_AVAILABLE,
-        "the store cannot index stored messages yet: writes resume once it catches up",
-    ),
+# the remoting code of each send status (the one table of this transport)
+SEND_STATUS_TO_CODE: dict[SendStatus, int] = {
+    SendStatus.OK: ResponseCode.SUCCESS,
+    SendStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    SendStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    SendStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    SendStatus.NO_PERMISSION: ResponseCode.NO_PERMISSION,
+    SendStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    SendStatus.TOPIC_NOT_EXIST: ResponseCode.TOPIC_NOT_EXIST,
+    SendStatus.GROUP_NOT_EXIST: ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+    SendStatus.BUSY: ResponseCode.SYSTEM_BUSY,
+    SendStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    SendStatus.SYSTEM_ERROR: ResponseCode.SYSTEM_ERROR,
 }
 
+# a waiter's status (a flush or a slave that did not come): the answer's code and remark
+PUT_STATUS_TO_CODE: dict[PutMessageStatus, tuple[int, str | None]] = {
+    put: (SEND_STATUS_TO_CODE[status], remark) for put, (status, remark) in STORE_STATUS.items()
+}
 
 MSG_REGION, TRACE_ON = MessageConst.PROPERTY_MSG_REGION, MessageConst.PROPERTY_TRACE_SWITCH
 
-# a single send holding neither property takes the batch's way into the log
-DELAY_PROBE, TRAN_PROBE = DELAY + "\x01", TRAN_MSG + "\x01"
-
 
 class SendMessageProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.controller = controller
-        self.config = controller.config
-        self.stats = controller.stats
-        self.put_latency = controller.put_latency
-        self._trace_fields = {MSG_REGION: self.config.region_id,
-                              TRACE_ON: "true" if self.config.trace_on else "false"}
-
-    def _count(self, topic: str, result: PutMessageResult, started: float) -> None:
-        """A stored put: its messages and bytes (per request, broker/stats.py)
-        and the store's latency."""
-        ar = result.append_result
-        if ar is not None and result.put_message_status is PutMessageStatus.PUT_OK:
-            self.stats.record_put(topic, ar.msg_num, ar.wrote_bytes)
-            self.put_latency.observe(time.perf_counter() - started)
-
-    # ---- checks ----------------------------------------------------------------
-
-    def _slave_refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
-        """NO_PERMISSION on a slave: it stores only what its master replicates."""
-        if not self.config.is_slave:
-            return None
-        return self._fail(cmd, ResponseCode.NO_PERMISSION,
-                          f"the broker[{self.config.broker_name}] is a slave, "
-                          "sending message is forbidden")
-
-    def _check(
-        self, cmd: RemotingCommand, h: SendMessageRequestHeader
-    ) -> tuple[RemotingCommand | None, TopicConfig | None]:
-        """The topic config, or an error response (RocketMQ's msgCheck)."""
-        refused = self._slave_refusal(cmd)
-        if refused is not None:
-            return refused, None
-        if not is_writeable(self.config.broker_permission):
-            return self._fail(cmd, ResponseCode.NO_PERMISSION,
-                              f"the broker[{self.config.broker_name}] sending message is forbidden"), None
-        reason = check_user_topic(h.topic)
-        if reason is not None:
-            return self._fail(cmd, ResponseCode.MESSAGE_ILLEGAL, reason), None
-        topics = self.controller.topic_config_manager
-        cfg = topics.get(h.topic)
-        if cfg is None and self.config.auto_create_topic_enable:
-            cfg = topics.create_topic_in_send_message_method(
-                h.topic, h.default_topic, h.default_topic_queue_nums
-            )
-            if cfg is not None:
-                self.controller.trigger_register()
-        if cfg is None:
-            return self._fail(cmd, ResponseCode.TOPIC_NOT_EXIST,
-                              f"topic[{h.topic}] not exist, apply first please!"), None
-        if not is_writeable(cfg.perm):
-            return self._fail(cmd, ResponseCode.NO_PERMISSION,
-                              f"the topic[{h.topic}] sending message is forbidden"), None
-        if h.queue_id >= cfg.write_queue_nums:
-            return self._fail(cmd, ResponseCode.SYSTEM_ERROR,
-                              f"request queueId[{h.queue_id}] is illegal, topic {h.topic} "
-                              f"has {cfg.write_queue_nums} write queues"), None
-        return None, cfg
-
-    def _check_body(self, cmd: RemotingCommand, body: Any) -> RemotingCommand | None:
-        if not isinstance(body, bytes) or not body:
-            return self._fail(cmd, ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
-        if len(body) > self.config.max_message_size:
-            return self._fail(
-                cmd,
-                ResponseCode.MESSAGE_ILLEGAL,
-                f"the message body size {len(body)} exceeds maxMessageSize "
-                f"{self.config.max_message_size}",
-            )
-        return None
-
-    @staticmethod
-    def _fail(cmd: RemotingCommand, code: int, remark: str) -> RemotingCommand:
-        return cmd.response(code, remark)
-
-    # ---- handlers --------------------------------------------------------------
-
-    def _inner(
-        self, h: SendMessageRequestHeader, queue_id: int, flag: int, body: bytes,
-        props_text: str, born_host: str, props: dict[str, str] | None = None,
-    ) -> MessageExtBrokerInner:
-        """The message to store; ``props`` is ``props_text`` already parsed, if it is."""
-        if props is None:
-            props = string_to_properties(props_text)
-        return build_inner(
-            h.topic, queue_id, body, props, props_text=props_text,
-            flag=flag, sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
-            born_host=born_host, reconsume_times=h.reconsume_times,
-        )
-
-    def _queue_id(self, h: SendMessageRequestHeader, cfg: TopicConfig) -> int:
-        return h.queue_id if h.queue_id >= 0 else random.randrange(cfg.write_queue_nums)
-
-    # ---- retry and dead letters ------------------------------------------------
-
-    def _dead_letter_topic(self, group: str) -> TopicConfig:
-        """``%DLQ%<group>``, created on first use (the name servers told).
-        Raises InvalidNameError for a group that cannot have one."""
-        cfg, created = self.controller.topic_config_manager.create_dead_letter_topic(
-            dlq_topic(group))
-        if created:
-            self.controller.trigger_register()
-        return cfg
-
-    def _past_retry_limit(self, cmd: RemotingCommand, h: SendMessageRequestHeader
-                          ) -> tuple[RemotingCommand | None, SendMessageRequestHeader]:
-        """RocketMQ's handleRetryAndDLQ: a send to ``%RETRY%<group>`` whose
-        header's ``reconsumeTimes`` has reached the group's limit (the header's
-        ``maxReconsumeTimes``, else the group's ``retryMaxTimes``) goes to
-        ``%DLQ%<group>`` queue 0, its delay level dropped. Returns (an error
-        response or None, the header to store the message under)."""
-        if not h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return None, h
-        group = h.topic[len(RETRY_GROUP_TOPIC_PREFIX):]
-        group_cfg = self.controller.subscription_group_manager.find(group)
-        if group_cfg is None:
-            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group {shown(group)} does not exist"), h
-        if h.reconsume_times < group_cfg.retry_limit(h.max_reconsume_times):
-            return None, h
-        try:
-            cfg = self._dead_letter_topic(group)
-        except InvalidNameError as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc)), h
-        props = string_to_properties(h.properties)
-        props.pop(DELAY, None)
-        log.debug("send to a retry topic past its retry limit: dead letter", group=group,
-                 reconsume_times=h.reconsume_times)
-        return None, dataclasses.replace(h, topic=cfg.topic_name, queue_id=0,
-                                         properties=properties_to_string(props))
+    def __init__(self, service: SendService, config: BrokerConfig,
+                 acl_check: Callable[[], ResourceCheck]) -> None:
+        self.service = service
+        self.acl_check = acl_check  # the controller's, set once ACL is loaded
+        self._after_answer = service.after_answer
+        self._trace_fields = {MSG_REGION: config.region_id,
+                              TRACE_ON: "true" if config.trace_on else "false"}
 
     @staticmethod
     def send_header(cmd: RemotingCommand) -> SendMessageRequestHeader:
@@ -257,234 +94,64 @@ class SendMessageProcessor:
     def send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE."""
         h = self.send_header(cmd)
+        # SendService.send's choice, made here: one call less on the hot path
+        service = self.service
         if h.batch:
-            return self._send_batch(conn, cmd, h)
-        return self._send_single(conn, cmd, h)
+            out = service.send_batch(h, cmd.body, conn.remote_addr)
+        else:
+            out = service.send_single(h, cmd.body, conn.remote_addr)
+        return self._answer(conn, cmd, out, self._response(cmd, out))
 
     send_message = send
     send_batch_message = send
-
-    def _send_single(self, conn: RemotingConnection, cmd: RemotingCommand,
-                     h: SendMessageRequestHeader) -> RemotingCommand | None:
-        err, cfg = self._check(cmd, h)
-        if err is not None:
-            return err
-        assert cfg is not None
-        err = self._check_body(cmd, cmd.body)
-        if err is not None:
-            return err
-        assert cmd.body is not None
-        err, h = self._past_retry_limit(cmd, h)
-        if err is not None:
-            return err
-        queue_id = self._queue_id(h, cfg)
-        text = h.properties
-        if DELAY_PROBE not in text and TRAN_PROBE not in text \
-                and transaction_type(h.sys_flag) == TRANSACTION_NOT_TYPE:
-            # the usual send (no delay, no transaction): as one message of a batch,
-            # with no properties dict or message object (CommitLog.put_batch)
-            store = self.controller.message_store
-            started = time.perf_counter()
-            result = store.put_batch(h.topic, queue_id, [(h.flag, cmd.body, text)],
-                                     sys_flag=h.sys_flag,
-                                     born_timestamp=h.born_timestamp or int(time.time() * 1000),
-                                     born_host=conn.remote_addr,
-                                     reconsume_times=h.reconsume_times, defer=True)
-            if result is not None:
-                self._count(h.topic, result, started)
-                return self._reply(conn, cmd, self._response(cmd, result, queue_id), result)
-        props = string_to_properties(text)
-        inner = self._inner(h, queue_id, h.flag, cmd.body, h.properties, conn.remote_addr, props)
-        level = props.get(DELAY, "0")
-        if level not in ("0", ""):
-            if not (level.isascii() and level.lstrip("-").isdigit() and len(level) < 10):
-                return cmd.response(ResponseCode.MESSAGE_ILLEGAL, f"bad delay level {shown(level)}")
-        delayed = int(level or "0") > 0
-        if is_prepared(h.sys_flag, props):
-            refused = self._transaction_refusal(cmd, delayed)
-            if refused is not None:
-                return refused
-            busy = self.controller.transaction_service.pending_refusal(
-                props.get(PGROUP, h.producer_group))
-            if busy is not None:
-                return cmd.response(ResponseCode.SYSTEM_BUSY, busy)
-            started = time.perf_counter()
-            result = self.controller.transaction_service.prepare(inner, props, h.producer_group)
-            self._count(h.topic, result, started)
-            return self._reply(conn, cmd, self._response(cmd, result, queue_id, inner.uniq_key),
-                               result)
-        if transaction_type(h.sys_flag) != TRANSACTION_NOT_TYPE:
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                                "a commit or rollback sysFlag is the broker's to set")
-        if delayed:
-            to_schedule(inner, props, self.controller.schedule_service.max_level)
-        started = time.perf_counter()
-        result = self.controller.message_store.put_message(inner)
-        self._count(h.topic, result, started)
-        return self._reply(conn, cmd, self._response(cmd, result, queue_id), result)
-
-    def _transaction_refusal(self, cmd: RemotingCommand, delayed: bool) -> RemotingCommand | None:
-        if self.config.reject_transaction_message:
-            return cmd.response(ResponseCode.NO_PERMISSION,
-                                f"the broker[{self.config.broker_name}] sending transaction "
-                                "message is forbidden")
-        if delayed:
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                                "a delayed message cannot be transactional")
-        return None
 
     def consumer_send_msg_back(
         self, conn: RemotingConnection, cmd: RemotingCommand
     ) -> RemotingCommand | None:
         """A consumer gives a message back: retry topic with a delay, or the DLQ."""
         h = ConsumerSendMsgBackRequestHeader.from_fields(cmd.ext_fields)
-        refused = self._slave_refusal(cmd)
-        if refused is not None:
-            return refused
-        store = self.controller.message_store
-        msg = store.look_message_by_offset(h.offset)
-        if msg is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                f"look message by offset failed, {h.offset}")
-        # ACL: the guard checked SUB on the group; the message given back must be
-        # one the group consumes: of the group's own retry topic, or of a topic the
-        # account may SUB (else any message could be copied into the caller's retry topic)
-        if msg.topic != RETRY_GROUP_TOPIC_PREFIX + h.group:
-            denied = self.controller.acl_check.refusal(
-                conn, cmd, message_needs(msg.topic, msg.properties),
-                remark=f"No permission for the message at commit-log offset {h.offset}: "
-                       "SUB on its topic needed to give it back")
-            if denied is not None:
-                return cmd.response(ResponseCode.NO_PERMISSION, denied.remark)
-        group_cfg = self.controller.subscription_group_manager.find(h.group)
-        if group_cfg is None:
-            return cmd.response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                                f"subscription group {shown(h.group)} does not exist")
-        topics = self.controller.topic_config_manager
-        reconsume = msg.reconsume_times  # failures so far, before this one
-        to_dlq = reconsume >= group_cfg.retry_limit(h.max_reconsume_times) or h.delay_level < 0
-        try:
-            if to_dlq:
-                cfg = self._dead_letter_topic(h.group)
-                queue_id = 0
-                level = 0
-            else:
-                cfg = topics.create_topic_in_send_back(
-                    retry_topic(h.group), max(1, group_cfg.retry_queue_nums), PERM_RW)
-                queue_id = random.randrange(cfg.write_queue_nums) if cfg.write_queue_nums > 0 else 0
-                level = h.delay_level or 3 + reconsume
-                self.controller.trigger_register()
-        except InvalidNameError as exc:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
-        topic = cfg.topic_name
-        inner = send_back_message(msg, topic, queue_id, h.origin_msg_id, level,
-                                  self.controller.schedule_service.max_level)
-        started = time.perf_counter()
-        result = store.put_message(inner)
-        self._count(topic, result, started)
-        response = self._response(cmd, result, queue_id)
-        if response.code == ResponseCode.SUCCESS:
+        acl = self.acl_check()
+        may_give_back = None
+        if acl.enabled:
+            def may_give_back(msg: MessageExt) -> str | None:
+                # ACL: the guard checked SUB on the group; a message not of the
+                # group's retry topic needs SUB on its own topic
+                denied = acl.refusal(
+                    conn, cmd, message_needs(msg.topic, msg.properties),
+                    remark=f"No permission for the message at commit-log offset {h.offset}: "
+                           "SUB on its topic needed to give it back")
+                return None if denied is None else denied.remark
+        out = self.service.send_back(h, may_give_back)
+        response = self._response(cmd, out)
+        if out.status is SendStatus.OK:
             response.ext_fields = {}
-        return self._reply(conn, cmd, response, result)
+        return self._answer(conn, cmd, out, response)
 
-    def _send_batch(self, conn: RemotingConnection, cmd: RemotingCommand,
-                    h: SendMessageRequestHeader) -> RemotingCommand | None:
-        err, cfg = self._check(cmd, h)
-        if err is not None:
-            return err
-        assert cfg is not None
-        if transaction_type(h.sys_flag) != TRANSACTION_NOT_TYPE:
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                                "a batch cannot be transactional: send each prepared message alone")
-        if h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):  # RocketMQ 5's refusal
-            return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                                f"batch request does not support retry group {h.topic}")
-        if not cmd.body:
-            raise RemoteProtocolError("batch body must hold at least one message")
-        queue_id = self._queue_id(h, cfg)
-        store = self.controller.message_store
-        born = h.born_timestamp or int(time.time() * 1000)
-        started = time.perf_counter()
-        # straight from the body into the log where the compiled loops run and
-        # nothing is out of the ordinary; otherwise decoded, checked, and put
-        result = store.put_batch_body(h.topic, queue_id, cmd.body, sys_flag=h.sys_flag,
-                                      born_timestamp=born, born_host=conn.remote_addr,
-                                      reconsume_times=h.reconsume_times, defer=True)
-        if result is None:
-            items = decode_batch(cmd.body)
-            max_size = self.config.max_message_size
-            prepared = TRAN_MSG + "\x01"
-            for _, body, text in items:
-                if not body or len(body) > max_size:
-                    return self._check_body(cmd, body)  # says which
-                if prepared in text and is_prepared(0, string_to_properties(text)):
-                    return cmd.response(ResponseCode.MESSAGE_ILLEGAL,
-                                        "a batch cannot be transactional: send each prepared "
-                                        "message alone")
-            result = store.put_batch(h.topic, queue_id, items, sys_flag=h.sys_flag,
-                                     born_timestamp=born, born_host=conn.remote_addr,
-                                     reconsume_times=h.reconsume_times, defer=True)
-            if result is None:  # out of the ordinary: the general way says what is wrong
-                result = store.put_messages(build_batch_inners(
-                    h.topic, queue_id, items, sys_flag=h.sys_flag, born_timestamp=born,
-                    born_host=conn.remote_addr, reconsume_times=h.reconsume_times))
-        self._count(h.topic, result, started)
-        return self._reply(conn, cmd, self._response(cmd, result, queue_id), result)
-
-    def _response(
-        self, cmd: RemotingCommand, result: PutMessageResult, queue_id: int,
-        transaction_id: str | None = None,
-    ) -> RemotingCommand:
-        code, remark = PUT_STATUS_TO_CODE.get(
-            result.put_message_status, (ResponseCode.SYSTEM_ERROR, "unknown store status")
-        )
-        if result.detail and code != ResponseCode.SUCCESS:
-            remark = f"{remark}: {result.detail}"
-        if self.controller.message_store.disk_full and code == ResponseCode.SERVICE_NOT_AVAILABLE:
-            remark = (f"the broker[{self.config.broker_name}] disk is full (over "
-                      f"{self.config.disk_space_warning_level_ratio}% used): writes refused, reads served")
-        ar = result.append_result
-        if code != ResponseCode.SUCCESS and code not in (
-            ResponseCode.FLUSH_DISK_TIMEOUT,
-            ResponseCode.FLUSH_SLAVE_TIMEOUT,
-            ResponseCode.SLAVE_NOT_AVAILABLE,
-        ):
-            return cmd.response(code, remark)
-        if ar is None:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, "store returned no append result")
-        header = SendMessageResponseHeader(ar.msg_id, queue_id, ar.logics_offset, transaction_id)
+    def _response(self, cmd: RemotingCommand, out: SendOutcome) -> RemotingCommand:
+        code = SEND_STATUS_TO_CODE[out.status]
+        if out.msg_id is None:  # nothing stored
+            return cmd.response(code, out.remark)
+        header = SendMessageResponseHeader(out.msg_id, out.queue_id, out.queue_offset,
+                                           out.transaction_id)
         fields = header.to_fields()
         fields.update(self._trace_fields)  # MSG_REGION, TRACE_ON (as RocketMQ's)
-        return cmd.response(code, remark, ext_fields=fields)
+        return cmd.response(code, out.remark, ext_fields=fields)
 
-    def _reply(
-        self, conn: RemotingConnection, cmd: RemotingCommand, response: RemotingCommand,
-        result: PutMessageResult,
-    ) -> RemotingCommand | None:
+    def _answer(self, conn: RemotingConnection, cmd: RemotingCommand, out: SendOutcome,
+                response: RemotingCommand) -> RemotingCommand | None:
         """The response now, or None when it is answered once the waiters it
         joined are done (SYNC_FLUSH: the fsync; SYNC_MASTER: a slave's ack).
         A oneway send joins the waiters too (its bytes are flushed like any
         other's) and is never answered.
 
-        What a put left undispatched (``defer=True``) is indexed after the
-        answer is written: it is off the send's critical path, and a
-        SYNC_FLUSH's indexing does not compete with its fsync (dispatching
-        while the fsync ran made single sends slower). Until then the
-        records are in the commit log only; any put dispatches them first."""
-        store = self.controller.message_store
-        commit = self.controller.group_commit
-        sync_master = self.config.broker_role is BrokerRole.SYNC_MASTER
-        ar = result.append_result
-        if (commit is None and not sync_master) or response.code != ResponseCode.SUCCESS \
-                or ar is None:
-            conn.after_answers(store.dispatch_deferred)
+        What a put left undispatched is indexed after the answer is written
+        (SendService.after_answer)."""
+        if out.waiters is None:
+            if out.put:
+                conn.after_answers(self._after_answer)
             return response
-        end = ar.wrote_offset + ar.wrote_bytes
-        waiters = [commit.wait(end)] if commit is not None else []
-        if sync_master:  # a slave must hold it too (GroupTransferService)
-            waiters.append(self.controller.ha_service.wait_slave(end))
-        answer_when_done(conn, response, waiters, send=not cmd.is_oneway,
-                         then=store.dispatch_deferred)
+        answer_when_done(conn, response, out.waiters, send=not cmd.is_oneway,
+                         then=self._after_answer)
         return None
 
 

@@ -147,6 +147,8 @@ def wire_int(value: object, message: str) -> int:
     """An integer header value that came as text (RocketMQ's format sends every
     header value as a string: "12", "-1"); RemoteProtocolError otherwise."""
     if isinstance(value, str) and 0 < len(value) <= 24:
+        if value.isdigit() and value.isascii():  # the usual form ("12"): no sign, no space
+            return int(value)
         text = value.strip()
         digits = text[1:] if text[:1] in ("-", "+") else text
         if digits.isascii() and digits.isdigit():  # not "1_0", not other scripts' digits
@@ -158,6 +160,10 @@ def wire_bool(value: object, message: str) -> bool:
     """A boolean header value that came as text or a number: "true"/"false"
     (Java's clients), "1"/"0" (the C++ client), 1/0."""
     if isinstance(value, str):
+        if value == "false":  # the usual forms (Java's clients, a signed request's)
+            return False
+        if value == "true":
+            return True
         text = value.strip().lower()
         if text in ("true", "1"):
             return True

@@ -49,6 +49,7 @@ from broker.long_polling import (
     DEFAULT_MAX_HELD_PER_CONNECTION,
     PullRequestHoldService,
 )
+from broker.service.types import LiveRole
 from broker.store import GetMessageStatus
 from broker.store.message_store import MAX_FILTER_SCAN, RecordFilter
 from broker.store.status import GetMessageResult
@@ -167,14 +168,13 @@ class PullWaiter(Protocol):
 
 
 class PullSettings(Protocol):
-    """Read on each pull: an admin may change them while the broker runs."""
+    """Read on each pull: an admin may change them while the broker runs (the
+    role is read from the live role, ``LiveRole``)."""
 
     @property
     def broker_name(self) -> str: ...
     @property
     def broker_permission(self) -> int: ...
-    @property
-    def is_slave(self) -> bool: ...
     @property
     def slave_read_enable(self) -> bool: ...
     @property
@@ -258,12 +258,13 @@ def slave_outcome(
 class PullService:
     """Pulls and their long polling (``holds``), over narrow collaborators."""
 
-    def __init__(self, settings: PullSettings, groups: SubscriptionGroups, topics: Topics,
-                 consumers: Consumers, filters: SqlFilters, store: PullStore,
+    def __init__(self, settings: PullSettings, role: LiveRole, groups: SubscriptionGroups,
+                 topics: Topics, consumers: Consumers, filters: SqlFilters, store: PullStore,
                  offsets: OffsetCommits, stats: GetStats, *,
                  max_held: int = DEFAULT_MAX_HELD,
                  max_held_per_connection: int = DEFAULT_MAX_HELD_PER_CONNECTION) -> None:
         self.settings = settings
+        self.role = role
         self.groups = groups
         self.topics = topics
         self.consumers = consumers
@@ -373,7 +374,7 @@ class PullService:
             req.group, req.topic, req.queue_id, req.queue_offset, req.max_msg_nums,
             how.tag_codes, how.record_filter, how.max_scan,
         )
-        slave = settings.is_slave
+        slave = self.role.is_slave
         commit = req.commit_offset
         if commit is not None and commit >= 0 and not slave:
             self.offsets.commit_offset(req.group, req.topic, req.queue_id, commit)

@@ -530,3 +530,94 @@ def test_watcher_without_a_good_file_yet() -> None:
 def test_a_secret_key_of_six_characters_is_enough() -> None:
     config = parse_plain_acl("accounts:\n  - {accessKey: AK000001, secretKey: '123456'}\n")
     assert config.accounts["AK000001"].secret_key == "123456"
+
+
+# ---------------------------------------------------------------- remembered decisions
+
+_CACHE_REQUESTS: list[tuple[int, dict[str, object]]] = [
+    (RequestCode.SEND_MESSAGE, {"topic": "TopicA"}),
+    (RequestCode.SEND_MESSAGE, {"topic": "Denied"}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "OnlySub"}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "%RETRY%BadGroup"}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "RMQ_SYS_TRACE_TOPIC"}),
+    (RequestCode.SEND_BATCH_MESSAGE, {"b": "Secret"}),
+    (RequestCode.PULL_MESSAGE, {"topic": "OnlySub", "consumerGroup": "CG"}),
+    (RequestCode.PULL_MESSAGE, {"topic": "OnlySub", "consumerGroup": "BadGroup"}),
+    (RequestCode.PULL_MESSAGE, {"topic": "Secret"}),
+    (RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "CG", "topic": "Denied"}),
+    (RequestCode.GET_MAX_OFFSET, {"topic": "Secret"}),
+    (RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "X"}),
+    (RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Denied"}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": True}),  # True == 1 as keys: the names differ
+    (RequestCode.SEND_MESSAGE_V2, {"b": 1}),
+    (RequestCode.SEND_MESSAGE_V2, {"b": "1"}),
+    (RequestCode.SEND_MESSAGE_V2, {}),
+]
+_CACHE_CASES = [(code, {**fields, "AccessKey": key})
+                for key in ("pubOnly1", "subOnly1", "mixed001", "admin001", "admin002")
+                for code, fields in _CACHE_REQUESTS]
+
+
+def test_remembered_decisions_are_the_computed_ones() -> None:
+    warm = parse_plain_acl(ACL)
+    for _ in range(2):  # the second pass answers from the cache
+        for code, fields in _CACHE_CASES:
+            got = warm.decide(code, fields, None, HOST, _good)
+            assert got == parse_plain_acl(ACL).decide(code, fields, None, HOST, _good), \
+                (code, fields)
+    assert 0 < len(warm._decisions) <= len(_CACHE_CASES)
+    # the names as RocketMQ reads them, so True and 1 (equal as Python keys) stay apart
+    assert required_resources(RequestCode.SEND_MESSAGE_V2, {"b": True}, None)[0].resource \
+        == "true"
+
+
+def test_remembered_decision_still_needs_the_signature(acl: AclConfig) -> None:
+    fields = _send("TopicA")
+    assert acl.decide(RequestCode.SEND_MESSAGE, fields, None, HOST, _good).allowed
+    calls: list[str] = []
+
+    def wrong(secret: str) -> bool:
+        calls.append(secret)
+        return False
+
+    d = acl.decide(RequestCode.SEND_MESSAGE, fields, None, HOST, wrong)
+    assert not d.allowed and d.remark == SIGNATURE_REFUSED and calls == ["secret-pub"]
+
+
+def test_reloaded_accounts_decide_afresh() -> None:
+    watcher = AclWatcher()
+    assert watcher.load(ACL, 1.0) is None
+    assert watcher.config is not None
+    fields = _send("TopicA")
+    assert watcher.config.decide(RequestCode.SEND_MESSAGE, fields, None, HOST, _good).allowed
+    denied = ACL.replace("defaultTopicPerm: PUB\n", "defaultTopicPerm: DENY\n", 1)
+    assert denied != ACL
+    assert watcher.load(denied, 2.0) is None
+    d = watcher.config.decide(RequestCode.SEND_MESSAGE, fields, None, HOST, _good)
+    assert not d.allowed and "topic=TopicA: PUB needed" in d.remark
+
+
+def test_heartbeats_are_decided_each_time(acl: AclConfig) -> None:
+    fields = {"AccessKey": "mixed001"}
+    assert acl.decide(RequestCode.HEART_BEAT, fields, _heartbeat("CG", "T1"), HOST,
+                      _good).allowed
+    assert not acl.decide(RequestCode.HEART_BEAT, fields, _heartbeat("CG", "Denied"), HOST,
+                          _good).allowed
+    assert not acl._decisions  # the body names the resources: nothing remembered
+
+
+def test_remembered_decisions_are_bounded(acl: AclConfig, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    from acl import plain
+
+    monkeypatch.setattr(plain, "DECISION_CACHE_ENTRIES", 8)
+    for i in range(20):
+        assert acl.decide(RequestCode.SEND_MESSAGE, _send(f"T{i}"), None, HOST, _good).allowed
+        assert 0 < len(acl._decisions) <= 8
+    # a name longer than any valid one is decided, never remembered
+    acl._decisions.clear()
+    long = "T" * (plain.CACHED_NAME_MAX + 1)
+    assert acl.decide(RequestCode.SEND_MESSAGE, _send(long), None, HOST, _good).allowed
+    assert not acl._decisions
+    assert acl.decide(RequestCode.SEND_MESSAGE, _send(long[:-1]), None, HOST, _good).allowed
+    assert len(acl._decisions) == 1

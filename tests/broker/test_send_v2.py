@@ -16,10 +16,10 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker import send_processor
 from broker.config import BrokerConfig, BrokerRole, FlushDiskType
 from broker.controller import BrokerController
 from broker.message_rewrite import build_batch_inners, build_inner
+from broker.service import send as send_service
 from broker.store.commit_log import SCHEDULE_TOPIC
 from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.batch import encode_batch
@@ -322,9 +322,9 @@ def test_single_sends_store_what_the_general_path_stores(
     of one (CommitLog.put_batch); with DELAY_PROBE emptied every send takes the
     general path instead. Both brokers answer alike and hold the same bytes."""
     logs = []
-    for probe in (send_processor.DELAY_PROBE, ""):
+    for probe in (send_service.DELAY_PROBE, ""):
         with tempfile.TemporaryDirectory() as tmp, \
-                mock.patch.object(send_processor, "DELAY_PROBE", probe), \
+                mock.patch.object(send_service, "DELAY_PROBE", probe), \
                 mock.patch("broker.store.commit_log.time",
                            SimpleNamespace(time=lambda: 1_700_000_000.5)):
             c = BrokerController(BrokerConfig(

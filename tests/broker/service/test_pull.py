@@ -37,11 +37,16 @@ GROUP, TOPIC = "g", "T"
 class Settings:
     broker_name: str = "b"
     broker_permission: int = PERM_READ | PERM_WRITE
-    is_slave: bool = False
     slave_read_enable: bool = False
     enable_property_filter: bool = True
     long_polling_enable: bool = True
     long_polling_max_suspend_millis: int = 15_000
+
+
+@dataclass
+class LiveRole:
+    is_slave: bool = False
+    sync_master: bool = False
 
 
 @dataclass
@@ -86,6 +91,7 @@ class World:
     svc: PullService
     store: DefaultMessageStore
     settings: Settings
+    role: LiveRole
     groups: Groups
     topics: Topics
     consumers: Consumers
@@ -112,14 +118,14 @@ def request(offset: int = 0, **kw: object) -> PullRequest:
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
     store = open_store(make_config(tmp_path, cl_size=1 << 16, cq_entries=100))
-    settings, offsets, stats = Settings(), Offsets(), Stats()
+    settings, role, offsets, stats = Settings(), LiveRole(), Offsets(), Stats()
     groups = Groups({GROUP: SubscriptionGroupConfig(GROUP)})
     topics = Topics({TOPIC: TopicConfig(TOPIC, 1, 1)})
     consumers = Consumers()
-    svc = PullService(settings, groups, topics, consumers, ConsumerFilterManager(), store,
+    svc = PullService(settings, role, groups, topics, consumers, ConsumerFilterManager(), store,
                       offsets, stats, max_held=4, max_held_per_connection=2)
     store.dispatch_listeners.append(svc.holds.notify_message_arriving)
-    yield World(svc, store, settings, groups, topics, consumers, offsets, stats)
+    yield World(svc, store, settings, role, groups, topics, consumers, offsets, stats)
     store.shutdown()
 
 
@@ -163,11 +169,11 @@ def test_a_slave_never_moves_an_offset_nor_stores_a_commit(world: World) -> None
     world.put(2)
     assert answered(world.pull(9, commit_offset=1)).status is PullStatus.OFFSET_MOVED
     assert world.offsets.commits == [(GROUP, TOPIC, 0, 1)]
-    world.settings.is_slave = True
+    world.role.is_slave = True
     out = answered(world.pull(9, commit_offset=2))
     assert (out.status, out.next_begin_offset) == (PullStatus.RETRY_IMMEDIATELY, 9)
     assert world.offsets.commits == [(GROUP, TOPIC, 0, 1)]  # a slave stores none
-    world.settings.is_slave = False
+    world.role.is_slave = False
     answered(world.pull(0, commit_offset=-1))  # a negative commit is not stored
     assert world.offsets.commits == [(GROUP, TOPIC, 0, 1)]
 
