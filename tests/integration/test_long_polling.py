@@ -27,7 +27,7 @@ from protocol.trio.connection import RemotingConnection
 from protocol.trio.errors import RemotingConnectError
 from tests.integration.cluster import Cluster, free_port
 from tests.integration.test_metrics import scrape, value
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "PollTopic"
 
@@ -45,7 +45,7 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
     broker = cluster.broker("broker-a", ns.addr, metricsPort=metrics)
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1, write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
 
     async def held_pulls(n: int) -> bool:
         """The broker holds ``n`` pulls (its metrics' gauge)."""
@@ -69,7 +69,7 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(held_pull)
-            await wait_for(lambda: held_pulls(1), 10, "the pull held")
+            await wait_until(lambda: held_pulls(1), 10, "the pull held")
             assert "resp" not in got
             sent_at = time.monotonic()
             await producer.send(Message(TOPIC, b"wake up"))
@@ -84,7 +84,7 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(tagged_pull)
-            await wait_for(lambda: held_pulls(1), 10, "the tagged pull held")
+            await wait_until(lambda: held_pulls(1), 10, "the tagged pull held")
             await producer.send(Message(TOPIC, b"other", tags="TagA"))
             await trio.sleep(0.3)  # a wrong wake-up would answer it by now
             assert "tagged" not in got
@@ -145,7 +145,7 @@ async def crowd_topic(ns_addr: str, broker_addr: str) -> None:
     async with MQAdmin(ns_addr) as admin:
         await admin.create_topic(CROWD, broker_addr=broker_addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, CROWD), 10, "topic routed")
+        await wait_until(routed(admin, CROWD), 10, "topic routed")
 
 
 async def test_thousands_of_holds_for_other_tags_do_not_slow_sends(cluster: Cluster) -> None:
@@ -240,6 +240,6 @@ async def test_a_pull_over_the_bounds_is_answered_at_once(cluster: Cluster) -> N
 
                 async def c_can_hold() -> bool:
                     return await held_or_answered(pulls, "c", c, start)
-                await wait_for(c_can_hold, 20, "holds of the closed connection dropped")
+                await wait_until(c_can_hold, 20, "holds of the closed connection dropped")
                 assert len(pulls.of("b")) == 1  # the refused one: b's 50 holds are still held
                 nursery.cancel_scope.cancel()

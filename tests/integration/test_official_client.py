@@ -51,7 +51,7 @@ from tests.integration.official_client import (
     load_error,
     message,
 )
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 _why = load_error()
 if _why is not None:
@@ -93,7 +93,7 @@ async def create_topic(env: Env, topic: str, queues: int = 4, brokers: tuple[str
             except Exception:
                 return False
             return {qd.broker_name for qd in route.queue_datas} == set(names)
-        await wait_for(routed, 15, f"{topic} routed on {names}")
+        await wait_until(routed, 15, f"{topic} routed on {names}")
 
 
 def sample(topic: str, i: int, src: str) -> dict[str, Any]:
@@ -133,7 +133,7 @@ async def stored(env: Env, topic: str) -> int:
 async def wait_stored(env: Env, topic: str, n: int) -> None:
     async def check() -> bool:
         return await stored(env, topic) >= n
-    await wait_for(check, 20, f"{n} messages stored in {topic}")
+    await wait_until(check, 20, f"{n} messages stored in {topic}")
     assert await stored(env, topic) == n
 
 
@@ -221,7 +221,7 @@ async def wait_lag_zero(env: Env, group: str, topic: str, timeout: float = 30.0
             rows = await admin.consume_stats(group, topic)
             return rows if rows and all(r["lag"] == 0 for r in rows) else None
         try:
-            rows: list[dict[str, Any]] = await wait_for(done, timeout, f"{group} lag 0 on {topic}",
+            rows: list[dict[str, Any]] = await wait_until(done, timeout, f"{group} lag 0 on {topic}",
                                                         interval=0.5)
         except AssertionError as e:
             raise AssertionError(f"{e}: {await admin.consume_stats(group, topic)}") from None
@@ -397,7 +397,7 @@ async def test_mixed_group_our_push_consumer_and_cpp_share_the_queues(env: Env, 
                     except Exception:
                         return False
                     return sum(len(b["connectionSet"]) for b in conns) == 2
-                await wait_for(two_members, 30, "both clients in the group")
+                await wait_until(two_members, 30, "both clients in the group")
 
             def mine() -> set[int]:
                 return {mq.queue_id for mq in sdk.assigned_queues() if mq.topic == topic}
@@ -432,7 +432,7 @@ async def test_mixed_group_our_push_consumer_and_cpp_share_the_queues(env: Env, 
             async def all_consumed() -> bool:
                 return len(real_ours()) + len(real(cpp.records())) >= 2 * n
             try:
-                await wait_for(all_consumed, 60, "every message consumed by the group")
+                await wait_until(all_consumed, 60, "every message consumed by the group")
             except AssertionError as e:
                 raise AssertionError(f"{e}: ours {len(real_ours())}, C++ "
                                      f"{len(real(cpp.records()))}\n{cpp.diagnostics()}") from None

@@ -27,7 +27,7 @@ from client import (
 )
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for, wait_until_sync
+from tests.waits import routed, wait_until, wait_until_sync
 
 TOPIC = "PushTopic"
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -43,12 +43,12 @@ async def two_brokers(cluster: Cluster, queues: int = 8, **props: Any) -> tuple[
         for b in brokers:
             await admin.create_topic(TOPIC, broker_addr=b.addr, read_queue_nums=queues,
                                      write_queue_nums=queues)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
 
         async def both() -> bool:
             route = await admin.topic_route(TOPIC)
             return len(route.queue_datas) == 2
-        await wait_for(both, 10, "both brokers routed")
+        await wait_until(both, 10, "both brokers routed")
     return ns, brokers
 
 
@@ -95,7 +95,7 @@ async def test_clustering_members_join_and_leave_lose_nothing(cluster: Cluster) 
         await trio.sleep(0.01)
 
     await produce(ns, bodies, between=membership)
-    await wait_for(lambda: _true(len(seen) >= n), 60, "every message consumed", interval=0.2)
+    await wait_until(lambda: _true(len(seen) >= n), 60, "every message consumed", interval=0.2)
     assert set(seen) == set(bodies)
     duplicates = sum(seen.values()) - n
     assert duplicates <= 2000, f"{duplicates} duplicates"
@@ -104,7 +104,7 @@ async def test_clustering_members_join_and_leave_lose_nothing(cluster: Cluster) 
     async def split_between_c2_c3() -> bool:
         a, b = set(c2.assigned_queues()), set(c3.assigned_queues())
         return not (a & b) and len({q for q in a | b if q.topic == TOPIC}) == 16
-    await wait_for(split_between_c2_c3, 15, "the two remaining members to split the queues")
+    await wait_until(split_between_c2_c3, 15, "the two remaining members to split the queues")
     await c2.shutdown()
     await c3.shutdown()
     async with MQAdmin(ns.addr) as admin:
@@ -139,7 +139,7 @@ async def test_broadcasting_every_member_gets_everything(cluster: Cluster, tmp_p
     bodies = [b"b%d" % i for i in range(2000)]
     await produce(ns, bodies, batch=50)
     for name in got:
-        await wait_for(lambda name=name: _true(len(got[name]) >= 2000), 30, f"{name} got all")
+        await wait_until(lambda name=name: _true(len(got[name]) >= 2000), 30, f"{name} got all")
         assert set(got[name]) == set(bodies)
         assert all(v == 1 for v in got[name].values())
     for c in consumers:
@@ -163,7 +163,7 @@ async def test_broadcasting_every_member_gets_everything(cluster: Cluster, tmp_p
     c.register_message_listener(lambda msgs, ctx: again.update(m.body for m in msgs) or SUCCESS)
     async with c:
         await produce(ns, [b"late"])
-        await wait_for(lambda: _true(b"late" in again), 15, "the new message")
+        await wait_until(lambda: _true(b"late" in again), 15, "the new message")
     assert list(again) == [b"late"]
 
 
@@ -191,7 +191,7 @@ async def test_retry_after_failures_then_dead_letter(cluster: Cluster) -> None:
     c.register_message_listener(listener)
     async with c:
         await produce(ns, [b"ok", b"flaky", b"poison"], batch=1)
-        await wait_for(lambda: _true(attempts[b"flaky"] >= 3 and attempts[b"poison"] >= 4), 40,
+        await wait_until(lambda: _true(attempts[b"flaky"] >= 3 and attempts[b"poison"] >= 4), 40,
                        "retries")
         await trio.sleep(2.5)  # nothing more comes once they are done
     assert attempts[b"ok"] == 1
@@ -247,7 +247,7 @@ async def test_orderly_keeps_queue_order_across_a_rebalance(cluster: Cluster) ->
                 await o2.start()  # rebalance mid-stream
             await producer.send(Message(TOPIC, b"%s-%d" % (mq.broker_name.encode(), seq[mq])), mq)
             seq[mq] += 1
-    await wait_for(lambda: _true(sum(len(v) for v in per_queue.values()) >= n), 60,
+    await wait_until(lambda: _true(sum(len(v) for v in per_queue.values()) >= n), 60,
                    "everything consumed", interval=0.2)
     await o1.shutdown()
     await o2.shutdown()
@@ -285,7 +285,7 @@ async def test_orderly_failure_suspends_and_retries_locally(cluster: Cluster) ->
         mq = (await producer.fetch_publish_message_queues(TOPIC))[0]
         for i in range(5):
             await producer.send(Message(TOPIC, str(i).encode()), mq)
-        await wait_for(lambda: _true(len(order) >= 5), 20, "all five")
+        await wait_until(lambda: _true(len(order) >= 5), 20, "all five")
     assert order == [b"0", b"1", b"2", b"3", b"4"] and failures[b"2"] == 2
 
 
@@ -307,7 +307,7 @@ async def test_flow_control_bounds_the_cache(cluster: Cluster) -> None:
     c.register_message_listener(slow)
     await produce(ns, [b"x%d" % i for i in range(600)], batch=100)
     async with c:
-        await wait_for(lambda: _true(done >= 600), 30, "all consumed")
+        await wait_until(lambda: _true(done >= 600), 30, "all consumed")
     assert 50 <= peak <= 50 + 16, peak
 
 
@@ -320,7 +320,7 @@ async def test_consume_from_last_offset_skips_history(cluster: Cluster) -> None:
     c.register_message_listener(lambda msgs, ctx: got.extend(m.body for m in msgs) or SUCCESS)
     async with c:
         await produce(ns, [b"new"])
-        await wait_for(lambda: _true(bool(got)), 15, "the new message")
+        await wait_until(lambda: _true(bool(got)), 15, "the new message")
         await trio.sleep(0.3)
     assert got == [b"new"]
 
@@ -334,7 +334,7 @@ async def test_tag_filter_on_push_consumer(cluster: Cluster) -> None:
     for tag in ("TagA", "TagB", "TagC", "TagB"):
         await produce(ns, [tag.encode()] * 10, batch=10, tags=tag)
     async with c:
-        await wait_for(lambda: _true(len(got) >= 20), 15, "tagged messages")
+        await wait_until(lambda: _true(len(got) >= 20), 15, "tagged messages")
         await trio.sleep(0.3)
     assert sorted(set(got)) == ["TagA", "TagC"] and len(got) == 20  # type: ignore[type-var]
 
