@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import trio
 
 from client.admin import MQAdmin, MQAdminError
+from client.consumer_core import ConsumerCore
+from protocol.message import MessageQueue
 
 INTERVAL = 0.05
 _NOTHING = object()
@@ -100,4 +102,85 @@ def routed(admin: MQAdmin, topic: str) -> Callable[[], Awaitable[bool]]:
             return True
         except MQAdminError:
             return False
+    return check
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What is still on its way: truthy (quiet) once nothing is; its repr lists it."""
+
+    items: tuple[str, ...]
+
+    def __bool__(self) -> bool:
+        return not self.items
+
+    def __repr__(self) -> str:
+        return "nothing" if not self.items else "still waiting: " + "; ".join(self.items[:12])
+
+
+SCHEDULE_OFFSET = "scheduleMessageOffset_"
+
+
+async def delay_levels(admin: MQAdmin, brokers: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Every delay level of ``brokers``: (delivered, max offset) of its schedule
+    queue (brokerStatus' ``scheduleMessageOffset_<level>``)."""
+    levels: dict[str, tuple[int, int]] = {}
+    for addr in brokers:
+        for key, value in (await admin.broker_runtime_info(addr)).items():
+            if key.startswith(SCHEDULE_OFFSET):
+                done, top = (int(x) for x in str(value).split(","))
+                levels[f"{addr} {key.removeprefix(SCHEDULE_OFFSET)}"] = (done, top)
+    return levels
+
+
+def _undelivered(levels: dict[str, tuple[int, int]]) -> list[str]:
+    return [f"delay level {k}: {done} of {top} delivered"
+            for k, (done, top) in levels.items() if done < top]
+
+
+def delays_delivered(admin: MQAdmin, brokers: Sequence[str]) -> Callable[[], Awaitable[Waiting]]:
+    """A predicate: no delayed message (delay level, retry back-off) waits on ``brokers``."""
+    async def check() -> Waiting:
+        return Waiting(tuple(_undelivered(await delay_levels(admin, brokers))))
+    return check
+
+
+def consumed_all(admin: MQAdmin, group: str, consumers: Sequence[ConsumerCore],
+                 brokers: Sequence[str]) -> Callable[[], Awaitable[Waiting]]:
+    """A predicate for "nothing more will reach ``group``'s listeners", to wait on
+    before asserting that something did *not* arrive (no duplicate, no redelivery).
+    It holds when two looks in a row see
+
+    - every queue of the group's topics (its retry topic too) held by one of
+      ``consumers`` at the queue's max offset (consume stats) with nothing
+      cached: everything stored was consumed (or filtered out);
+    - no delayed message (a retry's back-off) waiting on ``brokers``;
+    - and not one of those figures changed in between. Each is read at another
+      moment; none changing means all held at once, between the two looks.
+
+    A failed message is sent back (stored) before its offset moves and a re-put
+    moves a delay level and a retry queue together, so a retry on its way
+    always shows. Stateful: make one per wait."""
+    last: list[object] = []
+
+    async def check() -> Waiting:
+        waiting: list[str] = []
+        held: dict[MessageQueue, int] = {}
+        for c in consumers:
+            held.update(c.offset_table())
+            waiting += [f"{mq}: {pq.msg_count} cached" for mq, pq
+                        in list(c.process_queue_table.items()) if not pq.is_empty()]
+        tops: dict[MessageQueue, int] = {}
+        for row in await admin.consume_stats(group):
+            mq = MessageQueue(row["topic"], row["brokerName"], row["queueId"])
+            tops[mq] = top = row["brokerOffset"]
+            if held.get(mq, 0) < top:
+                waiting.append(f"{mq}: consumed to {held.get(mq)} of {top}")
+        levels = await delay_levels(admin, brokers)
+        waiting += _undelivered(levels)
+        seen = (held, tops, levels)
+        if not waiting and last != [seen]:
+            waiting.append("a second look with nothing changed")
+        last[:] = [seen]
+        return Waiting(tuple(waiting))
     return check

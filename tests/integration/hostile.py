@@ -250,7 +250,7 @@ class Guard:
             await admin.create_topic(topic, broker_addr=self.broker.addr,
                                      read_queue_nums=1, write_queue_nums=1)
             await wait_until(routed(admin, topic), TIMEOUT,
-                           f"{topic} routed (the broker registers, the name server answers)")
+                             f"{topic} routed (the broker registers, the name server answers)")
         async with Producer("RTWellProducer", self.ns.addr) as p:
             r = await p.send(Message(topic, b"well"), timeout=TIMEOUT)
             assert r.send_status == SendStatus.SEND_OK
@@ -288,7 +288,7 @@ class Guard:
             return [m for m in await pull_all(self.broker.addr, DELAY_TOPIC) if m.body == body]
 
         got = await wait_until(arrived, 15, f"level-1 delayed message {body!r} delivered",
-                             interval=0.1)
+                               interval=0.1)
         assert len(got) == 1
 
     async def restart_broker(self) -> None:

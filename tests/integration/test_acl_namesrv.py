@@ -101,7 +101,7 @@ async def test_namesrv_acl(cluster: Cluster, tmp_path: Path) -> None:
     # a broker without brokerAccessKey cannot register (its routes never appear)
     cluster.broker("broker-unsigned", n)
     await wait_until(lambda: _logged(ns.log_text, "code=103"), TIMEOUT,
-                   "the unsigned registration refused")
+                     "the unsigned registration refused")
     async with MQAdmin(n, credentials=READER) as admin:
         assert "broker-unsigned" not in str(await admin.cluster_info())
 
@@ -156,7 +156,7 @@ async def test_namesrv_acl(cluster: Cluster, tmp_path: Path) -> None:
         # a broken file keeps the accounts in force
         write(acl, "accounts: [ {accessKey: x\n")
         await wait_until(lambda: _logged(ns.log_text, "ACL file not reloaded"), TIMEOUT,
-                       "the broken file's reload refused")
+                         "the broken file's reload refused")
         resp = await rc.invoke(n, route_request(), TIMEOUT)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
 

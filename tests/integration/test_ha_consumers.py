@@ -210,7 +210,7 @@ async def test_push_consumers_finish_from_the_slave_and_go_on_with_the_master(
             async def consumed(bodies: list[bytes]) -> bool:
                 return all(seen[b] for b in bodies)
             await wait_until(lambda: consumed(backlog + during), 60,
-                           "the backlog consumed with broker-a's master dead")
+                             "the backlog consumed with broker-a's master dead")
             # the offsets committed meanwhile are on the slave
             slave_max = await max_offsets(slave.addr)
             await wait_committed(slave.addr, group, slave_max,
@@ -231,7 +231,7 @@ async def test_push_consumers_finish_from_the_slave_and_go_on_with_the_master(
             where = await send_all(producer, after)
             assert where["broker-a"] > 0, where
             await wait_until(lambda: consumed(after), 60,
-                           "messages sent after the master's return consumed")
+                             "messages sent after the master's return consumed")
             # quiet: the returned master holds offsets at its queues' ends
             # (written there again by the consumers), so nothing more comes back
             await wait_committed(master.addr, group, await max_offsets(master.addr),

@@ -86,7 +86,10 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
             nursery.start_soon(tagged_pull)
             await wait_until(lambda: held_pulls(1), 10, "the tagged pull held")
             await producer.send(Message(TOPIC, b"other", tags="TagA"))
-            await trio.sleep(0.3)  # a wrong wake-up would answer it by now
+            # its arrival was seen (the max offset counts it) and no wake-up answered
+            # the held pull: that answer would have come first on this connection
+            assert await max_offset(conn, TOPIC) == 2
+            await trio.testing.wait_all_tasks_blocked()
             assert "tagged" not in got
             assert await held_pulls(1)
             await producer.send(Message(TOPIC, b"mine", tags="TagB"))
@@ -109,12 +112,13 @@ def crowd_pull(offset: int, tags: str, suspend_ms: int = HOLD_MS) -> RemotingCom
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, h.to_fields())
 
 
-async def max_offset(conn: RemotingConnection) -> int:
-    """GET_MAX_OFFSET of the crowd queue. Also a marker: a connection's requests
-    are handled in order, so once it is answered every pull sent before it on
-    ``conn`` was held or answered."""
+async def max_offset(conn: RemotingConnection, topic: str = CROWD) -> int:
+    """GET_MAX_OFFSET of the topic's queue 0. Also a marker: a connection's
+    requests are handled in order, so once it is answered every pull sent
+    before it on ``conn`` was held or answered, and so was every held pull a
+    message stored before it (its arrival dispatched) would wake."""
     r = await conn.invoke(RemotingCommand.request(
-        RequestCode.GET_MAX_OFFSET, GetMaxOffsetRequestHeader(CROWD, 0).to_fields()), 30)
+        RequestCode.GET_MAX_OFFSET, GetMaxOffsetRequestHeader(topic, 0).to_fields()), 30)
     assert r.code == ResponseCode.SUCCESS, r
     return OffsetResponseHeader.from_fields(r.ext_fields).offset
 

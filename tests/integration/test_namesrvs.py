@@ -149,7 +149,7 @@ async def test_our_clients_keep_going_while_two_of_three_name_servers_die(three:
                 assert r.message_queue.topic == topic
                 seen = len(traffic.acked)
                 await wait_until(partial(_at_least, traffic, seen + 100), 30,
-                               f"traffic after kill {round_}")
+                                 f"traffic after kill {round_}")
             traffic.stop.set()
         await wait_until(lambda: _ready(traffic.all_received()), 30, "every acked message received")
         # the consumer's own lookups (route refresh, retry topic) went on too
@@ -297,7 +297,7 @@ async def test_the_official_cpp_client_keeps_going_while_two_die(three: Three, t
                     before = len(sends.acked())
                     victim.kill()
                     await wait_until(partial(_acked_at_least, sends, before + 50), 60,
-                                   f"C++ sends after {victim.name} died")
+                                     f"C++ sends after {victim.name} died")
             finally:
                 sends.stop.set()
                 await trio.to_thread.run_sync(sends.thread.join, 60)

@@ -222,7 +222,7 @@ async def wait_lag_zero(env: Env, group: str, topic: str, timeout: float = 30.0
             return rows if rows and all(r["lag"] == 0 for r in rows) else None
         try:
             rows: list[dict[str, Any]] = await wait_until(done, timeout, f"{group} lag 0 on {topic}",
-                                                        interval=0.5)
+                                                          interval=0.5)
         except AssertionError as e:
             raise AssertionError(f"{e}: {await admin.consume_stats(group, topic)}") from None
     return rows

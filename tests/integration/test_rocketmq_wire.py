@@ -738,7 +738,7 @@ async def test_bad_input_in_rocketmq_format(daemons: Daemons) -> None:
 
         before = good_sent
         await wait_until(at_least(lambda: good_sent - before, 3), TIMEOUT,
-                       "the msgpack client still served")
+                         "the msgpack client still served")
         stop.set()
     assert daemons.broker.proc is not None and daemons.broker.proc.poll() is None
     assert daemons.ns.proc is not None and daemons.ns.proc.poll() is None
