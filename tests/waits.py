@@ -54,11 +54,10 @@ async def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
 
 
 def wait_until_sync(predicate: Callable[[], Any], timeout: float, what: str,
-                    interval: float = INTERVAL,
-                    give_up: Callable[[], str | None] | None = None) -> Any:
-    """``wait_until`` outside trio (blocking clients, subprocesses). ``give_up``,
-    asked after each falsy round, returns a reason to fail at once (a child
-    process that exited) or None to keep waiting."""
+                    interval: float = INTERVAL, check: Callable[[], None] | None = None) -> Any:
+    """``wait_until`` outside trio (blocking clients, child processes). ``check``,
+    called after each falsy round, raises to stop waiting at once (a child
+    process that exited)."""
     deadline = time.monotonic() + timeout
     last: object = _NOTHING
     while True:
@@ -66,10 +65,8 @@ def wait_until_sync(predicate: Callable[[], Any], timeout: float, what: str,
         if value:
             return value
         last = value
-        if give_up is not None:
-            reason = give_up()
-            if reason is not None:
-                raise AssertionError(f"gave up waiting for {what}: {reason} (last value {last!r:.500})")
+        if check is not None:
+            check()
         if time.monotonic() >= deadline:
             raise _failure(what, timeout, last)
         time.sleep(interval)

@@ -167,8 +167,18 @@ async def probe_until(env: Env, topic: str, receivers: dict[str, Callable[[], li
     """Send probe rounds (one probe to every queue of ``topic``) until ``ready``
     holds for ``clean_rounds`` rounds in a row; ``ready`` gets, for one round,
     queue -> Counter(receiver name -> probes received). ``receivers`` give the
-    bodies each consumer received so far. Returns the number of probes sent."""
+    bodies each consumer received so far. A round counts once the next one is
+    in too and it still holds then: a duplicate (a queue two consumers pull)
+    has the next round's time to show. Returns the number of probes sent."""
     sent = 0
+
+    def complete(rnd: int) -> bool:
+        return len(probes_of(receivers, rnd)) >= len(mqs)
+
+    def clean(rnd: int) -> bool:
+        seen = probes_of(receivers, rnd)
+        return len(seen) == len(mqs) and ready(seen)
+
     async with Producer("official-probe-producer", env.ns) as producer:
         mqs = await producer.fetch_publish_message_queues(topic)
         good = 0
@@ -182,12 +192,10 @@ async def probe_until(env: Env, topic: str, receivers: dict[str, Callable[[], li
                                                     properties={"probe": "1"}), mq)
                     assert r.send_status == SendStatus.SEND_OK
                     sent += 1
-                with trio.move_on_after(2.0):
-                    while len(probes_of(receivers, rnd)) < len(mqs):
-                        await trio.sleep(0.05)
-                await trio.sleep(0.3)  # a duplicate of this round would show by now
-                seen = probes_of(receivers, rnd)
-                good = good + 1 if len(seen) == len(mqs) and ready(seen) else 0
+                with trio.move_on_after(2.0):  # a round whose probes do not all come is not clean
+                    await wait_until(functools.partial(complete, rnd), timeout,
+                                     f"probe round {rnd} received")
+                good = good + 1 if rnd > 1 and clean(rnd - 1) and clean(rnd) else 0
             return sent
     raise AssertionError(f"timed out after {timeout}s probing {topic}: the consumers never held "
                          f"their queues (last round {rnd})")

@@ -101,13 +101,15 @@ async def test_official_client_signs_and_a_wrong_secret_is_refused(
         c.wait_event("started")
 
         async def probe_received() -> bool:
+            if any(r.get("body") == "probe" for r in c.records()):
+                return True
             async with Producer("acl_probe", n, credentials=ADMIN) as p:
                 await p.send(Message(TOPIC, b"probe"))
-            await trio.sleep(0.5)  # bounded by wait_until's timeout; gives the consumer a pull
-            return any(r.get("body") == "probe" for r in c.records())
+            return False
 
-        # a new C++ group starts at the queue's end: probes until one arrives
-        await wait_until(probe_received, 60, "the C++ consumer holding the queue")
+        # a new C++ group starts at the queue's end: a probe every 0.5 s until one
+        # arrives (each gives the consumer time for a pull)
+        await wait_until(probe_received, 60, "the C++ consumer holding the queue", interval=0.5)
         async with Producer("acl_after", n, credentials=ADMIN) as p:
             for i in range(N):
                 await p.send(Message(TOPIC, f"after-{i}".encode()))
