@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 
 from broker.store.ha.epochs import Epoch, LogView
 from broker.store.ha.transfer import (
@@ -141,7 +142,7 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(send_waiting)
-                await trio.sleep(0)  # the send goes out first
+                await trio.testing.wait_all_tasks_blocked()  # the send went out: it waits
                 assert await dropped(ha_port, hello(ADMIN, log=FORGED,
                                                     then=encode_report(10**15)))
             assert outcome == [SendStatus.SLAVE_NOT_AVAILABLE], outcome
