@@ -107,9 +107,8 @@ async def test_silent_connections_build_nothing_and_a_new_client_is_served(mode:
                 assert len(server.connections) == 1 and server.silent == QUEUED
                 assert server.per_host["127.0.0.1"] == 1
                 assert server.per_host["127.0.0.2"] == QUEUED // 200
-        with trio.fail_after(20):  # closed by their peers: nothing left behind
-            while server.silent or server.per_host:
-                await trio.sleep(0.01)
+        await wait_until(lambda: not (server.silent or server.per_host), 20,
+                         "nothing left behind once their peers closed them", interval=0.01)
         nursery.cancel_scope.cancel()
 
 
