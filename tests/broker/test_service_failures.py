@@ -28,6 +28,7 @@ from protocol.trio.errors import RemotingConnectError
 from tests.broker.fakes import FakeOwner
 from tests.broker.test_group_commit import submit
 from tests.broker.test_guarded_service import FakeLog
+from tests.waits import wait_until
 
 
 class FakeConn:
@@ -94,9 +95,7 @@ async def test_group_commit_survives_failing_fsyncs(
         await nursery.start(svc.run)
         state["written"] = 100
         submit(svc, conn, ok, 100)
-        with trio.fail_after(10):
-            while not conn.sent:
-                await trio.sleep(0.05)
+        await wait_until(lambda: conn.sent, 10, "a response sent")
         assert conn.sent[0].code == ResponseCode.SUCCESS
         assert svc.guard.failures == 3 and len(log.lines) == 1
         nursery.cancel_scope.cancel()
