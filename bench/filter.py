@@ -38,7 +38,7 @@ from client import Message, MessageSelector, Producer, PullConsumer
 from client.admin import MQAdmin
 from client.pull_result import PullStatus
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "BenchFilterTopic"
 SELECTORS: dict[str, MessageSelector] = {
@@ -115,7 +115,7 @@ async def bench(messages: int, queues: int, rounds: int) -> list[Figure]:
             async with MQAdmin(ns.addr) as admin:
                 await admin.create_topic(TOPIC, broker_addr=broker.addr,
                                          read_queue_nums=queues, write_queue_nums=queues)
-                await wait_for(routed(admin, TOPIC), 10, "topic routed")
+                await wait_until(routed(admin, TOPIC), 10, "topic routed")
             t0 = time.perf_counter()
             await produce(ns.addr, messages)
             click.echo(f"produced {messages} messages in {time.perf_counter() - t0:.1f} s")

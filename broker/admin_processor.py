@@ -236,6 +236,7 @@ class AdminBrokerProcessor:
             "haListenPort": c.ha_listen_port,
             "ha": c.ha_service.status(),
             **runtime_figures(c),
+            **c.schedule_service.running_stats(),
         }
         if not c.role.is_slave:
             tx = c.transaction_service.status()

@@ -47,7 +47,6 @@ from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.end_transaction_processor import EndTransactionProcessor
 from broker.group_commit import GroupCommitService
 from broker.ha_service import HAService
-from broker.long_polling import PullRequestHoldService
 from broker.metrics import BrokerCollector, broker_registry, frozen_registry
 from broker.ops_processor import (
     OpsProcessor,
@@ -63,6 +62,8 @@ from broker.queue_admin_processor import QueueAdminProcessor
 from broker.role import Role, RoleRunner, RoleState, services_key
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
+from broker.service.offsets import OffsetService
+from broker.service.pull import PullService
 from broker.service.send import SendService
 from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
@@ -147,8 +148,8 @@ class BrokerController:
         self.consumer_offset_manager = ConsumerOffsetManager(config)
         self.subscription_group_manager = SubscriptionGroupManager(config)
         self.message_store = DefaultMessageStore(config)
-        self.pull_processor = PullMessageProcessor(self)
-        self.consumer_manage_processor = ConsumerManageProcessor(self)
+        self.offset_service = OffsetService(self.consumer_offset_manager, self.message_store)
+        self.consumer_manage_processor = ConsumerManageProcessor(self.offset_service)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
         self.ops_processor = OpsProcessor(self)
@@ -190,12 +191,15 @@ class BrokerController:
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
         self.client_manage_processor = ClientManageProcessor(self)
-        self.pull_hold_service = PullRequestHoldService(
-            self.pull_processor.retry_held, config.broker_name,
-            read_tags=self.pull_processor.queue_tags_codes,
+        self.pull_service = PullService(
+            config, self.role, self.subscription_group_manager, self.topic_config_manager,
+            self.consumer_manager, self.consumer_filter_manager, self.message_store,
+            self.consumer_offset_manager, self.stats,
             max_held=config.max_held_pulls,
             max_held_per_connection=config.max_held_pulls_per_connection,
         )
+        self.pull_processor = PullMessageProcessor(self.pull_service)
+        self.pull_hold_service = self.pull_service.holds  # long polling
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving
         )

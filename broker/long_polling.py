@@ -17,20 +17,27 @@ not match costs nothing per message. Entries whose codes cannot be read (no
 reader, a read failure, a gap in the queue) match every hold waiting below
 them: never a missed wake-up, at worst a wasted re-run.
 
-Bounds: at most ``maxHeldPullsPerConnection`` holds per connection and
-``maxHeldPulls`` in all. A pull over a bound is not held: ``suspend`` says
-so and the pull is answered at once, empty, as if its suspend time were over,
-and the refusal is logged (rate-limited). A closed connection's holds (and
-its count) are dropped when the server reports the close.
+A hold is domain values only: the ``PullRequest`` and the ``PullWaiter``
+the transport supplied (broker/service/pull.py); a re-run answers through the
+waiter's callback, never a held connection and command.
 
-A held pull whose answer fails (the retry raises, the connection cannot take
-the response) is answered ``SYSTEM_ERROR`` when possible and dropped; the
-failure is logged (rate-limited) and never reaches the dispatcher that called
-``notify_message_arriving`` nor stops the service's task.
+Bounds: at most ``maxHeldPullsPerConnection`` holds per connection (the
+waiters' ``owner``) and ``maxHeldPulls`` in all. A pull over a bound is not
+held: ``suspend`` says so and the pull is answered at once, empty, as if its
+suspend time were over, and the refusal is logged (rate-limited). A closed
+connection's holds (and its count) are dropped when the server reports the
+close.
+
+A held pull whose answer fails (the retry raises, the waiter cannot take the
+answer) is failed through its waiter (``SYSTEM_ERROR`` on the remoting wire)
+when possible and dropped; the failure is logged (rate-limited) and never
+reaches the dispatcher that called ``notify_message_arriving`` nor stops the
+service's task.
 
 ``HoldIndex`` is the pure part (holds by queue and tags code, bounds,
 deadlines; time and offsets passed in); ``PullRequestHoldService`` is the trio
-edge that reads the consume queue, re-runs pulls and sends the answers.
+edge that reads the consume queue, re-runs pulls and hands the waiters
+their outcomes.
 """
 
 from __future__ import annotations
@@ -38,17 +45,18 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
 
-from protocol.codes import ResponseCode
-from protocol.command import RemotingCommand
 from protocol.names import shown
 from protocol.trio.service import Guard
+
+if TYPE_CHECKING:
+    from broker.service.pull import PullOutcome, PullRequest, PullWaiter
 
 # consume-queue entries whose tags codes are read for one notification step
 MAX_ENTRIES_PER_STEP = 1024
@@ -62,16 +70,10 @@ REFUSED_CONNECTION = "maxHeldPullsPerConnection"
 REFUSED_BROKER = "maxHeldPulls"
 
 
-class HoldConn(Protocol):
-    """What the hold service needs of a connection (RemotingConnection has it)."""
-
-    closed: bool
-
-    def send_response(self, response: RemotingCommand) -> None: ...
-
-
-# (conn, cmd, final) -> the response, or None to keep holding (final=False only)
-Retry = Callable[[Any, RemotingCommand, bool], RemotingCommand | None]
+# (request, final) -> the outcome, or None to keep holding (final=False only)
+Retry = Callable[["PullRequest", bool], "PullOutcome | None"]
+# the failure a waiter is told of when its held pull fails on the broker
+HELD_PULL_FAILED = "the held pull failed on the broker"
 # (topic, queue_id, first offset, at most) -> the tags codes of the consume-queue
 # entries from that offset on (fewer at the queue's end or at a gap)
 ReadTags = Callable[[str, int, int, int], Sequence[int]]
@@ -81,8 +83,8 @@ QueueKey = tuple[str, int]
 
 @dataclass(slots=True, eq=False)
 class HeldPull:
-    conn: HoldConn
-    cmd: RemotingCommand
+    waiter: PullWaiter
+    request: PullRequest
     offset: int  # the queue offset the pull asked for: it waits for an entry at or past it
     deadline: float
     topic: str = ""
@@ -158,14 +160,14 @@ class HoldIndex:
         self.max_held = max_held
         self.max_held_per_connection = max_held_per_connection
         self.queues: dict[QueueKey, QueueHolds] = {}
-        self.by_conn: dict[HoldConn, set[HeldPull]] = {}
+        self.by_owner: dict[Hashable, set[HeldPull]] = {}  # by the waiters' owners
         self.total = 0
         self._deadlines: list[tuple[float, int, HeldPull]] = []
         self._seq = itertools.count()
 
-    def refusal(self, conn: HoldConn) -> str | None:
-        """Which bound a new hold from ``conn`` would exceed, or None."""
-        if len(self.by_conn.get(conn, ())) >= self.max_held_per_connection:
+    def refusal(self, owner: Hashable) -> str | None:
+        """Which bound a new hold of ``owner`` would exceed, or None."""
+        if len(self.by_owner.get(owner, ())) >= self.max_held_per_connection:
             return REFUSED_CONNECTION
         if self.total >= self.max_held:
             return REFUSED_BROKER
@@ -175,7 +177,8 @@ class HoldIndex:
         """Hold ``hold`` unless a bound forbids it (then: which bound).
         ``max_offset`` is the queue's max offset its pull saw (entries below
         it are not new to it); default: the offset it waits for."""
-        refused = self.refusal(hold.conn)
+        owner = hold.waiter.owner
+        refused = self.refusal(owner)
         if refused is not None:
             return refused
         key = (hold.topic, hold.queue_id)
@@ -187,7 +190,7 @@ class HoldIndex:
             q.target = known
         hold.seq = next(self._seq)
         q.add(hold)
-        self.by_conn.setdefault(hold.conn, set()).add(hold)
+        self.by_owner.setdefault(owner, set()).add(hold)
         self.total += 1
         heapq.heappush(self._deadlines, (hold.deadline, hold.seq, hold))
         return None
@@ -203,17 +206,18 @@ class HoldIndex:
             q.remove(hold)
             if q.count <= 0:
                 del self.queues[key]
-        holds = self.by_conn.get(hold.conn)
+        owner = hold.waiter.owner
+        holds = self.by_owner.get(owner)
         if holds is not None:
             holds.discard(hold)
             if not holds:
-                del self.by_conn[hold.conn]
+                del self.by_owner[owner]
         self.total -= 1
         self._compact()
 
-    def drop_connection(self, conn: HoldConn) -> int:
-        """Forget every hold of ``conn``; how many there were."""
-        holds = self.by_conn.get(conn)
+    def drop_owner(self, owner: Hashable) -> int:
+        """Forget every hold of ``owner``; how many there were."""
+        holds = self.by_owner.get(owner)
         if not holds:
             return 0
         dropped = list(holds)
@@ -300,15 +304,16 @@ class PullRequestHoldService:
         """The queues with held pulls."""
         return self.index.queues
 
-    def suspend(self, topic: str, queue_id: int, offset: int, conn: HoldConn,
-                cmd: RemotingCommand, timeout_s: float,
+    def suspend(self, request: PullRequest, waiter: PullWaiter, timeout_s: float,
                 tag_codes: Collection[int] | None = None, max_offset: int | None = None) -> bool:
-        """Hold a pull that found nothing; False when it is not held (its
-        connection is closed, or a bound is reached: answer it now)."""
-        if conn.closed:
+        """Hold a pull that found nothing until an entry at or past its
+        offset may match it, or ``timeout_s``; False when it is not held (its
+        waiter is closed, or a bound is reached: answer it now)."""
+        if waiter.closed:
             return False
-        hold = HeldPull(conn, cmd, offset, trio.current_time() + timeout_s, topic, queue_id,
-                        None if tag_codes is None else frozenset(tag_codes))
+        topic, queue_id = request.topic, request.queue_id
+        hold = HeldPull(waiter, request, request.queue_offset, trio.current_time() + timeout_s,
+                        topic, queue_id, None if tag_codes is None else frozenset(tag_codes))
         refused = self.index.add(hold, max_offset)
         if refused is not None:
             self.refused += 1
@@ -334,9 +339,10 @@ class PullRequestHoldService:
             self._behind.add(key)
             self._wake_task()
 
-    def connection_closed(self, conn: HoldConn) -> None:
-        """The server's close callback: forget the connection's holds."""
-        self.index.drop_connection(conn)
+    def connection_closed(self, owner: Hashable) -> None:
+        """The server's close callback (``owner``: the connection, as its
+        waiters name it): forget its holds."""
+        self.index.drop_owner(owner)
 
     def _step(self, key: QueueKey) -> None:
         """Look at the next new entries of a queue; re-run the holds they match."""
@@ -354,7 +360,7 @@ class PullRequestHoldService:
         for hold in self.index.matched(key, start, end, codes):
             if hold.done:
                 continue
-            if hold.conn.closed:
+            if hold.waiter.closed:
                 self.index.remove(hold)
                 continue
             self.retries += 1
@@ -364,25 +370,24 @@ class PullRequestHoldService:
     def _answer(self, hold: HeldPull, final: bool) -> bool:
         """True when the hold is finished: answered, or failed and dropped."""
         try:
-            response = self.retry(hold.conn, hold.cmd, final)
-            if response is None:
+            outcome = self.retry(hold.request, final)
+            if outcome is None:
                 return False
-            hold.conn.send_response(response)
+            hold.waiter.answer(outcome)
         except Exception as exc:
             self.guard.failed(exc, "held pull failed, dropped", topic=shown(hold.topic),
                               queue_id=hold.queue_id, offset=hold.offset)
             try:
-                hold.conn.send_response(hold.cmd.response(
-                    ResponseCode.SYSTEM_ERROR, "the held pull failed on the broker"))
+                hold.waiter.fail(HELD_PULL_FAILED)
             except Exception:
-                pass  # the connection is gone or broken; the client times out and retries
+                pass  # the waiter is gone or broken; the client times out and retries
         return True
 
     def expire(self, now: float, limit: int | None = None) -> None:
         """Answer (empty) the held pulls whose deadline is ``now`` or earlier
         (at most ``limit`` of them)."""
         for hold in self.index.expire(now, limit):
-            if not hold.conn.closed:
+            if not hold.waiter.closed:
                 self._answer(hold, final=True)
 
     def catch_up(self) -> None:

@@ -112,6 +112,24 @@ class ScheduleMessageService:
         """Snapshot and write now, in the caller's thread."""
         write_snapshot_now(self, force)
 
+    def running_stats(self) -> dict[str, str]:
+        """brokerStatus' ``scheduleMessageOffset_<level>`` = ``"<delivered>,<max>"``
+        for each level with a schedule queue or an offset (RocketMQ's
+        buildRunningStats): the level's progress and its queue's max offset. Equal
+        numbers: nothing of that level waits any more (a re-put and its offset
+        move together). Progress is where the next walk starts: never below the
+        queue's min offset (a level not walked yet, or one whose files went)."""
+        store = self.store
+        queues = store.consume_queue_table.get(SCHEDULE_TOPIC, {})
+        stats = {}
+        for level in sorted(set(self.offset_table) | {qid + 1 for qid in queues}):
+            qid = level - 1
+            done = max(self.offset_table.get(level, 0),
+                       store.get_min_offset_in_queue(SCHEDULE_TOPIC, qid))
+            top = store.get_max_offset_in_queue(SCHEDULE_TOPIC, qid)
+            stats[f"scheduleMessageOffset_{level}"] = f"{done},{top}"
+        return stats
+
     # ---- delivery (synchronous, time passed in) ---------------------------------------
 
     def deliver_due(self, now_ms: int) -> int:

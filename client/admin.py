@@ -17,7 +17,9 @@ from typing import Any
 import structlog
 import trio
 
-from client.credentials import AclCredentials, resolve_credentials
+from client.config import ClientConfig, merge_config
+from client.credentials import AclCredentials
+from client.errors import MQClientError
 from client.rebalance import allocate_averagely
 from client.route_info import subscribe_queues, usable
 from client.running_info import RunningInfo, RunningInfoError
@@ -62,7 +64,7 @@ from protocol.route import MASTER_ID, PERM_MAX, PERM_RW, BrokerData, TopicConfig
 from protocol.trace_data import TraceContext, TraceView, decode, trace_views
 from protocol.trio.client import RemotingClient, split_addr
 from protocol.trio.errors import RemotingError
-from protocol.trio.tls import TlsConfigError, client_tls, client_tls_from_env
+from protocol.trio.tls import TlsConfigError, client_tls_from_env
 
 log = structlog.get_logger("client.admin")
 
@@ -221,14 +223,26 @@ class CleanResult:
 
 class MQAdmin:
     """Admin operations against a name-server list. Use ``async with MQAdmin(addr)``;
-    ``addr`` None: the NAMESRV_ADDR environment variable."""
+    ``addr`` None: the NAMESRV_ADDR environment variable. ``config``: a
+    ``client.config.ClientConfig``; the keywords are merged into it (a
+    contradiction is a TypeError). Raises MQAdminError for a bad setting."""
 
-    def __init__(self, namesrv_addr: str | None = None, timeout: float = DEFAULT_TIMEOUT, *,
+    def __init__(self, namesrv_addr: str | None = None, timeout: float | None = None, *,
                  credentials: AclCredentials | None = None, access_key: str | None = None,
                  secret_key: str | None = None, use_tls: bool = False,
                  tls_ca_path: str | None = None, tls_cert_path: str | None = None,
-                 tls_key_path: str | None = None) -> None:
-        resolved = resolve_namesrv_addr(namesrv_addr)
+                 tls_key_path: str | None = None, config: ClientConfig | None = None) -> None:
+        # ``config`` (client/config.py) with the keywords merged in; ``timeout`` is
+        # its request_timeout (default DEFAULT_TIMEOUT)
+        try:
+            self.config = merge_config(
+                config, namesrv_addr=namesrv_addr, request_timeout=timeout,
+                credentials=credentials, access_key=access_key, secret_key=secret_key,
+                use_tls=use_tls, tls_ca_path=tls_ca_path, tls_cert_path=tls_cert_path,
+                tls_key_path=tls_key_path)
+        except MQClientError as exc:
+            raise MQAdminError(str(exc)) from None
+        resolved = resolve_namesrv_addr(self.config.namesrv_addr)
         if resolved is None:
             raise MQAdminError(f"no name server address given (pass one or set {NAMESRV_ADDR_ENV})")
         self.namesrv_list = split_namesrv_addr(resolved)
@@ -240,15 +254,14 @@ class MQAdmin:
             except ValueError as exc:
                 raise MQAdminError(f"bad name server address: {exc}") from None
         self._namesrvs = NamesrvSelector(self.namesrv_list)
-        self.timeout = timeout
-        self.credentials = resolve_credentials(credentials, access_key, secret_key)
+        self.timeout = self.config.timeout_or(DEFAULT_TIMEOUT)
+        self.credentials = self.config.credentials
         # TLS: use_tls (with a CA, and a certificate for need.client.auth servers),
         # else ROCKETMQ_TLS_ENABLE/ROCKETMQ_TLS_CA/... (protocol/trio/tls.py)
         try:
-            self.tls = (client_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path)
-                        or client_tls_from_env())
+            self.tls = self.config.client_tls() or client_tls_from_env()
             self._client = RemotingClient(credentials=self.credentials, tls=self.tls)
-        except TlsConfigError as exc:
+        except (MQClientError, TlsConfigError) as exc:
             raise MQAdminError(str(exc)) from exc
 
     async def __aenter__(self) -> MQAdmin:

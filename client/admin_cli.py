@@ -13,7 +13,9 @@ import trio
 
 from client.admin import MQAdmin, MQAdminError
 from client.admin_help import GroupedCommands, listing, register_help
+from client.config import ClientConfig
 from client.credentials import AclCredentials
+from client.errors import MQClientError
 from protocol.names import RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC
 from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
@@ -127,11 +129,21 @@ def check_credentials(access_key: str | None, secret_key: str | None) -> AclCred
     return AclCredentials(access_key, secret_key)
 
 
-def tool_credentials() -> AclCredentials | None:
-    """The credentials given to the running command's group (None outside a command)."""
+def tool_config() -> ClientConfig:
+    """The ClientConfig of the running command's group (credentials, TLS), which
+    every client the tool opens takes; an empty one outside a command."""
     ctx = click.get_current_context(silent=True)
     obj = ctx.find_root().obj if ctx is not None else None
-    return obj if isinstance(obj, AclCredentials) else None
+    if isinstance(obj, ClientConfig):
+        return obj
+    if isinstance(obj, AclCredentials):  # a group that keeps only credentials (mqbench)
+        return ClientConfig(credentials=obj)
+    return ClientConfig()
+
+
+def tool_credentials() -> AclCredentials | None:
+    """The credentials given to the running command's group (None outside a command)."""
+    return tool_config().credentials
 
 
 def tls_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -147,15 +159,39 @@ def tls_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                         help="Connect with TLS (servers with tlsMode permissive/enforcing).")(fn)
 
 
-def apply_tls_options(use_tls: bool, tls_ca: str | None, tls_cert: str | None,
+def check_tls_options(use_tls: bool, tls_ca: str | None, tls_cert: str | None,
                       tls_key: str | None) -> None:
-    """Turn the tool's TLS flags into ROCKETMQ_TLS_* for its clients (and child processes)."""
+    """A UsageError for TLS flags that do not go together."""
     if not use_tls:
         if tls_ca or tls_cert or tls_key:
             raise click.UsageError("--tls-ca/--tls-cert/--tls-key need --tls")
         return
     if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("--tls-cert and --tls-key go together")
+
+
+def tool_client_config(access_key: str | None, secret_key: str | None, use_tls: bool,
+                       tls_ca: str | None, tls_cert: str | None,
+                       tls_key: str | None) -> ClientConfig:
+    """The tool's options as the ClientConfig of its clients; a UsageError for
+    options that do not go together. Without --tls, ROCKETMQ_TLS_* still decide
+    when a client starts, as for any client."""
+    credentials = check_credentials(access_key, secret_key)
+    check_tls_options(use_tls, tls_ca, tls_cert, tls_key)
+    try:
+        return ClientConfig(credentials=credentials, use_tls=use_tls, tls_ca_path=tls_ca or None,
+                            tls_cert_path=tls_cert or None, tls_key_path=tls_key or None)
+    except MQClientError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def apply_tls_options(use_tls: bool, tls_ca: str | None, tls_cert: str | None,
+                      tls_key: str | None) -> None:
+    """Turn TLS flags into ROCKETMQ_TLS_* for child processes (mqbench's members).
+    The tool's own clients take ``tool_config()`` instead."""
+    check_tls_options(use_tls, tls_ca, tls_cert, tls_key)
+    if not use_tls:
+        return
     os.environ[tls.ENV_ENABLE] = "true"
     for name, value in ((tls.ENV_CA, tls_ca), (tls.ENV_CERT, tls_cert), (tls.ENV_KEY, tls_key)):
         if value:
@@ -175,8 +211,7 @@ def cli(ctx: click.Context, access_key: str | None, secret_key: str | None, use_
         for line in listing(ctx.command, ctx):
             click.echo(line)
         return
-    ctx.obj = check_credentials(access_key, secret_key)
-    apply_tls_options(use_tls, tls_ca, tls_cert, tls_key)
+    ctx.obj = tool_client_config(access_key, secret_key, use_tls, tls_ca, tls_cert, tls_key)
 
 
 register_help(cli)
@@ -196,7 +231,7 @@ def update_topic(namesrv: str, cluster: str | None, broker_addr: str | None, top
     """Create or update a topic."""
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.create_topic(topic, cluster=cluster, broker_addr=broker_addr,
                                             read_queue_nums=read, write_queue_nums=write,
                                             perm=perm, order=order)
@@ -222,7 +257,7 @@ def delete_topic(namesrv: str, cluster: str, topic: str) -> None:
     """Delete a topic from a cluster's brokers and the name servers."""
 
     async def go() -> None:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             await admin.delete_topic(topic, cluster)
 
     _run(go)
@@ -236,7 +271,7 @@ def topic_list(namesrv: str, as_json: bool) -> None:
     """List every topic the name servers know."""
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.topic_list()
 
     topics = _run(go)
@@ -255,7 +290,7 @@ def topic_route(namesrv: str, topic: str, as_json: bool) -> None:
     """Show a topic's route: brokers and queues (JSON either way)."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.topic_route(topic)
 
     _echo_json(_run(go).to_dict())
@@ -269,7 +304,7 @@ def topic_status(namesrv: str, topic: str, as_json: bool) -> None:
     """Min and max offset of every queue of a topic."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.topic_status(topic)
 
     rows = _run(go)
@@ -290,7 +325,7 @@ def cluster_list(namesrv: str, as_json: bool) -> None:
     """Clusters, their brokers and addresses."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             info = await admin.cluster_info()
             roles: dict[str, str] = {}
             for bd in info["brokerAddrTable"].values():
@@ -327,7 +362,7 @@ def broker_status(namesrv: str, broker_addr: str, as_json: bool) -> None:
     master, the master and lag on a slave."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.broker_runtime_info(broker_addr)
 
     table = _run(go)
@@ -380,7 +415,7 @@ def ha_status(namesrv: str, cluster: str | None, as_json: bool) -> None:
     refused, recovering-master, connecting), and why."""
 
     async def go() -> list[dict[str, Any]]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             info = await admin.cluster_info()
             out = []
             for cname, names in sorted(info["clusterAddrTable"].items()):
@@ -432,7 +467,7 @@ def send_message(namesrv: str, topic: str, body: str, keys: str | None, tags: st
 
     async def go() -> Any:
         async with Producer("TOOLS_PRODUCER", namesrv_addr=namesrv,
-                            credentials=tool_credentials()) as producer:
+                            config=tool_config()) as producer:
             msg = Message(topic, body.encode(), tags=tags, keys=keys)
             if broker_name is not None or queue_id is not None:
                 if broker_name is None or queue_id is None:
@@ -468,7 +503,7 @@ def consume_message(namesrv: str, topic: str, group: str, broker_name: str | Non
     async def go() -> None:
         printed = 0
         async with PullConsumer(group, namesrv_addr=namesrv,
-                                credentials=tool_credentials()) as consumer:
+                                config=tool_config()) as consumer:
             queues = await consumer.fetch_subscribe_message_queues(topic)
             for mq in queues:
                 if broker_name is not None and mq.broker_name != broker_name:
@@ -553,7 +588,7 @@ def query_msg_by_id(namesrv: str, msg_id: str, as_json: bool) -> None:
     """Show a message by its offset msgId."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.view_message(msg_id)
 
     m = _run(go)
@@ -573,7 +608,7 @@ def query_msg_by_key(namesrv: str, topic: str, key: str, max_num: int, as_json: 
     """Messages of a topic with a key, newest first."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.query_by_key(topic, key, max_num)
 
     msgs = _run(go)
@@ -593,7 +628,7 @@ def query_msg_by_unique_key(namesrv: str, topic: str, uniq: str, as_json: bool) 
     """Show the message(s) with a producer msgId (UNIQ_KEY)."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return [m for m in await admin.query_by_key(topic, uniq, 32) if m.uniq_key == uniq]
 
     msgs = _run(go)
@@ -658,7 +693,7 @@ def query_msg_trace_by_id(namesrv: str, msg_id: str, trace_topic: str, begin_ms:
     msg_id, trace_topic = msg_id.strip(), trace_topic.strip()
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.query_msg_trace(msg_id, trace_topic, max_num, begin_ms, end_ms)
 
     views = _run(go)
@@ -686,7 +721,7 @@ def query_msg_by_offset(namesrv: str, topic: str, broker_name: str, queue_id: in
 
     async def go() -> Any:
         async with PullConsumer("TOOLS_CONSUMER", namesrv_addr=namesrv,
-                                credentials=tool_credentials()) as c:
+                                config=tool_config()) as c:
             r = await c.pull(MessageQueue(topic, broker_name, queue_id), "*", offset, 1)
             if r.pull_status != PullStatus.FOUND or r.msg_found_list[0].queue_offset != offset:
                 raise click.ClickException(f"no message at offset {offset}: {r.pull_status.name}")
@@ -710,7 +745,7 @@ def search_offset_by_time(namesrv: str, topic: str, broker_name: str, queue_id: 
     """First offset of a queue stored at or after a time."""
 
     async def go() -> int:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.search_offset(topic, broker_name, queue_id, timestamp)
 
     click.echo(str(_run(go)))
@@ -725,7 +760,7 @@ def consumer_progress(namesrv: str, group: str, topic: str | None, as_json: bool
     """Per queue: broker offset, consumer offset, lag; and totals."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.consume_stats(group, topic), await admin.consume_tps(group, topic)
 
     rows, tps = _run(go)
@@ -748,7 +783,7 @@ def consumer_connection(namesrv: str, group: str, as_json: bool) -> None:
     """The clients of a consumer group and their subscriptions."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.consumer_connection(group)
 
     brokers = _run(go)
@@ -780,7 +815,7 @@ def reset_offset_by_time(namesrv: str, group: str, topic: str, timestamp: str,
     ts = int(_time.time() * 1000) if timestamp == "now" else int(timestamp)
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.reset_offset_by_time(group, topic, ts)
 
     rows = _run(go)
@@ -799,7 +834,7 @@ def producer_connection(namesrv: str, group: str, topic: str, as_json: bool) -> 
     """The clients of a producer group connected to a topic's brokers."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.producer_connection(group, topic)
 
     conns = _run(go)
@@ -822,7 +857,7 @@ def stats_all(namesrv: str, topic: str | None, include_system: bool, as_json: bo
     messages in/out over 24 hours."""
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.stats_all(topic, include_system=include_system)
 
     rows = _run(go)
@@ -856,7 +891,7 @@ def get_broker_config(namesrv: str, broker_addr: str | None, cluster: str | None
     """A broker's configuration, as it runs."""
 
     async def go() -> dict[str, dict[str, str]]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return {a: await admin.get_broker_config(a)
                     for a in await _broker_addrs(admin, broker_addr, cluster)}
 
@@ -890,7 +925,7 @@ def update_broker_config(namesrv: str, broker_addr: str | None, cluster: str | N
     """Change a broker setting at run time; the broker writes it to its config file."""
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             addrs = await _broker_addrs(admin, broker_addr, cluster)
             for addr in addrs:
                 await admin.update_broker_config(addr, {key: value})
@@ -908,7 +943,7 @@ def wipe_write_perm(namesrv: str, broker_name: str) -> None:
     name server; producers move to other brokers), e.g. before maintenance."""
 
     async def go() -> dict[str, int]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.wipe_write_perm(broker_name)
 
     for addr, count in _run(go).items():
@@ -922,7 +957,7 @@ def add_write_perm(namesrv: str, broker_name: str) -> None:
     """Give a broker its write permission back on every name server."""
 
     async def go() -> dict[str, int]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.add_write_perm(broker_name)
 
     for addr, count in _run(go).items():
@@ -978,7 +1013,7 @@ def update_acl_config(namesrv: str, broker_addr: str | None, cluster: str | None
     is_admin = _admin_flag(admin)
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as mq:
+        async with MQAdmin(namesrv, config=tool_config()) as mq:
             addrs = await mq.acl_targets(broker_addr, cluster)
             for addr in addrs:
                 await mq.update_acl_config(
@@ -1003,7 +1038,7 @@ def delete_acl_config(namesrv: str, broker_addr: str | None, cluster: str | None
     """Delete an ACL account from brokers' plain_acl.yml (alias: deleteAclConfig)."""
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as mq:
+        async with MQAdmin(namesrv, config=tool_config()) as mq:
             addrs = await mq.acl_targets(broker_addr, cluster)
             for addr in addrs:
                 await mq.delete_acl_config(addr, access_key)
@@ -1027,7 +1062,7 @@ def update_global_white_addr(namesrv: str, broker_addr: str | None, cluster: str
     """Replace the global white remote addresses of brokers' plain_acl.yml."""
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as mq:
+        async with MQAdmin(namesrv, config=tool_config()) as mq:
             addrs = await mq.acl_targets(broker_addr, cluster)
             for addr in addrs:
                 await mq.update_global_white_addrs(addr, _split(addresses) or [])
@@ -1047,7 +1082,7 @@ def cluster_acl_config_version(namesrv: str, broker_addr: str | None, cluster: s
     """The ACL file data version of brokers."""
 
     async def go() -> list[Any]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as mq:
+        async with MQAdmin(namesrv, config=tool_config()) as mq:
             return [await mq.acl_config_version(a)
                     for a in await mq.acl_targets(broker_addr, cluster)]
 

@@ -25,7 +25,7 @@ from client.admin_cli import (
     config_lines,
     json_option,
     namesrv_option,
-    tool_credentials,
+    tool_config,
 )
 from client.running_info import (
     PROP_CLIENT_VERSION,
@@ -42,7 +42,7 @@ ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # the KV namespace of ordered topics'
 
 
 def _admin(namesrv: str) -> MQAdmin:
-    return MQAdmin(namesrv, credentials=tool_credentials())
+    return MQAdmin(namesrv, config=tool_config())
 
 
 # ---- subscription groups ------------------------------------------------------------

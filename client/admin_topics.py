@@ -31,7 +31,7 @@ from client.admin_cli import (
     json_option,
     message_dict,
     namesrv_option,
-    tool_credentials,
+    tool_config,
     topic_config_text,
 )
 from client.errors import MQClientError
@@ -196,7 +196,7 @@ def topic_cluster_list(namesrv: str, topic: str, as_json: bool) -> None:
     """Get cluster info for topic: the clusters its brokers belong to."""
 
     async def go() -> list[str]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.topic_clusters(topic)
 
     clusters = _run(go)
@@ -224,7 +224,7 @@ def update_topic_perm(namesrv: str, broker_addr: str | None, cluster: str | None
         raise click.UsageError("give a broker address (-b) or a cluster (-c)")
 
     async def go() -> Any:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.update_topic_perm(topic, perm, broker_addr=broker_addr,
                                                  cluster=cluster)
 
@@ -301,7 +301,7 @@ def print_msg(namesrv: str, topic: str, charset: str, expression: str, begin: st
         stream = JsonStream({"topic": topic}, "messages") if as_json else None
         queues_seen = []
         async with PullConsumer(TOOLS_CONSUMER_GROUP, namesrv_addr=namesrv,
-                                credentials=tool_credentials()) as consumer:
+                                config=tool_config()) as consumer:
             for mq in await consumer.fetch_subscribe_message_queues(topic):
                 lo, hi = await _queue_range(consumer, mq, begin_ms, end_ms)
                 if stream is None:
@@ -366,7 +366,7 @@ def print_msg_by_queue(namesrv: str, topic: str, broker_name: str, queue_id: int
     async def go() -> None:
         counts: dict[str, int] = {}
         async with PullConsumer(TOOLS_CONSUMER_GROUP, namesrv_addr=namesrv,
-                                credentials=tool_credentials()) as consumer:
+                                config=tool_config()) as consumer:
             lo, hi = await _queue_range(consumer, mq, begin_ms, end_ms)
             stream = JsonStream({"topic": topic, "brokerName": broker_name, "queueId": queue_id,
                                  "minOffset": lo, "maxOffset": hi}, "messages") if as_json else None
@@ -410,7 +410,7 @@ def check_msg_send_rt(namesrv: str, topic: str, amount: int, size: int, as_json:
         rts: list[float] = []
         msg = Message(topic, b"a" * size)
         async with Producer(str(int(time.time() * 1000)), namesrv_addr=namesrv,
-                            credentials=tool_credentials()) as producer:
+                            config=tool_config()) as producer:
             queues = await producer.fetch_publish_message_queues(topic)
             stream = JsonStream({"topic": topic}, "sends") if as_json else None
             if stream is None:
@@ -457,12 +457,12 @@ def send_msg_status(namesrv: str, broker_name: str, size: int, count: int,
     from client import Producer
 
     async def go() -> None:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             if broker_name not in (await admin.cluster_info())["brokerAddrTable"]:
                 # else the send could create a topic of that name (autoCreateTopicEnable)
                 raise click.ClickException(f"no broker named {broker_name} is registered")
         async with Producer("PID_SMSC", namesrv_addr=namesrv,
-                            credentials=tool_credentials()) as producer:
+                            config=tool_config()) as producer:
             try:  # a warm-up, as RocketMQ's
                 await producer.send(Message(broker_name, hello_body(16)))
             except MQClientError as exc:
@@ -510,7 +510,7 @@ def _clean_command(name: str, doc: str, masters_only: bool,
                 as_json: bool) -> None:
         async def go() -> list[tuple[str, Any]]:
             out: list[tuple[str, Any]] = []
-            async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+            async with MQAdmin(namesrv, config=tool_config()) as admin:
                 for addr in await _clean_targets(admin, broker_addr, cluster, masters_only):
                     try:
                         out.append((addr, await call(admin, addr)))
@@ -577,7 +577,7 @@ def query_cq(namesrv: str, topic: str, queue_id: int, index: int, count: int,
     """Query cq command: a queue's consume-queue entries (commit-log offset, size, tags hash)."""
 
     async def go() -> tuple[str, dict[str, Any]]:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin:
+        async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.query_consume_queue(topic, queue_id, index, count,
                                                    broker_addr=broker_addr, group=group)
 
@@ -643,9 +643,9 @@ def cluster_rt(namesrv: str, amount: int, size: int, cluster: str | None, tlog: 
         return average_rt(rts), ok, failed
 
     async def go() -> None:
-        async with MQAdmin(namesrv, credentials=tool_credentials()) as admin, \
+        async with MQAdmin(namesrv, config=tool_config()) as admin, \
                 Producer(str(int(time.time() * 1000)), namesrv_addr=namesrv,
-                         credentials=tool_credentials()) as producer:
+                         config=tool_config()) as producer:
             table = (await admin.cluster_info())["clusterAddrTable"]
             names = [cluster] if cluster else sorted(table)
             for name in names:

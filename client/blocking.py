@@ -21,6 +21,8 @@ the thread that called ``send_message_in_transaction``,
 Every class takes the async classes' security keywords: ``credentials`` (or
 ``access_key``/``secret_key``) to sign requests for brokers with ACL, and
 ``use_tls``, ``tls_ca_path``, ``tls_cert_path``, ``tls_key_path`` for TLS.
+Or one ``config=ClientConfig(...)`` (client/config.py) with those, the name
+servers, the request timeout and the instance name.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from client.config import ClientConfig
 from client.consumer_types import (
     ConsumeConcurrentlyContext,
     ConsumeConcurrentlyStatus,
@@ -188,6 +191,7 @@ class Producer(_BlockingClient):
         tls_key_path: str | None = None,
         enable_msg_trace: bool = False,
         customized_trace_topic: str | None = None,
+        config: ClientConfig | None = None,
     ) -> None:
         super().__init__()
         self._impl = self._producer = AsyncProducer(
@@ -210,6 +214,7 @@ class Producer(_BlockingClient):
             tls_key_path=tls_key_path,
             enable_msg_trace=enable_msg_trace,
             customized_trace_topic=customized_trace_topic,
+            config=config,
         )
 
     @property
@@ -351,7 +356,7 @@ class PullConsumer(_BlockingClient):
         namesrv_addr: str | None = None,
         *,
         pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        request_timeout: float | None = None,
         poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
         credentials: AclCredentials | None = None,
         access_key: str | None = None,
@@ -360,6 +365,8 @@ class PullConsumer(_BlockingClient):
         tls_ca_path: str | None = None,
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
+        instance_name: str | None = None,
+        config: ClientConfig | None = None,
     ) -> None:
         super().__init__()
         self._impl = self._consumer = AsyncPullConsumer(
@@ -375,6 +382,8 @@ class PullConsumer(_BlockingClient):
             tls_ca_path=tls_ca_path,
             tls_cert_path=tls_cert_path,
             tls_key_path=tls_key_path,
+            instance_name=instance_name,
+            config=config,
         )
 
     @property

@@ -46,10 +46,10 @@ from typing import Any
 import structlog
 import trio
 
+from client.config import ClientConfig
 from client.consume_stats import ConsumeStats
 from client.consumer_api import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUSPEND, ConsumerAPI
 from client.consumer_types import ConsumeFromWhere, MessageModel, parse_consume_timestamp
-from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
 from client.hooks import ConsumeMessageHook, consume_hooks
 from client.instance import (
@@ -88,7 +88,6 @@ from client.trace import CONSUME, AsyncTraceDispatcher, ConsumeMessageTraceHook,
 from client.validators import check_group
 from protocol.message import MessageExt, MessageQueue
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
-from protocol.trio.tls import ClientTls
 
 BROKER_SUSPEND_MAX_TIME_MILLIS = 15_000
 CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0
@@ -123,18 +122,16 @@ class ConsumerCore:
     def __init__(
         self,
         group: str,
-        namesrv_addr: str | None,
+        config: ClientConfig,
         *,
         message_model: MessageModel,
         consume_from_where: ConsumeFromWhere,
         consume_timestamp: Any,
         allocate_strategy: AllocateStrategy | None,
-        instance_name: str | None,
         pull_batch_size: int,
         pull_threshold_for_queue: int,
         pull_threshold_size_for_queue: int,
         consume_concurrently_max_span: int,
-        request_timeout: float,
         poll_name_server_interval: float,
         heartbeat_broker_interval: float,
         rebalance_interval: float,
@@ -142,8 +139,6 @@ class ConsumerCore:
         offset_store_dir: str | os.PathLike[str] | None,
         logger_name: str,
         metrics: ClientMetrics | None = None,
-        credentials: AclCredentials | None = None,
-        tls: ClientTls | None = None,
         pull_max_idle_s: float = PULL_MAX_IDLE_TIME,
         enable_msg_trace: bool = False,
         customized_trace_topic: str | None = None,
@@ -151,8 +146,11 @@ class ConsumerCore:
         check_group(group, "DEFAULT_CONSUMER")
         self.enable_msg_trace = bool(enable_msg_trace)
         self.customized_trace_topic = check_trace_topic(customized_trace_topic)
-        self.credentials = credentials
-        self.tls = tls
+        # name servers, credentials, TLS, request timeout, instance name (client/config.py)
+        self.config = config
+        self.credentials = config.credentials
+        self.tls = config.client_tls()
+        request_timeout = config.timeout_or(DEFAULT_REQUEST_TIMEOUT)
         if not isinstance(message_model, MessageModel):
             raise MQClientError("message_model must be a MessageModel")
         if not isinstance(consume_from_where, ConsumeFromWhere):
@@ -165,19 +163,17 @@ class ConsumerCore:
                 raise MQClientError(f"{name} must be a positive integer, got {value!r}")
         if pull_batch_size > 1024:
             raise MQClientError("pull_batch_size must be at most 1024")
-        if request_timeout <= 0:
-            raise MQClientError("request_timeout must be positive")
         if (isinstance(pull_max_idle_s, bool) or not isinstance(pull_max_idle_s, int | float)
                 or not 0 < pull_max_idle_s < float("inf")):
             raise MQClientError(f"pull_max_idle_s must be a positive number of seconds, "
                                 f"got {pull_max_idle_s!r}")
         self.group = group
-        self.namesrv_addr = client_namesrv_addr(namesrv_addr)
+        self.namesrv_addr = client_namesrv_addr(config.namesrv_addr)
         self.message_model = message_model
         self.consume_from_where = consume_from_where
         self.consume_timestamp_ms = parse_consume_timestamp(consume_timestamp)
         self.allocate_strategy: AllocateStrategy = allocate_strategy or allocate_averagely
-        self.instance_name = instance_name
+        self.instance_name = config.instance_name
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
@@ -211,7 +207,6 @@ class ConsumerCore:
     # ---- defaults shared by subclasses' signatures --------------------------------
 
     DEFAULTS: dict[str, Any] = {
-        "request_timeout": DEFAULT_REQUEST_TIMEOUT,
         "poll_name_server_interval": DEFAULT_POLL_NAME_SERVER_INTERVAL,
         "heartbeat_broker_interval": DEFAULT_HEARTBEAT_BROKER_INTERVAL,
         "rebalance_interval": DEFAULT_REBALANCE_INTERVAL,

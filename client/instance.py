@@ -86,7 +86,7 @@ from protocol.trio.connection import RemotingConnection
 from protocol.trio.errors import RemotingTimeoutError
 from protocol.trio.memory import tune_malloc
 from protocol.trio.service import Guard
-from protocol.trio.tls import ClientTls, TlsConfigError, client_tls, client_tls_from_env
+from protocol.trio.tls import ClientTls, TlsConfigError, client_tls_from_env
 
 log = structlog.get_logger("client.instance")
 
@@ -170,16 +170,6 @@ def _registry_key(namesrv_addr: str, instance_name: str | None,
     if credentials is not None:  # instances are shared only by clients with the same keys
         key += f"|{credentials.access_key}|{hash((credentials.secret_key, credentials.security_token))}"
     return key
-
-
-def resolve_tls(use_tls: bool = False, ca_path: str | None = None,
-                cert_path: str | None = None, key_path: str | None = None) -> ClientTls | None:
-    """The SDK's TLS keywords (use_tls, tls_ca_path, tls_cert_path, tls_key_path) as
-    ClientTls; None: ROCKETMQ_TLS_* decide when the instance starts. Raises MQClientError."""
-    try:
-        return client_tls(use_tls, ca_path, cert_path, key_path)
-    except TlsConfigError as exc:
-        raise MQClientError(str(exc)) from exc
 
 
 class _Flight:

@@ -23,11 +23,11 @@ from typing import Any
 
 import trio
 
+from client.config import ClientConfig, merge_config
 from client.consumer_core import ConsumerCore, ConsumerState
 from client.consumer_types import ConsumeFromWhere, MessageModel
-from client.credentials import AclCredentials, resolve_credentials
+from client.credentials import AclCredentials
 from client.errors import MQClientError
-from client.instance import resolve_tls
 from client.metrics import POLLED, ClientMetrics
 from client.offset_store import ReadOffsetType
 from client.process_queue import ProcessQueue
@@ -67,7 +67,7 @@ class LitePullConsumer(ConsumerCore):
         pull_threshold_size_for_queue: int = 100,
         pull_threshold_for_all: int = 10_000,
         offset_store_dir: str | os.PathLike[str] | None = None,
-        request_timeout: float = _DEF["request_timeout"],
+        request_timeout: float | None = None,
         poll_name_server_interval: float = _DEF["poll_name_server_interval"],
         heartbeat_broker_interval: float = _DEF["heartbeat_broker_interval"],
         rebalance_interval: float = _DEF["rebalance_interval"],
@@ -79,16 +79,21 @@ class LitePullConsumer(ConsumerCore):
         tls_ca_path: str | None = None,
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
+        config: ClientConfig | None = None,
     ) -> None:
         super().__init__(
-            group, namesrv_addr, credentials=resolve_credentials(credentials, access_key, secret_key), message_model=message_model,
-            tls=resolve_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path),
+            group, merge_config(
+                config, namesrv_addr=namesrv_addr, credentials=credentials, access_key=access_key,
+                secret_key=secret_key, use_tls=use_tls, tls_ca_path=tls_ca_path,
+                tls_cert_path=tls_cert_path, tls_key_path=tls_key_path,
+                request_timeout=request_timeout, instance_name=instance_name),
+            message_model=message_model,
             consume_from_where=consume_from_where, consume_timestamp=consume_timestamp,
-            allocate_strategy=allocate_strategy, instance_name=instance_name,
+            allocate_strategy=allocate_strategy,
             pull_batch_size=pull_batch_size, pull_threshold_for_queue=pull_threshold_for_queue,
             pull_threshold_size_for_queue=pull_threshold_size_for_queue,
             consume_concurrently_max_span=2**31,
-            request_timeout=request_timeout, poll_name_server_interval=poll_name_server_interval,
+            poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
             rebalance_interval=rebalance_interval,
             persist_consumer_offset_interval=auto_commit_interval,

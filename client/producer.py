@@ -29,7 +29,8 @@ from typing import Any
 import structlog
 import trio
 
-from client.credentials import AclCredentials, resolve_credentials
+from client.config import ClientConfig, merge_config
+from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
 from client.hooks import SendMessageContext, SendMessageHook, send_hooks
 from client.instance import (
@@ -38,7 +39,6 @@ from client.instance import (
     DEFAULT_TOPIC_QUEUE_NUMS,
     MQClientInstance,
     client_namesrv_addr,
-    resolve_tls,
 )
 from client.metrics import FAILED, ONEWAY, ClientMetrics
 from client.publish_info import TopicPublishInfo
@@ -225,6 +225,10 @@ class Producer:
             enableMsgTrace; client/trace.py, docs/trace.md).
         customized_trace_topic: the trace topic (RocketMQ's customizedTraceTopic;
             default ``RMQ_SYS_TRACE_TOPIC``).
+        config: a ``client.config.ClientConfig`` (name servers, credentials, TLS,
+            request timeout, instance name); the keywords namesrv_addr,
+            credentials, access_key/secret_key and use_tls/tls_*_path are merged
+            into it (a contradiction is a TypeError).
 
     Raises MQClientError for an invalid group name or setting.
     """
@@ -253,12 +257,17 @@ class Producer:
         tls_key_path: str | None = None,
         enable_msg_trace: bool = False,
         customized_trace_topic: str | None = None,
+        config: ClientConfig | None = None,
     ) -> None:
         check_group(group, DEFAULT_PRODUCER_GROUP)
         self.enable_msg_trace = bool(enable_msg_trace)
         self.customized_trace_topic = check_trace_topic(customized_trace_topic)
-        self.credentials = resolve_credentials(credentials, access_key, secret_key)
-        self.tls = resolve_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path)
+        self.config = merge_config(
+            config, namesrv_addr=namesrv_addr, credentials=credentials, access_key=access_key,
+            secret_key=secret_key, use_tls=use_tls, tls_ca_path=tls_ca_path,
+            tls_cert_path=tls_cert_path, tls_key_path=tls_key_path)
+        self.credentials = self.config.credentials
+        self.tls = self.config.client_tls()
         if send_msg_timeout <= 0:
             raise MQClientError("send_msg_timeout must be positive")
         if retry_times_when_send_failed < 0:
@@ -274,7 +283,7 @@ class Producer:
         if not -1 <= compress_level <= 9:
             raise MQClientError("compress_level must be a zlib level, -1..9")
         self.group = group
-        self.namesrv_addr = client_namesrv_addr(namesrv_addr)
+        self.namesrv_addr = client_namesrv_addr(self.config.namesrv_addr)
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
         self.max_message_size = max_message_size
@@ -308,10 +317,11 @@ class Producer:
             raise MQClientError(f"the producer is {self._state.value}; it can be started once")
         self._instance = await MQClientInstance.acquire(
             self.namesrv_addr,
-            request_timeout=DEFAULT_REQUEST_TIMEOUT,
+            request_timeout=self.config.timeout_or(DEFAULT_REQUEST_TIMEOUT),
             poll_name_server_interval=self.poll_name_server_interval,
             credentials=self.credentials,
             tls=self.tls,
+            instance_name=self.config.instance_name,
         )
         try:
             self._service = ServiceNursery(f"Producer[{self.group}] async senders")

@@ -21,15 +21,15 @@ from typing import NamedTuple
 import structlog
 import trio
 
+from client.config import ClientConfig, merge_config
 from client.consumer_api import ConsumerAPI
-from client.credentials import AclCredentials, resolve_credentials
+from client.credentials import AclCredentials
 from client.errors import MQClientError
 from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
     MQClientInstance,
     client_namesrv_addr,
-    resolve_tls,
 )
 from client.pull_result import PullResult
 from client.range_reader import (
@@ -82,6 +82,9 @@ class PullConsumer:
         poll_name_server_interval: seconds between route refreshes.
         instance_name: the client instance to share (default: the process id);
             another name makes another client, with connections of its own.
+        config: a ``client.config.ClientConfig`` (name servers, credentials, TLS,
+            request timeout, instance name); the matching keywords are merged
+            into it (a contradiction is a TypeError).
 
     Raises MQClientError for an invalid group name or setting.
     """
@@ -92,7 +95,7 @@ class PullConsumer:
         namesrv_addr: str | None = None,
         *,
         pull_timeout: float = DEFAULT_REQUEST_TIMEOUT,
-        request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+        request_timeout: float | None = None,
         poll_name_server_interval: float = DEFAULT_POLL_NAME_SERVER_INTERVAL,
         credentials: AclCredentials | None = None,
         access_key: str | None = None,
@@ -102,18 +105,24 @@ class PullConsumer:
         tls_cert_path: str | None = None,
         tls_key_path: str | None = None,
         instance_name: str | None = None,
+        config: ClientConfig | None = None,
     ) -> None:
         check_group(group, DEFAULT_CONSUMER_GROUP)
-        self.credentials = resolve_credentials(credentials, access_key, secret_key)
-        self.tls = resolve_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path)
-        if pull_timeout <= 0 or request_timeout <= 0:
+        self.config = merge_config(
+            config, namesrv_addr=namesrv_addr, credentials=credentials, access_key=access_key,
+            secret_key=secret_key, use_tls=use_tls, tls_ca_path=tls_ca_path,
+            tls_cert_path=tls_cert_path, tls_key_path=tls_key_path,
+            request_timeout=request_timeout, instance_name=instance_name)
+        self.credentials = self.config.credentials
+        self.tls = self.config.client_tls()
+        if pull_timeout <= 0:
             raise MQClientError("timeouts must be positive")
         self.group = group
-        self.namesrv_addr = client_namesrv_addr(namesrv_addr)
+        self.namesrv_addr = client_namesrv_addr(self.config.namesrv_addr)
         self.pull_timeout = pull_timeout
-        self.request_timeout = request_timeout
+        self.request_timeout = self.config.timeout_or(DEFAULT_REQUEST_TIMEOUT)
         self.poll_name_server_interval = poll_name_server_interval
-        self.instance_name = instance_name
+        self.instance_name = self.config.instance_name
         self._state = _State.CREATED
         self._instance: MQClientInstance | None = None
         self._api: ConsumerAPI | None = None

@@ -33,6 +33,7 @@ from typing import Any
 
 import trio
 
+from client.config import ClientConfig, merge_config
 from client.consumer_core import ConsumerCore, ConsumerState
 from client.consumer_types import (
     ConsumeConcurrentlyContext,
@@ -43,10 +44,9 @@ from client.consumer_types import (
     MessageListener,
     MessageModel,
 )
-from client.credentials import AclCredentials, resolve_credentials
+from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
 from client.hooks import ConsumeMessageContext
-from client.instance import resolve_tls
 from client.metrics import EXCEPTION, ClientMetrics, status_name
 from client.process_queue import PULL_MAX_IDLE_TIME, REBALANCE_LOCK_INTERVAL, ProcessQueue
 from client.rebalance import AllocateStrategy
@@ -95,6 +95,9 @@ class PushConsumer(ConsumerCore):
         enable_msg_trace: record every listener call (SubBefore, SubAfter) in
             the trace topic (RocketMQ's enableMsgTrace; docs/trace.md).
         customized_trace_topic: the trace topic (default ``RMQ_SYS_TRACE_TOPIC``).
+        config: a ``client.config.ClientConfig`` (name servers, credentials, TLS,
+            request timeout, instance name); the matching keywords are merged
+            into it (a contradiction is a TypeError).
     """
 
     def __init__(
@@ -117,7 +120,7 @@ class PushConsumer(ConsumerCore):
         suspend_current_queue_time_millis: int = 1000,
         offset_store_dir: str | os.PathLike[str] | None = None,
         pull_max_idle_s: float = PULL_MAX_IDLE_TIME,
-        request_timeout: float = _DEF["request_timeout"],
+        request_timeout: float | None = None,
         poll_name_server_interval: float = _DEF["poll_name_server_interval"],
         heartbeat_broker_interval: float = _DEF["heartbeat_broker_interval"],
         rebalance_interval: float = _DEF["rebalance_interval"],
@@ -132,16 +135,21 @@ class PushConsumer(ConsumerCore):
         tls_key_path: str | None = None,
         enable_msg_trace: bool = False,
         customized_trace_topic: str | None = None,
+        config: ClientConfig | None = None,
     ) -> None:
         super().__init__(
-            group, namesrv_addr, credentials=resolve_credentials(credentials, access_key, secret_key), message_model=message_model,
-            tls=resolve_tls(use_tls, tls_ca_path, tls_cert_path, tls_key_path),
+            group, merge_config(
+                config, namesrv_addr=namesrv_addr, credentials=credentials, access_key=access_key,
+                secret_key=secret_key, use_tls=use_tls, tls_ca_path=tls_ca_path,
+                tls_cert_path=tls_cert_path, tls_key_path=tls_key_path,
+                request_timeout=request_timeout, instance_name=instance_name),
+            message_model=message_model,
             consume_from_where=consume_from_where, consume_timestamp=consume_timestamp,
-            allocate_strategy=allocate_strategy, instance_name=instance_name,
+            allocate_strategy=allocate_strategy,
             pull_batch_size=pull_batch_size, pull_threshold_for_queue=pull_threshold_for_queue,
             pull_threshold_size_for_queue=pull_threshold_size_for_queue,
             consume_concurrently_max_span=consume_concurrently_max_span,
-            request_timeout=request_timeout, poll_name_server_interval=poll_name_server_interval,
+            poll_name_server_interval=poll_name_server_interval,
             heartbeat_broker_interval=heartbeat_broker_interval,
             rebalance_interval=rebalance_interval,
             persist_consumer_offset_interval=persist_consumer_offset_interval,

@@ -47,6 +47,7 @@ from broker.message_rewrite import (
     send_back_message,
     to_schedule,
 )
+from broker.service.types import LiveRole
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from broker.store.offset_waiters import Waiter
 from broker.topic_validator import check_user_topic
@@ -193,13 +194,6 @@ class HalfMessages(Protocol):
 
     def prepare(self, inner: MessageExtBrokerInner, props: dict[str, str],
                 group: str) -> PutMessageResult: ...
-
-
-class LiveRole(Protocol):
-    """The broker's live role (broker/role.py RoleState): read on every send."""
-
-    is_slave: bool
-    sync_master: bool
 
 
 class DelayLevels(Protocol):

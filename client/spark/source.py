@@ -40,7 +40,7 @@ import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -71,6 +71,9 @@ from client.spark.offsets import (
     with_new_queues,
 )
 
+if TYPE_CHECKING:
+    from client.config import ClientConfig
+
 log = logging.getLogger("client.spark")
 
 SCHEMA = (
@@ -98,19 +101,25 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     tls_key_path: str | None = None
     expression_type: str = "TAG"
 
-    def client_options(self) -> dict[str, Any]:
-        """The blocking PullConsumer's credentials and TLS keywords."""
-        return security(self.access_key, self.secret_key, self.use_tls, self.tls_ca_path,
-                        self.tls_cert_path, self.tls_key_path)
+    def client_config(self) -> ClientConfig:
+        """The blocking PullConsumer's ClientConfig: name servers, credentials, TLS."""
+        return client_config(self.namesrv, self.access_key, self.secret_key, self.use_tls,
+                             self.tls_ca_path, self.tls_cert_path, self.tls_key_path)
 
 
-def security(access_key: str | None, secret_key: str | None, use_tls: bool,
-             tls_ca_path: str | None, tls_cert_path: str | None,
-             tls_key_path: str | None) -> dict[str, Any]:
-    """Keyword arguments of the blocking PullConsumer from the source's options."""
-    return {"credentials": credentials(access_key, secret_key), "use_tls": use_tls,
-            "tls_ca_path": tls_ca_path, "tls_cert_path": tls_cert_path,
-            "tls_key_path": tls_key_path}
+def client_config(namesrv: str, access_key: str | None, secret_key: str | None,
+                  use_tls: bool, tls_ca_path: str | None, tls_cert_path: str | None,
+                  tls_key_path: str | None) -> ClientConfig:
+    """The source's options (already checked by parse_options) as the ClientConfig
+    of its consumers. Raises MQClientError for a bad name-server address."""
+    from client.config import ClientConfig  # the client loads in read(), not at import
+    from client.credentials import AclCredentials
+
+    creds = None if access_key is None or secret_key is None else \
+        AclCredentials(access_key, secret_key)
+    return ClientConfig(namesrv_addr=namesrv, credentials=creds, use_tls=use_tls,
+                        tls_ca_path=tls_ca_path, tls_cert_path=tls_cert_path,
+                        tls_key_path=tls_key_path)
 
 
 def partition(opts: SourceOptions, r: QueueRange) -> RangePartition:
@@ -119,15 +128,6 @@ def partition(opts: SourceOptions, r: QueueRange) -> RangePartition:
                           opts.pull_batch_size, opts.fail_on_data_loss, r, opts.access_key,
                           opts.secret_key, opts.use_tls, opts.tls_ca_path,
                           opts.tls_cert_path, opts.tls_key_path, opts.expression_type)
-
-
-def credentials(access_key: str | None, secret_key: str | None) -> Any:
-    """AclCredentials from the options accessKey/secretKey, or None."""
-    if access_key is None or secret_key is None:
-        return None
-    from client.credentials import AclCredentials
-
-    return AclCredentials(access_key, secret_key)
 
 
 class _Brokers:
@@ -142,9 +142,10 @@ class _Brokers:
             from client.blocking import PullConsumer
 
             o = self.opts
-            c = PullConsumer(o.consumer_group, o.namesrv,
-                             **security(o.access_key, o.secret_key, o.use_tls, o.tls_ca_path,
-                                        o.tls_cert_path, o.tls_key_path))
+            c = PullConsumer(o.consumer_group,
+                             config=client_config(o.namesrv, o.access_key, o.secret_key,
+                                                  o.use_tls, o.tls_ca_path, o.tls_cert_path,
+                                                  o.tls_key_path))
             c.start()
             self._consumer = c
         return self._consumer
@@ -224,7 +225,7 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     def skipped(lo: int, hi: int) -> None:
         log.warning("skipping lost messages of %s %s from %d to %d", r.topic, key, lo, hi)
 
-    with PullConsumer(part.group, part.namesrv, **part.client_options()) as consumer:
+    with PullConsumer(part.group, config=part.client_config()) as consumer:
         start = moved(r.start, consumer.min_offset(mq))
         if start > r.start:
             skipped(r.start, start)

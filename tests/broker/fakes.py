@@ -1,4 +1,5 @@
-"""A connection stand-in for calling broker handlers without sockets."""
+"""A connection stand-in for calling broker handlers without sockets, and a
+held pull's waiter for the pull service and long polling."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from broker.service.pull import PullOutcome, PullStatus
 from protocol.command import RemotingCommand
 
 if TYPE_CHECKING:
@@ -58,3 +60,59 @@ def call(c: BrokerController, code: int, fields: dict[str, Any] | None = None,
         assert len(conn.sent) == 1
         response = conn.sent[0]
     return response
+
+
+class FakeOwner:
+    """A connection as held pulls see it: the owner of their waiters
+    (``waiter()``); collects (virtual time, outcome) answers and failures;
+    ``wait_answered(n)`` waits (no polling) until ``n`` answers came."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[float, PullOutcome]] = []
+        self.failed: list[str] = []
+        self._grew: trio.Event | None = None
+
+    def waiter(self) -> FakeWaiter:
+        return FakeWaiter(self)
+
+    def outcomes(self) -> list[PullOutcome]:
+        return [o for _, o in self.sent]
+
+    def statuses(self) -> list[PullStatus]:
+        return [o.status for _, o in self.sent]
+
+    def _took(self) -> None:
+        if self._grew is not None:
+            self._grew.set()
+
+    async def wait_answered(self, n: int) -> None:
+        while len(self.sent) < n:
+            self._grew = trio.Event()
+            await self._grew.wait()
+
+
+class FakeWaiter:
+    """One held pull's waiter (PullWaiter) of a ``FakeOwner``."""
+
+    __slots__ = ("client",)
+
+    def __init__(self, client: FakeOwner) -> None:
+        self.client = client
+
+    @property
+    def owner(self) -> FakeOwner:
+        return self.client
+
+    @property
+    def closed(self) -> bool:
+        return self.client.closed
+
+    def answer(self, outcome: PullOutcome) -> None:
+        self.client.sent.append((trio.current_time(), outcome))
+        self.client._took()
+
+    def fail(self, remark: str) -> None:
+        self.client.failed.append(remark)
+        self.client._took()

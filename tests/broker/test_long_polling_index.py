@@ -5,24 +5,22 @@ sockets: time and offsets are passed in."""
 from __future__ import annotations
 
 from broker.long_polling import REFUSED_BROKER, REFUSED_CONNECTION, HeldPull, HoldIndex
-from protocol.command import RemotingCommand
+from broker.service.pull import PullRequest
 from protocol.hashing import java_string_hash
+from tests.broker.fakes import FakeOwner
 
 KEY = ("T", 0)
 A, B, C = (java_string_hash(t) for t in ("TagA", "TagB", "TagC"))
 
 
-class Conn:
-    closed = False
-
-    def send_response(self, response: RemotingCommand) -> None:
-        raise AssertionError("the index never answers")
+class Conn(FakeOwner):
+    """The index never answers: nothing may reach ``sent``."""
 
 
 def hold(conn: Conn, offset: int, codes: set[int] | None, deadline: float = 10.0,
          queue_id: int = 0) -> HeldPull:
-    return HeldPull(conn, RemotingCommand.request(11), offset, deadline, "T", queue_id,
-                    None if codes is None else frozenset(codes))
+    return HeldPull(conn.waiter(), PullRequest("g", "T", queue_id, offset, 32), offset, deadline,
+                    "T", queue_id, None if codes is None else frozenset(codes))
 
 
 def test_new_entries_wake_only_the_holds_their_tags_match() -> None:
@@ -101,7 +99,7 @@ def test_a_queue_without_holds_is_forgotten() -> None:
     idx.add(h, max_offset=0)
     idx.remove(h)
     idx.remove(h)  # idempotent
-    assert idx.queues == {} and idx.by_conn == {} and idx.total == 0 and h.done
+    assert idx.queues == {} and idx.by_owner == {} and idx.total == 0 and h.done
     assert not idx.arrived(KEY, 5)  # nobody waits: nothing to read
 
 
@@ -126,9 +124,9 @@ def test_a_closed_connections_holds_are_dropped_with_its_count() -> None:
     kept = hold(stays, 0, {A})
     for h in (*dropped, kept):
         idx.add(h)
-    assert idx.drop_connection(gone) == 3 and idx.drop_connection(gone) == 0
+    assert idx.drop_owner(gone) == 3 and idx.drop_owner(gone) == 0
     assert all(h.done for h in dropped) and not kept.done
-    assert gone not in idx.by_conn and idx.total == 1
+    assert gone not in idx.by_owner and idx.total == 1
     assert list(idx.queues) == [KEY]  # queue 1 had only the dropped hold
     idx.arrived(KEY, 5)
     assert idx.matched(KEY, 0, 5, [A, B, B, B, B]) == [kept]

@@ -138,7 +138,7 @@ def test_tags_codes_are_read_across_consume_queue_files(
     c = broker(tmp_path, brokers)  # 100 entries per consume-queue file
     for i in range(250):
         put(c, f"Tag{i}")
-    read = c.pull_processor.queue_tags_codes
+    read = c.pull_service.queue_tags_codes
     assert read("T", 0, 90, 50) == [java_string_hash(f"Tag{i}") for i in range(90, 140)]
     assert read("T", 0, 240, 50) == [java_string_hash(f"Tag{i}") for i in range(240, 250)]
     assert read("T", 0, 250, 10) == [] and read("Nope", 0, 0, 10) == []

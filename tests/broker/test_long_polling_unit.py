@@ -1,5 +1,6 @@
 """PullRequestHoldService in virtual time, without sockets: a fake consume
-queue (its tags codes) and a fake retry that counts its calls."""
+queue (its tags codes), a fake retry that counts its calls and held pulls'
+waiters that collect their outcomes."""
 
 from __future__ import annotations
 
@@ -10,20 +11,12 @@ import trio
 import trio.testing
 
 from broker.long_polling import PullRequestHoldService
-from protocol.codes import ResponseCode
-from protocol.command import RemotingCommand
+from broker.service.pull import PullOutcome, PullRequest, PullStatus
 from protocol.hashing import java_string_hash
+from tests.broker.fakes import FakeOwner as FakeConn
 from tests.broker.test_guarded_service import FakeLog
 
-
-class FakeConn:
-    closed = False
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[float, RemotingCommand]] = []
-
-    def send_response(self, cmd: RemotingCommand) -> None:
-        self.sent.append((trio.current_time(), cmd))
+FOUND, NO_NEW_MSG = PullStatus.FOUND, PullStatus.NO_NEW_MSG
 
 
 def code(tag: str) -> int:
@@ -37,7 +30,7 @@ class FakeQueue:
     def __init__(self) -> None:
         self.codes: list[int] = []
         self.reads: list[tuple[int, int]] = []  # (offset, count) asked for
-        self.retried: list[RemotingCommand] = []
+        self.retried: list[PullRequest] = []
         self.fail_reads = False
 
     def read_tags(self, topic: str, queue_id: int, offset: int, count: int) -> Sequence[int]:
@@ -47,14 +40,14 @@ class FakeQueue:
             raise OSError("consume queue unreadable")
         return self.codes[offset:offset + count]
 
-    def retry(self, conn: object, cmd: RemotingCommand, final: bool) -> RemotingCommand | None:
-        """SUCCESS when an entry at or past the pull's offset matches its tags."""
-        self.retried.append(cmd)
-        offset, tags = int(cmd.ext_fields["offset"]), cmd.ext_fields["tags"]
-        wanted = None if tags == "*" else {code(t) for t in str(tags).split("||")}
+    def retry(self, req: PullRequest, final: bool) -> PullOutcome | None:
+        """FOUND when an entry at or past the pull's offset matches its tags."""
+        self.retried.append(req)
+        offset, tags = req.queue_offset, req.expression or "*"
+        wanted = None if tags == "*" else {code(t) for t in tags.split("||")}
         if any(wanted is None or c in wanted for c in self.codes[offset:]):
-            return cmd.response(ResponseCode.SUCCESS)
-        return cmd.response(ResponseCode.PULL_NOT_FOUND) if final else None
+            return PullOutcome(FOUND)
+        return PullOutcome(NO_NEW_MSG) if final else None
 
     def put(self, svc: PullRequestHoldService, *tags: str) -> None:
         self.codes.extend(code(t) for t in tags)
@@ -64,10 +57,9 @@ class FakeQueue:
 def hold(svc: PullRequestHoldService, q: FakeQueue, conn: FakeConn, tags: str,
          timeout_s: float = 100.0, offset: int | None = None) -> bool:
     at = len(q.codes) if offset is None else offset
-    cmd = RemotingCommand.request(11, {"offset": at, "tags": tags})
+    req = PullRequest("g", "T", 0, at, 32, expression=tags)
     codes = None if tags == "*" else {code(t) for t in tags.split("||")}
-    return svc.suspend("T", 0, at, conn, cmd, timeout_s,  # type: ignore[arg-type]
-                       tag_codes=codes, max_offset=len(q.codes))
+    return svc.suspend(req, conn.waiter(), timeout_s, tag_codes=codes, max_offset=len(q.codes))
 
 
 def service(q: FakeQueue, **kw: int) -> PullRequestHoldService:
@@ -79,27 +71,27 @@ def service(q: FakeQueue, **kw: int) -> PullRequestHoldService:
 async def test_timeout_and_arrival(autojump_clock: trio.testing.MockClock) -> None:
     state = {"has_data": False}
 
-    def retry(conn: object, cmd: RemotingCommand, final: bool) -> RemotingCommand | None:
+    def retry(req: PullRequest, final: bool) -> PullOutcome | None:
         if state["has_data"]:
-            return cmd.response(ResponseCode.SUCCESS)
-        return cmd.response(ResponseCode.PULL_NOT_FOUND) if final else None
+            return PullOutcome(FOUND)
+        return PullOutcome(NO_NEW_MSG) if final else None
 
     svc = PullRequestHoldService(retry)  # no tags reader: every new entry may match
     conn = FakeConn()
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
         start = trio.current_time()
-        svc.suspend("T", 0, 5, conn, RemotingCommand.request(11), 15)  # type: ignore[arg-type]
-        svc.suspend("T", 1, 0, conn, RemotingCommand.request(11), 2)  # type: ignore[arg-type]
+        svc.suspend(PullRequest("g", "T", 0, 5, 32), conn.waiter(), 15)
+        svc.suspend(PullRequest("g", "T", 1, 0, 32), conn.waiter(), 2)
         await trio.sleep(1)
         svc.notify_message_arriving("T", 0, 5)  # not past the held offset: keep holding
         assert conn.sent == []
         await trio.sleep(1.5)  # queue 1's hold expires at 2 s, empty
-        assert len(conn.sent) == 1 and conn.sent[0][1].code == ResponseCode.PULL_NOT_FOUND
+        assert len(conn.sent) == 1 and conn.sent[0][1].status is NO_NEW_MSG
         assert conn.sent[0][0] - start == 2
         state["has_data"] = True
         svc.notify_message_arriving("T", 0, 6)
-        assert len(conn.sent) == 2 and conn.sent[1][1].code == ResponseCode.SUCCESS
+        assert len(conn.sent) == 2 and conn.sent[1][1].status is FOUND
         await trio.sleep(20)
         assert len(conn.sent) == 2  # answered once only
         assert svc.held == {}
@@ -120,11 +112,11 @@ async def test_only_matching_holds_are_re_run(autojump_clock: trio.testing.MockC
     for _ in range(50):
         q.put(svc, "Other")
     # the wildcard hold was re-run once (and answered); no other hold was re-run
-    assert len(q.retried) == 1 and [c.code for _, c in star.sent] == [ResponseCode.SUCCESS]
+    assert len(q.retried) == 1 and star.statuses() == [FOUND]
     # one read per notification of just the new entries, not one per hold
     assert q.reads[reads:] == [(i, 1) for i in range(10, 60)]
     q.put(svc, "TagB")
-    assert len(q.retried) == 2 and [c.code for _, c in tagged.sent] == [ResponseCode.SUCCESS]
+    assert len(q.retried) == 2 and tagged.statuses() == [FOUND]
     assert conn.sent == [] and svc.index.total == 500 and svc.retries == 2
 
 
@@ -138,7 +130,7 @@ async def test_a_hold_ignores_entries_before_its_offset(
     q.put(svc, "TagA", "TagA")  # offsets 3 and 4
     assert q.retried == [] and conn.sent == []
     q.put(svc, "TagA")  # offset 5
-    assert len(q.retried) == 1 and conn.sent[0][1].code == ResponseCode.SUCCESS
+    assert len(q.retried) == 1 and conn.sent[0][1].status is FOUND
 
 
 async def test_many_new_entries_are_read_in_capped_steps(
@@ -153,7 +145,7 @@ async def test_many_new_entries_are_read_in_capped_steps(
         assert q.reads == [(0, 10)] and conn.sent == []  # the dispatcher read 10
         await trio.testing.wait_all_tasks_blocked()  # the task reads the rest, 10 at a time
         assert q.reads == [(0, 10), (10, 10), (20, 10), (30, 5)]
-        assert [c.code for _, c in conn.sent] == [ResponseCode.SUCCESS]
+        assert conn.statuses() == [FOUND]
         assert len(q.retried) == 1 and svc.held == {}
         nursery.cancel_scope.cancel()
 
@@ -196,7 +188,7 @@ async def test_bounds_answer_at_once_and_closed_connections_free_their_places(
         await trio.sleep(200)  # every deadline passed
         nursery.cancel_scope.cancel()
     assert one.sent == []  # dropped, never answered
-    assert [c.code for _, c in two.sent] == [ResponseCode.PULL_NOT_FOUND] * 2
+    assert two.statuses() == [NO_NEW_MSG] * 2
     assert svc.held == {} and svc.index.total == 0
 
 
@@ -225,6 +217,6 @@ async def test_deadlines_in_virtual_time(autojump_clock: trio.testing.MockClock,
         q.put(svc, "Other")  # matches nobody: no early answer
         await trio.sleep(max(timeouts) + 1)
         nursery.cancel_scope.cancel()
-    answered = sorted((c.sent[0][0] - start, c.sent[0][1].code) for c in conns)
-    assert answered == [(t, ResponseCode.PULL_NOT_FOUND) for t in timeouts]
+    answered = sorted((c.sent[0][0] - start, c.sent[0][1].status) for c in conns)
+    assert answered == [(t, NO_NEW_MSG) for t in timeouts]
     assert all(len(c.sent) == 1 for c in conns) and svc.held == {}

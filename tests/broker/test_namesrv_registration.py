@@ -132,7 +132,7 @@ async def test_loops_needing_the_whole_table_at_once_encode_it_once(tmp_path: Pa
     async def counting(*args: Any, **kw: Any) -> Any:
         nonlocal encoded
         encoded += 1
-        await trio.sleep(0.01)  # as a worker thread would: the other loop arrives meanwhile
+        await trio.testing.wait_all_tasks_blocked()  # the other loop arrives meanwhile
         return await real_encode(*args, **kw)
 
     api._encode = counting  # type: ignore[method-assign]

@@ -13,12 +13,8 @@ import pytest
 
 from broker.config import BrokerConfig, BrokerRole
 from broker.controller import BrokerController
-from broker.pull_processor import (
-    FLAG_COMMIT_OFFSET,
-    FLAG_SUBSCRIPTION,
-    slave_outcome,
-    suggest_which_broker_id,
-)
+from broker.pull_processor import FLAG_COMMIT_OFFSET, FLAG_SUBSCRIPTION
+from broker.service.pull import PullStatus, slave_outcome, suggest_which_broker_id
 from broker.store import GetMessageStatus
 from broker.subscription_group_manager import SubscriptionGroupConfig
 from protocol.codes import RequestCode, ResponseCode
@@ -49,26 +45,26 @@ def test_suggestion_rule_honours_the_group() -> None:
     assert suggest_which_broker_id(False, True, cfg) == MASTER_ID
 
 
-@pytest.mark.parametrize(("status", "code", "nxt", "want"), [
+@pytest.mark.parametrize(("got", "status", "nxt", "want"), [
     # records were scanned: go on from there
-    (GetMessageStatus.FOUND, ResponseCode.SUCCESS, 12, (ResponseCode.SUCCESS, 12)),
-    (GetMessageStatus.NO_MATCHED_MESSAGE, ResponseCode.PULL_RETRY_IMMEDIATELY, 12,
-     (ResponseCode.PULL_RETRY_IMMEDIATELY, 12)),
+    (GetMessageStatus.FOUND, PullStatus.FOUND, 12, (PullStatus.FOUND, 12)),
+    (GetMessageStatus.NO_MATCHED_MESSAGE, PullStatus.NO_MATCHED_MSG, 12,
+     (PullStatus.NO_MATCHED_MSG, 12)),
     # a lagging slave: stay at the requested offset, retry instead of "moved"
-    (GetMessageStatus.OFFSET_OVERFLOW_BADLY, ResponseCode.PULL_OFFSET_MOVED, 0,
-     (ResponseCode.PULL_RETRY_IMMEDIATELY, 10)),
-    (GetMessageStatus.OFFSET_TOO_SMALL, ResponseCode.PULL_OFFSET_MOVED, 20,
-     (ResponseCode.PULL_RETRY_IMMEDIATELY, 10)),
-    (GetMessageStatus.NO_MESSAGE_IN_QUEUE, ResponseCode.PULL_NOT_FOUND, 0,
-     (ResponseCode.PULL_NOT_FOUND, 10)),
-    (GetMessageStatus.OFFSET_FOUND_NULL, ResponseCode.PULL_NOT_FOUND, 40,
-     (ResponseCode.PULL_NOT_FOUND, 10)),
-    (GetMessageStatus.OFFSET_OVERFLOW_ONE, ResponseCode.PULL_NOT_FOUND, 10,
-     (ResponseCode.PULL_NOT_FOUND, 10)),
+    (GetMessageStatus.OFFSET_OVERFLOW_BADLY, PullStatus.OFFSET_MOVED, 0,
+     (PullStatus.RETRY_IMMEDIATELY, 10)),
+    (GetMessageStatus.OFFSET_TOO_SMALL, PullStatus.OFFSET_MOVED, 20,
+     (PullStatus.RETRY_IMMEDIATELY, 10)),
+    (GetMessageStatus.NO_MESSAGE_IN_QUEUE, PullStatus.NO_NEW_MSG, 0,
+     (PullStatus.NO_NEW_MSG, 10)),
+    (GetMessageStatus.OFFSET_FOUND_NULL, PullStatus.NO_NEW_MSG, 40,
+     (PullStatus.NO_NEW_MSG, 10)),
+    (GetMessageStatus.OFFSET_OVERFLOW_ONE, PullStatus.NO_NEW_MSG, 10,
+     (PullStatus.NO_NEW_MSG, 10)),
 ])
-def test_slave_never_moves_an_offset(status: GetMessageStatus, code: int, nxt: int,
-                                     want: tuple[int, int]) -> None:
-    assert slave_outcome(status, code, nxt, requested=10) == want
+def test_slave_never_moves_an_offset(got: GetMessageStatus, status: PullStatus, nxt: int,
+                                     want: tuple[PullStatus, int]) -> None:
+    assert slave_outcome(got, status, nxt, requested=10) == want
 
 
 # ---- the store's cold-read flag -----------------------------------------------------

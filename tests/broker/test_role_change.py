@@ -26,7 +26,7 @@ from protocol.trio.client import RemotingClient
 from tests.broker.fakes import FakeConn
 from tests.integration.cluster import free_port
 from tests.integration.ha_reads import drain_queue, queue_max_offset, topic_readable
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 A, S, M = BrokerRole.ASYNC_MASTER, BrokerRole.SYNC_MASTER, BrokerRole.SLAVE
 TOPIC = "RoleChange"
@@ -150,10 +150,10 @@ async def test_master_to_slave_to_master_loses_nothing(tmp_path: Path) -> None:
             # the slave's master, remoting address too (metadata sync) without a name server
             await y.change_role(M, 1, x.config.broker_addr, ha_addr(x))
             acked += await send_all(rc, x.config.broker_addr, [b"a-%d" % i for i in range(20)])
-            await wait_for(same_log(x, y), 20, "the slave holding the master's log")
-            await wait_for(lambda: topic_readable(rc, y.config.broker_addr, TOPIC), 20,
+            await wait_until(same_log(x, y), 20, "the slave holding the master's log")
+            await wait_until(lambda: topic_readable(rc, y.config.broker_addr, TOPIC), 20,
                            "the topic copied to the slave")
-            await wait_for(slave_connected(x), 20, "the slave connected")
+            await wait_until(slave_connected(x), 20, "the slave connected")
             master_tasks = x.role_runner.group_tasks()
             assert_master(x)
 
@@ -169,7 +169,7 @@ async def test_master_to_slave_to_master_loses_nothing(tmp_path: Path) -> None:
             await y.change_role(A, 0)
             assert_master(y)
             acked += await send_all(rc, y.config.broker_addr, [b"c-%d" % i for i in range(20)])
-            await wait_for(same_log(x, y), 20, "x holding its new master's log")
+            await wait_until(same_log(x, y), 20, "x holding its new master's log")
             assert x.ha_service.master_accepted and x.ha_service.link == "accepted"
             assert sorted(await readable(rc, x)) == sorted(acked)
             r = await send(rc, x.config.broker_addr, b"refused")
@@ -185,7 +185,7 @@ async def test_master_to_slave_to_master_loses_nothing(tmp_path: Path) -> None:
             assert_master(x)
             assert_slave(y, 1)
             acked += await send_all(rc, x.config.broker_addr, [b"e-%d" % i for i in range(20)])
-            await wait_for(same_log(x, y), 20, "y holding x's log again")
+            await wait_until(same_log(x, y), 20, "y holding x's log again")
             assert len(x.ha_service.connections) == 1  # x's HA master side serves y
             # the same services as before, nothing left over from the other roles
             assert x.role_runner.group_tasks() == master_tasks
@@ -263,7 +263,7 @@ async def test_a_change_registers_at_once_and_slaves_find_the_new_master(
             await nursery.start(x.run)
             x.topic_config_manager.update(TopicConfig(TOPIC, 1, 1))
             await nursery.start(y.run)
-            await wait_for(slave_connected(x), 20, "y following x")
+            await wait_until(slave_connected(x), 20, "y following x")
             assert ids() == {0: x.config.broker_addr, 1: y.config.broker_addr}
             acked = await send_all(rc, x.config.broker_addr, [b"a-%d" % i for i in range(5)])
 
@@ -277,7 +277,7 @@ async def test_a_change_registers_at_once_and_slaves_find_the_new_master(
             assert ns.routes.broker_live_table[x.config.broker_addr].ha_server_addr is None
             assert y.ha_service.heard == {2: "accept"}
             acked += await send_all(rc, y.config.broker_addr, [b"b-%d" % i for i in range(5)])
-            await wait_for(same_log(x, y), 20, "x following y")
+            await wait_until(same_log(x, y), 20, "x following y")
             assert x.ha_service.master_ha_addr == ha_addr(y)
             assert x.slave_synchronize.master_addr() == y.config.broker_addr
             assert sorted(await readable(rc, x)) == sorted(acked)

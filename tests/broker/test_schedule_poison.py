@@ -166,17 +166,21 @@ def test_a_transient_status_parks_the_level(env: Env) -> None:
         return None
 
     env.stub = stub
+    assert env.service().running_stats() == {}  # no delayed message, no level
     for i in range(3):
         assert env.real_put(delayed("TopicA", 0, b"m%d" % i)).ok
     svc = env.service()
     now = int(time.time() * 1000) + 10_000
+    assert svc.running_stats() == {"scheduleMessageOffset_1": "0,3"}  # not walked yet
     assert svc.deliver_due(now) == 0
     assert svc.offset_table.get(1, 0) == 0 and svc.dropped == 0  # nothing skipped
+    assert svc.running_stats() == {"scheduleMessageOffset_1": "0,3"}  # three wait
     full["on"] = False
     assert svc.deliver_due(now + PARK_MS - 1) == 0  # parked: not even tried
     assert svc.deliver_due(now + PARK_MS) == 3
     assert bodies(env.store, "TopicA", 0) == [b"m0", b"m1", b"m2"]
     assert svc.offset_table[1] == 3
+    assert svc.running_stats() == {"scheduleMessageOffset_1": "3,3"}  # none waits
 
 
 def test_a_transient_dead_letter_put_parks_too(env: Env) -> None:

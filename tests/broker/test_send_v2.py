@@ -38,6 +38,7 @@ from protocol.message import properties_to_string, string_to_properties
 from protocol.record import decode_records
 from protocol.route import PERM_WRITE, TopicConfig
 from tests.broker.fakes import FakeConn
+from tests.waits import wait_until
 
 PROPS = properties_to_string({"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AC1100000001",
                               "WAIT": "true"})
@@ -279,8 +280,7 @@ async def test_oneway_sync_flush_send_is_flushed_not_answered(tmp_path: Path) ->
             await nursery.start(commit.run)
             with trio.fail_after(10):
                 await conn.wait_sent(1)
-                while len(commit.waiters):
-                    await trio.sleep(0.01)
+            await wait_until(lambda: not commit.waiters, 10, "no flush waiter left", interval=0.01)
             nursery.cancel_scope.cancel()
         [answer] = conn.sent  # only the two-way send is answered
         assert answer.code == ResponseCode.SUCCESS and answer.opaque == cmd.opaque

@@ -14,8 +14,9 @@ import trio.testing
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.group_commit import GroupCommitService
-from broker.long_polling import PullRequestHoldService
+from broker.long_polling import HELD_PULL_FAILED, PullRequestHoldService
 from broker.out_api import BrokerOuterAPI
+from broker.service.pull import PullOutcome, PullRequest, PullStatus
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
 from protocol.body import compress_body, decompress_body, pack_body
@@ -24,8 +25,10 @@ from protocol.command import RemotingCommand
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 from protocol.route import TopicConfig
 from protocol.trio.errors import RemotingConnectError
+from tests.broker.fakes import FakeOwner
 from tests.broker.test_group_commit import submit
 from tests.broker.test_guarded_service import FakeLog
+from tests.waits import wait_until
 
 
 class FakeConn:
@@ -44,28 +47,28 @@ class FakeConn:
 async def test_a_failing_held_pull_is_dropped_not_raised(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    def retry(conn: object, cmd: RemotingCommand, final: bool) -> RemotingCommand | None:
-        if cmd.ext_fields.get("bad"):
+    def retry(req: PullRequest, final: bool) -> PullOutcome | None:
+        if req.group == "bad":
             raise KeyError("queue vanished")
-        return cmd.response(ResponseCode.SUCCESS if not final else ResponseCode.PULL_NOT_FOUND)
+        return PullOutcome(PullStatus.NO_NEW_MSG if final else PullStatus.FOUND)
 
-    svc = PullRequestHoldService(retry, "b")  # type: ignore[arg-type]
+    svc = PullRequestHoldService(retry, "b")
     svc.guard.log = log = FakeLog()
-    good, bad = FakeConn(), FakeConn()
+    good, bad = FakeOwner(), FakeOwner()
     async with trio.open_nursery() as nursery:
         await nursery.start(svc.run)
-        svc.suspend("T", 0, 0, bad, RemotingCommand.request(11, {"bad": 1}), 5)  # type: ignore[arg-type]
-        svc.suspend("T", 0, 0, good, RemotingCommand.request(11), 5)  # type: ignore[arg-type]
+        svc.suspend(PullRequest("bad", "T", 0, 0, 32), bad.waiter(), 5)
+        svc.suspend(PullRequest("good", "T", 0, 0, 32), good.waiter(), 5)
         svc.notify_message_arriving("T", 0, 1)  # the dispatcher's call does not raise
-        assert [c.code for c in bad.sent] == [ResponseCode.SYSTEM_ERROR]
-        assert [c.code for c in good.sent] == [ResponseCode.SUCCESS]
+        assert bad.failed == [HELD_PULL_FAILED] and bad.sent == []
+        assert good.statuses() == [PullStatus.FOUND]
         assert svc.held == {}
         # the deadline task survives the same failure
-        svc.suspend("T", 1, 0, bad, RemotingCommand.request(11, {"bad": 1}), 2)  # type: ignore[arg-type]
-        svc.suspend("T", 1, 0, good, RemotingCommand.request(11), 3)  # type: ignore[arg-type]
+        svc.suspend(PullRequest("bad", "T", 1, 0, 32), bad.waiter(), 2)
+        svc.suspend(PullRequest("good", "T", 1, 0, 32), good.waiter(), 3)
         await trio.sleep(4)
-        assert [c.code for c in good.sent][-1] == ResponseCode.PULL_NOT_FOUND
-        assert len(bad.sent) == 2 and svc.held == {}
+        assert good.statuses()[-1] is PullStatus.NO_NEW_MSG
+        assert len(bad.failed) == 2 and svc.held == {}
         nursery.cancel_scope.cancel()
     assert svc.guard.failures == 2 and len(log.lines) == 1  # the same error, logged once
 
@@ -92,9 +95,7 @@ async def test_group_commit_survives_failing_fsyncs(
         await nursery.start(svc.run)
         state["written"] = 100
         submit(svc, conn, ok, 100)
-        with trio.fail_after(10):
-            while not conn.sent:
-                await trio.sleep(0.05)
+        await wait_until(lambda: conn.sent, 10, "a response sent")
         assert conn.sent[0].code == ResponseCode.SUCCESS
         assert svc.guard.failures == 3 and len(log.lines) == 1
         nursery.cancel_scope.cancel()

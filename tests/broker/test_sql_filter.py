@@ -364,12 +364,12 @@ async def test_a_held_filtered_pull_answers_only_a_match(
     conn = FakeConn()
     flag = FLAG_SUBSCRIPTION | FLAG_SUSPEND
     assert pull(on, 0, "n = 100", flag=flag, conn=conn, suspend_ms=10_000) is None  # held
-    held = next(iter(on.pull_hold_service.index.by_conn[conn]))
+    held = next(iter(on.pull_hold_service.index.by_owner[conn]))
     for i in range(5, 8):
         put(on, i, n=str(i))  # dispatched: the hold is re-run
     assert on.pull_hold_service.retries == 3 and conn.sent == []
     # each re-run went on past what it read: the next one reads only what arrives
-    assert PullMessageRequestHeader.from_fields(held.cmd.ext_fields).queue_offset == 8
+    assert held.request.queue_offset == 8
     put(on, 8, n="100")
     r = conn.sent[0]
     assert (r.code, numbers(r), next_offset(r)) == (ResponseCode.SUCCESS, [8], 9)

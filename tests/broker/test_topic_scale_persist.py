@@ -20,6 +20,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from tests.broker.disk_counter import DiskCounter
 from tests.broker.fakes import FakeConn
+from tests.waits import wait_until
 
 
 class CheckedConn(FakeConn):
@@ -111,9 +112,9 @@ async def test_first_heartbeats_of_new_groups_journal_their_retry_topics(
                                                                        body=body))
                     assert r is not None and r.code == ResponseCode.SUCCESS, r
                 await trio.testing.wait_all_tasks_blocked()
-            with trio.fail_after(10):
-                while c.topic_config_manager.durable_seq < c.topic_config_manager.seq:
-                    await trio.sleep(0.01)
+            tcm = c.topic_config_manager
+            await wait_until(lambda: tcm.durable_seq >= tcm.seq, 10, "the topic journal durable",
+                             interval=0.01)
             nursery.cancel_scope.cancel()
         assert disk.appended >= 1000 and disk.appends <= 20
         assert disk.snapshots == 0 and disk.fsyncs_on_loop == 0
@@ -163,9 +164,8 @@ async def test_a_failing_disk_answers_admins_with_an_error_then_recovers(
             assert conn.sent[0].code == ResponseCode.SYSTEM_ERROR
             assert "not confirmed on disk" in (conn.sent[0].remark or "")
             broken = False  # the disk is back: the next try writes it
-            with trio.fail_after(30):
-                while c.topic_config_manager.durable_seq < c.topic_config_manager.seq:
-                    await trio.sleep(0.05)
+            tcm = c.topic_config_manager
+            await wait_until(lambda: tcm.durable_seq >= tcm.seq, 30, "the topic journal durable")
             nursery.cancel_scope.cancel()
         fresh = TopicConfigManager(c.config)
         fresh.load()

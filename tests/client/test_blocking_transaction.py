@@ -29,6 +29,7 @@ from tests.client.test_transaction_producer import (
     check_fields,
     tx_cluster,
 )
+from tests.waits import wait_until_sync
 
 COMMIT = LocalTransactionState.COMMIT_MESSAGE
 UNKNOW = LocalTransactionState.UNKNOW
@@ -71,7 +72,7 @@ def test_local_transaction_runs_in_the_callers_thread(fakes: ThreadedCluster) ->
     with TransactionProducer(GROUP, fakes.cluster.namesrv_addr, Listener()) as producer:
         first = producer.send_message_in_transaction(Message(TOPIC, b"a"), "ok")
         second = producer.send_message_in_transaction(Message(TOPIC, b"b"), "later")
-        broker.wait_until(lambda: len(broker.ends) == 2)
+        wait_until_sync(lambda: len(broker.ends) == 2, 5, "2 END_TRANSACTION at the broker")
         plain = producer.send(Message(TOPIC, b"plain"))  # a Producer as well
     assert threads == [threading.current_thread()] * 2
     assert isinstance(first, TransactionSendResult)
@@ -93,7 +94,7 @@ def test_local_transaction_exception_is_unknow(fakes: ThreadedCluster) -> None:
     broker = broker_of(fakes)
     with TransactionProducer(GROUP, fakes.cluster.namesrv_addr, Listener()) as producer:
         result = producer.send_message_in_transaction(Message(TOPIC, b"a"))
-        broker.wait_until(lambda: len(broker.ends) == 1)
+        wait_until_sync(lambda: len(broker.ends) == 1, 5, "1 END_TRANSACTION at the broker")
         msg = Message(TOPIC, b"x")
         msg.delay_time_level = 2
         with pytest.raises(MQClientError, match="delayed message"):
@@ -134,12 +135,12 @@ def test_checks_run_in_worker_threads_at_most_check_workers_at_once(
     with TransactionProducer(GROUP, fakes.cluster.namesrv_addr, Listener(),
                              check_workers=2) as producer:
         result = producer.send_message_in_transaction(Message(TOPIC, b"a"))
-        broker.wait_until(lambda: len(broker.ends) == 1)
+        wait_until_sync(lambda: len(broker.ends) == 1, 5, "1 END_TRANSACTION at the broker")
         mq = result.message_queue
         record = fakes.call(broker.record, mq.topic, mq.queue_id, result.queue_offset)
         for i in range(6):
             fakes.call(broker.push_check, check_fields(result, tran_offset=i), record)
-        broker.wait_until(lambda: len(broker.ends) == 7)
+        wait_until_sync(lambda: len(broker.ends) == 7, 5, "7 END_TRANSACTION at the broker")
     answers = broker.ends[1:]
     assert sorted(e.ext_fields["tranStateTableOffset"] for e in answers) == list(range(6))
     assert {e.ext_fields["commitOrRollback"] for e in answers} == {8}  # no barrier broke

@@ -33,6 +33,7 @@ from protocol.command import FLAG_ONEWAY
 from protocol.message import PROPERTY_UNIQ_KEY, string_to_properties
 from protocol.record import decode_msg_id
 from tests.client.fakes import FakeBroker, FakeCluster, closed_port_addr
+from tests.waits import wait_until
 
 TOPIC = FakeCluster.TOPIC
 
@@ -381,17 +382,12 @@ async def test_send_batch_retries_on_another_broker(cluster: FakeCluster) -> Non
             assert result.message_queue.broker_name == "broker-b"
 
 
-async def wait_for(predicate: object, timeout: float = 5.0) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():  # type: ignore[operator]
-            await trio.sleep(0.005)
-
-
 async def test_send_oneway(cluster: FakeCluster) -> None:
     async with make_producer(cluster) as producer:
         for i in range(4):
             await producer.send_oneway(Message(TOPIC, b"o%d" % i))
-        await wait_for(lambda: sum(len(sends(b)) for b in cluster.brokers) == 4)
+        await wait_until(lambda: sum(len(sends(b)) for b in cluster.brokers) == 4, 5,
+                         "4 oneway sends at the brokers")
     reqs = sends(cluster.brokers[0]) + sends(cluster.brokers[1])
     assert all(r.flag & FLAG_ONEWAY for r in reqs)
     assert sorted(r.body for r in reqs) == [b"o0", b"o1", b"o2", b"o3"]

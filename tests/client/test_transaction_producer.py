@@ -3,8 +3,7 @@ record END_TRANSACTION and HEART_BEAT and push CHECK_TRANSACTION_STATE."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -30,6 +29,7 @@ from protocol.message import MessageConst, string_to_properties
 from protocol.record import TRANSACTION_PREPARED_TYPE, decode_msg_id
 from protocol.trio import RemotingConnection
 from tests.client.fakes import FakeBroker, FakeCluster
+from tests.waits import wait_until
 
 TOPIC = FakeCluster.TOPIC
 GROUP = "tx_producer_group"
@@ -44,36 +44,18 @@ BARRIER_CODE = 9999
 class TxBroker(FakeBroker):
     """A FakeBroker that also answers HEART_BEAT, records END_TRANSACTION and the
     client connection it last heard from, and pushes checks to it. Waits work
-    from the broker's own trio loop (``until``) and from other threads
-    (``wait_until``)."""
+    from the broker's own trio loop and from other threads (tests.waits)."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.ends: list[RemotingCommand] = []
         self.heartbeats: list[dict[str, Any]] = []
         self.client_conn: RemotingConnection | None = None
-        self.cond = threading.Condition()
-        self._changed = trio.Event()
         h = self.handlers
         h.register(RequestCode.SEND_MESSAGE, self._tx_send)
         h.register(RequestCode.HEART_BEAT, self._heartbeat)
         h.register(RequestCode.END_TRANSACTION, self._end)
         h.register(RequestCode.UNREGISTER_CLIENT, self._unregister)
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
-        with self.cond:
-            self.cond.notify_all()
-
-    async def until(self, pred: Callable[[], bool], timeout: float = 5) -> None:
-        with trio.fail_after(timeout):
-            while not pred():
-                await self._changed.wait()
-
-    def wait_until(self, pred: Callable[[], bool], timeout: float = 5) -> None:
-        with self.cond:
-            assert self.cond.wait_for(pred, timeout), "condition not reached in time"
 
     def _tx_send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand | None:
         self.client_conn = conn
@@ -81,9 +63,7 @@ class TxBroker(FakeBroker):
 
     def _heartbeat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
         self.client_conn = conn
-        with self.cond:
-            self.heartbeats.append(unpack_body(cmd.body))
-        self._notify()
+        self.heartbeats.append(unpack_body(cmd.body))
         return cmd.response(ResponseCode.SUCCESS)
 
     def _unregister(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -91,9 +71,7 @@ class TxBroker(FakeBroker):
 
     def _end(self, conn: RemotingConnection, cmd: RemotingCommand) -> None:
         assert cmd.is_oneway
-        with self.cond:
-            self.ends.append(cmd)
-        self._notify()
+        self.ends.append(cmd)
 
     def knows_group(self, group: str) -> bool:
         return any(
@@ -212,7 +190,7 @@ async def test_local_transaction_state_goes_to_the_broker(
     async with make_producer(cluster, listener) as producer:
         result = await producer.send_message_in_transaction(msg, arg={"order": 1})
         broker = tx_broker(cluster, result.message_queue.broker_name)
-        await broker.until(lambda: len(broker.ends) == 1)
+        await wait_until(lambda: len(broker.ends) == 1, 5, "1 END_TRANSACTION at broker")
     assert isinstance(result, TransactionSendResult)
     assert result.send_status is SendStatus.SEND_OK
     assert result.local_transaction_state is state
@@ -253,7 +231,7 @@ async def test_broker_learns_the_producer_after_the_first_half_message(
     async with make_producer(cluster, Listener()) as producer:
         result = await producer.send_message_in_transaction(Message(TOPIC, b"x"))
         broker = tx_broker(cluster, result.message_queue.broker_name)
-        await broker.until(lambda: broker.knows_group(GROUP), timeout=5)
+        await wait_until(lambda: broker.knows_group(GROUP), 5, "the broker knows the group")
 
 
 async def test_delayed_message_or_batch_is_refused(cluster: FakeCluster) -> None:
@@ -286,7 +264,7 @@ async def test_send_not_ok_rolls_back_without_local_transaction(
     async with make_producer(cluster, listener) as producer:
         result = await producer.send_message_in_transaction(Message(TOPIC, b"x"), "arg")
         broker = tx_broker(cluster, result.message_queue.broker_name)
-        await broker.until(lambda: len(broker.ends) == 1)
+        await wait_until(lambda: len(broker.ends) == 1, 5, "1 END_TRANSACTION at broker")
     assert result.send_status is status
     assert result.local_transaction_state is ROLLBACK
     assert listener.executed == []
@@ -329,7 +307,7 @@ async def test_async_listener_methods(cluster: FakeCluster) -> None:
         result = await producer.send_message_in_transaction(Message(TOPIC, b"m"), 7)
         broker = tx_broker(cluster, result.message_queue.broker_name)
         broker.push_check(check_fields(result), half_record(broker, result))
-        await broker.until(lambda: len(broker.ends) == 2)
+        await wait_until(lambda: len(broker.ends) == 2, 5, "2 END_TRANSACTION at broker")
     assert calls == ["execute 7", "check m"]
     assert [e.ext_fields["commitOrRollback"] for e in broker.ends] == [0, 12]
     assert [e.ext_fields["fromTransactionCheck"] for e in broker.ends] == [False, True]
@@ -357,7 +335,7 @@ async def test_check_is_answered_on_the_broker_that_asked(
         result = await producer.send_message_in_transaction(Message(TOPIC, b"pay", tags="T"))
         broker = tx_broker(cluster, result.message_queue.broker_name)
         broker.push_check(check_fields(result, 77, 12345), half_record(broker, result))
-        await broker.until(lambda: len(broker.ends) == 2)
+        await wait_until(lambda: len(broker.ends) == 2, 5, "2 END_TRANSACTION at broker")
     (checked,) = listener.checked
     assert isinstance(checked, MessageExt)
     assert (checked.topic, checked.body, checked.tags) == (TOPIC, b"pay", "T")
@@ -407,7 +385,7 @@ async def test_checks_for_other_groups_and_malformed_checks_are_dropped(
         assert listener.checked == []
         assert len(broker.ends) == 1  # the send's own END only
         broker.push_check(good, half_record(broker, result))  # a good check still works
-        await broker.until(lambda: len(broker.ends) == 2)
+        await wait_until(lambda: len(broker.ends) == 2, 5, "2 END_TRANSACTION at broker")
     assert [m.uniq_key for m in listener.checked] == [result.msg_id]
     assert producer.checks_dropped == 0  # dropped by the client instance, not queued
 
@@ -436,7 +414,7 @@ async def test_checks_beyond_the_backlog_are_dropped(cluster: FakeCluster) -> No
         await broker.barrier()
         assert producer.checks_dropped == 3  # 1 running, 2 queued, 3 dropped
         release.set()
-        await broker.until(lambda: len(broker.ends) == 4)
+        await wait_until(lambda: len(broker.ends) == 4, 5, "4 END_TRANSACTION at broker")
     answers = [e.ext_fields["tranStateTableOffset"] for e in broker.ends[1:]]
     assert answers == [0, 1, 2]
     assert len(seen) == 3
@@ -473,7 +451,7 @@ async def test_shutdown_drops_queued_checks_and_lets_the_running_one_finish(
         assert producer.checks_dropped == 1  # the queued one
         release.set()
     assert checked == [1]
-    await broker.until(lambda: len(broker.ends) == 2)
+    await wait_until(lambda: len(broker.ends) == 2, 5, "2 END_TRANSACTION at broker")
     assert broker.ends[1].ext_fields["tranStateTableOffset"] == 10
 
 
@@ -519,13 +497,13 @@ async def test_check_only_producer_is_registered_and_answers(cluster: FakeCluste
         # The periodic heartbeat is 30 s away: only the prompt one can arrive in time.
         for b in cluster.brokers:
             assert isinstance(b, TxBroker)
-            await b.until(lambda b=b: b.knows_group(GROUP), timeout=5)
+            await wait_until(partial(b.knows_group, GROUP), 5, f"{b.name} knows the group")
         fields = CheckTransactionStateRequestHeader(
             tran_state_table_offset=queue_offset, commit_log_offset=decode_msg_id(msg_id)[1],
             msg_id=msg_id, transaction_id="C0A8000100002A9F0000000000000001",
             offset_msg_id=msg_id).to_fields()
         a.push_check(fields, a.record(TOPIC, 2, queue_offset))
-        await a.until(lambda: len(a.ends) == 1)
+        await wait_until(lambda: len(a.ends) == 1, 5, "1 END_TRANSACTION at a")
     assert a.ends[0].ext_fields == {
         "producerGroup": GROUP,
         "tranStateTableOffset": queue_offset,
@@ -545,11 +523,11 @@ async def test_brokers_known_before_the_producer_started_get_a_heartbeat(
         await plain.send(Message(TOPIC, b"plain"))  # the shared instance learns the brokers
         for b in cluster.brokers:  # and heartbeats them at once, for its producer
             assert isinstance(b, TxBroker)
-            await b.until(lambda b=b: len(b.heartbeats) > 0, timeout=5)
+            await wait_until(partial(len, b.heartbeats), 5, f"a heartbeat at {b.name}")
         async with make_producer(cluster, Listener()):
             for b in cluster.brokers:
                 assert isinstance(b, TxBroker)
-                await b.until(lambda b=b: b.knows_group(GROUP), timeout=5)
+                await wait_until(partial(b.knows_group, GROUP), 5, f"{b.name} knows the group")
     broker = next(b for b in cluster.brokers if isinstance(b, TxBroker))
     # the plain producer's own heartbeat came first, when the instance met the broker
     first, *later = [{p["groupName"] for p in hb["producerDataSet"]} for hb in broker.heartbeats]
@@ -567,8 +545,8 @@ async def test_one_transaction_producer_per_group_and_instance(cluster: FakeClus
         result = await producer.send_message_in_transaction(Message(TOPIC, b"x"))
         broker = tx_broker(cluster, result.message_queue.broker_name)
         broker.push_check(check_fields(result), half_record(broker, result))
-        await broker.until(lambda: len(broker.ends) == 2)
-        await broker.until(lambda: broker.knows_group(GROUP))
+        await wait_until(lambda: len(broker.ends) == 2, 5, "2 END_TRANSACTION at broker")
+        await wait_until(lambda: broker.knows_group(GROUP), 5, "the broker knows the group")
         assert producer._instance is not None
         assert {"groupName": GROUP} in producer._instance.heartbeat_data()["producerDataSet"]
 

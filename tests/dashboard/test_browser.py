@@ -19,7 +19,7 @@ from client.admin import MQAdmin
 from dashboard.auth import add_user
 from protocol.message import MessageQueue
 from tests.integration.cluster import BIN, Cluster, free_port, wait_port
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -147,7 +147,7 @@ async def send_and_consume(ns: str) -> None:
         async def indexed() -> bool:
             return len(await admin.query_by_key(TOPIC, "order-5")) == 1
 
-        await wait_for(indexed, 10, "order-5 in the index")
+        await wait_until(indexed, 10, "order-5 in the index")
 
 
 def test_dashboard_in_chromium(live: tuple[str, str, str], browser: WebDriver) -> None:

@@ -15,7 +15,7 @@ from client.admin import MQAdmin
 from protocol.message import MessageQueue
 from tests.dashboard.web import Page, dashboard
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "DashPages"
 GROUP = "dash-pages-group"
@@ -26,7 +26,7 @@ async def _seed(ns: str, broker_addr: str) -> list[str]:
     async with MQAdmin(ns) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker_addr, read_queue_nums=2,
                                  write_queue_nums=2)
-        await wait_for(routed(admin, TOPIC), 10, "routed")
+        await wait_until(routed(admin, TOPIC), 10, "routed")
     offset_ids = []
     async with Producer("dash-pages-producer", ns) as producer:
         for i in range(6):
@@ -113,7 +113,7 @@ async def test_create_topic_and_bad_input(pair: Pair) -> None:
         assert page.status == 303 and page.location is not None
         assert page.location.startswith("/topics/DashCreated?notice=")
         async with MQAdmin(ns.addr) as admin:
-            route = await wait_for(routed(admin, "DashCreated"), 10, "routed")
+            route = await wait_until(routed(admin, "DashCreated"), 10, "routed")
             assert route
             qd = (await admin.topic_route("DashCreated")).queue_datas
             assert [(q.read_queue_nums, q.write_queue_nums) for q in qd] == [(3, 3)]
@@ -186,5 +186,5 @@ async def test_producers_page(pair: Pair) -> None:
                 assert page.status == 200, page.error
                 return page if "No producer of this group" not in page.text else None
 
-            page = await wait_for(listed, 10, "the producer on the producers page")
+            page = await wait_until(listed, 10, "the producer on the producers page")
             assert "<code>127.0.0.1:" in page.text.split('id="producers"')[1]

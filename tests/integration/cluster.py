@@ -7,10 +7,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tests.waits import wait_until_sync
 
 BIN = Path(sys.executable).parent
 
@@ -36,16 +37,19 @@ def free_port(span: int = 2) -> int:
 
 
 def wait_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode} before listening")
+    """Until something listens on ``port``; RuntimeError when ``proc`` exits first."""
+    def listening() -> bool:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
+                return True
         except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on {port} after {timeout}s")
+            return False
+
+    def exited() -> None:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before listening")
+
+    wait_until_sync(listening, timeout, f"something listening on {port}", check=exited)
 
 
 @dataclass
@@ -72,11 +76,17 @@ class Daemon:
         log.close()
         wait_port(self.port, timeout, proc=self.proc)
         if self.ready_marker:
-            deadline = time.monotonic() + timeout
-            while self.log_text().count(self.ready_marker) <= seen:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.name} did not become ready:\n{self.log_text()[-2000:]}")
-                time.sleep(0.02)
+            marker, proc = self.ready_marker, self.proc
+
+            def exited() -> None:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{self.name} exited ({proc.returncode})")
+            try:
+                wait_until_sync(lambda: self.log_text().count(marker) > seen, timeout,
+                                f"{marker!r} in the log", interval=0.02, check=exited)
+            except (RuntimeError, AssertionError) as e:
+                raise RuntimeError(f"{self.name} did not become ready: {e}\n"
+                                   f"{self.log_text()[-2000:]}") from None
 
     def stop(self, timeout: float = 20.0) -> int:
         """SIGTERM and wait: an orderly shutdown. Returns the exit code."""

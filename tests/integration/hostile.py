@@ -31,7 +31,7 @@ from protocol.message import MessageConst, MessageExt
 from protocol.record import decode_records
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 SEED_TOPIC = "RTSeed"
 SEED_BODIES = [b"seed-%d" % i for i in range(4)]
@@ -198,7 +198,7 @@ class Guard:
             for topic in (SEED_TOPIC, DELAY_TOPIC):
                 await admin.create_topic(topic, broker_addr=self.broker.addr,
                                          read_queue_nums=1, write_queue_nums=1)
-                await wait_for(routed(admin, topic), TIMEOUT, f"{topic} routed")
+                await wait_until(routed(admin, topic), TIMEOUT, f"{topic} routed")
         async with Producer("RTSeeder", self.ns.addr) as p:
             for body, key in zip(SEED_BODIES, SEED_KEYS, strict=True):
                 r = await p.send(Message(SEED_TOPIC, body, keys=key))
@@ -249,8 +249,8 @@ class Guard:
         async with MQAdmin(self.ns.addr) as admin:
             await admin.create_topic(topic, broker_addr=self.broker.addr,
                                      read_queue_nums=1, write_queue_nums=1)
-            await wait_for(routed(admin, topic), TIMEOUT,
-                           f"{topic} routed (the broker registers, the name server answers)")
+            await wait_until(routed(admin, topic), TIMEOUT,
+                             f"{topic} routed (the broker registers, the name server answers)")
         async with Producer("RTWellProducer", self.ns.addr) as p:
             r = await p.send(Message(topic, b"well"), timeout=TIMEOUT)
             assert r.send_status == SendStatus.SEND_OK
@@ -287,8 +287,8 @@ class Guard:
         async def arrived() -> list[MessageExt]:
             return [m for m in await pull_all(self.broker.addr, DELAY_TOPIC) if m.body == body]
 
-        got = await wait_for(arrived, 15, f"level-1 delayed message {body!r} delivered",
-                             interval=0.1)
+        got = await wait_until(arrived, 15, f"level-1 delayed message {body!r} delivered",
+                               interval=0.1)
         assert len(got) == 1
 
     async def restart_broker(self) -> None:
@@ -298,7 +298,7 @@ class Guard:
                           f"{self.broker.log_text()[-3000:]}"
         self.broker.start()
         async with MQAdmin(self.ns.addr) as admin:
-            await wait_for(routed(admin, SEED_TOPIC), TIMEOUT, "RTSeed routed after the restart")
+            await wait_until(routed(admin, SEED_TOPIC), TIMEOUT, "RTSeed routed after the restart")
 
     async def verify(self, *, restart: bool = True, delayed: bool = False) -> None:
         """Every check of a row: alive and serving, nothing outside the store touched,

@@ -11,10 +11,11 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+from tests.waits import wait_until_sync
 
 REPO = Path(__file__).resolve().parents[2]
 CHILD = "tests.integration.official_client_proc"
@@ -79,18 +80,16 @@ class OfficialClient:
         self.wait(lambda: self.has_event(name), timeout, f"event {name!r}")
 
     def wait(self, predicate: Callable[[], Any], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if self.proc.poll() is not None and not predicate():
-                self._reader.join(5)
-                if predicate():
-                    return
-                raise AssertionError(f"the C++ client process exited ({self.proc.returncode}) "
-                                     f"before {what}\n{self.diagnostics()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {what}\n"
-                                     f"{self.diagnostics()}")
-            time.sleep(0.05)
+        def exited() -> None:
+            if self.proc.poll() is not None:
+                self._reader.join(5)  # the lines it printed before it exited
+                if not predicate():
+                    raise AssertionError(f"the C++ client process exited "
+                                         f"({self.proc.returncode}) before {what}")
+        try:
+            wait_until_sync(predicate, timeout, what, check=exited)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n{self.diagnostics()}") from None
 
     def diagnostics(self, chars: int = 3000) -> str:
         """The child's stderr and the C++ client's log, their last ``chars`` each."""

@@ -30,7 +30,7 @@ from protocol.message import properties_to_string
 from protocol.record import TRANSACTION_PREPARED_TYPE
 from protocol.trio.memory import rss_bytes
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "M"
 
@@ -52,7 +52,7 @@ async def main(N: int, WINDOW: float) -> None:  # noqa: N803
             await admin.create_topic(
                 TOPIC, broker_addr=b.addr, read_queue_nums=1, write_queue_nums=1
             )
-            await wait_for(routed(admin, TOPIC), 10, "routed")
+            await wait_until(routed(admin, TOPIC), 10, "routed")
             s = socket.socket()
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             s.connect(("127.0.0.1", b.port))
@@ -93,7 +93,7 @@ async def main(N: int, WINDOW: float) -> None:  # noqa: N803
             async def pending() -> bool:
                 return (await admin.broker_runtime_info(b.addr))["transactionPending"] >= N
 
-            await wait_for(pending, 120, "pending")
+            await wait_until(pending, 120, "pending")
             st0 = await admin.broker_runtime_info(b.addr)
             rss0 = rss_bytes(b.proc.pid)
             lat = []

@@ -15,7 +15,7 @@ from client.admin import MQAdmin, MQAdminError
 from client.errors import MQBrokerError
 from protocol.codes import ResponseCode
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "AclTopic"
 ADMIN = AclCredentials("rocketmq2", "12345678")
@@ -93,7 +93,7 @@ async def test_plain_acl(cluster: Cluster, tmp_path: Path) -> None:
     async with MQAdmin(n, access_key=ADMIN.access_key, secret_key=ADMIN.secret_key) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "routed")
+        await wait_until(routed(admin, TOPIC), 10, "routed")
         config_before = await admin.get_broker_config(broker.addr)
     # nor delete the topic or change the broker's config
     async with MQAdmin(n, credentials=PUB) as admin:
@@ -142,14 +142,14 @@ async def test_plain_acl(cluster: Cluster, tmp_path: Path) -> None:
         except Exception:  # noqa: BLE001
             return False
         return True
-    await wait_for(unsigned_sends, 15, "the reloaded white list letting unsigned sends in")
+    await wait_until(unsigned_sends, 15, "the reloaded white list letting unsigned sends in")
 
     # hot reload: SUB-only gets PUB
     write(acl, acl_yaml([], sub_topic_perm="PUB|SUB"))
 
     async def unsigned_refused() -> bool:
         return not await unsigned_sends()
-    await wait_for(unsigned_refused, 15, "the reloaded file without the white entry")
+    await wait_until(unsigned_refused, 15, "the reloaded file without the white entry")
     await send(n, SUB)  # the same reload gave subonly1 PUB
 
     # a broken file keeps the last good accounts and the log says why
@@ -157,7 +157,7 @@ async def test_plain_acl(cluster: Cluster, tmp_path: Path) -> None:
 
     async def logged() -> bool:
         return "ACL file not reloaded" in broker.log_text()
-    await wait_for(logged, 15, "the broken file logged")
+    await wait_until(logged, 15, "the broken file logged")
     await send(n, SUB)
     await send(n, PUB)
     assert "No permission" in await refused_send(n, DENIED)

@@ -22,7 +22,7 @@ from acl.plain import SIGNATURE_REFUSED, parse_plain_acl
 from client import AclCredentials, Message, Producer
 from client.admin import MQAdmin
 from tests.integration.cluster import BIN, Cluster, free_port
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "AclAdminTopic"
 ADMIN = AclCredentials("rocketmq2", "12345678")
@@ -99,7 +99,7 @@ async def test_acl_admin_commands(cluster: Cluster, tmp_path: Path) -> None:
     n, b = ns.addr, broker.addr
     async with MQAdmin(n, credentials=ADMIN) as admin:
         await admin.create_topic(TOPIC, broker_addr=b, read_queue_nums=1, write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "routed")
+        await wait_until(routed(admin, TOPIC), 10, "routed")
         v0 = (await admin.acl_config_version(b)).counter
 
     assert SIGNATURE_REFUSED in await refused(n, NEW)
@@ -217,15 +217,15 @@ async def test_slave_follows_master_acl_file(cluster: Cluster, tmp_path: Path) -
 
     await mqadmin("updateAclConfig", "-n", ns.addr, "-c", "DefaultCluster",
                   "-a", NEW.access_key, "-s", NEW.secret_key, "-i", "PUB")
-    await wait_for(lambda: slave_has(NEW.access_key, True), 20, "the slave's file copied")
+    await wait_until(lambda: slave_has(NEW.access_key, True), 20, "the slave's file copied")
     assert parse_plain_acl(slave_acl.read_text()).accounts[NEW.access_key].secret_key == \
         NEW.secret_key
     assert slave_doc()["globalWhiteRemoteAddresses"] == ["10.254.254.254"]
     async def hello_accepted() -> bool:
         return "slave hello accepted" in master.log_text()
 
-    await wait_for(hello_accepted, 20, "the slave's signed HA hello")  # replication signed too
+    await wait_until(hello_accepted, 20, "the slave's signed HA hello")  # replication signed too
 
     await mqadmin("deleteAccessConfig", "-n", ns.addr, "-b", master.addr, "-a", NEW.access_key)
-    await wait_for(lambda: slave_has(NEW.access_key, False), 20, "the deletion copied")
+    await wait_until(lambda: slave_has(NEW.access_key, False), 20, "the deletion copied")
     assert master_acl.read_text() == slave_acl.read_text()

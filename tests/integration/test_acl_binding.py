@@ -19,7 +19,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import BIN, Cluster
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "BindTopic"
 ADMIN = AclCredentials("rocketmq2", "12345678")
@@ -83,9 +83,9 @@ async def test_captured_reads_replayed_as_deletes_are_refused(cluster: Cluster,
                             brokerSecretKey=ADMIN.secret_key)
     n, b = ns.addr, broker.addr
     async with MQAdmin(n, credentials=ADMIN) as admin:
-        await wait_for(lambda: _registered(admin), TIMEOUT, "the signed broker registered")
+        await wait_until(lambda: _registered(admin), TIMEOUT, "the signed broker registered")
         await admin.create_topic(TOPIC, broker_addr=b, read_queue_nums=4, write_queue_nums=4)
-        await wait_for(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
+        await wait_until(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
 
         async with RemotingClient(credentials=ADMIN) as rc:
             stats = await capture(rc, b, RequestCode.GET_TOPIC_STATS_INFO)
@@ -148,7 +148,7 @@ async def test_strict_signature_refuses_plain_signed_reads(cluster: Cluster,
     async with MQAdmin(ns.addr, credentials=ADMIN) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
+        await wait_until(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
     async with Producer("bind_producer", ns.addr, credentials=ADMIN) as p:
         sent = await p.send(Message(TOPIC, b"bound"))
     assert sent.send_status == SendStatus.SEND_OK

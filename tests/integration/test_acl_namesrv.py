@@ -20,7 +20,7 @@ from protocol.trio.client import RemotingClient
 from protocol.trio.connection import RemotingConnection
 from tests.integration.cluster import Cluster, free_port
 from tests.integration.hostile import register_body
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "NsAclTopic"
 ADMIN = AclCredentials("nsadmin1", "nsadmin-secret")
@@ -93,15 +93,15 @@ async def test_namesrv_acl(cluster: Cluster, tmp_path: Path) -> None:
                    brokerSecretKey=ADMIN.secret_key)
     async with MQAdmin(ns.addr, credentials=READER) as admin:
         # the broker's signed registration took effect: the cluster is known
-        await wait_for(lambda: _registered(admin), TIMEOUT, "the signed broker registered")
+        await wait_until(lambda: _registered(admin), TIMEOUT, "the signed broker registered")
         await admin.create_topic(TOPIC, cluster="DefaultCluster")
-        await wait_for(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
+        await wait_until(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
     n = ns.addr
 
     # a broker without brokerAccessKey cannot register (its routes never appear)
     cluster.broker("broker-unsigned", n)
-    await wait_for(lambda: _logged(ns.log_text, "code=103"), TIMEOUT,
-                   "the unsigned registration refused")
+    await wait_until(lambda: _logged(ns.log_text, "code=103"), TIMEOUT,
+                     "the unsigned registration refused")
     async with MQAdmin(n, credentials=READER) as admin:
         assert "broker-unsigned" not in str(await admin.cluster_info())
 
@@ -113,7 +113,7 @@ async def test_namesrv_acl(cluster: Cluster, tmp_path: Path) -> None:
             resp = await rc.invoke(n, cmd, TIMEOUT)
             assert resp.code == ResponseCode.NO_PERMISSION, (what, resp.code, resp.remark)
             assert "No accessKey" in (resp.remark or ""), (what, resp.remark)
-            await wait_for(partial(_closed, conn), TIMEOUT, "the name server closing it")
+            await wait_until(partial(_closed, conn), TIMEOUT, "the name server closing it")
 
     # an unknown access key cannot look up routes
     async with RemotingClient(credentials=UNKNOWN) as rc:
@@ -152,11 +152,11 @@ async def test_namesrv_acl(cluster: Cluster, tmp_path: Path) -> None:
             put = RemotingCommand.request(RequestCode.PUT_KV_CONFIG, {
                 "namespace": "NS_ACL_TEST", "key": "k", "value": "v"})
             return (await rc.invoke(n, put, TIMEOUT)).code == ResponseCode.SUCCESS
-        await wait_for(put_ok, TIMEOUT, "the reloaded file made the reader admin")
+        await wait_until(put_ok, TIMEOUT, "the reloaded file made the reader admin")
         # a broken file keeps the accounts in force
         write(acl, "accounts: [ {accessKey: x\n")
-        await wait_for(lambda: _logged(ns.log_text, "ACL file not reloaded"), TIMEOUT,
-                       "the broken file's reload refused")
+        await wait_until(lambda: _logged(ns.log_text, "ACL file not reloaded"), TIMEOUT,
+                         "the broken file's reload refused")
         resp = await rc.invoke(n, route_request(), TIMEOUT)
         assert resp.code == ResponseCode.SUCCESS, resp.remark
 

@@ -39,7 +39,7 @@ from tests.integration.preauth_cost import (
     partial_frames,
     unsigned_frames,
 )
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "PreAuthTopic"
 ADMIN = AclCredentials("rocketmq2", "12345678")
@@ -106,7 +106,7 @@ async def test_connections_not_yet_authenticated_get_a_small_read_budget(
     async with MQAdmin(ns.addr, credentials=ADMIN) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
+        await wait_until(routed(admin, TOPIC), TIMEOUT, f"a route for {TOPIC}")
 
     await refused_unsigned_and_partial(ns, RequestCode.GET_ROUTEINFO_BY_TOPIC)
     await refused_unsigned_and_partial(broker, RequestCode.SEND_MESSAGE)
@@ -134,7 +134,7 @@ async def test_connections_not_yet_authenticated_get_a_small_read_budget(
         big = await rc.invoke(broker.addr, official_send(b"m" * (5 * MiB)), TIMEOUT)
         assert big.code == ResponseCode.SYSTEM_ERROR
         assert "aclPreAuthMaxFrameBytes" in (big.remark or ""), big.remark
-        await wait_for(lambda: _closed(conn), TIMEOUT, "the broker closing the connection")
+        await wait_until(lambda: _closed(conn), TIMEOUT, "the broker closing the connection")
 
     # the name server: a signed look-up as the first request is answered
     async with RemotingClient(credentials=ADMIN) as rc:

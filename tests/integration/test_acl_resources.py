@@ -16,7 +16,7 @@ from protocol.command import RemotingCommand
 from protocol.record import decode_msg_id
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 ADMIN = AclCredentials("rocketmq2", "12345678")
 VICTIM = AclCredentials("victim01", "victimsecret")
@@ -54,7 +54,7 @@ async def test_resources_beyond_the_header(cluster: Cluster, tmp_path: Path) -> 
         for topic in (V_TOPIC, A_TOPIC):
             await admin.create_topic(topic, broker_addr=broker.addr, read_queue_nums=1,
                                      write_queue_nums=1)
-            await wait_for(routed(admin, topic), 10, "routed")
+            await wait_until(routed(admin, topic), 10, "routed")
     async with Producer("victim_producer", n, credentials=VICTIM,
                         retry_times_when_send_failed=0) as p:
         sent = await p.send(Message(V_TOPIC, b"victim's secret"))

@@ -29,7 +29,7 @@ from protocol.message import MessageQueue
 from protocol.trio import RemotingClient
 from tests.integration.cluster import Cluster, Daemon
 from tests.integration.test_acl_admin import mqadmin as run_mqadmin
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "GroupsTopic"
 
@@ -63,7 +63,7 @@ async def make_topic(n: str, broker: Daemon, topic: str, queues: int = 2) -> Non
     async with MQAdmin(n) as admin:
         await admin.create_topic(topic, broker_addr=broker.addr, read_queue_nums=queues,
                                  write_queue_nums=queues)
-        await wait_for(routed(admin, topic), 10, f"a route for {topic}")
+        await wait_until(routed(admin, topic), 10, f"a route for {topic}")
 
 
 # ---- subscription groups ------------------------------------------------------------
@@ -87,16 +87,16 @@ async def test_update_and_delete_sub_group(cluster: Cluster) -> None:
         # -q: the retry topic's write queues follow; its read queues never shrink
         retry = "%RETRY%G1"
         await admin.create_topic(retry, broker_addr=b.addr, read_queue_nums=1, write_queue_nums=1)
-        await wait_for(routed(admin, retry), 10, "the retry topic routed")
+        await wait_until(routed(admin, retry), 10, "the retry topic routed")
         out = await mqadmin("updateSubGroup", "-n", n, "-b", b.addr, "-g", "G1", "-q", "3")
         assert f"update subscription retry topic {retry} queue nums to {b.addr} success." in out
 
         async def queues(read: int, write: int) -> bool:
             qd = (await admin.topic_route(retry)).queue_datas[0]
             return (qd.read_queue_nums, qd.write_queue_nums) == (read, write)
-        await wait_for(lambda: queues(3, 3), 10, "the retry topic with 3 queues")
+        await wait_until(lambda: queues(3, 3), 10, "the retry topic with 3 queues")
         await mqadmin("updateSubGroup", "-n", n, "-b", b.addr, "-g", "G1", "-q", "2")
-        await wait_for(lambda: queues(3, 2), 10, "2 write queues, still 3 read queues")
+        await wait_until(lambda: queues(3, 2), 10, "2 write queues, still 3 read queues")
     # errors: the broker's bound on retryQueueNums, no target, a bad flag value
     err = await mqadmin("updateSubGroup", "-n", n, "-b", b.addr, "-g", "G1", "-q", "100000",
                         ok=False)
@@ -229,7 +229,7 @@ async def test_consumer_status_and_skip_accumulated(cluster: Cluster) -> None:
                                     MessageQueue(TOPIC, "broker-a", i % 2))
 
         await send("ok", 4)
-        await wait_for(lambda: _has(got, b"ok", 4), 20, "the first messages consumed")
+        await wait_until(lambda: _has(got, b"ok", 4), 20, "the first messages consumed")
         cid = consumer.client_id
 
         out = await mqadmin_process("consumerStatus", "-n", n, "-g", "status_group")
@@ -254,7 +254,7 @@ async def test_consumer_status_and_skip_accumulated(cluster: Cluster) -> None:
 
         # messages pile up behind stuck listener calls; skip them while the consumer runs
         await send("stuck", 6)
-        await wait_for(lambda: _has(got, b"stuck", 2), 20, "stuck listener calls")
+        await wait_until(lambda: _has(got, b"stuck", 2), 20, "stuck listener calls")
         async with MQAdmin(n) as admin:
             maxes = {r["queueId"]: r["brokerOffset"]
                      for r in await admin.consume_stats("status_group", TOPIC)}
@@ -267,17 +267,17 @@ async def test_consumer_status_and_skip_accumulated(cluster: Cluster) -> None:
                 held = consumer.offset_table()
                 return all(held.get(MessageQueue(TOPIC, "broker-a", q)) == o
                            for q, o in maxes.items())
-            await wait_for(consumer_took_it, 20, "the consumer taking the new offsets")
+            await wait_until(consumer_took_it, 20, "the consumer taking the new offsets")
             gate.set()  # the stuck calls finish: their old offsets are not committed
             await send("after", 2)
-            await wait_for(lambda: _has(got, b"after", 2), 20, "new messages consumed")
+            await wait_until(lambda: _has(got, b"after", 2), 20, "new messages consumed")
 
             async def nothing_left() -> bool:
                 rows = await admin.consume_stats("status_group", TOPIC)
                 return all(r["lag"] == 0 for r in rows) and \
                     all(consumer.offset_table().get(MessageQueue(TOPIC, "broker-a", r["queueId"]))
                         == r["brokerOffset"] for r in rows)
-            await wait_for(nothing_left, 20, "offsets committed past the new messages")
+            await wait_until(nothing_left, 20, "offsets committed past the new messages")
         # the skipped messages were never delivered again
         assert sum(1 for body in got if body.startswith(b"stuck")) <= 6
 
@@ -361,7 +361,7 @@ async def test_admin_only_commands_with_acl(cluster: Cluster, tmp_path: Path) ->
     n = ns.addr
     async with MQAdmin(n, credentials=ADMIN) as admin:
         await admin.create_topic(TOPIC, broker_addr=b.addr, read_queue_nums=2, write_queue_nums=2)
-        await wait_for(routed(admin, TOPIC), 10, "routed")
+        await wait_until(routed(admin, TOPIC), 10, "routed")
     for args in (("updateKvConfig", "-n", n, "-s", "NS", "-k", "k", "-v", "v"),
                  ("getNamesrvConfig", "-n", n),
                  ("updateSubGroup", "-n", n, "-b", b.addr, "-g", "AclGroup"),

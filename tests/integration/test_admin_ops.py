@@ -12,7 +12,7 @@ from client.admin import MQAdmin
 from protocol.route import PERM_WRITE
 from tests.integration.cluster import BIN, Cluster
 from tests.integration.test_cli import mqadmin
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "OpsTopic"
 
@@ -30,7 +30,7 @@ async def test_operator_commands(cluster: Cluster) -> None:
     async with MQAdmin(n) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=2,
                                  write_queue_nums=2)
-        await wait_for(routed(admin, TOPIC), 10, "routed")
+        await wait_until(routed(admin, TOPIC), 10, "routed")
     got: list[bytes] = []
 
     def listener(msgs: list, ctx: object) -> ConsumeConcurrentlyStatus:
@@ -46,7 +46,7 @@ async def test_operator_commands(cluster: Cluster) -> None:
 
         async def all_consumed() -> bool:
             return len(got) >= 10
-        await wait_for(all_consumed, 30, "the group consuming every message")
+        await wait_until(all_consumed, 30, "the group consuming every message")
 
         # producerConnection while the producer is connected
         out = mqadmin("producerConnection", "-n", n, "-g", "ops_producer", "-t", TOPIC)
@@ -61,7 +61,7 @@ async def test_operator_commands(cluster: Cluster) -> None:
             rows = json.loads(mqadmin("statsAll", "-n", n, "-t", TOPIC, "--json"))
             row = next((r for r in rows if r["group"] == "ops_group"), None)
             return row if row and row["out_msg_24h"] == 10 and row["accumulation"] == 0 else None
-        row = await wait_for(stats_row, 30, "statsAll counting the consumed messages")
+        row = await wait_until(stats_row, 30, "statsAll counting the consumed messages")
         assert row["in_msg_24h"] == 10 and row["in_tps"] >= 0 and row["out_tps"] >= 0
         out = mqadmin("statsAll", "-n", n)
         line = next(ln for ln in out.splitlines() if ln.startswith(TOPIC))
@@ -93,7 +93,7 @@ async def test_operator_commands(cluster: Cluster) -> None:
 
     # wipeWritePerm / addWritePerm on the name server
     async with MQAdmin(n) as admin:
-        await wait_for(routed(admin, TOPIC), 10, "routed again")
+        await wait_until(routed(admin, TOPIC), 10, "routed again")
         out = mqadmin("wipeWritePerm", "-n", n, "-b", "broker-a")
         assert f"wipe write perm of broker[broker-a] in name server[{n}] OK" in out
         route = await admin.topic_route(TOPIC)

@@ -30,7 +30,7 @@ from protocol.hashing import java_string_hash
 from protocol.message import Message, MessageQueue
 from protocol.names import RMQ_SYS_SCHEDULE_TOPIC
 from tests.integration.cluster import BIN, Cluster, Daemon
-from tests.integration.waits import wait_until_sync
+from tests.waits import wait_until_sync
 
 TOPIC = "AdmTopic"
 GBK_BODY = "你好"

@@ -15,7 +15,7 @@ from protocol.frame import encode_frame
 from protocol.headers import SendMessageRequestHeader
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster
-from tests.integration.waits import at_least, routed, wait_for
+from tests.waits import at_least, routed, wait_until
 
 TOPIC = "GoodTopic"
 
@@ -44,7 +44,7 @@ async def test_bad_input_is_refused_and_good_client_served(cluster: Cluster) -> 
     broker = cluster.broker("broker-a", ns.addr, maxMessageSize=4096)
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=2, write_queue_nums=2)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
 
     good_sent = 0
     stop = trio.Event()
@@ -61,7 +61,7 @@ async def test_bad_input_is_refused_and_good_client_served(cluster: Cluster) -> 
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(good_client)
-        await wait_for(at_least(lambda: good_sent, 1), 10, "good client running")
+        await wait_until(at_least(lambda: good_sent, 1), 10, "good client running")
 
         # garbage bytes: a declared length far above 16 MiB -> closed, no answer
         assert await raw_exchange(broker.port, b"\xff\xff\xff\xffgarbage") == b"<closed>"
@@ -103,6 +103,6 @@ async def test_bad_input_is_refused_and_good_client_served(cluster: Cluster) -> 
             assert r.code == ResponseCode.SUCCESS
 
         before = good_sent
-        await wait_for(at_least(lambda: good_sent - before, 1), 10, "good client still served")
+        await wait_until(at_least(lambda: good_sent - before, 1), 10, "good client still served")
         stop.set()
     assert broker.proc is not None and broker.proc.poll() is None

@@ -22,8 +22,8 @@ from client.blocking import (
 from protocol.record import decode_records
 from protocol.trio.tls import ENV_ENABLE
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
 from tests.tls_certs import Certs, tls_certs_fixture  # noqa: F401 (the tls_certs fixture)
+from tests.waits import routed, wait_until
 
 TOPIC = "BlockingTlsTopic"
 
@@ -45,7 +45,7 @@ def test_blocking_clients_use_tls(cluster: Cluster, tls_certs: Certs,
         async with MQAdmin(ns.addr, use_tls=True, tls_ca_path=tls_certs.ca) as admin:
             await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1,
                                      write_queue_nums=1)
-            await wait_for(routed(admin, TOPIC), 10, "topic routed")
+            await wait_until(routed(admin, TOPIC), 10, "topic routed")
     trio.run(setup)
 
     bodies = [b"blocking-tls-%d" % i for i in range(10)]

@@ -20,7 +20,7 @@ from protocol.headers import PullMessageRequestHeader
 from protocol.trio.client import RemotingClient
 from protocol.trio.memory import rss_bytes
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "BoundTopic"
 MiB = 1024 * 1024
@@ -32,7 +32,7 @@ async def setup(cluster: Cluster, **props: object) -> tuple[Daemon, Daemon]:
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
     return ns, broker
 
 
@@ -98,7 +98,7 @@ async def test_a_client_that_never_reads_its_pulls(cluster: Cluster) -> None:
         now = rss_bytes(broker.proc.pid) if broker.proc else None
         return now is not None and now < start_rss + 100 * MiB
 
-    await wait_for(rss_back, 30, "the broker's memory back near where it was")
+    await wait_until(rss_back, 30, "the broker's memory back near where it was")
 
 
 async def test_a_heartbeat_flood_is_answered_busy_and_sends_go_on(cluster: Cluster) -> None:
@@ -232,4 +232,4 @@ async def test_ten_thousand_new_consumer_groups_register(cluster: Cluster) -> No
         async def all_listed() -> bool:
             return retry_topics <= set(await admin.topic_list())
 
-        await wait_for(all_listed, 30, "every retry topic listed by the name server")
+        await wait_until(all_listed, 30, "every retry topic listed by the name server")

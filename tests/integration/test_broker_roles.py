@@ -29,7 +29,7 @@ from protocol.route import MASTER_ID
 from protocol.trio.client import RemotingClient
 from tests.broker.store.helpers import inner
 from tests.integration.cluster import Cluster, free_port
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "RoleTopic"
 NOTICE = "config key accepted, no effect here"
@@ -55,7 +55,7 @@ async def test_second_broker_on_a_store_directory_is_refused(cluster: Cluster) -
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=first.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
     async with Producer("lock-producer", ns.addr) as producer:
         r = await producer.send(Message(TOPIC, b"still serving"))
         assert r.send_status is SendStatus.SEND_OK
@@ -96,7 +96,7 @@ async def test_slave_refuses_sends_and_serves_reads(cluster: Cluster) -> None:
         for addr in (master.addr, slave.addr):  # admin writes reach a slave too
             await admin.create_topic(TOPIC, broker_addr=addr, read_queue_nums=1,
                                      write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
         route = await admin.topic_route(TOPIC)
         (data,) = route.broker_datas
         assert data.broker_addrs == {MASTER_ID: master.addr, 1: slave.addr}

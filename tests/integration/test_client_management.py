@@ -7,7 +7,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.trio import HandlerTable, RemotingClient
 from tests.integration.cluster import Cluster
-from tests.integration.waits import at_least, wait_for
+from tests.waits import at_least, wait_until
 
 
 def heartbeat(cid: str) -> RemotingCommand:
@@ -33,9 +33,9 @@ async def test_membership_notifications_and_locks(cluster: Cluster) -> None:
                    lambda conn, cmd: notified.append(cmd.ext_fields["consumerGroup"]))
     async with RemotingClient(table) as a, RemotingClient() as b:
         assert (await a.invoke(broker.addr, heartbeat("A"), 3)).code == ResponseCode.SUCCESS
-        await wait_for(at_least(lambda: len(notified), 1), 5, "A told of its own join")
+        await wait_until(at_least(lambda: len(notified), 1), 5, "A told of its own join")
         assert (await b.invoke(broker.addr, heartbeat("B"), 3)).code == ResponseCode.SUCCESS
-        await wait_for(at_least(lambda: len(notified), 2), 5, "A told of B's join")
+        await wait_until(at_least(lambda: len(notified), 2), 5, "A told of B's join")
         resp = await a.invoke(broker.addr, RemotingCommand.request(
             RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}), 3)
         assert unpack_body(resp.body)["consumerIdList"] == ["A", "B"]
@@ -49,7 +49,7 @@ async def test_membership_notifications_and_locks(cluster: Cluster) -> None:
         assert [m["queueId"] for m in got["lockOKMQSet"]] == [1]
 
         b.close_connection(broker.addr)  # B goes away: A is told, the list shrinks
-        await wait_for(at_least(lambda: len(notified), 3), 5, "A told of B's leaving")
+        await wait_until(at_least(lambda: len(notified), 3), 5, "A told of B's leaving")
         resp = await a.invoke(broker.addr, RemotingCommand.request(
             RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"}), 3)
         assert unpack_body(resp.body)["consumerIdList"] == ["A"]

@@ -6,7 +6,7 @@ from client import Message, Producer, PullConsumer, PullStatus
 from client.admin import MQAdmin
 from protocol.record import FLAG_COMPRESSED
 from tests.integration.cluster import Cluster
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 TOPIC = "CompressTopic"
 
@@ -17,7 +17,7 @@ async def test_large_bodies_are_stored_compressed_and_read_uncompressed(cluster:
     bodies = [f"line {i} of a long message\n".encode() * (40 * (i + 1)) for i in range(6)]
     bodies.append(b"short")
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(lambda: _registered(admin), 10, "the broker registered")
+        await wait_until(lambda: _registered(admin), 10, "the broker registered")
         await admin.create_topic(TOPIC, cluster="DefaultCluster", read_queue_nums=1,
                                  write_queue_nums=1)
     async with Producer("compress-producer", ns.addr) as producer:

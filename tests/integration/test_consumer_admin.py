@@ -13,7 +13,7 @@ from protocol.message import MessageQueue
 from protocol.trio import RemotingClient
 from tests.integration.cluster import Cluster
 from tests.integration.test_cli import mqadmin
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "ProgressTopic"
 
@@ -23,7 +23,7 @@ async def test_progress_reset_and_connections(cluster: Cluster) -> None:
     broker = cluster.broker("broker-a", ns.addr)
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=2, write_queue_nums=2)
-        await wait_for(routed(admin, TOPIC), 10, "routed")
+        await wait_until(routed(admin, TOPIC), 10, "routed")
     async with Producer("progress-producer", ns.addr) as producer:
         for i in range(10):
             await producer.send(Message(TOPIC, b"m%d" % i), MessageQueue(TOPIC, "broker-a", i % 2))

@@ -14,7 +14,7 @@ from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
 from protocol.record import RecordStatus, check_record, decode_record
 from tests.integration.cluster import Cluster
-from tests.integration.waits import at_least, routed, wait_for
+from tests.waits import at_least, routed, wait_until
 
 TOPIC = "CrashTopic"
 
@@ -65,7 +65,7 @@ async def test_kill_9_under_load(cluster: Cluster, flush: str, warm: bool) -> No
                             warmMapedFileEnable=str(warm).lower())
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=4, write_queue_nums=4)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
 
     acked: dict[bytes, tuple[int, int]] = {}
     stop = trio.Event()
@@ -93,14 +93,14 @@ async def test_kill_9_under_load(cluster: Cluster, flush: str, warm: bool) -> No
     async with trio.open_nursery() as nursery:
         for pid in range(4):
             nursery.start_soon(producer, pid)
-        await wait_for(at_least(lambda: len(acked), 3000), 30, "load running")
+        await wait_until(at_least(lambda: len(acked), 3000), 30, "load running")
         broker.kill()  # SIGKILL while sends are in flight
         stop.set()
     assert (Path(cluster.root) / "store-broker-a" / "abort").exists()
 
     broker.start()
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(routed(admin, TOPIC), 10, "broker back")
+        await wait_until(routed(admin, TOPIC), 10, "broker back")
     pulled: dict[bytes, tuple[int, int]] = {}
     async with PullConsumer("crash-check", ns.addr) as consumer:
         for mq in await consumer.fetch_subscribe_message_queues(TOPIC):

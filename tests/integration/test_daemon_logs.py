@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from protocol.trio.logs import BROKER_LOGS, LogDirError, LogFiles, open_log_files, parse_size
 from tests.integration.cluster import BIN, Daemon, free_port
+from tests.waits import wait_until_sync
 
 SMALL_STORE = {
     "mapedFileSizeCommitLog": 4 * 1024 * 1024,
@@ -20,14 +20,6 @@ SMALL_STORE = {
     "maxHashSlotNum": 5_000,
     "maxIndexNum": 20_000,
 }
-
-
-def wait_for(cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"not after {timeout}s: {what}")
-        time.sleep(0.05)
 
 
 def has(path: Path, text: str) -> bool:
@@ -93,10 +85,10 @@ def test_files_in_log_dir_split_as_rocketmq(procs: Procs, tmp_path: Path, home: 
     ns_dir, b_dir = tmp_path / "ns-logs", tmp_path / "broker-logs"
     ns = procs.namesrv("--log-dir", str(ns_dir))
     b = procs.broker(ns.addr, "--log-dir", str(b_dir))
-    wait_for(lambda: has(ns_dir / "namesrv.log", "name server started"), "namesrv.log")
-    wait_for(lambda: has(b_dir / "broker.log", "broker started"), "broker.log")
+    wait_until_sync(lambda: has(ns_dir / "namesrv.log", "name server started"), 20, "namesrv.log")
+    wait_until_sync(lambda: has(b_dir / "broker.log", "broker started"), 20, "broker.log")
     # the store's loggers go to store.log, and only there
-    wait_for(lambda: has(b_dir / "store.log", "store loaded"), "store.log")
+    wait_until_sync(lambda: has(b_dir / "store.log", "store loaded"), 20, "store.log")
     assert "store loaded" not in (b_dir / "broker.log").read_text()
     assert "broker started" not in (b_dir / "store.log").read_text()
     # stderr keeps the console output, as before
@@ -112,15 +104,15 @@ def test_log_dir_from_env_then_home(procs: Procs, tmp_path: Path, home: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     procs.namesrv()
     default = home / "logs" / "rocketmqlogs" / "namesrv.log"
-    wait_for(lambda: has(default, "name server started"), "~/logs/rocketmqlogs/namesrv.log")
+    wait_until_sync(lambda: has(default, "name server started"), 20, "~/logs/rocketmqlogs/namesrv.log")
     env_dir = tmp_path / "from-env"
     monkeypatch.setenv("ROCKETMQ_LOG_DIR", str(env_dir))
     procs.namesrv()
-    wait_for(lambda: has(env_dir / "namesrv.log", "name server started"), "$ROCKETMQ_LOG_DIR")
+    wait_until_sync(lambda: has(env_dir / "namesrv.log", "name server started"), 20, "$ROCKETMQ_LOG_DIR")
     # the flag wins over the environment
     flag_dir = tmp_path / "from-flag"
     procs.namesrv("--log-dir", str(flag_dir))
-    wait_for(lambda: has(flag_dir / "namesrv.log", "name server started"), "--log-dir over env")
+    wait_until_sync(lambda: has(flag_dir / "namesrv.log", "name server started"), 20, "--log-dir over env")
 
 
 def test_json_lines(procs: Procs, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from client.admin import MQAdmin
 from client.errors import MQBrokerError
 from protocol.codes import ResponseCode
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "DiskFullTopic"
 MiB = 1024 * 1024
@@ -96,7 +96,7 @@ async def _scenario(cluster: Cluster, disk: Path, filler: Path) -> None:
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=4,
                                  write_queue_nums=4)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
 
     acked: dict[bytes, tuple[int, int]] = {}
     refusal: MQBrokerError | None = None
@@ -134,7 +134,7 @@ async def _scenario(cluster: Cluster, disk: Path, filler: Path) -> None:
             nonlocal i
             i += 1
             return await send(i) is None
-        await wait_for(accepted, 10, "sends accepted once space is back")
+        await wait_until(accepted, 10, "sends accepted once space is back")
         for _ in range(200):
             i += 1
             assert await send(i) is None
@@ -146,7 +146,7 @@ async def _scenario(cluster: Cluster, disk: Path, filler: Path) -> None:
     assert not (disk / "store" / "abort").exists()
     broker.start()
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(routed(admin, TOPIC), 10, "broker back")
+        await wait_until(routed(admin, TOPIC), 10, "broker back")
     with trio.fail_after(60):
         assert await pull_everything(ns.addr) == acked
     assert [p for p in (disk / "store").rglob("*.alloc")] == []

@@ -8,7 +8,7 @@ from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
 from protocol.message import MessageQueue
 from tests.integration.cluster import Cluster
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 TOPIC = "E2ETopic"
 TAGS = ("TagA", "TagB", "TagC")
@@ -44,9 +44,9 @@ async def test_produce_pull_restart(cluster: Cluster) -> None:
     a = cluster.broker("broker-a", ns.addr, **SMALL_FILES)
     b = cluster.broker("broker-b", ns.addr, **SMALL_FILES)
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(lambda: _brokers_registered(admin, 2), 10, "two brokers")
+        await wait_until(lambda: _brokers_registered(admin, 2), 10, "two brokers")
         await admin.create_topic(TOPIC, cluster="DefaultCluster", read_queue_nums=8, write_queue_nums=8)
-        await wait_for(lambda: _route_brokers(admin, TOPIC, 2), 10, "topic route on both brokers")
+        await wait_until(lambda: _route_brokers(admin, TOPIC, 2), 10, "topic route on both brokers")
 
     total = 20_000
     sent = {i: make_message(i) for i in range(total)}
@@ -74,7 +74,7 @@ async def test_produce_pull_restart(cluster: Cluster) -> None:
     async with MQAdmin(ns.addr) as admin:
         async def all_stored() -> bool:
             return sum(q.max_offset for q in await admin.topic_status(TOPIC)) == total
-        await wait_for(all_stored, 20, "every oneway message stored")
+        await wait_until(all_stored, 20, "every oneway message stored")
         status_before = await admin.topic_status(TOPIC)
     assert len(status_before) == 16
 
@@ -117,7 +117,7 @@ async def test_produce_pull_restart(cluster: Cluster) -> None:
     a.start()
     b.start()
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(lambda: _route_brokers(admin, TOPIC, 2), 10, "brokers back in the route")
+        await wait_until(lambda: _route_brokers(admin, TOPIC, 2), 10, "brokers back in the route")
         assert await admin.topic_status(TOPIC) == status_before
     async with PullConsumer("e2e-consumer", ns.addr) as consumer:
         queues = await consumer.fetch_subscribe_message_queues(TOPIC)
@@ -148,10 +148,10 @@ async def _route_brokers(admin: MQAdmin, topic: str, n: int) -> bool:
 async def _one_broker_topic(namesrv: str, topic: str, queues: int) -> None:
     """Once the one broker is registered: ``topic`` with ``queues`` queues, routed."""
     async with MQAdmin(namesrv) as admin:
-        await wait_for(lambda: _brokers_registered(admin, 1), 10, "the broker")
+        await wait_until(lambda: _brokers_registered(admin, 1), 10, "the broker")
         await admin.create_topic(topic, cluster="DefaultCluster", read_queue_nums=queues,
                                  write_queue_nums=queues)
-        await wait_for(lambda: _route_brokers(admin, topic, 1), 10, "the topic route")
+        await wait_until(lambda: _route_brokers(admin, topic, 1), 10, "the topic route")
 
 
 async def test_busy_poll_on_both_sides(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,7 @@ from tests.integration.ha_reads import (
     record_at,
     topic_readable,
 )
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "HaTopic"
 CL_FILE = 256 * 1024
@@ -58,7 +58,7 @@ async def test_sync_master_replicates_and_refuses_without_slave(cluster: Cluster
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=master.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
         route = await admin.topic_route(TOPIC)
         addrs = {bd.broker_name: bd.broker_addrs for bd in route.broker_datas}
         assert addrs["broker-a"] == {0: master.addr, 1: slave.addr}
@@ -68,7 +68,7 @@ async def test_sync_master_replicates_and_refuses_without_slave(cluster: Cluster
         async def replicated() -> bool:
             r = await producer.send(Message(TOPIC, b"probe"))
             return r.send_status == SendStatus.SEND_OK
-        await wait_for(replicated, 20, "a slave acknowledging sends")
+        await wait_until(replicated, 20, "a slave acknowledging sends")
         bodies: list[bytes] = []
         for i in range(300):
             body = f"m-{i}".encode() * 20
@@ -82,7 +82,7 @@ async def test_sync_master_replicates_and_refuses_without_slave(cluster: Cluster
 
             async def slave_has_topic() -> bool:
                 return await topic_readable(rc, slave.addr, TOPIC)
-            await wait_for(slave_has_topic, 20, "the topic copied to the slave")
+            await wait_until(slave_has_topic, 20, "the topic copied to the slave")
             from_slave = await drain_queue(rc, slave.addr, TOPIC, 0, end)
         assert from_slave[-len(bodies):] == bodies
         # consumer offsets committed on the master arrive on the slave
@@ -97,7 +97,7 @@ async def test_sync_master_replicates_and_refuses_without_slave(cluster: Cluster
                 resp = await rc.invoke(slave.addr, RemotingCommand.request(
                     RequestCode.QUERY_CONSUMER_OFFSET, q), 5)
                 return resp.code == ResponseCode.SUCCESS and resp.ext_fields["offset"] == 42
-            await wait_for(offset_on_slave, 20, "the master's consumer offset on the slave")
+            await wait_until(offset_on_slave, 20, "the master's consumer offset on the slave")
         # the slave's log is the master's byte for byte
         m_log = commit_log(cluster.root / "store-broker-a")
         s_log = commit_log(cluster.root / "store-broker-a-s")
@@ -117,11 +117,11 @@ async def test_sync_master_replicates_and_refuses_without_slave(cluster: Cluster
         async def refused() -> bool:
             r = await producer.send(Message(TOPIC, b"alone"))
             return r.send_status == SendStatus.SLAVE_NOT_AVAILABLE
-        await wait_for(refused, 20, "SLAVE_NOT_AVAILABLE without a slave")
+        await wait_until(refused, 20, "SLAVE_NOT_AVAILABLE without a slave")
 
         # the slave comes back and catches up from its own offset
         slave.start()
-        await wait_for(replicated, 30, "the slave acknowledging again")
+        await wait_until(replicated, 30, "the slave acknowledging again")
     assert master.proc is not None and master.proc.poll() is None
 
 
@@ -132,7 +132,7 @@ async def test_cluster_list_and_broker_status_show_roles_and_replication(
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=master.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
         async with Producer("ha-status", ns.addr) as producer:
             for _ in range(20):
                 await producer.send(Message(TOPIC, b"x" * 100))
@@ -141,7 +141,7 @@ async def test_cluster_list_and_broker_status_show_roles_and_replication(
             m = await admin.broker_runtime_info(master.addr)
             slaves = m["ha"]["slaves"]
             return bool(slaves) and slaves[0]["behind"] == 0 and slaves[0]["ackedOffset"] > 0
-        await wait_for(caught_up, 20, "the slave acknowledging everything")
+        await wait_until(caught_up, 20, "the slave acknowledging everything")
         s = await admin.broker_runtime_info(slave.addr)
         assert s["brokerRole"] == "SLAVE" and s["brokerId"] == 1
         assert s["ha"]["masterHaAddress"] is not None and s["ha"]["lag"] == 0
@@ -170,7 +170,7 @@ async def create_topic(ns: str, master: Daemon, topic: str, queues: int) -> None
     async with MQAdmin(ns) as admin:
         await admin.create_topic(topic, broker_addr=master.addr, read_queue_nums=queues,
                                  write_queue_nums=queues)
-        await wait_for(routed(admin, topic), 10, "topic routed")
+        await wait_until(routed(admin, topic), 10, "topic routed")
 
 
 async def slave_acknowledging(producer: Producer, topic: str) -> None:
@@ -178,7 +178,7 @@ async def slave_acknowledging(producer: Producer, topic: str) -> None:
     async def ok() -> bool:
         r = await producer.send(Message(topic, b"probe"))
         return r.send_status == SendStatus.SEND_OK
-    await wait_for(ok, 20, "a slave acknowledging sends")
+    await wait_until(ok, 20, "a slave acknowledging sends")
 
 
 def same_max_offset(admin: MQAdmin, master: Daemon, slave: Daemon) -> Callable[[], Awaitable[bool]]:
@@ -255,7 +255,7 @@ async def test_sync_master_send_ok_covers_the_message_on_the_slave_and_a_frozen_
         async def acknowledged_again() -> bool:  # as the master sees it: not silent
             slaves = (await admin.broker_runtime_info(master.addr))["ha"]["slaves"]
             return bool(slaves) and slaves[0]["behind"] == 0 and not slaves[0]["silent"]
-        await wait_for(acknowledged_again, 20, "the thawed slave caught up")
+        await wait_until(acknowledged_again, 20, "the thawed slave caught up")
         for i in range(20):
             await send_covered(f"thawed-{i}".encode())
     m_log, s_log = commit_log_bytes(m_store, CL_FILE), commit_log_bytes(s_store, CL_FILE)
@@ -294,7 +294,7 @@ async def test_empty_slave_catches_up_and_resumes_after_kill_9_mid_stream(
 
     async def a_third_replicated() -> bool:
         return log_end(s_store) > total // 3
-    await wait_for(a_third_replicated, 30, "the slave a third of the way", interval=0.01)
+    await wait_until(a_third_replicated, 30, "the slave a third of the way", interval=0.01)
     slave.freeze()
     reached = log_end(s_store)
     assert reached < total, "the slave was to be killed mid-stream"
@@ -302,7 +302,7 @@ async def test_empty_slave_catches_up_and_resumes_after_kill_9_mid_stream(
     slave.start()
 
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(same_max_offset(admin, master, slave), 30, "the restarted slave caught up")
+        await wait_until(same_max_offset(admin, master, slave), 30, "the restarted slave caught up")
     assert commit_log_bytes(s_store, BIG_FILE) == commit_log_bytes(m_store, BIG_FILE)
     # it resumed from its own offset (after recovery), not from the start
     resumed = re.findall(r"connected to master.*?offset=(\d+)", slave.log_text())
@@ -310,7 +310,7 @@ async def test_empty_slave_catches_up_and_resumes_after_kill_9_mid_stream(
 
     got: Counter[bytes] = Counter()
     async with RemotingClient() as rc:
-        await wait_for(lambda: topic_readable(rc, slave.addr, topic), 10, "the topic on the slave")
+        await wait_until(lambda: topic_readable(rc, slave.addr, topic), 10, "the topic on the slave")
         ends = await max_offsets(rc, slave.addr, topic, queues)
         assert ends == await max_offsets(rc, master.addr, topic, queues)
         assert sum(ends) == count
@@ -327,7 +327,7 @@ async def test_sync_master_sync_flush_every_send_ok_survives_losing_the_master_d
     master, slave = pair(cluster, ns.addr, "SYNC_MASTER", flushDiskType="SYNC_FLUSH")
     await create_topic(ns.addr, master, topic, queues)
     async with RemotingClient() as rc:
-        await wait_for(lambda: topic_readable(rc, slave.addr, topic), 10, "the topic on the slave")
+        await wait_until(lambda: topic_readable(rc, slave.addr, topic), 10, "the topic on the slave")
 
     acked: list[bytes] = []
     attempted: list[bytes] = []
@@ -381,7 +381,7 @@ async def test_async_master_keeps_serving_sends_with_its_slave_frozen(cluster: C
     async with Producer("ha-frozen", ns.addr) as producer, MQAdmin(ns.addr) as admin:
         r = await producer.send(Message(topic, b"before"))
         assert r.send_status == SendStatus.SEND_OK
-        await wait_for(same_max_offset(admin, master, slave), 20, "the slave following")
+        await wait_until(same_max_offset(admin, master, slave), 20, "the slave following")
 
         slave.freeze()
         # ~10 MiB, more than the sockets between them buffer: the master's HA
@@ -398,7 +398,7 @@ async def test_async_master_keeps_serving_sends_with_its_slave_frozen(cluster: C
         assert log_end(m_store) - log_end(s_store) > 8 * 1024 * 1024
 
         slave.thaw()
-        await wait_for(same_max_offset(admin, master, slave), 30, "the thawed slave caught up")
+        await wait_until(same_max_offset(admin, master, slave), 30, "the thawed slave caught up")
     assert commit_log_bytes(s_store, CL_FILE) == commit_log_bytes(m_store, CL_FILE)
 
 
@@ -411,7 +411,7 @@ async def test_slave_copies_messages_queues_and_metadata(cluster: Cluster) -> No
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(topic, broker_addr=master.addr, read_queue_nums=queues,
                                  write_queue_nums=queues)
-        await wait_for(routed(admin, topic), 10, "topic routed")
+        await wait_until(routed(admin, topic), 10, "topic routed")
     sent: Counter[bytes] = Counter()
     async with Producer("ha-copy", ns.addr) as producer:
         mqs = [MessageQueue(topic, "broker-a", q) for q in range(queues)]
@@ -442,7 +442,7 @@ async def test_slave_copies_messages_queues_and_metadata(cluster: Cluster) -> No
         async def delivered() -> bool:  # the delayed message reached its topic on the master
             table = (await call(master.addr, RequestCode.GET_ALL_DELAY_OFFSET))["offsetTable"]
             return table.get("1") == 1
-        await wait_for(delivered, 20, "the delayed message delivered")
+        await wait_until(delivered, 20, "the delayed message delivered")
 
         async def copied() -> bool:
             m = await admin_status(ns.addr, master.addr)
@@ -456,7 +456,7 @@ async def test_slave_copies_messages_queues_and_metadata(cluster: Cluster) -> No
             return (group is not None and group["retryMaxTimes"] == 3
                     and delay["offsetTable"].get("1") == 1
                     and offsets["offsetTable"].get(f"{topic}@ha-copy-group") == {"1": 17})
-        await wait_for(copied, 30, "log and metadata on the slave")
+        await wait_until(copied, 30, "log and metadata on the slave")
 
         # consume queues are equal file for file, and the slave serves every message once
         ends = await max_offsets(rc, master.addr, topic, queues)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 
 from broker.store.ha.epochs import Epoch, LogView
 from broker.store.ha.transfer import (
@@ -30,7 +31,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "HaAclTopic"
 ADMIN = AclCredentials("brokeradm1", "brokersecret1")
@@ -101,18 +102,18 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
     async with MQAdmin(ns.addr, credentials=ADMIN) as admin:
         await admin.create_topic(TOPIC, broker_addr=master.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), TIMEOUT, "topic routed")
+        await wait_until(routed(admin, TOPIC), TIMEOUT, "topic routed")
 
     async with Producer("ha-acl-producer", ns.addr, credentials=USER) as producer:
         # the real slave, signed with its brokerAccessKey, replicates: SEND_OK
         async def replicated() -> bool:
             r = await producer.send(Message(TOPIC, b"probe"))
             return r.send_status == SendStatus.SEND_OK
-        await wait_for(replicated, TIMEOUT, "the signed slave acknowledging sends")
+        await wait_until(replicated, TIMEOUT, "the signed slave acknowledging sends")
         assert re.search(rf"slave hello accepted .*access_key={ADMIN.access_key}",
                          master.log_text())
         # its metadata sync (signed, not white-listed) copied the topic
-        await wait_for(lambda: _has_topic(slave), TIMEOUT, "the slave's topic copy")
+        await wait_until(lambda: _has_topic(slave), TIMEOUT, "the slave's topic copy")
 
         # no hello (a bare report), an unsigned hello, a non-admin account's, another
         # group's: each dropped and logged
@@ -141,7 +142,7 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(send_waiting)
-                await trio.sleep(0)  # the send goes out first
+                await trio.testing.wait_all_tasks_blocked()  # the send went out: it waits
                 assert await dropped(ha_port, hello(ADMIN, log=FORGED,
                                                     then=encode_report(10**15)))
             assert outcome == [SendStatus.SLAVE_NOT_AVAILABLE], outcome
@@ -149,7 +150,7 @@ async def test_ha_hello_and_offsets_with_acl(cluster: Cluster, tmp_path: Path) -
         finally:
             slave.thaw()
         # the real slave is still accepted afterwards
-        await wait_for(replicated, TIMEOUT, "the thawed slave acknowledging sends")
+        await wait_until(replicated, TIMEOUT, "the thawed slave acknowledging sends")
     # a connection stuck in its hello (the greeting, then nothing) is dropped after 10 s
     t0 = trio.current_time()
     assert await dropped(ha_port, GREETING)

@@ -43,7 +43,7 @@ from protocol.record import decode_records
 from protocol.route import MASTER_ID
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "HaConsumeTopic"
 QUEUES = 4
@@ -69,11 +69,11 @@ async def create_topic(ns: Daemon, masters: list[Daemon]) -> None:
         for m in masters:
             await admin.create_topic(TOPIC, broker_addr=m.addr, read_queue_nums=QUEUES,
                                      write_queue_nums=QUEUES)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
 
         async def all_routed() -> bool:
             return len((await admin.topic_route(TOPIC)).queue_datas) == len(masters)
-        await wait_for(all_routed, 10, "every master routed")
+        await wait_until(all_routed, 10, "every master routed")
 
 
 async def broker_ids(ns: Daemon, name: str = "broker-a") -> set[int]:
@@ -109,20 +109,20 @@ async def wait_replicated(master: Daemon, slave: Daemon) -> None:
     """The slave holds every queue entry the master has, and the topic."""
     async def same() -> bool:
         return await max_offsets(slave.addr) == await max_offsets(master.addr)
-    await wait_for(same, 30, "the slave caught up with the master")
+    await wait_until(same, 30, "the slave caught up with the master")
 
     async def topic_copied() -> bool:
         async with RemotingClient() as rc:
             r = await rc.invoke(slave.addr, RemotingCommand.request(
                 RequestCode.GET_ALL_TOPIC_CONFIG), 5)
         return TOPIC in unpack_body(r.body)["topicConfigTable"]
-    await wait_for(topic_copied, 30, "the topic copied to the slave")
+    await wait_until(topic_copied, 30, "the topic copied to the slave")
 
 
 async def wait_committed(addr: str, group: str, want: list[int], what: str) -> None:
     async def reached() -> bool:
         return await committed(addr, group) == want
-    await wait_for(reached, 30, what)
+    await wait_until(reached, 30, what)
 
 
 async def send_all(producer: Producer, bodies: list[bytes]) -> Counter[str]:
@@ -186,7 +186,7 @@ async def test_push_consumers_finish_from_the_slave_and_go_on_with_the_master(
                 owned = [[mq for mq in c.assigned_queues() if mq.topic == TOPIC]
                          for c in consumers]
                 return [len(o) for o in owned] == [QUEUES, QUEUES]
-            await wait_for(settled, 30, "the two consumers sharing the queues")
+            await wait_until(settled, 30, "the two consumers sharing the queues")
             backlog = [b"backlog-%d" % i for i in range(1600)]
             where = await send_all(producer, backlog)
             assert where["broker-a"] > 0 and where["broker-b"] > 0
@@ -200,7 +200,7 @@ async def test_push_consumers_finish_from_the_slave_and_go_on_with_the_master(
 
             async def master_gone() -> bool:
                 return await broker_ids(ns) == {1}
-            await wait_for(master_gone, 20, "the name server dropping the dead master")
+            await wait_until(master_gone, 20, "the name server dropping the dead master")
 
             # the producer skips broker-a while its master is gone
             during = [b"during-%d" % i for i in range(200)]
@@ -209,8 +209,8 @@ async def test_push_consumers_finish_from_the_slave_and_go_on_with_the_master(
 
             async def consumed(bodies: list[bytes]) -> bool:
                 return all(seen[b] for b in bodies)
-            await wait_for(lambda: consumed(backlog + during), 60,
-                           "the backlog consumed with broker-a's master dead")
+            await wait_until(lambda: consumed(backlog + during), 60,
+                             "the backlog consumed with broker-a's master dead")
             # the offsets committed meanwhile are on the slave
             slave_max = await max_offsets(slave.addr)
             await wait_committed(slave.addr, group, slave_max,
@@ -221,17 +221,17 @@ async def test_push_consumers_finish_from_the_slave_and_go_on_with_the_master(
 
             async def master_back() -> bool:
                 return await broker_ids(ns) == {0, 1}
-            await wait_for(master_back, 20, "the master routed again")
+            await wait_until(master_back, 20, "the master routed again")
 
             async def sent_to_master() -> bool:
                 r = await producer.send(Message(TOPIC, b"probe"))
                 return r.message_queue.broker_name == "broker-a"
-            await wait_for(sent_to_master, 20, "a send reaching the returned master")
+            await wait_until(sent_to_master, 20, "a send reaching the returned master")
             after = [b"after-%d" % i for i in range(400)]
             where = await send_all(producer, after)
             assert where["broker-a"] > 0, where
-            await wait_for(lambda: consumed(after), 60,
-                           "messages sent after the master's return consumed")
+            await wait_until(lambda: consumed(after), 60,
+                             "messages sent after the master's return consumed")
             # quiet: the returned master holds offsets at its queues' ends
             # (written there again by the consumers), so nothing more comes back
             await wait_committed(master.addr, group, await max_offsets(master.addr),
@@ -267,7 +267,7 @@ async def test_lite_pull_and_pull_consumers_read_from_the_slave(cluster: Cluster
 
     async def master_gone() -> bool:
         return await broker_ids(ns) == {1}
-    await wait_for(master_gone, 20, "the name server dropping the stopped master")
+    await wait_until(master_gone, 20, "the name server dropping the stopped master")
 
     # the Spark source's reads: queue offsets and ranges from the slave, offsets kept there
     reader_group = "ha-range-group"
@@ -297,7 +297,7 @@ async def test_lite_pull_and_pull_consumers_read_from_the_slave(cluster: Cluster
             for m in await lite.poll(timeout=0.2):
                 seen[m.body] += 1
             return all(seen[b] for b in want)
-        await wait_for(lambda: polled(bodies), 60, "lite pull reading from the slave")
+        await wait_until(lambda: polled(bodies), 60, "lite pull reading from the slave")
         await wait_committed(slave.addr, group, ends, "lite pull offsets kept on the slave")
         # no master: nowhere to send
         async with Producer("ha-lite-producer", ns.addr) as producer:
@@ -308,13 +308,13 @@ async def test_lite_pull_and_pull_consumers_read_from_the_slave(cluster: Cluster
 
         async def master_back() -> bool:
             return await broker_ids(ns) == {0, 1}
-        await wait_for(master_back, 20, "the master routed again")
+        await wait_until(master_back, 20, "the master routed again")
         # the offsets given to the slave reach the returned master (its own are older)
         await wait_committed(master.addr, group, ends, "lite pull offsets on the master")
         more = [b"more-%d" % i for i in range(100)]
         async with Producer("ha-lite-producer", ns.addr) as producer:
             await send_all(producer, more)
-        await wait_for(lambda: polled(more), 60, "lite pull going on with the master")
+        await wait_until(lambda: polled(more), 60, "lite pull going on with the master")
     assert set(seen) == set(bodies + more) and max(seen.values()) == 1
 
 
@@ -380,7 +380,7 @@ async def test_cold_reads_go_to_the_slave(cluster: Cluster, monkeypatch: pytest.
     async with consumer:
         async def all_seen() -> bool:
             return all(seen[b] for b in bodies)
-        await wait_for(all_seen, 60, "every message consumed")
+        await wait_until(all_seen, 60, "every message consumed")
     addr_of = {MASTER_ID: master.addr, 1: slave.addr}
     by_queue: dict[MessageQueue, list[tuple[str, int]]] = {}
     for mq, addr, suggested in pulls:

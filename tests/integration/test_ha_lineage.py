@@ -38,7 +38,7 @@ from tests.integration.test_ha import (
     same_max_offset,
     store_of,
 )
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 GROUP = "lineage-group"
 
@@ -123,19 +123,19 @@ async def test_empty_master_takes_no_writes_until_restored_from_its_slave(
     m_store, s_store = store_of(cluster, master), store_of(cluster, slave)
     await create_topic(ns.addr, master, topic, queues)
     async with RemotingClient() as rc:
-        await wait_for(lambda: topic_readable(rc, slave.addr, topic), 20, "topic on the slave")
+        await wait_until(lambda: topic_readable(rc, slave.addr, topic), 20, "topic on the slave")
     old = bodies("old", 1500, variable, 1)
     async with MQAdmin(ns.addr) as admin:
         # SYNC_MASTER: the slave connects after its first registration
-        await wait_for(lambda: _slave_connected(admin, master), 20, "the slave connected")
+        await wait_until(lambda: _slave_connected(admin, master), 20, "the slave connected")
         acked_old = await send_all(ns.addr, topic, old)
         assert len(acked_old) == len(old)
         await commit_offset(master.addr, topic, 0, 100)
-        await wait_for(same_max_offset(admin, master, slave), 20, "the slave caught up")
+        await wait_until(same_max_offset(admin, master, slave), 20, "the slave caught up")
 
         async def offset_on_slave() -> bool:
             return await consumer_offset(slave.addr, topic, 0) == 100
-        await wait_for(offset_on_slave, 20, "the group's offset on the slave")
+        await wait_until(offset_on_slave, 20, "the group's offset on the slave")
         slave_log = commit_log_bytes(s_store, CL_FILE)
 
         restart_empty(cluster, master)  # its disk replaced: the slave holds everything
@@ -147,7 +147,7 @@ async def test_empty_master_takes_no_writes_until_restored_from_its_slave(
 
         async def slave_refused() -> bool:
             return (await ha(admin, slave))["link"] == "refused"
-        await wait_for(slave_refused, 20, "the slave told its log is refused")
+        await wait_until(slave_refused, 20, "the slave told its log is refused")
         # an operator re-creates the topic: sends are still refused, naming the cause
         await admin.create_topic(topic, broker_addr=master.addr, read_queue_nums=queues,
                                  write_queue_nums=queues)
@@ -167,18 +167,18 @@ async def test_empty_master_takes_no_writes_until_restored_from_its_slave(
 
         async def writable() -> bool:
             return bool((await ha(admin, master))["writable"])
-        await wait_for(writable, 30, "the master restored and taking writes")
+        await wait_until(writable, 30, "the master restored and taking writes")
         assert commit_log_bytes(m_store, CL_FILE) == slave_log
         assert await consumer_offset(master.addr, topic, 0) == 100  # the tables came too
 
         async def following() -> bool:  # SYNC_MASTER: SEND_OK needs the slave back
             return (await ha(admin, slave))["link"] == "accepted" and \
                 await _slave_connected(admin, master)
-        await wait_for(following, 20, "the slave following the restored master")
+        await wait_until(following, 20, "the slave following the restored master")
         new = bodies("new", 800, variable, 3)
         acked_new = await send_all(ns.addr, topic, new)
         assert len(acked_new) == len(new)
-        await wait_for(same_max_offset(admin, master, slave), 20, "the slave caught up again")
+        await wait_until(same_max_offset(admin, master, slave), 20, "the slave caught up again")
         assert (await ha(admin, slave))["link"] == "accepted"
 
     m_log, s_log = commit_log_bytes(m_store, CL_FILE), commit_log_bytes(s_store, CL_FILE)
@@ -204,9 +204,9 @@ async def test_a_slave_another_master_wrote_is_refused_never_appended_then_disca
     m_store, s_store = store_of(cluster, master), store_of(cluster, slave)
     await create_topic(ns.addr, master, topic, queues)
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(lambda: _slave_connected(admin, master), 20, "the slave connected")
+        await wait_until(lambda: _slave_connected(admin, master), 20, "the slave connected")
         assert len(await send_all(ns.addr, topic, bodies("old", 1000, True, 4))) == 1000
-        await wait_for(same_max_offset(admin, master, slave), 20, "the slave caught up")
+        await wait_until(same_max_offset(admin, master, slave), 20, "the slave caught up")
         slave.stop()
         slave_log = commit_log_bytes(s_store, CL_FILE)
         restart_empty(cluster, master)  # waits haMasterStartWaitMs for the listed slave
@@ -221,7 +221,7 @@ async def test_a_slave_another_master_wrote_is_refused_never_appended_then_disca
 
         async def refused() -> bool:
             return (await ha(admin, master))["refusedSlaves"] >= 1
-        await wait_for(refused, 20, "the master refusing the slave")
+        await wait_until(refused, 20, "the master refusing the slave")
         m_ha, s_ha = await ha(admin, master), await ha(admin, slave)
         assert "not a prefix" in m_ha["lastRefusal"] or "differ" in m_ha["lastRefusal"], m_ha
         assert s_ha["link"] == "refused" and s_ha["linkReason"], s_ha
@@ -237,7 +237,7 @@ async def test_a_slave_another_master_wrote_is_refused_never_appended_then_disca
 
         # the operator discards the slave's log: it copies the master's
         await admin.update_broker_config(slave.addr, {"haDiscardLog": "true"})
-        await wait_for(same_max_offset(admin, master, slave), 30, "the slave copied the master")
+        await wait_until(same_max_offset(admin, master, slave), 30, "the slave copied the master")
         assert (await ha(admin, slave))["link"] == "accepted"
         conf = await admin.get_broker_config(slave.addr)
         assert conf["haDiscardLog"] == "false"  # once
@@ -261,14 +261,14 @@ async def test_restore_from_the_slave_survives_kill_9_of_the_master_midway(
     m_store, s_store = store_of(cluster, master), store_of(cluster, slave)
     await create_topic(ns.addr, master, topic, queues)
     async with RemotingClient() as rc:
-        await wait_for(lambda: topic_readable(rc, slave.addr, topic), 20, "topic on the slave")
+        await wait_until(lambda: topic_readable(rc, slave.addr, topic), 20, "topic on the slave")
     items = bodies("big", 12_000, False, 6)
     async with Producer("restore-batch", ns.addr) as p:
         for i in range(0, len(items), 100):
             r = await p.send_batch([Message(topic, b) for b in items[i:i + 100]])
             assert r.send_status == SendStatus.SEND_OK, r
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(same_max_offset(admin, master, slave), 30, "the slave caught up")
+        await wait_until(same_max_offset(admin, master, slave), 30, "the slave caught up")
         target = (await admin.broker_runtime_info(slave.addr))["commitLogMaxOffset"]
         slave_log = commit_log_bytes(s_store, CL_FILE)
         master.kill()
@@ -281,7 +281,7 @@ async def test_restore_from_the_slave_survives_kill_9_of_the_master_midway(
             except MQAdminError:
                 return 0
             return int(at) if at > 0 else 0
-        at = await wait_for(midway, 30, "the restore under way", interval=0.002)
+        at = await wait_until(midway, 30, "the restore under way", interval=0.002)
         master.kill()
         assert 0 < at < target, (at, target)  # killed in the middle
         partial = commit_log_bytes(m_store, CL_FILE)
@@ -291,7 +291,7 @@ async def test_restore_from_the_slave_survives_kill_9_of_the_master_midway(
 
         async def writable() -> bool:
             return bool((await ha(admin, master))["writable"])
-        await wait_for(writable, 60, "the master restored after its kill")
+        await wait_until(writable, 60, "the master restored after its kill")
     assert commit_log_bytes(m_store, CL_FILE) == slave_log
     got = await read_all(master.addr, topic, queues)
     missing, doubled = once_each(got, items)
@@ -308,7 +308,7 @@ async def test_a_returning_master_takes_its_slaves_newer_offsets_before_writes(
     master, slave = pair(cluster, ns.addr, "ASYNC_MASTER", slaveSyncInterval=60_000)
     await create_topic(ns.addr, master, topic, 2)
     async with RemotingClient() as rc:
-        await wait_for(lambda: topic_readable(rc, slave.addr, topic), 90, "topic on the slave")
+        await wait_until(lambda: topic_readable(rc, slave.addr, topic), 90, "topic on the slave")
     await commit_offset(master.addr, topic, 0, 10)
     master.stop()
     await commit_offset(slave.addr, topic, 0, 500)  # consumers went on on the slave

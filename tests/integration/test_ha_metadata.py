@@ -17,7 +17,7 @@ from protocol.command import RemotingCommand
 from protocol.headers import UpdateConsumerOffsetRequestHeader
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "HaMetaTopic"
 GROUP = "ha-meta-group"
@@ -84,7 +84,7 @@ async def after_rounds(rc: RemotingClient, slave: Daemon, n: int) -> bool:
     async def passed() -> bool:
         done, skipped = await rounds(rc, slave)
         return done >= done0 + n or skipped >= skipped0 + n
-    await wait_for(passed, 15, f"{n} more metadata sync rounds on the slave")
+    await wait_until(passed, 15, f"{n} more metadata sync rounds on the slave")
     return (await rounds(rc, slave))[0] >= done0 + n
 
 
@@ -92,13 +92,13 @@ async def create_topic(ns: Daemon, master: Daemon, topic: str = TOPIC) -> None:
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(topic, broker_addr=master.addr, read_queue_nums=QUEUES,
                                  write_queue_nums=QUEUES)
-        await wait_for(routed(admin, topic), 10, f"{topic} routed")
+        await wait_until(routed(admin, topic), 10, f"{topic} routed")
 
 
 async def on_slave(rc: RemotingClient, slave: Daemon, want: dict[int, int], what: str) -> None:
     async def there() -> bool:
         return await offsets_of(rc, slave.addr) == want
-    await wait_for(there, 15, what)
+    await wait_until(there, 15, what)
 
 
 async def test_an_empty_master_empties_nothing_on_its_slave(cluster: Cluster) -> None:
@@ -118,7 +118,7 @@ async def test_an_empty_master_empties_nothing_on_its_slave(cluster: Cluster) ->
             return (TOPIC in await topics_of(rc, slave.addr)
                     and GROUP in await groups_of(rc, slave.addr)
                     and await offsets_of(rc, slave.addr) == offsets)
-        await wait_for(copied, 15, "the topic, group and offsets on the slave")
+        await wait_until(copied, 15, "the topic, group and offsets on the slave")
 
         master.stop()
         shutil.rmtree(cluster.root / "store-broker-a")
@@ -132,7 +132,7 @@ async def test_an_empty_master_empties_nothing_on_its_slave(cluster: Cluster) ->
         async def marker_or_skipped() -> bool:
             return ("HaMetaMarker" in await topics_of(rc, slave.addr)
                     or (await rounds(rc, slave))[1] >= skipped0 + 3)
-        await wait_for(marker_or_skipped, 15, "a round from the empty master")
+        await wait_until(marker_or_skipped, 15, "a round from the empty master")
 
         async def kept() -> None:
             assert TOPIC in await topics_of(rc, slave.addr)
@@ -166,7 +166,7 @@ async def test_offsets_committed_on_the_slave_reach_the_returned_master(cluster:
 
         async def on_master() -> bool:
             return await offsets_of(rc, master.addr) == newer
-        await wait_for(on_master, 20, "the slave's offsets on the returned master")
+        await wait_until(on_master, 20, "the slave's offsets on the returned master")
         # a slave's offset is taken only forward
         await commit(rc, master.addr, {0: 5}, increase_only=True, reset_version=0)
         assert await offsets_of(rc, master.addr) == newer
@@ -204,7 +204,7 @@ async def test_an_admin_reset_on_the_master_reaches_the_slave(cluster: Cluster) 
         async def taken() -> bool:
             return (await offsets_of(rc, slave.addr) == reset
                     and await reset_version(rc, slave.addr) == version)
-        await wait_for(taken, 15, "the reset offsets and counter on the slave")
+        await wait_until(taken, 15, "the reset offsets and counter on the slave")
 
         assert await after_rounds(rc, slave, 3)
         assert await offsets_of(rc, master.addr) == reset  # not sent back up

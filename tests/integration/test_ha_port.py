@@ -51,7 +51,7 @@ from broker.store.ha.transfer import (
 from client import AclCredentials, Message, Producer, SendStatus
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster, Daemon, free_port
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "HaPortTopic"
 CL_FILE = 256 * 1024
@@ -83,14 +83,14 @@ async def setup_topic(ns: str, master: Daemon) -> None:
     async with MQAdmin(ns, credentials=ADMIN) as admin:
         await admin.create_topic(TOPIC, broker_addr=master.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), TIMEOUT, "topic routed")
+        await wait_until(routed(admin, TOPIC), TIMEOUT, "topic routed")
 
 
 async def acknowledged(producer: Producer, what: str, timeout: float = TIMEOUT) -> None:
     """A SYNC_MASTER send answered SEND_OK: a slave acknowledges."""
     async def ok() -> bool:
         return (await producer.send(Message(TOPIC, b"probe"))).send_status == SendStatus.SEND_OK
-    await wait_for(ok, timeout, what)
+    await wait_until(ok, timeout, what)
 
 
 async def challenges(port: int) -> bool:
@@ -228,7 +228,7 @@ async def test_connections_stuck_in_their_hello_do_not_keep_the_slave_out(
 
             async def holding() -> bool:
                 return opened >= 40
-            await wait_for(holding, TIMEOUT, "the connections opened")
+            await wait_until(holding, TIMEOUT, "the connections opened")
             await trio.to_thread.run_sync(slave.start)
             await acknowledged(producer, "the restarted slave acknowledging sends")
             status = await ha_status(ns.addr, master)
@@ -309,7 +309,7 @@ async def test_connections_that_never_read_are_bounded(cluster: Cluster) -> None
                 for _ in range(20):
                     r = await producer.send(Message(TOPIC, b"y" * 1000))
                     assert r.send_status == SendStatus.SEND_OK, r
-                await wait_for(closed_by_master, TIMEOUT, "the master closing what is not read")
+                await wait_until(closed_by_master, TIMEOUT, "the master closing what is not read")
                 reporting.cancel_scope.cancel()
         finally:
             for s in admitted:
@@ -457,7 +457,7 @@ async def test_an_empty_slave_refuses_a_first_transfer_far_past_the_masters_star
         async def caught_up() -> bool:
             m, s = await ha_status(ns.addr, master), await ha_status(ns.addr, slave)
             return bool(s["maxOffset"] == m["maxOffset"] and s.get("link") == "accepted")
-        await wait_for(caught_up, TIMEOUT, "the slave following the real master")
+        await wait_until(caught_up, TIMEOUT, "the slave following the real master")
         nursery.cancel_scope.cancel()
     assert attacks == 1
     status = await ha_status(ns.addr, slave)
@@ -558,7 +558,7 @@ async def test_a_fake_master_without_the_secret_is_refused(cluster: Cluster,
         async def both_refused() -> bool:
             log = slave.log_text()
             return seen >= 4 and "not signed" in log and "signature check failed" in log
-        await wait_for(both_refused, TIMEOUT, "the slave refusing both fake masters")
+        await wait_until(both_refused, TIMEOUT, "the slave refusing both fake masters")
         status = await ha_status(ns.addr, slave)
         print(f"after the fake masters: {status}")
         assert status["maxOffset"] == 0 and status["link"] == "refused", status
@@ -573,7 +573,7 @@ async def test_a_fake_master_without_the_secret_is_refused(cluster: Cluster,
         async def caught_up() -> bool:
             m, s = await ha_status(ns.addr, master), await ha_status(ns.addr, slave)
             return bool(s["maxOffset"] == m["maxOffset"] and s.get("link") == "accepted")
-        await wait_for(caught_up, TIMEOUT, "the slave following the real master")
+        await wait_until(caught_up, TIMEOUT, "the slave following the real master")
         nursery.cancel_scope.cancel()
     assert "linkReason" not in await ha_status(ns.addr, slave)
     assert "answer_signed=True" in master.log_text()
@@ -589,7 +589,7 @@ async def test_a_master_without_acl_signs_with_its_own_credentials(cluster: Clus
 
     async def accepted() -> bool:
         return bool((await ha_status(ns.addr, slave)).get("link") == "accepted")
-    await wait_for(accepted, TIMEOUT, "the slave accepting its master's signed answer")
+    await wait_until(accepted, TIMEOUT, "the slave accepting its master's signed answer")
     assert re.search(r"slave hello accepted .*access_key=" + ADMIN.access_key
                      + r" answer_signed=True", master.log_text())
     assert "refuses its master's answer" not in slave.log_text()

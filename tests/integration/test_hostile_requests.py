@@ -59,7 +59,7 @@ from tests.integration.hostile import (
     register_body,
 )
 from tests.integration.log_scan import LogWatch, report
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
@@ -442,7 +442,7 @@ async def test_fake_broker_with_2_31_queues(fresh: Guard, mode: str) -> None:
     async with MQAdmin(fresh.ns.addr) as admin:
         await admin.create_topic(topic, broker_addr=fresh.broker.addr, read_queue_nums=2,
                                  write_queue_nums=2)
-        await wait_for(routed(admin, topic), TIMEOUT, f"{topic} routed")
+        await wait_until(routed(admin, topic), TIMEOUT, f"{topic} routed")
     huge = 2**31 - 1
     cfg: dict[str, object] = (
         {"writeQueueNums": huge, "readQueueNums": 4} if mode == "produce"

@@ -9,7 +9,7 @@ import trio
 from client import Message, Producer
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 TOPIC = "LiveTopic"
 
@@ -27,29 +27,29 @@ async def test_frozen_broker_dropped_then_back(cluster: Cluster) -> None:
     a = cluster.broker("broker-a", ns.addr, registerBrokerIntervalMs=1000)
     cluster.broker("broker-b", ns.addr, registerBrokerIntervalMs=1000)
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(lambda: _count(admin, 2), 10, "both brokers registered")
+        await wait_until(lambda: _count(admin, 2), 10, "both brokers registered")
         await admin.create_topic(TOPIC, cluster="DefaultCluster", read_queue_nums=4, write_queue_nums=4)
-        await wait_for(lambda: _has(admin, {"broker-a", "broker-b"}), 10, "route on both")
+        await wait_until(lambda: _has(admin, {"broker-a", "broker-b"}), 10, "route on both")
 
         async with Producer("live-producer", ns.addr, poll_name_server_interval=0.3,
                             send_msg_timeout=3.0) as producer:
             a.freeze()  # connections stay open; only the liveness scan can notice
             frozen_at = time.monotonic()
-            await wait_for(lambda: _has(admin, {"broker-b"}), 10, "broker-a dropped")
+            await wait_until(lambda: _has(admin, {"broker-b"}), 10, "broker-a dropped")
             assert time.monotonic() - frozen_at >= 2.0, "dropped before the liveness window"
 
             async def producer_sees_only_b() -> bool:
                 qs = await producer.fetch_publish_message_queues(TOPIC)
                 return {q.broker_name for q in qs} == {"broker-b"}
 
-            await wait_for(producer_sees_only_b, 5, "producer route refreshed")
+            await wait_until(producer_sees_only_b, 5, "producer route refreshed")
             with trio.fail_after(20):
                 for i in range(200):
                     r = await producer.send(Message(TOPIC, f"m{i}".encode()))
                     assert r.message_queue.broker_name == "broker-b"
 
             a.thaw()
-            await wait_for(lambda: _has(admin, {"broker-a", "broker-b"}), 10, "broker-a back")
+            await wait_until(lambda: _has(admin, {"broker-a", "broker-b"}), 10, "broker-a back")
 
 
 async def test_killed_broker_dropped_at_once(cluster: Cluster) -> None:
@@ -57,10 +57,10 @@ async def test_killed_broker_dropped_at_once(cluster: Cluster) -> None:
     a = cluster.broker("broker-a", ns.addr)
     cluster.broker("broker-b", ns.addr)
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(lambda: _count(admin, 2), 10, "both brokers registered")
+        await wait_until(lambda: _count(admin, 2), 10, "both brokers registered")
         a.kill()
         t0 = time.monotonic()
-        await wait_for(lambda: _count_exact(admin, 1), 5, "killed broker dropped")
+        await wait_until(lambda: _count_exact(admin, 1), 5, "killed broker dropped")
         assert time.monotonic() - t0 < 5
 
 

@@ -27,7 +27,7 @@ from protocol.trio.connection import RemotingConnection
 from protocol.trio.errors import RemotingConnectError
 from tests.integration.cluster import Cluster, free_port
 from tests.integration.test_metrics import scrape, value
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "PollTopic"
 
@@ -45,7 +45,7 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
     broker = cluster.broker("broker-a", ns.addr, metricsPort=metrics)
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1, write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
 
     async def held_pulls(n: int) -> bool:
         """The broker holds ``n`` pulls (its metrics' gauge)."""
@@ -69,7 +69,7 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(held_pull)
-            await wait_for(lambda: held_pulls(1), 10, "the pull held")
+            await wait_until(lambda: held_pulls(1), 10, "the pull held")
             assert "resp" not in got
             sent_at = time.monotonic()
             await producer.send(Message(TOPIC, b"wake up"))
@@ -84,9 +84,12 @@ async def test_held_pull_answered_on_arrival_and_at_timeout(cluster: Cluster) ->
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(tagged_pull)
-            await wait_for(lambda: held_pulls(1), 10, "the tagged pull held")
+            await wait_until(lambda: held_pulls(1), 10, "the tagged pull held")
             await producer.send(Message(TOPIC, b"other", tags="TagA"))
-            await trio.sleep(0.3)  # a wrong wake-up would answer it by now
+            # its arrival was seen (the max offset counts it) and no wake-up answered
+            # the held pull: that answer would have come first on this connection
+            assert await max_offset(conn, TOPIC) == 2
+            await trio.testing.wait_all_tasks_blocked()
             assert "tagged" not in got
             assert await held_pulls(1)
             await producer.send(Message(TOPIC, b"mine", tags="TagB"))
@@ -109,12 +112,13 @@ def crowd_pull(offset: int, tags: str, suspend_ms: int = HOLD_MS) -> RemotingCom
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, h.to_fields())
 
 
-async def max_offset(conn: RemotingConnection) -> int:
-    """GET_MAX_OFFSET of the crowd queue. Also a marker: a connection's requests
-    are handled in order, so once it is answered every pull sent before it on
-    ``conn`` was held or answered."""
+async def max_offset(conn: RemotingConnection, topic: str = CROWD) -> int:
+    """GET_MAX_OFFSET of the topic's queue 0. Also a marker: a connection's
+    requests are handled in order, so once it is answered every pull sent
+    before it on ``conn`` was held or answered, and so was every held pull a
+    message stored before it (its arrival dispatched) would wake."""
     r = await conn.invoke(RemotingCommand.request(
-        RequestCode.GET_MAX_OFFSET, GetMaxOffsetRequestHeader(CROWD, 0).to_fields()), 30)
+        RequestCode.GET_MAX_OFFSET, GetMaxOffsetRequestHeader(topic, 0).to_fields()), 30)
     assert r.code == ResponseCode.SUCCESS, r
     return OffsetResponseHeader.from_fields(r.ext_fields).offset
 
@@ -145,7 +149,7 @@ async def crowd_topic(ns_addr: str, broker_addr: str) -> None:
     async with MQAdmin(ns_addr) as admin:
         await admin.create_topic(CROWD, broker_addr=broker_addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, CROWD), 10, "topic routed")
+        await wait_until(routed(admin, CROWD), 10, "topic routed")
 
 
 async def test_thousands_of_holds_for_other_tags_do_not_slow_sends(cluster: Cluster) -> None:
@@ -240,6 +244,6 @@ async def test_a_pull_over_the_bounds_is_answered_at_once(cluster: Cluster) -> N
 
                 async def c_can_hold() -> bool:
                     return await held_or_answered(pulls, "c", c, start)
-                await wait_for(c_can_hold, 20, "holds of the closed connection dropped")
+                await wait_until(c_can_hold, 20, "holds of the closed connection dropped")
                 assert len(pulls.of("b")) == 1  # the refused one: b's 50 holds are still held
                 nursery.cancel_scope.cancel()

@@ -12,7 +12,7 @@ from client import Message, Producer, PullConsumer
 from client.admin import MQAdmin
 from protocol.message import MessageQueue
 from tests.integration.cluster import Cluster, free_port
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "MetricsTopic"
 GROUP = "metrics-group"
@@ -54,7 +54,7 @@ async def test_scrape_counts_exactly_and_lag_matches_consumer_progress(cluster: 
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=QUEUES,
                                  write_queue_nums=QUEUES)
-        await wait_for(routed(admin, TOPIC), 10, "routed")
+        await wait_until(routed(admin, TOPIC), 10, "routed")
         before = await scrape(broker_metrics)
         assert value(before, "rocketmq_producer_messages_total", topic=TOPIC) == 0
 

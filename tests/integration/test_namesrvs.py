@@ -29,7 +29,7 @@ from client.instance import MQClientInstance
 from client.push_consumer import PushConsumer
 from tests.integration.cluster import BIN, Cluster, Daemon
 from tests.integration.official_client import REPO, OfficialClient, load_error
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 TOPIC = "NsTopic"
 BROKER = "broker-a"
@@ -70,7 +70,7 @@ async def create_topic(three: Three, topic: str) -> float:
         await admin.create_topic(topic, broker_addr=three.broker.addr, read_queue_nums=4,
                                  write_queue_nums=4)
     for d in three.live():
-        await wait_for(partial(topic_on, d.addr, topic), 15, f"{topic} on {d.name}")
+        await wait_until(partial(topic_on, d.addr, topic), 15, f"{topic} on {d.name}")
     return trio.current_time() - t0
 
 
@@ -135,7 +135,7 @@ async def test_our_clients_keep_going_while_two_of_three_name_servers_die(three:
         assert instance is not None and instance is consumer._instance
         async with trio.open_nursery() as nursery:
             nursery.start_soon(traffic.send_loop, producer)
-            await wait_for(lambda: _at_least(traffic, 100), 30, "the first messages received")
+            await wait_until(lambda: _at_least(traffic, 100), 30, "the first messages received")
             for round_ in (1, 2):
                 victim = three.by_addr(instance.current_namesrv)
                 victim.kill()  # the one the clients ask
@@ -148,10 +148,10 @@ async def test_our_clients_keep_going_while_two_of_three_name_servers_die(three:
                 r = await producer.send(Message(topic, b"after a name server died"))
                 assert r.message_queue.topic == topic
                 seen = len(traffic.acked)
-                await wait_for(partial(_at_least, traffic, seen + 100), 30,
-                               f"traffic after kill {round_}")
+                await wait_until(partial(_at_least, traffic, seen + 100), 30,
+                                 f"traffic after kill {round_}")
             traffic.stop.set()
-        await wait_for(lambda: _ready(traffic.all_received()), 30, "every acked message received")
+        await wait_until(lambda: _ready(traffic.all_received()), 30, "every acked message received")
         # the consumer's own lookups (route refresh, retry topic) went on too
         assert consumer.assigned_queues() and len(three.live()) == 1
 
@@ -193,7 +193,7 @@ async def test_a_frozen_name_server_costs_one_request_timeout(three: Three) -> N
             await admin.create_topic("NsWhileFrozen", broker_addr=three.broker.addr,
                                      read_queue_nums=2, write_queue_nums=2)
         for d in live:
-            await wait_for(partial(topic_on, d.addr, "NsWhileFrozen"), 15, d.name)
+            await wait_until(partial(topic_on, d.addr, "NsWhileFrozen"), 15, d.name)
         registered = trio.current_time() - t0
         assert registered < 3.0, registered
         print(f"\nfrozen name server: first lookup {took * 1000:.0f} ms (request timeout "
@@ -296,8 +296,8 @@ async def test_the_official_cpp_client_keeps_going_while_two_die(three: Three, t
                 for victim in three.namesrvs[:2]:  # which one the C++ client asks is its own
                     before = len(sends.acked())
                     victim.kill()
-                    await wait_for(partial(_acked_at_least, sends, before + 50), 60,
-                                   f"C++ sends after {victim.name} died")
+                    await wait_until(partial(_acked_at_least, sends, before + 50), 60,
+                                     f"C++ sends after {victim.name} died")
             finally:
                 sends.stop.set()
                 await trio.to_thread.run_sync(sends.thread.join, 60)

@@ -54,7 +54,7 @@ from tests.integration.official_client import (
     load_error,
     message,
 )
-from tests.integration.waits import wait_for, wait_lag_zero
+from tests.waits import wait_lag_zero, wait_until
 
 _why = load_error()
 if _why is not None:
@@ -96,7 +96,7 @@ async def create_topic(env: Env, topic: str, queues: int = 4, brokers: tuple[str
             except Exception:
                 return False
             return {qd.broker_name for qd in route.queue_datas} == set(names)
-        await wait_for(routed, 15, f"{topic} routed on {names}")
+        await wait_until(routed, 15, f"{topic} routed on {names}")
 
 
 def sample(topic: str, i: int, src: str) -> dict[str, Any]:
@@ -136,7 +136,7 @@ async def stored(env: Env, topic: str) -> int:
 async def wait_stored(env: Env, topic: str, n: int) -> None:
     async def check() -> bool:
         return await stored(env, topic) >= n
-    await wait_for(check, 20, f"{n} messages stored in {topic}")
+    await wait_until(check, 20, f"{n} messages stored in {topic}")
     assert await stored(env, topic) == n
 
 
@@ -170,8 +170,18 @@ async def probe_until(env: Env, topic: str, receivers: dict[str, Callable[[], li
     """Send probe rounds (one probe to every queue of ``topic``) until ``ready``
     holds for ``clean_rounds`` rounds in a row; ``ready`` gets, for one round,
     queue -> Counter(receiver name -> probes received). ``receivers`` give the
-    bodies each consumer received so far. Returns the number of probes sent."""
+    bodies each consumer received so far. A round counts once the next one is
+    in too and it still holds then: a duplicate (a queue two consumers pull)
+    has the next round's time to show. Returns the number of probes sent."""
     sent = 0
+
+    def complete(rnd: int) -> bool:
+        return len(probes_of(receivers, rnd)) >= len(mqs)
+
+    def clean(rnd: int) -> bool:
+        seen = probes_of(receivers, rnd)
+        return len(seen) == len(mqs) and ready(seen)
+
     async with Producer("official-probe-producer", env.ns) as producer:
         mqs = await producer.fetch_publish_message_queues(topic)
         good = 0
@@ -185,12 +195,10 @@ async def probe_until(env: Env, topic: str, receivers: dict[str, Callable[[], li
                                                     properties={"probe": "1"}), mq)
                     assert r.send_status == SendStatus.SEND_OK
                     sent += 1
-                with trio.move_on_after(2.0):
-                    while len(probes_of(receivers, rnd)) < len(mqs):
-                        await trio.sleep(0.05)
-                await trio.sleep(0.3)  # a duplicate of this round would show by now
-                seen = probes_of(receivers, rnd)
-                good = good + 1 if len(seen) == len(mqs) and ready(seen) else 0
+                with trio.move_on_after(2.0):  # a round whose probes do not all come is not clean
+                    await wait_until(functools.partial(complete, rnd), timeout,
+                                     f"probe round {rnd} received")
+                good = good + 1 if rnd > 1 and clean(rnd - 1) and clean(rnd) else 0
             return sent
     raise AssertionError(f"timed out after {timeout}s probing {topic}: the consumers never held "
                          f"their queues (last round {rnd})")
@@ -387,7 +395,7 @@ async def test_mixed_group_our_push_consumer_and_cpp_share_the_queues(env: Env, 
                     except Exception:
                         return False
                     return sum(len(b["connectionSet"]) for b in conns) == 2
-                await wait_for(two_members, 30, "both clients in the group")
+                await wait_until(two_members, 30, "both clients in the group")
 
             def mine() -> set[int]:
                 return {mq.queue_id for mq in sdk.assigned_queues() if mq.topic == topic}
@@ -422,7 +430,7 @@ async def test_mixed_group_our_push_consumer_and_cpp_share_the_queues(env: Env, 
             async def all_consumed() -> bool:
                 return len(real_ours()) + len(real(cpp.records())) >= 2 * n
             try:
-                await wait_for(all_consumed, 60, "every message consumed by the group")
+                await wait_until(all_consumed, 60, "every message consumed by the group")
             except AssertionError as e:
                 raise AssertionError(f"{e}: ours {len(real_ours())}, C++ "
                                      f"{len(real(cpp.records()))}\n{cpp.diagnostics()}") from None

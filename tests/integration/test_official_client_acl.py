@@ -19,7 +19,7 @@ from client import AclCredentials, Message, MessageQueue, Producer, PullConsumer
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster
 from tests.integration.official_client import OfficialClient, load_error, message
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 _why = load_error()
 if _why is not None:
@@ -78,7 +78,7 @@ async def test_official_client_signs_and_a_wrong_secret_is_refused(
     async with MQAdmin(n, credentials=ADMIN) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "routed")
+        await wait_until(routed(admin, TOPIC), 10, "routed")
 
     # signed sends verify: the messages are stored
     bodies = [f"cpp-acl-{i}" for i in range(N)]
@@ -101,13 +101,15 @@ async def test_official_client_signs_and_a_wrong_secret_is_refused(
         c.wait_event("started")
 
         async def probe_received() -> bool:
+            if any(r.get("body") == "probe" for r in c.records()):
+                return True
             async with Producer("acl_probe", n, credentials=ADMIN) as p:
                 await p.send(Message(TOPIC, b"probe"))
-            await trio.sleep(0.5)  # bounded by wait_for's timeout; gives the consumer a pull
-            return any(r.get("body") == "probe" for r in c.records())
+            return False
 
-        # a new C++ group starts at the queue's end: probes until one arrives
-        await wait_for(probe_received, 60, "the C++ consumer holding the queue")
+        # a new C++ group starts at the queue's end: a probe every 0.5 s until one
+        # arrives (each gives the consumer time for a pull)
+        await wait_until(probe_received, 60, "the C++ consumer holding the queue", interval=0.5)
         async with Producer("acl_after", n, credentials=ADMIN) as p:
             for i in range(N):
                 await p.send(Message(TOPIC, f"after-{i}".encode()))

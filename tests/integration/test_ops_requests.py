@@ -19,7 +19,7 @@ from protocol.message import MessageQueue
 from protocol.route import PERM_WRITE
 from protocol.trio import RemotingClient
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "OpsTopic"
 GROUP = "ops-group"
@@ -40,7 +40,7 @@ async def test_ops_requests(cluster: Cluster, codec_name: str) -> None:
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=2,
                                  write_queue_nums=2)
-        await wait_for(routed(admin, TOPIC), 10, "routed")
+        await wait_until(routed(admin, TOPIC), 10, "routed")
     async with RemotingClient(codec=codec) as rc:
         async with Producer(PRODUCER, ns.addr) as producer:
             for i in range(10):
@@ -173,4 +173,4 @@ async def test_ops_requests(cluster: Cluster, codec_name: str) -> None:
             resp = await call(rc, broker.addr, RequestCode.UPDATE_BROKER_CONFIG,
                               body=f"brokerPermission={value}\n".encode())
             assert resp.code == ResponseCode.SUCCESS, resp.remark
-            await wait_for(lambda v=value: route_perm_is(v), 10, f"route perm {value}")
+            await wait_until(lambda v=value: route_perm_is(v), 10, f"route perm {value}")

@@ -21,7 +21,7 @@ from protocol.record import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster
 from tests.integration.test_transactions import TOPIC, Listener, delivered, runtime, setup
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 KiB = 1024
 HIGH_WATER = 256 * KiB
@@ -68,7 +68,7 @@ async def test_a_producer_that_never_reads_its_checks(cluster: Cluster) -> None:
     async def all_pending() -> bool:
         return (await status())["transactionPending"] >= n
 
-    await wait_for(all_pending, 30, "the silent producer's half messages stored")
+    await wait_until(all_pending, 30, "the silent producer's half messages stored")
 
     async def passes_after(st: dict[str, Any], passes: int) -> dict[str, Any]:
         async def done() -> dict[str, Any] | None:
@@ -76,14 +76,14 @@ async def test_a_producer_that_never_reads_its_checks(cluster: Cluster) -> None:
             return now if now["transactionCheckPasses"] >= st["transactionCheckPasses"] + passes \
                 else None
 
-        return dict(await wait_for(done, 30, f"{passes} more check passes"))
+        return dict(await wait_until(done, 30, f"{passes} more check passes"))
 
     async def asked_twice() -> dict[str, Any] | None:
         st = await status()
         return st if st["transactionChecks"] + st["transactionChecksDropped"] >= 2 * n else None
 
     # every half message was due twice: 6.4 MiB of checks asked for
-    first = dict(await wait_for(asked_twice, 30, "two rounds of checks"))
+    first = dict(await wait_until(asked_twice, 30, "two rounds of checks"))
     assert first["connectionOwedMaxBytes"] <= HIGH_WATER + BODY + 2 * KiB
     assert first["transactionChecksDropped"] > 0
     # another producer's transactions are checked and end meanwhile
@@ -96,7 +96,7 @@ async def test_a_producer_that_never_reads_its_checks(cluster: Cluster) -> None:
         async def committed() -> bool:
             return b"other" in await delivered(broker.addr)
 
-        await wait_for(committed, 30, "the other producer's transaction committed by a check")
+        await wait_until(committed, 30, "the other producer's transaction committed by a check")
     assert listener.checked[b"other"] == 1
     start = await status()
     later = await passes_after(start, 3)

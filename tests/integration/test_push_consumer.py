@@ -27,7 +27,7 @@ from client import (
 )
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for, wait_lag_zero, wait_until_sync
+from tests.waits import consumed_all, routed, wait_lag_zero, wait_until, wait_until_sync
 
 TOPIC = "PushTopic"
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -43,12 +43,12 @@ async def two_brokers(cluster: Cluster, queues: int = 8, **props: Any) -> tuple[
         for b in brokers:
             await admin.create_topic(TOPIC, broker_addr=b.addr, read_queue_nums=queues,
                                      write_queue_nums=queues)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
 
         async def both() -> bool:
             route = await admin.topic_route(TOPIC)
             return len(route.queue_datas) == 2
-        await wait_for(both, 10, "both brokers routed")
+        await wait_until(both, 10, "both brokers routed")
     return ns, brokers
 
 
@@ -95,7 +95,7 @@ async def test_clustering_members_join_and_leave_lose_nothing(cluster: Cluster) 
         await trio.sleep(0.01)
 
     await produce(ns, bodies, between=membership)
-    await wait_for(lambda: _true(len(seen) >= n), 60, "every message consumed", interval=0.2)
+    await wait_until(lambda: len(seen) >= n, 60, "every message consumed", interval=0.2)
     assert set(seen) == set(bodies)
     duplicates = sum(seen.values()) - n
     assert duplicates <= 2000, f"{duplicates} duplicates"
@@ -104,7 +104,7 @@ async def test_clustering_members_join_and_leave_lose_nothing(cluster: Cluster) 
     async def split_between_c2_c3() -> bool:
         a, b = set(c2.assigned_queues()), set(c3.assigned_queues())
         return not (a & b) and len({q for q in a | b if q.topic == TOPIC}) == 16
-    await wait_for(split_between_c2_c3, 15, "the two remaining members to split the queues")
+    await wait_until(split_between_c2_c3, 15, "the two remaining members to split the queues")
     await c2.shutdown()
     await c3.shutdown()
     async with MQAdmin(ns.addr) as admin:
@@ -112,10 +112,6 @@ async def test_clustering_members_join_and_leave_lose_nothing(cluster: Cluster) 
         assert len(rows) == 16
         assert sum(r["brokerOffset"] for r in rows) == n
         assert all(r["lag"] == 0 for r in rows), rows
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_broadcasting_every_member_gets_everything(cluster: Cluster, tmp_path: Path) -> None:
@@ -139,7 +135,7 @@ async def test_broadcasting_every_member_gets_everything(cluster: Cluster, tmp_p
     bodies = [b"b%d" % i for i in range(2000)]
     await produce(ns, bodies, batch=50)
     for name in got:
-        await wait_for(lambda name=name: _true(len(got[name]) >= 2000), 30, f"{name} got all")
+        await wait_until(lambda name=name: len(got[name]) >= 2000, 30, f"{name} got all")
         assert set(got[name]) == set(bodies)
         assert all(v == 1 for v in got[name].values())
     for c in consumers:
@@ -163,12 +159,12 @@ async def test_broadcasting_every_member_gets_everything(cluster: Cluster, tmp_p
     c.register_message_listener(lambda msgs, ctx: again.update(m.body for m in msgs) or SUCCESS)
     async with c:
         await produce(ns, [b"late"])
-        await wait_for(lambda: _true(b"late" in again), 15, "the new message")
+        await wait_until(lambda: b"late" in again, 15, "the new message")
     assert list(again) == [b"late"]
 
 
 async def test_retry_after_failures_then_dead_letter(cluster: Cluster) -> None:
-    ns, _ = await two_brokers(cluster, queues=2, messageDelayLevel=LEVELS)
+    ns, brokers = await two_brokers(cluster, queues=2, messageDelayLevel=LEVELS)
     group = "retry-group"
     attempts: Counter[bytes] = Counter()
     times: dict[bytes, list[float]] = {}
@@ -189,11 +185,14 @@ async def test_retry_after_failures_then_dead_letter(cluster: Cluster) -> None:
     c = PushConsumer(group, ns.addr, consume_from_where=FIRST, max_reconsume_times=3)
     c.subscribe(TOPIC, "*")
     c.register_message_listener(listener)
-    async with c:
+    async with c, MQAdmin(ns.addr) as admin:
         await produce(ns, [b"ok", b"flaky", b"poison"], batch=1)
-        await wait_for(lambda: _true(attempts[b"flaky"] >= 3 and attempts[b"poison"] >= 4), 40,
-                       "retries")
-        await trio.sleep(2.5)  # nothing more comes once they are done
+        await wait_until(lambda: attempts[b"flaky"] >= 3 and attempts[b"poison"] >= 4, 40,
+                         "retries")
+        # nothing more comes: every queue (the retry topic's too) consumed to its
+        # end, no retry waiting for its delay level
+        await wait_until(consumed_all(admin, group, [c], [b.addr for b in brokers]), 20,
+                         "the group's queues consumed to their end, no retry delayed")
     assert attempts[b"ok"] == 1
     assert attempts[b"flaky"] == 3  # failed twice, third time succeeded
     assert attempts[b"poison"] == 4  # first try + 3 reconsumes, then the DLQ
@@ -247,8 +246,8 @@ async def test_orderly_keeps_queue_order_across_a_rebalance(cluster: Cluster) ->
                 await o2.start()  # rebalance mid-stream
             await producer.send(Message(TOPIC, b"%s-%d" % (mq.broker_name.encode(), seq[mq])), mq)
             seq[mq] += 1
-    await wait_for(lambda: _true(sum(len(v) for v in per_queue.values()) >= n), 60,
-                   "everything consumed", interval=0.2)
+    await wait_until(lambda: sum(len(v) for v in per_queue.values()) >= n, 60,
+                     "everything consumed", interval=0.2)
     await o1.shutdown()
     await o2.shutdown()
     assert not overlaps, overlaps[:5]
@@ -285,7 +284,7 @@ async def test_orderly_failure_suspends_and_retries_locally(cluster: Cluster) ->
         mq = (await producer.fetch_publish_message_queues(TOPIC))[0]
         for i in range(5):
             await producer.send(Message(TOPIC, str(i).encode()), mq)
-        await wait_for(lambda: _true(len(order) >= 5), 20, "all five")
+        await wait_until(lambda: len(order) >= 5, 20, "all five")
     assert order == [b"0", b"1", b"2", b"3", b"4"] and failures[b"2"] == 2
 
 
@@ -307,7 +306,7 @@ async def test_flow_control_bounds_the_cache(cluster: Cluster) -> None:
     c.register_message_listener(slow)
     await produce(ns, [b"x%d" % i for i in range(600)], batch=100)
     async with c:
-        await wait_for(lambda: _true(done >= 600), 30, "all consumed")
+        await wait_until(lambda: done >= 600, 30, "all consumed")
     assert 50 <= peak <= 50 + 16, peak
 
 
@@ -323,7 +322,7 @@ async def test_a_new_group_reads_what_was_sent_before_it_started(cluster: Cluste
     c.subscribe(TOPIC, "*")
     c.register_message_listener(lambda msgs, ctx: got.update(m.body for m in msgs) or SUCCESS)
     async with c:
-        await wait_for(lambda: _true(len(got) == len(sent)), 30, "the 200 messages")
+        await wait_until(lambda: len(got) == len(sent), 30, "the 200 messages")
         rows = await wait_lag_zero(ns.addr, "quickstart-group", TOPIC)
     assert got == Counter(sent)
     assert sum(r["consumerOffset"] for r in rows) == len(sent)
@@ -341,23 +340,27 @@ async def test_consume_from_last_offset_skips_history_out_of_memory(cluster: Clu
     c.register_message_listener(lambda msgs, ctx: got.extend(m.body for m in msgs) or SUCCESS)
     async with c:
         await produce(ns, [b"new"])
-        await wait_for(lambda: _true(bool(got)), 15, "the new message")
+        await wait_until(lambda: got, 15, "the new message")
         rows = await wait_lag_zero(ns.addr, "latest-group", TOPIC)
     assert got == [b"new"]
     assert sum(r["consumerOffset"] for r in rows) == 21
 
 
 async def test_tag_filter_on_push_consumer(cluster: Cluster) -> None:
-    ns, _ = await two_brokers(cluster, queues=2)
+    # a pull that finds only other tags is held, then answered past them at its
+    # deadline: a short one brings the consumer's offsets to the queues' ends soon
+    ns, brokers = await two_brokers(cluster, queues=2, longPollingMaxSuspendMillis=1000)
     got: list[str | None] = []
     c = PushConsumer("tag-group", ns.addr, consume_from_where=FIRST)
     c.subscribe(TOPIC, "TagA || TagC")
     c.register_message_listener(lambda msgs, ctx: got.extend(m.tags for m in msgs) or SUCCESS)
     for tag in ("TagA", "TagB", "TagC", "TagB"):
         await produce(ns, [tag.encode()] * 10, batch=10, tags=tag)
-    async with c:
-        await wait_for(lambda: _true(len(got) >= 20), 15, "tagged messages")
-        await trio.sleep(0.3)
+    async with c, MQAdmin(ns.addr) as admin:
+        await wait_until(lambda: len(got) >= 20, 15, "tagged messages")
+        # the TagB ones were filtered out: the queues are consumed to their end
+        await wait_until(consumed_all(admin, "tag-group", [c], [b.addr for b in brokers]), 15,
+                         "the group's queues consumed to their end")
     assert sorted(set(got)) == ["TagA", "TagC"] and len(got) == 20  # type: ignore[type-var]
 
 

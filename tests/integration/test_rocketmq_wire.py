@@ -37,7 +37,7 @@ from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from tests.integration.cluster import Cluster, Daemon
 from tests.integration.test_bad_input import raw_exchange
-from tests.integration.waits import at_least, routed, wait_for
+from tests.waits import at_least, routed, wait_until
 
 BROKER = "broker-a"
 CLUSTER = "DefaultCluster"
@@ -74,7 +74,7 @@ async def create_topic(d: Daemons, topic: str, queues: int = 2) -> None:
     async with MQAdmin(d.ns_addr) as admin:
         await admin.create_topic(topic, broker_addr=d.addr, read_queue_nums=queues,
                                  write_queue_nums=queues)
-        await wait_for(routed(admin, topic), TIMEOUT, f"{topic} routed")
+        await wait_until(routed(admin, topic), TIMEOUT, f"{topic} routed")
 
 
 # ---- clients in RocketMQ's format ----------------------------------------------------------
@@ -279,7 +279,7 @@ async def test_routes_cluster_info_and_tbw102(daemons: Daemons, codec: Codec) ->
                              {"topic": topic})
             return json.loads(r.body or b"") if r.code == ResponseCode.SUCCESS else None
 
-        route = await wait_for(routed_now, TIMEOUT, f"{topic} registered")
+        route = await wait_until(routed_now, TIMEOUT, f"{topic} registered")
         assert route["queueDatas"] == [{"brokerName": BROKER, "readQueueNums": 3,
                                         "writeQueueNums": 3, "perm": 6, "topicSynFlag": 0,
                                         "topicSysFlag": 0}]
@@ -351,7 +351,7 @@ async def test_retry_topic_sends_and_the_batch_flag(daemons: Daemons) -> None:
             assert (m.body, m.topic, m.reconsume_times) == (body, where, times)
             assert ("DELAY" in m.properties) == (where != dlq)
             assert "RECONSUME_TIME" not in m.properties and "MAX_RECONSUME_TIMES" not in m.properties
-        await wait_for(routed(admin, dlq), TIMEOUT, f"{dlq} registered")
+        await wait_until(routed(admin, dlq), TIMEOUT, f"{dlq} registered")
         route = await admin.topic_route(dlq)
         assert [(q.read_queue_nums, q.write_queue_nums, q.perm) for q in route.queue_datas] == \
             [(1, 1, 2)]  # one queue, write only
@@ -480,7 +480,7 @@ async def test_java_client_flow(daemons: Daemons) -> None:
             r = await c.call(addr, RequestCode.PULL_MESSAGE, java_pull(group, retry, 0, 0))
             return pulled(r) if r.code == ResponseCode.SUCCESS else []
 
-        [back] = await wait_for(retried, 15, "the message back in the retry topic")
+        [back] = await wait_until(retried, 15, "the message back in the retry topic")
         assert (back.body, back.reconsume_times) == (first.body, 1)
         assert back.properties["RETRY_TOPIC"] == topic
         assert back.properties["ORIGIN_MESSAGE_ID"] == first.msg_id
@@ -627,7 +627,7 @@ async def test_transactions_end_and_check_on_a_rocketmq_connection(daemons: Daem
             r = await reader.call(addr, RequestCode.PULL_MESSAGE, pull)
             return pulled(r) if r.code == ResponseCode.SUCCESS else []
 
-        assert [m.body for m in await wait_for(visible, TIMEOUT, "the commit")] == [b"committed"]
+        assert [m.body for m in await wait_until(visible, TIMEOUT, "the commit")] == [b"committed"]
 
         # left unknown: the broker asks this connection, in its format
         _, uniq = await half(b"checked")
@@ -661,7 +661,7 @@ async def test_transactions_end_and_check_on_a_rocketmq_connection(daemons: Daem
             bodies = [m.body for m in await visible()]
             return bodies if len(bodies) == 2 else []
 
-        assert await wait_for(both, TIMEOUT, "the checked commit") == [b"committed", b"checked"]
+        assert await wait_until(both, TIMEOUT, "the checked commit") == [b"committed", b"checked"]
 
 
 # ---- the same messages through both formats --------------------------------------------------
@@ -759,7 +759,7 @@ async def test_bad_input_in_rocketmq_format(daemons: Daemons) -> None:
     ]
     async with trio.open_nursery() as nursery:
         nursery.start_soon(good_client)
-        await wait_for(at_least(lambda: good_sent, 1), TIMEOUT, "good client running")
+        await wait_until(at_least(lambda: good_sent, 1), TIMEOUT, "good client running")
         for what, data in closes:
             got = await raw_exchange(port, data)
             assert got == b"<closed>", what
@@ -809,8 +809,8 @@ async def test_bad_input_in_rocketmq_format(daemons: Daemons) -> None:
             assert await raw_exchange(daemons.ns.port, data) == b"<closed>", what
 
         before = good_sent
-        await wait_for(at_least(lambda: good_sent - before, 3), TIMEOUT,
-                       "the msgpack client still served")
+        await wait_until(at_least(lambda: good_sent - before, 3), TIMEOUT,
+                         "the msgpack client still served")
         stop.set()
     assert daemons.broker.proc is not None and daemons.broker.proc.poll() is None
     assert daemons.ns.proc is not None and daemons.ns.proc.poll() is None

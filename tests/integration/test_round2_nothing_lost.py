@@ -23,7 +23,7 @@ from tests.integration.cluster import Cluster
 from tests.integration.decode_cost import FRAMES, framed, send_frame
 from tests.integration.hostile import SEED_TOPIC, TIMEOUT, Guard
 from tests.integration.test_hostile_requests import make_guard
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 HA_HELLOS = 500  # bogus hellos, each on a connection of its own
 HA_SILENT = 100  # HA connections that never read
@@ -68,7 +68,7 @@ async def _ha_flood(ns: str, broker: str, port: int) -> None:
             async def master_holds_them() -> bool:
                 ha = (await admin.broker_runtime_info(broker))["ha"]
                 return bool(ha.get("connections"))
-            await wait_for(master_holds_them, TIMEOUT, "the master holds the silent connections")
+            await wait_until(master_holds_them, TIMEOUT, "the master holds the silent connections")
     finally:
         for s in held:
             await s.aclose()
@@ -120,7 +120,7 @@ async def test_round_two_attacks_lose_nothing(cluster: Cluster) -> None:
     guard.broker.kill()
     guard.broker.start()
     async with MQAdmin(guard.ns.addr) as admin:
-        await wait_for(routed(admin, SEED_TOPIC), TIMEOUT, "RTSeed routed after kill -9")
+        await wait_until(routed(admin, SEED_TOPIC), TIMEOUT, "RTSeed routed after kill -9")
     await guard.check_seed()
     await guard.served()
     guard.alive()

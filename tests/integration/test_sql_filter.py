@@ -33,7 +33,7 @@ from client.admin import MQAdmin
 from client.pull_result import PullStatus
 from protocol.codes import ResponseCode
 from tests.integration.cluster import Cluster, Daemon
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "SqlTopic"
 QUEUES = 4
@@ -52,7 +52,7 @@ async def start(cluster: Cluster, **props: object) -> tuple[Daemon, Daemon]:
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=b.addr, read_queue_nums=QUEUES,
                                  write_queue_nums=QUEUES)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
     return ns, b
 
 
@@ -133,7 +133,7 @@ async def read_pushed(ns: Daemon) -> Counter[bytes]:
     c.subscribe(TOPIC, MessageSelector.by_sql(SQL))
     c.register_message_listener(listener)
     async with c:
-        await wait_for(all_sentinels, 120, "every sentinel pushed")
+        await wait_until(all_sentinels, 120, "every sentinel pushed")
     return got
 
 

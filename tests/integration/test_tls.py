@@ -17,8 +17,8 @@ from client import Message, MQClientError, Producer, PullConsumer, SendStatus
 from client.admin import MQAdmin, MQAdminError
 from protocol.trio.tls import ENV_CA, ENV_ENABLE, REQUIRES_TLS
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
 from tests.tls_certs import Certs, tls_certs_fixture  # noqa: F401 (the tls_certs fixture)
+from tests.waits import routed, wait_until
 
 TOPIC = "TlsTopic"
 
@@ -42,7 +42,7 @@ async def create_topic(ns: str, broker: str, certs: Certs) -> None:
     async with secure_admin(ns, certs) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker, read_queue_nums=1,
                                  write_queue_nums=1)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
 
 
 async def test_enforcing_daemons_refuse_plain_clients_and_serve_tls_ones(
@@ -153,7 +153,7 @@ async def test_sync_master_replicates_over_tls(
             r = await producer.send(Message(TOPIC, b"probe"))
             return r.send_status == SendStatus.SEND_OK
         # SEND_OK from a SYNC_MASTER: the slave acknowledged it over the (TLS-only) HA port
-        await wait_for(replicated, 30, "a slave acknowledging sends over TLS")
+        await wait_until(replicated, 30, "a slave acknowledging sends over TLS")
         for i in range(50):
             r = await producer.send(Message(TOPIC, f"ha-{i}".encode() * 10))
             assert r.send_status == SendStatus.SEND_OK, r

@@ -15,7 +15,7 @@ from protocol.command import RemotingCommand
 from protocol.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
 from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPICS = 10_000
 IN_FLIGHT = 64
@@ -78,7 +78,7 @@ async def test_ten_thousand_topics_routable_and_back_after_kill_9(cluster: Clust
         with trio.fail_after(120):
             await create_all(admin, broker.addr, names)
         assert set(names) <= await broker_topics(client, broker.addr)
-        await wait_for(lambda: listed(admin, set(names)), 60, "the name server lists them all")
+        await wait_until(lambda: listed(admin, set(names)), 60, "the name server lists them all")
         await all_routed(admin, names)
 
         # every creation was answered, so every one is on disk: a kill -9 loses none
@@ -86,7 +86,7 @@ async def test_ten_thousand_topics_routable_and_back_after_kill_9(cluster: Clust
         broker.start(timeout=60)
         client.close_connection(broker.addr)
         assert set(names) <= await broker_topics(client, broker.addr)
-        await wait_for(lambda: listed(admin, set(names)), 60, "listed again after the restart")
+        await wait_until(lambda: listed(admin, set(names)), 60, "listed again after the restart")
         await all_routed(admin, names[::50])
 
 
@@ -95,7 +95,7 @@ async def test_a_forged_registration_leaves_the_real_broker_routed(cluster: Clus
     broker = cluster.broker("broker-a", ns.addr)
     async with MQAdmin(ns.addr) as admin, RemotingClient() as forger:
         await admin.create_topic("RealTopic", broker_addr=broker.addr)
-        await wait_for(routed(admin, "RealTopic"), 30, "RealTopic routed")
+        await wait_until(routed(admin, "RealTopic"), 30, "RealTopic routed")
         header = RegisterBrokerRequestHeader(broker_name="broker-a", broker_addr=broker.addr,
                                              cluster_name="DefaultCluster", broker_id=0)
         body = pack_body({"topicConfigTable": {},
@@ -119,4 +119,4 @@ async def test_a_forged_registration_leaves_the_real_broker_routed(cluster: Clus
     broker.stop()
     broker.start()
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(routed(admin, "RealTopic"), 30, "RealTopic routed after the restart")
+        await wait_until(routed(admin, "RealTopic"), 30, "RealTopic routed after the restart")

@@ -27,7 +27,7 @@ from protocol.trace_data import TraceView
 from tests.dashboard.web import dashboard
 from tests.integration.cluster import BIN, Cluster, Daemon
 from tests.integration.test_cli import mqadmin
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "TraceTopic"
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -43,7 +43,7 @@ async def start(cluster: Cluster, **props: Any) -> tuple[Daemon, Daemon]:
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=2,
                                  write_queue_nums=2)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
     return ns, broker
 
 
@@ -61,14 +61,14 @@ async def views_of(admin: MQAdmin, msg_id: str, kinds: Counter[str],
     async def enough() -> list[TraceView] | None:
         views = await admin.query_msg_trace(msg_id, trace_topic)
         return views if not kinds - Counter(v.trace_type for v in views) else None
-    result: list[TraceView] = await wait_for(enough, 15, f"the trace of {msg_id}")
+    result: list[TraceView] = await wait_until(enough, 15, f"the trace of {msg_id}")
     return result
 
 
 async def test_send_and_consume_traced_then_queried(cluster: Cluster) -> None:
     ns, broker = await start(cluster, traceTopicEnable="true", messageDelayLevel=LEVELS)
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(routed(admin, RMQ_SYS_TRACE_TOPIC), 10, "the trace topic routed")
+        await wait_until(routed(admin, RMQ_SYS_TRACE_TOPIC), 10, "the trace topic routed")
         route = await admin.topic_route(RMQ_SYS_TRACE_TOPIC)
         assert [(q.broker_name, q.write_queue_nums) for q in route.queue_datas] == [("broker-a", 1)]
 
@@ -94,7 +94,7 @@ async def test_send_and_consume_traced_then_queried(cluster: Cluster) -> None:
                                                for i in range(3)])
             pub_stats = producer.trace_dispatcher
         expected = {"order-1": 1, "fail-once": 2, "slow": 1, "batch": 3}
-        await wait_for(lambda: _now(deliveries == expected), 30, "every delivery")
+        await wait_until(lambda: _now(deliveries == expected), 30, "every delivery")
         sub_stats = c.trace_dispatcher
     # both flushed at shutdown, nothing lost
     assert pub_stats is not None and sub_stats is not None
@@ -185,7 +185,7 @@ async def test_broker_refusing_trace_sends_never_fails_user_sends(cluster: Clust
         results = [await producer.send(Message(TOPIC, b"m%d" % i)) for i in range(10)]
         futures = [await producer.send_async(Message(TOPIC, b"a%d" % i)) for i in range(10)]
         results += [await f.wait() for f in futures]
-        await wait_for(lambda: _now(len(got) >= 20), 30, "every message consumed")
+        await wait_until(lambda: _now(len(got) >= 20), 30, "every message consumed")
         pub, sub = producer.trace_dispatcher, c.trace_dispatcher
     assert all(r.send_status is SendStatus.SEND_OK for r in results)
     assert sorted(got) == sorted([b"m%d" % i for i in range(10)] + [b"a%d" % i for i in range(10)])
@@ -198,7 +198,7 @@ async def test_customized_trace_topic_and_cpp_client_records(cluster: Cluster) -
     ns, _ = await start(cluster, traceTopicEnable="true", msgTraceTopicName="MyTrace",
                         regionId="RegionX")
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(routed(admin, "MyTrace"), 10, "the customized trace topic routed")
+        await wait_until(routed(admin, "MyTrace"), 10, "the customized trace topic routed")
     async with Producer("custom-pg", ns.addr, enable_msg_trace=True,
                         customized_trace_topic="MyTrace") as producer:
         sent = await producer.send(Message(TOPIC, b"x", keys="k"))

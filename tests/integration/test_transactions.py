@@ -33,7 +33,7 @@ from protocol.trio.client import RemotingClient
 from tests.integration.cluster import Cluster, Daemon
 from tests.integration.ha_reads import drain_queue, max_offsets
 from tests.integration.test_ha import create_topic, pair, same_max_offset
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "TxTopic"
 QUEUES = 4
@@ -69,7 +69,7 @@ async def setup(cluster: Cluster, **props: object) -> tuple[Daemon, Daemon]:
     async with MQAdmin(ns.addr) as admin:
         await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=QUEUES,
                                  write_queue_nums=QUEUES)
-        await wait_for(routed(admin, TOPIC), 10, "topic routed")
+        await wait_until(routed(admin, TOPIC), 10, "topic routed")
     return ns, broker
 
 
@@ -93,13 +93,13 @@ async def settled(ns: str, addr: str, passes: int = 2) -> None:
     async def idle() -> bool:
         return (await runtime(ns, addr))["transactionPending"] == 0
 
-    await wait_for(idle, 60, "no pending transaction")
+    await wait_until(idle, 60, "no pending transaction")
     start = (await runtime(ns, addr))["transactionCheckPasses"]
 
     async def passed() -> bool:
         return (await runtime(ns, addr))["transactionCheckPasses"] >= start + passes
 
-    await wait_for(passed, 30, f"{passes} more check passes")
+    await wait_until(passed, 30, f"{passes} more check passes")
 
 
 async def test_commit_delivers_once_rollback_never(cluster: Cluster) -> None:
@@ -117,7 +117,7 @@ async def test_commit_delivers_once_rollback_never(cluster: Cluster) -> None:
         async def all_in() -> bool:
             return len(await delivered(broker.addr)) >= 20
 
-        await wait_for(all_in, 20, "committed messages delivered")
+        await wait_until(all_in, 20, "committed messages delivered")
     got = await delivered(broker.addr)
     assert Counter(got) == Counter(b for b, s in states.items() if s is COMMIT)
     # the half queue is not a topic: nothing routes or pulls it
@@ -162,7 +162,7 @@ async def test_unknown_resolved_by_checks_or_discarded(cluster: Cluster) -> None
         async def discarded() -> bool:
             return (await runtime(ns.addr, broker.addr))["transactionDiscarded"] >= 2
 
-        await wait_for(discarded, 60, "the never-known transactions discarded")
+        await wait_until(discarded, 60, "the never-known transactions discarded")
         await settled(ns.addr, broker.addr)
     assert await delivered(broker.addr) == [b"to-commit"]
     assert listener.checked[b"to-commit"] == 1 and listener.checked[b"to-rollback"] == 1
@@ -202,7 +202,7 @@ async def test_producer_killed_between_half_and_end(cluster: Cluster) -> None:
         async def answered() -> bool:
             return (await runtime(ns.addr, broker.addr))["transactionPending"] == 0
 
-        await wait_for(answered, 30, "both transactions ended by checks")
+        await wait_until(answered, 30, "both transactions ended by checks")
         await settled(ns.addr, broker.addr)
     assert await delivered(broker.addr) == [b"alpha"]
     assert listener.checked == Counter({b"alpha": 1, b"beta": 1})
@@ -346,14 +346,14 @@ async def test_transactions_on_a_master_slave_group(cluster: Cluster) -> None:
         async def acknowledged() -> bool:
             r = await p.send_message_in_transaction(Message(TOPIC, b"probe"))
             return r.send_status == SendStatus.SEND_OK
-        await wait_for(acknowledged, 20, "a slave acknowledging half messages")
+        await wait_until(acknowledged, 20, "a slave acknowledging half messages")
         for body in states:
             if body != b"probe":
                 r = await p.send_message_in_transaction(Message(TOPIC, body))
                 assert r.send_status == SendStatus.SEND_OK
         await settled(ns.addr, master.addr)
     async with MQAdmin(ns.addr) as admin:
-        await wait_for(same_max_offset(admin, master, slave), 20, "the slave caught up")
+        await wait_until(same_max_offset(admin, master, slave), 20, "the slave caught up")
     want = Counter({b: 1 for b in states if not b.startswith(b"r")})
     got = Counter(await delivered(slave.addr))
     assert set(got) == set(want) and all(n == 1 for b, n in got.items() if b != b"probe")
@@ -374,4 +374,4 @@ async def test_transactions_on_a_master_slave_group(cluster: Cluster) -> None:
                 tables.append({k: v for k, v in table.items() if k.endswith("@CID_RMQ_SYS_TRANS")})
             return bool(tables[0]) and tables[0] == tables[1]
 
-        await wait_for(offsets_copied, 20, "CID_RMQ_SYS_TRANS offsets on the slave")
+        await wait_until(offsets_copied, 20, "CID_RMQ_SYS_TRANS offsets on the slave")

@@ -21,6 +21,7 @@ from protocol.errors import RemoteProtocolError
 from protocol.headers import GetKVConfigRequestHeader, PutKVConfigRequestHeader
 from protocol.route import DataVersion, TopicConfig
 from protocol.trio.client import RemotingClient
+from tests.waits import wait_until
 
 
 class Conn:
@@ -219,9 +220,9 @@ async def test_name_server_persists_and_reloads_its_kv_config(tmp_path: Path) ->
         put = RemotingCommand.request(RequestCode.PUT_KV_CONFIG,
                                       {"namespace": "ns", "key": "k", "value": "v1"})
         assert (await rc.invoke(addr, put, 5)).code == ResponseCode.SUCCESS
-        with trio.fail_after(5):  # written in the background: wait for the file
-            while not path.exists() or "v1" not in path.read_text():
-                await trio.sleep(0.01)
+        # written in the background: wait for the file
+        await wait_until(lambda: path.exists() and "v1" in path.read_text(), 5, "v1 in the file",
+                         interval=0.01)
         put = RemotingCommand.request(RequestCode.PUT_KV_CONFIG,
                                       {"namespace": "ns", "key": "k", "value": "v2"})
         assert (await rc.invoke(addr, put, 5)).code == ResponseCode.SUCCESS

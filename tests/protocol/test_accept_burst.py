@@ -27,6 +27,7 @@ from protocol.trio.limits import ConnectionLimits
 from protocol.trio.server import RemotingServer
 from protocol.trio.waiting_room import Silent, WaitingRoom
 from tests.protocol.test_connection_limits import ECHO, start, table
+from tests.waits import at_least, wait_until
 
 QUEUED = 600
 
@@ -80,9 +81,8 @@ async def test_a_queued_burst_is_accepted_in_a_few_scheduler_rounds(mode: str) -
         with silent_connections(port, QUEUED):
             trio.lowlevel.add_instrument(rounds)
             try:
-                with trio.fail_after(20):
-                    while accepted(server) < QUEUED:
-                        await trio.sleep(0)
+                await wait_until(at_least(lambda: accepted(server), QUEUED), 20,
+                                 "the queued burst accepted", interval=0)
             finally:
                 trio.lowlevel.remove_instrument(rounds)
             # one accept per round took QUEUED rounds (and a new client waited
@@ -100,17 +100,15 @@ async def test_silent_connections_build_nothing_and_a_new_client_is_served(mode:
                 with trio.fail_after(20):
                     r = await rc.invoke(f"127.0.0.1:{port}", RemotingCommand.request(ECHO), 15)
                 assert r.code == ResponseCode.SUCCESS
-                with trio.fail_after(20):
-                    while accepted(server) < QUEUED + 1:
-                        await trio.sleep(0.01)
+                await wait_until(at_least(lambda: accepted(server), QUEUED + 1), 20,
+                                 "the silent connections and the client accepted", interval=0.01)
                 # the client's connection is the only one served; the silent
                 # ones are counted (per address) and wait for a first byte
                 assert len(server.connections) == 1 and server.silent == QUEUED
                 assert server.per_host["127.0.0.1"] == 1
                 assert server.per_host["127.0.0.2"] == QUEUED // 200
-        with trio.fail_after(20):  # closed by their peers: nothing left behind
-            while server.silent or server.per_host:
-                await trio.sleep(0.01)
+        await wait_until(lambda: not (server.silent or server.per_host), 20,
+                         "nothing left behind once their peers closed them", interval=0.01)
         nursery.cancel_scope.cancel()
 
 
@@ -120,9 +118,8 @@ async def test_silent_connections_are_closed_after_the_idle_timeout(mode: str) -
         port = await start(nursery, server)
         with silent_connections(port, 3) as socks:
             t0 = trio.current_time()
-            with trio.fail_after(10):
-                while server.closed_by_limits < 3:
-                    await trio.sleep(0.01)
+            await wait_until(at_least(lambda: server.closed_by_limits, 3), 10,
+                             "the silent connections closed", interval=0.01)
             assert trio.current_time() - t0 >= 0.25
             for s in socks:
                 s.settimeout(5)

@@ -16,6 +16,7 @@ from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import ConnectionLimits, Lane, Lanes, SharedBudget
 from protocol.trio.server import RemotingServer
+from tests.waits import at_least, wait_until
 
 BIG, DEFER, ECHO = 1, 2, 3
 KiB = 1024
@@ -70,9 +71,7 @@ async def test_a_peer_that_reads_nothing_is_owed_at_most_the_high_water_mark() -
         s = raw_connect(port)
         n = 2000  # 125 MiB of answers asked for, none read
         await send_all(s, b"".join(request(BIG, i) for i in range(n)))
-        with trio.fail_after(10):
-            while not server.connections:
-                await trio.sleep(0.01)
+        await wait_until(lambda: server.connections, 10, "a connection", interval=0.01)
         (conn,) = server.connections
         await trio.testing.wait_all_tasks_blocked(0.2)
         assert 0 < conn.owed <= limits.write_high_water + ANSWER + 1024
@@ -104,9 +103,8 @@ async def test_requests_in_flight_past_the_limit_are_refused_busy() -> None:
 
             for _ in range(3):
                 nursery.start_soon(call, DEFER)
-            with trio.fail_after(5):
-                while len(deferred) < 3:
-                    await trio.sleep(0.01)
+            await wait_until(at_least(lambda: len(deferred), 3), 5, "3 deferred requests",
+                             interval=0.01)
             busy = await rc.invoke(addr, RemotingCommand.request(ECHO), 5)
             assert busy.code == ResponseCode.SYSTEM_BUSY and "in flight" in str(busy.remark)
             conn, cmd = deferred.pop()
@@ -115,9 +113,8 @@ async def test_requests_in_flight_past_the_limit_are_refused_busy() -> None:
             assert ok.code == ResponseCode.SUCCESS
             for conn, cmd in deferred:
                 conn.send_response(cmd.response(ResponseCode.SUCCESS))
-            with trio.fail_after(5):
-                while len(waiting) < 3:
-                    await trio.sleep(0.01)
+            await wait_until(at_least(lambda: len(waiting), 3), 5, "3 requests waiting",
+                             interval=0.01)
             assert all(r.code == ResponseCode.SUCCESS for r in waiting)
             assert not any(c.unanswered for c in server.connections)
         nursery.cancel_scope.cancel()
@@ -132,10 +129,9 @@ async def test_idle_and_half_frame_connections_are_closed() -> None:
         idle = await trio.open_tcp_stream("127.0.0.1", port)
         half = await trio.open_tcp_stream("127.0.0.1", port)
         await half.send_all(encode_frame(b"x" * 1000)[:600])  # 1000 announced, 596 given
-        with trio.fail_after(10):
-            # the silent one waits for its first byte, without a RemotingConnection
-            while not (server.connections and server.silent == 1):
-                await trio.sleep(0.01)
+        # the silent one waits for its first byte, without a RemotingConnection
+        await wait_until(lambda: server.connections and server.silent == 1, 10,
+                         "one connection and one silent socket", interval=0.01)
         with trio.fail_after(10):  # the half frame's connection goes first
             assert await half.receive_some(10) == b""
         assert trio.current_time() - t0 < limits.idle_timeout
@@ -144,9 +140,7 @@ async def test_idle_and_half_frame_connections_are_closed() -> None:
             assert await idle.receive_some(10) == b""
         assert trio.current_time() - t0 >= limits.idle_timeout - 0.5
         assert server.closed_by_limits == 2 and server.silent == 0
-        with trio.fail_after(5):
-            while server.per_host:
-                await trio.sleep(0.01)
+        await wait_until(lambda: not server.per_host, 5, "no address counted", interval=0.01)
         for stream in (idle, half):
             await stream.aclose()
         nursery.cancel_scope.cancel()
@@ -170,21 +164,18 @@ async def test_connections_per_address_are_limited() -> None:
     async with trio.open_nursery() as nursery:
         port = await start(nursery, server)
         kept = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(2)]
-        with trio.fail_after(5):
-            while server.per_host.get("127.0.0.1", 0) < 2:
-                await trio.sleep(0.01)
+        await wait_until(at_least(lambda: server.per_host.get("127.0.0.1", 0), 2), 5,
+                         "2 connections counted", interval=0.01)
         third = await trio.open_tcp_stream("127.0.0.1", port)
         with trio.fail_after(5):
             assert await third.receive_some(10) == b""  # closed at once
         assert server.refused == 1 and server.per_host == {"127.0.0.1": 2}
         await kept[0].aclose()
-        with trio.fail_after(5):
-            while server.per_host.get("127.0.0.1", 0) > 1:
-                await trio.sleep(0.01)
+        await wait_until(lambda: server.per_host.get("127.0.0.1", 0) <= 1, 5,
+                         "the closed connection no longer counted", interval=0.01)
         again = await trio.open_tcp_stream("127.0.0.1", port)
-        with trio.fail_after(5):
-            while server.per_host.get("127.0.0.1", 0) < 2:
-                await trio.sleep(0.01)
+        await wait_until(at_least(lambda: server.per_host.get("127.0.0.1", 0), 2), 5,
+                         "2 connections counted again", interval=0.01)
         for s in (kept[1], third, again):
             await s.aclose()
         nursery.cancel_scope.cancel()
@@ -207,9 +198,7 @@ async def test_the_shared_budget_stops_connections_that_hold_some_of_it() -> Non
             r = await rc.invoke(f"127.0.0.1:{port}", RemotingCommand.request(ECHO), 5)
             assert r.code == ResponseCode.SUCCESS
         hog.close()
-        with trio.fail_after(5):
-            while server.connections:
-                await trio.sleep(0.01)
+        await wait_until(lambda: not server.connections, 5, "no connection left", interval=0.01)
         assert budget.used == 0
         nursery.cancel_scope.cancel()
 
@@ -228,9 +217,9 @@ async def test_partial_frames_past_the_shared_budget_complete_one_at_a_time() ->
         conns = [raw_connect(port) for _ in frames]
         for s, frame in zip(conns, frames, strict=True):
             await send_all(s, frame[:len(frame) // 2])
-        with trio.fail_after(5):
-            while budget.used < 5 * 64 * KiB:  # every half held: past the budget
-                await trio.sleep(0.01)
+        # every half held: past the budget
+        await wait_until(at_least(lambda: budget.used, 5 * 64 * KiB), 5, "the budget used up",
+                         interval=0.01)
         assert budget.over
         # a little more of each: every connection reads it, then finds the
         # budget spent (before the fix, all five stopped there)
@@ -307,9 +296,7 @@ async def test_no_request_is_taken_once_the_connection_closed() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(conn.run)
         await b.send_all(b"".join(request(ECHO, i) for i in range(5)))  # one chunk
-        with trio.fail_after(5):
-            while not conn.closed:
-                await trio.sleep(0.01)
+        await wait_until(lambda: conn.closed, 5, "the connection closed", interval=0.01)
         await trio.testing.wait_all_tasks_blocked()
         assert seen == [0]
         nursery.cancel_scope.cancel()

@@ -15,6 +15,7 @@ from protocol.frame import encode_frame
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.limits import ConnectionLimits
 from protocol.trio.server import RemotingServer
+from tests.waits import at_least, wait_until
 
 KiB = 1024
 HELLO, DEFER = 1, 2
@@ -36,9 +37,7 @@ def silent_peer(port: int) -> socket.socket:
 
 
 async def one_connection(server: RemotingServer) -> RemotingConnection:
-    with trio.fail_after(10):
-        while not server.connections:
-            await trio.sleep(0.01)
+    await wait_until(lambda: server.connections, 10, "a connection", interval=0.01)
     (conn,) = server.connections
     return conn
 
@@ -93,17 +92,14 @@ async def test_a_peer_that_never_reads_its_answers_is_closed_past_the_cap() -> N
         port = await nursery.start(server.serve)
         s = silent_peer(port)
         s.send(b"".join(request(DEFER, i) for i in range(100)))
-        with trio.fail_after(10):
-            while len(held) < 100:
-                await trio.sleep(0.01)
+        await wait_until(at_least(lambda: len(held), 100), 10, "100 requests held",
+                         interval=0.01)
         conn = held[0][0]
         for c, cmd in held:  # 100 x 16 KiB of answers the peer never reads
             c.send_response(cmd.response(ResponseCode.SUCCESS, body=b"a" * BODY))
         assert conn.closed
         assert "does not read its answers" in conn.close_reason
-        with trio.fail_after(10):
-            while server.connections:
-                await trio.sleep(0.01)
+        await wait_until(lambda: not server.connections, 10, "no connection left", interval=0.01)
         s.close()
         nursery.cancel_scope.cancel()
 

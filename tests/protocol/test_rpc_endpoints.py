@@ -16,11 +16,13 @@ from protocol.trio import (
     RemotingServer,
     RemotingTimeoutError,
 )
+from tests.waits import wait_until
 
 ECHO, LATER, ASYNC, BOOM, BAD, CALLBACK, SLOW, NOTE = range(100, 108)
 
 
-def server_handlers(seen: list[RemotingCommand]) -> HandlerTable:
+def server_handlers(seen: list[RemotingCommand], slow_calls: list[RemotingCommand] | None = None
+                    ) -> HandlerTable:
     t = HandlerTable()
 
     def echo(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
@@ -48,6 +50,8 @@ def server_handlers(seen: list[RemotingCommand]) -> HandlerTable:
         return cmd.response(ResponseCode.SUCCESS, body=reply.body)
 
     async def slow(conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        if slow_calls is not None:
+            slow_calls.append(cmd)
         await trio.sleep(5)
         return cmd.response(ResponseCode.SUCCESS)
 
@@ -64,7 +68,8 @@ def server_handlers(seen: list[RemotingCommand]) -> HandlerTable:
 async def test_rpc_behaviour() -> None:
     seen: list[RemotingCommand] = []
     closed: list[str] = []
-    server = RemotingServer(server_handlers(seen))
+    slow_calls: list[RemotingCommand] = []
+    server = RemotingServer(server_handlers(seen, slow_calls))
     server.on_connection_closed(lambda c: closed.append(c.remote_addr))
     client_table = HandlerTable()
     client_table.register(
@@ -99,9 +104,7 @@ async def test_rpc_behaviour() -> None:
             assert r.body == b"client-says-from-server"
 
             await conn.invoke_oneway(RemotingCommand.request(NOTE, body=b"oneway"))
-            with trio.fail_after(2):
-                while not seen:
-                    await trio.sleep(0.01)
+            await wait_until(lambda: seen, 2, "the oneway request handled", interval=0.01)
             assert seen[0].is_oneway and seen[0].body == b"oneway"
 
             with trio.fail_after(2):
@@ -111,8 +114,9 @@ async def test_rpc_behaviour() -> None:
             assert (await conn.invoke(RemotingCommand.request(ECHO, body=b"ok"), 2)).body == b"ok"
 
             # a pending invoke fails at once when the connection closes
-            async def close_soon() -> None:
-                await trio.sleep(0.1)
+            async def close_soon() -> None:  # once the server handles the second SLOW
+                await wait_until(lambda: len(slow_calls) == 2, 5, "the SLOW request pending",
+                                 interval=0.01)
                 for c in list(server.connections):
                     c.close()
 
@@ -120,9 +124,7 @@ async def test_rpc_behaviour() -> None:
             with trio.fail_after(3):
                 with pytest.raises(RemotingConnectError):
                     await conn.invoke(RemotingCommand.request(SLOW), 5)
-        with trio.fail_after(2):
-            while not closed:
-                await trio.sleep(0.01)
+        await wait_until(lambda: closed, 2, "the close callback", interval=0.01)
         nursery.cancel_scope.cancel()
 
 

@@ -30,6 +30,7 @@ from protocol.trio.tls import (
     parse_mode,
 )
 from tests.tls_certs import Certs, tls_certs_fixture  # noqa: F401 (the tls_certs fixture)
+from tests.waits import wait_until
 
 ECHO = 3
 
@@ -181,9 +182,7 @@ async def test_need_client_auth_refuses_a_client_without_a_certificate(tls_certs
             # TLS 1.3: the server's refusal arrives after the client's handshake
             with pytest.raises(RemotingError, match="(?i)certificate"):
                 await echo(anonymous, port)
-        with trio.fail_after(5):
-            while server.connections:
-                await trio.sleep(0.01)
+        await wait_until(lambda: not server.connections, 5, "no connection left", interval=0.01)
         mine = ClientTls(ca_path=tls_certs.ca, cert_path=tls_certs.client_cert,
                          key_path=tls_certs.client_key)
         async with RemotingClient(tls=mine) as client:
@@ -202,8 +201,8 @@ async def test_a_stalled_handshake_is_closed_in_time(tls_certs: Certs) -> None:
         with trio.fail_after(5):
             assert await stalled.receive_some(10) == b""
             assert await silent.receive_some(10) == b""
-            while server.per_host:  # no longer counted against the address
-                await trio.sleep(0.01)
+        await wait_until(lambda: not server.per_host, 5, "no longer counted against the address",
+                         interval=0.01)
         assert not server.connections
         await stalled.aclose()
         await silent.aclose()

@@ -12,7 +12,7 @@ import trio
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster, Daemon
 from tests.integration.log_scan import LogWatch, report
-from tests.integration.waits import wait_for
+from tests.waits import wait_until
 
 
 @pytest.fixture(scope="session")
@@ -50,7 +50,7 @@ class Pair:
                     except Exception:
                         return False
                     return len(route.queue_datas) == len(targets)
-                await wait_for(routed, 15, f"{topic} routed on every broker")
+                await wait_until(routed, 15, f"{topic} routed on every broker")
         trio.run(go)
 
 

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from client.config import ClientConfig
 from client.spark.offsets import (
     DataLossError,
     OptionError,
@@ -140,12 +141,13 @@ def test_tls_and_credentials_reach_the_partitions_consumers() -> None:
                        "tlsCertPath": "/c.pem", "tlsKeyPath": "/c.key", "accessKey": "ak1234",
                        "secretKey": "sk1234"}, streaming=False)
     part = partition(o, QueueRange("A", "b", 0, 0, 5))
-    kwargs = part.client_options()
-    assert kwargs["use_tls"] is True and kwargs["tls_ca_path"] == "/ca.pem"
-    assert (kwargs["tls_cert_path"], kwargs["tls_key_path"]) == ("/c.pem", "/c.key")
-    assert (kwargs["credentials"].access_key, kwargs["credentials"].secret_key) == \
+    config = part.client_config()
+    assert config.namesrv_addr == "h:1"
+    assert config.use_tls is True and config.tls_ca_path == "/ca.pem"
+    assert (config.tls_cert_path, config.tls_key_path) == ("/c.pem", "/c.key")
+    assert config.credentials is not None
+    assert (config.credentials.access_key, config.credentials.secret_key) == \
         ("ak1234", "sk1234")
     plain = partition(parse_options({"namesrv": "h:1", "topic": "A"}, streaming=False),
-                      QueueRange("A", "b", 0, 0, 5)).client_options()
-    assert plain == {"credentials": None, "use_tls": False, "tls_ca_path": None,
-                     "tls_cert_path": None, "tls_key_path": None}
+                      QueueRange("A", "b", 0, 0, 5)).client_config()
+    assert plain == ClientConfig(namesrv_addr="h:1")

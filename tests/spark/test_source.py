@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from client.blocking import Message, MessageQueue, Producer, PullConsumer
-from tests.integration.waits import wait_until_sync
 from tests.spark.conftest import Pair
+from tests.waits import wait_until_sync
 
 
 def produce(pair: Pair, topic: str, bodies: list[bytes], tags: list[str] | None = None,

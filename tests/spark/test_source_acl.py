@@ -13,7 +13,7 @@ import trio
 from client import AclCredentials, Message, Producer
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
+from tests.waits import routed, wait_until
 
 TOPIC = "SparkAclTopic"
 ADMIN = AclCredentials("rocketmq2", "12345678")
@@ -47,7 +47,7 @@ def test_source_signs_with_access_key(spark: Any, tmp_path: Path) -> None:
             async with MQAdmin(ns.addr, credentials=ADMIN) as admin:
                 await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=2,
                                          write_queue_nums=2)
-                await wait_for(routed(admin, TOPIC), 10, "routed")
+                await wait_until(routed(admin, TOPIC), 10, "routed")
             async with Producer("spark-acl-producer", ns.addr, credentials=ADMIN) as p:
                 for i in range(20):
                     await p.send(Message(TOPIC, b"m%d" % i))

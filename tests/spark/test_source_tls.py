@@ -15,8 +15,8 @@ from client import Message, Producer, SendStatus
 from client.admin import MQAdmin
 from protocol.trio.tls import ENV_ENABLE
 from tests.integration.cluster import Cluster
-from tests.integration.waits import routed, wait_for
 from tests.tls_certs import Certs, tls_certs_fixture  # noqa: F401 (the tls_certs fixture)
+from tests.waits import routed, wait_until
 
 TOPIC = "SparkTlsTopic"
 
@@ -42,7 +42,7 @@ def test_source_reads_over_tls(spark: Any, tmp_path: Path, tls_certs: Certs,
             async with MQAdmin(ns.addr, use_tls=True, tls_ca_path=tls_certs.ca) as admin:
                 await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=2,
                                          write_queue_nums=2)
-                await wait_for(routed(admin, TOPIC), 10, "routed")
+                await wait_until(routed(admin, TOPIC), 10, "routed")
             async with Producer("spark-tls-producer", ns.addr, use_tls=True,
                                 tls_ca_path=tls_certs.ca) as p:
                 for body in bodies:
