@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -37,6 +36,7 @@ from tests.docs.conftest import REPO, DocEnv
 from tests.docs.links import problems
 from tests.integration.cluster import free_port
 from tests.integration.official_client import load_error
+from tests.waits import wait_until_sync
 
 OUTPUT_TAIL = 6000
 
@@ -184,22 +184,21 @@ def run_block(env: DocEnv, block: Block) -> None:
 def wait_for_output(block: Block, text: str, proc: subprocess.Popen[bytes], out_path: Path,
                     pattern: re.Pattern[str], timeout: float) -> None:
     """Until ``pattern`` shows in the output; failing if the process ends first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        output = out_path.read_text(errors="replace")
-        if pattern.search(output):
-            return
+    def shown() -> bool:
+        return pattern.search(out_path.read_text(errors="replace")) is not None
+
+    def running() -> None:
         code = proc.poll()
-        if code is not None:
-            output = out_path.read_text(errors="replace")
-            if pattern.search(output):
-                return
+        if code is not None and not shown():
             pytest.fail(failure(block, text, f"exited with {code} before printing "
-                                f"/{pattern.pattern}/", output), pytrace=False)
-        if time.monotonic() > deadline:
-            pytest.fail(failure(block, text, f"did not print /{pattern.pattern}/ within "
-                                f"{timeout:g} s", output), pytrace=False)
-        time.sleep(0.05)
+                                f"/{pattern.pattern}/", out_path.read_text(errors="replace")),
+                        pytrace=False)
+
+    try:
+        wait_until_sync(shown, timeout, f"/{pattern.pattern}/ in the output", check=running)
+    except AssertionError as exc:
+        pytest.fail(failure(block, text, str(exc), out_path.read_text(errors="replace")),
+                    pytrace=False)
 
 
 @pytest.mark.parametrize("block", CHECKED, ids=[b.id for b in CHECKED])
