@@ -34,7 +34,7 @@ from broker.config import BrokerConfig
 from broker.metrics import consume_pairs
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.config import ConfigError, parse_properties, runtime_changes
+from protocol.config import ConfigError, parse_properties, properties_body, runtime_changes
 from protocol.headers import (
     GetProducerConnectionListRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
@@ -174,13 +174,8 @@ class OpsProcessor:
 
     async def update_broker_config(self, conn: RemotingConnection, cmd: RemotingCommand
                                    ) -> RemotingCommand:
-        body = cmd.body or b""
         try:
-            props = parse_properties(body.decode("utf-8"))
-            changes = check_runtime_changes(self.controller.config, props)
-        except UnicodeDecodeError:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                "UPDATE_BROKER_CONFIG: the body is not UTF-8 properties text")
+            changes = check_runtime_changes(self.controller.config, properties_body(cmd.body))
         except ConfigError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"UPDATE_BROKER_CONFIG: {exc}")
         try:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from namesrv.config import NamesrvConfig
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.config import ConfigError, parse_properties, runtime_changes
+from protocol.config import ConfigError, properties_body, runtime_changes
 from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
@@ -67,11 +67,7 @@ class NamesrvConfigProcessor:
     async def update_namesrv_config(self, conn: RemotingConnection, cmd: RemotingCommand
                                     ) -> RemotingCommand:
         try:
-            props = parse_properties((cmd.body or b"").decode("utf-8"))
-            changes = check_namesrv_changes(self.controller.config, props)
-        except UnicodeDecodeError:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                "UPDATE_NAMESRV_CONFIG: the body is not UTF-8 properties text")
+            changes = check_namesrv_changes(self.controller.config, properties_body(cmd.body))
         except ConfigError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"UPDATE_NAMESRV_CONFIG: {exc}")
         try:

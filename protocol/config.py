@@ -91,6 +91,16 @@ def parse_properties(text: str, where: str = "") -> dict[str, str]:
     return props
 
 
+def properties_body(body: bytes | None) -> dict[str, str]:
+    """A config-change request's body (UTF-8 properties text) as a dict; raises
+    ConfigError when it is not UTF-8 or not properties."""
+    try:
+        text = (body or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("the body is not UTF-8 properties text") from None
+    return parse_properties(text)
+
+
 def rewrite_properties(text: str, changes: dict[str, str]) -> str:
     """``text`` (a properties file) with each key of ``changes`` set: the line
     that sets it is rewritten in place (the last one, if several do), comments
