@@ -31,6 +31,11 @@ import structlog
 LOG_DIR_ENV = "ROCKETMQ_LOG_DIR"
 DEFAULT_MAX_BYTES = 128 * 1024 * 1024
 DEFAULT_BACKUPS = 10
+# whether configure_logging lets structlog cache each logger on first use (a
+# daemon's hot path); the test suite turns it off (tests/conftest.py) so a
+# command run in-process cannot pin its configuration into module loggers
+CACHE_LOGGERS = True
+
 # marks the handlers configure_logging installed, to replace them on the next call
 _OURS = "_rocketmq_handler"
 
@@ -333,7 +338,7 @@ def configure_logging(level: str = "INFO", json: bool = False, *,
         processors=[*shared, *tracebacks, _Prerender(renderer)],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
         logger_factory=structlog.stdlib.LoggerFactory(),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=CACHE_LOGGERS,
     )
     return [Path(h.baseFilename) for h in file_handlers
             if isinstance(h, logging.handlers.RotatingFileHandler)]

@@ -7,7 +7,6 @@ import io
 import logging
 import logging.handlers
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,30 +56,6 @@ def test_console_lines_hand_tracebacks_to_console_renderer() -> None:
     assert "Traceback (most recent call last)" in line and "ValueError: boom" in line
     stacked = ConsoleLines()(None, "info", {"event": "here", "stack": "Stack (most recent)"})
     assert stacked.startswith("here") and "\nStack (most recent)" in stacked
-
-
-@pytest.fixture
-def logging_restored() -> Iterator[None]:
-    """configure_logging changes process-wide state: put it back afterwards."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    saved = (logging._srcfile, logging.logThreads,  # type: ignore[attr-defined]
-             logging.logProcesses, logging.logMultiprocessing)
-    config = structlog.get_config()
-    try:
-        yield
-    finally:
-        for h in list(root.handlers):
-            if h not in handlers:
-                root.removeHandler(h)
-                h.close()
-        for h in handlers:
-            if h not in root.handlers:
-                root.addHandler(h)
-        root.setLevel(level)
-        (logging._srcfile, logging.logThreads,  # type: ignore[attr-defined]
-         logging.logProcesses, logging.logMultiprocessing) = saved
-        structlog.configure(**config)
 
 
 def test_each_record_is_rendered_once_for_every_handler(
