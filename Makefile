@@ -76,7 +76,7 @@ test: $(STAMP) browser redis bytecode speedups spark-cds
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check protocol acl namesrv broker client tests deploy dashboard bench
+	$(VENV)/bin/ruff check protocol acl namesrv broker controller client tests deploy dashboard bench
 	$(VENV)/bin/mypy
 
 bench: $(STAMP) redis bytecode speedups spark-cds

@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # the project's packages, in the order their layers build on each other
-PACKAGES = ("protocol", "acl", "broker", "namesrv", "client", "dashboard", "bench", "deploy",
+PACKAGES = ("protocol", "acl", "broker", "controller", "namesrv", "client", "dashboard", "bench", "deploy",
             "tests")
 
 

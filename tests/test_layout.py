@@ -38,12 +38,15 @@ ALLOWED = {
     "protocol": set(),
     "acl": {"protocol"},
     "broker": {"acl", "protocol"},
-    "namesrv": {"acl", "protocol"},
+    # the controller runs alone (mqcontroller) or inside the name server
+    "controller": {"protocol"},
+    "namesrv": {"acl", "controller", "protocol"},
     "client": {"protocol"},
     "dashboard": {"client", "protocol"},
-    "deploy": {"broker", "client", "namesrv", "protocol"},
+    "deploy": {"broker", "client", "controller", "namesrv", "protocol"},
     # the tools drive everything; some measure with the integration tests' daemons
-    "bench": {"acl", "broker", "client", "dashboard", "deploy", "namesrv", "protocol", "tests"},
+    "bench": {"acl", "broker", "client", "controller", "dashboard", "deploy", "namesrv",
+              "protocol", "tests"},
     "tests": set(PACKAGES),
 }
 
