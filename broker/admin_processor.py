@@ -74,7 +74,7 @@ def runtime_figures(c: BrokerController) -> dict[str, object]:
         # what is queued for clients (issue 48: bounded for a peer that reads nothing)
         "connectionOwedMaxBytes": max((conn.owed for conn in c.server.connections), default=0),
         "requestsToClientsDropped": sum(conn.dropped_requests for conn in c.server.connections),
-        "notificationsDropped": c.client_manage_processor.notifications_dropped,
+        "notificationsDropped": c.client_service.notifications_dropped,
         "startAcceptSendRequestTimeStamp": c.start_accept_send_timestamp_ms,
     }
 

@@ -1,13 +1,41 @@
-"""HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP, CHECK_CLIENT_CONFIG,
-LOCK/UNLOCK_BATCH_MQ."""
+"""HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
+CHECK_CLIENT_CONFIG, LOCK/UNLOCK_BATCH_MQ on the remoting wire: a thin adapter
+over ``ClientService`` (broker/service/clients.py, where the rules live).
+
+Each handler decodes the header or body (every field checked; a bad one
+raises RemoteProtocolError before anything changes), calls the service with
+the connection as the client's channel and encodes its ``ClientOutcome``: the
+code by one table (``CLIENT_STATUS_TO_CODE``), the remark, a body where the
+request has one. ``RemotingNotifier`` sends the service's group change
+notices (NOTIFY_CONSUMER_IDS_CHANGED, oneway).
+
+What only this transport knows stays here: a heart-beat's connection
+remembers the client's language and version (GET_PRODUCER_CONNECTION_LIST
+and GET_CONSUMER_CONNECTION_LIST report them) and, with ACL, the access key
+it was admitted with (whom transaction checks may go to: the controller's
+``ask_producer``); a lock request's access is decided by the ACL check of
+this request (``ResourceCheck``: its signature, its caller's address).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import trio
 
-from acl.plain import Need, Perm, group_resource
+from acl.plain import Need
+from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
+from broker.service.clients import (
+    Authorize,
+    ClientOutcome,
+    ClientService,
+    ClientStatus,
+    Queue,
+    QueueLockRequest,
+    Unregister,
+)
+from protocol.acl import ACCESS_KEY
 from protocol.client_data import (
     CLIENT_ID_MAX_LENGTH,
     CheckClientRequestBody,
@@ -17,147 +45,120 @@ from protocol.client_data import (
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
-from protocol.filter_sql import (
-    SQL92,
-    SqlParseError,
-    compile_sql,
-    is_tag_type,
-    unsupported_remark,
-)
-from protocol.names import InvalidNameError, group_problem, retry_topic
-from protocol.route import PERM_RW
+from protocol.names import group_problem
 from protocol.trio.connection import RemotingConnection
 
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
+# the remoting wire's code of each outcome (official clients depend on them)
+CLIENT_STATUS_TO_CODE: dict[ClientStatus, int] = {
+    ClientStatus.OK: ResponseCode.SUCCESS,
+    ClientStatus.REFUSED: ResponseCode.NO_PERMISSION,
+    ClientStatus.NO_PERMISSION: ResponseCode.NO_PERMISSION,
+    ClientStatus.NO_CONSUMER: ResponseCode.SYSTEM_ERROR,
+    ClientStatus.FILTER_UNSUPPORTED: ResponseCode.SYSTEM_ERROR,
+    ClientStatus.FILTER_PARSE_FAILED: ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+}
 
 
-def _mq_dicts(mqs: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
+def _mq_dicts(mqs: list[Queue]) -> list[dict[str, Any]]:
     return [{"topic": t, "brokerName": b, "queueId": q} for t, b, q in mqs]
 
 
+def decode_unregister(fields: dict[str, Any]) -> Unregister:
+    """An UNREGISTER_CLIENT header as the service's request (raises on a bad
+    one). An empty group means none: RocketMQ's clients send both, one empty."""
+    cid = fields.get("clientID")
+    if not isinstance(cid, str) or len(cid) > CLIENT_ID_MAX_LENGTH:
+        raise RemoteProtocolError("UNREGISTER_CLIENT needs clientID (at most "
+                                  f"{CLIENT_ID_MAX_LENGTH} characters)")
+    producer, group = fields.get("producerGroup") or None, fields.get("consumerGroup") or None
+    for key, value in (("producerGroup", producer), ("consumerGroup", group)):
+        if value is not None and group_problem(value) is not None:
+            raise RemoteProtocolError(f"UNREGISTER_CLIENT: field {key!r}: {group_problem(value)}")
+    assert producer is None or isinstance(producer, str)
+    assert group is None or isinstance(group, str)
+    return Unregister(cid, producer, group)
+
+
+def decode_lock(cmd: RemotingCommand) -> QueueLockRequest:
+    body = LockBatchRequestBody.from_wire(cmd.decode_body())
+    return QueueLockRequest(body.consumer_group, body.client_id, body.mq_set)
+
+
+def respond(cmd: RemotingCommand, outcome: ClientOutcome, body: bytes | None = None
+            ) -> RemotingCommand:
+    return cmd.response(CLIENT_STATUS_TO_CODE[outcome.status], outcome.remark, body=body)
+
+
+class RemotingNotifier:
+    """Group change notices as oneway NOTIFY_CONSUMER_IDS_CHANGED requests."""
+
+    def consumer_ids_changed(self, channel: RemotingConnection, group: str) -> bool:
+        # offer: False past the connection's write high-water mark (nothing queued)
+        return channel.offer(RemotingCommand.request(
+            RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True))
+
+
 class ClientManageProcessor:
-    def __init__(self, controller: BrokerController) -> None:
-        self.controller = controller
-        self.notifications_dropped = 0  # NOTIFY_CONSUMER_IDS_CHANGED to members not reading
+    def __init__(self, service: ClientService[RemotingConnection],
+                 acl_check: Callable[[], ResourceCheck]) -> None:
+        self.service = service
+        self.acl_check = acl_check  # the controller's, set once ACL is loaded
 
     def heart_beat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        attrs = getattr(conn, "attrs", None)
+        if isinstance(attrs, dict):
+            attrs["language"] = cmd.language or "PYTHON"  # msgpack: this project's clients
+            attrs["version"] = cmd.version
+            if self.acl_check().enabled:  # whom transaction checks may go to
+                key = (cmd.ext_fields or {}).get(ACCESS_KEY)
+                attrs[HEARTBEAT_ACCESS_KEY] = key if isinstance(key, str) else None
         # the whole body is checked before anything is registered
         hb = HeartbeatData.from_wire(cmd.decode_body())
-        cid = hb.client_id
-        now = trio.current_time()
-        c = self.controller
-        for group in hb.producer_groups:
-            c.producer_manager.register(group, cid, conn, now)
-        refused: list[str] = []
-        for d in hb.consumers:
-            group = d.group_name
-            sub_cfg = c.subscription_group_manager.find(group)
-            if sub_cfg is None:
-                refused.append(f"subscription group {group} does not exist")
-                continue
-            if d.message_model == "BROADCASTING" and not sub_cfg.consume_broadcast_enable:
-                refused.append(f"subscription group {group} does not allow broadcasting")
-                continue
-            if d.message_model == "CLUSTERING":
-                # the group's retry topic exists before its first failure, so it has a route
-                try:
-                    retry = retry_topic(group)
-                except InvalidNameError as exc:
-                    refused.append(str(exc))
-                    continue
-                if c.topic_config_manager.get(retry) is None:
-                    c.topic_config_manager.create_topic_in_send_back(
-                        retry, max(1, sub_cfg.retry_queue_nums), PERM_RW)
-                    c.trigger_register()
-            if c.consumer_manager.register(group, cid, conn, now, d.to_dict()):
-                self.notify_consumer_ids_changed(group)
-        if refused:
-            return cmd.response(ResponseCode.NO_PERMISSION, "; ".join(refused))
-        return cmd.response(ResponseCode.SUCCESS)
+        return respond(cmd, self.service.heart_beat(conn, hb, trio.current_time()))
 
     def unregister_client(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        f = cmd.ext_fields
-        cid = f.get("clientID")
-        if not isinstance(cid, str) or len(cid) > CLIENT_ID_MAX_LENGTH:
-            raise RemoteProtocolError("UNREGISTER_CLIENT needs clientID (at most "
-                                      f"{CLIENT_ID_MAX_LENGTH} characters)")
-        # an empty group means none (RocketMQ's clients send both, one of them empty)
-        producer, group = f.get("producerGroup") or None, f.get("consumerGroup") or None
-        for key, value in (("producerGroup", producer), ("consumerGroup", group)):
-            if value is not None and group_problem(value) is not None:
-                raise RemoteProtocolError(f"UNREGISTER_CLIENT: field {key!r}: {group_problem(value)}")
-        if isinstance(producer, str):
-            self.controller.producer_manager.unregister(producer, cid)
-        if isinstance(group, str) and self.controller.consumer_manager.unregister(group, cid):
-            self.notify_consumer_ids_changed(group)
-        return cmd.response(ResponseCode.SUCCESS)
+        return respond(cmd, self.service.unregister(decode_unregister(cmd.ext_fields)))
 
-    def get_consumer_list_by_group(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+    def get_consumer_list_by_group(self, conn: RemotingConnection, cmd: RemotingCommand
+                                   ) -> RemotingCommand:
         group = cmd.ext_fields.get("consumerGroup")
         if group_problem(group) is not None:
             raise RemoteProtocolError(f"GET_CONSUMER_LIST_BY_GROUP: field 'consumerGroup': "
                                       f"{group_problem(group)}")
         assert isinstance(group, str)
-        ids = self.controller.consumer_manager.client_ids(group)
-        if not ids:
-            return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} online")
-        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"consumerIdList": ids}))
+        out = self.service.consumer_ids(group)
+        if out.status is not ClientStatus.OK:
+            return respond(cmd, out)
+        return respond(cmd, out, cmd.encode_body({"consumerIdList": out.client_ids}))
 
     def check_client_config(self, conn: RemotingConnection, cmd: RemotingCommand
                             ) -> RemotingCommand:
         """CHECK_CLIENT_CONFIG (RocketMQ's checkClientConfig): whether the
-        broker filters by the body's subscription. A tag subscription always;
-        SQL92 only with ``enablePropertyFilter`` (SYSTEM_ERROR otherwise), and
-        only an expression that compiles (SUBSCRIPTION_PARSE_FAILED, saying
-        where it is wrong). A consumer asks before it starts."""
-        body = CheckClientRequestBody.from_wire(cmd.decode_body())
-        sub = body.subscription
-        if sub is None or is_tag_type(sub.expression_type):
+        broker filters by the body's subscription (none: nothing to check)."""
+        sub = CheckClientRequestBody.from_wire(cmd.decode_body()).subscription
+        if sub is None:
             return cmd.response(ResponseCode.SUCCESS)
-        if sub.expression_type != SQL92 or not self.controller.config.enable_property_filter:
-            return cmd.response(ResponseCode.SYSTEM_ERROR,
-                                unsupported_remark(sub.expression_type))
-        try:
-            compile_sql(sub.sub_string)
-        except SqlParseError as exc:
-            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
-        return cmd.response(ResponseCode.SUCCESS)
+        return respond(cmd, self.service.check_filter(sub.expression_type, sub.sub_string))
 
-    def _lock_refusal(self, conn: RemotingConnection, cmd: RemotingCommand,
-                      body: LockBatchRequestBody) -> RemotingCommand | None:
-        """ACL: SUB on the group the body names and on the topic of each queue
-        (the guard does not read bodies), so one group cannot lock or free
-        another's ordered queues."""
-        needs = [Need(group_resource(body.consumer_group), Perm.SUB)]
-        needs += [Need(t, Perm.SUB) for t in dict.fromkeys(t for t, _, _ in body.mq_set)]
-        refused = self.controller.acl_check.refusal(conn, cmd, needs)
-        return None if refused is None else cmd.response(ResponseCode.NO_PERMISSION,
-                                                         refused.remark)
+    def _authorize(self, conn: RemotingConnection, cmd: RemotingCommand) -> Authorize | None:
+        """ACL of what a lock body names (the guard does not read bodies)."""
+        acl = self.acl_check()
+        if not acl.enabled:
+            return None
+
+        def authorize(needs: Sequence[Need]) -> str | None:
+            refused = acl.refusal(conn, cmd, needs)
+            return None if refused is None else refused.remark
+
+        return authorize
 
     def lock_batch_mq(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        body = LockBatchRequestBody.from_wire(cmd.decode_body())
-        refused = self._lock_refusal(conn, cmd, body)
-        if refused is not None:
-            return refused
-        held = self.controller.lock_manager.try_lock_batch(
-            body.consumer_group, body.mq_set, body.client_id, trio.current_time())
-        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"lockOKMQSet": _mq_dicts(held)}))
+        req = decode_lock(cmd)
+        out = self.service.lock_batch(req, trio.current_time(), self._authorize(conn, cmd))
+        if out.status is not ClientStatus.OK:
+            return respond(cmd, out)
+        return respond(cmd, out, cmd.encode_body({"lockOKMQSet": _mq_dicts(out.locked)}))
 
     def unlock_batch_mq(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        body = LockBatchRequestBody.from_wire(cmd.decode_body())
-        refused = self._lock_refusal(conn, cmd, body)
-        if refused is not None:
-            return refused
-        self.controller.lock_manager.unlock_batch(body.consumer_group, body.mq_set, body.client_id)
-        return cmd.response(ResponseCode.SUCCESS)
-
-    def notify_consumer_ids_changed(self, group: str) -> None:
-        """Tell every member of ``group`` to rebalance (oneway). A member that
-        reads nothing (owed more than the write high-water mark) is not told:
-        the notice is dropped and counted; it rebalances on its own timer."""
-        for conn in self.controller.consumer_manager.connections(group):
-            if not conn.closed and not conn.offer(RemotingCommand.request(
-                    RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
-                    oneway=True)):
-                self.notifications_dropped += 1
+        return respond(cmd, self.service.unlock_batch(decode_lock(cmd),
+                                                      self._authorize(conn, cmd)))

@@ -1,7 +1,7 @@
 """Producers and consumers known to the broker, and queue locks for orderly consumption.
 
 Pure tables (times passed in, seconds on any monotonic clock): the
-ClientManageProcessor and the housekeeping task drive them.
+ClientService (broker/service/clients.py) and the housekeeping task drive them.
 """
 
 from __future__ import annotations

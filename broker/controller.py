@@ -35,10 +35,10 @@ from acl.binding import signature_binding
 from acl.guard import AclFile, HeaderGate, guard_table
 from acl.plain import Need, Perm
 from broker.acl.admin_processor import AclAdminProcessor
-from broker.acl.stored import HEARTBEAT_ACCESS_KEY, ResourceCheck
+from broker.acl.stored import ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
 from broker.broker_to_client import Broker2Client
-from broker.client_manage_processor import ClientManageProcessor
+from broker.client_manage_processor import ClientManageProcessor, RemotingNotifier
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, BrokerRole, FlushDiskType
 from broker.consumer_filter_manager import ConsumerFilterManager
@@ -62,6 +62,7 @@ from broker.queue_admin_processor import QueueAdminProcessor
 from broker.role import Role, RoleRunner, RoleState, services_key
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
+from broker.service.clients import ClientService
 from broker.service.offsets import OffsetService
 from broker.service.pull import PullService
 from broker.service.send import SendService
@@ -76,11 +77,9 @@ from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
 from broker.transaction_service import Asked, CheckRequest, TransactionalMessageService
 from broker.waiting_sends import WaitingSends
-from protocol.acl import ACCESS_KEY
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import rewrite_properties
-from protocol.names import shown
 from protocol.record import pack_host
 from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.client import RemotingClient
@@ -190,7 +189,13 @@ class BrokerController:
         self.consumer_filter_manager = ConsumerFilterManager()  # compiled SQL92 subscriptions
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
-        self.client_manage_processor = ClientManageProcessor(self)
+        self.client_service: ClientService[RemotingConnection] = ClientService(
+            producers=self.producer_manager, consumers=self.consumer_manager,
+            groups=self.subscription_group_manager, topics=self.topic_config_manager,
+            locks=self.lock_manager, settings=config, notifier=RemotingNotifier(),
+            on_topics_changed=self.trigger_register, log=self.log.bind(service="clients"))
+        self.client_manage_processor = ClientManageProcessor(self.client_service,
+                                                             lambda: self.acl_check)
         self.pull_service = PullService(
             config, self.role, self.subscription_group_manager, self.topic_config_manager,
             self.consumer_manager, self.consumer_filter_manager, self.message_store,
@@ -302,7 +307,7 @@ class BrokerController:
         t.register(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, ad.get_all_subscription_group)
         t.register(RequestCode.DELETE_SUBSCRIPTIONGROUP, ad.delete_subscription_group)
         cmp = self.client_manage_processor
-        t.register(RequestCode.HEART_BEAT, self._heart_beat)
+        t.register(RequestCode.HEART_BEAT, cmp.heart_beat)
         t.register(RequestCode.UNREGISTER_CLIENT, cmp.unregister_client)
         t.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, cmp.get_consumer_list_by_group)
         t.register(RequestCode.CHECK_CLIENT_CONFIG, cmp.check_client_config)
@@ -340,18 +345,6 @@ class BrokerController:
     def listen_host(self) -> str:
         """The address the broker's listeners bind (its remoting port, metricsPort)."""
         return "0.0.0.0" if self.config.broker_ip1 != "127.0.0.1" else "127.0.0.1"
-
-    def _heart_beat(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
-        """HEART_BEAT; the connection remembers the client's language and version
-        (GET_PRODUCER_CONNECTION_LIST reports them)."""
-        attrs = getattr(conn, "attrs", None)
-        if isinstance(attrs, dict):
-            attrs["language"] = cmd.language or "PYTHON"  # msgpack: this project's clients
-            attrs["version"] = cmd.version
-            if self.acl_check.enabled:  # whom transaction checks may go to (ask_producer)
-                key = (cmd.ext_fields or {}).get(ACCESS_KEY)
-                attrs[HEARTBEAT_ACCESS_KEY] = key if isinstance(key, str) else None
-        return self.client_manage_processor.heart_beat(conn, cmd)
 
     def timed_flush_commit_log(self, prepare: bool = True) -> Any:
         """Flush the commit log (a worker thread); its time goes to flush_latency.
@@ -783,20 +776,11 @@ class BrokerController:
         return Asked.SENT if random.choice(allowed).offer(cmd) else Asked.BUSY
 
     def _on_connection_closed(self, conn: RemotingConnection) -> None:
-        self.producer_manager.connection_closed(conn)
-        for group in self.consumer_manager.connection_closed(conn):
-            self.client_manage_processor.notify_consumer_ids_changed(group)
+        self.client_service.channel_closed(conn)
 
     def housekeeping(self, now: float) -> None:
         """Drop producers and consumers silent for channelExpiredTimeout ms."""
-        expired = self.config.channel_expired_timeout / 1000
-        self.producer_manager.scan_not_active(now, expired)
-        for group in self.consumer_manager.scan_not_active(now, expired):
-            try:
-                self.client_manage_processor.notify_consumer_ids_changed(group)
-            except Exception as exc:
-                self.log.warning("notifying a group's consumers failed", group=shown(group),
-                                 error=describe(exc))
+        self.client_service.expire(now, self.config.channel_expired_timeout / 1000)
 
     async def _housekeeping_loop(self) -> None:
         guard = Guard(self.log, "housekeeping")

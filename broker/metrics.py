@@ -363,7 +363,7 @@ class BrokerCollector(Collector):
         notices = CounterMetricFamily(
             "rocketmq_brokeruntime_notifications_dropped",
             "NOTIFY_CONSUMER_IDS_CHANGED not sent: the consumer read nothing", labels=bl)
-        notices.add_metric(base, c.client_manage_processor.notifications_dropped)
+        notices.add_metric(base, c.client_service.notifications_dropped)
         out.append(_done(notices))
 
         drops = GaugeMetricFamily("rocketmq_metrics_series_dropped",

@@ -221,7 +221,7 @@ def test_collector_counts_dropped_checks_notices_and_refused_prepares(
     c = controller
     c.transaction_service.checks_dropped = 7
     c.transaction_service.refused_busy = 2
-    c.client_manage_processor.notifications_dropped = 3
+    c.client_service.notifications_dropped = 3
     samples = parse(generate_latest(broker_registry(c)))
     labels = (("broker", "broker-a"), ("cluster", "DefaultCluster"))
     assert samples[("rocketmq_brokeruntime_transaction_checks_dropped_total", labels)] == 7
@@ -238,6 +238,6 @@ def test_rebalance_notices_to_a_consumer_that_reads_nothing_are_dropped_and_coun
     reading, silent = FakeConn(), Silent()
     controller.consumer_manager.register("g", "reading@1", reading, 0.0)
     controller.consumer_manager.register("g", "silent@1", silent, 0.0)
-    controller.client_manage_processor.notify_consumer_ids_changed("g")
+    controller.client_service.notify_consumer_ids_changed("g")
     assert [cmd.code for cmd in reading.sent] == [RequestCode.NOTIFY_CONSUMER_IDS_CHANGED]
-    assert controller.client_manage_processor.notifications_dropped == 1
+    assert controller.client_service.notifications_dropped == 1
