@@ -886,6 +886,15 @@ def prepare_baseline(checkout: Path, build_loops: bool) -> None:
                       returncode=proc.returncode, output=(proc.stdout + proc.stderr)[-2000:])
 
 
+def loops_count(state: Mapping[str, bool] | None) -> int | None:
+    """How many of the compiled loops a side runs (None: it cannot say)."""
+    return None if state is None else sum(state.values())
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def tree_label(checkout: Path) -> str:
     """``checkout``'s path and commit, "+ changes" if its work tree differs from it."""
     try:
@@ -914,16 +923,20 @@ def comparison_text(result: Mapping[str, Any], labels: Mapping[str, str]) -> str
 
 def compare_main(spec: str, repeat: int, divisor: int, skip_spark: bool,
                  tmp_dir: str | None, json_path: Path | None) -> None:
-    """``--baseline``: this tree against ``spec`` (a checkout or a git revision)."""
+    """``--baseline``: this tree against ``spec`` (a checkout or a git revision).
+    SIGTERM ends it as Ctrl-C does: the daemons stopped, the temporary worktree removed."""
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         with baseline.checked_out(spec, HERE, tmp_dir) as old:
             new_loops = compiled_loops(HERE)
             if old.temporary:
-                prepare_baseline(old.path, build_loops=bool(new_loops and any(
+                # as make bench builds this tree's loops first: the old tree's too
+                prepare_baseline(old.path, build_loops=bool(new_loops and all(
                     new_loops.values())))
+            old_loops = compiled_loops(old.path)
             labels = {
                 compare.OLD: f"{old.label}, {old.path}; compiled loops "
-                             f"{speedups.in_use_text(compiled_loops(old.path))}",
+                             f"{speedups.in_use_text(old_loops)}",
                 compare.NEW: f"this tree, {tree_label(HERE)}; compiled loops "
                              f"{speedups.in_use_text(new_loops)}"}
             result = run_compare({compare.OLD: old.path, compare.NEW: HERE}, divisor,
@@ -934,6 +947,9 @@ def compare_main(spec: str, repeat: int, divisor: int, skip_spark: bool,
     if json_path is not None:
         json_path.write_text(json.dumps(result, indent=2) + "\n")
     click.echo(comparison_text(result, labels))
+    if loops_count(old_loops) != loops_count(new_loops):
+        click.echo("\nThe two sides ran different numbers of compiled loops (above): the "
+                   "broker's rates and CPU figures differ by that too.")
     failed = sorted({s["command"] for r in result["runs"][compare.NEW] for s in r["steps"]
                      if "error" in s})
     if failed:  # the baseline's failures are rows of the table, this tree's are errors
