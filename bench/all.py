@@ -32,6 +32,17 @@ every raw result. ``--doc PATH`` (``make bench``: docs/benchmarks.md) also write
 table into that page, between its markers (``bench/doc_table.py``). The daemons are
 stopped (SIGTERM, then SIGKILL after a timeout) and the temporary directory removed
 whatever happens.
+
+    .venv/bin/python -m bench.all --baseline DIR|REV [--repeat 3] [--quick] [--skip-spark]
+
+(``make bench BASELINE=REV``) compares this tree with an old one in the same run: each
+benchmark (a pair's steps on a fresh pair, ``disk``, ``machine``) runs ``--repeat``
+times from each tree, taking turns (old, new, old, new, ...), the old tree's daemons
+and mqbench run with this interpreter and that tree first on PYTHONPATH
+(``checkout_env``, as ``bench.acl_cost --baseline`` does). A revision is checked out
+into a temporary worktree for the run (``bench/baseline.py``). The table gives each
+figure's median and min–max on each side, new/old and the spread of the paired
+ratios (``bench/compare.py``); a figure the old tree cannot give is "n/a (why)".
 """
 
 from __future__ import annotations
@@ -799,6 +810,53 @@ DEFAULT_REPEAT = 3
 PACKAGES = ("protocol", "acl", "namesrv", "broker", "controller", "client", "dashboard",
             "deploy", "bench")
 _IN_USE = "import json; from deploy import speedups; print(json.dumps(speedups.in_use()))"
+# what a side's turns start: each must be the checkout's own (a module it lacks would be
+# found elsewhere on the path, e.g. in the tree the interpreter's editable install names)
+ENTRY_MODULES = ("bench.mqbench", "namesrv.cli", "broker.cli")
+_ORIGINS = """
+import importlib.util, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:
+        spec = None
+    out[name] = None if spec is None else spec.origin
+print(json.dumps(out))
+"""
+
+
+def turn_steps(benchmark: str, steps: Mapping[str, Sequence[Step]]) -> Sequence[Step]:
+    """The steps one turn of ``benchmark`` runs (of the machine's two, the first)."""
+    return steps[benchmark][:1] if benchmark == "machine" else steps[benchmark]
+
+
+def failed_entries(benchmark: str, steps: Mapping[str, Sequence[Step]], error: str
+                   ) -> list[dict[str, Any]]:
+    """An entry for each step of a turn of ``benchmark`` that could not run."""
+    return [{"name": s.name, "flush": s.flush, "command": s.shown(), "results": [],
+             "error": error} for s in turn_steps(benchmark, steps)]
+
+
+def foreign_modules(checkout: Path, modules: Sequence[str] = ENTRY_MODULES) -> str | None:
+    """Why ``checkout`` cannot run its side (modules of ``modules`` it does not hold
+    itself, where they would come from instead), or None."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _ORIGINS, *modules], capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL,
+                              **checkout_env(checkout))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not look for its modules: {exc}"
+    found = parse_json_lines(proc.stdout)
+    if proc.returncode != 0 or not found:
+        return f"could not look for its modules: exit {proc.returncode}"
+    root = checkout.resolve()
+    wrong = []
+    for name in modules:
+        origin = found[-1].get(name)
+        if not origin or not Path(origin).resolve().is_relative_to(root):
+            wrong.append(f"{name} ({origin or 'none at all'})")
+    return None if not wrong else "not its own: " + ", ".join(wrong)
 
 
 def run_turn(root: Path, benchmark: str, steps: Mapping[str, Sequence[Step]],
@@ -809,21 +867,22 @@ def run_turn(root: Path, benchmark: str, steps: Mapping[str, Sequence[Step]],
         return [run_step(steps["disk"][0], None, ("--dir", str(root / "disk")),
                          checkout=checkout)]
     if benchmark == "machine":
-        return [run_step(steps["machine"][0], None, checkout=checkout)]
+        return [run_step(s, None, checkout=checkout) for s in turn_steps(benchmark, steps)]
     try:
         done, _ = run_pair(root, benchmark, steps[benchmark], checkout)
     except Exception as exc:  # an old tree's daemons may not take today's options
-        error = f"the pair failed: {exc}"
-        return [{"name": s.name, "flush": s.flush, "command": s.shown(), "results": [],
-                 "error": error} for s in steps[benchmark]]
+        return failed_entries(benchmark, steps, f"the pair failed: {exc}")
     return done
 
 
 def run_compare(checkouts: Mapping[str, Path], divisor: int, skip_spark: bool, repeat: int,
-                tmp_dir: str | None) -> dict[str, Any]:
+                tmp_dir: str | None, unable: Mapping[str, str] | None = None
+                ) -> dict[str, Any]:
     """Every benchmark of ``COMPARED``, ``repeat`` times for each side of ``checkouts``
     (compare.OLD and compare.NEW) in turn; the raw results, ``runs[side][repeat]``
-    holding that repeat's steps as ``run`` does."""
+    holding that repeat's steps as ``run`` does. A side in ``unable`` runs nothing: its
+    steps get that reason as their error."""
+    unable = unable or {}
     steps = plan(divisor, skip_spark, disk_file_size=(1 << 30) if divisor == 1 else 64 << 20)
     out: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "divisor": divisor,
@@ -835,6 +894,10 @@ def run_compare(checkouts: Mapping[str, Path], divisor: int, skip_spark: bool, r
         for turn in compare.schedule(COMPARED, repeat, tuple(checkouts)):
             where = root / f"{turn.side}-{turn.repeat}-{turn.benchmark.lower().replace('+', '-')}"
             log.info("turn", benchmark=turn.benchmark, repeat=turn.repeat, side=turn.side)
+            if turn.side in unable:
+                out["runs"][turn.side][turn.repeat]["steps"] += failed_entries(
+                    turn.benchmark, steps, unable[turn.side])
+                continue
             try:
                 entries = run_turn(where, turn.benchmark, steps, checkouts[turn.side])
             finally:
@@ -907,7 +970,8 @@ def tree_label(checkout: Path) -> str:
 
 def comparison_text(result: Mapping[str, Any], labels: Mapping[str, str]) -> str:
     """The table with what was compared and how above it."""
-    how = [f"{result['repeat']} run(s) of each benchmark per side, alternating old, new"]
+    runs_text = "1 run" if result["repeat"] == 1 else f"{result['repeat']} runs"
+    how = [f"{runs_text} of each benchmark per side, alternating old, new"]
     if result["divisor"] != 1:
         how.append(f"counts divided by {result['divisor']} (a smoke test)")
     if result["skip_spark"]:
@@ -939,8 +1003,13 @@ def compare_main(spec: str, repeat: int, divisor: int, skip_spark: bool,
                              f"{speedups.in_use_text(old_loops)}",
                 compare.NEW: f"this tree, {tree_label(HERE)}; compiled loops "
                              f"{speedups.in_use_text(new_loops)}"}
+            foreign = foreign_modules(old.path)
+            if foreign is not None:
+                log.error("the baseline cannot run its side", baseline=old.label,
+                          why=foreign)
             result = run_compare({compare.OLD: old.path, compare.NEW: HERE}, divisor,
-                                 skip_spark, repeat, tmp_dir)
+                                 skip_spark, repeat, tmp_dir,
+                                 unable={} if foreign is None else {compare.OLD: foreign})
     except baseline.BaselineError as exc:
         raise click.ClickException(str(exc)) from exc
     result["labels"] = labels

@@ -131,9 +131,9 @@ def compare_row(figure: str, better: str, old: Samples, new: Samples, repeat: in
 def number_text(v: float) -> str:
     """A figure as few digits as its size needs: 123,456 / 123 / 12.3 / 1.23."""
     a = abs(v)
-    if a >= 100:
+    if round(a, 1) >= 100:  # as it would show with one decimal
         return f"{v:,.0f}"
-    if a >= 10:
+    if round(a, 2) >= 10:
         return f"{v:.1f}"
     return f"{v:.2f}"
 

@@ -109,6 +109,8 @@ def test_long_reasons_are_cut_and_one_line() -> None:
 def test_numbers_take_the_digits_their_size_needs() -> None:
     assert [number_text(v) for v in (123456.7, 415.4, 12.34, 1.234, -0.5)] == [
         "123,457", "415", "12.3", "1.23", "-0.50"]
+    # what rounds up to the next size takes that size's digits
+    assert [number_text(v) for v in (99.96, 9.996, 99.94)] == ["100", "10.0", "99.9"]
 
 
 def test_render_lines_up_every_column_but_the_last() -> None:
@@ -221,3 +223,40 @@ def test_a_baseline_that_is_no_tree_is_a_clear_error(tmp_path: Path) -> None:
     assert "'no-such-rev-xyz' is neither a directory nor a commit" in got.output
     got = CliRunner().invoke(bench_all.main, ["--baseline", str(tmp_path)])
     assert got.exit_code == 1 and "no checkout of this project" in got.output
+
+
+def test_a_side_that_cannot_run_runs_nothing(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    calls: list[tuple[str, Path]] = []
+
+    def fake_turn(root: Path, benchmark: str, steps: Any, checkout: Path) -> list[dict[str, Any]]:
+        calls.append((benchmark, checkout))
+        return []
+
+    monkeypatch.setattr(bench_all, "run_turn", fake_turn)
+    old, new = tmp_path / "old", tmp_path / "new"
+    out = bench_all.run_compare({OLD: old, NEW: new}, 1000, True, 1, str(tmp_path),
+                                unable={OLD: "not its own: bench.mqbench (none at all)"})
+    assert calls == [(b, new) for b in bench_all.COMPARED]
+    steps = out["runs"][OLD][0]["steps"]
+    # every step of every turn, the machine's first only
+    plan = bench_all.plan(1000, True)
+    assert [s["name"] for s in steps] == [
+        s.name for b in bench_all.COMPARED for s in bench_all.turn_steps(b, plan)]
+    assert [s["name"] for s in steps].count("machine_start") == 1
+    assert {s["error"] for s in steps} == {"not its own: bench.mqbench (none at all)"}
+    rows = comparison_rows(out["runs"], 1, skip_spark=True)
+    assert ratio_text(rows[0]) == ("n/a (baseline: not its own: bench.mqbench (none at all); "
+                                   "this tree: not run)")
+
+
+def test_foreign_modules_says_which_entry_points_a_checkout_lacks(tmp_path: Path) -> None:
+    assert bench_all.foreign_modules(bench_all.HERE) is None
+    partial = tmp_path / "partial"
+    for name in ("bench/__init__.py", "bench/mqbench.py", "broker/__init__.py",
+                 "broker/cli.py"):
+        (partial / name).parent.mkdir(parents=True, exist_ok=True)
+        (partial / name).write_text("")
+    why = bench_all.foreign_modules(partial)
+    assert why is not None and why.startswith("not its own: namesrv.cli (")
+    assert "bench.mqbench" not in why and "broker.cli" not in why
