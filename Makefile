@@ -79,10 +79,20 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check protocol acl namesrv broker controller client tests deploy dashboard bench
 	$(VENV)/bin/mypy
 
+# make bench BASELINE=<git revision or directory>: every benchmark run from that old tree
+# and from this one in turn, REPEAT times each, printed as new/old ratios with their
+# spread (docs/benchmarks.md is not written); BENCH_ARGS adds options (e.g. --skip-spark)
+BASELINE ?=
+REPEAT ?= 3
+BENCH_ARGS ?=
 bench: $(STAMP) redis bytecode speedups spark-cds
+ifeq ($(strip $(BASELINE)),)
 	$(PY) -m bench.all --doc docs/benchmarks.md
 	@if command -v redis-server >/dev/null; then \
 		echo; echo "Redis Streams on this machine, right after:"; $(PY) -m bench.redis_streams; fi
+else
+	$(PY) -m bench.all --baseline '$(BASELINE)' --repeat $(REPEAT) $(BENCH_ARGS)
+endif
 
 clean:
 	rm -rf $(VENV) $(DATA)

@@ -32,6 +32,17 @@ every raw result. ``--doc PATH`` (``make bench``: docs/benchmarks.md) also write
 table into that page, between its markers (``bench/doc_table.py``). The daemons are
 stopped (SIGTERM, then SIGKILL after a timeout) and the temporary directory removed
 whatever happens.
+
+    .venv/bin/python -m bench.all --baseline DIR|REV [--repeat 3] [--quick] [--skip-spark]
+
+(``make bench BASELINE=REV``) compares this tree with an old one in the same run: each
+benchmark (a pair's steps on a fresh pair, ``disk``, ``machine``) runs ``--repeat``
+times from each tree, taking turns (old, new, old, new, ...), the old tree's daemons
+and mqbench run with this interpreter and that tree first on PYTHONPATH
+(``checkout_env``, as ``bench.acl_cost --baseline`` does). A revision is checked out
+into a temporary worktree for the run (``bench/baseline.py``). The table gives each
+figure's median and min–max on each side, new/old and the spread of the paired
+ratios (``bench/compare.py``); a figure the old tree cannot give is "n/a (why)".
 """
 
 from __future__ import annotations
@@ -55,7 +66,7 @@ import click
 import structlog
 import trio
 
-from bench import doc_table
+from bench import baseline, compare, doc_table
 from bench.proc_cpu import cpu_seconds
 from deploy import speedups
 from protocol.trio.logs import configure_logging
@@ -359,6 +370,155 @@ def render_table(rows: Sequence[tuple[str, str, str]]) -> str:
     return "\n".join(lines)
 
 
+# ---- the figures a comparison reads (pure) ---------------------------------------------
+
+Reader = Callable[[Mapping[str, Any]], float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One number ``--baseline`` compares: read from one run's results (``run``'s dict)
+    by ``read``; it comes from step ``step`` on the ``flush`` pair, which belongs to
+    the plan's ``benchmark`` (a pair's key, "disk" or "machine")."""
+
+    label: str
+    benchmark: str
+    step: str
+    flush: str
+    better: str  # compare.HIGHER or compare.LOWER
+    read: Reader
+
+
+def _result_value(name: str, flush: str, key: str, mode: str | None = None,
+                  scale: float = 1.0) -> Reader:
+    def read(results: Mapping[str, Any]) -> float | None:
+        r, _ = find(results, name, flush, mode)
+        v = None if r is None else r.get(key)
+        return float(v) / scale if isinstance(v, int | float) else None
+    return read
+
+
+def _percentile(name: str, flush: str, point: str, key: str = "latency_us",
+                scale: float = 1.0) -> Reader:
+    def read(results: Mapping[str, Any]) -> float | None:
+        r, _ = find(results, name, flush)
+        table = None if r is None else r.get(key)
+        v = table.get(point) if isinstance(table, Mapping) else None
+        return float(v) / scale if isinstance(v, int | float) else None
+    return read
+
+
+def _peak_rss_mib(name: str, flush: str) -> Reader:
+    def read(results: Mapping[str, Any]) -> float | None:
+        peak = step_peak_rss(results, name, flush)
+        return None if peak is None else peak / MiB
+    return read
+
+
+def _cpu_us_per_msg(name: str, flush: str) -> Reader:
+    def read(results: Mapping[str, Any]) -> float | None:
+        return step_cpu_us_per_msg(results, name, flush)
+    return read
+
+
+def _pair_figures(key: str, label: str, busy: str = "", batched: bool = True,
+                  request: bool = True, cpu: bool = True) -> list[Figure]:
+    """The batched and single-send figures of the pair ``key``."""
+    H, L = compare.HIGHER, compare.LOWER
+    figures = []
+    if batched:
+        figures.append(Figure(f"batched produce {label} msg/s{busy}", key, "produce_batched",
+                              key, H, _result_value("produce_batched", key, "msgs_per_s")))
+    if request:
+        figures.append(Figure(f"batched produce {label} request p99 ms{busy}", key,
+                              "produce_batched", key, L,
+                              _percentile("produce_batched", key, "p99", scale=1e3)))
+    if cpu:
+        figures.append(Figure(f"broker CPU µs/msg, batched {label}{busy}", key,
+                              "produce_batched", key, L,
+                              _cpu_us_per_msg("produce_batched", key)))
+    return figures + [
+        Figure(f"single send {label} p{p} µs{busy}", key, "produce_single", key, L,
+               _percentile("produce_single", key, f"p{p}")) for p in (50, 99)]
+
+
+def comparison_figures() -> list[Figure]:
+    """Every figure ``--baseline`` compares, in the order of the table."""
+    busy = f", busy poll {BUSY_POLL_US} µs"
+    H, L = compare.HIGHER, compare.LOWER
+    return [
+        *_pair_figures(ASYNC, "ASYNC"),
+        Figure("consume pull msg/s", ASYNC, "consume_pull", ASYNC, H,
+               _result_value("consume_pull", ASYNC, "msgs_per_s")),
+        Figure("push consume msg/s", ASYNC, "push", ASYNC, H,
+               _result_value("push", ASYNC, "msgs_per_s")),
+        Figure("broker CPU µs/msg, pull", ASYNC, "consume_pull", ASYNC, L,
+               _cpu_us_per_msg("consume_pull", ASYNC)),
+        Figure("broker CPU µs/msg, push", ASYNC, "push", ASYNC, L,
+               _cpu_us_per_msg("push", ASYNC)),
+        Figure("broker peak RSS MiB, pull consume", ASYNC, "consume_pull", ASYNC, L,
+               _peak_rss_mib("consume_pull", ASYNC)),
+        Figure("broker peak RSS MiB, push consume", ASYNC, "push", ASYNC, L,
+               _peak_rss_mib("push", ASYNC)),
+        Figure("Spark warm msg/s", ASYNC, "spark", ASYNC, H,
+               _result_value("spark", ASYNC, "warm_msgs_per_s", "spark_summary")),
+        Figure("Spark first msg/s", ASYNC, "spark", ASYNC, H,
+               _result_value("spark", ASYNC, "first_msgs_per_s", "spark_summary")),
+        Figure("Spark first read s", ASYNC, "spark", ASYNC, L,
+               _result_value("spark", ASYNC, "first_seconds", "spark_summary")),
+        *_pair_figures(SYNC, "SYNC"),
+        *_pair_figures(ASYNC_BUSY, "ASYNC", busy, request=False, cpu=False),
+        *_pair_figures(SYNC_BUSY, "SYNC", busy, batched=False, request=False, cpu=False),
+        Figure("fdatasync p50 µs", "disk", "disk", "", L, _percentile("disk", "", "p50")),
+        Figure("fdatasync p99 µs", "disk", "disk", "", L, _percentile("disk", "", "p99")),
+        Figure("machine: Python loop ns/iteration", "machine", "machine_start", "", L,
+               _result_value("machine_start", "", "python_loop_ns")),
+        Figure("machine: Python work ns/step", "machine", "machine_start", "", L,
+               _result_value("machine_start", "", "python_work_ns")),
+        Figure("machine: loopback round trip p50 µs", "machine", "machine_start", "", L,
+               _percentile("machine_start", "", "p50")),
+        Figure("machine: trio loopback round trip p50 µs", "machine", "machine_start", "", L,
+               _percentile("machine_start", "", "p50", key="trio_latency_us")),
+    ]
+
+
+def failure_text(step: Mapping[str, Any]) -> str:
+    """Why a step gave no result: its error and the last line of its stderr."""
+    said = [line.strip() for line in str(step.get("stderr") or "").splitlines() if line.strip()]
+    error = str(step.get("error") or "no result")
+    return f"{error}: {said[-1]}" if said else error
+
+
+def figure_value(results: Mapping[str, Any], figure: Figure) -> tuple[float | None, str]:
+    """``figure``'s value in one run's ``results``, or None and why there is none."""
+    value = figure.read(results)
+    if value is not None:
+        return value, ""
+    step = _step(results, figure.step, figure.flush)
+    if step is None:
+        return None, "not run"
+    if "error" in step:
+        return None, failure_text(step)
+    return None, "not in its output"
+
+
+def comparison_rows(runs: Mapping[str, Sequence[Mapping[str, Any]]], repeat: int,
+                    skip_spark: bool = False) -> list[compare.Row]:
+    """One row per figure from each side's runs (``runs[side][repeat]``: a ``run``-like
+    dict of that repeat's steps); the Spark figures left out with ``skip_spark``."""
+    rows = []
+    for figure in comparison_figures():
+        if skip_spark and figure.step.startswith("spark"):
+            continue
+        samples = {side: compare.Samples() for side in compare.SIDES}
+        for side in compare.SIDES:
+            for rep, results in enumerate(runs.get(side, ())):
+                samples[side].add(rep, *figure_value(results, figure))
+        rows.append(compare.compare_row(figure.label, figure.better, samples[compare.OLD],
+                                        samples[compare.NEW], repeat))
+    return rows
+
+
 # ---- daemons ---------------------------------------------------------------------------
 
 
@@ -518,17 +678,20 @@ def mqbench_argv() -> list[str]:
 
 
 def run_step(step: Step, namesrv: str | None, extra: Sequence[str] = (),
-             timeout: float = STEP_TIMEOUT) -> dict[str, Any]:
-    """Run one mqbench command with --json; its results and how it went."""
+             timeout: float = STEP_TIMEOUT, checkout: Path | None = None) -> dict[str, Any]:
+    """Run one mqbench command with --json; its results and how it went.
+    ``checkout``: another checkout whose mqbench runs (``checkout_env``)."""
     args = [*step.options, step.command, *step.args, *extra]
     shown = " ".join((step.shown(), *extra))
-    argv = [*mqbench_argv(), *args, *(("-n", namesrv) if namesrv else ()), "--json"]
+    program = mqbench_argv() if checkout is None else [sys.executable, "-m", "bench.mqbench"]
+    argv = [*program, *args, *(("-n", namesrv) if namesrv else ()), "--json"]
     log.info("running", flush=step.flush or None, command=shown)
     t0 = time.monotonic()
     entry: dict[str, Any] = {"name": step.name, "flush": step.flush, "command": shown,
                              "argv": argv}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              **checkout_env(checkout))
     except subprocess.TimeoutExpired:
         entry.update(results=[], returncode=None, error=f"timed out after {timeout:g}s")
         return entry
@@ -573,20 +736,27 @@ class PeakRss:
         self._look()  # one last look, after the step
 
 
-def run_pair(root: Path, key: str, steps: Sequence[Step]) -> tuple[list[dict[str, Any]], Path]:
+def run_pair(root: Path, key: str, steps: Sequence[Step], checkout: Path | None = None
+             ) -> tuple[list[dict[str, Any]], Path]:
     """Start a fresh pair, run ``steps`` against it, stop it. Returns the
     step results and the pair's commit-log directory (kept until ``root`` goes).
-    ``key``: the flush type, with ``+busyPoll`` for a broker that spins."""
+    ``key``: the flush type, with ``+busyPoll`` for a broker that spins;
+    ``checkout``: another checkout to run the daemons and mqbench from."""
     flush, _, variant = key.partition("+")
     options = ["-o", f"busyPollMicros={BUSY_POLL_US}"] if variant == "busyPoll" else []
-    pair = Pair(root / key.lower().replace("+", "-"), flush, broker_options=options)
+    pair = Pair(root / key.lower().replace("+", "-"), flush, broker_options=options,
+                checkout=checkout)
     done: list[dict[str, Any]] = []
     try:
-        pair.start()
+        try:
+            pair.start()
+        except Exception:
+            log.error("the pair did not start", flush=key, tail=pair.log_tail())
+            raise
         for step in steps:
             cpu_before = cpu_seconds(pair.broker_pid)
             with PeakRss(pair.broker_pid) as rss:
-                entry = run_step(step, pair.namesrv)
+                entry = run_step(step, pair.namesrv, checkout=checkout)
             cpu_after = cpu_seconds(pair.broker_pid)
             entry["broker_rss_peak_bytes"] = rss.peak
             if cpu_before is not None and cpu_after is not None:
@@ -626,6 +796,235 @@ def run(divisor: int, skip_spark: bool, tmp_dir: str | None) -> dict[str, Any]:
     return results
 
 
+# ---- this tree against a baseline, taking turns -----------------------------------------
+
+# what ``--baseline`` runs for each side in turn: each pair's steps on a fresh pair,
+# the disk's fdatasync, the machine's own figures
+COMPARED = (ASYNC, SYNC, ASYNC_BUSY, SYNC_BUSY, "disk", "machine")
+# where this module's checkout is: the new side of a comparison
+HERE = Path(__file__).resolve().parent.parent
+PREPARE_TIMEOUT = 900.0
+DEFAULT_REPEAT = 3
+# the baseline's packages compiled ahead (PYTHONDONTWRITEBYTECODE would have every
+# process of the old side compile them from source, as ``make bytecode`` avoids here)
+PACKAGES = ("protocol", "acl", "namesrv", "broker", "controller", "client", "dashboard",
+            "deploy", "bench")
+_IN_USE = "import json; from deploy import speedups; print(json.dumps(speedups.in_use()))"
+# what a side's turns start: each must be the checkout's own (a module it lacks would be
+# found elsewhere on the path, e.g. in the tree the interpreter's editable install names)
+ENTRY_MODULES = ("bench.mqbench", "namesrv.cli", "broker.cli")
+_ORIGINS = """
+import importlib.util, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:
+        spec = None
+    out[name] = None if spec is None else spec.origin
+print(json.dumps(out))
+"""
+
+
+def turn_steps(benchmark: str, steps: Mapping[str, Sequence[Step]]) -> Sequence[Step]:
+    """The steps one turn of ``benchmark`` runs (of the machine's two, the first)."""
+    return steps[benchmark][:1] if benchmark == "machine" else steps[benchmark]
+
+
+def failed_entries(benchmark: str, steps: Mapping[str, Sequence[Step]], error: str
+                   ) -> list[dict[str, Any]]:
+    """An entry for each step of a turn of ``benchmark`` that could not run."""
+    return [{"name": s.name, "flush": s.flush, "command": s.shown(), "results": [],
+             "error": error} for s in turn_steps(benchmark, steps)]
+
+
+def foreign_modules(checkout: Path, modules: Sequence[str] = ENTRY_MODULES) -> str | None:
+    """Why ``checkout`` cannot run its side (modules of ``modules`` it does not hold
+    itself, where they would come from instead), or None."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _ORIGINS, *modules], capture_output=True,
+                              text=True, timeout=120, stdin=subprocess.DEVNULL,
+                              **checkout_env(checkout))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"could not look for its modules: {exc}"
+    found = parse_json_lines(proc.stdout)
+    if proc.returncode != 0 or not found:
+        return f"could not look for its modules: exit {proc.returncode}"
+    root = checkout.resolve()
+    wrong = []
+    for name in modules:
+        origin = found[-1].get(name)
+        if not origin or not Path(origin).resolve().is_relative_to(root):
+            wrong.append(f"{name} ({origin or 'none at all'})")
+    return None if not wrong else "not its own: " + ", ".join(wrong)
+
+
+def run_turn(root: Path, benchmark: str, steps: Mapping[str, Sequence[Step]],
+             checkout: Path) -> list[dict[str, Any]]:
+    """One benchmark of ``COMPARED`` run once from ``checkout``: its step entries. A
+    pair that fails gives an entry with the error for each of its steps."""
+    if benchmark == "disk":
+        return [run_step(steps["disk"][0], None, ("--dir", str(root / "disk")),
+                         checkout=checkout)]
+    if benchmark == "machine":
+        return [run_step(s, None, checkout=checkout) for s in turn_steps(benchmark, steps)]
+    try:
+        done, _ = run_pair(root, benchmark, steps[benchmark], checkout)
+    except Exception as exc:  # an old tree's daemons may not take today's options
+        return failed_entries(benchmark, steps, f"the pair failed: {exc}")
+    return done
+
+
+def run_compare(checkouts: Mapping[str, Path], divisor: int, skip_spark: bool, repeat: int,
+                tmp_dir: str | None, unable: Mapping[str, str] | None = None
+                ) -> dict[str, Any]:
+    """Every benchmark of ``COMPARED``, ``repeat`` times for each side of ``checkouts``
+    (compare.OLD and compare.NEW) in turn; the raw results, ``runs[side][repeat]``
+    holding that repeat's steps as ``run`` does. A side in ``unable`` runs nothing: its
+    steps get that reason as their error."""
+    unable = unable or {}
+    steps = plan(divisor, skip_spark, disk_file_size=(1 << 30) if divisor == 1 else 64 << 20)
+    out: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "divisor": divisor,
+        "skip_spark": skip_spark, "repeat": repeat, "load_before": load_average(),
+        "checkouts": {side: str(path) for side, path in checkouts.items()},
+        "runs": {side: [{"steps": []} for _ in range(repeat)] for side in checkouts}}
+    root = Path(tempfile.mkdtemp(prefix="mq-bench-compare-", dir=tmp_dir))
+    try:
+        for turn in compare.schedule(COMPARED, repeat, tuple(checkouts)):
+            where = root / f"{turn.side}-{turn.repeat}-{turn.benchmark.lower().replace('+', '-')}"
+            log.info("turn", benchmark=turn.benchmark, repeat=turn.repeat, side=turn.side)
+            if turn.side in unable:
+                out["runs"][turn.side][turn.repeat]["steps"] += failed_entries(
+                    turn.benchmark, steps, unable[turn.side])
+                continue
+            try:
+                entries = run_turn(where, turn.benchmark, steps, checkouts[turn.side])
+            finally:
+                shutil.rmtree(where, ignore_errors=True)  # 1 GiB commit-log files each
+            out["runs"][turn.side][turn.repeat]["steps"] += entries
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out["load_after"] = load_average()
+    return out
+
+
+def load_average() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def compiled_loops(checkout: Path) -> dict[str, bool] | None:
+    """``deploy.speedups.in_use()`` as ``checkout``'s daemons would find it (None where
+    that checkout cannot say)."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", _IN_USE], capture_output=True, text=True,
+                              timeout=120, stdin=subprocess.DEVNULL, **checkout_env(checkout))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = parse_json_lines(proc.stdout)
+    if proc.returncode != 0 or not found:
+        return None
+    return {str(k): bool(v) for k, v in found[-1].items()}
+
+
+def prepare_baseline(checkout: Path, build_loops: bool) -> None:
+    """Make a fresh checkout of an old tree run as this one does: its packages' bytecode
+    written, and its compiled loops built (``build_loops``: where this tree has some in
+    use). Failures are logged; the old side then runs as it can."""
+    commands = [[sys.executable, "-m", "compileall", "-q",
+                 *(p for p in PACKAGES if (checkout / p).is_dir())]]
+    if build_loops:
+        commands.append([sys.executable, "-m", "deploy.speedups"])
+    for argv in commands:
+        log.info("preparing the baseline", command=" ".join(argv[1:]), checkout=str(checkout))
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=PREPARE_TIMEOUT,
+                                  stdin=subprocess.DEVNULL, **checkout_env(checkout))
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.error("preparing the baseline failed", command=" ".join(argv[1:]),
+                      error=str(exc))
+            continue
+        if proc.returncode != 0:
+            log.error("preparing the baseline failed", command=" ".join(argv[1:]),
+                      returncode=proc.returncode, output=(proc.stdout + proc.stderr)[-2000:])
+
+
+def loops_count(state: Mapping[str, bool] | None) -> int | None:
+    """How many of the compiled loops a side runs (None: it cannot say)."""
+    return None if state is None else sum(state.values())
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def tree_label(checkout: Path) -> str:
+    """``checkout``'s path and commit, "+ changes" if its work tree differs from it."""
+    try:
+        sha = baseline.git(checkout, "rev-parse", "--short=12", "HEAD")
+        dirty = baseline.git(checkout, "status", "--porcelain", "--untracked-files=no")
+    except baseline.BaselineError:
+        return str(checkout)
+    return f"{checkout} ({sha}{' + uncommitted changes' if dirty else ''})"
+
+
+def comparison_text(result: Mapping[str, Any], labels: Mapping[str, str]) -> str:
+    """The table with what was compared and how above it."""
+    runs_text = "1 run" if result["repeat"] == 1 else f"{result['repeat']} runs"
+    how = [f"{runs_text} of each benchmark per side, alternating old, new"]
+    if result["divisor"] != 1:
+        how.append(f"counts divided by {result['divisor']} (a smoke test)")
+    if result["skip_spark"]:
+        how.append("without Spark")
+    runs = result["runs"]
+    rows = comparison_rows(runs, result["repeat"], result["skip_spark"])
+    return "\n".join([
+        *(f"{side}: {labels[side]}" for side in compare.SIDES),
+        f"{'; '.join(how)}; started {result['started']}; load average "
+        f"{result['load_before']} before, {result['load_after']} after", "",
+        compare.render(rows)])
+
+
+def compare_main(spec: str, repeat: int, divisor: int, skip_spark: bool,
+                 tmp_dir: str | None, json_path: Path | None) -> None:
+    """``--baseline``: this tree against ``spec`` (a checkout or a git revision).
+    SIGTERM ends it as Ctrl-C does: the daemons stopped, the temporary worktree removed."""
+    signal.signal(signal.SIGTERM, _terminated)
+    try:
+        with baseline.checked_out(spec, HERE, tmp_dir) as old:
+            new_loops = compiled_loops(HERE)
+            if old.temporary:
+                # as make bench builds this tree's loops first: the old tree's too
+                prepare_baseline(old.path, build_loops=bool(new_loops and all(
+                    new_loops.values())))
+            old_loops = compiled_loops(old.path)
+            labels = {
+                compare.OLD: f"{old.label}, {old.path}; compiled loops "
+                             f"{speedups.in_use_text(old_loops)}",
+                compare.NEW: f"this tree, {tree_label(HERE)}; compiled loops "
+                             f"{speedups.in_use_text(new_loops)}"}
+            foreign = foreign_modules(old.path)
+            if foreign is not None:
+                log.error("the baseline cannot run its side", baseline=old.label,
+                          why=foreign)
+            result = run_compare({compare.OLD: old.path, compare.NEW: HERE}, divisor,
+                                 skip_spark, repeat, tmp_dir,
+                                 unable={} if foreign is None else {compare.OLD: foreign})
+    except baseline.BaselineError as exc:
+        raise click.ClickException(str(exc)) from exc
+    result["labels"] = labels
+    if json_path is not None:
+        json_path.write_text(json.dumps(result, indent=2) + "\n")
+    click.echo(comparison_text(result, labels))
+    if loops_count(old_loops) != loops_count(new_loops):
+        click.echo("\nThe two sides ran different numbers of compiled loops (above): the "
+                   "broker's rates and CPU figures differ by that too.")
+    failed = sorted({s["command"] for r in result["runs"][compare.NEW] for s in r["steps"]
+                     if "error" in s})
+    if failed:  # the baseline's failures are rows of the table, this tree's are errors
+        raise click.ClickException("failed on this tree: " + "; ".join(failed))
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--quick", is_flag=True, help="Counts divided by 10 (a smoke test).")
 @click.option("--divisor", type=click.IntRange(min=1), default=None, hidden=True,
@@ -639,11 +1038,28 @@ def run(divisor: int, skip_spark: bool, tmp_dir: str | None) -> dict[str, Any]:
 @click.option("--doc", "doc_path", type=click.Path(dir_okay=False, path_type=Path),
               default=None, help="Also write the table into this markdown page, between its "
                                  "<!-- bench:begin --> and <!-- bench:end --> markers.")
+@click.option("--baseline", "baseline_spec", default=None, metavar="DIR|REV",
+              help="Also run every benchmark from this old tree, taking turns with this one, "
+                   "and print new/old ratios: another checkout, or a git revision (checked "
+                   "out into a temporary worktree for the run).")
+@click.option("--repeat", type=click.IntRange(min=1), default=None,
+              help=f"With --baseline: runs of each benchmark per side [default: "
+                   f"{DEFAULT_REPEAT}].")
 @click.option("--log-level", default="INFO", show_default=True)
 def main(quick: bool, divisor: int | None, json_path: Path | None, skip_spark: bool,
-         tmp_dir: str | None, doc_path: Path | None, log_level: str) -> None:
+         tmp_dir: str | None, doc_path: Path | None, baseline_spec: str | None,
+         repeat: int | None, log_level: str) -> None:
     """Start fresh daemons, run every mqbench mode, print one table."""
+    if baseline_spec is None and repeat is not None:
+        raise click.UsageError("--repeat goes with --baseline")
+    if baseline_spec is not None and doc_path is not None:
+        raise click.UsageError("--doc takes one tree's figures, not a comparison's: "
+                               "leave out --baseline or --doc")
     configure_logging(log_level)
+    if baseline_spec is not None:
+        compare_main(baseline_spec, repeat or DEFAULT_REPEAT, divisor or (10 if quick else 1),
+                     skip_spark, tmp_dir, json_path)
+        return
     results = run(divisor or (10 if quick else 1), skip_spark, tmp_dir)
     if json_path is not None:
         json_path.write_text(json.dumps(results, indent=2) + "\n")
