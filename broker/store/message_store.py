@@ -1299,16 +1299,16 @@ class DefaultMessageStore:
         queues follow. Returns how many commit-log files were deleted.
         """
         ratio = self.check_disk()
-        cfg = self.config
-        hours = {int(h) for h in cfg.delete_when.replace(",", ";").split(";") if h.strip().isdigit()}
+        config = self.config
+        hours = {int(h) for h in config.delete_when.replace(",", ";").split(";") if h.strip().isdigit()}
         time_up = hour in hours
-        space_full = ratio * 100 >= cfg.disk_max_used_space_ratio
-        force = ratio * 100 >= cfg.disk_space_clean_forcibly_ratio
+        space_full = ratio * 100 >= config.disk_max_used_space_ratio
+        force = ratio * 100 >= config.disk_space_clean_forcibly_ratio
         if not (time_up or space_full or manual):
             return 0
         with self._file_lock, self._queue_lock:
             deleted = self.commit_log.delete_expired_files(
-                cfg.file_reserved_time * 3_600_000, now_ms, force, cfg.delete_files_batch_max
+                config.file_reserved_time * 3_600_000, now_ms, force, config.delete_files_batch_max
             )
             if deleted:
                 min_phys = self.commit_log.min_offset
