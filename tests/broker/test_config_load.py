@@ -5,6 +5,8 @@ overlay itself; a runtime change reaches the store's StoreConfig."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,13 +18,14 @@ from broker.cli import main as mqbroker
 from broker.config import BrokerConfig
 from broker.config_load import (
     RUNTIME_FILE,
+    RUNTIME_KEYS,
     LoadedConfig,
     check_runtime_changes,
     load_broker_config,
     render_properties,
 )
 from broker.controller import BrokerController
-from broker.store import PutMessageStatus
+from broker.store import PutMessageStatus, StoreConfig
 from protocol.config import ConfigError, parse_properties
 from tests.broker.store.helpers import inner
 
@@ -230,3 +233,20 @@ def test_a_runtime_change_reaches_the_store(tmp_path: Path) -> None:
             "maxMessageSize": "4000", "fileReservedTime": "1", "diskMaxUsedSpaceRatio": "50"}
     finally:
         c._persist_and_close()
+
+
+def test_an_unreadable_overlay_is_one_error(tmp_path: Path) -> None:
+    (tmp_path / RUNTIME_FILE).mkdir()  # not a file
+    with pytest.raises(ConfigError, match=f"^{tmp_path / RUNTIME_FILE}: Is a directory$"):
+        load_broker_config(None, {"storePathRootDir": str(tmp_path)}, {})
+
+
+def test_every_runtime_key_the_store_reads_is_live_in_the_store() -> None:
+    """A runtime key the store reads must be a StoreConfig field reconfigure takes."""
+    store_fields = {f.name for f in dataclasses.fields(StoreConfig)}
+    read_by_store = {key for key in RUNTIME_KEYS
+                     if re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower() in store_fields}
+    assert read_by_store == {"maxMessageSize", "accessMessageInMemoryMaxRatio",
+                             "fileReservedTime", "deleteWhen", "diskMaxUsedSpaceRatio"}
+    assert {re.sub(r"(?<!^)(?=[A-Z])", "_", k).lower() for k in read_by_store} \
+        <= StoreConfig.LIVE_FIELDS
