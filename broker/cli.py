@@ -2,26 +2,26 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import click
 import structlog
 
-from broker.config import BrokerConfig
+from broker.config_load import load_broker_config
 from broker.controller import BrokerController
 from broker.store.store_lock import StoreLockedError
 from protocol.config import ConfigError
-from protocol.namesrv_addr import NAMESRV_ADDR_ENV, namesrv_addr_from_env
+from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.trio.daemon import (
     fail,
-    load_properties,
     log_options,
     require_extras,
     run_daemon,
     start_logging,
 )
 from protocol.trio.logs import BROKER_LOGS
-from protocol.trio.tls import TLS_MODES, TlsConfigError
+from protocol.trio.tls import TLS_MODES
 
 log = structlog.get_logger("broker")
 
@@ -48,44 +48,32 @@ def main(config_file: str | None, namesrv_addr: str | None, print_config: bool,
 
     Logs go to stderr and to broker.log (store.log: the store's loggers) in
     --log-dir, else $ROCKETMQ_LOG_DIR, else ~/logs/rocketmqlogs."""
-    config = BrokerConfig()
-    try:
-        if config_file:
-            config.update(load_properties(config_file))
-        extra = {}
-        for opt in options:
-            key, sep, value = opt.partition("=")
-            if not sep:
-                raise ConfigError(f"option must be KEY=VALUE: {opt!r}")
-            extra[key.strip()] = value
-        if tls_mode is not None:
-            extra["tlsMode"] = tls_mode
-        config.update(extra)
-        # a missing or bad certificate: one line, no start
-        config.server_tls().context()
-        client_tls = config.client_tls()
-        if client_tls is not None:
-            client_tls.context()
-    except (ConfigError, TlsConfigError) as exc:
-        raise click.UsageError(str(exc)) from exc
+    # defaults -> -c -> -o and flags -> NAMESRV_ADDR -> runtime overlay -> validation:
+    # what -p prints is what would run (broker/config_load.py)
+    extra: dict[str, str] = {}
+    for opt in options:
+        key, sep, value = opt.partition("=")
+        if not sep:
+            raise click.UsageError(f"option must be KEY=VALUE: {opt!r}")
+        extra[key.strip()] = value
+    if tls_mode is not None:
+        extra["tlsMode"] = tls_mode
     if namesrv_addr is not None:
-        config.namesrv_addr = namesrv_addr
-    # none from -n, -o or the file: NAMESRV_ADDR (as RocketMQ's BrokerConfig)
-    from_env = namesrv_addr_from_env()
-    if not config.namesrv_addr and from_env is not None:
-        try:
-            config.update({"namesrvAddr": from_env})
-        except ConfigError as exc:
-            raise click.UsageError(f"{NAMESRV_ADDR_ENV}: {exc}") from exc
+        extra["namesrvAddr"] = namesrv_addr
     if metrics_port is not None:
-        config.metrics_port = metrics_port
+        extra["metricsPort"] = str(metrics_port)
+    try:
+        loaded = load_broker_config(config_file, extra, os.environ)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from exc
+    config = loaded.config
     if print_config:
         click.echo(config.render())
         return
     require_extras(config.metrics_port)
     start_logging(BROKER_LOGS, **log_opts)
     try:
-        controller = BrokerController(config, config_file)
+        controller = BrokerController(loaded)
         controller.tune_gc = True
     except Exception as exc:
         fail(log, "broker", exc)

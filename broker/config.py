@@ -22,7 +22,7 @@ from protocol.config import (
     not_a_key,
 )
 from protocol.namesrv_addr import split_namesrv_addr
-from protocol.route import DEFAULT_MAX_QUEUE_NUMS
+from protocol.route import DEFAULT_MAX_QUEUE_NUMS, PERM_MAX
 from protocol.trio.busy_poll import check_window_us
 from protocol.trio.limits import ConnectionLimits, limits_of
 from protocol.trio.preauth import DEFAULT_PRE_AUTH_BUDGET, pre_auth_problem
@@ -333,6 +333,7 @@ class BrokerConfig(PropertiesConfig):
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")
+        self._validate_messages()
         if not 1 <= self.heartbeat_lane_percent <= 100:
             raise ConfigError("heartbeatLanePercent is a percentage (1..100)")
         try:
@@ -342,6 +343,17 @@ class BrokerConfig(PropertiesConfig):
         self._validate_role()
         self._validate_ha()
         self._validate_tls()
+
+    def _validate_messages(self) -> None:
+        """Rules across keys that a send or a stored record depends on."""
+        if self.max_message_size <= 0:
+            raise ConfigError(f"maxMessageSize must be positive, not {self.max_message_size}")
+        if self.max_message_size > self.max_frame_size:
+            raise ConfigError(f"maxMessageSize must not exceed maxFrameSize ({self.max_frame_size})")
+        if not 0 <= self.broker_permission <= PERM_MAX:
+            raise ConfigError(f"brokerPermission must be within 0..{PERM_MAX}, "
+                              f"not {self.broker_permission}")
+        self.delay_level_table()  # each entry a number with s/m/h/d
 
     def _validate_tls(self) -> None:
         try:

@@ -41,6 +41,7 @@ from broker.broker_to_client import Broker2Client
 from broker.client_manage_processor import ClientManageProcessor, RemotingNotifier
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, BrokerRole, FlushDiskType
+from broker.config_load import LoadedConfig
 from broker.consumer_filter_manager import ConsumerFilterManager
 from broker.consumer_manage_processor import ConsumerManageProcessor
 from broker.consumer_offset_manager import ConsumerOffsetManager
@@ -48,14 +49,9 @@ from broker.end_transaction_processor import EndTransactionProcessor
 from broker.group_commit import GroupCommitService
 from broker.ha_service import HAService
 from broker.metrics import BrokerCollector, broker_registry, frozen_registry
-from broker.ops_processor import (
-    OpsProcessor,
-    load_runtime_overlay,
-    render_properties,
-    runtime_path,
-)
+from broker.ops_processor import OpsProcessor
 from broker.out_api import BrokerOuterAPI
-from broker.persist import ConfigSnapshot, SnapshotTable, atomic_write_bytes
+from broker.persist import ConfigSnapshot, SnapshotTable
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
 from broker.queue_admin_processor import QueueAdminProcessor
@@ -63,12 +59,13 @@ from broker.role import Role, RoleRunner, RoleState, services_key
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.service.clients import ClientService
+from broker.service.config import ConfigService
 from broker.service.offsets import OffsetService
 from broker.service.pull import PullService
 from broker.service.send import SendService
 from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
-from broker.store import DefaultMessageStore
+from broker.store import DefaultMessageStore, StoreConfig
 from broker.store.index_service import IndexService
 from broker.store.offset_waiters import Waiter
 from broker.store.status import PutMessageStatus
@@ -79,8 +76,6 @@ from broker.transaction_service import Asked, CheckRequest, TransactionalMessage
 from broker.waiting_sends import WaitingSends
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.config import rewrite_properties
-from protocol.record import pack_host
 from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
@@ -122,14 +117,20 @@ SLAVE_FENCE = "this broker is a slave: it stores only what its master replicates
 
 
 class BrokerController:
-    def __init__(self, config: BrokerConfig, config_file: str | Path | None = None) -> None:
+    def __init__(self, config: LoadedConfig | BrokerConfig) -> None:
+        # the effective config, loaded, overlaid and validated before anything starts
+        # (broker/config_load.py); a BrokerConfig built in process is taken as it is
+        loaded = config if isinstance(config, LoadedConfig) else LoadedConfig.of(config)
+        self.loaded = loaded
+        config = loaded.config
         # the properties file the broker was started from (mqbroker -c): keys an admin
         # changes at run time (UPDATE_BROKER_CONFIG) are written into it; without one
-        # they go to an overlay file in the store, applied over the config at start
-        self.config_file = Path(config_file) if config_file is not None else None
-        self.runtime_overlay = load_runtime_overlay(config)
+        # they go to the overlay file in the store, which the next load applies
+        self.config_file = loaded.config_file
         self.config = config
         self.log = structlog.get_logger("broker").bind(broker=config.broker_name)
+        self.config_service = ConfigService(loaded, self._config_applied,
+                                            self.log.bind(service="config"))
         self.boot_timestamp_ms = int(time.time() * 1000)
         self.start_accept_send_timestamp_ms = 0
         # the live role: what request handlers read (broker/role.py); the config
@@ -146,12 +147,12 @@ class BrokerController:
         self.topic_config_manager = TopicConfigManager(config)
         self.consumer_offset_manager = ConsumerOffsetManager(config)
         self.subscription_group_manager = SubscriptionGroupManager(config)
-        self.message_store = DefaultMessageStore(config)
+        self.message_store = DefaultMessageStore(StoreConfig.from_broker(config))
         self.offset_service = OffsetService(self.consumer_offset_manager, self.message_store)
         self.consumer_manage_processor = ConsumerManageProcessor(self.offset_service)
         self.admin_processor = AdminBrokerProcessor(self)
         self.query_processor = QueryMessageProcessor(self)
-        self.ops_processor = OpsProcessor(self)
+        self.ops_processor = OpsProcessor(self, self.config_service)
         self.queue_admin_processor = QueueAdminProcessor(self)
         self.broker2client = Broker2Client(self)
         self.schedule_service = ScheduleMessageService(
@@ -257,7 +258,6 @@ class BrokerController:
         self.ha_service.on_recovered = self._copy_tables_from_slave
         self.ha_service.on_discarded = self._discarded_log
         self.ha_service.on_slave_heard = self._offsets_from_slave
-        self._overlay_lock = trio.Lock()
         self.metrics_port: int | None = None  # once served
         self.metrics_server: MetricsServer | None = None
         if config.metrics_port > 0:
@@ -360,32 +360,19 @@ class BrokerController:
         return offset
 
     async def apply_runtime_config(self, changes: dict[str, str]) -> None:
-        """UPDATE_BROKER_CONFIG's checked changes: written (atomically, in a
-        worker thread) into the config file the broker was started from, or
-        without one into the runtime overlay file, then applied; OSError when
-        the file cannot be written (nothing applied). A brokerPermission change
-        registers with the name servers again."""
-        async with self._overlay_lock:
-            if self.config_file is not None:
-                path = self.config_file
+        """Runtime-key changes, checked, written and applied (ConfigService.update:
+        ConfigError or OSError, nothing applied)."""
+        await self.config_service.update(changes)
 
-                def write() -> None:
-                    text = path.read_text()
-                    atomic_write_bytes(path, rewrite_properties(text, changes).encode())
-
-                await trio.to_thread.run_sync(write)
-            else:
-                merged = {**self.runtime_overlay, **changes}
-                path = runtime_path(self.config)
-                data = render_properties(merged).encode()
-                await trio.to_thread.run_sync(atomic_write_bytes, path, data)
-                self.runtime_overlay = merged
-            self.config.update(changes)
-            self.log.info("broker config changed at run time", path=str(path), **changes)
-            if "brokerPermission" in changes:
-                # every name server gets the whole table again, with the new permission
-                self._register_whole_table()
-                self.trigger_register()
+    def _config_applied(self, changes: dict[str, str]) -> None:
+        """A runtime change is in the live config: the store gets its new
+        StoreConfig; a brokerPermission change registers with the name servers
+        again."""
+        self.message_store.reconfigure(StoreConfig.from_broker(self.config))
+        if "brokerPermission" in changes:
+            # every name server gets the whole table again, with the new permission
+            self._register_whole_table()
+            self.trigger_register()
 
     def commit_log_disk_ratio(self) -> float:
         """Used share (0..1) of the disk the commit log is on; 0 when unreadable."""
@@ -563,7 +550,11 @@ class BrokerController:
         return f"{self.config.broker_ip1}:{self.ha_listen_port}"
 
     def note_config(self) -> None:
-        """One notice per RocketMQ key given that has no effect here."""
+        """One notice per RocketMQ key given that has no effect here, and what the
+        runtime overlay applied over the config file."""
+        if self.loaded.overlay:
+            self.log.info("runtime config changes applied",
+                          path=str(self.loaded.overlay_path), **self.loaded.overlay)
         for key, value, reason in self.config.no_effect_notices():
             self.log.info("config key accepted, no effect here", key=key, value=value,
                           reason=reason)
@@ -654,11 +645,7 @@ class BrokerController:
         """Records carry the address clients reach the broker at (their offset
         msgIds name it: RocketMQ's clients view a message by id there). A broker
         on an ephemeral port (tests) knows its port only once bound."""
-        commit_log = self.message_store.commit_log
-        host = pack_host(self.config.broker_addr)
-        if commit_log.store_host != host:
-            commit_log.store_host = host
-            commit_log._id_head = host.hex().upper()
+        self.message_store.reconfigure(StoreConfig.from_broker(self.config))
 
     async def register_broker_all(self, addr: str | None = None) -> None:
         """Register with every name server at once (or with ``addr`` only): the

@@ -11,127 +11,35 @@ producerConnection, getBrokerConfig, updateBrokerConfig).
   admin accounts only (acl/plain.py ADMIN_CODES);
 - UPDATE_BROKER_CONFIG (25): body = properties text of the keys to change.
 
-A secret key (protocol.config.is_secret_key) is refused by name before any other
-check: a secret is set in the config file, never over the wire.
-
-Only keys the broker reads again each time it uses them change at run time
-(``RUNTIME_KEYS``); any other key, or a bad value, is refused naming it and
-nothing is applied. Applied changes are kept in
-``<storePathRootDir>/broker.conf.runtime`` (written atomically before the answer),
-which the broker reads at start after its config file: they survive a
-restart. A ``brokerPermission`` change re-registers with the name servers.
+GET_BROKER_CONFIG and UPDATE_BROKER_CONFIG are an adapter over ConfigService
+(broker/service/config.py: which keys change at run time, where changes are
+kept); a refused change is SYSTEM_ERROR with the reason.
 """
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import structlog
-
-from broker.config import BrokerConfig
 from broker.metrics import consume_pairs
+from broker.service.config import ConfigService
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
-from protocol.config import ConfigError, parse_properties, properties_body, runtime_changes
+from protocol.config import ConfigError, properties_body
 from protocol.headers import (
     GetProducerConnectionListRequestHeader,
     QueryTopicConsumeByWhoRequestHeader,
     ViewBrokerStatsDataRequestHeader,
 )
-from protocol.route import PERM_MAX
 from protocol.trio.connection import RemotingConnection
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
 
-log = structlog.get_logger("broker.ops")
-
-RUNTIME_FILE = "broker.conf.runtime"
-
-# RocketMQ key -> what re-reads it (every key here is read from the config at each use)
-RUNTIME_KEYS: dict[str, str] = {
-    "brokerPermission": "each send and pull (send_processor, pull_processor)",
-    "autoCreateTopicEnable": "each send to an unknown topic",
-    "autoCreateSubscriptionGroup": "each pull or heart-beat of an unknown group",
-    "maxReconsumeTimes": "each subscription group created automatically",
-    "maxMessageSize": "each send",
-    "enablePropertyFilter": "each pull and CHECK_CLIENT_CONFIG of an SQL92 subscription",
-    "longPollingEnable": "each pull that finds nothing",
-    "longPollingMaxSuspendMillis": "each pull that finds nothing",
-    "slaveReadEnable": "each pull's suggested broker",
-    "accessMessageInMemoryMaxRatio": "each pull (cold-read test) and each offset query of a "
-                                     "group with no offset (new-group start)",
-    "rejectTransactionMessage": "each prepared send",
-    "transactionTimeOut": "each transaction check",
-    "transactionCheckMax": "each transaction check",
-    "transactionMaxPendingPerGroup": "each prepared send",
-    "fileReservedTime": "each clean-up run",
-    "deleteWhen": "each clean-up run",
-    "diskMaxUsedSpaceRatio": "each clean-up run",
-    "recoverFromSlave": "each HA hello of a slave whose log is longer (a master's)",
-    "haDiscardLog": "each refusal of the slave's log by its master (a slave's)",
-    "haSlaveSilentMs": "each SYNC_MASTER send",
-}
-
-_POSITIVE = ("maxMessageSize", "longPollingMaxSuspendMillis", "fileReservedTime",
-             "transactionTimeOut", "transactionCheckMax", "transactionMaxPendingPerGroup")
-
-
-def render_properties(props: dict[str, str]) -> str:
-    return "".join(f"{k}={v}\n" for k, v in sorted(props.items()))
-
-
-def check_runtime_changes(config: BrokerConfig, props: dict[str, str]) -> dict[str, str]:
-    """The changes under their RocketMQ names, checked on a copy of ``config``:
-    ConfigError naming the first key that cannot change at run time or whose
-    value is bad. Nothing is applied."""
-    changes, trial = runtime_changes(config, props, RUNTIME_KEYS, "broker")
-    for name in changes:
-        value = getattr(trial, _attr(name))
-        if name in _POSITIVE and value <= 0:
-            raise ConfigError(f"{name} must be positive, not {value}")
-    perm = trial.broker_permission
-    if not 0 <= perm <= PERM_MAX:
-        raise ConfigError(f"brokerPermission must be within 0..{PERM_MAX}, not {perm}")
-    if not 10 <= trial.disk_max_used_space_ratio <= 95:
-        raise ConfigError("diskMaxUsedSpaceRatio must be within 10..95")
-    if trial.max_message_size > trial.max_frame_size:
-        raise ConfigError(f"maxMessageSize must not exceed maxFrameSize ({trial.max_frame_size})")
-    return {name: trial.to_properties()[name] for name in changes}
-
-
-def _attr(key: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
-
-
-def runtime_path(config: BrokerConfig) -> Path:
-    return config.store_path(RUNTIME_FILE)
-
-
-def load_runtime_overlay(config: BrokerConfig) -> dict[str, str]:
-    """Apply ``<storePathRootDir>/broker.conf.runtime`` (what UPDATE_BROKER_CONFIG
-    changed) over ``config``; returns it. ConfigError when it cannot be applied."""
-    path = runtime_path(config)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    try:
-        props = check_runtime_changes(config, parse_properties(text))
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-    config.update(props)
-    log.info("runtime config changes applied", path=str(path), **props)
-    return props
-
 
 class OpsProcessor:
-    def __init__(self, controller: BrokerController) -> None:
+    def __init__(self, controller: BrokerController, config: ConfigService) -> None:
         self.controller = controller
+        self.config = config
 
     def view_broker_stats_data(self, conn: RemotingConnection, cmd: RemotingCommand
                                ) -> RemotingCommand:
@@ -169,22 +77,19 @@ class OpsProcessor:
 
     def get_broker_config(self, conn: RemotingConnection, cmd: RemotingCommand
                           ) -> RemotingCommand:
-        text = self.controller.config.render() + "\n"
-        return cmd.response(ResponseCode.SUCCESS, body=text.encode())
+        return cmd.response(ResponseCode.SUCCESS, body=self.config.shown().encode())
 
     async def update_broker_config(self, conn: RemotingConnection, cmd: RemotingCommand
                                    ) -> RemotingCommand:
         try:
-            changes = check_runtime_changes(self.controller.config, properties_body(cmd.body))
+            await self.config.update(properties_body(cmd.body))
         except ConfigError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"UPDATE_BROKER_CONFIG: {exc}")
-        try:
-            await self.controller.apply_runtime_config(changes)
         except OSError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"UPDATE_BROKER_CONFIG: not applied, cannot write "
-                                f"{runtime_path(self.controller.config)}: {exc}")
+                                f"{self.config.written_to}: {exc}")
         return cmd.response(ResponseCode.SUCCESS)
 
 
-__all__ = ["RUNTIME_KEYS", "OpsProcessor", "check_runtime_changes", "load_runtime_overlay"]
+__all__ = ["OpsProcessor"]

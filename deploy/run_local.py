@@ -15,7 +15,7 @@ from typing import Any
 import click
 import trio
 
-from broker.config import BrokerConfig
+from broker.config_load import load_broker_config
 from broker.controller import BrokerController
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
@@ -28,14 +28,13 @@ class LocalPair:
                  namesrv_metrics_port: int = 0, broker_metrics_port: int = 0) -> None:
         self.namesrv = NamesrvController(NamesrvConfig(listen_port=namesrv_port,
                                                        metrics_port=namesrv_metrics_port))
-        self.broker = BrokerController(
-            BrokerConfig(
-                listen_port=broker_port,
-                store_path_root_dir=store,
-                namesrv_addr=f"127.0.0.1:{namesrv_port}",
-                metrics_port=broker_metrics_port,
-            )
-        )
+        # loaded as mqbroker loads it: what UPDATE_BROKER_CONFIG kept in the store applies
+        self.broker = BrokerController(load_broker_config(options={
+            "listenPort": str(broker_port),
+            "storePathRootDir": store,
+            "namesrvAddr": f"127.0.0.1:{namesrv_port}",
+            "metricsPort": str(broker_metrics_port),
+        }))
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:

@@ -197,8 +197,10 @@ class PropertiesConfig:
             out[key_of(f.name)] = str(value)
         return out
 
-    def update(self, props: dict[str, Any]) -> None:
-        """Apply RocketMQ keys (camelCase) or attribute names. Raises ConfigError.
+    def update(self, props: Mapping[str, Any], validate: bool = True) -> None:
+        """Apply RocketMQ keys (camelCase) or attribute names, then ``validate``
+        (unless ``validate`` is false: a loader applying several layers checks
+        once, at the end). Raises ConfigError.
 
         A key of ``NO_EFFECT_KEYS`` is remembered in ``no_effect_keys`` (when
         the config has that field) and otherwise ignored."""
@@ -216,7 +218,8 @@ class PropertiesConfig:
                     seen[no_effect[key.lower()]] = str(raw).strip()
             else:
                 raise ConfigError(f"unknown config key: {key}{self._suggest(key)}")
-        self.validate()
+        if validate:
+            self.validate()
 
     def _suggest(self, key: str) -> str:
         known = [key_of(f.name) for f in self._key_fields()] + list(self.NO_EFFECT_KEYS)

@@ -4,6 +4,7 @@ Synchronous and sans-trio; the broker runs the blocking parts in worker threads.
 """
 
 from broker.store.commit_log import CommitLog, DispatchRequest, MessageExtBrokerInner
+from broker.store.config import StoreConfig
 from broker.store.consume_queue import CQ_STORE_UNIT_SIZE, ConsumeQueue
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
 from broker.store.mapped_file import MappedFile
@@ -38,5 +39,6 @@ __all__ = [
     "PutMessageResult",
     "PutMessageStatus",
     "StoreCheckpoint",
+    "StoreConfig",
     "StoreError",
 ]

@@ -209,8 +209,9 @@ class CommitLog:
         # warm: files made ahead have every block written (warmMapedFileEnable)
         self.mapped_file_queue = MappedFileQueue(store_dir, file_size, "commit-log file", warm)
         self.file_size = file_size
-        self.store_host = pack_host(store_host)
-        self._id_head = self.store_host.hex().upper()  # offset msgIds: this + 16 hex digits
+        self.store_host = b""
+        self._id_head = ""  # offset msgIds: the store host's hex + 16 hex digits
+        self.set_store_host(store_host)
         self.max_message_size = max_message_size
         self.topic_queue_table: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -219,6 +220,11 @@ class CommitLog:
         self._replica_mark: tuple[int, int] | None = None
         # put_batch_body's compiled loops (None: not built or turned off)
         self.batch_kernel: BatchKernel | None = _BATCH_KERNEL
+
+    def set_store_host(self, addr: str) -> None:
+        """The address ``host:port`` records written from now on carry."""
+        self.store_host = pack_host(addr)
+        self._id_head = self.store_host.hex().upper()
 
     # ---- append ----------------------------------------------------------------
 

@@ -37,7 +37,6 @@ from typing import Any, NamedTuple
 
 import structlog
 
-from broker.config import BrokerConfig
 from broker.store import writeback
 from broker.store.allocation import AllocationError, DiskFullError, LogThrottle
 from broker.store.commit_log import (
@@ -46,6 +45,7 @@ from broker.store.commit_log import (
     DispatchRequest,
     MessageExtBrokerInner,
 )
+from broker.store.config import StoreConfig
 from broker.store.consume_queue import CQ_ENTRY, ConsumeQueue, InvalidQueueError, queue_problem
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
 from broker.store.ha.epochs import EpochHistory, LogView, live, tail_of
@@ -171,15 +171,17 @@ class CommitLogFlush:
 
 
 class DefaultMessageStore:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: StoreConfig) -> None:
+        # what the store reads of the broker's settings (broker/store/config.py);
+        # replaced as a whole by reconfigure while the store runs
         self.config = config
-        root = Path(config.store_path_root_dir)
+        root = config.root_dir
         self.root = root
         # storePathCommitLog, storePathConsumeQueue, ...: under root unless configured
         self.cq_root = config.consume_queue_path
         self.log = structlog.get_logger("store").bind(broker=config.broker_name)
         self.commit_log = CommitLog(
-            config.commit_log_path, config.maped_file_size_commit_log, config.broker_addr,
+            config.commit_log_path, config.maped_file_size_commit_log, config.store_host,
             config.max_message_size, config.delay_level_table(), config.warm_maped_file_enable,
         )
         # get_message's compiled loops (None: not built or turned off)
@@ -233,6 +235,18 @@ class DefaultMessageStore:
         self._illegal = LogThrottle()
         self._dispatch_failures = LogThrottle()
         self._skipped_records = LogThrottle()
+
+    def reconfigure(self, config: StoreConfig) -> None:
+        """Take ``config`` while running: what the store reads at each use comes
+        from it from now on, and the commit log takes its maxMessageSize and
+        store host. ValueError, nothing changed, when a field that cannot change
+        while running (paths, file sizes, ...: not StoreConfig.LIVE_FIELDS) differs."""
+        fixed = self.config.fixed_changes(config)
+        if fixed:
+            raise ValueError(f"cannot change while the store runs: {', '.join(fixed)}")
+        self.commit_log.max_message_size = config.max_message_size
+        self.commit_log.set_store_host(config.store_host)
+        self.config = config
 
     # ---- lifecycle -------------------------------------------------------------------
 
@@ -1285,16 +1299,16 @@ class DefaultMessageStore:
         queues follow. Returns how many commit-log files were deleted.
         """
         ratio = self.check_disk()
-        cfg = self.config
-        hours = {int(h) for h in cfg.delete_when.replace(",", ";").split(";") if h.strip().isdigit()}
+        config = self.config
+        hours = {int(h) for h in config.delete_when.replace(",", ";").split(";") if h.strip().isdigit()}
         time_up = hour in hours
-        space_full = ratio * 100 >= cfg.disk_max_used_space_ratio
-        force = ratio * 100 >= cfg.disk_space_clean_forcibly_ratio
+        space_full = ratio * 100 >= config.disk_max_used_space_ratio
+        force = ratio * 100 >= config.disk_space_clean_forcibly_ratio
         if not (time_up or space_full or manual):
             return 0
         with self._file_lock, self._queue_lock:
             deleted = self.commit_log.delete_expired_files(
-                cfg.file_reserved_time * 3_600_000, now_ms, force, cfg.delete_files_batch_max
+                config.file_reserved_time * 3_600_000, now_ms, force, config.delete_files_batch_max
             )
             if deleted:
                 min_phys = self.commit_log.min_offset

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from broker.cli import main as mqbroker
 from broker.config import NO_EFFECT_KEYS, BrokerConfig, BrokerRole
 from broker.controller import BrokerController
-from broker.store import DefaultMessageStore, PutMessageStatus
+from broker.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from protocol.config import ConfigError, key_of
 from protocol.trio.daemon import load_properties
 from tests.broker.store.helpers import inner
@@ -94,7 +94,7 @@ def test_seed_template_loads(tmp_path: Path) -> None:
 def test_store_files_follow_the_configured_paths(tmp_path: Path) -> None:
     cfg = BrokerConfig.from_properties(load_properties(template(tmp_path)))
     cfg.update({"mapedFileSizeCommitLog": 1 << 16, "maxHashSlotNum": 100, "maxIndexNum": 400})
-    store = DefaultMessageStore(cfg)
+    store = DefaultMessageStore(StoreConfig.from_broker(cfg))
     assert store.load()
     store.start()
     assert (tmp_path / "meta" / "abort").exists()
@@ -111,7 +111,7 @@ def test_store_files_follow_the_configured_paths(tmp_path: Path) -> None:
     assert not (tmp_path / "store" / "consumequeue").exists()
     store.shutdown()
     assert not (tmp_path / "meta" / "abort").exists()
-    again = DefaultMessageStore(cfg)  # and the store reopens from there
+    again = DefaultMessageStore(StoreConfig.from_broker(cfg))  # and the store reopens from there
     assert again.load()
     again.start()
     assert again.get_max_offset_in_queue("T", 0) == 1

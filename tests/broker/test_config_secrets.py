@@ -6,7 +6,7 @@ the wire (UPDATE_BROKER_CONFIG refuses it by name, changing nothing)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +17,9 @@ from acl.binding import GET_NAMESRV_CONFIG, UPDATE_NAMESRV_CONFIG
 from acl.plain import ADMIN_CODES, parse_plain_acl
 from broker.cli import main as mqbroker
 from broker.config import BrokerConfig
-from broker.ops_processor import OpsProcessor, check_runtime_changes
+from broker.config_load import LoadedConfig, check_runtime_changes
+from broker.ops_processor import OpsProcessor
+from broker.service.config import ConfigService
 from namesrv.acl import decide as namesrv_decide
 from protocol.acl import sign_fields, verify
 from protocol.codes import RequestCode, ResponseCode
@@ -89,21 +91,18 @@ def test_mqbroker_print_masks_secrets() -> None:
 
 
 NO_CONN: Any = None  # the handlers read nothing of the connection
+NO_CONTROLLER: Any = None  # ... and the config handlers nothing of the controller
 
 
-def ops(cfg: BrokerConfig) -> tuple[OpsProcessor, list[dict[str, str]]]:
+def ops(cfg: BrokerConfig, root: Path) -> tuple[OpsProcessor, list[dict[str, str]]]:
+    """The processor over a real ConfigService (changes kept under ``root``)."""
+    cfg.store_path_root_dir = str(root)
     applied: list[dict[str, str]] = []
-
-    async def apply_runtime_config(changes: dict[str, str]) -> None:
-        applied.append(changes)
-        cfg.update(changes)
-
-    controller = SimpleNamespace(config=cfg, apply_runtime_config=apply_runtime_config)
-    return OpsProcessor(controller), applied  # type: ignore[arg-type]
+    return OpsProcessor(NO_CONTROLLER, ConfigService(LoadedConfig.of(cfg), applied.append)), applied
 
 
-def test_get_broker_config_masks_secrets() -> None:
-    processor, _ = ops(broker_config())
+def test_get_broker_config_masks_secrets(tmp_path: Path) -> None:
+    processor, _ = ops(broker_config(), tmp_path)
     cmd = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
     resp = processor.get_broker_config(NO_CONN, cmd)
     assert resp.code == ResponseCode.SUCCESS
@@ -113,28 +112,33 @@ def test_get_broker_config_masks_secrets() -> None:
 
 
 @pytest.mark.parametrize("key", ["brokerSecretKey", "BROKERSECRETKEY", "tls.server.keyPassword"])
-def test_update_refuses_secret_keys(key: str) -> None:
+def test_update_refuses_secret_keys(key: str, tmp_path: Path) -> None:
     cfg = broker_config()
     before = cfg.to_properties()
     with pytest.raises(ConfigError, match="holds a secret: a secret cannot be changed"):
         check_runtime_changes(cfg, {"maxMessageSize": "1024", key: "stolen1"})
-    processor, applied = ops(cfg)
+    processor, applied = ops(cfg, tmp_path)
     body = f"maxMessageSize=1024\n{key}=stolen1\n".encode()
     resp = trio.run(processor.update_broker_config, NO_CONN,
                     RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body))
     assert resp.code == ResponseCode.SYSTEM_ERROR
     assert "holds a secret" in (resp.remark or "") and key in (resp.remark or "")
-    assert applied == [] and cfg.to_properties() == before  # nothing changed, not even maxMessageSize
+    # nothing changed, not even maxMessageSize, and nothing written
+    assert applied == [] and cfg.to_properties() == {**before, "storePathRootDir": str(tmp_path)}
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_update_still_applies_runtime_keys() -> None:
+def test_update_still_applies_runtime_keys(tmp_path: Path) -> None:
     cfg = broker_config()
-    processor, applied = ops(cfg)
+    processor, applied = ops(cfg, tmp_path)
     resp = trio.run(processor.update_broker_config, NO_CONN,
                     RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG,
                                             body=b"maxMessageSize=1024\n"))
     assert resp.code == ResponseCode.SUCCESS, resp.remark
-    assert applied == [{"maxMessageSize": "1024"}]
+    assert applied == [{"maxMessageSize": "1024"}] and cfg.max_message_size == 1024
+    # kept for the next start (no config file: the overlay in the store)
+    assert parse_properties((tmp_path / "broker.conf.runtime").read_text()) == {
+        "maxMessageSize": "1024"}
 
 
 def _signed(key: str, secret: str) -> tuple[dict[str, object], Any]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from broker.config import BrokerConfig, BrokerRole
 from broker.controller import BrokerController
@@ -163,7 +164,7 @@ def test_a_new_group_gets_0_while_the_first_message_is_in_memory(
     assert query(c) == 0
     # the ratio is read per request (updateBrokerConfig changes it live)
     assert query(c, group="other") is None
-    c.message_store.config = dataclasses.replace(c.config, access_message_in_memory_max_ratio=100)
+    trio.run(c.apply_runtime_config, {"accessMessageInMemoryMaxRatio": "100"})
     assert query(c, group="other") == 0
 
 

@@ -91,7 +91,7 @@ def test_store_flags_reads_far_behind_the_end(tmp_path: Path) -> None:
         # nothing read (caught up): never cold
         assert not store.get_message(GROUP, "T", 0, 20, 1, None).suggest_pulling_from_slave
         # ratio 0: every read that finds a record is cold
-        store.config = dataclasses.replace(cfg, access_message_in_memory_max_ratio=0)
+        store.config = dataclasses.replace(store.config, access_message_in_memory_max_ratio=0)
         assert store.get_message(GROUP, "T", 0, 19, 1, None).suggest_pulling_from_slave
     finally:
         store.shutdown()

@@ -9,7 +9,7 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.pull_processor import FLAG_SUBSCRIPTION
-from broker.store import DefaultMessageStore, PutMessageStatus
+from broker.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
 from protocol.batch import encode_batch
@@ -75,7 +75,7 @@ def seed_store(root: Path, bodies: list[bytes]) -> None:
     cfg = BrokerConfig(store_path_root_dir=str(root), maped_file_size_commit_log=64 * 1024 * 1024,
                        maped_file_size_consume_queue=200_000 * 20, max_hash_slot_num=50_000,
                        max_index_num=200_000)
-    store = DefaultMessageStore(cfg)
+    store = DefaultMessageStore(StoreConfig.from_broker(cfg))
     assert store.load()
     store.start()
     for body in bodies:

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from broker.config import BrokerConfig
-from broker.store import DefaultMessageStore
+from broker.store import DefaultMessageStore, StoreConfig
 from client import Message, Producer, PullConsumer, PullStatus, SendStatus
 from client.admin import MQAdmin
 from protocol.record import RecordStatus, check_record, decode_record
@@ -21,10 +21,10 @@ TOPIC = "CrashTopic"
 
 def store_consistency(root: Path) -> int:
     """Open the store offline; every consume-queue entry matches the commit log."""
-    store = DefaultMessageStore(BrokerConfig(store_path_root_dir=str(root),
-                                             maped_file_size_commit_log=256 * 1024,
-                                             maped_file_size_consume_queue=20 * 2000,
-                                             max_hash_slot_num=50_000, max_index_num=200_000))
+    store = DefaultMessageStore(StoreConfig.from_broker(BrokerConfig(
+        store_path_root_dir=str(root), maped_file_size_commit_log=256 * 1024,
+        maped_file_size_consume_queue=20 * 2000, max_hash_slot_num=50_000,
+        max_index_num=200_000)))
     assert store.load()
     by_queue: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(list)
     for mf in store.commit_log.mapped_file_queue.files:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker.config import BrokerConfig
-from broker.store import DefaultMessageStore, MessageExtBrokerInner
+from broker.store import DefaultMessageStore, MessageExtBrokerInner, StoreConfig
 from protocol.hashing import tags_hash_code
 from protocol.message import properties_to_string
 
@@ -20,7 +20,10 @@ def make_config(root: Path, cl_size: int = 4096, cq_entries: int = 10) -> Broker
     )
 
 
-def open_store(config: BrokerConfig) -> DefaultMessageStore:
+def open_store(config: BrokerConfig | StoreConfig) -> DefaultMessageStore:
+    """A loaded, started store (a BrokerConfig: its StoreConfig.from_broker)."""
+    if isinstance(config, BrokerConfig):
+        config = StoreConfig.from_broker(config)
     store = DefaultMessageStore(config)
     assert store.load()
     store.start()

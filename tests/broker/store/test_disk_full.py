@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.store import DefaultMessageStore, PutMessageStatus
+from broker.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from broker.store.allocation import DiskFullError
 from tests.broker.store.faults import Disk, tree, under
 from tests.broker.store.helpers import inner, make_config, open_store
@@ -221,7 +221,7 @@ def test_queue_offsets_of_undispatched_records_survive_a_restart(tmp_path: Path,
     disk.full_for = under("consumequeue")
     put(store, "T", b"10")
     store.shutdown()
-    store = DefaultMessageStore(cfg)
+    store = DefaultMessageStore(StoreConfig.from_broker(cfg))
     assert store.load()
     assert store.commit_log.topic_queue_table["T-0"] == 11
     store.start()

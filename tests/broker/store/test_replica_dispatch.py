@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from broker.store import DefaultMessageStore, PutMessageStatus
+from broker.store import DefaultMessageStore, PutMessageStatus, StoreConfig
 from broker.store import scan_kernel as plain_kernel
 from broker.store.commit_log import END_FILE_MIN_BLANK_LENGTH, SCHEDULE_TOPIC, DispatchRequest
 from broker.store.replica_dispatch import (
@@ -425,5 +425,5 @@ def test_recovery_rebuilds_the_queues_and_index(tmp_path: Path, batched: bool) -
 
 
 def test_the_store_scans_with_the_compiled_kernel_when_built(tmp_path: Path) -> None:
-    store = DefaultMessageStore(make_config(tmp_path))
+    store = DefaultMessageStore(StoreConfig.from_broker(make_config(tmp_path)))
     assert store._scan_records is (compiled_scan() or scan_loop)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.store import DefaultMessageStore, PutMessageStatus, StoreError
+from broker.store import DefaultMessageStore, PutMessageStatus, StoreConfig, StoreError
 from broker.store.store_lock import StoreLock, StoreLockedError
 from tests.broker.store.helpers import inner, make_config, open_store
 
@@ -13,7 +13,7 @@ from tests.broker.store.helpers import inner, make_config, open_store
 def test_second_store_on_one_directory_fails_to_load(tmp_path: Path) -> None:
     first = open_store(make_config(tmp_path))
     assert first.put_message(inner("T", 0, b"one")).put_message_status is PutMessageStatus.PUT_OK
-    second = DefaultMessageStore(make_config(tmp_path))
+    second = DefaultMessageStore(StoreConfig.from_broker(make_config(tmp_path)))
     with pytest.raises(StoreLockedError) as err:
         second.load()
     text = str(err.value)
@@ -40,7 +40,8 @@ def test_lock_released_when_load_fails(tmp_path: Path) -> None:
     store = open_store(make_config(tmp_path, cl_size=4096))
     store.put_message(inner("T", 0, b"x"))
     store.shutdown()
-    wrong = DefaultMessageStore(make_config(tmp_path, cl_size=8192))  # size cannot change
+    # the file size cannot change
+    wrong = DefaultMessageStore(StoreConfig.from_broker(make_config(tmp_path, cl_size=8192)))
     with pytest.raises(StoreError, match="file size"):
         wrong.load()
     assert not wrong.store_lock.held

@@ -3,6 +3,7 @@ in plain Python: every byte goes through the wire codecs, split at random."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -250,7 +251,7 @@ def test_slave_restart_resumes_from_its_own_end(tmp_path: Path) -> None:
 def test_empty_slave_of_a_master_whose_first_files_are_gone(tmp_path: Path) -> None:
     rng = random.Random(7)
     master = open_store(make_config(tmp_path / "m", cl_size=CL_SIZE))
-    master.config.file_reserved_time = 0
+    master.reconfigure(dataclasses.replace(master.config, file_reserved_time=0))
     put_some(master, rng, 600)
     assert master.clean_expired_files(now_ms=2**62, hour=0, manual=True) > 0
     assert master.get_min_phy_offset() > 0
@@ -299,7 +300,7 @@ def test_a_slave_longer_than_its_master_is_refused(tmp_path: Path) -> None:
 def test_a_slave_behind_the_masters_oldest_file_is_refused(tmp_path: Path) -> None:
     rng = random.Random(11)
     master = open_store(make_config(tmp_path / "m", cl_size=CL_SIZE))
-    master.config.file_reserved_time = 0
+    master.reconfigure(dataclasses.replace(master.config, file_reserved_time=0))
     put_some(master, rng, 300)
     conn = HAConnection(master)
     conn.on_report(100)  # a slave that holds the first 100 bytes
