@@ -282,3 +282,13 @@ def test_a_slave_does_not_clean_unused_topics(tmp_path: Path) -> None:
         assert removed(call(c, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)) == []
     finally:
         c._persist_and_close()
+
+
+def test_the_clean_ups_are_served_off_the_reader_loop(broker: BrokerController) -> None:
+    """Their handlers are async (the files go in a worker thread), the others inline."""
+    for code in (RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, RequestCode.CLEAN_UNUSED_TOPIC):
+        sync, async_ = broker.server.handlers.lookup(code)
+        assert sync is None and async_ is not None
+    for code in (RequestCode.GET_TOPIC_CONFIG, RequestCode.QUERY_CONSUME_QUEUE):
+        sync, async_ = broker.server.handlers.lookup(code)
+        assert sync is not None and async_ is None
