@@ -62,7 +62,9 @@ from broker.service.clients import ClientService
 from broker.service.config import ConfigService
 from broker.service.offsets import OffsetService
 from broker.service.pull import PullService
+from broker.service.queries import QueryService
 from broker.service.send import SendService
+from broker.service.transactions import TransactionService
 from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
 from broker.store import DefaultMessageStore, StoreConfig
@@ -151,9 +153,7 @@ class BrokerController:
         self.offset_service = OffsetService(self.consumer_offset_manager, self.message_store)
         self.consumer_manage_processor = ConsumerManageProcessor(self.offset_service)
         self.admin_processor = AdminBrokerProcessor(self)
-        self.query_processor = QueryMessageProcessor(self)
         self.ops_processor = OpsProcessor(self, self.config_service)
-        self.queue_admin_processor = QueueAdminProcessor(self)
         self.broker2client = Broker2Client(self)
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
@@ -162,8 +162,12 @@ class BrokerController:
             config, self.message_store, self.consumer_offset_manager, self.topic_config_manager,
             self.trigger_register,
         )
+        self.end_transaction_service = TransactionService(
+            config.broker_name, self.role, self.message_store, self.transaction_service,
+            Guard(structlog.get_logger("broker.transaction").bind(broker=config.broker_name),
+                  "end transaction"))
         self.end_transaction_processor = EndTransactionProcessor(
-            self.transaction_service, config, self.role, lambda: self.acl_check)
+            self.end_transaction_service, lambda: self.acl_check)
         # spin after requests instead of sleeping (busyPollMicros; off by default)
         self.busy_poll = BusyPoll(config.busy_poll_micros)
         self.ha_service = HAService(config, self.message_store)
@@ -205,6 +209,11 @@ class BrokerController:
             max_held_per_connection=config.max_held_pulls_per_connection,
         )
         self.pull_processor = PullMessageProcessor(self.pull_service)
+        self.query_service = QueryService(
+            config.broker_name, self.role, self.message_store, self.topic_config_manager,
+            self.consumer_manager, self.consumer_offset_manager, self.subscription_group_manager)
+        self.query_processor = QueryMessageProcessor(self.query_service, lambda: self.acl_check)
+        self.queue_admin_processor = QueueAdminProcessor(self.query_service)
         self.pull_hold_service = self.pull_service.holds  # long polling
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving

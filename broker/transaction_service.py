@@ -3,10 +3,10 @@
 - ``prepare``: a producer's prepared message is stored as a half message in
   ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (message_rewrite.to_half), invisible
   to consumers (the topic has no topic config, so nothing routes or pulls it).
-- ``end``: END_TRANSACTION. A commit stores the restored message in its real
-  topic and queue *and* the op record in one write (store.put_together), so a
-  crash cannot leave one without the other; a rollback stores the op record.
-  A transaction ends once (transaction_book): a repeated end changes nothing.
+- ``record_end``: a transaction ended. END_TRANSACTION itself (the checks, the
+  commit or rollback written with its op record in one write) is
+  TransactionService's (broker/service/transactions.py); it reads the book
+  here and tells this service of every end it stored.
 - ``check_chunk``: the check pass. From the half queue's consume offset on,
   half messages whose transaction ended (or that have a newer copy) are
   passed; one checked ``transactionCheckMax`` times is discarded (a copy goes
@@ -56,30 +56,25 @@ from broker.message_rewrite import (
     REAL_TOPIC,
     EndState,
     PutOutcome,
-    RewriteError,
     check_immunity_ms,
     check_max_message,
     check_request_record,
     check_times_of,
     classify_put_status,
-    from_half,
     half_check_copy,
-    op_record,
     origin_of,
     parse_op,
     to_half,
 )
 from broker.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageResult
-from broker.store.status import PutMessageStatus
 from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
 )
-from broker.transaction_book import TransactionBook, Verdict
-from protocol.codes import ResponseCode
-from protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from broker.transaction_book import TransactionBook
+from protocol.headers import CheckTransactionStateRequestHeader
 from protocol.message import MessageExt
 from protocol.names import shown
 from protocol.record import encode_msg_id, pack_host
@@ -116,8 +111,6 @@ class Asked(Enum):
 # Asks one live producer of ``group`` for the request ``build`` makes (called
 # only when a producer can take it).
 Ask = Callable[[str, Callable[[], CheckRequest]], Asked]
-# Whether the caller of END_TRANSACTION may end this half message: None, or why not.
-MayEnd = Callable[[MessageExt], str | None]
 
 
 @dataclass(slots=True)
@@ -237,65 +230,16 @@ class TransactionalMessageService:
             self.book.half_stored(ar.logics_offset, ar.logics_offset, props[PGROUP])
         return result
 
-    # ---- end --------------------------------------------------------------------------
+    # ---- end ------------------------------------------------------------------------
 
-    def end(self, h: EndTransactionRequestHeader, state: EndState,
-            born_host: str, may_end: MayEnd | None = None) -> tuple[int, str | None]:
-        """END_TRANSACTION with a commit or rollback: (response code, remark).
-        ``may_end`` (ACL) refuses a half message the caller has no right to,
-        before anything else about it is told."""
-        msg = self.store.look_message_by_offset(h.commit_log_offset)
-        where = (f"half message at queue offset {h.tran_state_table_offset}, "
-                 f"commit-log offset {h.commit_log_offset}")
-        if msg is None or msg.topic != RMQ_SYS_TRANS_HALF_TOPIC:
-            return ResponseCode.SYSTEM_ERROR, f"no {where}"
-        if msg.queue_offset != h.tran_state_table_offset:
-            return ResponseCode.SYSTEM_ERROR, (
-                f"the half message at commit-log offset {h.commit_log_offset} has queue offset "
-                f"{msg.queue_offset}, not {h.tran_state_table_offset}")
-        refused = may_end(msg) if may_end is not None else None
-        if refused is not None:
-            return ResponseCode.NO_PERMISSION, refused
-        group = msg.properties.get(PGROUP)
-        if group != h.producer_group:
-            return ResponseCode.SYSTEM_ERROR, (
-                f"the {where} belongs to producer group {shown(group)}, "
-                f"not {shown(h.producer_group)}")
-        origin = origin_of(msg)
-        verdict = self.book.verdict(origin, state)
-        if verdict is Verdict.REPEATED:
-            return ResponseCode.SUCCESS, f"the transaction was already {_done(state)}; nothing changed"
-        if verdict is Verdict.CONFLICT:
-            other = EndState.ROLLBACK if state is EndState.COMMIT else EndState.COMMIT
-            return ResponseCode.TRANSACTION_FAILED, (
-                f"the transaction was already {_done(other)}; it cannot be {_done(state)}")
-        if verdict is Verdict.NOT_PENDING:
-            return ResponseCode.TRANSACTION_FAILED, (
-                f"the transaction of the {where} is no longer pending "
-                "(it ended earlier or was discarded after too many checks)")
-        newest = self.book.newest_copy(origin)
-        assert newest is not None
-        msgs = [op_record(newest, origin, state, born_host)]
-        if state is EndState.COMMIT:
-            try:
-                msgs.insert(0, from_half(msg, h.commit_or_rollback, origin))
-            except RewriteError as exc:
-                return ResponseCode.MESSAGE_ILLEGAL, f"the {where} cannot be committed: {exc}"
-        result, placed = self.store.put_together(msgs)
-        status = result.put_message_status
-        if classify_put_status(status) is not PutOutcome.STORED:
-            detail = f": {result.detail}" if result.detail else ""
-            return ResponseCode.SYSTEM_ERROR, (
-                f"the end of the transaction could not be stored ({status.value}{detail}); "
-                "the broker will ask again")
-        self.book.end(origin, state, placed[-1].consume_queue_offset)
+    def record_end(self, origin: int, state: EndState, op_offset: int) -> None:
+        """A transaction ended (broker/service/transactions.py stored its op
+        record at ``op_offset`` of the op queue): the book and the counts."""
+        self.book.end(origin, state, op_offset)
         if state is EndState.COMMIT:
             self.committed += 1
         else:
             self.rolled_back += 1
-        if status is not PutMessageStatus.PUT_OK:
-            return ResponseCode.SUCCESS, f"stored, but {status.value}"
-        return ResponseCode.SUCCESS, None
 
     # ---- check ------------------------------------------------------------------------
 
@@ -519,6 +463,3 @@ class TransactionalMessageService:
             await trio.sleep(interval)
             await self.guard.run(self.check_pass, ask)
 
-
-def _done(state: EndState) -> str:
-    return "committed" if state is EndState.COMMIT else "rolled back"

@@ -25,13 +25,15 @@ what is deferred first, so at most one put's dispatch waits.
 
 from __future__ import annotations
 
+import itertools
 import os
+import shutil
 import struct
 import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -170,6 +172,56 @@ class CommitLogFlush:
                 pass
 
 
+# a removed queue's directory, moved aside until its files are deleted:
+# ``<topic>/<queue id>.removed-<n>`` (never a queue's name: those are digits)
+REMOVED_MARK = ".removed-"
+
+
+@dataclass(slots=True)
+class DetachedQueues:
+    """Consume queues ``detach_consume_queues`` took out of the store, their
+    files still open and on disk: each queue with the directory it was moved
+    to (None: it had none, or it could not be moved and its files are deleted
+    by name). ``delete_files`` is the blocking part."""
+
+    lock: threading.Lock  # the store's queue lock: a flush thread may hold a queue
+    log: Any
+    queues: list[tuple[ConsumeQueue, Path | None]] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)  # every topic asked about (valid names)
+    topic_dirs: list[Path] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.queues)
+
+    def delete_files(self) -> int:
+        """Close the queues and delete their files and directories, then each
+        topic directory left empty; returns how many queues went. Blocking file
+        work: a worker thread may run it (nothing on the event loop reaches these
+        queues any more, and a queue made again meanwhile lives in a directory
+        of its own)."""
+        for cq, aside in self.queues:
+            with self.lock:
+                if aside is None:
+                    cq.destroy()
+                else:
+                    cq.close()
+            if aside is not None:
+                try:
+                    shutil.rmtree(aside)
+                except OSError as exc:
+                    self.log.warning("cannot delete a removed queue's files", dir=str(aside),
+                                     error=str(exc))
+        for topic_dir in self.topic_dirs:
+            if topic_dir.is_symlink():
+                continue
+            try:
+                topic_dir.rmdir()  # only once empty: a queue made again meanwhile stays
+            except OSError:
+                pass
+        return self.count
+
+
 class DefaultMessageStore:
     def __init__(self, config: StoreConfig) -> None:
         # what the store reads of the broker's settings (broker/store/config.py);
@@ -207,6 +259,7 @@ class DefaultMessageStore:
         # a SYNC_FLUSH send never waits for a queue or index fsync.
         self._file_lock = threading.Lock()
         self._queue_lock = threading.Lock()
+        self._removals = itertools.count()  # names removed queues' directories apart
         # Replaceable (tests); past diskSpaceWarningLevelRatio writes are refused.
         self.disk_usage: DiskUsage = disk_used_ratio
         # Replaceable (tests): a pull more than accessMessageInMemoryMaxRatio % of
@@ -332,6 +385,10 @@ class DefaultMessageStore:
                 continue
             for qdir in sorted(topic_dir.iterdir()):
                 name = qdir.name
+                if REMOVED_MARK in name and qdir.is_dir() and not qdir.is_symlink():
+                    # a removed queue whose files were not all deleted before a stop
+                    shutil.rmtree(qdir, ignore_errors=True)
+                    continue
                 if not (qdir.is_dir() and name.isascii() and name.isdigit() and str(int(name)) == name):
                     continue
                 try:
@@ -1071,6 +1128,22 @@ class DefaultMessageStore:
                 out.append(data)
         return out
 
+    def record_at(self, commit_log_offset: int) -> bytes | None:
+        """The raw record at a commit-log offset as stored (its length field
+        read first), or None when nothing is there."""
+        head = self.commit_log.get_data(commit_log_offset, 4)
+        size = _INT.unpack(head)[0] if head else 0
+        return self.commit_log.get_data(commit_log_offset, size) if size > 0 else None
+
+    def index_progress(self) -> tuple[int, int]:
+        """How far the index goes: its newest entry's store time and commit-log
+        offset ((0, 0) without an index or entry)."""
+        index = self.index_service
+        for f in reversed(index.files if index is not None else []):
+            if f.index_count > 1:
+                return f.end_timestamp, f.end_phy_offset
+        return 0, 0
+
     def look_message_by_offset(self, commit_log_offset: int) -> MessageExt | None:
         head = self.commit_log.get_data(commit_log_offset, 4)
         if head is None:
@@ -1197,44 +1270,54 @@ class DefaultMessageStore:
     def delete_topics(self, topics: set[str]) -> int:
         """Drop the consume queues of ``topics``; returns how many. Invalid names
         are logged and skipped: nothing outside the store is ever touched."""
-        return self._remove_queues({t: None for t in topics})
+        detached = self.detach_consume_queues({t: None for t in topics})
+        detached.delete_files()
+        for topic in detached.topics:  # and whatever empty queue directory is left
+            try:
+                self._remove_empty_dirs(self.cq_root, self.cq_root / topic)
+            except OSError as exc:
+                self.log.warning("cannot remove a topic's queue directories", topic=topic,
+                                 error=str(exc))
+        return detached.count
 
-    def remove_consume_queues(self, queues: list[tuple[str, int]]) -> int:
-        """Drop these consume queues (topic, queue id): their files, their next
-        offset, and their topic's directories once empty; returns how many."""
-        chosen: dict[str, set[int] | None] = {}
-        for topic, queue_id in queues:
-            ids = chosen.setdefault(topic, set())
-            assert ids is not None
-            ids.add(queue_id)
-        return self._remove_queues(chosen)
-
-    def _remove_queues(self, chosen: dict[str, set[int] | None]) -> int:
-        """Topic -> the ids of the queues to drop (None: every one)."""
+    def detach_consume_queues(self, chosen: dict[str, set[int] | None]) -> DetachedQueues:
+        """Take these consume queues (topic -> queue ids, None: every one) out of
+        the store: out of its tables (their next offset forgotten) and their
+        directories moved aside, one rename each, so that a queue made again at
+        once for the same topic and id starts in a directory of its own. Their
+        files are deleted by ``DetachedQueues.delete_files``, which a worker
+        thread may run: nothing here reaches those queues any more."""
         self.dispatch_deferred()  # a pending put's entries are not written after this
-        removed = 0
+        detached = DetachedQueues(self._queue_lock, self.log)
         for topic, ids in chosen.items():
             problem = topic_problem(topic)
             if problem is not None:
                 self.log.warning("not deleting the queues of an invalid topic", reason=problem)
                 continue
             table = self.consume_queue_table.get(topic, {})
+            before = detached.count
             for queue_id in list(table) if ids is None else sorted(ids):
                 cq = table.pop(queue_id, None)
                 if cq is None:
                     continue
-                with self._queue_lock:
-                    cq.destroy()
                 self.commit_log.topic_queue_table.pop(f"{topic}-{queue_id}", None)
-                removed += 1
+                aside = cq.store_dir.with_name(
+                    f"{cq.store_dir.name}{REMOVED_MARK}{next(self._removals)}")
+                try:
+                    os.rename(cq.store_dir, aside)
+                    detached.queues.append((cq, aside))
+                except FileNotFoundError:  # no file was ever made for it
+                    detached.queues.append((cq, None))
+                except OSError as exc:  # left where it is: its files are deleted by name
+                    detached.queues.append((cq, None))
+                    self.log.warning("cannot move a removed queue's directory aside",
+                                     topic=topic, queue_id=queue_id, error=str(exc))
             if not table:
                 self.consume_queue_table.pop(topic, None)
-            try:
-                self._remove_empty_dirs(self.cq_root, self.cq_root / topic)
-            except OSError as exc:
-                self.log.warning("cannot remove a topic's queue directories", topic=topic,
-                                 error=str(exc))
-        return removed
+            detached.topics.append(topic)
+            if detached.count > before:
+                detached.topic_dirs.append(self.cq_root / topic)
+        return detached
 
     def consume_queue_facts(self) -> list[QueueFacts]:
         """Every consume queue, as queue_cleanup decides on them."""
@@ -1267,6 +1350,8 @@ class DefaultMessageStore:
         if not topic_dir.resolve().is_relative_to(cq_root.resolve()) or topic_dir.resolve() == cq_root.resolve():
             return
         for qdir in topic_dir.iterdir():
+            if REMOVED_MARK in qdir.name:  # a worker thread is deleting it
+                continue
             if qdir.is_dir() and not qdir.is_symlink() and not any(qdir.iterdir()):
                 qdir.rmdir()
         if not any(topic_dir.iterdir()):

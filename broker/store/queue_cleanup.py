@@ -20,9 +20,10 @@ says what does, in the order it is asked):
   file expires, readable by ``queryMsgById``; no consumer reads them through a
   topic that does not exist).
 
-``expired_queues`` and ``unused_topics`` decide; DefaultMessageStore carries
-out (``remove_consume_queues``); broker/queue_admin_processor.py builds the
-``keep`` rule from the broker's tables.
+``expired_queues`` and ``unused_topics`` decide; QueryService
+(broker/service/queries.py) builds the ``keep`` rule from the broker's tables
+and has the store carry the plan out: ``detach_consume_queues`` on the event
+loop, ``DetachedQueues.delete_files`` in a worker thread.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ class CleanPlan:
 
     remove: list[tuple[str, int]] = field(default_factory=list)
     kept: dict[str, Keep] = field(default_factory=dict)
+
+    def by_topic(self) -> dict[str, set[int] | None]:
+        """The queues to remove as the store takes them: topic -> queue ids."""
+        chosen: dict[str, set[int] | None] = {}
+        for topic, queue_id in self.remove:
+            ids = chosen.setdefault(topic, set())
+            assert ids is not None
+            ids.add(queue_id)
+        return chosen
 
     def report(self) -> dict[str, object]:
         """The wire answer: removed queues, kept topics and why (at most

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from broker.config import BrokerConfig, BrokerRole
 from broker.controller import BrokerController
-from broker.queue_admin_processor import QUERY_CQ_MAX_COUNT
+from broker.service.queries import QUERY_CQ_MAX_COUNT
 from broker.store.queue_cleanup import (
     REPORT_MAX_NAMES,
     CleanPlan,
@@ -134,9 +135,14 @@ def broker(tmp_path: Path) -> Iterator[BrokerController]:
 
 def call(c: BrokerController, code: int, fields: dict[str, Any] | None = None
          ) -> RemotingCommand:
+    """The handler's answer; an async one (the clean-ups) in a trio run of its own."""
     sync, async_ = c.server.handlers.lookup(code)
-    assert sync is not None and async_ is None
-    response = sync(FakeConn(), RemotingCommand.request(code, fields or {}))  # type: ignore[arg-type]
+    cmd = RemotingCommand.request(code, fields or {})
+    if async_ is not None:
+        response = trio.run(async_, FakeConn(), cmd)
+    else:
+        assert sync is not None
+        response = sync(FakeConn(), cmd)  # type: ignore[arg-type]
     assert response is not None
     return response
 
@@ -276,3 +282,13 @@ def test_a_slave_does_not_clean_unused_topics(tmp_path: Path) -> None:
         assert removed(call(c, RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)) == []
     finally:
         c._persist_and_close()
+
+
+def test_the_clean_ups_are_served_off_the_reader_loop(broker: BrokerController) -> None:
+    """Their handlers are async (the files go in a worker thread), the others inline."""
+    for code in (RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE, RequestCode.CLEAN_UNUSED_TOPIC):
+        sync, async_ = broker.server.handlers.lookup(code)
+        assert sync is None and async_ is not None
+    for code in (RequestCode.GET_TOPIC_CONFIG, RequestCode.QUERY_CONSUME_QUEUE):
+        sync, async_ = broker.server.handlers.lookup(code)
+        assert sync is not None and async_ is None

@@ -28,6 +28,12 @@ from broker.message_rewrite import (
     op_record,
     parse_op,
 )
+from broker.service.transactions import (
+    EndAction,
+    EndStatus,
+    EndTransaction,
+    TransactionService,
+)
 from broker.store import DefaultMessageStore, MessageExtBrokerInner
 from broker.store.status import GetMessageStatus
 from broker.topic_config_manager import TopicConfigManager
@@ -44,14 +50,11 @@ from broker.transaction_service import (
     PassReport,
     TransactionalMessageService,
 )
-from protocol.codes import ResponseCode
-from protocol.headers import EndTransactionRequestHeader
 from protocol.message import MessageExt
 from protocol.record import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     decode_record,
     transaction_type,
 )
@@ -61,7 +64,12 @@ from tests.broker.test_guarded_service import FakeLog
 GROUP = "tx-group"
 TOPIC = "orders"
 HOST = "127.0.0.1:5555"
-TYPES = {EndState.COMMIT: TRANSACTION_COMMIT_TYPE, EndState.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}
+ACTIONS = {EndState.COMMIT: EndAction.COMMIT, EndState.ROLLBACK: EndAction.ROLLBACK}
+
+
+class Master:
+    is_slave = False
+    sync_master = False
 
 
 # ---- the book ----------------------------------------------------------------------------
@@ -165,6 +173,8 @@ class Env:
                                                self.topics, now_ms=lambda: self.now)
         self.svc.guard.log = FakeLog()
         self.svc.load()
+        self.ends = TransactionService(self.config.broker_name, Master(), self.store, self.svc,
+                                       self.svc.guard)
 
     def restart(self, persist_offsets: bool = True) -> None:
         if persist_offsets:
@@ -193,12 +203,11 @@ class Env:
         assert result.ok and result.append_result is not None
         return result.append_result.logics_offset, result.append_result.wrote_offset
 
-    def end(self, where: tuple[int, int], state: EndState | None, group: str = GROUP,
-            check: bool = False) -> tuple[int, str | None]:
-        h = EndTransactionRequestHeader(group, where[0], where[1],
-                                        TYPES[state] if state else TRANSACTION_NOT_TYPE, check)
-        assert state is not None
-        return self.svc.end(h, state, HOST)
+    def end(self, where: tuple[int, int], state: EndState, group: str = GROUP,
+            check: bool = False) -> tuple[EndStatus, str | None]:
+        out = self.ends.end(EndTransaction(group, where[0], where[1], ACTIONS[state], HOST,
+                                           from_check=check))
+        return out.status, out.remark
 
     def check_pass(self) -> PassReport:
         report = PassReport()
@@ -230,7 +239,7 @@ def test_half_message_is_invisible_until_committed(env: Env) -> None:
     (half,) = env.messages(RMQ_SYS_TRANS_HALF_TOPIC, 0)
     assert half.properties[REAL_TOPIC] == TOPIC and half.properties[REAL_QID] == "1"
     assert transaction_type(half.sys_flag) == TRANSACTION_NOT_TYPE
-    assert env.end(where, EndState.COMMIT) == (ResponseCode.SUCCESS, None)
+    assert env.end(where, EndState.COMMIT) == (EndStatus.ENDED, None)
     (msg,) = env.messages(TOPIC)
     assert msg.body == b"a" and msg.uniq_key == "a" and msg.tags == "t"
     assert transaction_type(msg.sys_flag) == TRANSACTION_COMMIT_TYPE
@@ -242,7 +251,7 @@ def test_half_message_is_invisible_until_committed(env: Env) -> None:
 
 def test_rollback_stores_only_the_op_record(env: Env) -> None:
     where = env.prepare(b"r")
-    assert env.end(where, EndState.ROLLBACK)[0] == ResponseCode.SUCCESS
+    assert env.end(where, EndState.ROLLBACK)[0] is EndStatus.ENDED
     assert env.delivered() == []
     assert len(env.messages(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0)) == 1
 
@@ -250,21 +259,21 @@ def test_rollback_stores_only_the_op_record(env: Env) -> None:
 def test_repeated_conflicting_and_bad_ends_change_nothing(env: Env) -> None:
     where = env.prepare(b"a")
     other = env.prepare(b"b")
-    assert env.end(where, EndState.COMMIT)[0] == ResponseCode.SUCCESS
+    assert env.end(where, EndState.COMMIT)[0] is EndStatus.ENDED
     code, remark = env.end(where, EndState.COMMIT)
-    assert code == ResponseCode.SUCCESS and "already committed" in str(remark)
+    assert code is EndStatus.ALREADY_ENDED and "already committed" in str(remark)
     code, remark = env.end(where, EndState.ROLLBACK)
-    assert code == ResponseCode.TRANSACTION_FAILED and "already committed" in str(remark)
+    assert code is EndStatus.CONFLICT and "already committed" in str(remark)
     code, remark = env.end(other, EndState.COMMIT, group="someone-else")
-    assert code == ResponseCode.SYSTEM_ERROR and "tx-group" in str(remark)
+    assert code is EndStatus.NO_HALF_MESSAGE and "tx-group" in str(remark)
     code, remark = env.end((other[0] + 5, other[1]), EndState.COMMIT)
-    assert code == ResponseCode.SYSTEM_ERROR and "queue offset" in str(remark)
+    assert code is EndStatus.NO_HALF_MESSAGE and "queue offset" in str(remark)
     code, remark = env.end((0, 10**9), EndState.COMMIT)
-    assert code == ResponseCode.SYSTEM_ERROR and "no half message" in str(remark)
+    assert code is EndStatus.NO_HALF_MESSAGE and "no half message" in str(remark)
     # the commit-log offset of a message that is not a half message
     (committed,) = env.messages(TOPIC)
     code, _ = env.end((committed.queue_offset, committed.commit_log_offset), EndState.COMMIT)
-    assert code == ResponseCode.SYSTEM_ERROR
+    assert code is EndStatus.NO_HALF_MESSAGE
     assert env.delivered() == [b"a"]
     assert len(env.messages(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0)) == 1
 
@@ -294,10 +303,10 @@ def test_check_answer_commits_once_whichever_copy_it_names(env: Env) -> None:
     env.check_pass()
     (req,) = env.asked
     copy = (req.header.tran_state_table_offset, req.header.commit_log_offset)
-    assert env.end(copy, EndState.COMMIT, check=True)[0] == ResponseCode.SUCCESS
+    assert env.end(copy, EndState.COMMIT, check=True)[0] is EndStatus.ENDED
     # the producer's own end arrives late and names the first copy
     code, remark = env.end(first, EndState.COMMIT)
-    assert code == ResponseCode.SUCCESS and "already" in str(remark)
+    assert code is EndStatus.ALREADY_ENDED and "already" in str(remark)
     env.now += 10_000
     assert env.check_pass().checked == 0
     assert env.delivered() == [b"a"]
@@ -311,7 +320,7 @@ def test_a_late_end_for_an_old_copy_ends_the_newest(
         env.end(env.prepare(f"e{i}".encode()), EndState.COMMIT)
     env.now += 10_000
     assert env.check_pass().copied == 1  # asked about it, then copied to 4; nobody answers
-    assert env.end(first, EndState.ROLLBACK)[0] == ResponseCode.SUCCESS
+    assert env.end(first, EndState.ROLLBACK)[0] is EndStatus.ENDED
     op = env.messages(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0)[-1]
     assert op.body == b"4"  # the op names the newest copy, so the pass skips it
     env.now += 10_000
@@ -332,7 +341,7 @@ def test_unknown_forever_is_discarded_after_check_max(env: Env) -> None:
     assert kept.body == b"u" and kept.properties[CHECK_TIMES] == "3"
     assert env.topics.get(TRANS_CHECK_MAX_TIME_TOPIC) is not None
     code, _ = env.end(where, EndState.COMMIT)
-    assert code == ResponseCode.TRANSACTION_FAILED
+    assert code is EndStatus.NOT_PENDING
     env.now += 60_000
     assert env.check_pass().checked == 0
     assert env.delivered() == []
@@ -377,8 +386,8 @@ def test_restart_keeps_pending_and_ended_transactions(env: Env, persist_offsets:
     for i, (where, state) in enumerate(zip(places, states, strict=True)):
         if state is not None:
             forgotten = persist_offsets and i < states.index(None)
-            repeat = ResponseCode.TRANSACTION_FAILED if forgotten else ResponseCode.SUCCESS
-            assert env.end(where, state)[0] == repeat
+            repeat = EndStatus.NOT_PENDING if forgotten else EndStatus.ALREADY_ENDED
+            assert env.end(where, state)[0] is repeat
     env.asked.clear()
     env.now += 10_000
     env.check_pass()
@@ -386,7 +395,7 @@ def test_restart_keeps_pending_and_ended_transactions(env: Env, persist_offsets:
     assert sorted(decode_record(r.body).body for r in env.asked) == sorted(asked)
     for req in env.asked:
         where = (req.header.tran_state_table_offset, req.header.commit_log_offset)
-        assert env.end(where, EndState.COMMIT, check=True)[0] == ResponseCode.SUCCESS
+        assert env.end(where, EndState.COMMIT, check=True)[0] is EndStatus.ENDED
     expected = [f"m{i}".encode() for i, s in enumerate(states) if s is not EndState.ROLLBACK]
     assert sorted(env.delivered()) == sorted(expected)
     env.restart()
@@ -501,7 +510,7 @@ def test_a_producer_that_reads_nothing_is_asked_again_without_counting(env: Env)
     assert env.check_pass().checked == 1
     (req,) = env.asked
     assert env.end((req.header.tran_state_table_offset, req.header.commit_log_offset),
-                   EndState.COMMIT, check=True)[0] == ResponseCode.SUCCESS
+                   EndState.COMMIT, check=True)[0] is EndStatus.ENDED
     assert env.delivered() == [b"a"]
 
 

@@ -9,7 +9,9 @@ from tests.layout import import_graph, imports_between
 def test_services_import_no_transport() -> None:
     graph = import_graph(packages=("protocol", "acl", "broker"))
     assert any(m.startswith("broker.service.") for m in graph)
-    for transport in ("protocol.command", "protocol.trio", "broker.pull_processor",
-                      "broker.consumer_manage_processor", "broker.client_manage_processor",
-                      "broker.send_processor", "broker.controller"):
+    for transport in ("protocol.command", "protocol.trio",
+                      "broker.pull_processor", "broker.consumer_manage_processor",
+                      "broker.client_manage_processor", "broker.send_processor",
+                      "broker.query_processor", "broker.queue_admin_processor",
+                      "broker.end_transaction_processor", "broker.controller"):
         assert imports_between(graph, "broker.service", transport) == []
