@@ -16,7 +16,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark,speed,web]'
+	$(PY) -m pip install -q -e '.[test,spark,speed,web,controller]'
 	touch $(STAMP)
 
 install: $(STAMP)
