@@ -22,12 +22,12 @@ without asking etcd.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
 
 from controller.etcd import Compare, EtcdClient, Get, KeyValue, Put
-from controller.state_store import StateConflict, StateStoreError, Stored
+from controller.state_store import StateConflict, StateStore, StateStoreError, Stored
 
 log = structlog.get_logger("controller.etcd_store")
 
@@ -123,6 +123,11 @@ class EtcdStateStore:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+if TYPE_CHECKING:  # mypy checks that the interface is met
+    def _state_store(x: EtcdStateStore) -> StateStore:
+        return x
 
 
 __all__ = ["DEFAULT_KEY_PREFIX", "EtcdStateStore", "Fence", "conflict_reason", "leader_key",

@@ -42,14 +42,14 @@ class EtcdMember:
     def peer_url(self) -> str:
         return f"http://127.0.0.1:{self.peer_port}"
 
-    def start(self, initial_cluster: str) -> None:
+    def start(self, initial_cluster: str, token: str) -> None:
         assert ETCD is not None
         args = [
             ETCD, "--name", self.name, "--data-dir", str(self.data_dir),
             "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
             "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
             "--initial-cluster", initial_cluster, "--initial-cluster-state", "new",
-            "--initial-cluster-token", f"test-{self.client_port}",
+            "--initial-cluster-token", token,
             # small and quick: tests write a few keys
             "--heartbeat-interval", "50", "--election-timeout", "500",
             "--quota-backend-bytes", str(64 * 1024 * 1024),
@@ -115,8 +115,9 @@ class EtcdCluster:
 
     def start(self, timeout: float = 30.0) -> None:
         initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        token = f"test-{self.members[0].client_port}"
         for m in self.members:
-            m.start(initial)
+            m.start(initial, token)
         wait_until_sync(lambda: all(m.healthy() for m in self.members), timeout,
                         "every etcd member healthy", interval=0.1)
 
