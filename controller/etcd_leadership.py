@@ -7,8 +7,9 @@
    it is absent: grant a lease of ``ttl`` seconds, then one transaction puts the
    key with this process's identity on that lease *if the key is still absent*
    (``create_revision == 0``). Lost the race: revoke the lease and poll on.
-2. Lead: ``on_elected`` runs while the lease is kept alive every ``ttl / 3`` s
-   (sooner again after a failed keep-alive). Leadership ends at ``deadline``:
+2. Lead: ``on_elected`` runs (cancelled if the term ends first) while the lease is
+   kept alive every ``ttl / 3`` s (sooner again after a failed keep-alive).
+   Leadership ends at ``deadline``:
    ``ttl - margin`` s after the *sending* of the last keep-alive etcd answered
    (etcd renewed the lease no earlier than it received it, so its expiry is
    later). Reaching the deadline without a renewal (etcd unreachable, too
@@ -38,7 +39,7 @@ from typing import TYPE_CHECKING, Protocol
 import structlog
 import trio
 
-from controller.etcd import Compare, EtcdError, Get, KeyValue, Lease, Op, Put, TxnResult
+from controller.etcd import Compare, EtcdError, KeyValue, Lease, Op, Put, TxnResult
 from controller.etcd_store import DEFAULT_KEY_PREFIX, Fence, leader_key
 from controller.state_store import Leadership
 
@@ -237,7 +238,7 @@ class EtcdLeadership:
         if left > 0:
             result = await self.client.txn([Compare(self._key, "CREATE", 0)],
                                            [Put(self._key, self.identity, lease.id)],
-                                           [Get(self._key)], timeout=left)
+                                           timeout=left)
             if result.succeeded and not term.expired(trio.current_time()):
                 return term
         await self._revoke(lease.id)  # another took the key first (or we were too slow)
