@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA ?= ./.data
 
-.PHONY: run cluster test lint bench clean browser bytecode redis speedups spark-cds
+.PHONY: run cluster test lint bench clean browser bytecode redis etcd speedups spark-cds
 
 # .venv is made from VENV_PYTHON when given (make VENV_PYTHON=/path/to/python3.11), else from
 # the fastest Python 3.11 on the machine (deploy/pick_python.py: a distribution's
@@ -16,7 +16,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark,speed,web]'
+	$(PY) -m pip install -q -e '.[test,spark,speed,web,controller]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -72,7 +72,19 @@ redis:
 		echo "could not install redis-server: its test will skip"; \
 	else echo "no redis-server: its test will skip and make bench leaves Redis out"; fi
 
-test: $(STAMP) browser redis bytecode speedups spark-cds
+# etcd for the controller's etcd backend tests (tests/controller/test_etcd_*.py start their
+# own members on free ports): Debian's etcd-server when running as root on Debian; never fails
+etcd:
+	@if command -v etcd >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null; then \
+		echo "installing etcd-server (apt-get)"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null 2>&1 || \
+		{ apt-get update -qq >/dev/null 2>&1 && \
+		  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null 2>&1; } || \
+		echo "could not install etcd-server: the etcd tests will skip"; \
+	else echo "no etcd: the etcd tests will skip"; fi
+
+test: $(STAMP) browser redis etcd bytecode speedups spark-cds
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)

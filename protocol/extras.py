@@ -5,6 +5,10 @@
 three. ``make run`` and ``make test`` install it; ``pip install trio-rocketmq`` alone does
 not. A daemon started with such a feature on and the extra missing stops before it starts
 anything, with ``MissingExtraError`` saying which modules are missing and what to install.
+
+``controller`` holds h11: the controller's etcd backend (``controllerType=etcd``,
+controller/etcd.py) speaks HTTP/1.1 to etcd's JSON gateway. A controller checks
+``require_etcd()`` before it imports that module.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ WEB = "web"
 # what each feature of the web extra imports
 METRICS_HTTP_MODULES = ("hypercorn.config", "hypercorn.trio")
 DASHBOARD_MODULES = ("hypercorn.config", "hypercorn.trio", "starlette", "jinja2")
+CONTROLLER = "controller"
+ETCD_MODULES = ("h11",)
 
 
 class MissingExtraError(ConfigError):
@@ -60,7 +66,12 @@ def require_metrics_http() -> None:
     require("Prometheus metrics over HTTP (metricsPort)", WEB, METRICS_HTTP_MODULES)
 
 
+def require_etcd() -> None:
+    """What a controller with ``controllerType=etcd`` checks before it starts."""
+    require("the controller's etcd state store (controllerType=etcd)", CONTROLLER, ETCD_MODULES)
+
+
 __all__ = [
-    "DASHBOARD_MODULES", "METRICS_HTTP_MODULES", "WEB", "MissingExtraError", "missing_modules",
-    "require", "require_metrics_http",
+    "CONTROLLER", "DASHBOARD_MODULES", "ETCD_MODULES", "METRICS_HTTP_MODULES", "WEB",
+    "MissingExtraError", "missing_modules", "require", "require_etcd", "require_metrics_http",
 ]

@@ -20,6 +20,7 @@ from protocol.extras import (
     MissingExtraError,
     missing_modules,
     require,
+    require_etcd,
     require_metrics_http,
 )
 from protocol.trio.metrics_http import MetricsServer
@@ -38,6 +39,17 @@ def test_everything_the_extra_holds_is_installed_here() -> None:
     assert missing_modules(DASHBOARD_MODULES) == []
     require_metrics_http()
     require("mqdashboard", "web", DASHBOARD_MODULES)
+    require_etcd()  # and the controller extra (h11)
+
+
+def test_etcd_backend_without_the_controller_extra_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    without(monkeypatch, "h11")
+    with pytest.raises(MissingExtraError) as info:
+        require_etcd()
+    assert info.value.missing == ("h11",) and info.value.extra == "controller"
+    assert "controllerType=etcd" in str(info.value)
+    assert "pip install 'trio-rocketmq[controller]'" in str(info.value)
 
 
 def test_missing_modules_named_once_each_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
