@@ -254,7 +254,7 @@ def runtime_figures(stats: BrokerStats, src: RuntimeSources) -> dict[str, object
         "connectionOwedMaxBytes": max((c.owed for c in conns), default=0),
         "requestsToClientsDropped": sum(c.dropped_requests for c in conns),
         "notificationsDropped": src.notifications_dropped(),
-        "startAcceptSendTimeStamp": src.start_accept_send_timestamp_ms(),
+        "startAcceptSendRequestTimeStamp": src.start_accept_send_timestamp_ms(),
     }
 
 
