@@ -6,10 +6,12 @@ the table. Every change gets a number (``seq``) and goes to ``_pending``; the
 broker's topic persist task takes every record waiting (``next_write``) and
 appends them with one write and one fsync in a worker thread (group commit),
 then calls ``written``: ``durable_seq`` says which changes are on disk. An
-admin's change is answered once ``durable_seq`` reaches it (the controller's
-``answer_when_topics_durable``); topics created on the fly (auto-create on
-send, retry and dead-letter topics) are journaled soon after, never with an
-fsync per topic on the event loop.
+admin's change is answered once ``durable_seq`` reaches it (AdminService,
+through the topics' ``JournalWriter``: broker/journal_writer.py); topics
+created on the fly (auto-create on send, retry and dead-letter topics) are
+journaled soon after, never with an fsync per topic on the event loop. The
+bookkeeping is ``JournaledTable``'s (broker/persist.py), shared with the
+subscription groups.
 
 When the journal has grown past the table's size (at least
 COMPACT_MIN_RECORDS records) the next write is a compaction instead: the

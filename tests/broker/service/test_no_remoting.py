@@ -10,5 +10,6 @@ def test_services_import_no_transport() -> None:
     graph = import_graph(packages=("protocol", "acl", "broker"))
     assert any(m.startswith("broker.service.") for m in graph)
     for transport in ("protocol.command", "protocol.trio", "broker.pull_processor",
-                      "broker.consumer_manage_processor", "broker.controller"):
+                      "broker.consumer_manage_processor", "broker.admin_processor",
+                      "broker.controller"):
         assert imports_between(graph, "broker.service", transport) == []
