@@ -48,6 +48,7 @@ from broker.consumer_offset_manager import ConsumerOffsetManager
 from broker.end_transaction_processor import EndTransactionProcessor
 from broker.group_commit import GroupCommitService
 from broker.ha_service import HAService
+from broker.journal_writer import JournalWriter
 from broker.metrics import BrokerCollector, broker_registry, frozen_registry
 from broker.ops_processor import OpsProcessor
 from broker.out_api import BrokerOuterAPI
@@ -58,6 +59,7 @@ from broker.queue_admin_processor import QueueAdminProcessor
 from broker.role import Role, RoleRunner, RoleState, services_key
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
+from broker.service.admin import AdminService, AdminTables, RuntimeSources
 from broker.service.clients import ClientService
 from broker.service.config import ConfigService
 from broker.service.offsets import OffsetService
@@ -69,14 +71,11 @@ from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
 from broker.store import DefaultMessageStore, StoreConfig
 from broker.store.index_service import IndexService
-from broker.store.offset_waiters import Waiter
-from broker.store.status import PutMessageStatus
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
 from broker.transaction_service import Asked, CheckRequest, TransactionalMessageService
-from broker.waiting_sends import WaitingSends
-from protocol.codes import RequestCode, ResponseCode
+from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.client import RemotingClient
@@ -89,7 +88,8 @@ from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
 
 HOUSEKEEPING_INTERVAL_S = 10.0
-# An admin's topic change not journaled within this many seconds is answered with an error.
+# An admin's topic or subscription-group change not journaled within this many seconds
+# is answered with an error.
 TOPIC_DURABLE_TIMEOUT_S = 10.0
 # The cycle collector's young generation threshold while serving (Python's default: 700).
 YOUNG_GC_THRESHOLD = 20_000
@@ -152,7 +152,6 @@ class BrokerController:
         self.message_store = DefaultMessageStore(StoreConfig.from_broker(config))
         self.offset_service = OffsetService(self.consumer_offset_manager, self.message_store)
         self.consumer_manage_processor = ConsumerManageProcessor(self.offset_service)
-        self.admin_processor = AdminBrokerProcessor(self)
         self.ops_processor = OpsProcessor(self, self.config_service)
         self.broker2client = Broker2Client(self)
         self.schedule_service = ScheduleMessageService(
@@ -214,6 +213,25 @@ class BrokerController:
             self.consumer_manager, self.consumer_offset_manager, self.subscription_group_manager)
         self.query_processor = QueryMessageProcessor(self.query_service, lambda: self.acl_check)
         self.queue_admin_processor = QueueAdminProcessor(self.query_service)
+        # topics and subscription groups: each journal's writer (group commit; an
+        # admin's change is answered once its writer has it on disk)
+        self._topics_guard = Guard(self.log, "persist topics")
+        self.topic_writer = JournalWriter(self.topic_config_manager, self._topics_guard,
+                                          TOPIC_DURABLE_TIMEOUT_S,
+                                          "topic changes not journaled in time")
+        self.group_writer = JournalWriter(self.subscription_group_manager,
+                                          Guard(self.log, "persist subscription groups"),
+                                          TOPIC_DURABLE_TIMEOUT_S,
+                                          "subscription group changes not journaled in time")
+        self.admin_service = AdminService(
+            config, self.role,
+            AdminTables(self.topic_config_manager, self.topic_writer,
+                        self.subscription_group_manager, self.group_writer,
+                        self.consumer_offset_manager,
+                        lambda: self.schedule_service.offset_table),
+            self.message_store, self.consumer_manager, self.stats, self._runtime_sources(),
+            on_topics_changed=self.trigger_register, delete_topic_data=self.delete_topic)
+        self.admin_processor = AdminBrokerProcessor(self.admin_service)
         self.pull_hold_service = self.pull_service.holds  # long polling
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving
@@ -283,11 +301,22 @@ class BrokerController:
         self._register_guards = {a: Guard(self.log.bind(namesrv=a), "register")
                                  for a in config.namesrv_addr_list}
         self._persist_guard = Guard(self.log, "persist")
-        # admins' topic changes waiting for the topic journal (_topic_persist_loop)
-        self._topics_guard = Guard(self.log, "persist topics")
-        self._topic_waits = WaitingSends(PutMessageStatus.FLUSH_DISK_TIMEOUT,
-                                         TOPIC_DURABLE_TIMEOUT_S, self._topics_guard,
-                                         "topic changes not journaled in time")
+
+    def _runtime_sources(self) -> RuntimeSources:
+        """What GET_BROKER_RUNTIME_INFO reads beyond the tables, read when asked."""
+        return RuntimeSources(
+            boot_timestamp_ms=lambda: self.boot_timestamp_ms,
+            start_accept_send_timestamp_ms=lambda: self.start_accept_send_timestamp_ms,
+            commit_log_disk_ratio=self.commit_log_disk_ratio,
+            held_pulls=lambda: self.pull_hold_service.index.total,
+            connections=lambda: self.server.connections,
+            notifications_dropped=lambda: self.client_service.notifications_dropped,
+            ha_listen_port=lambda: self.ha_listen_port,
+            ha_status=self.ha_service.status,
+            schedule_stats=self.schedule_service.running_stats,
+            transaction_status=self.transaction_service.status,
+            slave_sync_status=lambda: self.slave_synchronize.status(),
+        )
 
     def _handler_table(self) -> HandlerTable:
         t = HandlerTable()
@@ -490,8 +519,9 @@ class BrokerController:
         self.trigger_register()
 
     def persisted_tables(self) -> list[SnapshotTable]:
-        """The tables the persist loop writes every flushConsumerOffsetInterval ms."""
-        return [self.consumer_offset_manager, self.subscription_group_manager]
+        """The tables the persist loop writes every flushConsumerOffsetInterval ms
+        (topics and subscription groups have their journal writers)."""
+        return [self.consumer_offset_manager]
 
     async def persist_configs(self) -> None:
         """Snapshot each persisted table on the event loop, write it in a worker
@@ -620,6 +650,7 @@ class BrokerController:
                                        self.config.flush_interval_consume_queue)
                     nursery.start_soon(self._persist_loop)
                     nursery.start_soon(self._topic_persist_loop)
+                    nursery.start_soon(self.group_writer.run)
                     nursery.start_soon(self._clean_loop)
                     nursery.start_soon(self._housekeeping_loop)
                     nursery.start_soon(self._trim_loop)
@@ -873,69 +904,12 @@ class BrokerController:
             with self.busy_poll.paused():  # the flush thread needs the CPU and the GIL
                 await guard.run(trio.to_thread.run_sync, flush)
 
-    def answer_when_topics_durable(self, conn: RemotingConnection, cmd: RemotingCommand,
-                                   seq: int) -> RemotingCommand | None:
-        """The answer to an admin's topic change number ``seq``: returned now
-        when it is on disk, else None and sent once the topic journal holds it
-        (an error after TOPIC_DURABLE_TIMEOUT_S s). Outside a trio run (tools,
-        tests) the table is written at once."""
-        topics = self.topic_config_manager
-        if seq <= topics.durable_seq:
-            return cmd.response(ResponseCode.SUCCESS)
-        try:
-            waiter = self._topic_waits.add(seq)
-        except RuntimeError:  # no trio run: no persist task either
-            topics.persist()
-            return cmd.response(ResponseCode.SUCCESS)
-
-        def answer(w: Waiter) -> None:
-            if cmd.is_oneway:
-                return
-            if w.status is PutMessageStatus.PUT_OK:
-                conn.send_response(cmd.response(ResponseCode.SUCCESS))
-            else:
-                conn.send_response(cmd.response(
-                    ResponseCode.SYSTEM_ERROR,
-                    "the topic change is applied but not confirmed on disk (the topic "
-                    "journal was not written in time, or the broker is stopping); it is "
-                    "written as soon as the disk allows"))
-
-        waiter.on_done(answer)
-        return None
-
     async def _topic_persist_loop(self) -> None:
-        """Journal topic changes: every change waiting goes in one append and
-        one fsync in a worker thread (group commit), a compaction rewrites
-        topics.json when the journal has grown; admins waiting for a change
-        are answered once it is on disk. A failed write is logged, backed off
-        and retried as a whole-table snapshot."""
-        topics = self.topic_config_manager
-        guard = self._topics_guard
-        waits = self._topic_waits
-        wake = trio.Event()
-
-        def dirty() -> None:
-            wake.set()
-
-        topics.on_dirty = dirty
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(waits.run_expiry)
-                while True:
-                    wake = trio.Event()
-                    work = topics.next_write()
-                    if work is None:
-                        await wake.wait()
-                        continue
-                    if await guard.run(trio.to_thread.run_sync, work.write,
-                                       path=str(topics.path)):
-                        topics.written(work)
-                        guard.call(waits.waiters.advance, topics.durable_seq)
-                    else:
-                        topics.write_failed(work)
-        finally:
-            topics.on_dirty = lambda: None
-            guard.call(waits.waiters.fail_all, PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        """Journal topic changes (broker/journal_writer.py): every change waiting
+        goes in one append and one fsync in a worker thread (group commit), a
+        compaction rewrites topics.json when the journal has grown; admins
+        waiting for a change are answered once it is on disk."""
+        await self.topic_writer.run()
 
     async def _persist_loop(self) -> None:
         while True:

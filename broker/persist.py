@@ -127,6 +127,8 @@ def load_json(path: Path) -> Any | None:
 
 JOURNAL_HEADER = struct.Struct(">II")  # payload length, crc32 of the payload
 JOURNAL_RECORD_MAX = 1 << 20  # a longer declared length is a torn or corrupt record
+# A compaction is due once a journal holds this many records and more than its table.
+COMPACT_MIN_RECORDS = 10_000
 
 
 def encode_journal_record(obj: Any) -> bytes:
@@ -258,3 +260,127 @@ class JournaledSnapshot(ConfigSnapshot):
         atomic_write_bytes(self.path, self.render(self.data))
         if self.journal is not None:
             self.journal.rotate()
+
+
+TableWrite = JournalBatch | JournaledSnapshot
+
+
+class JournaledTable:
+    """The journal bookkeeping a table kept as snapshot + journal shares (the
+    topics, the subscription groups): every change gets a number (``seq``)
+    and an encoded record waiting in ``_pending``; the broker's journal writer
+    (broker/journal_writer.py) takes what waits (``next_write``: one append
+    and one fsync for every record, or a compaction), writes it in a worker
+    thread and reports it (``written``): ``durable_seq`` says which changes
+    are on disk. A subclass says what a record and the whole table are:
+    ``table_size`` and ``snapshot_data`` (the table copied on the event loop
+    and the function turning it into the file's bytes, with ``seq`` as its
+    ``journalSeq``). Methods run on the event loop unless they say otherwise."""
+
+    path: Path
+    journal: TableJournal
+
+    def _init_journal(self, path: Path) -> None:
+        self.path = path
+        self.journal = TableJournal(path.with_name(path.name + ".journal"))
+        self.seq = 0  # the number of the latest change
+        self.durable_seq = 0  # every change up to this number is on disk
+        # changes not yet handed to a writer (set with every change, cleared when taken)
+        self.dirty = False
+        self._pending: list[tuple[int, bytes]] = []  # (seq, encoded journal record)
+        self._snapshot_due = False  # the next write must be a whole-table snapshot
+        # called when a change waits to be written (the broker wakes its writer)
+        self.on_dirty: Callable[[], None] = lambda: None
+
+    def table_size(self) -> int:
+        raise NotImplementedError
+
+    def snapshot_data(self) -> tuple[Any, Callable[[Any], bytes]]:
+        """The whole table, copied (sharing nothing the loop mutates), and its renderer."""
+        raise NotImplementedError
+
+    def _journal_record(self, rec: dict[str, Any]) -> int:
+        """Number a change (``rec`` gets its ``seq``), queue its record, wake the writer."""
+        self.seq += 1
+        rec["seq"] = self.seq
+        self._pending.append((self.seq, encode_journal_record(rec)))
+        self.dirty = True
+        self.on_dirty()
+        return self.seq
+
+    def _whole_table_due(self) -> int:
+        """The next write is the whole table (many changes at once): its number."""
+        self.seq += 1
+        self._pending.clear()
+        self._snapshot_due = True
+        self.dirty = True
+        self.on_dirty()
+        return self.seq
+
+    def replay(self, base_seq: int, apply: Callable[[dict[str, Any]], None]) -> int:
+        """At load (a worker thread): the journal's records after the snapshot's
+        ``base_seq``, in order, to ``apply``; the numbers continue after the
+        last one. Returns how many were replayed."""
+        applied, replayed = base_seq, 0
+        for rec in self.journal.recover():
+            seq = rec.get("seq") if isinstance(rec, dict) else None
+            if type(seq) is not int or seq <= applied:
+                continue
+            assert isinstance(rec, dict)
+            apply(rec)
+            applied, replayed = seq, replayed + 1
+        self.seq = self.durable_seq = applied
+        return replayed
+
+    def compact_min_records(self) -> int:
+        return COMPACT_MIN_RECORDS
+
+    def compaction_due(self) -> bool:
+        records = self.journal.records + len(self._pending)
+        return records >= self.compact_min_records() and records > self.table_size()
+
+    def journaled_snapshot(self, force: bool = True) -> JournaledSnapshot | None:
+        """The whole table to write, holding every change so far; None when
+        nothing waits and ``force`` is off."""
+        if not (force or self.dirty):
+            return None
+        self.dirty = False
+        self._pending.clear()  # the snapshot holds them
+        self._snapshot_due = False
+        data, render = self.snapshot_data()
+        return JournaledSnapshot(self.path, data, render, self.journal, self.seq)
+
+    def next_write(self) -> TableWrite | None:
+        """What the writer writes next, in a worker thread: every record
+        waiting (one append, one fsync), or a compaction when one is due; None
+        when everything is on disk."""
+        if self._snapshot_due or self.journal.broken or (self.dirty and self.compaction_due()):
+            return self.journaled_snapshot()
+        if self._pending:
+            batch = JournalBatch(self.journal, [s for s, _ in self._pending],
+                                 b"".join(r for _, r in self._pending))
+            self._pending = []
+            self.dirty = False
+            return batch
+        if self.dirty:  # e.g. a snapshot written elsewhere failed: its changes left _pending
+            return self.journaled_snapshot()
+        return None
+
+    def written(self, work: TableWrite) -> None:
+        """``work`` is on disk."""
+        if work.seq > self.durable_seq:
+            self.durable_seq = work.seq
+
+    def write_failed(self, work: TableWrite) -> None:
+        """``work`` did not reach the disk; its changes are written again, as a
+        snapshot (which also replaces a journal left torn)."""
+        self._snapshot_due = True
+        self.dirty = True
+
+    def persist(self) -> None:
+        """Write the whole table now, in the caller's thread (fsync: durable on
+        return). Not while the writer runs (tools, tests, shutdown)."""
+        snap = self.journaled_snapshot()
+        assert snap is not None
+        snap.write()
+        self.written(snap)

@@ -6,10 +6,12 @@ the table. Every change gets a number (``seq``) and goes to ``_pending``; the
 broker's topic persist task takes every record waiting (``next_write``) and
 appends them with one write and one fsync in a worker thread (group commit),
 then calls ``written``: ``durable_seq`` says which changes are on disk. An
-admin's change is answered once ``durable_seq`` reaches it (the controller's
-``answer_when_topics_durable``); topics created on the fly (auto-create on
-send, retry and dead-letter topics) are journaled soon after, never with an
-fsync per topic on the event loop.
+admin's change is answered once ``durable_seq`` reaches it (AdminService,
+through the topics' ``JournalWriter``: broker/journal_writer.py); topics
+created on the fly (auto-create on send, retry and dead-letter topics) are
+journaled soon after, never with an fsync per topic on the event loop. The
+bookkeeping is ``JournaledTable``'s (broker/persist.py), shared with the
+subscription groups.
 
 When the journal has grown past the table's size (at least
 COMPACT_MIN_RECORDS records) the next write is a compaction instead: the
@@ -41,10 +43,9 @@ import structlog
 
 from broker.config import BrokerConfig
 from broker.persist import (
-    JournalBatch,
     JournaledSnapshot,
-    TableJournal,
-    encode_journal_record,
+    JournaledTable,
+    TableWrite,
     load_json,
 )
 from broker.topic_validator import AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC
@@ -59,15 +60,15 @@ from protocol.route import (
     topic_config_problem,
 )
 
-# A compaction is due once the journal holds this many records and more than the table.
 # queues of a group's dead-letter topic (RocketMQ's DLQ_NUMS_PER_GROUP)
 DLQ_NUMS_PER_GROUP = 1
+# A compaction is due once the journal holds this many records and more than the table.
 COMPACT_MIN_RECORDS = 10_000
 # Deleted topics remembered for incremental registration before they are forgotten
 # (name servers that have not seen the older changes then get a full registration).
 MAX_REMEMBERED_DELETIONS = 10_000
 
-TopicWrite = JournalBatch | JournaledSnapshot
+TopicWrite = TableWrite
 
 
 def render_topics(data: tuple[dict[str, TopicConfig], dict[str, int], int]) -> bytes:
@@ -88,27 +89,19 @@ def render_topics(data: tuple[dict[str, TopicConfig], dict[str, int], int]) -> b
     ).encode()
 
 
-class TopicConfigManager:
+class TopicConfigManager(JournaledTable):
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion(int(time.time() * 1000))
-        self.path: Path = config.store_path("config", "topics.json")
-        self.journal = TableJournal(self.path.with_name(self.path.name + ".journal"))
+        path: Path = config.store_path("config", "topics.json")
+        self._init_journal(path)
         self.log = structlog.get_logger("broker.topics").bind(broker=config.broker_name)
-        self.seq = 0  # the number of the latest change
-        self.durable_seq = 0  # every change up to this number is on disk
-        # changes not yet handed to a writer (set with every change, cleared when taken)
-        self.dirty = False
-        self._pending: list[tuple[int, bytes]] = []  # (seq, encoded journal record)
-        self._snapshot_due = False  # the next write must be a whole-table snapshot
         # topic -> number of its latest change, oldest first (deleted topics too)
         self._changed: dict[str, int] = {}
         self._deletions = 0
         # changes_since(s) knows every change after s only for s >= changes_floor
         self.changes_floor = 0
-        # called when a change waits to be written (the broker wakes its persist task)
-        self.on_dirty: Callable[[], None] = lambda: None
         self._add_system_topics()
 
     def _add_system_topics(self) -> None:
@@ -154,12 +147,8 @@ class TopicConfigManager:
             self.data_version = DataVersion.from_dict(data.get("dataVersion"))
             seq = data.get("journalSeq")
             base_seq = seq if type(seq) is int and seq > 0 else 0
-        applied, replayed = base_seq, 0
-        for rec in self.journal.recover():
-            seq = rec.get("seq") if isinstance(rec, dict) else None
-            if type(seq) is not int or seq <= applied:
-                continue
-            assert isinstance(rec, dict)
+
+        def apply(rec: dict[str, Any]) -> None:
             if "put" in rec:
                 raw = rec["put"]
                 name = raw.get("topicName") if isinstance(raw, dict) else None
@@ -169,8 +158,9 @@ class TopicConfigManager:
             elif isinstance(rec.get("delete"), str):
                 self.table.pop(rec["delete"], None)
             self.data_version = DataVersion.from_dict(rec.get("dataVersion"))
-            applied, replayed = seq, replayed + 1
-        self.seq = self.durable_seq = self.changes_floor = applied
+
+        replayed = self.replay(base_seq, apply)
+        self.changes_floor = self.seq
         if not self.config.auto_create_topic_enable:
             self.table.pop(AUTO_CREATE_TOPIC_KEY_TOPIC, None)
         self.log.info("topics loaded", count=len(self.table), journal_records=replayed)
@@ -193,21 +183,18 @@ class TopicConfigManager:
             self.data_version.next_version(int(time.time() * 1000))
         else:
             self.data_version = DataVersion(version.timestamp, version.counter)
-        self.seq += 1
-        seq = self.seq
-        self._changed.pop(topic, None)
-        self._changed[topic] = seq
-        rec: dict[str, Any] = {"seq": seq, "dataVersion": self.data_version.to_dict()}
+        rec: dict[str, Any] = {"dataVersion": self.data_version.to_dict()}
         if cfg is not None:
             rec["put"] = cfg.to_dict()
         else:
             rec["delete"] = topic
+        seq = self._journal_record(rec)
+        self._changed.pop(topic, None)
+        self._changed[topic] = seq
+        if cfg is None:
             self._deletions += 1
             if self._deletions > MAX_REMEMBERED_DELETIONS:
                 self._forget_deletions()
-        self._pending.append((seq, encode_journal_record(rec)))
-        self.dirty = True
-        self.on_dirty()
         return seq
 
     def _forget_deletions(self) -> None:
@@ -275,14 +262,9 @@ class TopicConfigManager:
 
     def _whole_table_changed(self) -> None:
         """Written soon as a whole-table snapshot; registrations after it are full ones."""
-        self.seq += 1
         self._changed.clear()
         self._deletions = 0
-        self.changes_floor = self.seq
-        self._pending.clear()
-        self._snapshot_due = True
-        self.dirty = True
-        self.on_dirty()
+        self.changes_floor = self._whole_table_due()
 
     def create_topic_in_send_back(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
         """The retry or dead-letter topic of a group, created on first use."""
@@ -343,55 +325,19 @@ class TopicConfigManager:
             "dataVersion": self.data_version.to_dict(),
         }
 
-    # ---- writing (the persist task) ------------------------------------------
+    # ---- writing (the journal writer: broker/persist.py JournaledTable) -------
 
-    def compaction_due(self) -> bool:
-        records = self.journal.records + len(self._pending)
-        return records >= COMPACT_MIN_RECORDS and records > len(self.table)
+    def table_size(self) -> int:
+        return len(self.table)
+
+    def compact_min_records(self) -> int:
+        return COMPACT_MIN_RECORDS
+
+    def snapshot_data(self) -> tuple[Any, Callable[[Any], bytes]]:
+        # a shallow copy: configs are never changed in place
+        return (dict(self.table), self.data_version.to_dict(), self.seq), render_topics
 
     def snapshot(self, force: bool = True) -> JournaledSnapshot | None:
-        """On the event loop: the whole table to write (a shallow copy: configs
-        are never changed in place), holding every change so far; None when
-        nothing waits and ``force`` is off."""
-        if not (force or self.dirty):
-            return None
-        self.dirty = False
-        self._pending.clear()  # the snapshot holds them
-        self._snapshot_due = False
-        data = (dict(self.table), self.data_version.to_dict(), self.seq)
-        return JournaledSnapshot(self.path, data, render_topics, self.journal, self.seq)
-
-    def next_write(self) -> TopicWrite | None:
-        """On the event loop: what the persist task writes next, in a worker
-        thread: every record waiting (one append, one fsync), or a compaction
-        when one is due; None when everything is on disk."""
-        if self._snapshot_due or self.journal.broken or (self.dirty and self.compaction_due()):
-            return self.snapshot()
-        if self._pending:
-            batch = JournalBatch(self.journal, [s for s, _ in self._pending],
-                                 b"".join(r for _, r in self._pending))
-            self._pending = []
-            self.dirty = False
-            return batch
-        if self.dirty:  # e.g. a snapshot written elsewhere failed: its changes left _pending
-            return self.snapshot()
-        return None
-
-    def written(self, work: TopicWrite) -> None:
-        """On the event loop: ``work`` is on disk."""
-        if work.seq > self.durable_seq:
-            self.durable_seq = work.seq
-
-    def write_failed(self, work: TopicWrite) -> None:
-        """On the event loop: ``work`` did not reach the disk; its changes are
-        written again, as a snapshot (which also replaces a journal left torn)."""
-        self._snapshot_due = True
-        self.dirty = True
-
-    def persist(self) -> None:
-        """Write the whole table now, in the caller's thread (fsync: durable on
-        return). Not while the persist task runs (tools, tests, shutdown)."""
-        snap = self.snapshot()
-        assert snap is not None
-        snap.write()
-        self.written(snap)
+        """On the event loop: the whole table to write, holding every change so
+        far; None when nothing waits and ``force`` is off."""
+        return self.journaled_snapshot(force)

@@ -13,5 +13,6 @@ def test_services_import_no_transport() -> None:
                       "broker.pull_processor", "broker.consumer_manage_processor",
                       "broker.client_manage_processor", "broker.send_processor",
                       "broker.query_processor", "broker.queue_admin_processor",
-                      "broker.end_transaction_processor", "broker.controller"):
+                      "broker.end_transaction_processor", "broker.admin_processor",
+                      "broker.controller"):
         assert imports_between(graph, "broker.service", transport) == []
