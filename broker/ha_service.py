@@ -62,12 +62,20 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, BrokerRole
 from broker.store import DefaultMessageStore
 from broker.store.ha.epochs import Epoch, LogView, Verdict, judge, lineage_problem
 from broker.store.ha.ha_client import HAClient
 from broker.store.ha.ha_connection import HAConnection, is_slave_ok, push_to_slave_max_offset
 from broker.store.ha.slots import Slot, Slots
+from broker.store.ha.sync_state import (
+    SyncStateHolder,
+    SyncStateSet,
+    members_acked,
+    needed_acks,
+    offset_held_by,
+    replicas_short,
+)
 from broker.store.ha.transfer import (
     GREETING,
     RECOVER,
@@ -204,6 +212,16 @@ class HAService:
         self.master_accepted = False
         # called once this slave discarded its log (to set haDiscardLog back to false)
         self.on_discarded: Callable[[], Awaitable[None]] | None = None
+        # ---- controller mode (enableControllerMode; docs/replication.md)
+        self.controller_mode = config.enable_controller_mode
+        # this master's SyncStateSet, as the controller answered it (set_sync_state_set)
+        self.sync_state = SyncStateHolder()
+        self.sync_state.observe(self._sync_state_changed)
+        # whether this broker is a SYNC_MASTER now (the live role replaces it)
+        self.sync_master: Callable[[], bool] = \
+            lambda: config.broker_role == BrokerRole.SYNC_MASTER
+        if self.controller_mode:  # an extra check on every put: only in controller mode
+            store.replicas_check = self.replicas_short
 
     @property
     def silent_s(self) -> float:
@@ -220,12 +238,66 @@ class HAService:
     def wait_slave(self, next_offset: int) -> Waiter:
         """A SYNC_MASTER send ending at ``next_offset``: done once a slave
         acknowledged it, FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or at once
-        SLAVE_NOT_AVAILABLE when no slave is close enough."""
+        SLAVE_NOT_AVAILABLE when no slave is close enough.
+
+        In controller mode: done once enough SyncStateSet members hold it
+        (``acked_offset``), or at once IN_SYNC_REPLICAS_NOT_ENOUGH when the
+        set has fewer than minInSyncReplicas (it shrank since the put)."""
+        if self.controller_mode:
+            short = self.replicas_short(check_role=False)
+            if short is not None:
+                return Waiter.finished(PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, next_offset)
+            self.waiters.advance(self.acked_offset())
+            return self.sends.add(next_offset)
         if not is_slave_ok(self.connections, next_offset, self.config.ha_slave_fallbehind_max):
             return Waiter.finished(PutMessageStatus.SLAVE_NOT_AVAILABLE, next_offset)
         ev, self._silence_check = self._silence_check, trio.Event()
         ev.set()
         return self.sends.add(next_offset)
+
+    # ---- controller mode: the SyncStateSet ----------------------------------------------
+
+    def set_sync_state_set(self, sss: SyncStateSet) -> bool:
+        """The controller's SyncStateSet for this master (its answer to a
+        heart-beat or to ALTER_SYNC_STATE_SET). True when it changed;
+        SyncStateError when it is older than the one in force."""
+        return self.sync_state.set(sss)
+
+    def replicas_short(self, check_role: bool = True) -> str | None:
+        """Controller mode, a SYNC_MASTER: why a put is refused
+        IN_SYNC_REPLICAS_NOT_ENOUGH (the store asks before each put)."""
+        if not self.controller_mode or (check_role and not (self.master_role
+                                                            and self.sync_master())):
+            return None
+        return replicas_short(self.sync_state.current, self.config.min_in_sync_replicas)
+
+    def acked_offset(self) -> int:
+        """The offset SYNC_MASTER sends are released up to: the best slave's
+        acknowledgement; in controller mode the highest offset enough
+        SyncStateSet members hold (all with allAckInSyncStateSet, else
+        minInSyncReplicas, the master counting)."""
+        if not self.controller_mode:
+            return push_to_slave_max_offset(self.connections)
+        sss = self.sync_state.current
+        if sss is None:
+            return 0
+        acked = members_acked((c.broker_id, c.acked_offset) for c in self.connections
+                              if c.invalid is None)
+        need = needed_acks(sss, self.config.min_in_sync_replicas,
+                           self.config.all_ack_in_sync_state_set)
+        return offset_held_by(sss, self.store.get_max_phy_offset(), acked, need)
+
+    def reported(self, conn: HAConnection, now: float) -> None:
+        """A slave's reports were taken (``conn.on_report``): release the
+        SYNC_MASTER sends they cover."""
+        self.waiters.advance(self.acked_offset())
+
+    def _sync_state_changed(self, old: SyncStateSet | None, new: SyncStateSet) -> None:
+        """A new SyncStateSet: sends it now covers are released."""
+        self.log.info("SyncStateSet changed", old=old.describe() if old else None,
+                      **new.describe())
+        if self.controller_mode:
+            self.sends.guard.call(self.waiters.advance, self.acked_offset())
 
     def set_master_ha_addr(self, addr: str | None) -> None:
         """The name server told a slave its master's HA address."""
@@ -376,7 +448,8 @@ class HAService:
         no longer counts for sends, ``is_slave_ok``); once none that could
         release the waiting sends is left, they end SLAVE_NOT_AVAILABLE."""
         while True:
-            if not len(self.waiters) or self.silent_s <= 0:
+            # controller mode: the SyncStateSet decides who counts, not silence
+            if not len(self.waiters) or self.silent_s <= 0 or self.controller_mode:
                 await self._silence_check.wait()
                 continue
             await trio.sleep(max(self.silent_s / 4, 0.01))
@@ -489,7 +562,7 @@ class HAService:
                                  error=describe(leaf))
                 return
             if admitted:
-                await self._stream_to_slave(stream, peer, rest)
+                await self._stream_to_slave(stream, peer, rest, broker_id)
 
     async def _admit(self, stream: trio.abc.Stream, peer: str, hello: Hello, view: LogView,
                      broker_id: int, rest: bytes, key: AnswerKey | None) -> bool:
@@ -585,9 +658,11 @@ class HAService:
                                  slave=addr, error=describe(first_leaf(exc)))
         await self._maybe_open()
 
-    async def _stream_to_slave(self, stream: trio.abc.Stream, peer: str, rest: bytes) -> None:
+    async def _stream_to_slave(self, stream: trio.abc.Stream, peer: str, rest: bytes,
+                               broker_id: int | None = None) -> None:
         conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
                             self.heartbeat, self.housekeeping)
+        conn.broker_id = broker_id
         conn.connected(trio.current_time())
         self.connections.add(conn)
         self.log.info("slave connected", slave=peer)
@@ -672,7 +747,7 @@ class HAService:
                 now = trio.current_time()
                 for offset in decoder.feed(data):
                     conn.on_report(offset, now)
-                self.waiters.advance(push_to_slave_max_offset(self.connections))
+                self.reported(conn, now)
                 self.notify_new_data()  # the first report tells the writer where to start
                 continue
             if conn.idle_too_long(trio.current_time()):

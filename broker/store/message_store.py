@@ -271,6 +271,9 @@ class DefaultMessageStore:
         # why puts are refused (a master that must not take writes yet, see
         # broker/ha_service.py), or None; replicated appends are not affected
         self.write_fence: str | None = None
+        # controller mode on a SYNC_MASTER (broker/ha_service.py): why puts are refused
+        # IN_SYNC_REPLICAS_NOT_ENOUGH now (None: they are not); asked before each put
+        self.replicas_check: Callable[[], str | None] | None = None
         # Commit-log offset up to which every record is dispatched (reput cursor).
         self.reput_offset = 0
         self.dispatch_failure: Exception | None = None  # why the cursor is behind
@@ -487,7 +490,8 @@ class DefaultMessageStore:
         ``defer``: the indexing waits for ``dispatch_deferred``."""
         if self._deferred is not None:
             self.dispatch_deferred()
-        if not self.running or self.disk_full or self.dispatch_behind or self.write_fence:
+        if not self.running or self.disk_full or self.dispatch_behind or self.write_fence \
+                or self.replicas_check is not None:
             return None
         return self._put(topic, lambda: self.commit_log.put_batch_body(
             topic, queue_id, data, sys_flag=sys_flag, born_timestamp=born_timestamp,
@@ -503,6 +507,9 @@ class DefaultMessageStore:
             self.dispatch_deferred()
         if not self.running or self.disk_full or self.write_fence is not None:
             return self._not_available()
+        short = self._replicas_short()
+        if short is not None:
+            return short
         if self.dispatch_behind and not self.reput():
             return self._behind_result()
         cursor = self.reput_offset
@@ -536,6 +543,14 @@ class DefaultMessageStore:
         return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
                                 detail=self.write_fence or "")
 
+    def _replicas_short(self) -> PutMessageResult | None:
+        """IN_SYNC_REPLICAS_NOT_ENOUGH, saying why, when ``replicas_check`` refuses."""
+        check = self.replicas_check
+        reason = check() if check is not None else None
+        if reason is None:
+            return None
+        return PutMessageResult(PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, detail=reason)
+
     def dispatch_deferred(self) -> None:
         """Dispatch what the deferred put appended, unless the cursor has moved
         meanwhile (a reput read it back); a failure leaves it to ``reput`` (the
@@ -551,6 +566,9 @@ class DefaultMessageStore:
         the result and, when stored, each record's place (its dispatch request)."""
         if not self.running or self.disk_full or self.write_fence is not None:
             return self._not_available(), []
+        short = self._replicas_short()
+        if short is not None:
+            return short, []
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
         if self._deferred is not None:

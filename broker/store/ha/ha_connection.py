@@ -66,6 +66,9 @@ class HAConnection:
         # set by the HA service once it saw ``silent`` hold after letting the
         # reports already received in; cleared by any acknowledgement progress
         self.silent_confirmed = False
+        # the slave's brokerId from its hello (controller mode counts acknowledgements
+        # by SyncStateSet member); None for a connection that is no slave's
+        self.broker_id: int | None = None
 
     # ---- reports in ------------------------------------------------------------------
 

@@ -1,0 +1,158 @@
+"""Controller mode on a master's HA service (no controller yet: the
+SyncStateSet is set through ``set_sync_state_set``): what acknowledges a
+SYNC_MASTER send (minInSyncReplicas, allAckInSyncStateSet), the
+IN_SYNC_REPLICAS_NOT_ENOUGH refusal, and the non-controller rule unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from broker.config import BrokerConfig, BrokerRole
+from broker.ha_service import HAService
+from broker.send_processor import PUT_STATUS_TO_CODE
+from broker.store import DefaultMessageStore
+from broker.store.ha.ha_connection import HAConnection
+from broker.store.ha.sync_state import SyncStateError, SyncStateSet
+from broker.store.status import PutMessageStatus
+from protocol.codes import ResponseCode
+from tests.broker.store.helpers import inner, make_config, open_store
+
+S = PutMessageStatus
+
+
+def master(tmp_path: Path, *, controller: bool = True, min_in_sync: int = 1,
+           all_ack: bool = False, slaves: tuple[int, ...] = (1, 2),
+           ) -> tuple[DefaultMessageStore, HAService, dict[int, HAConnection]]:
+    config: BrokerConfig = make_config(tmp_path, cl_size=1 << 20)
+    config.broker_role = BrokerRole.SYNC_MASTER
+    config.enable_controller_mode = controller
+    config.min_in_sync_replicas = min_in_sync
+    config.all_ack_in_sync_state_set = all_ack
+    store = open_store(config)
+    ha = HAService(config, store)
+    conns: dict[int, HAConnection] = {}
+    for broker_id in slaves:
+        conn = HAConnection(store, 1 << 16)
+        conn.broker_id = broker_id
+        conn.connected(0.0)
+        conn.on_report(0, 0.0)
+        ha.connections.add(conn)
+        conns[broker_id] = conn
+    return store, ha, conns
+
+
+def put(store: DefaultMessageStore, body: bytes = b"x" * 100) -> int:
+    r = store.put_message(inner("T", 0, body))
+    assert r.ok, r
+    return store.get_max_phy_offset()
+
+
+def ack(ha: HAService, conn: HAConnection, offset: int) -> None:
+    """The slave was sent up to ``offset`` and acknowledges it."""
+    while (t := conn.next_transfer(0.0)) is not None and t[1]:
+        pass
+    conn.on_report(offset, 0.0)
+    ha.reported(conn, 0.0)
+
+
+def sss(*members: int, epoch: int = 1) -> SyncStateSet:
+    return SyncStateSet(0, frozenset({0, *members}), epoch)
+
+
+async def test_min_in_sync_replicas_counts_the_master_and_members_only(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    store, ha, conns = master(tmp_path, min_in_sync=2)
+    ha.set_sync_state_set(sss(1, epoch=1))  # slave 2 connected but not in the set
+    end = put(store)
+    w = ha.wait_slave(end)
+    assert w.status is None
+    ack(ha, conns[2], end)  # outside the SyncStateSet: counts for nothing
+    assert w.status is None
+    ack(ha, conns[1], end)
+    assert w.status is S.PUT_OK
+    store.shutdown()
+
+
+async def test_min_in_sync_replicas_one_is_the_master_alone(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    store, ha, _ = master(tmp_path, min_in_sync=1)
+    ha.set_sync_state_set(sss(1, 2))
+    assert ha.wait_slave(put(store)).status is S.PUT_OK
+    store.shutdown()
+
+
+async def test_all_ack_waits_for_every_member_and_a_shrink_releases(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    store, ha, conns = master(tmp_path, min_in_sync=1, all_ack=True)
+    ha.set_sync_state_set(sss(1, 2, epoch=4))
+    end = put(store)
+    w = ha.wait_slave(end)
+    ack(ha, conns[1], end)
+    assert w.status is None  # member 2 has not
+    # the controller takes 2 out of the set: everyone left holds it
+    ha.set_sync_state_set(sss(1, epoch=5))
+    assert w.status is S.PUT_OK
+    with pytest.raises(SyncStateError):
+        ha.set_sync_state_set(sss(1, 2, epoch=4))
+    store.shutdown()
+
+
+async def test_a_send_not_held_by_enough_members_times_out(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    store, ha, conns = master(tmp_path, min_in_sync=3)
+    ha.set_sync_state_set(sss(1, 2))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ha.sends.run_expiry)
+        nursery.start_soon(ha.run_silence_check)
+        end = put(store)
+        w = ha.wait_slave(end)
+        ack(ha, conns[1], end)
+        t0 = trio.current_time()
+        done = trio.Event()
+        w.on_done(lambda _w: done.set())
+        await done.wait()
+        # syncFlushTimeout (5 s); silence never ends it in controller mode
+        assert w.status is S.FLUSH_SLAVE_TIMEOUT and trio.current_time() - t0 >= 5
+        nursery.cancel_scope.cancel()
+    store.shutdown()
+
+
+async def test_a_set_smaller_than_min_in_sync_replicas_refuses_the_put(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    store, ha, _ = master(tmp_path, min_in_sync=2)
+    before = store.get_max_phy_offset()
+    r = store.put_message(inner("T", 0, b"x"))  # no SyncStateSet yet
+    assert r.put_message_status is S.IN_SYNC_REPLICAS_NOT_ENOUGH and "no SyncStateSet" in r.detail
+    ha.set_sync_state_set(sss(epoch=2))  # the master alone
+    for attempt in (store.put_message(inner("T", 0, b"x")),
+                    store.put_together([inner("T", 0, b"x")])[0]):
+        assert attempt.put_message_status is S.IN_SYNC_REPLICAS_NOT_ENOUGH
+        assert "has 1 of minInSyncReplicas=2" in attempt.detail
+    assert store.get_max_phy_offset() == before  # nothing written
+    assert PUT_STATUS_TO_CODE[S.IN_SYNC_REPLICAS_NOT_ENOUGH] == (
+        ResponseCode.SYSTEM_ERROR, "in-sync replicas not enough")
+    ha.set_sync_state_set(sss(1, epoch=3))
+    end = put(store)
+    # the set shrank between the put and its wait: answered at once
+    ha.set_sync_state_set(sss(epoch=4))
+    assert ha.wait_slave(end).status is S.IN_SYNC_REPLICAS_NOT_ENOUGH
+    # an ASYNC_MASTER (the live role says so) takes the put
+    ha.sync_master = lambda: False
+    assert store.put_message(inner("T", 0, b"x")).ok
+    store.shutdown()
+
+
+async def test_without_controller_mode_the_best_slave_releases_as_before(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    store, ha, conns = master(tmp_path, controller=False, min_in_sync=3, all_ack=True)
+    assert store.replicas_check is None  # no extra work on the put path
+    end = put(store)
+    w = ha.wait_slave(end)
+    assert w.status is None
+    ack(ha, conns[2], end)  # no SyncStateSet, no minInSyncReplicas: one slave is enough
+    assert w.status is S.PUT_OK
+    store.shutdown()
