@@ -69,6 +69,9 @@ from broker.store.ha.ha_client import HAClient
 from broker.store.ha.ha_connection import HAConnection, is_slave_ok, push_to_slave_max_offset
 from broker.store.ha.slots import Slot, Slots
 from broker.store.ha.sync_state import (
+    CatchUp,
+    Proposal,
+    SyncStateDecider,
     SyncStateHolder,
     SyncStateSet,
     members_acked,
@@ -222,6 +225,13 @@ class HAService:
             lambda: config.broker_role == BrokerRole.SYNC_MASTER
         if self.controller_mode:  # an extra check on every put: only in controller mode
             store.replicas_check = self.replicas_short
+        # slaves by brokerId: when each last held the master's end (shrink, expand)
+        self.catch_up: dict[int, CatchUp] = {}
+        # the master's SyncStateSet proposals go to ``on_sync_state_proposal`` (the
+        # controller's ALTER_SYNC_STATE_SET, once the broker speaks to it)
+        self.on_sync_state_proposal: Callable[[Proposal], None] | None = None
+        self.decider = SyncStateDecider(self._propose,
+                                        config.ha_max_time_slave_not_catchup / 1000)
 
     @property
     def silent_s(self) -> float:
@@ -289,8 +299,51 @@ class HAService:
 
     def reported(self, conn: HAConnection, now: float) -> None:
         """A slave's reports were taken (``conn.on_report``): release the
-        SYNC_MASTER sends they cover."""
+        SYNC_MASTER sends they cover; date its catch-up (controller mode)."""
+        if self.controller_mode and conn.broker_id is not None:
+            c = self.catch_up.get(conn.broker_id)
+            if c is not None:
+                c.on_report(conn.acked_offset, self.store.get_max_phy_offset(), now)
         self.waiters.advance(self.acked_offset())
+
+    def confirm_offset(self) -> int:
+        """Controller mode, a master: the offset every SyncStateSet member
+        holds (0 with no set)."""
+        sss = self.sync_state.current
+        if sss is None:
+            return 0
+        acked = members_acked((c.broker_id, c.acked_offset) for c in self.connections
+                              if c.invalid is None)
+        return offset_held_by(sss, self.store.get_max_phy_offset(), acked, len(sss.members))
+
+    def check_sync_state(self, now: float) -> Proposal | None:
+        """Controller mode, a master: propose a shrink or expand when one is
+        due (``SyncStateDecider``). A member never heard since this master
+        began gets haMaxTimeSlaveNotCatchup from now to connect."""
+        sss = self.sync_state.current
+        if not self.controller_mode or not self.master_role or sss is None:
+            return None
+        for member in sss.slaves:
+            if member not in self.catch_up:
+                self.catch_up[member] = CatchUp(now, connected=False)
+        entries = self.store.epochs.entries
+        epoch_start = entries[-1].start if entries else 0
+        self.decider.max_not_catchup_s = self.config.ha_max_time_slave_not_catchup / 1000
+        return self.decider.tick(now, sss, self.catch_up, self.confirm_offset(), epoch_start)
+
+    def _propose(self, proposal: Proposal) -> None:
+        self.log.info("SyncStateSet change proposed", members=sorted(proposal.members),
+                      removed=sorted(proposal.removed), added=sorted(proposal.added),
+                      from_epoch=proposal.epoch)
+        if self.on_sync_state_proposal is not None:
+            self.sends.guard.call(self.on_sync_state_proposal, proposal)
+
+    async def run_sync_state_check(self) -> None:
+        """Controller mode, a master: ``check_sync_state`` every second (a
+        quarter of haMaxTimeSlaveNotCatchup when shorter), until cancelled."""
+        while True:
+            await trio.sleep(min(1.0, self.config.ha_max_time_slave_not_catchup / 4000))
+            self.check_sync_state(trio.current_time())
 
     def _sync_state_changed(self, old: SyncStateSet | None, new: SyncStateSet) -> None:
         """A new SyncStateSet: sends it now covers are released."""
@@ -382,6 +435,10 @@ class HAService:
         self.pinned_master_ha_addr = master_ha_addr
         self.master_ha_addr = master_ha_addr or self.config.ha_master_address or None
         self.master_role = not slave
+        # a new role starts with no SyncStateSet: the controller tells the new one
+        self.sync_state.clear()
+        self.catch_up.clear()
+        self.decider.pending = None
         if not slave:
             self.fence_for_start()
 
@@ -489,6 +546,8 @@ class HAService:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.sends.run_expiry)
                 nursery.start_soon(self.run_silence_check)
+                if self.controller_mode:
+                    nursery.start_soon(self.run_sync_state_check)
                 await nursery.start(trio.serve_listeners, self._serve_slave, listeners)
                 task_status.started(self.port)
         finally:
@@ -665,6 +724,11 @@ class HAService:
         conn.broker_id = broker_id
         conn.connected(trio.current_time())
         self.connections.add(conn)
+        if self.controller_mode and broker_id is not None:
+            # a slave back keeps the date it last caught up (its grace does not restart)
+            joined = self.catch_up.setdefault(broker_id, CatchUp(trio.current_time()))
+            joined.connected, joined.acked = True, 0
+            joined.samples.clear()
         self.log.info("slave connected", slave=peer)
         try:
             async with trio.open_nursery() as nursery:
@@ -676,6 +740,9 @@ class HAService:
                              error=describe(first_leaf(exc)))
         finally:
             self.connections.discard(conn)
+            gone = self.catch_up.get(broker_id) if broker_id is not None else None
+            if gone is not None and not any(o.broker_id == broker_id for o in self.connections):
+                gone.connected = False
             self.log.info("slave disconnected", slave=peer, acked_offset=conn.acked_offset)
 
     def _admin_secret(self) -> Callable[[str], str | None] | None:
@@ -758,6 +825,7 @@ class HAService:
         comes out of SEND_BUDGET (shared by every connection; one transfer at
         least); a send not taken within haHousekeepingInterval (at most
         SEND_COALESCE bytes: the peer does not read) closes the connection."""
+        catch_up = self.catch_up.get(conn.broker_id) if conn.broker_id is not None else None
         while True:
             data_event = self._data
             now = trio.current_time()
@@ -770,6 +838,8 @@ class HAService:
                     if t is None:
                         break
                     frame = encode_transfer(*t)
+                    if t[1] and catch_up is not None:
+                        catch_up.on_sent(self.store.get_max_phy_offset(), now)
                     frames.append(frame)
                     size += len(frame)
                     self._send_budget -= len(frame)

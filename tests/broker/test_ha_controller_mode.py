@@ -53,10 +53,11 @@ def put(store: DefaultMessageStore, body: bytes = b"x" * 100) -> int:
 
 def ack(ha: HAService, conn: HAConnection, offset: int) -> None:
     """The slave was sent up to ``offset`` and acknowledges it."""
-    while (t := conn.next_transfer(0.0)) is not None and t[1]:
+    now = trio.current_time()
+    while (t := conn.next_transfer(now)) is not None and t[1]:
         pass
-    conn.on_report(offset, 0.0)
-    ha.reported(conn, 0.0)
+    conn.on_report(offset, now)
+    ha.reported(conn, now)
 
 
 def sss(*members: int, epoch: int = 1) -> SyncStateSet:
@@ -155,4 +156,67 @@ async def test_without_controller_mode_the_best_slave_releases_as_before(
     assert w.status is None
     ack(ha, conns[2], end)  # no SyncStateSet, no minInSyncReplicas: one slave is enough
     assert w.status is S.PUT_OK
+    store.shutdown()
+
+
+# ---- shrink and expand on the master, in virtual time ------------------------------------
+
+
+def joined(ha: HAService, conn: HAConnection) -> None:
+    """What the HA service does when a slave's connection streams."""
+    from broker.store.ha.sync_state import CatchUp
+    assert conn.broker_id is not None
+    ha.catch_up.setdefault(conn.broker_id, CatchUp(trio.current_time()))
+
+
+async def test_a_lagging_member_is_proposed_out_and_back_in_once_caught_up(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    from broker.store.ha.sync_state import Proposal
+    store, ha, conns = master(tmp_path, min_in_sync=1)
+    proposals: list[Proposal] = []
+    ha.on_sync_state_proposal = proposals.append
+    ha.set_sync_state_set(sss(1, 2, epoch=3))
+    for conn in conns.values():
+        joined(ha, conn)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ha.run_sync_state_check)
+        # slave 1 keeps up every 0.5 s; slave 2 stops acknowledging
+        t0 = trio.current_time()
+        while not proposals:
+            end = put(store)
+            now = trio.current_time()
+            ha.catch_up[1].on_sent(end, now)
+            ha.catch_up[2].on_sent(end, now)
+            ack(ha, conns[1], end)
+            await trio.sleep(0.5)
+        took = trio.current_time() - t0
+        # haMaxTimeSlaveNotCatchup (15 s), checked every second
+        assert 15.0 < took <= 16.5, took
+        assert proposals == [Proposal(0, frozenset({0, 1}), 3, removed=frozenset({2}))]
+        # the controller's answer: 2 is out; the confirm offset is what 0 and 1 hold
+        ha.set_sync_state_set(sss(1, epoch=4))
+        assert ha.confirm_offset() == store.get_max_phy_offset()
+        await trio.sleep(3)
+        assert len(proposals) == 1  # nothing more to change meanwhile
+        # slave 2 catches up to the confirm offset (in this epoch): proposed back
+        end = store.get_max_phy_offset()
+        ack(ha, conns[2], end)
+        await trio.sleep(1.1)
+        assert proposals[-1] == Proposal(0, frozenset({0, 1, 2}), 4, added=frozenset({2}))
+        nursery.cancel_scope.cancel()
+    store.shutdown()
+
+
+async def test_a_member_that_never_connects_has_its_grace_then_leaves(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    store, ha, _ = master(tmp_path, slaves=())
+    ha.set_sync_state_set(sss(5, epoch=1))
+    assert ha.check_sync_state(trio.current_time()) is None  # just became master
+    await trio.sleep(15.5)
+    p = ha.check_sync_state(trio.current_time())
+    assert p is not None and p.removed == {5} and p.members == {0}
+    # a broker that stands down forgets its set and its slaves
+    ha.take_role(slave=True)
+    assert ha.sync_state.current is None and not ha.catch_up
+    assert ha.check_sync_state(trio.current_time()) is None
     store.shutdown()

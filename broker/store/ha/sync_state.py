@@ -163,8 +163,9 @@ class CatchUp:
     the catch-up at that transfer's time, and an acknowledgement of the
     master's present end dates it now."""
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, connected: bool = True) -> None:
         self.last_caught_up = now  # a new connection starts its grace period now
+        self.connected = connected  # a slave gone keeps its date: it leaves once it is old
         self.acked = 0
         self.samples: deque[tuple[float, int]] = deque()
 
@@ -217,16 +218,16 @@ class SyncStateDecider:
 
     def decide(self, now: float, sss: SyncStateSet, slaves: Mapping[int, CatchUp],
                confirm_offset: int, epoch_start: int) -> Proposal | None:
-        """The change due now (pure: nothing remembered). Members with no
-        connection (missing from ``slaves``) or not caught up for
-        max_not_catchup_s leave; a connected slave outside the set whose
-        acknowledged offset reached the confirm offset and the current
-        epoch's start (``epoch_start``) joins."""
+        """The change due now (pure: nothing remembered). Members unknown to
+        ``slaves`` or not caught up for max_not_catchup_s (connected or not)
+        leave; a connected slave outside the set whose acknowledged offset
+        reached the confirm offset and the current epoch's start
+        (``epoch_start``) joins."""
         removed = frozenset(m for m in sss.slaves
                             if m not in slaves
                             or now - slaves[m].last_caught_up > self.max_not_catchup_s)
         added = frozenset(b for b, c in slaves.items()
-                          if b not in sss.members and b != sss.master_id
+                          if b not in sss.members and b != sss.master_id and c.connected
                           and c.acked >= confirm_offset and c.acked >= epoch_start
                           and now - c.last_caught_up <= self.max_not_catchup_s)
         if not removed and not added:
