@@ -80,6 +80,7 @@ from broker.store.ha.sync_state import (
     replicas_short,
 )
 from broker.store.ha.transfer import (
+    CONTROLLER_MODE_FIELD,
     GREETING,
     RECOVER,
     Answer,
@@ -100,6 +101,7 @@ from broker.store.ha.transfer import (
     check_hello,
     encode_answer,
     encode_challenge,
+    encode_confirm,
     encode_hello,
     encode_report,
     encode_transfer,
@@ -338,6 +340,22 @@ class HAService:
         if self.on_sync_state_proposal is not None:
             self.sends.guard.call(self.on_sync_state_proposal, proposal)
 
+    def advance_confirm(self) -> int:
+        """Controller mode, a master: dispatch up to the confirm offset
+        (store.set_dispatch_limit). Returns the records dispatched."""
+        if self.store.dispatch_limit is None or not self.master_role \
+                or self.sync_state.current is None:
+            return 0
+        return self.store.set_dispatch_limit(self.confirm_offset())
+
+    async def run_confirm(self) -> None:
+        """Controller mode, a master: ``advance_confirm`` after every append,
+        report and SyncStateSet change, until cancelled."""
+        while True:
+            ev = self._data
+            self.advance_confirm()
+            await ev.wait()
+
     async def run_sync_state_check(self) -> None:
         """Controller mode, a master: ``check_sync_state`` every second (a
         quarter of haMaxTimeSlaveNotCatchup when shorter), until cancelled."""
@@ -351,6 +369,7 @@ class HAService:
                       **new.describe())
         if self.controller_mode:
             self.sends.guard.call(self.waiters.advance, self.acked_offset())
+            self.notify_new_data()  # the confirm offset may move (run_confirm, the writers)
 
     def set_master_ha_addr(self, addr: str | None) -> None:
         """The name server told a slave its master's HA address."""
@@ -548,6 +567,7 @@ class HAService:
                 nursery.start_soon(self.run_silence_check)
                 if self.controller_mode:
                     nursery.start_soon(self.run_sync_state_check)
+                    nursery.start_soon(self.run_confirm)
                 await nursery.start(trio.serve_listeners, self._serve_slave, listeners)
                 task_status.started(self.port)
         finally:
@@ -621,7 +641,9 @@ class HAService:
                                  error=describe(leaf))
                 return
             if admitted:
-                await self._stream_to_slave(stream, peer, rest, broker_id)
+                await self._stream_to_slave(
+                    stream, peer, rest, broker_id,
+                    hello.fields.get(CONTROLLER_MODE_FIELD) == "true" and self.controller_mode)
 
     async def _admit(self, stream: trio.abc.Stream, peer: str, hello: Hello, view: LogView,
                      broker_id: int, rest: bytes, key: AnswerKey | None) -> bool:
@@ -718,10 +740,11 @@ class HAService:
         await self._maybe_open()
 
     async def _stream_to_slave(self, stream: trio.abc.Stream, peer: str, rest: bytes,
-                               broker_id: int | None = None) -> None:
+                               broker_id: int | None = None, confirm: bool = False) -> None:
         conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
                             self.heartbeat, self.housekeeping)
         conn.broker_id = broker_id
+        conn.wants_confirm = confirm
         conn.connected(trio.current_time())
         self.connections.add(conn)
         if self.controller_mode and broker_id is not None:
@@ -845,6 +868,13 @@ class HAService:
                     self._send_budget -= len(frame)
                     if len(frame) == 12:  # a heartbeat: nothing more to send now
                         break
+                if conn.wants_confirm and conn.next_offset is not None:
+                    confirm = self.confirm_offset()
+                    if confirm > conn.confirm_sent:
+                        frames.append(encode_confirm(confirm))
+                        size += 12
+                        self._send_budget -= 12
+                        conn.confirm_sent = confirm
                 if frames:
                     payload = frames[0] if len(frames) == 1 else b"".join(frames)
                     frames.clear()
@@ -932,7 +962,7 @@ class HAService:
                                cred.secret_key if cred else None, log=mine,
                                broker_id=self.config.broker_id,
                                broker_addr=self.config.broker_addr, challenge=challenge,
-                               slave_challenge=ours)
+                               slave_challenge=ours, controller_mode=self.controller_mode)
             with trio.fail_after(3):
                 await stream.send_all(encode_hello(hello))
             frame, rest = await self._receive_answer(stream)
@@ -1053,7 +1083,8 @@ class HAService:
                               until: int | None = None) -> None:
         """Apply transfers; with ``until``, stop (cancel ``scope``) once the
         log reaches that offset (a master restoring itself from a slave)."""
-        decoder = TransferDecoder(max(self.config.ha_transfer_batch_size * 2, 4 << 20))
+        decoder = TransferDecoder(max(self.config.ha_transfer_batch_size * 2, 4 << 20),
+                                  confirm=self.controller_mode and until is None)
         pending = first
         data: bytes | bytearray
         while True:
@@ -1067,6 +1098,9 @@ class HAService:
                 now = trio.current_time()
                 for offset, body in decoder.feed_joined(data):
                     client.on_transfer(offset, body, now)
+                if decoder.confirm_offset is not None and self.store.dispatch_limit is not None:
+                    # what the master's SyncStateSet holds: consumers may see it here
+                    self.store.set_dispatch_limit(decoder.confirm_offset)
                 self._appended.set()  # the report loop tells the master at once
                 if until is not None and self.store.get_max_phy_offset() >= until:
                     scope.cancel()

@@ -50,6 +50,7 @@ from broker.store.commit_log import (
 from broker.store.config import StoreConfig
 from broker.store.consume_queue import CQ_ENTRY, ConsumeQueue, InvalidQueueError, queue_problem
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
+from broker.store.ha.confirm import ConfirmFile
 from broker.store.ha.epochs import EpochHistory, LogView, live, tail_of
 from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
@@ -276,6 +277,11 @@ class DefaultMessageStore:
         self.replicas_check: Callable[[], str | None] | None = None
         # Commit-log offset up to which every record is dispatched (reput cursor).
         self.reput_offset = 0
+        # controller mode: records ending past this offset (the confirm offset,
+        # broker/store/ha/confirm.py) wait in the commit log, not dispatched; puts
+        # leave their dispatch to ``set_dispatch_limit``. None: no limit.
+        self.dispatch_limit: int | None = 0 if config.enable_controller_mode else None
+        self.confirm_file = ConfirmFile(root)
         self.dispatch_failure: Exception | None = None  # why the cursor is behind
         # what the cursor's walk reads back from stored records (a slave's
         # appends, recovery): scan_kernel.scan_records compiled, or its Python
@@ -328,6 +334,12 @@ class DefaultMessageStore:
             self.index_service.load()
         scan_start, end = self.commit_log.recover(abnormal, self.checkpoint.min_timestamp)
         self.epochs.load()
+        if self.dispatch_limit is not None:
+            limit, problem = self.confirm_file.load()
+            if problem is not None:
+                self.log.warning("confirm offset unreadable: records past the consume "
+                                 "queues wait for the next one", problem=problem)
+            self.dispatch_limit = min(limit, end)
         cqs = list(self._all_consume_queues())
         for cq in cqs:
             cq.recover()
@@ -349,7 +361,7 @@ class DefaultMessageStore:
         table = {
             f"{cq.topic}-{cq.queue_id}": cq.max_offset_in_queue for cq in self._all_consume_queues()
         }
-        if self.dispatch_behind:
+        if self.reput_offset < self.commit_log.max_offset:
             self.reput_offset = max(self.reput_offset, self.commit_log.min_offset)
             # records past the cursor hold queue offsets their queues do not show yet
             try:
@@ -594,7 +606,10 @@ class DefaultMessageStore:
     def _dispatch_appended(self, dispatches: list[DispatchRequest], end: int,
                            mixed: bool = False) -> None:
         """Dispatch the records a put appended (the cursor was caught up with
-        them); a failure leaves the cursor for ``reput``."""
+        them); a failure leaves the cursor for ``reput``. With a dispatch
+        limit (controller mode) they wait for ``set_dispatch_limit``."""
+        if self.dispatch_limit is not None:
+            return
         try:
             for d in self.dispatchers:
                 if mixed:
@@ -612,8 +627,32 @@ class DefaultMessageStore:
 
     @property
     def dispatch_behind(self) -> bool:
-        """Whether stored records wait for dispatch (puts are refused meanwhile)."""
+        """Whether stored records wait for dispatch (puts are refused meanwhile);
+        with a dispatch limit, records past it wait by design: only a failed
+        dispatch counts."""
+        if self.dispatch_limit is not None:
+            return self.dispatch_failure is not None \
+                and self.reput_offset < self.commit_log.max_offset
         return self.reput_offset < self.commit_log.max_offset
+
+    def set_dispatch_limit(self, offset: int) -> int:
+        """Controller mode: the confirm offset moved to ``offset`` (it only
+        moves forward here; truncation lowers it); dispatch the records it now
+        covers. Returns how many were dispatched."""
+        if self.dispatch_limit is None:
+            raise StoreError("no dispatch limit outside controller mode")
+        if offset <= self.dispatch_limit:
+            return 0
+        self.dispatch_limit = offset
+        if self.reput_offset >= self.commit_log.max_offset:
+            return 0
+        try:
+            count = self._dispatch_to_end(notify=True)
+        except Exception as exc:
+            self._dispatch_failed(exc)
+            return 0
+        self.dispatch_failure = None
+        return count
 
     def reput(self) -> bool:
         """Dispatch every record past the cursor; True once caught up.
@@ -675,8 +714,18 @@ class DefaultMessageStore:
         arrived: dict[tuple[str, int], int] = {}
         # files before the cursor may have been cleaned meanwhile
         self.reput_offset = max(self.reput_offset, self.commit_log.min_offset)
+        limit = self.dispatch_limit
         try:
             for nxt, group, buf, pos in self._steps(self.reput_offset):
+                if limit is not None and nxt > limit:
+                    # controller mode: records past the confirm offset wait
+                    if group is not None:
+                        part = [r for r in group if r.commit_log_offset + r.msg_size <= limit]
+                        if part:
+                            last = part[-1]
+                            count += self._dispatch_group(
+                                part, last.commit_log_offset + last.msg_size, arrived)
+                    break
                 if group is not None:
                     count += self._dispatch_group(group, nxt, arrived)
                     continue
@@ -1275,6 +1324,8 @@ class DefaultMessageStore:
                 self.index_service.truncate(0)
             self.commit_log.topic_queue_table = {}
             self.reput_offset = 0
+            if self.dispatch_limit is not None:
+                self.dispatch_limit = 0
             self.dispatch_failure = None
             self.epochs.entries = []
             self.epochs.write()
@@ -1523,4 +1574,7 @@ class DefaultMessageStore:
         if flushed:
             self.checkpoint.logics_msg_timestamp = before
         self.checkpoint.flush_if_changed()
+        if self.dispatch_limit is not None:
+            # what the consume queues may hold by now (never past the log's end)
+            self.confirm_file.write(min(self.dispatch_limit, self.reput_offset))
         return flushed

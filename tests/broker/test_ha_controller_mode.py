@@ -220,3 +220,55 @@ async def test_a_member_that_never_connects_has_its_grace_then_leaves(
     assert ha.sync_state.current is None and not ha.catch_up
     assert ha.check_sync_state(trio.current_time()) is None
     store.shutdown()
+
+
+# ---- a master and a slave over 127.0.0.1: acks, confirm offset, dispatch -----------------
+
+
+async def test_consumers_see_only_what_the_sync_state_set_holds(tmp_path: Path) -> None:
+    from tests.waits import wait_until
+    store, ha, _ = master(tmp_path / "m", min_in_sync=2, slaves=())
+    scfg = make_config(tmp_path / "s", cl_size=1 << 20)
+    scfg.broker_role, scfg.broker_id = BrokerRole.SLAVE, 1
+    scfg.enable_controller_mode = True
+    slave_store = open_store(scfg)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(ha.run_master, 0)
+        scfg.ha_master_address = f"127.0.0.1:{port}"
+        slave = HAService(scfg, slave_store)
+        slave_scope = trio.CancelScope()
+
+        async def follow() -> None:
+            with slave_scope:
+                await slave.run_slave()
+        nursery.start_soon(follow)
+        ha.set_sync_state_set(sss(1, epoch=1))
+        await wait_until(lambda: any(c.broker_id == 1 for c in ha.connections), 10,
+                         "the slave connected")
+        end = put(store)
+        w = ha.wait_slave(end)
+        done = trio.Event()
+        w.on_done(lambda _w: done.set())
+        with trio.fail_after(10):
+            await done.wait()
+        assert w.status is S.PUT_OK
+        # the master dispatches once both hold it; the slave once its master says so
+        await wait_until(lambda: store.get_max_offset_in_queue("T", 0) == 1, 10,
+                         "the master's consumers see the message")
+        await wait_until(lambda: slave_store.get_max_offset_in_queue("T", 0) == 1, 10,
+                         "the slave's consumers see it")
+        assert slave_store.dispatch_limit == end
+        # the slave stops: a new message is stored on the master, not shown
+        slave_scope.cancel()
+        await wait_until(lambda: not ha.connections, 10, "the slave gone")
+        second = put(store)
+        await trio.testing.wait_all_tasks_blocked()
+        assert store.get_max_offset_in_queue("T", 0) == 1 and store.reput_offset == end
+        # the controller takes the slave out: the master alone holds the set
+        ha.set_sync_state_set(sss(epoch=2))
+        await wait_until(lambda: store.get_max_offset_in_queue("T", 0) == 2, 10,
+                         "shown once the set shrank")
+        assert store.reput_offset == second
+        nursery.cancel_scope.cancel()
+    store.shutdown()
+    slave_store.shutdown()
