@@ -64,7 +64,14 @@ import trio
 
 from broker.config import BrokerConfig, BrokerRole
 from broker.store import DefaultMessageStore
-from broker.store.ha.epochs import Epoch, LogView, Verdict, judge, lineage_problem
+from broker.store.ha.epochs import (
+    Epoch,
+    LogView,
+    Verdict,
+    common_point,
+    judge,
+    lineage_problem,
+)
 from broker.store.ha.ha_client import HAClient
 from broker.store.ha.ha_connection import HAConnection, is_slave_ok, push_to_slave_max_offset
 from broker.store.ha.slots import Slot, Slots
@@ -150,6 +157,11 @@ class LogRefused(HAProtocolError):
     def __init__(self, reason: str, verdict: str) -> None:
         super().__init__(reason)
         self.verdict = verdict
+
+
+class LogTruncated(HAProtocolError):
+    """Controller mode: this replica cut its log to the point it shares with
+    its master; the next hello follows from there."""
 
 
 class MasterUnproven(HAProtocolError):
@@ -664,7 +676,8 @@ class HAService:
                 self.log.warning("taking the slave's consumer offsets failed", slave=addr,
                                  error=describe(first_leaf(exc)))
         self._heard_slave(broker_id, j.verdict.value)
-        if j.verdict is Verdict.MASTER_BEHIND:
+        # controller mode: the controller chose this master; a longer slave truncates
+        if j.verdict is Verdict.MASTER_BEHIND and not self.controller_mode:
             first = broker_id not in self.behind
             self._fence_behind(broker_id, j.reason)
             if first:  # its next hellos (every few seconds) say the same
@@ -972,6 +985,9 @@ class HAService:
                     self.link, self.link_reason = "refused", problem
                     raise MasterUnproven(problem)
             answer = frame.answer
+            if self.controller_mode and answer.verdict in (Verdict.DIVERGED.value,
+                                                           Verdict.MASTER_BEHIND.value):
+                await self._truncate_to_master(answer)
             if answer.verdict == RECOVER:
                 await self._send_log_to_master(stream, addr, answer, rest)
                 return
@@ -1058,6 +1074,38 @@ class HAService:
                 await self.on_discarded()
             raise LogRefused("log discarded: copying the master's afresh", answer.verdict)
         raise LogRefused(answer.reason or answer.verdict, answer.verdict)
+
+    async def _truncate_to_master(self, answer: Answer) -> None:
+        """Controller mode: the master refused our log as diverged or longer
+        than its own. Cut it to the last point both share (``common_point``),
+        crash-safe (broker/store/ha/truncation.py), and raise LogTruncated:
+        the next hello follows from there. Where they share no point, or
+        cutting would not help (the bytes before our end differ although the
+        epochs agree), raise LogRefused with the log untouched."""
+        store = self.store
+        mine = store.log_view()
+        point = common_point(store.epochs.entries, mine.min_offset, mine.max_offset,
+                             list(answer.epochs), answer.min_offset, answer.max_offset)
+        if point.offset is None or point.offset >= mine.max_offset:
+            why = point.reason or (f"its log holds no byte past offset {point.offset} that "
+                                   f"the master lacks, yet the master refuses it: "
+                                   f"{answer.reason or answer.verdict}")
+            self.master_accepted = False
+            self.link, self.link_reason = "refused", (
+                f"controller mode: this replica cannot follow the master: {why}")
+            raise LogRefused(self.link_reason, answer.verdict)
+        cut = mine.max_offset - point.offset
+        self.log.warning("controller mode: truncating this replica's log to the point it "
+                         "shares with the master", offset=point.offset, dropped_bytes=cut,
+                         master_store=answer.store_id, master_offset=answer.max_offset,
+                         verdict=answer.verdict)
+        await trio.to_thread.run_sync(store.prepare_truncate, point.offset)
+        # on the loop: pulls read the files it cuts (as discard_log)
+        store.truncate_to(point.offset)
+        await trio.to_thread.run_sync(store.finish_truncate)
+        self.link, self.link_reason = "connecting", ""
+        raise LogTruncated(f"log truncated to offset {point.offset} ({cut} bytes dropped): "
+                           "following the master from there")
 
     async def _send_log_to_master(self, stream: trio.abc.Stream, addr: str, answer: Answer,
                                   rest: bytes) -> None:

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from broker.persist import fsync_dir
 from broker.store import writeback
 from broker.store.allocation import AllocationError, DiskFullError, LogThrottle
 from broker.store.commit_log import (
@@ -52,6 +53,7 @@ from broker.store.consume_queue import CQ_ENTRY, ConsumeQueue, InvalidQueueError
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
 from broker.store.ha.confirm import ConfirmFile
 from broker.store.ha.epochs import EpochHistory, LogView, live, tail_of
+from broker.store.ha.truncation import TruncationMarker
 from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
 from broker.store.memory_ratio import TOTAL_PHYSICAL_MEMORY_SIZE, in_disk, memory_budget
@@ -282,6 +284,9 @@ class DefaultMessageStore:
         # leave their dispatch to ``set_dispatch_limit``. None: no limit.
         self.dispatch_limit: int | None = 0 if config.enable_controller_mode else None
         self.confirm_file = ConfirmFile(root)
+        # a truncation of the log to a new master's common point (controller mode)
+        # that a crash cut short is done again at load
+        self.truncation = TruncationMarker(root)
         self.dispatch_failure: Exception | None = None  # why the cursor is behind
         # what the cursor's walk reads back from stored records (a slave's
         # appends, recovery): scan_kernel.scan_records compiled, or its Python
@@ -329,11 +334,18 @@ class DefaultMessageStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.commit_log.mapped_file_queue.store_dir.mkdir(parents=True, exist_ok=True)
         self.commit_log.load()
+        pending = self.truncation.pending()
+        if pending is not None:
+            self.log.warning("finishing a truncation of the log cut short", offset=pending)
+            if pending < self.commit_log.mapped_file_queue.max_offset:
+                self.commit_log.mapped_file_queue.truncate_dirty_files(pending)
         self._load_consume_queues()
         if self.index_service is not None:
             self.index_service.load()
         scan_start, end = self.commit_log.recover(abnormal, self.checkpoint.min_timestamp)
         self.epochs.load()
+        if pending is not None:
+            self.epochs.truncate(end)
         if self.dispatch_limit is not None:
             limit, problem = self.confirm_file.load()
             if problem is not None:
@@ -358,6 +370,26 @@ class DefaultMessageStore:
         except Exception as exc:  # the broker starts; puts wait for a successful reput
             replayed = 0
             self._dispatch_failed(exc, recovery=True)
+        self._rebuild_queue_table()
+        if pending is not None:  # every step is done again: now on disk, the marker goes
+            self._sync_truncated()
+            self.truncation.end()
+        mfq = self.commit_log.mapped_file_queue
+        if not mfq.files:
+            # a new store's first file (warm too, with warmMapedFileEnable), here in
+            # the loader's thread: made by the first put, it held the loop for
+            # the fallocate of 1 GiB (6-8 ms)
+            mfq.preallocate_next(first=True)
+        if self.index_service is not None:
+            self.index_service.prepare_next()  # if one is due (a new store's first file)
+        self.log.info("store loaded", abnormal=abnormal, commit_log_end=end,
+                      consume_queues=len(cqs), replayed=replayed,
+                      seconds=round(time.monotonic() - t0, 3))
+        return True
+
+    def _rebuild_queue_table(self) -> None:
+        """Each queue's next offset: its consume queue's end, or past the
+        records after the reput cursor (not dispatched yet) that it holds."""
         table = {
             f"{cq.topic}-{cq.queue_id}": cq.max_offset_in_queue for cq in self._all_consume_queues()
         }
@@ -373,18 +405,78 @@ class DefaultMessageStore:
             except StoreError as exc:
                 self.log.error("cannot read the records past the reput cursor", error=str(exc))
         self.commit_log.topic_queue_table = table
-        mfq = self.commit_log.mapped_file_queue
-        if not mfq.files:
-            # a new store's first file (warm too, with warmMapedFileEnable), here in
-            # the loader's thread: made by the first put, it held the loop for
-            # the fallocate of 1 GiB (6-8 ms)
-            mfq.preallocate_next(first=True)
-        if self.index_service is not None:
-            self.index_service.prepare_next()  # if one is due (a new store's first file)
-        self.log.info("store loaded", abnormal=abnormal, commit_log_end=end,
-                      consume_queues=len(cqs), replayed=replayed,
-                      seconds=round(time.monotonic() - t0, 3))
-        return True
+
+    # ---- truncation to a new master's common point (controller mode) ------------------
+
+    def prepare_truncate(self, offset: int) -> None:
+        """Before ``truncate_to(offset)`` (in a worker thread: it fsyncs): the
+        target on disk (broker/store/ha/truncation.py). StoreError when
+        ``offset`` is not inside the log."""
+        low, end = self.commit_log.min_offset, self.commit_log.max_offset
+        if not low <= offset < end:
+            raise StoreError(f"cannot truncate the log to offset {offset}: it holds "
+                             f"[{low}, {end})")
+        self.truncation.begin(offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log at ``offset`` (``prepare_truncate`` first, then
+        ``finish_truncate``): every step of ``truncation_steps``. On the event
+        loop, as ``discard_log``: pulls read the files it cuts."""
+        for _step in self.truncation_steps(offset):
+            pass
+
+    def truncation_steps(self, offset: int) -> Iterator[str]:
+        """The steps of a truncation, each named once done (a test stops
+        between any two, as a crash would). Each is idempotent: a load with
+        the target on disk does them again."""
+        if self.truncation.pending() != offset:
+            raise StoreError(f"no truncation to offset {offset} prepared")
+        with self._file_lock, self._queue_lock:
+            self._deferred = None  # the cursor covers what it would have dispatched
+            self.epochs.truncate(offset)
+            yield "epochs"
+            mfq = self.commit_log.mapped_file_queue
+            for mf in mfq.files:
+                if mf.file_from_offset <= offset < mf.file_from_offset + mfq.file_size:
+                    mf.truncate(offset - mf.file_from_offset)
+            yield "commit-log file cut"
+            mfq.truncate_dirty_files(offset)  # the files past it go
+            yield "commit-log files deleted"
+            for cq in self._all_consume_queues():
+                cq.truncate_dirty_logic_files(offset)
+            yield "consume queues"
+            if self.index_service is not None:
+                self.index_service.truncate(offset)
+            yield "index"
+            self.reput_offset = min(self.reput_offset, offset)
+            if self.dispatch_limit is not None:
+                self.dispatch_limit = min(self.dispatch_limit, offset)
+            self.dispatch_failure = None
+            self._rebuild_queue_table()
+        yield "cursors"
+
+    def finish_truncate(self) -> None:
+        """After ``truncate_to`` (in a worker thread): the cut files on disk,
+        then the target removed."""
+        with self._file_lock, self._queue_lock:
+            self._sync_truncated()
+        if self.dispatch_limit is not None:
+            self.confirm_file.write(min(self.dispatch_limit, self.reput_offset))
+        self.truncation.end()
+
+    def _sync_truncated(self) -> None:
+        """fsync the zeros a truncation wrote (past each file's data, so a
+        plain flush skips them) and the directories files left."""
+        last = self.commit_log.mapped_file_queue.last()
+        if last is not None and last.fd >= 0:
+            os.fsync(last.fd)
+        fsync_dir(self.commit_log.mapped_file_queue.store_dir)
+        for cq in self._all_consume_queues():
+            cq_last = cq.mapped_file_queue.last()
+            if cq_last is not None and cq_last.fd >= 0:
+                os.fsync(cq_last.fd)
+            if cq.mapped_file_queue.store_dir.is_dir():
+                fsync_dir(cq.mapped_file_queue.store_dir)
 
     def _load_consume_queues(self) -> None:
         cq_root = self.cq_root
