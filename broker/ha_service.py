@@ -399,6 +399,12 @@ class HAService:
         epochs = self.store.epochs
         out: dict[str, Any] = {"maxOffset": master_max, "storeId": epochs.store_id,
                                "epoch": epochs.last_epoch}
+        if self.controller_mode:
+            sss = self.sync_state.current
+            out["syncStateSet"] = sss.describe() if sss is not None else None
+            out["dispatchLimit"] = self.store.dispatch_limit
+            if self.master_role:
+                out["confirmOffset"] = self.confirm_offset()
         if self.config.is_slave:
             out["masterHaAddress"] = self.master_ha_addr
             out["masterOffset"] = self.client.master_offset if self.client else None

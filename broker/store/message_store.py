@@ -611,8 +611,7 @@ class DefaultMessageStore:
             self.dispatch_deferred()
         if not self.running or self.disk_full or self.write_fence is not None:
             return self._not_available()
-        short = self._replicas_short()
-        if short is not None:
+        if self.replicas_check is not None and (short := self._replicas_short()) is not None:
             return short
         if self.dispatch_behind and not self.reput():
             return self._behind_result()
@@ -670,8 +669,7 @@ class DefaultMessageStore:
         the result and, when stored, each record's place (its dispatch request)."""
         if not self.running or self.disk_full or self.write_fence is not None:
             return self._not_available(), []
-        short = self._replicas_short()
-        if short is not None:
+        if self.replicas_check is not None and (short := self._replicas_short()) is not None:
             return short, []
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []

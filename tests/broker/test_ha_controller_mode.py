@@ -196,6 +196,10 @@ async def test_a_lagging_member_is_proposed_out_and_back_in_once_caught_up(
         # the controller's answer: 2 is out; the confirm offset is what 0 and 1 hold
         ha.set_sync_state_set(sss(1, epoch=4))
         assert ha.confirm_offset() == store.get_max_phy_offset()
+        status = ha.status()
+        assert status["syncStateSet"] == {"masterId": 0, "syncStateSet": [0, 1],
+                                          "syncStateSetEpoch": 4}
+        assert status["confirmOffset"] == store.get_max_phy_offset()
         await trio.sleep(3)
         assert len(proposals) == 1  # nothing more to change meanwhile
         # slave 2 catches up to the confirm offset (in this epoch): proposed back
