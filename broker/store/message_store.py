@@ -595,7 +595,7 @@ class DefaultMessageStore:
         if self._deferred is not None:
             self.dispatch_deferred()
         if not self.running or self.disk_full or self.dispatch_behind or self.write_fence \
-                or self.replicas_check is not None:
+                or (self.replicas_check is not None and self._replicas_short() is not None):
             return None
         return self._put(topic, lambda: self.commit_log.put_batch_body(
             topic, queue_id, data, sys_flag=sys_flag, born_timestamp=born_timestamp,

@@ -6,6 +6,7 @@ IN_SYNC_REPLICAS_NOT_ENOUGH refusal, and the non-controller rule unchanged."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -18,6 +19,7 @@ from broker.store import DefaultMessageStore
 from broker.store.ha.ha_connection import HAConnection
 from broker.store.ha.sync_state import SyncStateError, SyncStateSet
 from broker.store.status import PutMessageStatus
+from protocol.batch import encode_batch
 from protocol.codes import ResponseCode
 from tests.broker.store.helpers import inner, make_config, open_store
 
@@ -129,8 +131,14 @@ async def test_a_set_smaller_than_min_in_sync_replicas_refuses_the_put(
     r = store.put_message(inner("T", 0, b"x"))  # no SyncStateSet yet
     assert r.put_message_status is S.IN_SYNC_REPLICAS_NOT_ENOUGH and "no SyncStateSet" in r.detail
     ha.set_sync_state_set(sss(epoch=2))  # the master alone
+    kw: dict[str, Any] = {"sys_flag": 0, "born_timestamp": 1, "born_host": "127.0.0.1:5",
+                          "reconsume_times": 0}
+    # the compiled batch path steps aside; the others answer
+    assert store.put_batch_body("T", 0, encode_batch([(0, b"x", "")]), **kw) is None
+    batch = store.put_batch("T", 0, [(0, b"x", "")], **kw)
+    assert batch is not None
     for attempt in (store.put_message(inner("T", 0, b"x")),
-                    store.put_together([inner("T", 0, b"x")])[0]):
+                    store.put_together([inner("T", 0, b"x")])[0], batch):
         assert attempt.put_message_status is S.IN_SYNC_REPLICAS_NOT_ENOUGH
         assert "has 1 of minInSyncReplicas=2" in attempt.detail
     assert store.get_max_phy_offset() == before  # nothing written

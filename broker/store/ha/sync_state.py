@@ -99,18 +99,21 @@ class SyncStateHolder:
     def set(self, new: SyncStateSet) -> bool:
         """Take ``new`` (True) unless it is the value in force (False). A lower
         epoch, or the same epoch with other members or another master,
-        raises SyncStateError: the change is stale. A new master (failover)
-        starts over at any epoch."""
+        raises SyncStateError: the change is stale (the controller's epoch
+        grows at every change of the group, elections included). ``clear``
+        starts a new term (the broker's role changed)."""
         old = self.current
         if old == new:
             return False
-        if old is not None and old.master_id == new.master_id:
+        if old is not None:
             if new.epoch < old.epoch:
                 raise SyncStateError(f"SyncStateSet epoch {new.epoch} is older than the "
                                      f"epoch in force {old.epoch}")
             if new.epoch == old.epoch:
-                raise SyncStateError(f"SyncStateSet epoch {new.epoch} already holds "
-                                     f"{sorted(old.members)}, not {sorted(new.members)}")
+                raise SyncStateError(
+                    f"SyncStateSet epoch {new.epoch} already holds {sorted(old.members)} "
+                    f"(master {old.master_id}), not {sorted(new.members)} "
+                    f"(master {new.master_id})")
         self.current = new
         for observer in self._observers:
             observer(old, new)

@@ -61,8 +61,12 @@ def test_the_holder_tells_observers_of_each_change_and_refuses_stale_ones() -> N
     with pytest.raises(SyncStateError, match="already holds"):
         holder.set(sss(0, 2, epoch=4))
     assert holder.current == shrunk and len(seen) == 2
-    failover = sss(2, 1, epoch=1)  # a new master's set starts its own count
+    with pytest.raises(SyncStateError, match="master 0"):
+        holder.set(sss(2, 1, epoch=4))
+    failover = sss(2, 1, epoch=5)  # an election moves the group's epoch too
     assert holder.set(failover) and holder.current == failover
+    holder.clear()  # a new term (the broker's role changed) takes any epoch
+    assert holder.set(sss(0, epoch=1))
     assert sss(0, 1, 2).slaves == {1, 2}
     assert first.describe() == {"masterId": 0, "syncStateSet": [0, 1, 2],
                                 "syncStateSetEpoch": 3}
