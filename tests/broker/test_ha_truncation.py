@@ -54,14 +54,20 @@ def diverged(tmp_path: Path, controller: bool
     return old, new, shared
 
 
+def broker_config(store: DefaultMessageStore, slave: bool) -> BrokerConfig:
+    """The broker config a test store was opened with (its StoreConfig's root)."""
+    return cfg(store.root, slave, store.config.enable_controller_mode)
+
+
 async def follow(master: DefaultMessageStore, replica: DefaultMessageStore,
                  until: object, what: str) -> HAService:
     """Run the master's HA service and the replica's until ``until(replica_ha)``."""
-    mha = HAService(master.config, master)
+    mha = HAService(broker_config(master, False), master)
     async with trio.open_nursery() as nursery:
         port = await nursery.start(mha.run_master, 0)
-        replica.config.ha_master_address = f"127.0.0.1:{port}"
-        rha = HAService(replica.config, replica)
+        rcfg = broker_config(replica, True)
+        rcfg.ha_master_address = f"127.0.0.1:{port}"
+        rha = HAService(rcfg, replica)
         nursery.start_soon(rha.run_slave)
         await wait_until(lambda: until(rha), 20, what)  # type: ignore[operator]
         nursery.cancel_scope.cancel()

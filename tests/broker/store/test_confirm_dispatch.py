@@ -106,9 +106,9 @@ def test_a_damaged_confirm_file_holds_everything_past_the_queues(tmp_path: Path)
 CHILD = """
 import sys, time
 from pathlib import Path
-from broker.store import DefaultMessageStore
+from broker.store import DefaultMessageStore, StoreConfig
 from tests.broker.store.test_confirm_dispatch import controller_config, put
-store = DefaultMessageStore(controller_config(Path(sys.argv[1])))
+store = DefaultMessageStore(StoreConfig.from_broker(controller_config(Path(sys.argv[1]))))
 assert store.load()
 store.start()
 ends = [put(store, i) for i in range(20)]

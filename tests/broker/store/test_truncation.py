@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.store import DefaultMessageStore
+from broker.store import DefaultMessageStore, StoreConfig
 from broker.store.ha.truncation import MARKER_FILE, TruncationMarker
 from broker.store.status import StoreError
 from protocol.record import decode_record
@@ -131,4 +131,4 @@ def test_a_damaged_marker_stops_the_load(tmp_path: Path) -> None:
     store.shutdown()
     (tmp_path / MARKER_FILE).write_bytes(b"junk")
     with pytest.raises(StoreError, match="truncation of the log was cut short"):
-        DefaultMessageStore(config(tmp_path)).load()
+        DefaultMessageStore(StoreConfig.from_broker(config(tmp_path))).load()
