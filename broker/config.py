@@ -256,6 +256,18 @@ class BrokerConfig(PropertiesConfig):
     # a slave whose master refuses its log (diverged, or longer than the master's)
     # empties its store and copies the master's afresh; once, then set back to false
     ha_discard_log: bool = False
+    # controller mode (RocketMQ 5, RIP-44; docs/replication.md): the SyncStateSet
+    # decides what a SYNC_MASTER send needs, what consumers see, and how a replica
+    # that diverged rejoins (it truncates to the last point its log shares)
+    enable_controller_mode: bool = False
+    # a SYNC_MASTER send is acknowledged once this many SyncStateSet members (the
+    # master counting) hold it; a set smaller than this refuses sends
+    # (IN_SYNC_REPLICAS_NOT_ENOUGH)
+    min_in_sync_replicas: int = 1
+    all_ack_in_sync_state_set: bool = False  # true: every SyncStateSet member must hold it
+    # ms a SyncStateSet member may stay behind the master's end before the master
+    # proposes it out of the set
+    ha_max_time_slave_not_catchup: int = 15_000
     # reading from slaves
     slave_read_enable: bool = False  # a master may suggest a slave for cold reads
     access_message_in_memory_max_ratio: int = 40  # % of memory behind the max offset: cold
@@ -430,6 +442,12 @@ class BrokerConfig(PropertiesConfig):
                            ("haMasterStartWaitMs", self.ha_master_start_wait_ms)):
             if not 0 <= value <= 3_600_000:
                 raise ConfigError(f"{key} must be within 0..3600000 ms, not {value}")
+        if not 1 <= self.min_in_sync_replicas <= 64:  # sync_state.MAX_MEMBERS
+            raise ConfigError("minInSyncReplicas must be within 1..64, "
+                              f"not {self.min_in_sync_replicas}")
+        if not 0 < self.ha_max_time_slave_not_catchup <= 3_600_000:
+            raise ConfigError("haMaxTimeSlaveNotCatchup must be within 1..3600000 ms, "
+                              f"not {self.ha_max_time_slave_not_catchup}")
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("accessMessageInMemoryMaxRatio is a percentage (0..100)")
 

@@ -62,13 +62,32 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, BrokerRole
 from broker.store import DefaultMessageStore
-from broker.store.ha.epochs import Epoch, LogView, Verdict, judge, lineage_problem
+from broker.store.ha.epochs import (
+    Epoch,
+    LogView,
+    Verdict,
+    common_point,
+    judge,
+    lineage_problem,
+)
 from broker.store.ha.ha_client import HAClient
 from broker.store.ha.ha_connection import HAConnection, is_slave_ok, push_to_slave_max_offset
 from broker.store.ha.slots import Slot, Slots
+from broker.store.ha.sync_state import (
+    CatchUp,
+    Proposal,
+    SyncStateDecider,
+    SyncStateHolder,
+    SyncStateSet,
+    members_acked,
+    needed_acks,
+    offset_held_by,
+    replicas_short,
+)
 from broker.store.ha.transfer import (
+    CONTROLLER_MODE_FIELD,
     GREETING,
     RECOVER,
     Answer,
@@ -89,6 +108,7 @@ from broker.store.ha.transfer import (
     check_hello,
     encode_answer,
     encode_challenge,
+    encode_confirm,
     encode_hello,
     encode_report,
     encode_transfer,
@@ -137,6 +157,11 @@ class LogRefused(HAProtocolError):
     def __init__(self, reason: str, verdict: str) -> None:
         super().__init__(reason)
         self.verdict = verdict
+
+
+class LogTruncated(HAProtocolError):
+    """Controller mode: this replica cut its log to the point it shares with
+    its master; the next hello follows from there."""
 
 
 class MasterUnproven(HAProtocolError):
@@ -204,6 +229,23 @@ class HAService:
         self.master_accepted = False
         # called once this slave discarded its log (to set haDiscardLog back to false)
         self.on_discarded: Callable[[], Awaitable[None]] | None = None
+        # ---- controller mode (enableControllerMode; docs/replication.md)
+        self.controller_mode = config.enable_controller_mode
+        # this master's SyncStateSet, as the controller answered it (set_sync_state_set)
+        self.sync_state = SyncStateHolder()
+        self.sync_state.observe(self._sync_state_changed)
+        # whether this broker is a SYNC_MASTER now (the live role replaces it)
+        self.sync_master: Callable[[], bool] = \
+            lambda: config.broker_role == BrokerRole.SYNC_MASTER
+        if self.controller_mode:  # an extra check on every put: only in controller mode
+            store.replicas_check = self.replicas_short
+        # slaves by brokerId: when each last held the master's end (shrink, expand)
+        self.catch_up: dict[int, CatchUp] = {}
+        # the master's SyncStateSet proposals go to ``on_sync_state_proposal`` (the
+        # controller's ALTER_SYNC_STATE_SET, once the broker speaks to it)
+        self.on_sync_state_proposal: Callable[[Proposal], None] | None = None
+        self.decider = SyncStateDecider(self._propose,
+                                        config.ha_max_time_slave_not_catchup / 1000)
 
     @property
     def silent_s(self) -> float:
@@ -220,12 +262,126 @@ class HAService:
     def wait_slave(self, next_offset: int) -> Waiter:
         """A SYNC_MASTER send ending at ``next_offset``: done once a slave
         acknowledged it, FLUSH_SLAVE_TIMEOUT after syncFlushTimeout, or at once
-        SLAVE_NOT_AVAILABLE when no slave is close enough."""
+        SLAVE_NOT_AVAILABLE when no slave is close enough.
+
+        In controller mode: done once enough SyncStateSet members hold it
+        (``acked_offset``), or at once IN_SYNC_REPLICAS_NOT_ENOUGH when the
+        set has fewer than minInSyncReplicas (it shrank since the put)."""
+        if self.controller_mode:
+            short = self.replicas_short(check_role=False)
+            if short is not None:
+                return Waiter.finished(PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, next_offset)
+            self.waiters.advance(self.acked_offset())
+            return self.sends.add(next_offset)
         if not is_slave_ok(self.connections, next_offset, self.config.ha_slave_fallbehind_max):
             return Waiter.finished(PutMessageStatus.SLAVE_NOT_AVAILABLE, next_offset)
         ev, self._silence_check = self._silence_check, trio.Event()
         ev.set()
         return self.sends.add(next_offset)
+
+    # ---- controller mode: the SyncStateSet ----------------------------------------------
+
+    def set_sync_state_set(self, sss: SyncStateSet) -> bool:
+        """The controller's SyncStateSet for this master (its answer to a
+        heart-beat or to ALTER_SYNC_STATE_SET). True when it changed;
+        SyncStateError when it is older than the one in force."""
+        return self.sync_state.set(sss)
+
+    def replicas_short(self, check_role: bool = True) -> str | None:
+        """Controller mode, a SYNC_MASTER: why a put is refused
+        IN_SYNC_REPLICAS_NOT_ENOUGH (the store asks before each put)."""
+        if not self.controller_mode or (check_role and not (self.master_role
+                                                            and self.sync_master())):
+            return None
+        return replicas_short(self.sync_state.current, self.config.min_in_sync_replicas)
+
+    def acked_offset(self) -> int:
+        """The offset SYNC_MASTER sends are released up to: the best slave's
+        acknowledgement; in controller mode the highest offset enough
+        SyncStateSet members hold (all with allAckInSyncStateSet, else
+        minInSyncReplicas, the master counting)."""
+        if not self.controller_mode:
+            return push_to_slave_max_offset(self.connections)
+        sss = self.sync_state.current
+        if sss is None:
+            return 0
+        acked = members_acked((c.broker_id, c.acked_offset) for c in self.connections
+                              if c.invalid is None)
+        need = needed_acks(sss, self.config.min_in_sync_replicas,
+                           self.config.all_ack_in_sync_state_set)
+        return offset_held_by(sss, self.store.get_max_phy_offset(), acked, need)
+
+    def reported(self, conn: HAConnection, now: float) -> None:
+        """A slave's reports were taken (``conn.on_report``): release the
+        SYNC_MASTER sends they cover; date its catch-up (controller mode)."""
+        if self.controller_mode and conn.broker_id is not None:
+            c = self.catch_up.get(conn.broker_id)
+            if c is not None:
+                c.on_report(conn.acked_offset, self.store.get_max_phy_offset(), now)
+        self.waiters.advance(self.acked_offset())
+
+    def confirm_offset(self) -> int:
+        """Controller mode, a master: the offset every SyncStateSet member
+        holds (0 with no set)."""
+        sss = self.sync_state.current
+        if sss is None:
+            return 0
+        acked = members_acked((c.broker_id, c.acked_offset) for c in self.connections
+                              if c.invalid is None)
+        return offset_held_by(sss, self.store.get_max_phy_offset(), acked, len(sss.members))
+
+    def check_sync_state(self, now: float) -> Proposal | None:
+        """Controller mode, a master: propose a shrink or expand when one is
+        due (``SyncStateDecider``). A member never heard since this master
+        began gets haMaxTimeSlaveNotCatchup from now to connect."""
+        sss = self.sync_state.current
+        if not self.controller_mode or not self.master_role or sss is None:
+            return None
+        for member in sss.slaves:
+            if member not in self.catch_up:
+                self.catch_up[member] = CatchUp(now, connected=False)
+        entries = self.store.epochs.entries
+        epoch_start = entries[-1].start if entries else 0
+        self.decider.max_not_catchup_s = self.config.ha_max_time_slave_not_catchup / 1000
+        return self.decider.tick(now, sss, self.catch_up, self.confirm_offset(), epoch_start)
+
+    def _propose(self, proposal: Proposal) -> None:
+        self.log.info("SyncStateSet change proposed", members=sorted(proposal.members),
+                      removed=sorted(proposal.removed), added=sorted(proposal.added),
+                      from_epoch=proposal.epoch)
+        if self.on_sync_state_proposal is not None:
+            self.sends.guard.call(self.on_sync_state_proposal, proposal)
+
+    def advance_confirm(self) -> int:
+        """Controller mode, a master: dispatch up to the confirm offset
+        (store.set_dispatch_limit). Returns the records dispatched."""
+        if self.store.dispatch_limit is None or not self.master_role \
+                or self.sync_state.current is None:
+            return 0
+        return self.store.set_dispatch_limit(self.confirm_offset())
+
+    async def run_confirm(self) -> None:
+        """Controller mode, a master: ``advance_confirm`` after every append,
+        report and SyncStateSet change, until cancelled."""
+        while True:
+            ev = self._data
+            self.advance_confirm()
+            await ev.wait()
+
+    async def run_sync_state_check(self) -> None:
+        """Controller mode, a master: ``check_sync_state`` every second (a
+        quarter of haMaxTimeSlaveNotCatchup when shorter), until cancelled."""
+        while True:
+            await trio.sleep(min(1.0, self.config.ha_max_time_slave_not_catchup / 4000))
+            self.check_sync_state(trio.current_time())
+
+    def _sync_state_changed(self, old: SyncStateSet | None, new: SyncStateSet) -> None:
+        """A new SyncStateSet: sends it now covers are released."""
+        self.log.info("SyncStateSet changed", old=old.describe() if old else None,
+                      **new.describe())
+        if self.controller_mode:
+            self.sends.guard.call(self.waiters.advance, self.acked_offset())
+            self.notify_new_data()  # the confirm offset may move (run_confirm, the writers)
 
     def set_master_ha_addr(self, addr: str | None) -> None:
         """The name server told a slave its master's HA address."""
@@ -243,6 +399,12 @@ class HAService:
         epochs = self.store.epochs
         out: dict[str, Any] = {"maxOffset": master_max, "storeId": epochs.store_id,
                                "epoch": epochs.last_epoch}
+        if self.controller_mode:
+            sss = self.sync_state.current
+            out["syncStateSet"] = sss.describe() if sss is not None else None
+            out["dispatchLimit"] = self.store.dispatch_limit
+            if self.master_role:
+                out["confirmOffset"] = self.confirm_offset()
         if self.config.is_slave:
             out["masterHaAddress"] = self.master_ha_addr
             out["masterOffset"] = self.client.master_offset if self.client else None
@@ -310,6 +472,10 @@ class HAService:
         self.pinned_master_ha_addr = master_ha_addr
         self.master_ha_addr = master_ha_addr or self.config.ha_master_address or None
         self.master_role = not slave
+        # a new role starts with no SyncStateSet: the controller tells the new one
+        self.sync_state.clear()
+        self.catch_up.clear()
+        self.decider.pending = None
         if not slave:
             self.fence_for_start()
 
@@ -376,7 +542,8 @@ class HAService:
         no longer counts for sends, ``is_slave_ok``); once none that could
         release the waiting sends is left, they end SLAVE_NOT_AVAILABLE."""
         while True:
-            if not len(self.waiters) or self.silent_s <= 0:
+            # controller mode: the SyncStateSet decides who counts, not silence
+            if not len(self.waiters) or self.silent_s <= 0 or self.controller_mode:
                 await self._silence_check.wait()
                 continue
             await trio.sleep(max(self.silent_s / 4, 0.01))
@@ -416,6 +583,9 @@ class HAService:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self.sends.run_expiry)
                 nursery.start_soon(self.run_silence_check)
+                if self.controller_mode:
+                    nursery.start_soon(self.run_sync_state_check)
+                    nursery.start_soon(self.run_confirm)
                 await nursery.start(trio.serve_listeners, self._serve_slave, listeners)
                 task_status.started(self.port)
         finally:
@@ -489,7 +659,9 @@ class HAService:
                                  error=describe(leaf))
                 return
             if admitted:
-                await self._stream_to_slave(stream, peer, rest)
+                await self._stream_to_slave(
+                    stream, peer, rest, broker_id,
+                    hello.fields.get(CONTROLLER_MODE_FIELD) == "true" and self.controller_mode)
 
     async def _admit(self, stream: trio.abc.Stream, peer: str, hello: Hello, view: LogView,
                      broker_id: int, rest: bytes, key: AnswerKey | None) -> bool:
@@ -510,7 +682,8 @@ class HAService:
                 self.log.warning("taking the slave's consumer offsets failed", slave=addr,
                                  error=describe(first_leaf(exc)))
         self._heard_slave(broker_id, j.verdict.value)
-        if j.verdict is Verdict.MASTER_BEHIND:
+        # controller mode: the controller chose this master; a longer slave truncates
+        if j.verdict is Verdict.MASTER_BEHIND and not self.controller_mode:
             first = broker_id not in self.behind
             self._fence_behind(broker_id, j.reason)
             if first:  # its next hellos (every few seconds) say the same
@@ -585,11 +758,19 @@ class HAService:
                                  slave=addr, error=describe(first_leaf(exc)))
         await self._maybe_open()
 
-    async def _stream_to_slave(self, stream: trio.abc.Stream, peer: str, rest: bytes) -> None:
+    async def _stream_to_slave(self, stream: trio.abc.Stream, peer: str, rest: bytes,
+                               broker_id: int | None = None, confirm: bool = False) -> None:
         conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
                             self.heartbeat, self.housekeeping)
+        conn.broker_id = broker_id
+        conn.wants_confirm = confirm
         conn.connected(trio.current_time())
         self.connections.add(conn)
+        if self.controller_mode and broker_id is not None:
+            # a slave back keeps the date it last caught up (its grace does not restart)
+            joined = self.catch_up.setdefault(broker_id, CatchUp(trio.current_time()))
+            joined.connected, joined.acked = True, 0
+            joined.samples.clear()
         self.log.info("slave connected", slave=peer)
         try:
             async with trio.open_nursery() as nursery:
@@ -601,6 +782,9 @@ class HAService:
                              error=describe(first_leaf(exc)))
         finally:
             self.connections.discard(conn)
+            gone = self.catch_up.get(broker_id) if broker_id is not None else None
+            if gone is not None and not any(o.broker_id == broker_id for o in self.connections):
+                gone.connected = False
             self.log.info("slave disconnected", slave=peer, acked_offset=conn.acked_offset)
 
     def _admin_secret(self) -> Callable[[str], str | None] | None:
@@ -672,7 +856,7 @@ class HAService:
                 now = trio.current_time()
                 for offset in decoder.feed(data):
                     conn.on_report(offset, now)
-                self.waiters.advance(push_to_slave_max_offset(self.connections))
+                self.reported(conn, now)
                 self.notify_new_data()  # the first report tells the writer where to start
                 continue
             if conn.idle_too_long(trio.current_time()):
@@ -683,6 +867,7 @@ class HAService:
         comes out of SEND_BUDGET (shared by every connection; one transfer at
         least); a send not taken within haHousekeepingInterval (at most
         SEND_COALESCE bytes: the peer does not read) closes the connection."""
+        catch_up = self.catch_up.get(conn.broker_id) if conn.broker_id is not None else None
         while True:
             data_event = self._data
             now = trio.current_time()
@@ -695,11 +880,20 @@ class HAService:
                     if t is None:
                         break
                     frame = encode_transfer(*t)
+                    if t[1] and catch_up is not None:
+                        catch_up.on_sent(self.store.get_max_phy_offset(), now)
                     frames.append(frame)
                     size += len(frame)
                     self._send_budget -= len(frame)
                     if len(frame) == 12:  # a heartbeat: nothing more to send now
                         break
+                if conn.wants_confirm and conn.next_offset is not None:
+                    confirm = self.confirm_offset()
+                    if confirm > conn.confirm_sent:
+                        frames.append(encode_confirm(confirm))
+                        size += 12
+                        self._send_budget -= 12
+                        conn.confirm_sent = confirm
                 if frames:
                     payload = frames[0] if len(frames) == 1 else b"".join(frames)
                     frames.clear()
@@ -787,7 +981,7 @@ class HAService:
                                cred.secret_key if cred else None, log=mine,
                                broker_id=self.config.broker_id,
                                broker_addr=self.config.broker_addr, challenge=challenge,
-                               slave_challenge=ours)
+                               slave_challenge=ours, controller_mode=self.controller_mode)
             with trio.fail_after(3):
                 await stream.send_all(encode_hello(hello))
             frame, rest = await self._receive_answer(stream)
@@ -797,6 +991,9 @@ class HAService:
                     self.link, self.link_reason = "refused", problem
                     raise MasterUnproven(problem)
             answer = frame.answer
+            if self.controller_mode and answer.verdict in (Verdict.DIVERGED.value,
+                                                           Verdict.MASTER_BEHIND.value):
+                await self._truncate_to_master(answer)
             if answer.verdict == RECOVER:
                 await self._send_log_to_master(stream, addr, answer, rest)
                 return
@@ -884,6 +1081,38 @@ class HAService:
             raise LogRefused("log discarded: copying the master's afresh", answer.verdict)
         raise LogRefused(answer.reason or answer.verdict, answer.verdict)
 
+    async def _truncate_to_master(self, answer: Answer) -> None:
+        """Controller mode: the master refused our log as diverged or longer
+        than its own. Cut it to the last point both share (``common_point``),
+        crash-safe (broker/store/ha/truncation.py), and raise LogTruncated:
+        the next hello follows from there. Where they share no point, or
+        cutting would not help (the bytes before our end differ although the
+        epochs agree), raise LogRefused with the log untouched."""
+        store = self.store
+        mine = store.log_view()
+        point = common_point(store.epochs.entries, mine.min_offset, mine.max_offset,
+                             list(answer.epochs), answer.min_offset, answer.max_offset)
+        if point.offset is None or point.offset >= mine.max_offset:
+            why = point.reason or (f"its log holds no byte past offset {point.offset} that "
+                                   f"the master lacks, yet the master refuses it: "
+                                   f"{answer.reason or answer.verdict}")
+            self.master_accepted = False
+            self.link, self.link_reason = "refused", (
+                f"controller mode: this replica cannot follow the master: {why}")
+            raise LogRefused(self.link_reason, answer.verdict)
+        cut = mine.max_offset - point.offset
+        self.log.warning("controller mode: truncating this replica's log to the point it "
+                         "shares with the master", offset=point.offset, dropped_bytes=cut,
+                         master_store=answer.store_id, master_offset=answer.max_offset,
+                         verdict=answer.verdict)
+        await trio.to_thread.run_sync(store.prepare_truncate, point.offset)
+        # on the loop: pulls read the files it cuts (as discard_log)
+        store.truncate_to(point.offset)
+        await trio.to_thread.run_sync(store.finish_truncate)
+        self.link, self.link_reason = "connecting", ""
+        raise LogTruncated(f"log truncated to offset {point.offset} ({cut} bytes dropped): "
+                           "following the master from there")
+
     async def _send_log_to_master(self, stream: trio.abc.Stream, addr: str, answer: Answer,
                                   rest: bytes) -> None:
         """recoverFromSlave on the master: it is behind us; send it our log
@@ -908,7 +1137,8 @@ class HAService:
                               until: int | None = None) -> None:
         """Apply transfers; with ``until``, stop (cancel ``scope``) once the
         log reaches that offset (a master restoring itself from a slave)."""
-        decoder = TransferDecoder(max(self.config.ha_transfer_batch_size * 2, 4 << 20))
+        decoder = TransferDecoder(max(self.config.ha_transfer_batch_size * 2, 4 << 20),
+                                  confirm=self.controller_mode and until is None)
         pending = first
         data: bytes | bytearray
         while True:
@@ -922,6 +1152,9 @@ class HAService:
                 now = trio.current_time()
                 for offset, body in decoder.feed_joined(data):
                     client.on_transfer(offset, body, now)
+                if decoder.confirm_offset is not None and self.store.dispatch_limit is not None:
+                    # what the master's SyncStateSet holds: consumers may see it here
+                    self.store.set_dispatch_limit(decoder.confirm_offset)
                 self._appended.set()  # the report loop tells the master at once
                 if until is not None and self.store.get_max_phy_offset() >= until:
                     scope.cancel()

@@ -98,6 +98,8 @@ STORE_STATUS: dict[PutMessageStatus, tuple[SendStatus, str | None]] = {
     ),
     PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (SendStatus.FLUSH_SLAVE_TIMEOUT, "flush slave timeout"),
     PutMessageStatus.SLAVE_NOT_AVAILABLE: (SendStatus.SLAVE_NOT_AVAILABLE, "slave not available"),
+    PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH: (SendStatus.SYSTEM_ERROR,
+                                                   "in-sync replicas not enough"),
     PutMessageStatus.CREATE_MAPEDFILE_FAILED: (SendStatus.SYSTEM_ERROR, "create mapped file failed"),
     PutMessageStatus.MESSAGE_ILLEGAL: (SendStatus.MESSAGE_ILLEGAL, "the message is illegal"),
     PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (

@@ -54,6 +54,8 @@ class StoreConfig:
     delete_when: str
     file_reserved_time: int
     delete_files_batch_max: int
+    # controller mode (enableControllerMode): dispatch waits for the confirm offset
+    enable_controller_mode: bool = False
 
     # what may differ in the StoreConfig a running store is handed (reconfigure):
     # BrokerConfig's runtime keys the store reads (broker/config_load.py
@@ -93,6 +95,7 @@ class StoreConfig:
             delete_when=config.delete_when,
             file_reserved_time=config.file_reserved_time,
             delete_files_batch_max=config.delete_files_batch_max,
+            enable_controller_mode=config.enable_controller_mode,
         )
 
     def delay_level_table(self) -> dict[int, int]:

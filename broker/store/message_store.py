@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 
 import structlog
 
+from broker.persist import fsync_dir
 from broker.store import writeback
 from broker.store.allocation import AllocationError, DiskFullError, LogThrottle
 from broker.store.commit_log import (
@@ -50,7 +51,9 @@ from broker.store.commit_log import (
 from broker.store.config import StoreConfig
 from broker.store.consume_queue import CQ_ENTRY, ConsumeQueue, InvalidQueueError, queue_problem
 from broker.store.dispatch import CommitLogDispatcher, CommitLogDispatcherBuildConsumeQueue
+from broker.store.ha.confirm import ConfirmFile
 from broker.store.ha.epochs import EpochHistory, LogView, live, tail_of
+from broker.store.ha.truncation import TruncationMarker
 from broker.store.index_service import IndexService
 from broker.store.mapped_file import MappedFile
 from broker.store.memory_ratio import TOTAL_PHYSICAL_MEMORY_SIZE, in_disk, memory_budget
@@ -271,8 +274,19 @@ class DefaultMessageStore:
         # why puts are refused (a master that must not take writes yet, see
         # broker/ha_service.py), or None; replicated appends are not affected
         self.write_fence: str | None = None
+        # controller mode on a SYNC_MASTER (broker/ha_service.py): why puts are refused
+        # IN_SYNC_REPLICAS_NOT_ENOUGH now (None: they are not); asked before each put
+        self.replicas_check: Callable[[], str | None] | None = None
         # Commit-log offset up to which every record is dispatched (reput cursor).
         self.reput_offset = 0
+        # controller mode: records ending past this offset (the confirm offset,
+        # broker/store/ha/confirm.py) wait in the commit log, not dispatched; puts
+        # leave their dispatch to ``set_dispatch_limit``. None: no limit.
+        self.dispatch_limit: int | None = 0 if config.enable_controller_mode else None
+        self.confirm_file = ConfirmFile(root)
+        # a truncation of the log to a new master's common point (controller mode)
+        # that a crash cut short is done again at load
+        self.truncation = TruncationMarker(root)
         self.dispatch_failure: Exception | None = None  # why the cursor is behind
         # what the cursor's walk reads back from stored records (a slave's
         # appends, recovery): scan_kernel.scan_records compiled, or its Python
@@ -320,11 +334,24 @@ class DefaultMessageStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.commit_log.mapped_file_queue.store_dir.mkdir(parents=True, exist_ok=True)
         self.commit_log.load()
+        pending = self.truncation.pending()
+        if pending is not None:
+            self.log.warning("finishing a truncation of the log cut short", offset=pending)
+            if pending < self.commit_log.mapped_file_queue.max_offset:
+                self.commit_log.mapped_file_queue.truncate_dirty_files(pending)
         self._load_consume_queues()
         if self.index_service is not None:
             self.index_service.load()
         scan_start, end = self.commit_log.recover(abnormal, self.checkpoint.min_timestamp)
         self.epochs.load()
+        if pending is not None:
+            self.epochs.truncate(end)
+        if self.dispatch_limit is not None:
+            limit, problem = self.confirm_file.load()
+            if problem is not None:
+                self.log.warning("confirm offset unreadable: records past the consume "
+                                 "queues wait for the next one", problem=problem)
+            self.dispatch_limit = min(limit, end)
         cqs = list(self._all_consume_queues())
         for cq in cqs:
             cq.recover()
@@ -343,21 +370,10 @@ class DefaultMessageStore:
         except Exception as exc:  # the broker starts; puts wait for a successful reput
             replayed = 0
             self._dispatch_failed(exc, recovery=True)
-        table = {
-            f"{cq.topic}-{cq.queue_id}": cq.max_offset_in_queue for cq in self._all_consume_queues()
-        }
-        if self.dispatch_behind:
-            self.reput_offset = max(self.reput_offset, self.commit_log.min_offset)
-            # records past the cursor hold queue offsets their queues do not show yet
-            try:
-                for _next, buf, pos in self._walk(self.reput_offset):
-                    req = self._dispatchable(buf, pos) if buf is not None else None
-                    if req is not None:
-                        key = f"{req.topic}-{req.queue_id}"
-                        table[key] = max(table.get(key, 0), req.consume_queue_offset + 1)
-            except StoreError as exc:
-                self.log.error("cannot read the records past the reput cursor", error=str(exc))
-        self.commit_log.topic_queue_table = table
+        self._rebuild_queue_table()
+        if pending is not None:  # every step is done again: now on disk, the marker goes
+            self._sync_truncated()
+            self.truncation.end()
         mfq = self.commit_log.mapped_file_queue
         if not mfq.files:
             # a new store's first file (warm too, with warmMapedFileEnable), here in
@@ -370,6 +386,97 @@ class DefaultMessageStore:
                       consume_queues=len(cqs), replayed=replayed,
                       seconds=round(time.monotonic() - t0, 3))
         return True
+
+    def _rebuild_queue_table(self) -> None:
+        """Each queue's next offset: its consume queue's end, or past the
+        records after the reput cursor (not dispatched yet) that it holds."""
+        table = {
+            f"{cq.topic}-{cq.queue_id}": cq.max_offset_in_queue for cq in self._all_consume_queues()
+        }
+        if self.reput_offset < self.commit_log.max_offset:
+            self.reput_offset = max(self.reput_offset, self.commit_log.min_offset)
+            # records past the cursor hold queue offsets their queues do not show yet
+            try:
+                for _next, buf, pos in self._walk(self.reput_offset):
+                    req = self._dispatchable(buf, pos) if buf is not None else None
+                    if req is not None:
+                        key = f"{req.topic}-{req.queue_id}"
+                        table[key] = max(table.get(key, 0), req.consume_queue_offset + 1)
+            except StoreError as exc:
+                self.log.error("cannot read the records past the reput cursor", error=str(exc))
+        self.commit_log.topic_queue_table = table
+
+    # ---- truncation to a new master's common point (controller mode) ------------------
+
+    def prepare_truncate(self, offset: int) -> None:
+        """Before ``truncate_to(offset)`` (in a worker thread: it fsyncs): the
+        target on disk (broker/store/ha/truncation.py). StoreError when
+        ``offset`` is not inside the log."""
+        low, end = self.commit_log.min_offset, self.commit_log.max_offset
+        if not low <= offset < end:
+            raise StoreError(f"cannot truncate the log to offset {offset}: it holds "
+                             f"[{low}, {end})")
+        self.truncation.begin(offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log at ``offset`` (``prepare_truncate`` first, then
+        ``finish_truncate``): every step of ``truncation_steps``. On the event
+        loop, as ``discard_log``: pulls read the files it cuts."""
+        for _step in self.truncation_steps(offset):
+            pass
+
+    def truncation_steps(self, offset: int) -> Iterator[str]:
+        """The steps of a truncation, each named once done (a test stops
+        between any two, as a crash would). Each is idempotent: a load with
+        the target on disk does them again."""
+        if self.truncation.pending() != offset:
+            raise StoreError(f"no truncation to offset {offset} prepared")
+        with self._file_lock, self._queue_lock:
+            self._deferred = None  # the cursor covers what it would have dispatched
+            self.epochs.truncate(offset)
+            yield "epochs"
+            mfq = self.commit_log.mapped_file_queue
+            for mf in mfq.files:
+                if mf.file_from_offset <= offset < mf.file_from_offset + mfq.file_size:
+                    mf.truncate(offset - mf.file_from_offset)
+            yield "commit-log file cut"
+            mfq.truncate_dirty_files(offset)  # the files past it go
+            yield "commit-log files deleted"
+            for cq in self._all_consume_queues():
+                cq.truncate_dirty_logic_files(offset)
+            yield "consume queues"
+            if self.index_service is not None:
+                self.index_service.truncate(offset)
+            yield "index"
+            self.reput_offset = min(self.reput_offset, offset)
+            if self.dispatch_limit is not None:
+                self.dispatch_limit = min(self.dispatch_limit, offset)
+            self.dispatch_failure = None
+            self._rebuild_queue_table()
+        yield "cursors"
+
+    def finish_truncate(self) -> None:
+        """After ``truncate_to`` (in a worker thread): the cut files on disk,
+        then the target removed."""
+        with self._file_lock, self._queue_lock:
+            self._sync_truncated()
+        if self.dispatch_limit is not None:
+            self.confirm_file.write(min(self.dispatch_limit, self.reput_offset))
+        self.truncation.end()
+
+    def _sync_truncated(self) -> None:
+        """fsync the zeros a truncation wrote (past each file's data, so a
+        plain flush skips them) and the directories files left."""
+        last = self.commit_log.mapped_file_queue.last()
+        if last is not None and last.fd >= 0:
+            os.fsync(last.fd)
+        fsync_dir(self.commit_log.mapped_file_queue.store_dir)
+        for cq in self._all_consume_queues():
+            cq_last = cq.mapped_file_queue.last()
+            if cq_last is not None and cq_last.fd >= 0:
+                os.fsync(cq_last.fd)
+            if cq.mapped_file_queue.store_dir.is_dir():
+                fsync_dir(cq.mapped_file_queue.store_dir)
 
     def _load_consume_queues(self) -> None:
         cq_root = self.cq_root
@@ -487,7 +594,8 @@ class DefaultMessageStore:
         ``defer``: the indexing waits for ``dispatch_deferred``."""
         if self._deferred is not None:
             self.dispatch_deferred()
-        if not self.running or self.disk_full or self.dispatch_behind or self.write_fence:
+        if not self.running or self.disk_full or self.dispatch_behind or self.write_fence \
+                or (self.replicas_check is not None and self._replicas_short() is not None):
             return None
         return self._put(topic, lambda: self.commit_log.put_batch_body(
             topic, queue_id, data, sys_flag=sys_flag, born_timestamp=born_timestamp,
@@ -503,6 +611,8 @@ class DefaultMessageStore:
             self.dispatch_deferred()
         if not self.running or self.disk_full or self.write_fence is not None:
             return self._not_available()
+        if self.replicas_check is not None and (short := self._replicas_short()) is not None:
+            return short
         if self.dispatch_behind and not self.reput():
             return self._behind_result()
         cursor = self.reput_offset
@@ -536,6 +646,14 @@ class DefaultMessageStore:
         return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
                                 detail=self.write_fence or "")
 
+    def _replicas_short(self) -> PutMessageResult | None:
+        """IN_SYNC_REPLICAS_NOT_ENOUGH, saying why, when ``replicas_check`` refuses."""
+        check = self.replicas_check
+        reason = check() if check is not None else None
+        if reason is None:
+            return None
+        return PutMessageResult(PutMessageStatus.IN_SYNC_REPLICAS_NOT_ENOUGH, detail=reason)
+
     def dispatch_deferred(self) -> None:
         """Dispatch what the deferred put appended, unless the cursor has moved
         meanwhile (a reput read it back); a failure leaves it to ``reput`` (the
@@ -551,6 +669,8 @@ class DefaultMessageStore:
         the result and, when stored, each record's place (its dispatch request)."""
         if not self.running or self.disk_full or self.write_fence is not None:
             return self._not_available(), []
+        if self.replicas_check is not None and (short := self._replicas_short()) is not None:
+            return short, []
         if not msgs:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
         if self._deferred is not None:
@@ -576,7 +696,10 @@ class DefaultMessageStore:
     def _dispatch_appended(self, dispatches: list[DispatchRequest], end: int,
                            mixed: bool = False) -> None:
         """Dispatch the records a put appended (the cursor was caught up with
-        them); a failure leaves the cursor for ``reput``."""
+        them); a failure leaves the cursor for ``reput``. With a dispatch
+        limit (controller mode) they wait for ``set_dispatch_limit``."""
+        if self.dispatch_limit is not None:
+            return
         try:
             for d in self.dispatchers:
                 if mixed:
@@ -594,8 +717,32 @@ class DefaultMessageStore:
 
     @property
     def dispatch_behind(self) -> bool:
-        """Whether stored records wait for dispatch (puts are refused meanwhile)."""
+        """Whether stored records wait for dispatch (puts are refused meanwhile);
+        with a dispatch limit, records past it wait by design: only a failed
+        dispatch counts."""
+        if self.dispatch_limit is not None:
+            return self.dispatch_failure is not None \
+                and self.reput_offset < self.commit_log.max_offset
         return self.reput_offset < self.commit_log.max_offset
+
+    def set_dispatch_limit(self, offset: int) -> int:
+        """Controller mode: the confirm offset moved to ``offset`` (it only
+        moves forward here; truncation lowers it); dispatch the records it now
+        covers. Returns how many were dispatched."""
+        if self.dispatch_limit is None:
+            raise StoreError("no dispatch limit outside controller mode")
+        if offset <= self.dispatch_limit:
+            return 0
+        self.dispatch_limit = offset
+        if self.reput_offset >= self.commit_log.max_offset:
+            return 0
+        try:
+            count = self._dispatch_to_end(notify=True)
+        except Exception as exc:
+            self._dispatch_failed(exc)
+            return 0
+        self.dispatch_failure = None
+        return count
 
     def reput(self) -> bool:
         """Dispatch every record past the cursor; True once caught up.
@@ -657,8 +804,18 @@ class DefaultMessageStore:
         arrived: dict[tuple[str, int], int] = {}
         # files before the cursor may have been cleaned meanwhile
         self.reput_offset = max(self.reput_offset, self.commit_log.min_offset)
+        limit = self.dispatch_limit
         try:
             for nxt, group, buf, pos in self._steps(self.reput_offset):
+                if limit is not None and nxt > limit:
+                    # controller mode: records past the confirm offset wait
+                    if group is not None:
+                        part = [r for r in group if r.commit_log_offset + r.msg_size <= limit]
+                        if part:
+                            last = part[-1]
+                            count += self._dispatch_group(
+                                part, last.commit_log_offset + last.msg_size, arrived)
+                    break
                 if group is not None:
                     count += self._dispatch_group(group, nxt, arrived)
                     continue
@@ -1257,6 +1414,8 @@ class DefaultMessageStore:
                 self.index_service.truncate(0)
             self.commit_log.topic_queue_table = {}
             self.reput_offset = 0
+            if self.dispatch_limit is not None:
+                self.dispatch_limit = 0
             self.dispatch_failure = None
             self.epochs.entries = []
             self.epochs.write()
@@ -1505,4 +1664,7 @@ class DefaultMessageStore:
         if flushed:
             self.checkpoint.logics_msg_timestamp = before
         self.checkpoint.flush_if_changed()
+        if self.dispatch_limit is not None:
+            # what the consume queues may hold by now (never past the log's end)
+            self.confirm_file.write(min(self.dispatch_limit, self.reput_offset))
         return flushed

@@ -30,6 +30,9 @@ class PutMessageStatus(Enum):
     # Stored records are not all in their consume queues yet (their dispatch
     # failed for a reason other than space): puts wait until a reput succeeds.
     DISPATCH_BEHIND = "DISPATCH_BEHIND"
+    # Controller mode: the SyncStateSet has fewer members than minInSyncReplicas,
+    # so nothing was written (RocketMQ 5's status of the same name)
+    IN_SYNC_REPLICAS_NOT_ENOUGH = "IN_SYNC_REPLICAS_NOT_ENOUGH"
 
 
 class AppendMessageStatus(Enum):

@@ -123,6 +123,44 @@ def lineage_problem(mine: list[Epoch], theirs: list[Epoch], upto: int,
     return f"below offset {upto} {other} log has {extra} that the other lacks"
 
 
+@dataclass(frozen=True, slots=True)
+class CommonPoint:
+    """Where a replica's log and a new master's part (``common_point``)."""
+
+    offset: int | None  # the largest offset below which both hold the same bytes
+    reason: str = ""  # why there is none (offset None)
+
+
+def common_point(mine: list[Epoch], my_min: int, my_end: int,
+                 theirs: list[Epoch], their_min: int, their_end: int) -> CommonPoint:
+    """The last point two logs share (pure; KIP-101's idea): the end of the
+    last epoch both histories hold, in the log where it ends first. Entries
+    are aligned at the first one both hold (older ones may have been dropped
+    from one history with the files they described); from there they must
+    agree entry by entry. None when they share no epoch, or when the point
+    lies below what either log still holds."""
+    if my_end <= my_min:
+        return CommonPoint(my_end)  # nothing to cut
+    a = live(covering(mine, my_end), my_min)
+    b = live(covering(theirs, their_end), their_min)
+    first = next(((i, b.index(e)) for i, e in enumerate(a) if e in b), None)
+    if first is None:
+        return CommonPoint(None, "the logs share no epoch: this replica's log "
+                                 "(epochs " + (", ".join(str(e) for e in a[-3:]) or "unknown")
+                           + ") holds nothing of the master's")
+    i, j = first
+    while i + 1 < len(a) and j + 1 < len(b) and a[i + 1] == b[j + 1]:
+        i, j = i + 1, j + 1
+    mine_to = a[i + 1].start if i + 1 < len(a) else my_end
+    theirs_to = b[j + 1].start if j + 1 < len(b) else their_end
+    point = min(mine_to, theirs_to, my_end)
+    floor = max(my_min, their_min)
+    if point < floor:
+        return CommonPoint(None, f"the last point the logs share, offset {point}, is below "
+                                 f"what both still hold (from offset {floor})")
+    return CommonPoint(point)
+
+
 class EpochHistory:
     """A store's ``epochs.json``: its id and its epoch history (see above)."""
 
@@ -192,6 +230,16 @@ class EpochHistory:
         if wanted == self.entries:
             return False
         self.entries = wanted
+        self.write()
+        return True
+
+    def truncate(self, end: int) -> bool:
+        """The log is cut at ``end``: entries that start at or past it go.
+        Written when it changed; True then."""
+        kept = covering(self.entries, end)
+        if kept == self.entries:
+            return False
+        self.entries = kept
         self.write()
         return True
 

@@ -66,6 +66,12 @@ class HAConnection:
         # set by the HA service once it saw ``silent`` hold after letting the
         # reports already received in; cleared by any acknowledgement progress
         self.silent_confirmed = False
+        # the slave's brokerId from its hello (controller mode counts acknowledgements
+        # by SyncStateSet member); None for a connection that is no slave's
+        self.broker_id: int | None = None
+        # controller mode: the slave takes confirm offsets; the last one sent it
+        self.wants_confirm = False
+        self.confirm_sent = -1
 
     # ---- reports in ------------------------------------------------------------------
 

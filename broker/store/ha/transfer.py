@@ -14,6 +14,10 @@ size 0 is a heartbeat (12 bytes in all).
     | offset (8, BE, i64) | size (4, BE, i32)| data (size)    |
     +---------------------+------------------+----------------+
 
+In controller mode (a slave says so in its hello: ``controllerMode``) the
+master also sends its confirm offset (broker/store/ha/confirm.py) as a header
+of size -1 and no data; only a decoder built with ``confirm=True`` takes it.
+
 ``TransferDecoder.feed`` and ``ReportDecoder.feed`` take any split of the
 stream and return every complete item they now hold. A negative offset, a
 negative size or a size above the decoder's maximum raises a
@@ -36,6 +40,8 @@ from protocol.errors import LocalProtocolError, RemoteProtocolError
 
 REPORT = struct.Struct(">q")  # the slave's max commit-log offset
 TRANSFER_HEADER = struct.Struct(">qi")  # master physical offset, data size (0 = heartbeat)
+CONFIRM_SIZE = -1  # a transfer header of this size carries the confirm offset (controller mode)
+CONTROLLER_MODE_FIELD = "controllerMode"  # a slave's hello: "true" to take confirm offsets
 
 # RocketMQ's slave reads into a 4 MiB buffer; a master sends haTransferBatchSize
 # (32 KiB by default) at most, so a larger frame is a broken or hostile peer.
@@ -61,6 +67,13 @@ def encode_transfer(offset: int, data: bytes = b"") -> bytes:
     if len(data) > _INT32_MAX:
         raise LocalProtocolError(f"transfer of {len(data)} bytes does not fit its size field")
     return TRANSFER_HEADER.pack(offset, len(data)) + data
+
+
+def encode_confirm(offset: int) -> bytes:
+    """The master's confirm offset, for a slave in controller mode."""
+    if offset < 0:
+        raise LocalProtocolError(f"cannot send a negative confirm offset {offset}")
+    return TRANSFER_HEADER.pack(offset, CONFIRM_SIZE)
 
 
 class _Decoder:
@@ -96,13 +109,17 @@ class _Decoder:
 
 
 class TransferDecoder(_Decoder):
-    """Master-to-slave frames -> [(offset, data)], data b"" for a heartbeat."""
+    """Master-to-slave frames -> [(offset, data)], data b"" for a heartbeat.
+    With ``confirm``, confirm-offset frames are taken too: the latest is
+    ``confirm_offset`` (they never go back)."""
 
-    __slots__ = ("max_size",)
+    __slots__ = ("max_size", "confirm", "confirm_offset")
 
-    def __init__(self, max_size: int = DEFAULT_MAX_TRANSFER_SIZE) -> None:
+    def __init__(self, max_size: int = DEFAULT_MAX_TRANSFER_SIZE, confirm: bool = False) -> None:
         super().__init__()
         self.max_size = max_size
+        self.confirm = confirm
+        self.confirm_offset: int | None = None
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[tuple[int, bytes]]:
         """Every complete frame now held, in order, as (offset, data)."""
@@ -127,6 +144,13 @@ class TransferDecoder(_Decoder):
             offset, size = TRANSFER_HEADER.unpack_from(buf, pos)
             if offset < 0:
                 raise self._fail(f"transfer from a negative offset {offset}")
+            if size == CONFIRM_SIZE and self.confirm:
+                if self.confirm_offset is not None and offset < self.confirm_offset:
+                    raise self._fail(f"confirm offset went back from {self.confirm_offset} "
+                                     f"to {offset}")
+                self.confirm_offset = offset
+                pos += head
+                continue
             if size < 0:
                 raise self._fail(f"transfer of a negative size {size}")
             if size > self.max_size:
@@ -349,7 +373,7 @@ def make_hello(broker_name: str, cluster_name: str, now_ms: int, nonce: str,
                access_key: str | None = None, secret_key: str | None = None,
                log: LogView | None = None, broker_id: int = 1,
                broker_addr: str = "", challenge: str = "",
-               slave_challenge: str | None = None) -> Hello:
+               slave_challenge: str | None = None, controller_mode: bool = False) -> Hello:
     """A slave's hello answering ``challenge`` (the master's, in hex) and
     challenging the master's answer with ``slave_challenge`` (None: a fresh one,
     ``Hello.slave_challenge``)."""
@@ -361,6 +385,8 @@ def make_hello(broker_name: str, cluster_name: str, now_ms: int, nonce: str,
                                                       else slave_challenge)}
     if log is not None:
         fields.update(log_view_fields(log))
+    if controller_mode:
+        fields[CONTROLLER_MODE_FIELD] = "true"
     if access_key:
         signed = sign_fields(fields, None, access_key, secret_key or "")
         fields = {k: str(v) for k, v in signed.items()}
