@@ -376,6 +376,8 @@ PUT_OUTCOMES: dict[str, PutOutcome] = {
     "DISPATCH_BEHIND": PutOutcome.TRANSIENT,  # nothing written until the store's reput catches up
     "OS_PAGECACHE_BUSY": PutOutcome.TRANSIENT,
     "CREATE_MAPEDFILE_FAILED": PutOutcome.TRANSIENT,
+    # controller mode: the SyncStateSet is below minInSyncReplicas; refused before writing
+    "IN_SYNC_REPLICAS_NOT_ENOUGH": PutOutcome.TRANSIENT,
     "MESSAGE_ILLEGAL": PutOutcome.PERMANENT,
     "PROPERTIES_SIZE_EXCEEDED": PutOutcome.PERMANENT,
     "UNKNOWN_ERROR": PutOutcome.PERMANENT,
