@@ -20,6 +20,7 @@ notified. A save that fails changes nothing in memory: the requester gets an err
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -27,6 +28,7 @@ import structlog
 import trio
 
 from controller.config import ControllerConfig
+from controller.file_store import FileStateStore
 from controller.heartbeat import HeartbeatTable, LivenessAt
 from controller.processor import ControllerProcessor, NotLeader
 from controller.replicas import (
@@ -38,9 +40,10 @@ from controller.replicas import (
     elect_master,
     encode_state,
 )
-from controller.state_store import Leadership, StateConflict, StateStore
+from controller.state_store import AlwaysLeader, Leadership, StateConflict, StateStore
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
+from protocol.config import ConfigError
 from protocol.controller import NotifyBrokerRoleChangedRequestHeader, SyncStateSet
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
@@ -52,6 +55,18 @@ log = structlog.get_logger("controller")
 T = TypeVar("T")
 # a change is computed again after a compare-and-swap conflict (the state reloaded)
 SAVE_ATTEMPTS = 2
+
+
+def open_backend(config: ControllerConfig) -> tuple[StateStore, Leadership]:
+    """The store and leadership ``controllerType`` names. ConfigError when that
+    backend is not available in this build."""
+    if config.controller_type == "file":
+        return FileStateStore(config.controller_store_path), AlwaysLeader()
+    if importlib.util.find_spec("controller.etcd") is None:
+        raise ConfigError("controllerType=etcd needs the etcd backend (controller/etcd.py), "
+                          "which this build does not have; use controllerType=file")
+    raise ConfigError("controllerType=etcd: the etcd backend is not wired into the controller "
+                      "yet; use controllerType=file")
 
 
 class Notifier:
@@ -146,6 +161,10 @@ class ControllerService:
         if self.server is not None:
             return f"{self.config.listen_ip}:{self.server.port}"
         return None
+
+    def set_address(self, addr: str) -> None:
+        """Where this controller answers, when another server serves it (a name server)."""
+        self._advertised = addr
 
     @property
     def is_leader(self) -> bool:
