@@ -31,8 +31,10 @@ class ControllerConfig(PropertiesConfig):
     controller_type: str = "file"
     # the directory of the state file (controllerType=file)
     controller_store_path: str = "~/store/controller"
-    # ms between scans for masters whose heart-beats stopped
-    scan_not_active_broker_interval: int = 5000
+    # ms between scans for masters whose heart-beats stopped (RocketMQ: 5000; a
+    # scan costs a pass over the liveness table, and this bounds how late a
+    # failover starts after brokerHeartbeatTimeout)
+    scan_not_active_broker_interval: int = 1000
     # ms without a heart-beat after which a replica is dead (a broker's own
     # heartbeatTimeoutMills, when it sends one, may only shorten it)
     broker_heartbeat_timeout: int = 10_000

@@ -116,6 +116,11 @@ class Notifier:
                              broker=view.broker_name, master_epoch=view.master_epoch,
                              error=f"{type(exc).__name__}: {exc}")
             return
+        except Exception as exc:  # never the controller's end: logged, the next one goes
+            self.failed += 1
+            self._guard.failed(exc, "role change notification failed", addr=addr,
+                               broker=view.broker_name)
+            return
         self.sent += 1
         log.info("replica told of its master", addr=addr, broker=view.broker_name,
                  master=view.master_id, master_epoch=view.master_epoch, code=response.code)
