@@ -180,6 +180,18 @@ async def test_failover_with_a_real_controller(cluster: Cluster, tmp_path: Path)
         out = await trio.to_thread.run_sync(
             mqadmin, "electMaster", "-a", ctrl.addr, "-b", b1.addr, "-n", "b", "-c", "c")
         assert f"#brokerMasterAddr        {b1.addr}" in out and "#masterEpoch             3" in out
+        # hostile or broken requests: a clear error, the controller serves on
+        r = await ask(client, ctrl.addr, RequestCode.CONTROLLER_ELECT_MASTER,
+                      {"brokerName": "b", "brokerId": "-1"})
+        assert r.code == ResponseCode.SYSTEM_ERROR and "brokerId" in (r.remark or "")
+        r = await ask(client, ctrl.addr, RequestCode.CONTROLLER_GET_SYNC_STATE_DATA,
+                      body=["x"] * 5000)
+        assert r.code == ResponseCode.SYSTEM_ERROR
+        r = await ask(client, ctrl.addr, RequestCode.CONTROLLER_APPLY_BROKER_ID,
+                      ApplyBrokerIdRequestHeader(cluster_name="c", broker_name="b",
+                                                 applied_broker_id=1,
+                                                 register_check_code="127.0.0.1:1;1").to_fields())
+        assert r.code == ResponseCode.CONTROLLER_BROKER_ID_INVALID  # id 1 is taken
         meta = json.loads(await trio.to_thread.run_sync(
             mqadmin, "getControllerMetaData", "-a", ctrl.addr, "--json"))
         assert meta["isLeader"] is True and meta["controllerLeaderAddress"] == ctrl.addr
