@@ -21,7 +21,7 @@ CONTROLLER_LOGS = (LogFile("controller.log"),)
 
 
 def build(config: ControllerConfig) -> ControllerService:
-    store, leadership = open_backend(config)
+    store, leadership = open_backend(config, f"{config.listen_ip}:{config.listen_port}")
     return ControllerService(config, store, leadership)
 
 

@@ -4,13 +4,22 @@ enableElectUncleanMaster, notifyBrokerRoleChanged, controllerType) and ours besi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from protocol.config import ConfigError, PropertiesConfig
+from protocol.config import ConfigError, PropertiesConfig, not_a_key
 from protocol.controller import MAX_REPLICAS
 from protocol.trio.limits import ConnectionLimits, limits_of
 
 CONTROLLER_TYPES = ("file", "etcd")
+
+
+def is_etcd_key(key: str) -> bool:
+    """The etcd backend's keys (etcdEndpoints, ...: controller/etcd_backend.py's
+    EtcdConfig checks them, when controllerType=etcd)."""
+    return key.lower().startswith("etcd")
+
 # the keys UPDATE_CONTROLLER_CONFIG may change while the controller runs
 RUNTIME_KEYS = {
     "enableElectUncleanMaster": "elections consider replicas out of the SyncStateSet",
@@ -59,6 +68,22 @@ class ControllerConfig(PropertiesConfig):
     write_buffer_low_water_mark: int = 1024 * 1024
     max_in_flight_requests_per_connection: int = 1024
     max_connections_per_address: int = 1024
+    # the etcd* keys as given (controllerType=etcd reads them with EtcdConfig, which
+    # needs the controller extra: not imported here)
+    etcd_properties: dict[str, str] = not_a_key(dict)
+
+    def update(self, props: Mapping[str, Any], validate: bool = True) -> None:
+        """As PropertiesConfig's; the ``etcd*`` keys are kept for the etcd backend."""
+        for key, value in props.items():
+            if is_etcd_key(key):
+                self.etcd_properties[key] = str(value).strip()
+        PropertiesConfig.update(self, {k: v for k, v in props.items() if not is_etcd_key(k)},
+                                validate)
+
+    def to_properties(self) -> dict[str, str]:
+        out = PropertiesConfig.to_properties(self)
+        out.update(self.etcd_properties)
+        return out
 
     def connection_limits(self) -> ConnectionLimits:
         return limits_of(self)

@@ -20,7 +20,6 @@ notified. A save that fails changes nothing in memory: the requester gets an err
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -45,6 +44,7 @@ from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError
 from protocol.controller import NotifyBrokerRoleChangedRequestHeader, SyncStateSet
+from protocol.extras import MissingExtraError, require_etcd
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
 from protocol.trio.server import RemotingServer
@@ -57,16 +57,20 @@ T = TypeVar("T")
 SAVE_ATTEMPTS = 2
 
 
-def open_backend(config: ControllerConfig) -> tuple[StateStore, Leadership]:
-    """The store and leadership ``controllerType`` names. ConfigError when that
-    backend is not available in this build."""
+def open_backend(config: ControllerConfig, identity: str) -> tuple[StateStore, Leadership]:
+    """The store and leadership ``controllerType`` names; ``identity``: this
+    controller's address, as the others see it (etcd's leader key holds it).
+    ConfigError when that backend cannot be opened (a missing extra, bad etcd* keys)."""
     if config.controller_type == "file":
         return FileStateStore(config.controller_store_path), AlwaysLeader()
-    if importlib.util.find_spec("controller.etcd") is None:
-        raise ConfigError("controllerType=etcd needs the etcd backend (controller/etcd.py), "
-                          "which this build does not have; use controllerType=file")
-    raise ConfigError("controllerType=etcd: the etcd backend is not wired into the controller "
-                      "yet; use controllerType=file")
+    try:
+        require_etcd()
+    except MissingExtraError as exc:
+        raise ConfigError(str(exc)) from None
+    from controller.etcd_backend import EtcdConfig, open_etcd_backend
+
+    backend = open_etcd_backend(EtcdConfig.of_controller(config.etcd_properties), identity)
+    return backend.store, backend.leadership
 
 
 class Notifier:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from controller.config import ControllerConfig
+from controller.config import ControllerConfig, is_etcd_key
 from namesrv.kv_config import KVLimits
 from protocol.config import ConfigError, PropertiesConfig, key_of, not_a_key
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
@@ -86,16 +87,16 @@ class NamesrvConfig(PropertiesConfig):
     enable_controller_in_namesrv: bool = False
     controller_config: ControllerConfig = not_a_key(ControllerConfig)
 
-    def update(self, props: dict[str, Any]) -> None:
+    def update(self, props: Mapping[str, Any], validate: bool = True) -> None:
         """As PropertiesConfig's; the keys only the controller has go to
         ``controller_config`` (keys both have, listenPort, scanNotActiveBrokerInterval
         and the connection keys, stay the name server's)."""
         theirs = _controller_only_keys()
-        mine = {k: v for k, v in props.items() if k.lower() not in theirs}
-        PropertiesConfig.update(self, mine)
-        controller = {k: v for k, v in props.items() if k.lower() in theirs}
+        mine = {k: v for k, v in props.items() if not _is_controller_key(k, theirs)}
+        PropertiesConfig.update(self, mine, validate)
+        controller = {k: v for k, v in props.items() if _is_controller_key(k, theirs)}
         if controller:
-            self.controller_config.update(controller)
+            self.controller_config.update(controller, validate)
 
     def to_properties(self) -> dict[str, str]:
         out = PropertiesConfig.to_properties(self)
@@ -146,3 +147,7 @@ def _controller_only_keys() -> frozenset[str]:
     mine = {key_of(f.name).lower() for f in fields(NamesrvConfig)}
     return frozenset(key_of(f.name).lower() for f in fields(ControllerConfig)
                      if key_of(f.name).lower() not in mine)
+
+
+def _is_controller_key(key: str, theirs: frozenset[str]) -> bool:
+    return key.lower() in theirs or is_etcd_key(key)

@@ -56,7 +56,8 @@ class NamesrvController:
         # requests are served on this port, its scan and notifications run beside ours
         self.controller: ControllerService | None = None
         if config.enable_controller_in_namesrv:
-            store, leadership = open_backend(config.controller_config)
+            store, leadership = open_backend(config.controller_config,
+                                             f"{config.listen_ip}:{config.listen_port}")
             self.controller = ControllerService(config.controller_config, store, leadership,
                                                 serve=False)
             self.controller.processor.handler_table(handlers)

@@ -137,9 +137,11 @@ class Cluster:
         self.daemons.append(d)
         return d
 
-    def controller(self, store: Path | None = None, **props: object) -> Daemon:
+    def controller(self, store: Path | None = None, ready_marker: str = "controller leads",
+                   **props: object) -> Daemon:
         """A real ``mqcontroller`` (run as ``python -m controller.cli``: the script may
-        not be installed in the test's environment yet), its state in ``store``."""
+        not be installed in the test's environment yet), its state in ``store``; up once
+        ``ready_marker`` is logged (one that may not lead: "controller started")."""
         port = free_port(1)
         conf = self.root / f"controller-{port}.properties"
         props = {"listenPort": port,
@@ -149,7 +151,7 @@ class Cluster:
         d = Daemon(f"controller-{port}",
                    [sys.executable, "-m", "controller.cli", "-c", str(conf), "--log-dir",
                     str(logs)], port, self.root / f"controller-{port}.log",
-                   ready_marker="controller leads")
+                   ready_marker=ready_marker)
         d.start()
         self.daemons.append(d)
         return d
