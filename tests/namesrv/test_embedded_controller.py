@@ -34,11 +34,18 @@ def test_controller_keys_go_to_the_controller(tmp_path: Path) -> None:
     assert "brokerHeartbeatTimeout" not in plain.render()
 
 
-def test_etcd_without_its_backend_is_refused(tmp_path: Path) -> None:
+def test_etcd_keys_reach_the_etcd_backend() -> None:
     cfg = NamesrvConfig()
-    cfg.update({"enableControllerInNamesrv": "true", "controllerType": "etcd"})
-    with pytest.raises(ConfigError, match="etcd"):
+    cfg.update({"enableControllerInNamesrv": "true", "controllerType": "etcd",
+                "etcdEndpoints": "http://127.0.0.1:2379", "etcdLeaseTtlSeconds": "0"})
+    assert cfg.controller_config.etcd_properties == {"etcdEndpoints": "http://127.0.0.1:2379",
+                                                     "etcdLeaseTtlSeconds": "0"}
+    with pytest.raises(ConfigError, match="etcdLeaseTtlSeconds"):  # checked by EtcdConfig
         NamesrvController(cfg)
+    cfg.update({"etcdLeaseTtlSeconds": "3"})
+    namesrv = NamesrvController(cfg)
+    assert namesrv.controller is not None
+    assert type(namesrv.controller.leadership).__name__ == "EtcdLeadership"
 
 
 async def test_controller_answers_on_the_name_servers_port(tmp_path: Path) -> None:
