@@ -35,11 +35,18 @@ from controller.replicas import (
     Limits,
     MasterView,
     Result,
+    StateFormatError,
     decode_state,
     elect_master,
     encode_state,
 )
-from controller.state_store import AlwaysLeader, Leadership, StateConflict, StateStore
+from controller.state_store import (
+    AlwaysLeader,
+    Leadership,
+    StateConflict,
+    StateStore,
+    StateStoreError,
+)
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError
@@ -221,9 +228,19 @@ class ControllerService:
             self.state, self.version = decode_state(stored.data), stored.version
 
     async def _on_elected(self) -> None:
-        async with self._lock:
-            await self._reload()
-            self.leader_since = trio.current_time()
+        """Lead from the stored state: read it first, again after a back-off while the
+        store cannot be read (meanwhile this controller answers CONTROLLER_NOT_LEADER)."""
+        guard = Guard(log, "load the state on election")
+        while True:
+            async with self._lock:
+                try:
+                    await self._reload()
+                except (StateStoreError, StateFormatError) as exc:
+                    guard.failed(exc, "cannot lead: the stored state cannot be read")
+                else:
+                    self.leader_since = trio.current_time()
+                    break
+            await guard.pause()
         log.info("controller leads", version=self.version,
                  broker_names=len(self.state.broker_sets))
 

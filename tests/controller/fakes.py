@@ -10,15 +10,19 @@ from controller.state_store import StateConflict, StateStoreError, Stored
 
 
 class MemoryStore:
-    """A StateStore in memory; ``fail`` makes the next saves raise StateStoreError."""
+    """A StateStore in memory; ``fail`` (``fail_load``) makes saves (loads) raise
+    StateStoreError."""
 
     def __init__(self) -> None:
         self.stored: Stored | None = None
         self.saves = 0
         self.fail: str | None = None
+        self.fail_load: str | None = None
 
     async def load(self) -> Stored | None:
         await trio.lowlevel.checkpoint()
+        if self.fail_load is not None:
+            raise StateStoreError(self.fail_load)
         return self.stored
 
     async def save(self, data: bytes, expected: int) -> int:

@@ -30,6 +30,7 @@ from protocol.controller import (
 from protocol.errors import RemoteProtocolError
 from protocol.headers import Header
 from tests.controller.fakes import MemoryStore, NeverLeader, SwitchLeader
+from tests.waits import wait_until
 
 A = {1: "127.0.0.1:10911", 2: "127.0.0.1:10921", 3: "127.0.0.1:10931"}
 
@@ -307,4 +308,22 @@ async def test_runtime_config(autojump_clock: trio.testing.MockClock) -> None:
         assert r.code == ResponseCode.SYSTEM_ERROR and "cannot change" in (r.remark or "")
         r = await call(svc, RequestCode.GET_CONTROLLER_CONFIG)
         assert b"brokerHeartbeatTimeout=3000" in (r.body or b"")
+        nursery.cancel_scope.cancel()
+
+
+async def test_elected_while_the_store_is_unreadable_leads_once_it_reads(
+        autojump_clock: trio.testing.MockClock) -> None:
+    store = MemoryStore()
+    switch = SwitchLeader()
+    async with trio.open_nursery() as nursery:
+        svc, _ = await started(nursery, store, leadership=switch)
+        store.fail_load = "etcd unreachable"
+        nursery.start_soon(switch.elect)
+        await trio.sleep(1)
+        assert not svc.is_leader
+        r = await call(svc, RequestCode.CONTROLLER_GET_REPLICA_INFO,
+                       GetReplicaInfoRequestHeader(broker_name="b"))
+        assert r.code == ResponseCode.CONTROLLER_NOT_LEADER
+        store.fail_load = None
+        await wait_until(lambda: svc.is_leader, 6, "leading once the state reads")
         nursery.cancel_scope.cancel()
