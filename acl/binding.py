@@ -59,6 +59,15 @@ NAMESRV_ADMIN_CODES: frozenset[int] = frozenset({
     RequestCode.DELETE_KV_CONFIG,
     UPDATE_NAMESRV_CONFIG,
     GET_NAMESRV_CONFIG,
+    # the controller inside the name server (enableControllerInNamesrv): what changes
+    # its state or its settings; brokers send these with their admin accounts
+    RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET,
+    RequestCode.CONTROLLER_ELECT_MASTER,
+    RequestCode.CONTROLLER_REGISTER_BROKER,
+    RequestCode.CONTROLLER_APPLY_BROKER_ID,
+    RequestCode.CLEAN_BROKER_DATA,
+    RequestCode.UPDATE_CONTROLLER_CONFIG,
+    RequestCode.GET_CONTROLLER_CONFIG,
 })
 
 # Destructive RocketMQ 4.9 request codes in neither admin list (none is served here

@@ -165,6 +165,21 @@ NAMESRV_RULES: dict[int, Rule] = {
     C.GET_KVLIST_BY_NAMESPACE: _account("as GET_KV_CONFIG"),
     C.UPDATE_NAMESRV_CONFIG: _admin("secrets are refused: set in the config file"),
     C.GET_NAMESRV_CONFIG: _admin("the name server's settings, secrets masked"),
+    # the controller inside the name server (enableControllerInNamesrv)
+    C.BROKER_HEARTBEAT: _account(
+        "a replica's liveness; not admin: bound signatures of every heart-beat would fill "
+        "the admin replay cache, and a refused heart-beat would fail a live master over"),
+    C.CONTROLLER_ALTER_SYNC_STATE_SET: _admin("a master changes its SyncStateSet"),
+    C.CONTROLLER_ELECT_MASTER: _admin("a replica, or an operator, asks for an election"),
+    C.CONTROLLER_REGISTER_BROKER: _admin("brokers register with an admin account"),
+    C.CONTROLLER_GET_REPLICA_INFO: _account("a broker name's master and SyncStateSet"),
+    C.CONTROLLER_GET_METADATA_INFO: _account("whether this controller leads"),
+    C.CONTROLLER_GET_SYNC_STATE_DATA: _account("broker names' replicas and epochs"),
+    C.UPDATE_CONTROLLER_CONFIG: _admin(),
+    C.GET_CONTROLLER_CONFIG: _admin("the controller's settings"),
+    C.CLEAN_BROKER_DATA: _admin("forgets replicas"),
+    C.CONTROLLER_GET_NEXT_BROKER_ID: _account("the id a new replica would apply for"),
+    C.CONTROLLER_APPLY_BROKER_ID: _admin("a broker takes an id"),
 }
 
 

@@ -1103,6 +1103,12 @@ def cluster_acl_config_version(namesrv: str, broker_addr: str | None, cluster: s
 # messages, queues, cluster
 from client import admin_groups, admin_topics  # noqa: E402,F401
 
+# admin_controller: controller mode (its commands, added here: it does not import this module)
+from client.admin_controller import COMMANDS as _CONTROLLER_COMMANDS  # noqa: E402
+
+for _command in _CONTROLLER_COMMANDS:
+    cli.add_command(_command)
+
 
 def main() -> None:
     configure_logging("WARNING")

@@ -40,7 +40,8 @@ COMMAND_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Stats", ("statsAll",)),
     ("ACL", ("updateAclConfig", "deleteAccessConfig", "updateGlobalWhiteAddr",
              "clusterAclConfigVersion")),
-    ("Ha", ("haStatus",)),
+    ("Ha", ("haStatus", "getSyncStateSet", "getBrokerEpoch")),
+    ("Controller", ("getControllerMetaData", "electMaster")),
 )
 # second names of a listed command (registered too; listed once, under the first)
 ALIASES: dict[str, str] = {"deleteAclConfig": "deleteAccessConfig"}

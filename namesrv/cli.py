@@ -73,6 +73,8 @@ def main(
     start_logging(NAMESRV_LOGS, **log_opts)
     try:
         controller = NamesrvController(config, config_file)
+    except ConfigError as exc:  # enableControllerInNamesrv with a backend it cannot open
+        raise click.UsageError(str(exc)) from exc
     except Exception as exc:
         fail(log, "name server", exc)
     run_daemon(controller, log, "name server")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
+from controller.config import ControllerConfig, is_etcd_key
 from namesrv.kv_config import KVLimits
-from protocol.config import ConfigError, PropertiesConfig, key_of
+from protocol.config import ConfigError, PropertiesConfig, key_of, not_a_key
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS
 from protocol.trio.limits import ConnectionLimits, limits_of
 from protocol.trio.preauth import DEFAULT_PRE_AUTH_BUDGET, pre_auth_problem
@@ -78,6 +81,30 @@ class NamesrvConfig(PropertiesConfig):
     tls_server_key_path: str = ""
     tls_server_trust_cert_path: str = ""  # the CA of client certificates
     tls_server_need_client_auth: str = "none"  # none | optional | require (true/false)
+    # the controller (RocketMQ 5's controller mode) runs inside the name server and
+    # answers on its port; its keys (controller/config.py: controllerStorePath,
+    # brokerHeartbeatTimeout, enableElectUncleanMaster, ...) go in this same file
+    enable_controller_in_namesrv: bool = False
+    controller_config: ControllerConfig = not_a_key(ControllerConfig)
+
+    def update(self, props: Mapping[str, Any], validate: bool = True) -> None:
+        """As PropertiesConfig's; the keys only the controller has go to
+        ``controller_config`` (keys both have, listenPort, scanNotActiveBrokerInterval
+        and the connection keys, stay the name server's)."""
+        theirs = _controller_only_keys()
+        mine = {k: v for k, v in props.items() if not _is_controller_key(k, theirs)}
+        PropertiesConfig.update(self, mine, validate)
+        controller = {k: v for k, v in props.items() if _is_controller_key(k, theirs)}
+        if controller:
+            self.controller_config.update(controller, validate)
+
+    def to_properties(self) -> dict[str, str]:
+        out = PropertiesConfig.to_properties(self)
+        if self.enable_controller_in_namesrv:
+            theirs = _controller_only_keys()
+            out.update({k: v for k, v in self.controller_config.to_properties().items()
+                        if k.lower() in theirs})
+        return out
 
     def server_tls(self) -> ServerTls:
         return server_tls_of(self)
@@ -113,3 +140,14 @@ class NamesrvConfig(PropertiesConfig):
         for key in ("kv_config_max_namespaces", "kv_config_max_keys", "kv_config_max_chars"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"{key_of(key)} must not be negative")
+
+
+def _controller_only_keys() -> frozenset[str]:
+    """The controller's config keys the name server has not (lower case)."""
+    mine = {key_of(f.name).lower() for f in fields(NamesrvConfig)}
+    return frozenset(key_of(f.name).lower() for f in fields(ControllerConfig)
+                     if key_of(f.name).lower() not in mine)
+
+
+def _is_controller_key(key: str, theirs: frozenset[str]) -> bool:
+    return key.lower() in theirs or is_etcd_key(key)

@@ -15,6 +15,7 @@ import trio
 
 from acl.binding import signature_binding
 from acl.guard import AclFile
+from controller.service import ControllerService, open_backend
 from namesrv.acl import guard_table, header_gate
 from namesrv.config import NamesrvConfig
 from namesrv.kv_config import KVConfigManager, write_atomically
@@ -51,6 +52,15 @@ class NamesrvController:
         self._kv_wake = trio.Event()
         self.processor.on_kv_change = lambda: self._kv_wake.set()
         handlers = self.processor.handler_table()
+        # RocketMQ 5's controller inside the name server (enableControllerInNamesrv): its
+        # requests are served on this port, its scan and notifications run beside ours
+        self.controller: ControllerService | None = None
+        if config.enable_controller_in_namesrv:
+            store, leadership = open_backend(config.controller_config,
+                                             f"{config.listen_ip}:{config.listen_port}")
+            self.controller = ControllerService(config.controller_config, store, leadership,
+                                                serve=False)
+            self.controller.processor.handler_table(handlers)
         configs = NamesrvConfigProcessor(self)
         handlers.register(RequestCode.GET_NAMESRV_CONFIG, configs.get_namesrv_config)
         handlers.register(RequestCode.UPDATE_NAMESRV_CONFIG, configs.update_namesrv_config)
@@ -114,6 +124,9 @@ class NamesrvController:
             # walk it all (a 30-40 ms pause while look-ups wait). Large registrations
             # freeze the tables they build the same way (NamesrvProcessor).
             gc.freeze()
+            if self.controller is not None:
+                self.controller.set_address(f"{self.config.listen_ip}:{port}")
+                await nursery.start(self.controller.run)
             nursery.start_soon(self.scan_loop)
             nursery.start_soon(self.removal_loop)
             if self.acl_file is not None:

@@ -69,8 +69,10 @@ def test_every_broker_code_has_a_row(tmp_path: Path) -> None:
         assert set(BROKER_RULES) == served, "rows for codes the broker does not serve"
 
 
-def test_every_namesrv_code_has_a_row() -> None:
-    served = _codes(NamesrvController(NamesrvConfig(listen_port=0)).server.handlers)
+def test_every_namesrv_code_has_a_row(tmp_path: Path) -> None:
+    config = NamesrvConfig(listen_port=0)  # with the controller inside (its codes too)
+    config.update({"enableControllerInNamesrv": "true", "controllerStorePath": str(tmp_path)})
+    served = _codes(NamesrvController(config).server.handlers)
     missing = sorted(RequestCode(x).name for x in served - set(NAMESRV_RULES))
     assert not missing, f"request codes with no row in acl/resources.py: {missing}"
     assert set(NAMESRV_RULES) == served

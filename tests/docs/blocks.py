@@ -8,7 +8,8 @@ A fenced block's language says what it is:
 - ``python``: a program, run in a subprocess with the tests' interpreter;
 - ``sh`` / ``bash``: a shell script, run with ``bash`` (``set -eo pipefail``);
 - ``console``: the lines starting with ``$ `` are run as a script, the rest is output;
-- ``properties`` / ``conf``: a broker config (or a name server's, see ``config``),
+- ``properties`` / ``conf``: a broker config (or a name server's or a controller's,
+  see ``config``),
   loaded with the daemon's own loader; ``yaml``: an ACL accounts file
   (``plain_acl.yml``), loaded with the broker's ACL loader;
 - ``text``: output, a listing or a synopsis: never run.
@@ -23,6 +24,7 @@ directive each (invisible when the page is rendered)::
     <!-- doctest: timeout SECONDS -->      instead of DEFAULT_TIMEOUT
     <!-- doctest: daemons acl -->          against the ACL-enabled pair (plain: the default)
     <!-- doctest: config namesrv -->       a properties block for the name server
+                                           (``config controller``: for mqcontroller)
     <!-- doctest: sub "OLD" "NEW" -->      replace OLD by NEW before running (small counts);
                                            NEW may hold placeholders such as {free_port}
     <!-- doctest: needs MODULE -->         skipped, saying why, where MODULE cannot be
@@ -51,7 +53,7 @@ OUTPUT_LANGS = frozenset({"text"})
 KNOWN_LANGS = PYTHON_LANGS | SHELL_LANGS | CONSOLE_LANGS | CONFIG_LANGS | OUTPUT_LANGS
 
 DAEMON_SETS = frozenset({"plain", "acl"})
-CONFIG_KINDS = frozenset({"broker", "namesrv", "acl"})
+CONFIG_KINDS = frozenset({"broker", "namesrv", "controller", "acl"})
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _DIRECTIVE = re.compile(r"^\s*<!--\s*doctest:\s*(?P<body>.*?)\s*-->\s*$")

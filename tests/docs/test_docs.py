@@ -21,6 +21,7 @@ import pytest
 
 from acl.plain import parse_plain_acl
 from broker.config import BrokerConfig
+from controller.config import ControllerConfig
 from namesrv.config import NamesrvConfig
 from protocol.config import ConfigError, parse_properties
 from tests.docs.blocks import (
@@ -104,6 +105,8 @@ def check_config(block: Block) -> None:
             parse_plain_acl(block.text)
         elif kind == "namesrv":
             NamesrvConfig.from_properties(parse_properties(block.text, f"{block.id}:"))
+        elif kind == "controller":
+            ControllerConfig.from_properties(parse_properties(block.text, f"{block.id}:"))
         else:
             BrokerConfig.from_properties(parse_properties(block.text, f"{block.id}:"))
     except (ConfigError, ValueError) as exc:

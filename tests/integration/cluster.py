@@ -137,6 +137,25 @@ class Cluster:
         self.daemons.append(d)
         return d
 
+    def controller(self, store: Path | None = None, ready_marker: str = "controller leads",
+                   **props: object) -> Daemon:
+        """A real ``mqcontroller`` (run as ``python -m controller.cli``: the script may
+        not be installed in the test's environment yet), its state in ``store``; up once
+        ``ready_marker`` is logged (one that may not lead: "controller started")."""
+        port = free_port(1)
+        conf = self.root / f"controller-{port}.properties"
+        props = {"listenPort": port,
+                 "controllerStorePath": store or self.root / f"controller-{port}", **props}
+        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        logs = self.root / f"logs-controller-{port}"
+        d = Daemon(f"controller-{port}",
+                   [sys.executable, "-m", "controller.cli", "-c", str(conf), "--log-dir",
+                    str(logs)], port, self.root / f"controller-{port}.log",
+                   ready_marker=ready_marker)
+        d.start()
+        self.daemons.append(d)
+        return d
+
     def broker(self, name: str, namesrv: str, start: bool = True, **props: object) -> Daemon:
         port = free_port(2)
         store = self.root / f"store-{name}"
