@@ -211,6 +211,12 @@ class BrokerConfig(PropertiesConfig):
     long_polling_max_suspend_millis: int = 15_000
     max_held_pulls: int = 100_000  # long-polling pulls held at once, broker-wide
     max_held_pulls_per_connection: int = 1_024  # ... and from one connection
+    # POP consumption (RocketMQ 5's SimpleConsumer; docs/pop.md)
+    pop_inflight_message_threshold: int = 10_000  # popped, un-acked messages of one group
+    pop_inflight_total_threshold: int = 200_000  # ... of all groups on this broker
+    max_pop_polling_size: int = 10_000  # pops held by long polling at once
+    revive_interval: int = 1_000  # ms between passes re-putting expired in-flight messages
+    pop_log_checkpoint_bytes: int = 64 * MiB  # the in-flight log is rewritten past this
     # SQL92 subscriptions (filters on message properties); off: refused, as RocketMQ
     enable_property_filter: bool = False
     # housekeeping
@@ -339,7 +345,12 @@ class BrokerConfig(PropertiesConfig):
                            ("transactionTimeOut", self.transaction_time_out),
                            ("transactionCheckMax", self.transaction_check_max),
                            ("transactionMaxPendingPerGroup",
-                            self.transaction_max_pending_per_group)):
+                            self.transaction_max_pending_per_group),
+                           ("popInflightMessageThreshold", self.pop_inflight_message_threshold),
+                           ("popInflightTotalThreshold", self.pop_inflight_total_threshold),
+                           ("maxPopPollingSize", self.max_pop_polling_size),
+                           ("reviveInterval", self.revive_interval),
+                           ("popLogCheckpointBytes", self.pop_log_checkpoint_bytes)):
             if value <= 0:
                 raise ConfigError(f"{key} must be positive, not {value}")
         problem = self.connection_limits().problem()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import gc
 import random
+import secrets
 import time
 from collections.abc import Callable
 from functools import partial
@@ -53,6 +54,8 @@ from broker.metrics import BrokerCollector, broker_registry, frozen_registry
 from broker.ops_processor import OpsProcessor
 from broker.out_api import BrokerOuterAPI
 from broker.persist import ConfigSnapshot, SnapshotTable
+from broker.pop.core import HandleCodec, PopTable
+from broker.pop_processor import PopMessageProcessor, PopRunner, send_back_reviver
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
 from broker.queue_admin_processor import QueueAdminProcessor
@@ -63,6 +66,7 @@ from broker.service.admin import AdminService, AdminTables, RuntimeSources
 from broker.service.clients import ClientService
 from broker.service.config import ConfigService
 from broker.service.offsets import OffsetService
+from broker.service.pop import PopService
 from broker.service.pull import PullService
 from broker.service.queries import QueryService
 from broker.service.send import SendService
@@ -71,6 +75,7 @@ from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
 from broker.store import DefaultMessageStore, StoreConfig
 from broker.store.index_service import IndexService
+from broker.store.pop_log import PopLog
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
@@ -104,7 +109,8 @@ def request_lanes(config: BrokerConfig) -> Lanes:
               [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
                RequestCode.SEND_BATCH_MESSAGE, RequestCode.CONSUMER_SEND_MSG_BACK])
     lanes.add(Lane("pull", max_wait_ms=config.wait_time_mills_in_pull_queue),
-              [RequestCode.PULL_MESSAGE])
+              [RequestCode.PULL_MESSAGE, RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE,
+               RequestCode.CHANGE_MESSAGE_INVISIBLETIME])
     lanes.add(Lane("heartbeat", share=config.heartbeat_lane_percent / 100,
                    max_wait_ms=config.wait_time_mills_in_heartbeat_queue),
               [RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT])
@@ -208,6 +214,23 @@ class BrokerController:
             max_held_per_connection=config.max_held_pulls_per_connection,
         )
         self.pull_processor = PullMessageProcessor(self.pull_service)
+        # POP (RocketMQ 5's SimpleConsumer): the in-flight log under <store>/pop; its
+        # handles' secret and records are read at load (until then a throwaway secret)
+        self.pop_log = PopLog(config.store_path("pop"))
+        self.pop_service = PopService(
+            config, self.role, self.subscription_group_manager, self.topic_config_manager,
+            self.message_store, self.consumer_offset_manager,
+            PopTable(config.pop_inflight_message_threshold, config.pop_inflight_total_threshold),
+            HandleCodec(secrets.token_bytes(32), config.broker_name),
+            send_back_reviver(self.send_service.send_back,
+                              lambda off: self.message_store.look_message_by_offset(off)
+                              is not None))
+        self.pop_runner = PopRunner(self.pop_service, self.pop_log,
+                                    checkpoint_bytes=config.pop_log_checkpoint_bytes,
+                                    revive_interval_ms=config.revive_interval)
+        self.pop_processor = PopMessageProcessor(
+            self.pop_service, self.pop_runner, max_polling=config.max_pop_polling_size,
+            max_suspend_ms=lambda: config.long_polling_max_suspend_millis)
         self.query_service = QueryService(
             config.broker_name, self.role, self.message_store, self.topic_config_manager,
             self.consumer_manager, self.consumer_offset_manager, self.subscription_group_manager)
@@ -236,6 +259,7 @@ class BrokerController:
         self.message_store.dispatch_listeners.append(
             self.pull_hold_service.notify_message_arriving
         )
+        self.message_store.dispatch_listeners.append(self.pop_runner.notify_message_arriving)
         # plain ACL (aclEnable): the served handlers check each request; the
         # broker's own clients (name servers, HA) are not affected
         self.acl_file: AclFile | None = None
@@ -326,6 +350,10 @@ class BrokerController:
         t.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_processor.consumer_send_msg_back)
         t.register(RequestCode.END_TRANSACTION, self.end_transaction_processor.end_transaction)
         t.register(RequestCode.PULL_MESSAGE, self.pull_processor.pull_message)
+        t.register(RequestCode.POP_MESSAGE, self.pop_processor.pop_message)
+        t.register(RequestCode.ACK_MESSAGE, self.pop_processor.ack_message)
+        t.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
+                   self.pop_processor.change_invisible_time)
         cm = self.consumer_manage_processor
         t.register(RequestCode.QUERY_CONSUMER_OFFSET, cm.query_consumer_offset)
         t.register(RequestCode.UPDATE_CONSUMER_OFFSET, cm.update_consumer_offset)
@@ -556,6 +584,8 @@ class BrokerController:
         self.message_store.start()
         if not self.role.is_slave:
             self.transaction_service.load()
+        self.pop_service.codec = HandleCodec(self.pop_log.secret(), self.config.broker_name)
+        self.pop_service.recover(self.pop_log.load())
 
     def _shutdown_snapshots(self) -> list[ConfigSnapshot]:
         """On the event loop, once nothing serves any more: every table, as it is."""
@@ -579,6 +609,7 @@ class BrokerController:
                     self._persist_guard.failed(exc, "config not saved at shutdown",
                                                path=str(snap.path))
         finally:
+            self.pop_log.close()
             self.message_store.shutdown()
 
     @property
@@ -658,6 +689,7 @@ class BrokerController:
                     if self.metrics_server is not None:
                         self.metrics_port = await nursery.start(self.metrics_server.run)
                     await nursery.start(self.pull_hold_service.run)
+                    await nursery.start(self.pop_runner.run)
                     self.started = True
                     self.start_accept_send_timestamp_ms = int(time.time() * 1000)
                     self.log.info("broker started", addr=self.config.broker_addr,

@@ -362,6 +362,72 @@ class PullMessageResponseHeader(Header):
 
 
 @dataclass(slots=True)
+class PopMessageRequestHeader(Header):
+    """POP_MESSAGE (RocketMQ 5): up to ``max_msg_nums`` messages, invisible to
+    the group for ``invisible_time`` ms unless acked; ``queue_id`` -1: any
+    queue; ``poll_time`` > 0: wait that long (ms) for messages."""
+
+    consumer_group: Group
+    topic: Topic
+    queue_id: Int32
+    max_msg_nums: Int32
+    invisible_time: Int64
+    poll_time: Int64 = 0
+    born_time: Int64 = 0
+    init_mode: Int32 = 0
+    exp_type: Annotated[str, MaxLen(32)] = "TAG"
+    exp: Annotated[str, MaxLen(DEFAULT_MAX_TEXT)] = "*"
+    order: bool = False
+
+
+@dataclass(slots=True)
+class PopMessageResponseHeader(Header):
+    """``receipt_handles``: one per message of the body, in order, separated by
+    spaces (ours; RocketMQ's clients build theirs from the other fields)."""
+
+    pop_time: int
+    invisible_time: int
+    revive_qid: int = 0
+    rest_num: int = 0
+    receipt_handles: str = ""
+
+
+@dataclass(slots=True)
+class AckMessageRequestHeader(Header):
+    """ACK_MESSAGE: ``extra_info`` is the message's receipt handle."""
+
+    consumer_group: Group
+    topic: Topic
+    queue_id: Int32
+    extra_info: Annotated[str, MaxLen(1024)]
+    offset: Int64
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeRequestHeader(Header):
+    """CHANGE_MESSAGE_INVISIBLETIME: the message of ``extra_info`` (its
+    receipt handle) is invisible for ``invisible_time`` ms from now."""
+
+    consumer_group: Group
+    topic: Topic
+    queue_id: Int32
+    extra_info: Annotated[str, MaxLen(1024)]
+    offset: Int64
+    invisible_time: Int64
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeResponseHeader(Header):
+    """``receipt_handle``: the message's new handle (the old one is refused
+    from now on)."""
+
+    pop_time: int
+    invisible_time: int
+    revive_qid: int = 0
+    receipt_handle: str = ""
+
+
+@dataclass(slots=True)
 class QueryConsumerOffsetRequestHeader(Header):
     """RocketMQ's; ``setZeroIfNotFound`` (RocketMQ 5) false asks for
     QUERY_NOT_FOUND rather than a new group's 0 (broker/new_group_offset.py)."""

@@ -261,11 +261,11 @@ class PopTable:
             self._drop((group, topic, queue_id, _int(entry, "o")))
         elif kind == "chg":
             key = (group, topic, queue_id, _int(entry, "o"))
-            rec = self.records.get(key)
-            if rec is not None:
-                rec.visible_at_ms = _int(entry, "v")
-                rec.gen = _int(entry, "gen")
-                self._push(rec)
+            moved = self.records.get(key)
+            if moved is not None:
+                moved.visible_at_ms = _int(entry, "v")
+                moved.gen = _int(entry, "gen")
+                self._push(moved)
         else:
             raise EntryError(f"unknown pop log entry kind {kind!r}")
 

@@ -22,7 +22,7 @@ disk. Bounds: ``popInflightMessageThreshold`` records per group and
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -150,8 +150,8 @@ class Offsets(Protocol):
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None: ...
 
 
-class Reviver(Protocol):
-    def __call__(self, rec: Inflight) -> ReviveResult: ...
+# re-puts an expired in-flight message (retry or dead letter)
+Reviver = Callable[[Inflight], ReviveResult]
 
 
 class Journal:

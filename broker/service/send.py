@@ -489,12 +489,15 @@ class SendService:
     # ---- send-back -------------------------------------------------------------------
 
     def send_back(self, h: ConsumerSendMsgBackRequestHeader,
-                  may_give_back: GiveBackCheck | None = None) -> SendOutcome:
+                  may_give_back: GiveBackCheck | None = None, *,
+                  immediate: bool = False) -> SendOutcome:
         """A consumer gives a message back: to its group's retry topic with a
         delay, or to the dead-letter topic past the retry limit (or when the
         consumer asks, with a negative delay level). ``may_give_back`` (ACL)
         says why the caller may not give back a message that is not of its
-        group's own retry topic, or None when it may."""
+        group's own retry topic, or None when it may. ``immediate``: the retry
+        is visible at once, with no delay level (POP's revive: the invisible
+        time was the back-off)."""
         refused = self._slave_refusal()
         if refused is not None:
             return refused
@@ -524,7 +527,7 @@ class SendService:
                 cfg = self.topics.create_topic_in_send_back(
                     retry_topic(h.group), max(1, group_cfg.retry_queue_nums), PERM_RW)
                 queue_id = random.randrange(cfg.write_queue_nums) if cfg.write_queue_nums > 0 else 0
-                level = h.delay_level or 3 + reconsume
+                level = 0 if immediate else h.delay_level or 3 + reconsume
                 self.on_topics_changed()
         except InvalidNameError as exc:
             return SendOutcome(SendStatus.SYSTEM_ERROR, str(exc))

@@ -1,0 +1,241 @@
+"""POP on the remoting wire and POP's trio edge.
+
+``PopMessageProcessor``: POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME
+(RocketMQ 5's codes and header names) as thin adapters over ``PopService``
+(broker/service/pop.py): decode the header, call the service, wait until its
+changes are on disk (``PopRunner.durable``), encode the answer with one table
+(``STATUS_TO_CODE``). A pop that finds nothing and has a ``pollTime`` waits for
+messages of its topic or its group's retry topic to arrive (at most
+``longPollingMaxSuspendMillis``; ``maxPopPollingSize`` pops held at once, past
+it POLLING_FULL).
+
+``PopRunner``: the in-flight log's writer (group commit: one fsync in a worker
+thread for all changes made meanwhile, a checkpoint past
+``popLogCheckpointBytes``) and the revive loop (every ``reviveInterval`` ms).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+import trio
+
+from broker.pop.core import Inflight
+from broker.service.pop import (
+    HandleOutcome,
+    PopOutcome,
+    PopRequest,
+    PopService,
+    PopStatus,
+    ReviveResult,
+)
+from broker.service.send import STORED, SendOutcome, SendStatus
+from broker.store.pop_log import PopLog
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import (
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    ChangeInvisibleTimeResponseHeader,
+    ConsumerSendMsgBackRequestHeader,
+    PopMessageRequestHeader,
+    PopMessageResponseHeader,
+)
+from protocol.names import retry_topic
+from protocol.trio.connection import RemotingConnection
+
+log = structlog.get_logger("broker.pop")
+
+STATUS_TO_CODE: dict[PopStatus, int] = {
+    PopStatus.FOUND: ResponseCode.SUCCESS,
+    PopStatus.OK: ResponseCode.SUCCESS,
+    PopStatus.NO_MESSAGE: ResponseCode.PULL_NOT_FOUND,
+    # RocketMQ answers an ack or change of a check point it no longer has NO_MESSAGE
+    PopStatus.INVALID_RECEIPT_HANDLE: ResponseCode.NO_MESSAGE,
+    PopStatus.BUSY: ResponseCode.SYSTEM_BUSY,
+    PopStatus.NO_PERMISSION: ResponseCode.NO_PERMISSION,
+    PopStatus.GROUP_NOT_EXIST: ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+    PopStatus.TOPIC_NOT_EXIST: ResponseCode.TOPIC_NOT_EXIST,
+    PopStatus.ILLEGAL_REQUEST: ResponseCode.SYSTEM_ERROR,
+    PopStatus.SUBSCRIPTION_PARSE_FAILED: ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+    PopStatus.FILTER_UNSUPPORTED: ResponseCode.SYSTEM_ERROR,
+    PopStatus.SLAVE: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+
+# send-back outcomes that mean "try again on a later tick"
+_TRANSIENT = frozenset({SendStatus.BUSY, SendStatus.SERVICE_NOT_AVAILABLE,
+                        SendStatus.SYSTEM_ERROR})
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def send_back_reviver(send_back: Callable[..., SendOutcome],
+                      has_message: Callable[[int], bool]) -> Callable[[Inflight], ReviveResult]:
+    """Revive through SendService.send_back: ``%RETRY%<group>`` with one more
+    reconsume time and no delay, or ``%DLQ%<group>`` past the group's
+    ``retryMaxTimes``."""
+
+    def revive(rec: Inflight) -> ReviveResult:
+        if not has_message(rec.commit_log_offset):
+            log.warning("in-flight message no longer in the commit log: dropped",
+                        group=rec.group, topic=rec.topic, queue_id=rec.queue_id,
+                        queue_offset=rec.queue_offset)
+            return ReviveResult.GONE
+        outcome = send_back(ConsumerSendMsgBackRequestHeader(
+            offset=rec.commit_log_offset, group=rec.group, delay_level=0), immediate=True)
+        if outcome.status in STORED:
+            return ReviveResult.DONE
+        if outcome.status in _TRANSIENT:
+            return ReviveResult.LATER
+        log.warning("in-flight message not revived: dropped", group=rec.group,
+                    topic=rec.topic, status=outcome.status.name, remark=outcome.remark)
+        return ReviveResult.GONE
+
+    return revive
+
+
+class PopRunner:
+    """Writes the service's journal to the log and ticks the revive loop."""
+
+    def __init__(self, service: PopService, pop_log: PopLog, *, checkpoint_bytes: int,
+                 revive_interval_ms: int, now_ms: Callable[[], int] = wall_ms) -> None:
+        self.service = service
+        self.pop_log = pop_log
+        self.checkpoint_bytes = checkpoint_bytes
+        self.revive_interval_ms = revive_interval_ms
+        self.now_ms = now_ms
+        self.synced = 0
+        self._writing: trio.Event | None = None
+        self.arrived: dict[str, trio.Event] = {}  # topic -> set when messages arrive
+        self.held = 0
+        self.log = log.bind(service="pop")
+
+    async def durable(self) -> None:
+        """Return once every change made so far is on disk."""
+        journal = self.service.journal
+        target = journal.seq
+        while self.synced < target:
+            if self._writing is not None:
+                await self._writing.wait()
+                continue
+            writing = self._writing = trio.Event()
+            try:
+                frames, seq = journal.take()
+                checkpoint = None
+                if self.pop_log.size + len(frames) > self.checkpoint_bytes:
+                    checkpoint = self.service.table.snapshot()
+                await trio.to_thread.run_sync(self.pop_log.write, frames, checkpoint)
+                self.synced = seq
+            finally:
+                self._writing = None
+                writing.set()
+
+    def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
+        event = self.arrived.pop(topic, None)
+        if event is not None:
+            event.set()
+
+    async def wait_arrival(self, topics: tuple[str, ...], deadline: float) -> None:
+        """Until a message of one of ``topics`` arrives or ``deadline`` (trio time)."""
+        events = [self.arrived.setdefault(t, trio.Event()) for t in topics]
+        with trio.move_on_at(deadline):
+            async with trio.open_nursery() as nursery:
+                for event in events:
+                    async def one(e: trio.Event = event) -> None:
+                        await e.wait()
+                        nursery.cancel_scope.cancel()
+                    nursery.start_soon(one)
+
+    async def revive_once(self) -> int:
+        done = self.service.revive_due(self.now_ms())
+        if done:
+            self.log.info("in-flight messages revived", count=done)
+        await self.durable()
+        return done
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(self.revive_interval_ms / 1000)
+            try:
+                await self.revive_once()
+            except Exception as exc:  # a failed pass: the next tick tries again
+                self.log.error("revive pass failed", error=repr(exc), exc_info=exc)
+
+
+class PopMessageProcessor:
+    def __init__(self, service: PopService, runner: PopRunner, *, max_polling: int,
+                 max_suspend_ms: Callable[[], int]) -> None:
+        self.service = service
+        self.runner = runner
+        self.max_polling = max_polling
+        self.max_suspend_ms = max_suspend_ms
+
+    async def pop_message(self, conn: RemotingConnection, cmd: RemotingCommand
+                          ) -> RemotingCommand:
+        h = PopMessageRequestHeader.from_fields(cmd.ext_fields)
+        req = PopRequest(h.consumer_group, h.topic, h.queue_id, h.max_msg_nums,
+                         h.invisible_time, h.exp or "*", h.exp_type or "TAG", h.init_mode)
+        runner = self.runner
+        outcome = self.service.pop(req, runner.now_ms())
+        poll_ms = min(max(h.poll_time, 0), self.max_suspend_ms())
+        if outcome.status is PopStatus.NO_MESSAGE and poll_ms > 0:
+            if runner.held >= self.max_polling:
+                await runner.durable()
+                return cmd.response(ResponseCode.POLLING_FULL,
+                                    f"too many pops held (maxPopPollingSize {self.max_polling})")
+            deadline = trio.current_time() + poll_ms / 1000
+            runner.held += 1
+            try:
+                while outcome.status is PopStatus.NO_MESSAGE and trio.current_time() < deadline:
+                    await runner.wait_arrival((h.topic, retry_topic(h.consumer_group)), deadline)
+                    outcome = self.service.pop(req, runner.now_ms())
+            finally:
+                runner.held -= 1
+        await runner.durable()
+        return encode_pop(cmd, outcome)
+
+    async def ack_message(self, conn: RemotingConnection, cmd: RemotingCommand
+                          ) -> RemotingCommand:
+        h = AckMessageRequestHeader.from_fields(cmd.ext_fields)
+        outcome = self.service.ack(h.consumer_group, h.topic, h.extra_info)
+        await self.runner.durable()
+        return encode_handle(cmd, outcome)
+
+    async def change_invisible_time(self, conn: RemotingConnection, cmd: RemotingCommand
+                                    ) -> RemotingCommand:
+        h = ChangeInvisibleTimeRequestHeader.from_fields(cmd.ext_fields)
+        outcome = self.service.change_invisible(h.consumer_group, h.topic, h.extra_info,
+                                                h.invisible_time, self.runner.now_ms())
+        await self.runner.durable()
+        return encode_handle(cmd, outcome, h.invisible_time)
+
+
+def encode_pop(cmd: RemotingCommand, outcome: PopOutcome) -> RemotingCommand:
+    code = STATUS_TO_CODE[outcome.status]
+    if outcome.status is not PopStatus.FOUND:
+        return cmd.response(code, outcome.remark)
+    header = PopMessageResponseHeader(
+        pop_time=outcome.pop_time_ms, invisible_time=outcome.invisible_time_ms,
+        receipt_handles=" ".join(m.handle for m in outcome.messages))
+    body = b"".join(m.record for m in outcome.messages)
+    return cmd.response(code, None, ext_fields=header.to_fields(), body=body)
+
+
+def encode_handle(cmd: RemotingCommand, outcome: HandleOutcome,
+                  invisible_time: int = 0) -> RemotingCommand:
+    code = STATUS_TO_CODE[outcome.status]
+    if outcome.status is not PopStatus.OK or not outcome.handle:
+        remark = outcome.remark
+        if outcome.status is PopStatus.INVALID_RECEIPT_HANDLE:
+            remark = f"INVALID_RECEIPT_HANDLE: {remark}"
+        return cmd.response(code, remark)
+    header = ChangeInvisibleTimeResponseHeader(
+        pop_time=outcome.visible_at_ms - invisible_time, invisible_time=invisible_time,
+        receipt_handle=outcome.handle)
+    return cmd.response(code, None, ext_fields=header.to_fields())
