@@ -179,6 +179,7 @@ class PopTable:
         self.offsets: dict[QueueKey, int] = {}
         self.per_group: dict[str, int] = {}
         self._heap: list[tuple[int, int, Key]] = []
+        self._queue_offsets: dict[QueueKey, list[int]] = {}  # in-flight offsets, a heap
 
     # -- reads --
 
@@ -195,6 +196,21 @@ class PopTable:
 
     def get(self, key: Key) -> Inflight | None:
         return self.records.get(key)
+
+    def ack_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The queue's lowest offset still in flight, else its pop offset:
+        every message below it is acked or revived (what the consumer offset
+        table is told, so a master taking over without this table delivers
+        the in-flight ones again rather than never)."""
+        qk = (group, topic, queue_id)
+        heap = self._queue_offsets.get(qk)
+        while heap:
+            if (group, topic, queue_id, heap[0]) in self.records:
+                return heap[0]
+            heapq.heappop(heap)
+        if heap is not None:
+            del self._queue_offsets[qk]
+        return self.offsets.get(qk)
 
     def due(self, now_ms: int, limit: int) -> list[Inflight]:
         """Up to ``limit`` records visible again at ``now_ms``, earliest first
@@ -273,6 +289,7 @@ class PopTable:
         key = rec.key
         if key not in self.records:
             self.per_group[rec.group] = self.per_group.get(rec.group, 0) + 1
+            heapq.heappush(self._queue_offsets.setdefault(key[:3], []), rec.queue_offset)
         self.records[key] = rec
         self._push(rec)
 

@@ -197,6 +197,12 @@ class PopService:
         self.table.apply(entry)
         self.journal.add(entry)
 
+    def _commit(self, group: str, topic: str, queue_id: int) -> None:
+        """Tell the consumer offset table how far the queue is acked."""
+        acked = self.table.ack_offset(group, topic, queue_id)
+        if acked is not None:
+            self.offsets.commit_offset(group, topic, queue_id, acked)
+
     def recover(self, entries: Sequence[dict[str, Any]]) -> None:
         """Rebuild the table from the log's entries (at start)."""
         for entry in entries:
@@ -322,8 +328,7 @@ class PopService:
         if known is not None and next_offset <= known and not records:
             return
         self._record(pop_entry(group, topic, queue_id, next_offset, records))
-        if next_offset > offset:
-            self.offsets.commit_offset(group, topic, queue_id, next_offset)
+        self._commit(group, topic, queue_id)
         for rec, data in zip(records, buffers, strict=True):
             out.append(PoppedMessage(data, self.codec.encode(rec), rec.attempt, topic,
                                      queue_id, rec.queue_offset))
@@ -360,6 +365,7 @@ class PopService:
         if isinstance(found, HandleOutcome):
             return found
         self._record(ack_entry(found.key))
+        self._commit(found.group, found.topic, found.queue_id)
         self.acked += 1
         return HandleOutcome(PopStatus.OK)
 
@@ -390,6 +396,7 @@ class PopService:
             if result is ReviveResult.LATER:
                 break
             self._record(revive_entry(rec.key))
+            self._commit(rec.group, rec.topic, rec.queue_id)
             done += 1
             if result is ReviveResult.DONE:
                 self.revived += 1

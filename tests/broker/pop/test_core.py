@@ -171,3 +171,16 @@ def test_checkpoint_replaces_the_log(tmp_path: Path) -> None:
 def test_secret_is_made_once_and_kept(tmp_path: Path) -> None:
     first = PopLog(tmp_path).secret()
     assert len(first) == 32 and PopLog(tmp_path).secret() == first
+
+
+def test_ack_offset_is_the_lowest_in_flight_else_the_pop_offset() -> None:
+    t = PopTable(10, 100)
+    assert t.ack_offset("g", "T", 0) is None
+    t.apply(pop_entry("g", "T", 0, 3, [rec(0, 9), rec(1, 9), rec(2, 9)]))
+    assert t.ack_offset("g", "T", 0) == 0
+    t.apply(ack_entry(("g", "T", 0, 1)))
+    assert t.ack_offset("g", "T", 0) == 0
+    t.apply(revive_entry(("g", "T", 0, 0)))
+    assert t.ack_offset("g", "T", 0) == 2
+    t.apply(ack_entry(("g", "T", 0, 2)))
+    assert t.ack_offset("g", "T", 0) == 3

@@ -295,3 +295,18 @@ def test_every_crash_point_loses_nothing_and_hides_nothing_forever(world: World)
             assert offset in in_flight or offset in known, (end, offset)
         assert not (in_flight & known)
         assert all(k[3] < top for k in table.records)  # no record beyond the offset
+
+
+def test_consumer_offset_table_is_told_the_lowest_unacked(world: World) -> None:
+    """A master taking over with only the consumer offsets (not this broker's
+    in-flight log) starts at the first un-acked message: redelivery, not loss."""
+    world.put(3)
+    out = world.svc.pop(req(queue_id=0), 0)
+    offsets = world.svc.offsets
+    assert offsets.query_offset(GROUP, TOPIC, 0) == 0
+    world.svc.ack(GROUP, TOPIC, out.messages[1].handle)
+    assert offsets.query_offset(GROUP, TOPIC, 0) == 0
+    world.svc.ack(GROUP, TOPIC, out.messages[0].handle)
+    assert offsets.query_offset(GROUP, TOPIC, 0) == 2
+    world.svc.ack(GROUP, TOPIC, out.messages[2].handle)
+    assert offsets.query_offset(GROUP, TOPIC, 0) == 3
