@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         allocate_by_consistent_hash,
     )
     from client.send_future import SendFuture
+    from client.simple_consumer import InvalidReceiptHandle, ReceivedMessage, SimpleConsumer
     from client.send_result import SendResult, SendStatus
     from client.subscription import MessageSelector
     from client.transaction import (
@@ -55,6 +56,7 @@ _EXPORTS = {
     "ConsumeOrderlyStatus": "client.consumer_types",
     "LitePullConsumer": "client.lite_pull_consumer",
     "LocalTransactionState": "client.transaction",
+    "InvalidReceiptHandle": "client.simple_consumer",
     "MQBrokerError": "client.errors",
     "MQClientError": "client.errors",
     "Message": "protocol.message",
@@ -67,9 +69,11 @@ _EXPORTS = {
     "PullResult": "client.pull_result",
     "PullStatus": "client.pull_result",
     "PushConsumer": "client.push_consumer",
+    "ReceivedMessage": "client.simple_consumer",
     "SendFuture": "client.send_future",
     "SendResult": "client.send_result",
     "SendStatus": "client.send_result",
+    "SimpleConsumer": "client.simple_consumer",
     "TransactionListener": "client.transaction",
     "TransactionProducer": "client.transaction",
     "TransactionSendResult": "client.transaction",
