@@ -177,3 +177,20 @@ async def test_hostile_headers_raise_a_protocol_error(edge: Edge, fields: dict[s
     cmd.ext_fields.update(fields)
     with pytest.raises(RemoteProtocolError):
         await edge.proc.ack_message(FakeConn(), cmd)  # type: ignore[arg-type]
+
+
+async def test_past_the_checkpoint_size_the_log_is_rewritten_as_the_table(edge: Edge) -> None:
+    edge.put(6)
+    conn = FakeConn()
+    resp = await edge.proc.pop_message(conn, pop_cmd())  # type: ignore[arg-type]
+    edge.runner.checkpoint_bytes = edge.pop_log.size + 100  # two acks' frames past it
+    handles = PopMessageResponseHeader.from_fields(resp.ext_fields).receipt_handles.split()
+    for h in handles[:4]:
+        await edge.proc.ack_message(conn, handle_cmd(RequestCode.ACK_MESSAGE, h))  # type: ignore[arg-type]
+    entries = PopLog(edge.pop_log.directory).load()
+    assert [e["k"] for e in entries].count("ack") < 4  # rewritten at least once
+    table = PopTable(100, 100)
+    for e in entries:
+        table.apply(e)
+    assert table.records == edge.svc.table.records and table.offsets == edge.svc.table.offsets
+    assert sorted(k[3] for k in table.records) == [4, 5]

@@ -10,6 +10,7 @@ import trio
 
 from client import Message, Producer, SendStatus
 from client.admin import MQAdmin, MQAdminError
+from client.errors import MQBrokerError
 from client.simple_consumer import InvalidReceiptHandle, ReceivedMessage, SimpleConsumer
 from protocol.names import dlq_topic
 from tests.integration.cluster import Cluster
@@ -73,6 +74,14 @@ async def test_receive_ack_change_redeliver_and_dead_letter(cluster: Cluster) ->
         with pytest.raises(InvalidReceiptHandle, match="replaced"):
             await c.ack(stale)
         await c.ack(two)
+        forged = ReceivedMessage(two.message, two.topic, "1.AAAA.AAAA", 1, two.broker_name,
+                                 two.broker_addr)
+        with pytest.raises(InvalidReceiptHandle, match="malformed|not issued"):
+            await c.ack(forged)
+        forged.receipt_handle = "x" * 2000  # past the header's bound: a bad request
+        with pytest.raises(MQBrokerError, match="bad request") as bad:
+            await c.ack(forged)
+        assert not isinstance(bad.value, InvalidReceiptHandle)
         # "three" is never acked: back after 1 s with attempt 2 (from %RETRY%)
         three = got[b"three"]
         await c.change_invisible_duration(three, 1)
