@@ -34,8 +34,8 @@ if TYPE_CHECKING:
         allocate_by_consistent_hash,
     )
     from client.send_future import SendFuture
-    from client.simple_consumer import InvalidReceiptHandle, ReceivedMessage, SimpleConsumer
     from client.send_result import SendResult, SendStatus
+    from client.simple_consumer import InvalidReceiptHandle, ReceivedMessage, SimpleConsumer
     from client.subscription import MessageSelector
     from client.transaction import (
         LocalTransactionState,
