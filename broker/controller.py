@@ -37,7 +37,7 @@ from acl.plain import Need, Perm
 from broker.acl.admin_processor import AclAdminProcessor
 from broker.acl.stored import ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
-from broker.broker_to_client import Broker2Client
+from broker.broker_to_client import Broker2Client, RemotingConsumerLink, RemotingReply
 from broker.client_manage_processor import ClientManageProcessor, RemotingNotifier
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, BrokerRole, FlushDiskType
@@ -60,9 +60,11 @@ from broker.role import Role, RoleRunner, RoleState, services_key
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.service.admin import AdminService, AdminTables, RuntimeSources
+from broker.service.broker2client import Broker2ClientService
 from broker.service.clients import ClientService
 from broker.service.config import ConfigService
 from broker.service.offsets import OffsetService
+from broker.service.ops import OpsService
 from broker.service.pull import PullService
 from broker.service.queries import QueryService
 from broker.service.send import SendService
@@ -152,8 +154,6 @@ class BrokerController:
         self.message_store = DefaultMessageStore(StoreConfig.from_broker(config))
         self.offset_service = OffsetService(self.consumer_offset_manager, self.message_store)
         self.consumer_manage_processor = ConsumerManageProcessor(self.offset_service)
-        self.ops_processor = OpsProcessor(self, self.config_service)
-        self.broker2client = Broker2Client(self)
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
@@ -200,6 +200,17 @@ class BrokerController:
             on_topics_changed=self.trigger_register, log=self.log.bind(service="clients"))
         self.client_manage_processor = ClientManageProcessor(self.client_service,
                                                              lambda: self.acl_check)
+        self.ops_service = OpsService(
+            stats=self.stats, offsets=self.consumer_offset_manager,
+            topics=self.topic_config_manager, consumers=self.consumer_manager,
+            producers=self.producer_manager)
+        self.ops_processor = OpsProcessor(self.ops_service, self.config_service)
+        self.broker2client_service: Broker2ClientService[RemotingReply] = Broker2ClientService(
+            broker_name=config.broker_name, role=self.role, topics=self.topic_config_manager,
+            offsets=self.consumer_offset_manager, queues=self.message_store,
+            consumers=self.consumer_manager, link=RemotingConsumerLink(),
+            log=self.log.bind(service="broker2client"))
+        self.broker2client = Broker2Client(self.broker2client_service)
         self.pull_service = PullService(
             config, self.role, self.subscription_group_manager, self.topic_config_manager,
             self.consumer_manager, self.consumer_filter_manager, self.message_store,
