@@ -41,7 +41,9 @@ async def test_reset_by_time_reaches_a_running_push_consumer(cluster: Cluster) -
     consumer = PushConsumer(GROUP, n, persist_consumer_offset_interval=0.2)
     consumer.subscribe(TOPIC, "*")
     consumer.register_message_listener(listener)
-    async with Producer("reset_online_producer", n) as producer, consumer, MQAdmin(n) as admin:
+    # the consumer first: the producer shares its client instance (offsets persisted
+    # every 0.2 s)
+    async with consumer, Producer("reset_online_producer", n) as producer, MQAdmin(n) as admin:
         async def send(prefix: str, total: int) -> None:
             for i in range(total):
                 await producer.send(Message(TOPIC, f"{prefix}{i}".encode()),
