@@ -41,7 +41,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import structlog
 import trio
 
-from broker.service.types import GroupTable, LiveRole
+from broker.service.types import GroupMembers, LiveRole
 from protocol.message import MessageQueue
 from protocol.names import shown
 from protocol.route import TopicConfig
@@ -194,7 +194,7 @@ class Topics(Protocol):
 
 class Broker2ClientService(Generic[ReplyT]):
     def __init__(self, *, broker_name: str, role: LiveRole, topics: Topics,
-                 offsets: ConsumerOffsets, queues: QueueOffsets, consumers: GroupTable,
+                 offsets: ConsumerOffsets, queues: QueueOffsets, consumers: GroupMembers,
                  link: ConsumerLink[ReplyT], log: Any = None) -> None:
         self.broker_name = broker_name
         self.role = role

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from broker.service.types import GroupTable
+from broker.service.types import GroupMembers
 from broker.stats import StatsSnapshot
 
 
@@ -52,7 +52,7 @@ class Member:
 
 class OpsService:
     def __init__(self, *, stats: StatsSource, offsets: OffsetGroups, topics: TopicTable,
-                 consumers: GroupTable, producers: GroupTable) -> None:
+                 consumers: GroupMembers, producers: GroupMembers) -> None:
         self._stats = stats
         self.offsets = offsets
         self.topics = topics

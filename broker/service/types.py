@@ -16,7 +16,7 @@ class LiveRole(Protocol):
     sync_master: bool
 
 
-class GroupTable(Protocol):
+class GroupMembers(Protocol):
     """A group -> members table (broker/client_manager.py ClientGroups): each
     member's client id and its transport's channel."""
 
