@@ -253,6 +253,10 @@ def format_report(report: Report) -> str:
         lines.append(f"| {f.name} | {_s(f.held)} | {'yes' if f.injected else 'NO'} | "
                      f"{'yes' if f.healed else 'NO'} | {_s(f.write_unavailable)} | "
                      f"{f.write_gap:.1f} | {_s(f.read_unavailable)} | {f.read_gap:.1f} |")
+    for what, attr in (("writes", "write_unavailable"), ("reads", "read_unavailable")):
+        stuck = [f.name for f in report.faults if getattr(f, attr) is None]
+        if stuck:
+            lines += ["", f"{what} did not come back within the window of: {', '.join(stuck)}"]
     if report.lost:
         shown = ", ".join(report.lost[:20])
         lines += ["", f"lost ids: {shown}" + (" ..." if len(report.lost) > 20 else "")]

@@ -191,12 +191,16 @@ class Checker:
         try:
             with trio.fail_after(bound):
                 async with trio.open_nursery() as nursery:
-                    await self._run(nursery)
+                    try:
+                        await self._run(nursery)
+                    finally:
+                        # stopped while the proxies run: the master unregisters through them
+                        with trio.CancelScope(shield=True):
+                            await trio.to_thread.run_sync(self.group.close)
                     nursery.cancel_scope.cancel()  # the proxies
         finally:
             for r in (self.acked, self.delivered, self.faults):
                 r.close()
-            await trio.to_thread.run_sync(self.group.close)
         return account(read_records(self.root / "acked.jsonl"),
                        read_records(self.root / "delivered.jsonl"),
                        read_faults(self.root / "faults.jsonl"), self.load_end)

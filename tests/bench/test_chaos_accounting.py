@@ -101,7 +101,9 @@ def test_a_fault_not_healed_shows() -> None:
     report = account([], [], faults, 3.0)
     assert not report.all_faults_healed
     assert report.faults[0].write_unavailable is None
-    assert "| kill-master | 1.0 | yes | NO |" in format_report(report)
+    text = format_report(report)
+    assert "| kill-master | 1.0 | yes | NO |" in text
+    assert "writes did not come back within the window of: kill-master" in text
 
 
 def test_longest_gap_counts_the_window_edges() -> None:
