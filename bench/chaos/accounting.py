@@ -9,8 +9,9 @@ Record files hold one JSON object a line:
 - acknowledged: ``{"t": 1.25, "id": "p0-17", "queue": "broker-a:2", "offset": 40,
   "begun": 1.2}``, one per SEND_OK (``t``: when the answer arrived, ``begun``:
   when the send began);
-- delivered: the same fields but ``begun`` (null), one per message handed to a
-  consumer's listener (``t``: when the listener saw it);
+- delivered: the same fields, one per message handed to a consumer's listener
+  (``t``: when the listener saw it; ``begun``: when its send began, carried in
+  the body, so known for a message whose send failed at the client too);
 - faults: ``{"name": "kill-master", "start": 10.0, "injected": true,
   "healed_at": 15.2, "healed": true, "error": null}``, one per fault.
 """
@@ -85,7 +86,7 @@ class Record:
     id: str
     queue: str
     offset: int
-    begun: float | None = None  # an acknowledged send: when it began
+    begun: float | None = None  # when the message's send began (None: not known)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -151,7 +152,8 @@ class FaultWindow:
     write_unavailable: float | None
     # the longest stretch in the window without a SEND_OK (the window's edges count)
     write_gap: float
-    # seconds from the start to the first delivery of a message acknowledged after the start
+    # seconds from the start to the first delivery of a message whose send began after
+    # the start (None: none in the window)
     read_unavailable: float | None
     # the longest stretch in the window without a delivery
     read_gap: float
@@ -218,9 +220,12 @@ def account(acked: Sequence[Record], delivered: Sequence[Record],
     for i, f in enumerate(ordered):
         end = ordered[i + 1].start if i + 1 < len(ordered) else load_end
         end = max(end, f.start)
-        # a delivery shows reads work only for a message acknowledged after the start
-        # (an older one may have been pulled before the fault)
-        fresh = sorted(r.t for r in delivered if acked_at.get(r.id, -1.0) >= f.start)
+        # a delivery shows reads work only for a message sent after the start (an
+        # older one may have been pulled before the fault); without its send's
+        # start, the time its SEND_OK arrived stands in
+        fresh = sorted(r.t for r in delivered
+                       if (r.begun if r.begun is not None else acked_at.get(r.id, -1.0))
+                       >= f.start)
         all_reads = sorted(r.t for r in delivered)
         windows.append(FaultWindow(
             f.name, f.start, None if f.healed_at is None else f.healed_at - f.start,

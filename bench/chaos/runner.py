@@ -64,6 +64,21 @@ class RunConfig:
     group: GroupConfig = field(default_factory=GroupConfig)
 
 
+def body(mid: str, begun: float) -> str:
+    """A message's body: its id and when its send began (the checker's clock)."""
+    return f"{mid}|{begun:.6f}"
+
+
+def parse_body(data: bytes) -> tuple[str, float | None]:
+    """``body``'s id and start; a body that is not one: its text, None."""
+    text = data.decode(errors="replace")
+    mid, sep, begun = text.partition("|")
+    try:
+        return mid, float(begun) if sep else None
+    except ValueError:
+        return text, None
+
+
 class Recorder:
     """Appends records to a file, one JSON line each, flushed at once."""
 
@@ -117,7 +132,7 @@ class Checker:
                 seq += 1
                 begun = self.now()
                 try:
-                    r = await p.send(Message(TOPIC, mid, keys=mid))
+                    r = await p.send(Message(TOPIC, body(mid, begun), keys=mid))
                 except Exception as exc:  # every failure is counted, none ends the load
                     name = type(exc).__name__
                     self.send_errors[name] = self.send_errors.get(name, 0) + 1
@@ -150,9 +165,9 @@ class Checker:
                      ) -> ConsumeConcurrentlyStatus:
             mq = ctx.message_queue
             for m in msgs:
-                mid = m.body.decode(errors="replace")
+                mid, begun = parse_body(m.body)
                 self.delivered.write(Record(self.now(), mid, f"{mq.broker_name}:{mq.queue_id}",
-                                            m.queue_offset).to_json())
+                                            m.queue_offset, begun).to_json())
                 self.delivered_ids.add(mid)
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
 

@@ -20,6 +20,7 @@ from bench.chaos.accounting import (
     read_records,
     schedule_seconds,
 )
+from bench.chaos.runner import body, parse_body
 
 KNOWN = ("kill-master", "kill-slave", "stop-master")
 
@@ -96,6 +97,16 @@ def test_a_read_of_an_older_message_does_not_end_read_unavailability() -> None:
     assert w.read_unavailable == pytest.approx(3.0)
 
 
+def test_reads_count_messages_sent_after_the_fault_even_unacknowledged() -> None:
+    # writes never acknowledged after the fault (SLAVE_NOT_AVAILABLE), yet stored and read
+    acked = [ack(9.0, "old")]
+    delivered = [Record(10.1, "before", "broker-a:0", 0, 9.95),  # sent before the fault
+                 Record(11.5, "stored", "broker-a:0", 1, 11.0)]
+    (w,) = account(acked, delivered, [healed("stop-master", 10.0, 1.0)], 15.0).faults
+    assert w.write_unavailable is None
+    assert w.read_unavailable == pytest.approx(1.5)
+
+
 def test_a_fault_not_healed_shows() -> None:
     faults = [FaultRecord("kill-master", 1.0, True, 2.0, False, "RuntimeError: no start")]
     report = account([], [], faults, 3.0)
@@ -146,3 +157,9 @@ def test_record_files_round_trip(tmp_path: Path) -> None:
     path.write_text('{"t": 1, "id": "a", "queue": "q", "offset": 0}\n{"t": 2, "id"')
     with pytest.raises(ValueError, match="acked.jsonl:2"):
         read_records(path)
+
+
+def test_message_body_carries_id_and_send_start() -> None:
+    assert parse_body(body("p3-17", 12.5).encode()) == ("p3-17", 12.5)
+    assert parse_body(b"not ours") == ("not ours", None)
+    assert parse_body(b"x|y") == ("x|y", None)
