@@ -25,8 +25,9 @@ DEFAULT_SCHEDULE = "kill-slave,kill-master,stop-master:20,partition-master"
               help="Faults in order, comma-separated, each NAME or NAME:SECONDS. Names: "
                    + ", ".join(FAULTS) + ".")
 @click.option("--fault-seconds", default=10.0, show_default=True,
+              type=click.FloatRange(0.1, 3600),
               help="How long a fault without :SECONDS is held.")
-@click.option("--calm", default=5.0, show_default=True,
+@click.option("--calm", default=5.0, show_default=True, type=click.FloatRange(0, 600),
               help="Seconds without a fault before each fault and after the last.")
 @click.option("--slaves", default=1, type=click.IntRange(1, 2), show_default=True)
 @click.option("--role", "broker_role", default="SYNC_MASTER", show_default=True,
@@ -39,9 +40,11 @@ DEFAULT_SCHEDULE = "kill-slave,kill-master,stop-master:20,partition-master"
 @click.option("--consumers", default=2, type=click.IntRange(1, 16), show_default=True)
 @click.option("--rate", default=200.0, type=click.FloatRange(1, 20_000), show_default=True,
               help="Messages per second, all producers together.")
-@click.option("--max-messages", default=1_000_000, type=click.IntRange(1), show_default=True)
-@click.option("--send-timeout", default=3.0, show_default=True, help="Seconds per send.")
-@click.option("--drain", default=60.0, show_default=True,
+@click.option("--max-messages", default=1_000_000, type=click.IntRange(1, 100_000_000),
+              show_default=True, help="Most sends in the whole run.")
+@click.option("--send-timeout", default=3.0, show_default=True,
+              type=click.FloatRange(0.1, 60), help="Seconds per send.")
+@click.option("--drain", default=60.0, show_default=True, type=click.FloatRange(0, 3600),
               help="Most seconds, after the load, to wait for every SEND_OK to be delivered.")
 @click.option("--partition-mode", default="blackhole", show_default=True,
               type=click.Choice(["blackhole", "drop"]))
