@@ -9,6 +9,7 @@ and noted once in the log at start; any other unknown key is a ConfigError.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -121,6 +122,11 @@ class BrokerConfig(PropertiesConfig):
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     broker_ip1: str = "127.0.0.1"
     listen_port: int = 10911
+    # the address the listeners bind (remoting, HA, metrics), RocketMQ's bindAddress;
+    # empty: 127.0.0.1 when brokerIP1 is 127.0.0.1, else 0.0.0.0. Set apart from
+    # brokerIP1 when what brokerIP1:listenPort reaches is a proxy in front of the
+    # broker (bench/chaos: clients and slaves reach the master through one)
+    bind_address: str = ""
     namesrv_addr: str = ""
     # registration
     register_broker_interval_ms: int = 30_000
@@ -424,6 +430,12 @@ class BrokerConfig(PropertiesConfig):
         if self.listen_port and self.ha_port > 65535:
             raise ConfigError(f"haListenPort defaults to listenPort + 1 = {self.ha_port}, "
                               "past 65535: set haListenPort")
+        if self.bind_address:
+            try:
+                ipaddress.IPv4Address(self.bind_address)
+            except ValueError:
+                raise ConfigError(f"bindAddress must be an IPv4 address, not "
+                                  f"{self.bind_address!r}") from None
         if self.ha_master_address:
             problem = names.addr_problem(self.ha_master_address)
             if problem is not None:
@@ -478,6 +490,14 @@ class BrokerConfig(PropertiesConfig):
 
     def store_path(self, *parts: str) -> Path:
         return Path(self.store_path_root_dir).joinpath(*parts)
+
+    @property
+    def listen_host(self) -> str:
+        """The address the listeners bind: bindAddress, else 127.0.0.1 for a
+        broker whose brokerIP1 is 127.0.0.1 and 0.0.0.0 for any other."""
+        if self.bind_address:
+            return self.bind_address
+        return "127.0.0.1" if self.broker_ip1 == "127.0.0.1" else "0.0.0.0"
 
     @property
     def is_slave(self) -> bool:

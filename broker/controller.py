@@ -393,7 +393,7 @@ class BrokerController:
     @property
     def listen_host(self) -> str:
         """The address the broker's listeners bind (its remoting port, metricsPort)."""
-        return "0.0.0.0" if self.config.broker_ip1 != "127.0.0.1" else "127.0.0.1"
+        return self.config.listen_host
 
     def timed_flush_commit_log(self, prepare: bool = True) -> Any:
         """Flush the commit log (a worker thread); its time goes to flush_latency.

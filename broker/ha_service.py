@@ -574,9 +574,8 @@ class HAService:
     async def run_master(self, port: int | None = None,
                          task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on haListenPort (or ``port``) until cancelled; reports the bound port."""
-        host = "127.0.0.1" if self.config.broker_ip1 == "127.0.0.1" else "0.0.0.0"
         listeners = await trio.open_tcp_listeners(
-            self.config.ha_port if port is None else port, host=host)
+            self.config.ha_port if port is None else port, host=self.config.listen_host)
         self.port = listeners[0].socket.getsockname()[1]
         self.log.info("HA listening", port=self.port)
         try:
