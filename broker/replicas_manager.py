@@ -187,7 +187,7 @@ class ReplicasManager:
                     await trio.sleep(RETRY_PAUSE_S)
             await self._poll_loop()
 
-    async def _until_done(self, what: str, step: Callable[[], Awaitable[None]]) -> None:
+    async def _until_done(self, what: str, step: Callable[[], Awaitable[object]]) -> None:
         while True:
             try:
                 await step()
