@@ -4,6 +4,7 @@ handlers called directly: no sockets), on trio's MockClock."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import trio
 import trio.testing
 
 from broker.config import BrokerConfig
+from broker.controller import BrokerController
 from broker.replicas import (
     Act,
     BrokerIdentity,
@@ -31,7 +33,7 @@ from controller.service import ControllerService
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError
-from protocol.controller import NotifyBrokerRoleChangedRequestHeader
+from protocol.controller import EpochEntryCache, NotifyBrokerRoleChangedRequestHeader
 from protocol.trio.errors import RemotingConnectError
 from tests.controller.fakes import MemoryStore, NeverLeader
 from tests.controller.test_service import Conn, Notes, config
@@ -385,3 +387,49 @@ async def test_hostile_notification_fields_are_refused() -> None:
         with pytest.raises(RemoteProtocolError):
             NotifyBrokerRoleChangedRequestHeader.from_fields(fields)
     assert ResponseCode.CONTROLLER_NOT_LEADER == 2007
+
+
+# ---- the broker's handlers ---------------------------------------------------------------
+
+
+@pytest.fixture
+def plain_broker(tmp_path: Path) -> Iterator[BrokerController]:
+    c = BrokerController(BrokerConfig(
+        store_path_root_dir=str(tmp_path / "store"), listen_port=0,
+        maped_file_size_commit_log=1 << 20, maped_file_size_consume_queue=100 * 20,
+        max_hash_slot_num=64, max_index_num=256))
+    c._load()
+    try:
+        yield c
+    finally:
+        c._persist_and_close()
+
+
+def handle(c: BrokerController, code: int, fields: dict[str, Any]) -> RemotingCommand:
+    sync, _ = c.server.handlers.lookup(code)
+    assert sync is not None
+    response = sync(Conn(), RemotingCommand.request(code, fields))  # type: ignore[arg-type]
+    assert response is not None
+    return response
+
+
+def test_a_broker_not_in_controller_mode_refuses_role_notifications(
+        plain_broker: BrokerController) -> None:
+    r = handle(plain_broker, RequestCode.NOTIFY_BROKER_ROLE_CHANGED,
+               {"masterEpoch": "3", "syncStateSetEpoch": "1", "masterBrokerId": "1",
+                "masterAddress": "127.0.0.1:1"})
+    assert r.code == ResponseCode.SYSTEM_ERROR and "not in controller mode" in (r.remark or "")
+    assert plain_broker.role.current.broker_id == 0  # nothing moved
+
+
+def test_broker_epoch_cache_is_its_epoch_history(plain_broker: BrokerController) -> None:
+    store = plain_broker.message_store
+    store.epochs.begin(0)
+    store.epochs.begin(0, 4)  # a second epoch (5) from the same offset
+    r = handle(plain_broker, RequestCode.GET_BROKER_EPOCH_CACHE, {})
+    assert r.code == ResponseCode.SUCCESS
+    cache = EpochEntryCache.from_dict(r.decode_body())
+    assert cache.broker_name == plain_broker.config.broker_name
+    assert [(e.epoch, e.start_offset, e.end_offset) for e in cache.epoch_list] == \
+        [(5, 0, store.get_max_phy_offset())]
+    assert cache.max_offset == store.get_max_phy_offset()
