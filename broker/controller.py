@@ -810,7 +810,10 @@ class BrokerController:
                     self.start_accept_send_timestamp_ms = int(time.time() * 1000)
                     self.log.info("broker started", addr=self.config.broker_addr,
                                   namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value,
-                                  role=self.config.broker_role.value, broker_id=self.config.broker_id)
+                                  role=("fenced: the controller gives it"
+                                        if self.replicas is not None
+                                        else self.config.broker_role.value),
+                                  broker_id=self.config.broker_id)
                     task_status.started(port)
                     await self._stop.wait()
                     self.log.info("broker shutting down")
