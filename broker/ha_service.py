@@ -246,6 +246,9 @@ class HAService:
         self.on_sync_state_proposal: Callable[[Proposal], None] | None = None
         self.decider = SyncStateDecider(self._propose,
                                         config.ha_max_time_slave_not_catchup / 1000)
+        # a master elected by the controller begins its write epoch above the
+        # controller's masterEpoch - 1 (set before it takes the role; 0: no floor)
+        self.epoch_floor = 0
 
     @property
     def silent_s(self) -> float:
@@ -515,7 +518,7 @@ class HAService:
         self._opening = True  # one epoch begins at a time
         try:
             epoch: Epoch = await trio.to_thread.run_sync(
-                store.epochs.begin, start, 0, store.get_min_phy_offset())
+                store.epochs.begin, start, self.epoch_floor, store.get_min_phy_offset())
         finally:
             self._opening = False
         if self.opened or self.behind or self.recovering is not None or not self.master_role:
