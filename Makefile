@@ -41,10 +41,11 @@ spark-cds: $(STAMP)
 run: $(STAMP) bytecode speedups
 	$(PY) -m deploy.run_local --store $(DATA)
 
-# two masters and two slaves on loopback (DEPLOY=deploy/2m-2s-sync for SYNC_MASTER)
+# two masters and two slaves on loopback (DEPLOY=deploy/2m-2s-sync for SYNC_MASTER;
+# DEPLOY=controller-3r: one broker name, three replicas, automatic failover)
 DEPLOY ?= deploy/2m-2s-async
 cluster: $(STAMP) bytecode speedups
-	$(PY) -m deploy.run_cluster $(DEPLOY)
+	$(PY) -m deploy.run_cluster $(if $(wildcard $(DEPLOY)),$(DEPLOY),deploy/$(DEPLOY))
 
 # headless Chromium for tests/dashboard/test_browser.py: from Debian's packages when
 # running as root on Debian; never fails (without a browser that test skips)

@@ -152,6 +152,11 @@ BROKER_RULES: dict[int, Rule] = {
     C.INVOKE_BROKER_TO_RESET_OFFSET: _admin("moves a group's offsets and tells its consumers"),
     C.GET_CONSUMER_RUNNING_INFO: _res(group("consumerGroup"),
                                       why="relayed to the consumer, which answers its state"),
+    # controller mode (broker/replicas_manager.py)
+    C.NOTIFY_BROKER_ROLE_CHANGED: _account(
+        "the broker asks the controller and acts on its answer only: a notification "
+        "changes nothing by itself"),
+    C.GET_BROKER_EPOCH_CACHE: _account("the broker's epoch entries and max offset"),
 }
 
 NAMESRV_RULES: dict[int, Rule] = {

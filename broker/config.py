@@ -9,6 +9,7 @@ and noted once in the log at start; any other unknown key is a ConfigError.
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -37,6 +38,7 @@ from protocol.trio.tls import (
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
+MAX_CONTROLLERS = 16  # controllerAddr entries
 
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
@@ -121,6 +123,11 @@ class BrokerConfig(PropertiesConfig):
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
     broker_ip1: str = "127.0.0.1"
     listen_port: int = 10911
+    # the address the listeners bind (remoting, HA, metrics), RocketMQ's bindAddress;
+    # empty: 127.0.0.1 when brokerIP1 is 127.0.0.1, else 0.0.0.0. Set apart from
+    # brokerIP1 when what brokerIP1:listenPort reaches is a proxy in front of the
+    # broker (bench/chaos: clients and slaves reach the master through one)
+    bind_address: str = ""
     namesrv_addr: str = ""
     # registration
     register_broker_interval_ms: int = 30_000
@@ -274,6 +281,17 @@ class BrokerConfig(PropertiesConfig):
     # ms a SyncStateSet member may stay behind the master's end before the master
     # proposes it out of the set
     ha_max_time_slave_not_catchup: int = 15_000
+    # the broker's side of controller mode (broker/replicas.py; docs/controller.md):
+    # the controllers ('host:port;host:port'; the leader is found by trying them),
+    # the heart-beat timeout the controller is asked to apply to this broker (ms),
+    # ms between heart-beats, the election priority (lower: elected first) and ms
+    # between polls of the controller's replica info (a lost notification repaired).
+    # Without controllerAddr a broker in controller mode keeps its configured role.
+    controller_addr: str = ""
+    controller_heart_beat_timeout_mills: int = 10_000
+    broker_heartbeat_interval: int = 1000
+    broker_election_priority: int = 2**31 - 1
+    sync_broker_metadata_period: int = 5000
     # reading from slaves
     slave_read_enable: bool = False  # a master may suggest a slave for cold reads
     access_message_in_memory_max_ratio: int = 40  # % of memory behind the max offset: cold
@@ -435,6 +453,12 @@ class BrokerConfig(PropertiesConfig):
         if self.listen_port and self.ha_port > 65535:
             raise ConfigError(f"haListenPort defaults to listenPort + 1 = {self.ha_port}, "
                               "past 65535: set haListenPort")
+        if self.bind_address:
+            try:
+                ipaddress.IPv4Address(self.bind_address)
+            except ValueError:
+                raise ConfigError(f"bindAddress must be an IPv4 address, not "
+                                  f"{self.bind_address!r}") from None
         if self.ha_master_address:
             problem = names.addr_problem(self.ha_master_address)
             if problem is not None:
@@ -459,8 +483,36 @@ class BrokerConfig(PropertiesConfig):
         if not 0 < self.ha_max_time_slave_not_catchup <= 3_600_000:
             raise ConfigError("haMaxTimeSlaveNotCatchup must be within 1..3600000 ms, "
                               f"not {self.ha_max_time_slave_not_catchup}")
+        self._validate_controller_keys()
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("accessMessageInMemoryMaxRatio is a percentage (0..100)")
+
+    def _validate_controller_keys(self) -> None:
+        for a in self.controller_addr_list:
+            problem = names.addr_problem(a)
+            if problem is not None:
+                raise ConfigError(f"controllerAddr: {problem}")
+        if len(self.controller_addr_list) > MAX_CONTROLLERS:
+            raise ConfigError(f"controllerAddr: at most {MAX_CONTROLLERS} controllers")
+        for key, value, lo, hi in (
+                ("controllerHeartBeatTimeoutMills", self.controller_heart_beat_timeout_mills,
+                 100, 3_600_000),
+                ("brokerHeartbeatInterval", self.broker_heartbeat_interval, 10, 600_000),
+                ("syncBrokerMetadataPeriod", self.sync_broker_metadata_period, 100, 3_600_000),
+                ("brokerElectionPriority", self.broker_election_priority, 0, 2**31 - 1)):
+            if not lo <= value <= hi:
+                raise ConfigError(f"{key} must be within {lo}..{hi}, not {value}")
+        if (self.enable_controller_mode
+                and self.broker_heartbeat_interval >= self.controller_heart_beat_timeout_mills):
+            raise ConfigError("brokerHeartbeatInterval must be shorter than "
+                              "controllerHeartBeatTimeoutMills (the controller would "
+                              "think the broker dead between two heart-beats)")
+
+    @property
+    def controller_addr_list(self) -> list[str]:
+        """controllerAddr's addresses, in order, without repeats."""
+        parts = [a.strip() for a in self.controller_addr.split(";") if a.strip()]
+        return list(dict.fromkeys(parts))
 
     def connection_limits(self) -> ConnectionLimits:
         return limits_of(self)
@@ -489,6 +541,14 @@ class BrokerConfig(PropertiesConfig):
 
     def store_path(self, *parts: str) -> Path:
         return Path(self.store_path_root_dir).joinpath(*parts)
+
+    @property
+    def listen_host(self) -> str:
+        """The address the listeners bind: bindAddress, else 127.0.0.1 for a
+        broker whose brokerIP1 is 127.0.0.1 and 0.0.0.0 for any other."""
+        if self.bind_address:
+            return self.bind_address
+        return "127.0.0.1" if self.broker_ip1 == "127.0.0.1" else "0.0.0.0"
 
     @property
     def is_slave(self) -> bool:

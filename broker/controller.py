@@ -38,7 +38,7 @@ from acl.plain import Need, Perm
 from broker.acl.admin_processor import AclAdminProcessor
 from broker.acl.stored import ResourceCheck
 from broker.admin_processor import AdminBrokerProcessor
-from broker.broker_to_client import Broker2Client
+from broker.broker_to_client import Broker2Client, RemotingConsumerLink, RemotingReply
 from broker.client_manage_processor import ClientManageProcessor, RemotingNotifier
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig, BrokerRole, FlushDiskType
@@ -59,13 +59,17 @@ from broker.pop_processor import PopMessageProcessor, PopRunner, send_back_reviv
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
 from broker.queue_admin_processor import QueueAdminProcessor
+from broker.replicas import ControllerView
+from broker.replicas_manager import ReplicaHooks, ReplicasManager
 from broker.role import Role, RoleRunner, RoleState, services_key
 from broker.schedule_service import ScheduleMessageService
 from broker.send_processor import SendMessageProcessor
 from broker.service.admin import AdminService, AdminTables, RuntimeSources
+from broker.service.broker2client import Broker2ClientService
 from broker.service.clients import ClientService
 from broker.service.config import ConfigService
 from broker.service.offsets import OffsetService
+from broker.service.ops import OpsService
 from broker.service.pop import PopService
 from broker.service.pull import PullService
 from broker.service.queries import QueryService
@@ -74,14 +78,17 @@ from broker.service.transactions import TransactionService
 from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
 from broker.store import DefaultMessageStore, StoreConfig
+from broker.store.ha.sync_state import SyncStateError
+from broker.store.ha.sync_state import SyncStateSet as HASyncStateSet
 from broker.store.index_service import IndexService
 from broker.store.pop_log import PopLog
 from broker.subscription_group_manager import SubscriptionGroupManager
 from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
 from broker.transaction_service import Asked, CheckRequest, TransactionalMessageService
-from protocol.codes import RequestCode
+from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
+from protocol.controller import EpochEntry, EpochEntryCache, NotifyBrokerRoleChangedRequestHeader
 from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
@@ -122,6 +129,8 @@ def request_lanes(config: BrokerConfig) -> Lanes:
 SLAVE_FIND_MASTER_S = 1.0  # s between a masterless slave's registrations
 # why a slave's store refuses puts (it stores only what replication brings)
 SLAVE_FENCE = "this broker is a slave: it stores only what its master replicates"
+# controller mode: why the store refuses puts until the controller gave a role
+CONTROLLER_FENCE = "controller mode: this broker waits for the controller to give its role"
 
 
 class BrokerController:
@@ -148,6 +157,15 @@ class BrokerController:
         self.role_runner = RoleRunner(self.role, self._start_role_services,
                                       self._prepare_role, self._role_handed_over,
                                       self.log.bind(service="role"))
+        # controller mode with controllers to ask (broker/replicas_manager.py): the
+        # controller gives the role; a master takes the configured master role
+        # (brokerRole; SYNC_MASTER when it says SLAVE)
+        self.replicas: ReplicasManager | None = None
+        self.controller_master_role = (config.broker_role if not config.is_slave
+                                       else BrokerRole.SYNC_MASTER)
+        self._loaded_as_slave = config.is_slave
+        self._serving: trio.Nursery | None = None
+        self._next_sync_state: HASyncStateSet | None = None
         # operators' figures (broker/stats.py): plain counters on the hot path
         self.stats = BrokerStats(config.broker_name, time.monotonic())
         self.put_latency = LatencyHistogram()
@@ -158,8 +176,6 @@ class BrokerController:
         self.message_store = DefaultMessageStore(StoreConfig.from_broker(config))
         self.offset_service = OffsetService(self.consumer_offset_manager, self.message_store)
         self.consumer_manage_processor = ConsumerManageProcessor(self.offset_service)
-        self.ops_processor = OpsProcessor(self, self.config_service)
-        self.broker2client = Broker2Client(self)
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
@@ -206,6 +222,17 @@ class BrokerController:
             on_topics_changed=self.trigger_register, log=self.log.bind(service="clients"))
         self.client_manage_processor = ClientManageProcessor(self.client_service,
                                                              lambda: self.acl_check)
+        self.ops_service = OpsService(
+            stats=self.stats, offsets=self.consumer_offset_manager,
+            topics=self.topic_config_manager, consumers=self.consumer_manager,
+            producers=self.producer_manager)
+        self.ops_processor = OpsProcessor(self.ops_service, self.config_service)
+        self.broker2client_service: Broker2ClientService[RemotingReply] = Broker2ClientService(
+            broker_name=config.broker_name, role=self.role, topics=self.topic_config_manager,
+            offsets=self.consumer_offset_manager, queues=self.message_store,
+            consumers=self.consumer_manager, link=RemotingConsumerLink(),
+            log=self.log.bind(service="broker2client"))
+        self.broker2client = Broker2Client(self.broker2client_service)
         self.pull_service = PullService(
             config, self.role, self.subscription_group_manager, self.topic_config_manager,
             self.consumer_manager, self.consumer_filter_manager, self.message_store,
@@ -397,7 +424,120 @@ class BrokerController:
         b2c = self.broker2client
         t.register(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, b2c.reset_offset)
         t.register(RequestCode.GET_CONSUMER_RUNNING_INFO, b2c.get_consumer_running_info)
+        t.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, self.notify_broker_role_changed)
+        t.register(RequestCode.GET_BROKER_EPOCH_CACHE, self.get_broker_epoch_cache)
         return t
+
+    # ---- controller mode (broker/replicas_manager.py) ---------------------------------
+
+    def notify_broker_role_changed(self, conn: RemotingConnection, cmd: RemotingCommand
+                                   ) -> RemotingCommand:
+        """NOTIFY_BROKER_ROLE_CHANGED from a controller: checked, then the broker
+        asks the controller at once (it acts on the controller's answer, never on
+        the notification's content); an older masterEpoch is ignored."""
+        header = NotifyBrokerRoleChangedRequestHeader.from_fields(cmd.ext_fields)
+        if self.replicas is None:
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                "this broker is not in controller mode (enableControllerMode, "
+                                "controllerAddr)")
+        if not self.replicas.notified(header):
+            return cmd.response(ResponseCode.SUCCESS, "stale: masterEpoch older than the "
+                                                      "role in force, ignored")
+        return cmd.response(ResponseCode.SUCCESS)
+
+    def epoch_cache(self) -> EpochEntryCache:
+        """This broker's epoch history as GET_BROKER_EPOCH_CACHE answers it (an
+        entry's end: the next one's start; the last one's: the log's end)."""
+        store = self.message_store
+        entries = store.epochs.entries
+        end = store.get_max_phy_offset()
+        out = [EpochEntry(e.epoch, e.start, entries[i + 1].start if i + 1 < len(entries) else end)
+               for i, e in enumerate(entries)]
+        broker_id = self.config.broker_id
+        if self.replicas is not None and self.replicas.core.broker_id is not None:
+            broker_id = self.replicas.core.broker_id
+        return EpochEntryCache(self.config.broker_cluster_name, self.config.broker_name,
+                               broker_id, tuple(out), end)
+
+    def get_broker_epoch_cache(self, conn: RemotingConnection, cmd: RemotingCommand
+                               ) -> RemotingCommand:
+        response = cmd.response(ResponseCode.SUCCESS)
+        response.body = cmd.encode_body(self.epoch_cache().to_dict())
+        return response
+
+    def _replica_hooks(self) -> ReplicaHooks:
+        store = self.message_store
+        return ReplicaHooks(
+            broker_addr=lambda: self.config.broker_addr,
+            max_offset=store.get_max_phy_offset,
+            confirm_offset=lambda: (self.ha_service.confirm_offset()
+                                    if self.ha_service.master_role and not self.role.is_slave
+                                    else store.dispatch_limit or 0),
+            epoch=lambda: store.epochs.last_epoch,
+            become_master=self._become_master,
+            become_slave=self._become_slave,
+            set_sync_state=self._set_sync_state)
+
+    def _set_sync_state(self, master_id: int, members: frozenset[int], epoch: int) -> None:
+        try:
+            self.ha_service.set_sync_state_set(HASyncStateSet(master_id, members, epoch))
+        except SyncStateError as exc:
+            self.log.info("SyncStateSet from the controller not taken", error=str(exc))
+
+    async def _become_master(self, view: ControllerView) -> None:
+        """The controller elected this broker: master (brokerId 0 with the name
+        servers) with a new write epoch above masterEpoch - 1 and its SyncStateSet."""
+        assert view.master_id is not None
+        self.ha_service.epoch_floor = max(0, view.master_epoch - 1)
+        members = view.sync_state_set or frozenset({view.master_id})
+        self._next_sync_state = HASyncStateSet(view.master_id, members,
+                                               view.sync_state_set_epoch)
+        role = self.role.next(self.controller_master_role, 0)
+        if not self.role_runner.running:
+            await self._first_role(role or self.role.current)
+        else:
+            await self.change_role(self.controller_master_role, 0)
+        pending, self._next_sync_state = self._next_sync_state, None
+        if pending is not None:  # the role did not change: the set still goes in
+            self._set_sync_state(pending.master_id, pending.members, pending.epoch)
+
+    async def _become_slave(self, view: ControllerView) -> None:
+        """Follow the master the controller names (its HA address: the name
+        servers' answer for that very master)."""
+        assert self.replicas is not None and self.replicas.core.broker_id is not None
+        broker_id = self.replicas.core.broker_id
+        role = self.role.next(BrokerRole.SLAVE, broker_id, view.master_address)
+        if not self.role_runner.running:
+            await self._first_role(role or self.role.current)
+        else:
+            await self.change_role(BrokerRole.SLAVE, broker_id, view.master_address)
+
+    async def _first_role(self, role: Role) -> None:
+        """Controller mode: the first role the controller gave; the role's
+        services and the registrations with the name servers start now."""
+        assert self._serving is not None
+        if role != self.role.current:
+            self.role.apply(role)
+        if not role.is_slave and self._loaded_as_slave:
+            await trio.to_thread.run_sync(self.transaction_service.load)
+        self.ha_service.take_role(role.is_slave, role.master_ha_addr)
+        if role.is_slave:
+            self.message_store.write_fence = SLAVE_FENCE
+        else:
+            self._take_next_sync_state()
+        await self._serving.start(self.role_runner.run)
+        self._serving.start_soon(self._register_loop)
+        self.log.info("role from the controller", **role.describe())
+
+    def _take_next_sync_state(self) -> None:
+        pending, self._next_sync_state = self._next_sync_state, None
+        if pending is not None:
+            self._set_sync_state(pending.master_id, pending.members, pending.epoch)
+
+    async def _no_slaves_to_wait_for(self) -> set[int]:
+        """Controller mode: the master the controller elected holds what was
+        acknowledged; replicas with more truncate. Nothing to wait for."""
+        return set()
 
     def acl_path(self) -> Path:
         """aclPlainFile, or plain_acl.yml beside the config file (else in the store root)."""
@@ -410,7 +550,7 @@ class BrokerController:
     @property
     def listen_host(self) -> str:
         """The address the broker's listeners bind (its remoting port, metricsPort)."""
-        return "0.0.0.0" if self.config.broker_ip1 != "127.0.0.1" else "127.0.0.1"
+        return self.config.listen_host
 
     def timed_flush_commit_log(self, prepare: bool = True) -> Any:
         """Flush the commit log (a worker thread); its time goes to flush_latency.
@@ -495,7 +635,9 @@ class BrokerController:
         self.ha_listen_port = await nursery.start(
             self.ha_service.run_master, 0 if self._ephemeral_ha else None)
         await self._register_for_role()
-        await self.ha_service.start_writes(self.listed_slaves)
+        await self.ha_service.start_writes(self._no_slaves_to_wait_for
+                                           if self.replicas is not None
+                                           else self.listed_slaves)
         await nursery.start(self.schedule_service.run)
         await nursery.start(self.transaction_service.run, self.ask_producer)
 
@@ -528,6 +670,8 @@ class BrokerController:
         elif old.is_slave:  # what a master ends: its transactions, from the log
             await trio.to_thread.run_sync(self.transaction_service.load)
         self.ha_service.take_role(new.is_slave, new.master_ha_addr)
+        if not new.is_slave:
+            self._take_next_sync_state()
         if self.outer_api is not None:  # the previous master's answers no longer hold
             self.outer_api.master_addr = self.outer_api.master_ha_addr = None
         self._register_whole_table()
@@ -653,16 +797,31 @@ class BrokerController:
                     # the bound port + 1 may be anyone's
                     self._ephemeral_ha = (self.config.listen_port == 0
                                           and self.config.ha_listen_port == 0)
-                    if self.role.is_slave:
+                    controlled = (self.config.enable_controller_mode
+                                  and bool(self.config.controller_addr_list))
+                    if controlled:  # fenced until the controller gives a role
+                        self.message_store.write_fence = CONTROLLER_FENCE
+                    elif self.role.is_slave:
                         self.message_store.write_fence = SLAVE_FENCE
                     else:  # no writes before the slaves are heard
                         self.ha_service.fence_for_start()
                     port = await nursery.start(self.server.serve)
                     self.config.listen_port = port
                     self._store_host_is_broker_addr()
-                    # the role's services; they register with the name servers
-                    await nursery.start(self.role_runner.run)
-                    nursery.start_soon(self._register_loop)
+                    self._serving = nursery
+                    if controlled:
+                        # the role's services and the registrations start once the
+                        # controller has said the role (_first_role)
+                        self.replicas = ReplicasManager(self.config, client,
+                                                        self._replica_hooks(),
+                                                        log=self.log.bind(service="replicas"))
+                        self.ha_service.on_sync_state_proposal = self.replicas.propose
+                        # never holding the start up: a controller down is retried
+                        nursery.start_soon(self.replicas.run)
+                    else:
+                        # the role's services; they register with the name servers
+                        await nursery.start(self.role_runner.run)
+                        nursery.start_soon(self._register_loop)
                     if self.acl_file is not None:
                         nursery.start_soon(self.acl_file.watch,
                                            self.config.acl_reload_interval / 1000)
@@ -694,7 +853,10 @@ class BrokerController:
                     self.start_accept_send_timestamp_ms = int(time.time() * 1000)
                     self.log.info("broker started", addr=self.config.broker_addr,
                                   namesrv=self.config.namesrv_addr, flush=self.config.flush_disk_type.value,
-                                  role=self.config.broker_role.value, broker_id=self.config.broker_id)
+                                  role=("fenced: the controller gives it"
+                                        if self.replicas is not None
+                                        else self.config.broker_role.value),
+                                  broker_id=self.config.broker_id)
                     task_status.started(port)
                     await self._stop.wait()
                     self.log.info("broker shutting down")
@@ -732,7 +894,10 @@ class BrokerController:
                 self.topic_config_manager, self.ha_server_addr,
                 None if addr is None else [addr])
             if self.role.is_slave:
-                self.ha_service.set_master_ha_addr(self.outer_api.master_ha_addr)
+                # controller mode: only the HA address of the master the controller named
+                wanted = self.role.current.master_addr
+                if wanted is None or self.outer_api.master_addr == wanted:
+                    self.ha_service.set_master_ha_addr(self.outer_api.master_ha_addr)
         except Exception as exc:
             guard.failed(exc, "register with name servers failed",
                          topics=len(self.topic_config_manager.table))

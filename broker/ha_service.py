@@ -246,6 +246,9 @@ class HAService:
         self.on_sync_state_proposal: Callable[[Proposal], None] | None = None
         self.decider = SyncStateDecider(self._propose,
                                         config.ha_max_time_slave_not_catchup / 1000)
+        # a master elected by the controller begins its write epoch above the
+        # controller's masterEpoch - 1 (set before it takes the role; 0: no floor)
+        self.epoch_floor = 0
 
     @property
     def silent_s(self) -> float:
@@ -515,7 +518,7 @@ class HAService:
         self._opening = True  # one epoch begins at a time
         try:
             epoch: Epoch = await trio.to_thread.run_sync(
-                store.epochs.begin, start, 0, store.get_min_phy_offset())
+                store.epochs.begin, start, self.epoch_floor, store.get_min_phy_offset())
         finally:
             self._opening = False
         if self.opened or self.behind or self.recovering is not None or not self.master_role:
@@ -574,9 +577,8 @@ class HAService:
     async def run_master(self, port: int | None = None,
                          task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on haListenPort (or ``port``) until cancelled; reports the bound port."""
-        host = "127.0.0.1" if self.config.broker_ip1 == "127.0.0.1" else "0.0.0.0"
         listeners = await trio.open_tcp_listeners(
-            self.config.ha_port if port is None else port, host=host)
+            self.config.ha_port if port is None else port, host=self.config.listen_host)
         self.port = listeners[0].socket.getsockname()[1]
         self.log.info("HA listening", port=self.port)
         try:

@@ -11,6 +11,10 @@ producerConnection, getBrokerConfig, updateBrokerConfig).
   admin accounts only (acl/plain.py ADMIN_CODES);
 - UPDATE_BROKER_CONFIG (25): body = properties text of the keys to change.
 
+The first three are an adapter over OpsService (broker/service/ops.py: the
+statistics, who consumes a topic, a producer group's members); what only this
+transport knows stays here: a producer's address, and the language and
+version its heart-beat's connection remembers (broker/client_manage_processor.py).
 GET_BROKER_CONFIG and UPDATE_BROKER_CONFIG are an adapter over ConfigService
 (broker/service/config.py: which keys change at run time, where changes are
 kept); a refused change is SYSTEM_ERROR with the reason.
@@ -18,10 +22,10 @@ kept); a refused change is SYSTEM_ERROR with the reason.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from broker.metrics import consume_pairs
 from broker.service.config import ConfigService
+from broker.service.ops import Member, OpsService
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError, properties_body
@@ -32,19 +36,25 @@ from protocol.headers import (
 )
 from protocol.trio.connection import RemotingConnection
 
-if TYPE_CHECKING:
-    from broker.controller import BrokerController
+
+def connection_row(member: Member) -> dict[str, Any]:
+    """A producer's row of GET_PRODUCER_CONNECTION_LIST, from its connection."""
+    attrs: dict[str, Any] = getattr(member.channel, "attrs", {})
+    return {"clientId": member.client_id,
+            "clientAddr": getattr(member.channel, "remote_addr", ""),
+            "language": attrs.get("language", "OTHER"),
+            "version": attrs.get("version", 0)}
 
 
 class OpsProcessor:
-    def __init__(self, controller: BrokerController, config: ConfigService) -> None:
-        self.controller = controller
+    def __init__(self, ops: OpsService, config: ConfigService) -> None:
+        self.ops = ops
         self.config = config
 
     def view_broker_stats_data(self, conn: RemotingConnection, cmd: RemotingCommand
                                ) -> RemotingCommand:
         h = ViewBrokerStatsDataRequestHeader.from_fields(cmd.ext_fields)
-        windows = self.controller.stats.stats(h.stats_name, h.stats_key)
+        windows = self.ops.stats(h.stats_name, h.stats_key)
         if windows is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"The stats <{h.stats_name}> <{h.stats_key}> not exist")
@@ -54,25 +64,17 @@ class OpsProcessor:
     def query_topic_consume_by_who(self, conn: RemotingConnection, cmd: RemotingCommand
                                    ) -> RemotingCommand:
         h = QueryTopicConsumeByWhoRequestHeader.from_fields(cmd.ext_fields)
-        groups = sorted({g for g, t in consume_pairs(self.controller) if t == h.topic}
-                        | self.controller.consumer_offset_manager.groups_of_topic(h.topic))
+        groups = self.ops.groups_of_topic(h.topic)
         return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"groupList": groups}))
 
     def get_producer_connection_list(self, conn: RemotingConnection, cmd: RemotingCommand
                                      ) -> RemotingCommand:
         h = GetProducerConnectionListRequestHeader.from_fields(cmd.ext_fields)
-        info = self.controller.producer_manager.groups.get(h.producer_group)
-        if info is None or not info.clients:
+        members = self.ops.producers(h.producer_group)
+        if members is None:
             return cmd.response(ResponseCode.SYSTEM_ERROR,
                                 f"the producer group[{h.producer_group}] not exist")
-        rows = []
-        for ch in info.clients.values():
-            attrs: dict[str, Any] = getattr(ch.conn, "attrs", {})
-            rows.append({"clientId": ch.client_id,
-                         "clientAddr": getattr(ch.conn, "remote_addr", ""),
-                         "language": attrs.get("language", "OTHER"),
-                         "version": attrs.get("version", 0)})
-        rows.sort(key=lambda r: r["clientId"])
+        rows = [connection_row(m) for m in members]
         return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body({"connectionSet": rows}))
 
     def get_broker_config(self, conn: RemotingConnection, cmd: RemotingCommand

@@ -660,24 +660,37 @@ class MQAdmin:
             raise MQAdminError(f"the consumer group {group} is not online")
         return out
 
-    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int) -> list[tuple[str, int, int]]:
+    async def reset_offset_by_time(self, group: str, topic: str, timestamp_ms: int
+                                   ) -> list[tuple[str, int, int]]:
         """Set the group's offsets of every queue of ``topic`` to the first message
-        stored at or after ``timestamp_ms``. Returns (broker, queue, offset) rows.
-        Each commit says it is an admin's reset (``adminReset``): the broker
-        counts it, so its slaves take the offsets even when they go back."""
+        stored at or after ``timestamp_ms`` (mqadmin resetOffsetByTime), either way.
+        Each master of the topic does it (INVOKE_BROKER_TO_RESET_OFFSET, forced): it
+        commits them as an admin's reset (counted: its slaves take them even when
+        they go back) and tells the group's online consumers, which take them at once
+        instead of writing their old offsets back. A broker that answers
+        CONSUMER_NOT_ONLINE (RocketMQ's, for a group with no consumer online) gets
+        them committed here, queue by queue, as RocketMQ's tool falls back to
+        resetOffsetByTimeOld. Returns (broker, queue, offset) rows."""
+        return await self.reset_offset_by_broker(group, topic, timestamp_ms, force=True,
+                                                 offline_fallback=True)
+
+    async def _commit_reset_by_time(self, group: str, topic: str, broker_name: str,
+                                    addr: str, timestamp_ms: int) -> list[tuple[str, int, int]]:
+        """The old way of resetOffsetByTime on one broker: each read queue's offset at
+        ``timestamp_ms`` committed as an admin's reset (UPDATE_CONSUMER_OFFSET
+        adminReset); what no consumer is told."""
         route = await self.topic_route(topic)
         rows = []
         for qd in route.queue_datas:
-            if not usable(qd):
+            if qd.broker_name != broker_name or not usable(qd):
                 continue
             for qid in range(qd.read_queue_nums):
-                offset = await self.search_offset(topic, qd.broker_name, qid, timestamp_ms)
-                addr = await self.broker_addr(topic, qd.broker_name)
+                offset = await self.search_offset(topic, broker_name, qid, timestamp_ms)
                 fields = UpdateConsumerOffsetRequestHeader(group, topic, qid, offset,
                                                            admin_reset=True).to_fields()
                 cmd = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, fields)
                 self._check(await self._invoke(addr, cmd), "resetOffsetByTime")
-                rows.append((qd.broker_name, qid, offset))
+                rows.append((broker_name, qid, offset))
         return rows
 
     async def wipe_write_perm(self, broker_name: str) -> dict[str, int]:
@@ -846,17 +859,24 @@ class MQAdmin:
         return masters
 
     async def reset_offset_by_broker(self, group: str, topic: str, timestamp_ms: int,
-                                     force: bool = True) -> list[tuple[str, int, int]]:
+                                     force: bool = True, offline_fallback: bool = False
+                                     ) -> list[tuple[str, int, int]]:
         """INVOKE_BROKER_TO_RESET_OFFSET on every master of ``topic``: the group's
         offsets go to the first message stored at or after ``timestamp_ms`` (-1:
         past the last message, everything accumulated skipped; without ``force``
         only backwards), committed by each broker as an admin's reset and taken by
-        the group's online consumers at once. Returns (broker, queue, offset) rows."""
+        the group's online consumers at once. ``offline_fallback``: a broker that
+        answers CONSUMER_NOT_ONLINE gets the offsets at ``timestamp_ms`` committed
+        queue by queue instead. Returns (broker, queue, offset) rows."""
         fields = ResetOffsetRequestHeader(topic, group, timestamp_ms, force).to_fields()
         rows: list[tuple[str, int, int]] = []
         for name, addr in await self._topic_masters(topic):
             cmd = RemotingCommand.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, dict(fields))
-            resp = self._check(await self._invoke(addr, cmd), f"resetOffset on {addr}")
+            resp = await self._invoke(addr, cmd)
+            if offline_fallback and resp.code == ResponseCode.CONSUMER_NOT_ONLINE:
+                rows += await self._commit_reset_by_time(group, topic, name, addr, timestamp_ms)
+                continue
+            self._check(resp, f"resetOffset on {addr}")
             try:
                 body = ResetOffsetBody.from_wire(resp.decode_body())
             except RemoteProtocolError as exc:

@@ -588,6 +588,9 @@ class Producer:
             except RemotingError as exc:
                 raise MQClientError(f"send to {mq} failed: {exc}") from exc
         info = await self._publish_info(prepared.topic, deadline)
+        if not info.ok:
+            raise MQClientError(f"topic {prepared.topic} has no writable queue: no master "
+                                f"of its brokers is registered with the name servers")
         attempts = 1 + self.retry_times_when_send_failed
         last_broker: str | None = None
         last_exc: Exception | None = None
@@ -615,7 +618,12 @@ class Producer:
                 error=str(last_exc),
             )
             instance = self._sending_instance()
-            info = instance.publish_info(prepared.topic) or info
+            fresh = instance.publish_info(prepared.topic)
+            if fresh is not None and fresh.ok:
+                # a route with no writable queue (no master registered: a failover
+                # under way) keeps the queues tried so far: the retry fails as a
+                # send, not as a missing queue
+                info = fresh
         what = f"send to topic {prepared.topic} failed after {done} attempt(s)"
         if trio.current_time() >= deadline and done < attempts:
             what += " (timed out)"

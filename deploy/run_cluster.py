@@ -2,6 +2,7 @@
 
     python -m deploy.run_cluster deploy/2m-2s-async      # or: make cluster
     python -m deploy.run_cluster deploy/2m-2s-sync -o mapedFileSizeCommitLog=67108864
+    python -m deploy.run_cluster deploy/controller-3r    # make cluster DEPLOY=controller-3r
 
 Each daemon runs as its own process (``mqnamesrv -c deploy/namesrv.properties``,
 ``mqbroker -c <dir>/<broker>.properties``), masters first, their logs prefixed
@@ -21,12 +22,21 @@ from pathlib import Path
 import click
 
 BIN = Path(sys.executable).parent
+# a deployment's own name server config (deploy/controller-3r: the controller inside it)
+NAMESRV_FILE = "namesrv.properties"
 
 
 def _brokers(directory: Path) -> list[Path]:
-    """Masters before slaves (``*-s.properties``), each in name order."""
-    files = sorted(directory.glob("*.properties"))
+    """Masters before slaves (``*-s.properties``), each in name order (a
+    ``namesrv.properties`` there is the name server's, not a broker's)."""
+    files = sorted(p for p in directory.glob("*.properties") if p.name != NAMESRV_FILE)
     return sorted(files, key=lambda p: (p.stem.endswith("-s"), p.stem))
+
+
+def namesrv_config_of(deployment: Path) -> Path:
+    """The deployment's own name server config, else deploy/namesrv.properties."""
+    own = deployment / NAMESRV_FILE
+    return own if own.is_file() else Path("deploy/namesrv.properties")
 
 
 def _pump(name: str, proc: subprocess.Popen[bytes]) -> None:
@@ -39,11 +49,13 @@ def _pump(name: str, proc: subprocess.Popen[bytes]) -> None:
 @click.command()
 @click.argument("deployment", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--namesrv-config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=Path("deploy/namesrv.properties"), show_default=True)
+              default=None, help="The name server's config [default: DEPLOYMENT/"
+              "namesrv.properties if there is one, else deploy/namesrv.properties]")
 @click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE",
               help="Set one broker config key for every broker (repeatable).")
-def main(deployment: Path, namesrv_config: Path, options: tuple[str, ...]) -> None:
+def main(deployment: Path, namesrv_config: Path | None, options: tuple[str, ...]) -> None:
     """Run DEPLOYMENT (e.g. deploy/2m-2s-async) with its name server until a signal."""
+    namesrv_config = namesrv_config or namesrv_config_of(deployment)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

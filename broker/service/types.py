@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
+
+from broker.client_manager import ConsumerGroupInfo
 
 
 class LiveRole(Protocol):
@@ -11,3 +14,11 @@ class LiveRole(Protocol):
 
     is_slave: bool
     sync_master: bool
+
+
+class GroupMembers(Protocol):
+    """A group -> members table (broker/client_manager.py ClientGroups): each
+    member's client id and its transport's channel."""
+
+    @property
+    def groups(self) -> Mapping[str, ConsumerGroupInfo]: ...

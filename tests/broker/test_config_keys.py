@@ -292,3 +292,14 @@ def test_pre_auth_keys_of_broker_and_name_server() -> None:
     assert pre_auth_of(cfg, gate, cfg.max_message_size).max_frame_bytes == 8 * mib + 320 * 1024
     cfg = BrokerConfig.from_properties({"maxMessageSize": str(16 * mib)})
     assert pre_auth_of(cfg, gate, cfg.max_message_size).max_frame_bytes == cfg.max_frame_size
+
+
+def test_bind_address_key() -> None:
+    """bindAddress: what the listeners bind, apart from the advertised brokerIP1."""
+    assert BrokerConfig.from_properties({}).listen_host == "127.0.0.1"
+    assert BrokerConfig.from_properties({"brokerIP1": "10.0.0.5"}).listen_host == "0.0.0.0"
+    cfg = BrokerConfig.from_properties({"brokerIP1": "127.0.0.2", "bindAddress": "127.0.0.1"})
+    assert (cfg.listen_host, cfg.broker_addr) == ("127.0.0.1", "127.0.0.2:10911")
+    for bad in ("localhost", "127.0.0.1:10911", "::1", "300.0.0.1"):
+        with pytest.raises(ConfigError, match="bindAddress"):
+            BrokerConfig.from_properties({"bindAddress": bad})

@@ -91,14 +91,14 @@ def test_mqbroker_print_masks_secrets() -> None:
 
 
 NO_CONN: Any = None  # the handlers read nothing of the connection
-NO_CONTROLLER: Any = None  # ... and the config handlers nothing of the controller
+NO_OPS: Any = None  # ... and the config handlers nothing of the OpsService
 
 
 def ops(cfg: BrokerConfig, root: Path) -> tuple[OpsProcessor, list[dict[str, str]]]:
     """The processor over a real ConfigService (changes kept under ``root``)."""
     cfg.store_path_root_dir = str(root)
     applied: list[dict[str, str]] = []
-    return OpsProcessor(NO_CONTROLLER, ConfigService(LoadedConfig.of(cfg), applied.append)), applied
+    return OpsProcessor(NO_OPS, ConfigService(LoadedConfig.of(cfg), applied.append)), applied
 
 
 def test_get_broker_config_masks_secrets(tmp_path: Path) -> None:

@@ -42,3 +42,23 @@ def test_deployment_brokers_fit_together(deployment: Path) -> None:
     ports += [c.ha_port for c in configs.values() if not c.is_slave]
     assert len(ports) == len(set(ports))
     assert len({c.store_path_root_dir for c in configs.values()}) == len(configs)
+
+
+def test_controller_3r_is_one_broker_name_with_the_controller_in_the_name_server() -> None:
+    from deploy.run_cluster import _brokers, namesrv_config_of
+    from namesrv.config import NamesrvConfig
+
+    deployment = DEPLOY / "controller-3r"
+    files = _brokers(deployment)
+    assert [p.name for p in files] == [f"broker-a-{i}.properties" for i in range(3)]
+    configs = [BrokerConfig.from_properties(load_properties(p)) for p in files]
+    assert all(not c.no_effect_keys for c in configs)
+    assert {c.broker_name for c in configs} == {"broker-a"}
+    assert all(c.enable_controller_mode and c.all_ack_in_sync_state_set
+               and c.min_in_sync_replicas == 2 for c in configs)
+    ns = NamesrvConfig.from_properties(load_properties(namesrv_config_of(deployment)))
+    assert ns.enable_controller_in_namesrv
+    assert {c.controller_addr for c in configs} == {f"127.0.0.1:{ns.listen_port}"}
+    ports = [c.listen_port for c in configs] + [c.ha_port for c in configs]
+    assert len(ports) == len(set(ports))
+    assert len({c.store_path_root_dir for c in configs}) == 3

@@ -633,3 +633,34 @@ def test_encode_messages_kernel_on_the_usual_batch(kernel: Any) -> None:
     assert kernel(batch(), TOPIC, 1 << 20, ["é"] * 39, Message, *args) is None
     assert kernel(batch(), TOPIC, 1023, list(ids), Message, *args) is None
     assert kernel([], TOPIC, 1 << 20, [], Message, *args) == b""
+
+
+async def test_a_refreshed_route_without_writable_queues_fails_as_a_send(
+        cluster: FakeCluster) -> None:
+    """A failover: the master is gone from the route before a new one registers.
+    The retries keep the queues tried so far; the send fails with MQClientError,
+    never IndexError."""
+    from client.publish_info import TopicPublishInfo
+
+    cluster.namesrv.set_route(TOPIC, [("broker-a", closed_port_addr())])
+    async with make_producer(cluster) as producer:
+        async def no_queues(self: MQClientInstance, topic: str, *_: Any) -> TopicPublishInfo:
+            return TopicPublishInfo(topic, [])
+
+        with mock.patch.object(MQClientInstance, "publish_info",
+                               lambda self, topic: TopicPublishInfo(topic, [])), \
+                mock.patch.object(MQClientInstance, "find_publish_info", no_queues):
+            with pytest.raises(MQClientError, match="no writable queue"):
+                await producer.send(Message(TOPIC, b"x"))
+        real = MQClientInstance.publish_info
+        calls: list[int] = []
+
+        def emptied(self: MQClientInstance, topic: str) -> TopicPublishInfo | None:
+            calls.append(1)
+            return real(self, topic) if len(calls) == 1 else TopicPublishInfo(topic, [])
+
+        with mock.patch.object(MQClientInstance, "publish_info", emptied):
+            with pytest.raises(MQClientError, match="failed after 3 attempt") as info:
+                await producer.send(Message(TOPIC, b"x"))
+        assert not isinstance(info.value, MQBrokerError)
+        assert len(calls) >= 3

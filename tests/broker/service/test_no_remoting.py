@@ -14,5 +14,5 @@ def test_services_import_no_transport() -> None:
                       "broker.client_manage_processor", "broker.send_processor",
                       "broker.query_processor", "broker.queue_admin_processor",
                       "broker.end_transaction_processor", "broker.admin_processor",
-                      "broker.controller"):
+                      "broker.ops_processor", "broker.broker_to_client", "broker.controller"):
         assert imports_between(graph, "broker.service", transport) == []

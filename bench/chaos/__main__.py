@@ -1,0 +1,90 @@
+"""``python -m bench.chaos``: one chaos run, its report on stdout (docs/chaos.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+import click
+import trio
+
+from bench.chaos.accounting import ScheduleError, format_report, parse_schedule
+from bench.chaos.group import FAULTS, GroupConfig
+from bench.chaos.proxy import Mode
+from bench.chaos.runner import Checker, RunConfig
+from protocol.trio.logs import configure_logging
+
+DEFAULT_SCHEDULE = "kill-slave,kill-master,stop-master:20,partition-master"
+
+
+@click.command()
+@click.option("--schedule", default=DEFAULT_SCHEDULE, show_default=True,
+              help="Faults in order, comma-separated, each NAME or NAME:SECONDS. Names: "
+                   + ", ".join(FAULTS) + ".")
+@click.option("--fault-seconds", default=10.0, show_default=True,
+              type=click.FloatRange(0.1, 3600),
+              help="How long a fault without :SECONDS is held.")
+@click.option("--calm", default=5.0, show_default=True, type=click.FloatRange(0, 600),
+              help="Seconds without a fault before each fault and after the last.")
+@click.option("--slaves", default=1, type=click.IntRange(1, 2), show_default=True)
+@click.option("--role", "broker_role", default="SYNC_MASTER", show_default=True,
+              type=click.Choice(["SYNC_MASTER", "ASYNC_MASTER"]))
+@click.option("--flush", "flush_disk_type", default="SYNC_FLUSH", show_default=True,
+              type=click.Choice(["SYNC_FLUSH", "ASYNC_FLUSH"]))
+@click.option("-o", "--broker-option", "options", multiple=True, metavar="KEY=VALUE",
+              help="One more broker config key for every broker of the group (repeatable).")
+@click.option("--producers", default=4, type=click.IntRange(1, 64), show_default=True)
+@click.option("--consumers", default=2, type=click.IntRange(1, 16), show_default=True)
+@click.option("--rate", default=200.0, type=click.FloatRange(1, 20_000), show_default=True,
+              help="Messages per second, all producers together.")
+@click.option("--max-messages", default=1_000_000, type=click.IntRange(1, 100_000_000),
+              show_default=True, help="Most sends in the whole run.")
+@click.option("--send-timeout", default=3.0, show_default=True,
+              type=click.FloatRange(0.1, 60), help="Seconds per send.")
+@click.option("--drain", default=60.0, show_default=True, type=click.FloatRange(0, 3600),
+              help="Most seconds, after the load, to wait for every SEND_OK to be delivered.")
+@click.option("--partition-mode", default="blackhole", show_default=True,
+              type=click.Choice(["blackhole", "drop"]))
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the stores, logs and record files here (default: a temporary "
+                   "directory, removed).")
+@click.option("--json", "as_json", is_flag=True, help="The report as one JSON line.")
+@click.option("--log-level", default="WARNING", show_default=True)
+def main(schedule: str, fault_seconds: float, calm: float, slaves: int, broker_role: str,
+         flush_disk_type: str, options: tuple[str, ...], producers: int, consumers: int,
+         rate: float, max_messages: int, send_timeout: float, drain: float, partition_mode: str,
+         directory: Path | None, as_json: bool, log_level: str) -> None:
+    """Run the schedule against a replica group on loopback and print what was lost."""
+    try:
+        steps = parse_schedule(schedule, FAULTS, fault_seconds)
+    except ScheduleError as e:
+        raise click.BadParameter(str(e), param_hint="--schedule") from None
+    props: dict[str, object] = {}
+    for opt in options:
+        key, sep, value = opt.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{opt!r} is not KEY=VALUE", param_hint="-o")
+        props[key] = value
+    configure_logging(log_level)
+    config = RunConfig(steps=steps, calm=calm, producers=producers, rate=rate,
+                       max_messages=max_messages, send_timeout=send_timeout,
+                       consumers=consumers, drain=drain, partition_mode=Mode(partition_mode),
+                       group=GroupConfig(slaves, broker_role, flush_disk_type, props))
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+        report = trio.run(Checker(directory, config).run)
+    else:
+        with tempfile.TemporaryDirectory(prefix="chaos-") as d:
+            report = trio.run(Checker(Path(d), config).run)
+    if as_json:
+        click.echo(json.dumps(asdict(report)))
+    else:
+        click.echo(format_report(report))
+    sys.exit(0 if not report.lost and report.all_faults_healed else 1)
+
+
+if __name__ == "__main__":
+    main()
