@@ -222,16 +222,22 @@ class GrpcApp:
                     return
 
         call = Call(path, peer, metadata, requests, send_body)
+        raised: Exception | None = None
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(read, scope)
                 with trio.move_on_after(timeout) as deadline:
-                    await method.handler(call)
+                    try:
+                        await method.handler(call)
+                    except Exception as exc:  # raised below, outside the nursery's group
+                        raised = exc
                 nursery.cancel_scope.cancel()
         if gone:
             return True
         if failure:
             raise failure[0]
+        if raised is not None:
+            raise raised
         if deadline.cancelled_caught:
             raise GrpcError(StatusCode.DEADLINE_EXCEEDED,
                             f"deadline of {timeout:.3f}s exceeded")
