@@ -85,6 +85,7 @@ from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.controller import EpochEntry, EpochEntryCache, NotifyBrokerRoleChangedRequestHeader
 from protocol.extras import require_grpc
+from protocol.route import TopicRouteData
 from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
@@ -784,6 +785,9 @@ class BrokerController:
                     port = await nursery.start(self.server.serve)
                     self.config.listen_port = port
                     self._store_host_is_broker_addr()
+                    if self.grpc_server is not None:
+                        # bound before the first registration, which carries its port
+                        self.outer_api.grpc_port = await nursery.start(self.grpc_server.run)
                     self._serving = nursery
                     if controlled:
                         # the role's services and the registrations start once the
@@ -823,8 +827,6 @@ class BrokerController:
                     nursery.start_soon(self._stats_loop)
                     if self.metrics_server is not None:
                         self.metrics_port = await nursery.start(self.metrics_server.run)
-                    if self.grpc_server is not None:
-                        await nursery.start(self.grpc_server.run)
                     await nursery.start(self.pull_hold_service.run)
                     self.started = True
                     self.start_accept_send_timestamp_ms = int(time.time() * 1000)
@@ -865,8 +867,14 @@ class BrokerController:
             assert self.grpc_server is not None
             return self.config.broker_ip1, self.grpc_server.port
 
+        async def routes(topic: str) -> TopicRouteData | None:
+            if self.outer_api is None:
+                return None
+            return await self.outer_api.topic_route(topic)
+
         messaging = MessagingService(self.config, self.send_service, self.topic_config_manager,
-                                     endpoint=endpoint, on_topics_changed=self.trigger_register)
+                                     endpoint=endpoint, on_topics_changed=self.trigger_register,
+                                     routes=routes)
         app = GrpcApp(messaging.methods(),
                       max_message_bytes=self.config.grpc_max_inbound_message_size)
         return GrpcServer(app, self.listen_host, self.config.grpc_listen_port)

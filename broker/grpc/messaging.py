@@ -2,12 +2,14 @@
 
 The handlers only map (broker/grpc/convert.py) and call the broker's services:
 
-- QueryRoute: the topic's queues on this broker (RocketMQ 5's proxy in local
-  mode answers for the broker it runs in), its gRPC endpoint (the broker's
-  address host and ``grpcListenPort``), each queue's permission and explicit
-  ``accept_message_types``. An unknown topic is created as a send would create
-  it when ``autoCreateTopicEnable`` (5.x clients look a topic up before sending),
-  else TOPIC_NOT_FOUND.
+- QueryRoute: the topic's queues on every broker of its route that serves gRPC:
+  this broker's from its own table, the others' from the name servers' route,
+  where each broker's registration carried its gRPC port (``grpcPorts``); a
+  broker's endpoint is its address's host and that port. Each queue has its
+  permission and explicit ``accept_message_types``. An unknown topic is created
+  here as a send would create it when ``autoCreateTopicEnable`` (5.x clients look
+  a topic up before sending), else TOPIC_NOT_FOUND. Name servers that do not
+  answer within ROUTE_LOOKUP_S leave the answer to this broker's queues.
 - SendMessage: each message through ``SendService.send_single``, on a queue the
   server picks (a message group's always the same one; others at random), its
   answer once stored (and flushed or replicated where the role asks for it).
@@ -24,8 +26,9 @@ ours) as RocketMQ answers; the gRPC status is OK unless the call itself failed.
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 import structlog
@@ -49,7 +52,7 @@ from broker.service.send import STORE_STATUS, UNKNOWN_STORE_STATUS, SendOutcome,
 from broker.store.offset_waiters import AllDone
 from broker.topic_validator import check_user_topic
 from protocol.names import InvalidNameError
-from protocol.route import TopicConfig
+from protocol.route import MASTER_ID, PERM_WRITE, TopicConfig, TopicRouteData
 
 log = structlog.get_logger("broker.grpc")
 
@@ -67,6 +70,7 @@ BACKOFF_MAX_ATTEMPTS = 3
 BACKOFF_INITIAL_MS = 10
 BACKOFF_MAX_MS = 1000
 REQUEST_TIMEOUT_S = 3
+ROUTE_LOOKUP_S = 3.0
 # RPCs served by someone else's work later; they answer UNIMPLEMENTED until then
 NOT_YET = {
     "ReceiveMessage": "POP consumption (ReceiveMessage) is not served over gRPC yet",
@@ -95,6 +99,10 @@ class GrpcTopics(Protocol):
         self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None: ...
 
 
+# the name servers' route of a topic (None: they know no such topic); raises when none answers
+RouteLookup = Callable[[str], Awaitable[TopicRouteData | None]]
+
+
 class MessagingService:
     """The handlers. ``endpoint()`` is this broker's gRPC (host, port), known once
     the server is bound; ``on_topics_changed`` tells the name servers of a topic
@@ -103,8 +111,10 @@ class MessagingService:
     def __init__(self, config: BrokerConfig, send: SendService, topics: GrpcTopics, *,
                  endpoint: Callable[[], tuple[str, int]],
                  on_topics_changed: Callable[[], None],
+                 routes: RouteLookup | None = None,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.config = config
+        self.routes = routes
         self.send_service = send
         self.topics = topics
         self.endpoint = endpoint
@@ -130,6 +140,8 @@ class MessagingService:
         async def handler(call: Call) -> None:
             request = _parse(request_type, await call.recv_one())
             response = answer(request, call)
+            if inspect.isawaitable(response):
+                response = await response
             await call.send(response.SerializeToString())
         return handler
 
@@ -147,19 +159,37 @@ class MessagingService:
                 self.on_topics_changed()
         return cfg
 
-    def query_route(self, request: spb.QueryRouteRequest, call: Call) -> spb.QueryRouteResponse:
+    async def query_route(self, request: spb.QueryRouteRequest, call: Call
+                          ) -> spb.QueryRouteResponse:
         name = request.topic.name
+        namespace = request.topic.resource_namespace
         reason = check_user_topic(name) if name else "the request names no topic"
         if reason is not None:
             return spb.QueryRouteResponse(status=status(Code.ILLEGAL_TOPIC, reason))
         cfg = self._topic(name)
-        if cfg is None:
+        queues: list[pb.MessageQueue] = []
+        if cfg is not None:
+            host, port = self.endpoint()
+            queues += message_queues(cfg, self.config.broker_name, self.config.broker_id,
+                                     host, port, namespace)
+        route = await self._route(name)
+        if route is not None:
+            queues += others_queues(route, name, self.config.broker_name, namespace)
+        if not queues:
             return spb.QueryRouteResponse(
                 status=status(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist"))
-        host, port = self.endpoint()
-        queues = message_queues(cfg, self.config.broker_name, self.config.broker_id, host, port,
-                                request.topic.resource_namespace)
         return spb.QueryRouteResponse(status=status(Code.OK), message_queues=queues)
+
+    async def _route(self, topic: str) -> TopicRouteData | None:
+        if self.routes is None:
+            return None
+        try:
+            with trio.move_on_after(ROUTE_LOOKUP_S):
+                return await self.routes(topic)
+        except Exception as exc:  # the name servers are down: this broker's queues only
+            log.warning("route look-up failed: answering this broker's queues only",
+                        topic=topic, error=str(exc))
+        return None
 
     def heartbeat(self, request: spb.HeartbeatRequest, call: Call) -> spb.HeartbeatResponse:
         return spb.HeartbeatResponse(status=status(Code.OK))
@@ -248,6 +278,27 @@ class MessagingService:
             out.publishing.validate_message_type = True
         out.metric.CopyFrom(pb.Metric(on=False))
         return out
+
+
+def others_queues(route: TopicRouteData, topic: str, own_broker: str,
+                  namespace: str) -> list[pb.MessageQueue]:
+    """The queues of the brokers in ``route`` but ``own_broker`` that serve gRPC: each
+    broker name's master when it serves gRPC, else its lowest-id member that does."""
+    members = {bd.broker_name: bd for bd in route.broker_datas}
+    out: list[pb.MessageQueue] = []
+    for qd in route.queue_datas:
+        bd = members.get(qd.broker_name)
+        if qd.broker_name == own_broker or bd is None or not bd.grpc_ports:
+            continue
+        ids = sorted(bid for bid in bd.grpc_ports if bid in bd.broker_addrs)
+        if not ids:
+            continue
+        bid = MASTER_ID if MASTER_ID in ids else ids[0]
+        host = bd.broker_addrs[bid].rsplit(":", 1)[0].strip("[]")
+        perm = qd.perm if bid == MASTER_ID else qd.perm & ~PERM_WRITE  # a slave takes no sends
+        cfg = TopicConfig(topic, qd.read_queue_nums, qd.write_queue_nums, perm)
+        out += message_queues(cfg, qd.broker_name, bid, host, bd.grpc_ports[bid], namespace)
+    return out
 
 
 async def _stored(outcome: SendOutcome) -> SendOutcome:

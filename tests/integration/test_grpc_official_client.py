@@ -1,6 +1,7 @@
-"""RocketMQ's official Python client 5.x (gRPC) against a real broker with enableGrpc: its
-Producer sends normal messages and a FIFO group to the broker's gRPC endpoint, then every
-SEND_OK message is read back with our own SDK's pull consumer over remoting.
+"""RocketMQ's official Python client 5.x (gRPC) against two real brokers with enableGrpc:
+given one broker's gRPC endpoint, its Producer learns both from QueryRoute (each broker
+registered its gRPC port with the name server) and sends normal messages and a FIFO group,
+then every SEND_OK message is read back with our own SDK's pull consumer over remoting.
 
 The client lives in its own venv (make rmq5: .venv-rmq5, or RMQ5_PYTHON naming another
 interpreter that has it): the 4.x ``rocketmq`` wheel of the test extra also installs a
@@ -18,10 +19,10 @@ import pytest
 import trio
 
 from client import PullConsumer, PullStatus
-from client.admin import MQAdmin
+from client.admin import MQAdmin, MQAdminError
 from protocol.message import MessageExt
 from tests.integration.cluster import Cluster, free_port
-from tests.waits import routed, wait_until
+from tests.waits import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("rmq5_producer.py")
@@ -65,9 +66,23 @@ async def test_official_5x_producer_sends_over_grpc_and_our_sdk_reads_back(
         cluster: Cluster) -> None:
     assert RMQ5 is not None
     ns = cluster.namesrv()
-    grpc_port = free_port(1)
-    cluster.broker("grpc-a", ns.addr, enableGrpc="true", grpcListenPort=grpc_port)
+    grpc_port, other_grpc_port = free_port(1), free_port(1)
+    a = cluster.broker("grpc-a", ns.addr, enableGrpc="true", grpcListenPort=grpc_port)
+    b = cluster.broker("grpc-b", ns.addr, enableGrpc="true", grpcListenPort=other_grpc_port)
     topic = "GrpcInterop"
+    async with MQAdmin(ns.addr) as admin:
+        for broker in (a, b):
+            await admin.create_topic(topic, broker_addr=broker.addr, read_queue_nums=4,
+                                     write_queue_nums=4)
+
+        async def both_routed() -> bool:
+            try:
+                route = await admin.topic_route(topic)
+            except MQAdminError:
+                return False
+            return sorted(bd.grpc_ports.get(0, 0) for bd in route.broker_datas) == \
+                sorted([grpc_port, other_grpc_port])
+        await wait_until(both_routed, 15, "both brokers and their gRPC ports in the route")
     with trio.fail_after(120):
         done = await trio.run_process(
             [RMQ5, str(SCRIPT), f"127.0.0.1:{grpc_port}", topic, str(NORMAL),
@@ -81,9 +96,6 @@ async def test_official_5x_producer_sends_over_grpc_and_our_sdk_reads_back(
     by_id = {s["id"]: s for s in sent}
     assert len(by_id) == len(sent)
 
-    # the topic was created by the client's route look-up and registered with the name server
-    async with MQAdmin(ns.addr) as admin:
-        await wait_until(routed(admin, topic), 10, "topic routed")
     found = await wait_until(
         lambda: _all_of(ns.addr, topic, len(sent)), 20, "every SEND_OK message read back")
     got = {m.uniq_key: m for m in found}
@@ -101,8 +113,11 @@ async def test_official_5x_producer_sends_over_grpc_and_our_sdk_reads_back(
     assert [m.queue_offset for m in fifo] == sorted(m.queue_offset for m in fifo)
     assert [m.body for m in fifo] == [f"rmq5-order-7-{i}".encode() for i in range(FIFO)]
     assert all(m.get_property("__SHARDINGKEY") == "order-7" for m in fifo)
-    # normal messages were spread over the queues by the server
-    assert len({got[s["id"]].queue_id for s in sent if not s["group"]}) > 1
+    # normal messages were spread over both brokers (the client sent to each one's gRPC
+    # endpoint, as QueryRoute named it) and over the queues by the servers
+    normal = [got[s["id"]] for s in sent if not s["group"]]
+    assert {m.store_host for m in normal} == {a.addr, b.addr}
+    assert len({(m.store_host, m.queue_id) for m in normal}) > 2
 
 
 async def _all_of(ns_addr: str, topic: str, expected: int) -> list[MessageExt] | None:
