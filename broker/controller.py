@@ -876,7 +876,7 @@ class BrokerController:
                                      endpoint=endpoint, on_topics_changed=self.trigger_register,
                                      routes=routes)
         app = GrpcApp(messaging.methods(),
-                      max_message_bytes=self.config.grpc_max_inbound_message_size)
+                      max_message_bytes=self.config.grpc_max_inbound)
         return GrpcServer(app, self.listen_host, self.config.grpc_listen_port)
 
     @property
