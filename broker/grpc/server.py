@@ -49,7 +49,9 @@ if TYPE_CHECKING:
 log = structlog.get_logger("broker.grpc")
 
 # requests a call may have queued before its handler reads them
-REQUEST_QUEUE = 16
+REQUEST_QUEUE = 2
+# HTTP/2 streams (calls) open at once on one connection
+MAX_CONCURRENT_CALLS = 100
 
 
 class Call:
@@ -270,8 +272,10 @@ class GrpcServer:
         # a connection carries every call of a client for its whole life
         config.keep_alive_max_requests = 2**62
         config.keep_alive_timeout = self.idle_timeout_s
-        config.h2_max_concurrent_streams = 1000
-        config.h2_max_inbound_frame_size = 2**20
+        # calls at once on a connection: a client holds its Telemetry stream and a few
+        # sends; each call may buffer up to a message's bound, so this bounds a
+        # connection's memory (hypercorn's own default)
+        config.h2_max_concurrent_streams = MAX_CONCURRENT_CALLS
         config.read_timeout = None
         return config
 
