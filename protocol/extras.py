@@ -72,9 +72,10 @@ def require_metrics_http() -> None:
 def require_grpc() -> None:
     """What a broker with ``enableGrpc=true`` checks before it starts."""
     missing = missing_modules(GRPC_MODULES)
+    if "google" in missing:  # google.protobuf: the protobuf distribution
+        raise MissingExtraError("the broker's gRPC endpoint (enableGrpc)", GRPC, ["protobuf"])
     if missing:
-        extra = GRPC if "google" in missing else WEB
-        raise MissingExtraError("the broker's gRPC endpoint (enableGrpc)", extra, missing)
+        raise MissingExtraError("the broker's gRPC endpoint (enableGrpc)", WEB, missing)
 
 
 def require_etcd() -> None:
