@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA ?= ./.data
 
-.PHONY: run cluster test lint bench clean browser bytecode redis etcd speedups spark-cds
+.PHONY: run cluster test lint bench clean browser bytecode redis etcd speedups spark-cds proto rmq5
 
 # .venv is made from VENV_PYTHON when given (make VENV_PYTHON=/path/to/python3.11), else from
 # the fastest Python 3.11 on the machine (deploy/pick_python.py: a distribution's
@@ -16,7 +16,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,spark,speed,web,controller]'
+	$(PY) -m pip install -q -e '.[test,spark,speed,web,controller,grpc]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,6 +37,25 @@ speedups: $(STAMP)
 # 30 s, 160 MiB in $(VENV)/var/spark-cds); never fails (sessions start without it)
 spark-cds: $(STAMP)
 	@$(PY) -m client.spark.cds build
+
+# the apache.rocketmq.v2 message classes in broker/grpc/pb/, made again from proto/ after a
+# .proto file changed (committed: make test and make run need only the protobuf runtime);
+# protoc comes from grpcio-tools, installed into $(VENV) on first use
+proto: $(STAMP)
+	@$(PY) -c 'import grpc_tools' 2>/dev/null || $(PY) -m pip install -q grpcio-tools
+	$(PY) -m deploy.gen_proto
+
+# RocketMQ's official Python client 5.x (gRPC) in its own venv, for the interop test
+# (tests/integration/test_grpc_official_client.py): the 4.x `rocketmq` wheel of the test
+# extra also installs a top-level `rocketmq` package, so the two cannot share $(VENV).
+# Never fails: without it (no network) that test skips and says why
+RMQ5_VENV ?= .venv-rmq5
+rmq5: | $(PY)
+	@[ -x $(RMQ5_VENV)/bin/python ] && $(RMQ5_VENV)/bin/python -c 'import rocketmq.v5' 2>/dev/null || \
+	{ echo "making $(RMQ5_VENV) with rocketmq-python-client 5.1.2"; \
+	  "$$($(PY) -c 'import sys; print(sys._base_executable)')" -m venv $(RMQ5_VENV) && \
+	  $(RMQ5_VENV)/bin/python -m pip install -q rocketmq-python-client==5.1.2; } || \
+	echo "could not make $(RMQ5_VENV): the official 5.x client test will skip"
 
 run: $(STAMP) bytecode speedups
 	$(PY) -m deploy.run_local --store $(DATA)
@@ -85,7 +104,7 @@ etcd:
 		echo "could not install etcd-server: the etcd tests will skip"; \
 	else echo "no etcd: the etcd tests will skip"; fi
 
-test: $(STAMP) browser redis etcd bytecode speedups spark-cds
+test: $(STAMP) browser redis etcd rmq5 bytecode speedups spark-cds
 	$(PY) -m pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
@@ -108,5 +127,5 @@ else
 endif
 
 clean:
-	rm -rf $(VENV) $(DATA)
+	rm -rf $(VENV) $(RMQ5_VENV) $(DATA)
 	rm -f broker/store/_*_c.*.so protocol/_*_c.*.so

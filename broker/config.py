@@ -246,6 +246,12 @@ class BrokerConfig(PropertiesConfig):
     ha_listen_port: int = 0  # 0: listenPort + 1
     # Prometheus metrics over HTTP on this port of listenIp (0: off)
     metrics_port: int = 0
+    # apache.rocketmq.v2 gRPC for RocketMQ 5's clients on this port of listenIp
+    # (broker/grpc/, docs/grpc.md; 0: a free port, for tests)
+    enable_grpc: bool = False
+    grpc_listen_port: int = 8081
+    # the largest gRPC request message (0: maxMessageSize + 1 MiB, at least 16 MiB)
+    grpc_max_inbound_message_size: int = 0
     ha_send_heartbeat_interval: int = 5000  # ms: a slave reports its offset at least this often
     ha_housekeeping_interval: int = 20_000  # ms of silence after which an HA connection closes
     ha_transfer_batch_size: int = 32 * KiB  # most commit-log bytes in one transfer
@@ -446,6 +452,17 @@ class BrokerConfig(PropertiesConfig):
             raise ConfigError("brokerAccessKey and brokerSecretKey go together: set both or neither")
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError("metricsPort must be 0 (off) or a port")
+        if not 0 <= self.grpc_listen_port <= 65535:
+            raise ConfigError("grpcListenPort must be a port (0: a free one)")
+        if self.enable_grpc and self.listen_port and self.grpc_listen_port == self.listen_port:
+            raise ConfigError(f"grpcListenPort {self.grpc_listen_port} is the listenPort")
+        if self.grpc_max_inbound_message_size != 0 and not (
+                self.max_message_size < self.grpc_max_inbound_message_size <= 1024 * MiB):
+            raise ConfigError("grpcMaxInboundMessageSize must be 0 (automatic) or larger than "
+                              "maxMessageSize and at most 1 GiB")
+        if self.enable_grpc and self.acl_enable:
+            raise ConfigError("enableGrpc with aclEnable: the gRPC endpoint does not check "
+                              "ACL yet, so it would let anyone in; turn one off")
         if not 0 <= self.ha_listen_port <= 65535:
             raise ConfigError("haListenPort must be within 1..65535 (0: listenPort + 1)")
         if self.listen_port and self.ha_port == self.listen_port:
@@ -530,6 +547,12 @@ class BrokerConfig(PropertiesConfig):
                 raise ConfigError(f"bad messageDelayLevel entry {item!r}")
             table[level] = int(item[:-1]) * unit
         return table
+
+    @property
+    def grpc_max_inbound(self) -> int:
+        """The largest gRPC request message taken (grpcMaxInboundMessageSize, or
+        automatic: room for a message of maxMessageSize and its properties)."""
+        return self.grpc_max_inbound_message_size or max(16 * MiB, self.max_message_size + MiB)
 
     @property
     def broker_addr(self) -> str:

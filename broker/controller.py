@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -89,6 +89,8 @@ from broker.transaction_service import Asked, CheckRequest, TransactionalMessage
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.controller import EpochEntry, EpochEntryCache, NotifyBrokerRoleChangedRequestHeader
+from protocol.extras import require_grpc
+from protocol.route import TopicRouteData
 from protocol.trio.busy_poll import BusyPoll
 from protocol.trio.client import RemotingClient
 from protocol.trio.connection import HandlerTable, RemotingConnection
@@ -98,6 +100,9 @@ from protocol.trio.metrics_http import MetricsServer
 from protocol.trio.preauth import PreAuth, pre_auth_of
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
+
+if TYPE_CHECKING:
+    from broker.grpc.server import GrpcServer
 
 HOUSEKEEPING_INTERVAL_S = 10.0
 # An admin's topic or subscription-group change not journaled within this many seconds
@@ -343,6 +348,9 @@ class BrokerController:
             self.metrics_server = MetricsServer(
                 broker_registry(self), self.listen_host, config.metrics_port,
                 snapshot=partial(frozen_registry, BrokerCollector(self)))
+        self.grpc_server: GrpcServer | None = None
+        if config.enable_grpc:
+            self.grpc_server = self._grpc_server()
         self.tune_gc = False  # mqbroker sets it: freeze start-up objects, fewer young GCs
         self._stop = trio.Event()
         self.started = False
@@ -808,6 +816,9 @@ class BrokerController:
                     port = await nursery.start(self.server.serve)
                     self.config.listen_port = port
                     self._store_host_is_broker_addr()
+                    if self.grpc_server is not None:
+                        # bound before the first registration, which carries its port
+                        self.outer_api.grpc_port = await nursery.start(self.grpc_server.run)
                     self._serving = nursery
                     if controlled:
                         # the role's services and the registrations start once the
@@ -862,6 +873,8 @@ class BrokerController:
                     self.log.info("broker shutting down")
                     if self.metrics_server is not None:
                         self.metrics_server.stop()
+                    if self.grpc_server is not None:
+                        self.grpc_server.stop()
                     with trio.move_on_after(5):
                         try:
                             await self.outer_api.unregister_broker_all()
@@ -874,6 +887,34 @@ class BrokerController:
                 snapshots = self._shutdown_snapshots()
                 await trio.to_thread.run_sync(self._persist_and_close, snapshots)
             self.log.info("broker stopped")
+
+    def _grpc_server(self) -> GrpcServer:
+        """apache.rocketmq.v2.MessagingService over the broker's services (broker/grpc/);
+        its endpoint is brokerIP1 and the port it is bound to."""
+        require_grpc()
+        from broker.grpc.messaging import MessagingService
+        from broker.grpc.server import GrpcApp, GrpcServer
+
+        def endpoint() -> tuple[str, int]:
+            assert self.grpc_server is not None
+            return self.config.broker_ip1, self.grpc_server.port
+
+        async def routes(topic: str) -> TopicRouteData | None:
+            if self.outer_api is None:
+                return None
+            return await self.outer_api.topic_route(topic)
+
+        messaging = MessagingService(self.config, self.send_service, self.topic_config_manager,
+                                     endpoint=endpoint, on_topics_changed=self.trigger_register,
+                                     routes=routes)
+        app = GrpcApp(messaging.methods(),
+                      max_message_bytes=self.config.grpc_max_inbound)
+        return GrpcServer(app, self.listen_host, self.config.grpc_listen_port)
+
+    @property
+    def grpc_port(self) -> int | None:
+        """The gRPC port once bound (None: enableGrpc is off)."""
+        return None if self.grpc_server is None else self.grpc_server.port
 
     def _store_host_is_broker_addr(self) -> None:
         """Records carry the address clients reach the broker at (their offset

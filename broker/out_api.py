@@ -40,12 +40,13 @@ from protocol.command import RemotingCommand
 from protocol.crc import crc32
 from protocol.errors import RemoteProtocolError
 from protocol.headers import (
+    GetRouteInfoRequestHeader,
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
     UnRegisterBrokerRequestHeader,
 )
 from protocol.names import shown
-from protocol.route import PERM_RW, BrokerData, DataVersion, TopicConfig
+from protocol.route import PERM_RW, BrokerData, DataVersion, TopicConfig, TopicRouteData
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
 from protocol.trio.service import Guard, describe
@@ -158,6 +159,8 @@ class BrokerOuterAPI:
         # version inside): shared by the registrations under way that need it,
         # dropped when none is left
         self._full: RegisterBody | None = None
+        # the bound gRPC port once served (enableGrpc), carried by every registration
+        self.grpc_port: int | None = None
         self._full_lock = trio.Lock()
         self._registering = 0
 
@@ -171,6 +174,7 @@ class BrokerOuterAPI:
             ha_server_addr=ha_server_addr,
             incremental=incremental,
             incremental_capable=True,
+            grpc_port=self.grpc_port,
         )
         if body.compressed:
             header.compressed = True
@@ -355,6 +359,28 @@ class BrokerOuterAPI:
         if entry is None:
             return set()
         return set(BrokerData.from_dict(entry).broker_addrs)
+
+    async def topic_route(self, topic: str) -> TopicRouteData | None:
+        """The route of ``topic`` from the first name server that answers
+        (GET_ROUTEINFO_BY_TOPIC; None: it knows no such topic). Raises the last
+        failure when none answers."""
+        failure: Exception = RemoteProtocolError("no name server configured")
+        for addr in self.config.namesrv_addr_list:
+            try:
+                resp = await self.client.invoke(
+                    addr, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                                                  GetRouteInfoRequestHeader(topic).to_fields()),
+                    self.config.register_broker_timeout_ms / 1000)
+            except Exception as exc:  # RemotingError and friends: ask the next one
+                failure = exc
+                continue
+            if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+                return None
+            if resp.code != ResponseCode.SUCCESS:
+                failure = RemoteProtocolError(f"route of {topic} refused: {resp.code}")
+                continue
+            return TopicRouteData.from_dict(unpack_body(resp.body))
+        raise failure
 
     async def unregister_broker_all(self) -> None:
         header = UnRegisterBrokerRequestHeader(

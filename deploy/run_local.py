@@ -34,6 +34,8 @@ class LocalPair:
             "storePathRootDir": store,
             "namesrvAddr": f"127.0.0.1:{namesrv_port}",
             "metricsPort": str(broker_metrics_port),
+            # RocketMQ 5's clients (gRPC) on grpcListenPort 8081 (docs/grpc.md)
+            "enableGrpc": "true",
         }))
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

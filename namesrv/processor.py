@@ -420,7 +420,7 @@ class NamesrvProcessor:
                                             cmd.codec)
         reg = Registration(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id,
                            h.ha_server_addr, body.topics, body.version, h.incremental,
-                           body.base_version, body.deleted)
+                           body.base_version, body.deleted, h.grpc_port)
         result = yield from self.routes.register_steps(reg, conn, self.clock(), self.chunk)
         if len(body.topics) > self.chunk:
             yield from release_steps(body.topics, self.chunk * 8)

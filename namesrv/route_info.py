@@ -56,6 +56,7 @@ class BrokerLiveInfo:
     data_version: DataVersion
     connection: object | None
     ha_server_addr: str | None  # None: the broker listens on no HA port (yet)
+    grpc_port: int | None = None  # its gRPC port (enableGrpc), None: none
 
 
 @dataclass(slots=True)
@@ -83,6 +84,7 @@ class Registration:
     incremental: bool = False
     base_version: DataVersion | None = None
     deleted: list[str] = field(default_factory=list)
+    grpc_port: int | None = None
 
 
 def same_connection(a: object | None, b: object | None) -> bool:
@@ -134,10 +136,11 @@ class RouteInfoManager:
         data_version: DataVersion,
         connection: object | None,
         now: float,
+        grpc_port: int | None = None,
     ) -> RegisterBrokerResult:
         """A whole-table registration, applied at once."""
         reg = Registration(cluster, broker_addr, broker_name, broker_id, ha_server_addr,
-                           topic_configs, data_version)
+                           topic_configs, data_version, grpc_port=grpc_port)
         result: RegisterBrokerResult = drain(self.register_steps(reg, connection, now))
         return result
 
@@ -217,7 +220,8 @@ class RouteInfoManager:
 
         prev = self.broker_live_table.get(broker_addr)
         changed = prev is None or prev.data_version != reg.data_version
-        live = BrokerLiveInfo(now, reg.data_version, connection, reg.ha_server_addr)
+        live = BrokerLiveInfo(now, reg.data_version, connection, reg.ha_server_addr,
+                              reg.grpc_port)
         self.broker_live_table[broker_addr] = live
         if prev is None:
             log.info("new broker registered", broker=broker_name, addr=broker_addr, id=broker_id)
@@ -397,7 +401,13 @@ class RouteInfoManager:
         for name in sorted(queues):
             bd = self.broker_addr_table.get(name)
             if bd is not None:
-                broker_datas.append(BrokerData(bd.cluster, bd.broker_name, dict(bd.broker_addrs)))
+                grpc_ports = {}
+                for bid, addr in bd.broker_addrs.items():
+                    live = self.broker_live_table.get(addr)
+                    if live is not None and live.grpc_port is not None:
+                        grpc_ports[bid] = live.grpc_port
+                broker_datas.append(BrokerData(bd.cluster, bd.broker_name, dict(bd.broker_addrs),
+                                               grpc_ports))
         if not broker_datas:
             return None
         return TopicRouteData(

@@ -24,6 +24,9 @@ WEB = "web"
 METRICS_HTTP_MODULES = ("hypercorn.config", "hypercorn.trio")
 DASHBOARD_MODULES = ("hypercorn.config", "hypercorn.trio", "starlette", "jinja2")
 CONTROLLER = "controller"
+GRPC = "grpc"
+# the broker's gRPC endpoint (enableGrpc): HTTP/2 from the web extra, protobuf from grpc
+GRPC_MODULES = ("google.protobuf", "hypercorn.config", "hypercorn.trio")
 ETCD_MODULES = ("h11",)
 
 
@@ -66,12 +69,23 @@ def require_metrics_http() -> None:
     require("Prometheus metrics over HTTP (metricsPort)", WEB, METRICS_HTTP_MODULES)
 
 
+def require_grpc() -> None:
+    """What a broker with ``enableGrpc=true`` checks before it starts."""
+    missing = missing_modules(GRPC_MODULES)
+    if "google" in missing:  # google.protobuf: the protobuf distribution
+        raise MissingExtraError("the broker's gRPC endpoint (enableGrpc)", GRPC, ["protobuf"])
+    if missing:
+        raise MissingExtraError("the broker's gRPC endpoint (enableGrpc)", WEB, missing)
+
+
 def require_etcd() -> None:
     """What a controller with ``controllerType=etcd`` checks before it starts."""
     require("the controller's etcd state store (controllerType=etcd)", CONTROLLER, ETCD_MODULES)
 
 
 __all__ = [
-    "CONTROLLER", "DASHBOARD_MODULES", "ETCD_MODULES", "METRICS_HTTP_MODULES", "WEB",
-    "MissingExtraError", "missing_modules", "require", "require_etcd", "require_metrics_http",
+    "CONTROLLER", "DASHBOARD_MODULES", "ETCD_MODULES", "GRPC", "GRPC_MODULES",
+    "METRICS_HTTP_MODULES", "WEB",
+    "MissingExtraError", "missing_modules", "require", "require_etcd", "require_grpc",
+    "require_metrics_http",
 ]

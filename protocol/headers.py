@@ -54,6 +54,7 @@ INT32 = IntRange(-(2**31), 2**31 - 1, "a 32-bit integer")
 INT64 = IntRange(-(2**63), 2**63 - 1, "a 64-bit integer")
 UINT32 = IntRange(0, 2**31 - 1, "a non-negative 32-bit integer")
 UINT64 = IntRange(0, 2**63 - 1, "a non-negative 64-bit integer")
+PORT = IntRange(1, 65535, "a port (1..65535)")
 # Free text (properties, keys, subscriptions) is bounded like the record's properties.
 DEFAULT_MAX_TEXT = 32767
 
@@ -66,6 +67,7 @@ Group = Annotated[str, NameRule(names.group_problem)]
 BrokerName = Annotated[str, NameRule(names.broker_name_problem)]
 ClusterName = Annotated[str, NameRule(names.cluster_name_problem)]
 Address = Annotated[str, NameRule(names.addr_problem)]
+Port = Annotated[int, PORT]
 
 # (attribute, wire name, type, optional, required, check)
 _Check = IntRange | NameRule | MaxLen | None
@@ -549,6 +551,9 @@ class RegisterBrokerRequestHeader(Header):
     incremental: bool = False
     # the broker sends incremental registrations to a name server answering incrementalOk
     incremental_capable: bool = False
+    # the broker serves apache.rocketmq.v2 gRPC on this port of its address's host
+    # (enableGrpc; docs/grpc.md): routes carry it for RocketMQ 5's clients
+    grpc_port: Port | None = None
 
 
 @dataclass(slots=True)

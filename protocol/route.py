@@ -145,9 +145,15 @@ class QueueData:
 
 @dataclass(slots=True)
 class BrokerData:
+    """One broker name's members. ``grpc_ports`` (broker id -> port): the members
+    serving apache.rocketmq.v2 gRPC on their address's host (enableGrpc), sent as
+    ``grpcPorts`` only when there is one (RocketMQ's clients skip a name they do
+    not know)."""
+
     cluster: str
     broker_name: str
     broker_addrs: dict[int, str] = field(default_factory=dict)
+    grpc_ports: dict[int, int] = field(default_factory=dict)
 
     def master_addr(self) -> str | None:
         return self.broker_addrs.get(MASTER_ID)
@@ -160,11 +166,14 @@ class BrokerData:
         return addr
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "cluster": self.cluster,
             "brokerName": self.broker_name,
             "brokerAddrs": dict(self.broker_addrs),
         }
+        if self.grpc_ports:
+            out["grpcPorts"] = dict(self.grpc_ports)
+        return out
 
     @classmethod
     def from_dict(cls, d: Any) -> BrokerData:
@@ -177,7 +186,16 @@ class BrokerData:
                 out[int(k)] = v
             except (TypeError, ValueError) as exc:
                 raise RemoteProtocolError(f"bad broker id {k!r}") from exc
-        return cls(_get(d, "cluster", str), _get(d, "brokerName", str), out)
+        ports: dict[int, int] = {}
+        for k, v in _get(d, "grpcPorts", dict, {}).items():
+            try:
+                bid, port = int(k), v
+            except (TypeError, ValueError) as exc:
+                raise RemoteProtocolError(f"bad broker id {k!r}") from exc
+            if type(port) is not int or not 0 < port <= 65535:
+                raise RemoteProtocolError(f"bad gRPC port {port!r}")
+            ports[bid] = port
+        return cls(_get(d, "cluster", str), _get(d, "brokerName", str), out, ports)
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from protocol.extras import (
     missing_modules,
     require,
     require_etcd,
+    require_grpc,
     require_metrics_http,
 )
 from protocol.trio.metrics_http import MetricsServer
@@ -113,3 +114,19 @@ def test_dashboard_without_the_extra_says_what_to_install(
         input="a long enough password\n")
     assert added.exit_code == 0, added.output
     assert users.read_text().startswith("ops:")
+
+
+def test_grpc_endpoint_without_its_extras_says_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    require_grpc()  # make test installs the grpc and web extras
+    with monkeypatch.context() as m:
+        without(m, "google")
+        with pytest.raises(MissingExtraError) as info:
+            require_grpc()
+        assert info.value.extra == "grpc" and info.value.missing == ("protobuf",)
+        assert "enableGrpc" in str(info.value)
+        assert "pip install 'trio-rocketmq[grpc]'" in str(info.value)
+    without(monkeypatch, "hypercorn")
+    with pytest.raises(MissingExtraError) as info:
+        require_grpc()
+    assert info.value.extra == "web" and info.value.missing == ("hypercorn",)

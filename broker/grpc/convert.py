@@ -1,0 +1,315 @@
+"""apache.rocketmq.v2 messages to and from the broker's domain values, with no I/O.
+
+A ``Message`` of a SendMessage becomes a ``SendMessageRequestHeader`` and a
+body, as RocketMQ 5's proxy maps it:
+
+- ``system_properties``: ``tag`` -> ``TAGS``, ``keys`` -> ``KEYS`` (space
+  separated), ``message_id`` -> ``UNIQ_KEY`` (the id the client made and the
+  one the answer carries), ``message_group`` -> ``__SHARDINGKEY``, born time
+  -> the header's ``bornTimestamp``; ``delivery_timestamp`` -> the smallest
+  delay level (``messageDelayLevel``) that is not earlier (a time already past:
+  no delay; past the last level: the last level);
+- ``user_properties`` as they are, but a name the broker reserves for itself
+  is refused (ILLEGAL_MESSAGE_PROPERTY_KEY) and no name or value may hold the
+  two separator characters;
+- the body: ``body_encoding`` GZIP is inflated (bounded by maxMessageSize);
+  a ``body_digest`` (CRC32, MD5 or SHA1, hex as clients write it) must match
+  the body, else MESSAGE_CORRUPTED.
+
+A refused message is a ``Refusal``: a v2 ``Code`` and the reason, answered in
+the response body's status as RocketMQ does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import zlib
+from collections.abc import Mapping
+
+from broker.grpc.pb import definition_pb2 as pb
+from broker.service.send import SendStatus
+from protocol.headers import SendMessageRequestHeader
+from protocol.message import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    MessageConst,
+    properties_to_string,
+)
+from protocol.route import PERM_READ, PERM_WRITE, TopicConfig
+
+Code = pb.Code
+# RocketMQ 5's name for a FIFO message's group (MessageConst.PROPERTY_SHARDING_KEY)
+PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
+# the topic attribute naming the message types a topic takes (RocketMQ 5: message.type)
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+ALL_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+TYPE_BY_NAME: dict[str, pb.MessageType] = {"NORMAL": pb.NORMAL, "FIFO": pb.FIFO, "DELAY": pb.DELAY,
+                "TRANSACTION": pb.TRANSACTION}
+# property names a producer may not set itself: the broker's own
+RESERVED_PROPERTIES = frozenset(
+    v for k, v in vars(MessageConst).items() if k.startswith("PROPERTY_")
+) | {PROPERTY_MESSAGE_GROUP}
+MAX_PROPERTY_BYTES = 16 * 1024  # a user property's name and value together
+MAX_KEYS = 64
+
+
+class Refusal(Exception):
+    """A message refused: ``code`` (a v2 Code) and why."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclasses.dataclass(slots=True)
+class SendItem:
+    """One message of a SendMessage as the send service takes it."""
+
+    header: SendMessageRequestHeader
+    body: bytes
+    message_id: str
+    message_group: str | None
+    message_type: int
+
+
+# ---- routes -------------------------------------------------------------------------------
+
+
+def accept_message_types(attributes: Mapping[str, str]) -> list[pb.MessageType]:
+    """The types a topic takes: its ``message.type`` attribute (one of NORMAL, FIFO,
+    DELAY, TRANSACTION; MIXED or none: all four)."""
+    named = attributes.get(MESSAGE_TYPE_ATTRIBUTE, "").strip().upper()
+    if named in TYPE_BY_NAME:
+        return [TYPE_BY_NAME[named]]
+    return list(ALL_TYPES)
+
+
+def permission(perm: int) -> pb.Permission:
+    readable, writeable = bool(perm & PERM_READ), bool(perm & PERM_WRITE)
+    if readable and writeable:
+        return pb.READ_WRITE
+    if readable:
+        return pb.READ
+    if writeable:
+        return pb.WRITE
+    return pb.NONE
+
+
+def message_queues(cfg: TopicConfig, broker_name: str, broker_id: int, host: str, port: int,
+                   namespace: str = "",
+                   attributes: Mapping[str, str] | None = None) -> list[pb.MessageQueue]:
+    """A topic's queues on one broker, as QueryRoute answers them: as RocketMQ's proxy
+    does, queues both readable and writeable up to the smaller count, then the rest
+    read-only or write-only."""
+    endpoints = pb.Endpoints(scheme=address_scheme(host),
+                             addresses=[pb.Address(host=host, port=port)])
+    broker = pb.Broker(name=broker_name, id=broker_id, endpoints=endpoints)
+    types = accept_message_types(attributes or {})
+    perm = permission(cfg.perm)
+    out: list[pb.MessageQueue] = []
+    for qid in range(max(cfg.read_queue_nums, cfg.write_queue_nums)):
+        p = perm
+        if perm == pb.READ_WRITE:
+            if qid >= cfg.write_queue_nums:
+                p = pb.READ
+            elif qid >= cfg.read_queue_nums:
+                p = pb.WRITE
+        out.append(pb.MessageQueue(
+            topic=pb.Resource(resource_namespace=namespace, name=cfg.topic_name), id=qid,
+            permission=p, broker=broker, accept_message_types=types))
+    return out
+
+
+def address_scheme(host: str) -> pb.AddressScheme:
+    if ":" in host:
+        return pb.IPv6
+    parts = host.split(".")
+    if len(parts) == 4 and all(p.isdigit() and int(p) < 256 for p in parts):
+        return pb.IPv4
+    return pb.DOMAIN_NAME
+
+
+# ---- send ---------------------------------------------------------------------------------
+
+
+def queue_for_group(group: str, write_queue_nums: int) -> int:
+    """The queue a message group's messages all go to (a stable hash: the same
+    group, the same queue, while the topic's write queue count stays)."""
+    return zlib.crc32(group.encode()) % write_queue_nums if write_queue_nums > 0 else 0
+
+
+def check_digest(body: bytes, digest: pb.Digest) -> None:
+    """Raise Refusal MESSAGE_CORRUPTED when ``digest`` is set and does not match
+    ``body`` (hex, either case; a CRC32 may omit leading zeros, as the Java client's)."""
+    if digest.type == pb.DIGEST_TYPE_UNSPECIFIED:
+        return
+    given = digest.checksum.strip().lower()
+    if digest.type == pb.CRC32:
+        try:
+            ok = int(given, 16) == zlib.crc32(body)
+        except ValueError:
+            ok = False
+    elif digest.type == pb.MD5:
+        ok = given == hashlib.md5(body).hexdigest()
+    elif digest.type == pb.SHA1:
+        ok = given == hashlib.sha1(body).hexdigest()
+    else:
+        raise Refusal(Code.BAD_REQUEST, f"unknown body digest type {digest.type}")
+    if not ok:
+        raise Refusal(Code.MESSAGE_CORRUPTED,
+                      f"the body's {pb.DigestType.Name(digest.type)} digest does not match")
+
+
+def decode_body(msg: pb.Message, max_size: int) -> bytes:
+    """The body as stored: inflated if GZIP, its digest checked (on the body as sent,
+    or failing that the inflated body)."""
+    body = msg.body
+    sp = msg.system_properties
+    if not body:
+        raise Refusal(Code.MESSAGE_BODY_EMPTY, "the message body is empty")
+    if sp.body_encoding == pb.GZIP:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            plain = inflater.decompress(body, max_size + 1)
+        except zlib.error as exc:
+            raise Refusal(Code.MESSAGE_CORRUPTED, f"the GZIP body does not inflate: {exc}") \
+                from None
+        if len(plain) > max_size:
+            raise Refusal(Code.MESSAGE_BODY_TOO_LARGE,
+                          f"the body inflates past maxMessageSize {max_size}")
+        if not inflater.eof:
+            raise Refusal(Code.MESSAGE_CORRUPTED, "the GZIP body is cut short")
+        if sp.HasField("body_digest"):
+            try:
+                check_digest(body, sp.body_digest)
+            except Refusal:
+                check_digest(plain, sp.body_digest)
+        body = plain
+    elif sp.body_encoding in (pb.IDENTITY, pb.ENCODING_UNSPECIFIED):
+        if sp.HasField("body_digest"):
+            check_digest(body, sp.body_digest)
+    else:
+        raise Refusal(Code.BAD_REQUEST, f"unknown body encoding {sp.body_encoding}")
+    if len(body) > max_size:
+        raise Refusal(Code.MESSAGE_BODY_TOO_LARGE,
+                      f"the message body size {len(body)} exceeds maxMessageSize {max_size}")
+    return body
+
+
+def _text(value: str, what: str, code: int) -> str:
+    if NAME_VALUE_SEPARATOR in value or PROPERTY_SEPARATOR in value:
+        raise Refusal(code, f"{what} may not hold the characters \\x01 or \\x02")
+    return value
+
+
+def delay_level(deliver_at_ms: int, now_ms: int, levels: Mapping[int, int]) -> int:
+    """The smallest delay level not earlier than ``deliver_at_ms`` (0: due already;
+    the last level when later than all)."""
+    wait = deliver_at_ms - now_ms
+    if wait <= 0 or not levels:
+        return 0
+    for level in sorted(levels):
+        if levels[level] >= wait:
+            return level
+    return max(levels)
+
+
+def to_send_item(msg: pb.Message, *, producer_group: str, max_size: int, now_ms: int,
+                 delay_levels: Mapping[int, int], queue_id: int = -1) -> SendItem:
+    """One v2 message as the send service takes it. Raises Refusal."""
+    topic = msg.topic.name
+    if not topic:
+        raise Refusal(Code.ILLEGAL_TOPIC, "the message names no topic")
+    sp = msg.system_properties
+    message_type = sp.message_type
+    if message_type == pb.TRANSACTION:
+        raise Refusal(Code.NOT_IMPLEMENTED,
+                      "transactional messages are not served over gRPC yet (EndTransaction "
+                      "answers UNIMPLEMENTED): send them with the remoting SDK")
+    if message_type not in (pb.NORMAL, pb.FIFO, pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
+        raise Refusal(Code.UNSUPPORTED,
+                      f"message type {pb.MessageType.Name(message_type)} is not supported")
+    body = decode_body(msg, max_size)
+    props: dict[str, str] = {}
+    for name, value in msg.user_properties.items():
+        if name in RESERVED_PROPERTIES:
+            raise Refusal(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                          f"property {name[:64]!r} is reserved for the broker")
+        if not name or len(name) + len(value) > MAX_PROPERTY_BYTES:
+            raise Refusal(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                          "a user property's name is empty or it is longer than "
+                          f"{MAX_PROPERTY_BYTES} characters")
+        props[_text(name, "a property name", Code.ILLEGAL_MESSAGE_PROPERTY_KEY)] = \
+            _text(value, "a property value", Code.ILLEGAL_MESSAGE_PROPERTY_KEY)
+    if sp.HasField("tag"):
+        if not sp.tag.strip() or "|" in sp.tag:
+            raise Refusal(Code.ILLEGAL_MESSAGE_TAG, "a tag may not be blank nor hold '|'")
+        props[PROPERTY_TAGS] = _text(sp.tag, "the tag", Code.ILLEGAL_MESSAGE_TAG)
+    if sp.keys:
+        if len(sp.keys) > MAX_KEYS:
+            raise Refusal(Code.ILLEGAL_MESSAGE_KEY, f"more than {MAX_KEYS} keys")
+        for key in sp.keys:
+            if not key.strip() or " " in key:
+                raise Refusal(Code.ILLEGAL_MESSAGE_KEY, "a key may not be blank nor hold spaces")
+            _text(key, "a key", Code.ILLEGAL_MESSAGE_KEY)
+        props[PROPERTY_KEYS] = MessageConst.KEY_SEPARATOR.join(sp.keys)
+    message_id = sp.message_id
+    if not message_id or len(message_id) > 128 or not message_id.isascii() \
+            or not message_id.isalnum():
+        raise Refusal(Code.ILLEGAL_MESSAGE_ID, "the message id must be 1..128 letters or digits")
+    props[PROPERTY_UNIQ_KEY] = message_id
+    group: str | None = None
+    if sp.HasField("message_group"):
+        group = sp.message_group
+        if not group or len(group) > 64:
+            raise Refusal(Code.ILLEGAL_MESSAGE_GROUP, "a message group is 1..64 characters")
+        props[PROPERTY_MESSAGE_GROUP] = _text(group, "the message group",
+                                              Code.ILLEGAL_MESSAGE_GROUP)
+    if message_type == pb.FIFO and group is None:
+        raise Refusal(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message needs a group")
+    if sp.HasField("delivery_timestamp"):
+        if group is not None:
+            raise Refusal(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                          "a message is FIFO or delayed, not both")
+        ts = sp.delivery_timestamp
+        level = delay_level(ts.seconds * 1000 + ts.nanos // 1_000_000, now_ms, delay_levels)
+        if level:
+            props[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(level)
+    born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
+    header = SendMessageRequestHeader(
+        producer_group=producer_group, topic=topic, queue_id=queue_id,
+        born_timestamp=max(0, born) or now_ms, properties=properties_to_string(props))
+    return SendItem(header, body, message_id, group, message_type)
+
+
+# a send service's status in a v2 answer
+SEND_CODES: dict[SendStatus, int] = {
+    SendStatus.OK: Code.OK,
+    SendStatus.FLUSH_DISK_TIMEOUT: Code.MASTER_PERSISTENCE_TIMEOUT,
+    SendStatus.FLUSH_SLAVE_TIMEOUT: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    SendStatus.SLAVE_NOT_AVAILABLE: Code.HA_NOT_AVAILABLE,
+    SendStatus.NO_PERMISSION: Code.FORBIDDEN,
+    SendStatus.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
+    SendStatus.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    SendStatus.GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
+    SendStatus.BUSY: Code.TOO_MANY_REQUESTS,
+    SendStatus.SERVICE_NOT_AVAILABLE: Code.INTERNAL_SERVER_ERROR,
+    SendStatus.SYSTEM_ERROR: Code.INTERNAL_SERVER_ERROR,
+}
+
+
+def status(code: int, message: str = "OK") -> pb.Status:
+    return pb.Status(code=code, message=message)  # type: ignore[arg-type]
+
+
+__all__ = [
+    "ALL_TYPES", "MESSAGE_TYPE_ATTRIBUTE", "PROPERTY_MESSAGE_GROUP", "RESERVED_PROPERTIES",
+    "SEND_CODES", "Refusal", "SendItem", "accept_message_types", "address_scheme",
+    "check_digest", "decode_body", "delay_level", "message_queues", "permission",
+    "queue_for_group", "status", "to_send_item",
+]

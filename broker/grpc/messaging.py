@@ -1,0 +1,333 @@
+"""apache.rocketmq.v2.MessagingService: protobuf in, broker service, protobuf out.
+
+The handlers only map (broker/grpc/convert.py) and call the broker's services:
+
+- QueryRoute: the topic's queues on every broker of its route that serves gRPC:
+  this broker's from its own table, the others' from the name servers' route,
+  where each broker's registration carried its gRPC port (``grpcPorts``); a
+  broker's endpoint is its address's host and that port. Each queue has its
+  permission and explicit ``accept_message_types``. An unknown topic is created
+  here as a send would create it when ``autoCreateTopicEnable`` (5.x clients look
+  a topic up before sending), else TOPIC_NOT_FOUND. Name servers that do not
+  answer within ROUTE_LOOKUP_S leave the answer to this broker's queues.
+- SendMessage: each message through ``SendService.send_single``, on a queue the
+  server picks (a message group's always the same one; others at random), its
+  answer once stored (and flushed or replicated where the role asks for it).
+- Heartbeat, NotifyClientTermination: answered OK (the clients' liveness is not
+  tracked over gRPC yet).
+- Telemetry: every ``Settings`` the client sends is answered at once with a
+  complete one (publishing: max body size; backoff policy; subscription: receive
+  batch size and long-polling timeout; metrics off).
+- Everything else ends UNIMPLEMENTED with a message saying so.
+
+A response's status lives in its body (20000 OK, 4xxxx the client's fault, 5xxxx
+ours) as RocketMQ answers; the gRPC status is OK unless the call itself failed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+import structlog
+import trio
+from google.protobuf.message import Message
+
+from broker.config import BrokerConfig
+from broker.grpc.convert import (
+    SEND_CODES,
+    Refusal,
+    message_queues,
+    queue_for_group,
+    status,
+    to_send_item,
+)
+from broker.grpc.framing import GrpcError, StatusCode
+from broker.grpc.pb import definition_pb2 as pb
+from broker.grpc.pb import service_pb2 as spb
+from broker.grpc.server import Call, Handler, Method
+from broker.service.send import STORE_STATUS, UNKNOWN_STORE_STATUS, SendOutcome, SendService
+from broker.store.offset_waiters import AllDone
+from broker.topic_validator import check_user_topic
+from protocol.names import InvalidNameError
+from protocol.route import MASTER_ID, PERM_WRITE, TopicConfig, TopicRouteData
+
+log = structlog.get_logger("broker.grpc")
+
+M = TypeVar("M", bound=Message)
+SERVICE = "apache.rocketmq.v2.MessagingService"
+Code = pb.Code
+# the producer group a gRPC send is stored under (5.x producers have none):
+# RocketMQ's MixAll.CLIENT_INNER_PRODUCER_GROUP
+GRPC_PRODUCER_GROUP = "CLIENT_INNER_PRODUCER"
+MAX_MESSAGES_PER_SEND = 1024
+# what Telemetry's Settings tell clients (RocketMQ 5 proxy's defaults)
+RECEIVE_BATCH_SIZE = 32
+LONG_POLLING_TIMEOUT_S = 20
+BACKOFF_MAX_ATTEMPTS = 3
+BACKOFF_INITIAL_MS = 10
+BACKOFF_MAX_MS = 1000
+REQUEST_TIMEOUT_S = 3
+ROUTE_LOOKUP_S = 3.0
+# RPCs served by someone else's work later; they answer UNIMPLEMENTED until then
+NOT_YET = {
+    "ReceiveMessage": "POP consumption (ReceiveMessage) is not served over gRPC yet",
+    "AckMessage": "POP consumption (AckMessage) is not served over gRPC yet",
+    "ChangeInvisibleDuration": "POP consumption (ChangeInvisibleDuration) is not served "
+                               "over gRPC yet",
+    "QueryAssignment": "QueryAssignment (push consumers) is not served over gRPC yet",
+    "ForwardMessageToDeadLetterQueue": "ForwardMessageToDeadLetterQueue is not served "
+                                       "over gRPC yet",
+    "PullMessage": "PullMessage is not served over gRPC yet: pull with the remoting SDK",
+    "UpdateOffset": "UpdateOffset is not served over gRPC yet",
+    "GetOffset": "GetOffset is not served over gRPC yet",
+    "QueryOffset": "QueryOffset is not served over gRPC yet",
+    "EndTransaction": "transactions (EndTransaction) are not served over gRPC yet",
+    "RecallMessage": "RecallMessage is not supported",
+    "SyncLiteSubscription": "lite topics (SyncLiteSubscription) are not supported",
+}
+
+
+class GrpcTopics(Protocol):
+    """The topic table's look-up and the creation a first send would make."""
+
+    def get(self, topic: str) -> TopicConfig | None: ...
+
+    def create_topic_in_send_message_method(
+        self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None: ...
+
+
+# the name servers' route of a topic (None: they know no such topic); raises when none answers
+RouteLookup = Callable[[str], Awaitable[TopicRouteData | None]]
+
+
+class MessagingService:
+    """The handlers. ``endpoint()`` is this broker's gRPC (host, port), known once
+    the server is bound; ``on_topics_changed`` tells the name servers of a topic
+    created here."""
+
+    def __init__(self, config: BrokerConfig, send: SendService, topics: GrpcTopics, *,
+                 endpoint: Callable[[], tuple[str, int]],
+                 on_topics_changed: Callable[[], None],
+                 routes: RouteLookup | None = None,
+                 now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
+        self.config = config
+        self.routes = routes
+        self.send_service = send
+        self.topics = topics
+        self.endpoint = endpoint
+        self.on_topics_changed = on_topics_changed
+        self.now_ms = now_ms
+        self.delay_levels = config.delay_level_table()
+
+    def methods(self) -> dict[str, Method]:
+        table: dict[str, Method] = {
+            "QueryRoute": Method(self._unary(spb.QueryRouteRequest, self.query_route)),
+            "Heartbeat": Method(self._unary(spb.HeartbeatRequest, self.heartbeat)),
+            "SendMessage": Method(self.send_message),
+            "NotifyClientTermination": Method(
+                self._unary(spb.NotifyClientTerminationRequest, self.notify_termination)),
+            "Telemetry": Method(self.telemetry, streaming=True),
+        }
+        for name, why in NOT_YET.items():
+            table[name] = Method(_unimplemented(why))
+        return {f"/{SERVICE}/{name}": m for name, m in table.items()}
+
+    @staticmethod
+    def _unary(request_type: type[Message], answer: Callable[[Any, Call], Any]) -> Handler:
+        async def handler(call: Call) -> None:
+            request = _parse(request_type, await call.recv_one())
+            response = answer(request, call)
+            if inspect.isawaitable(response):
+                response = await response
+            await call.send(response.SerializeToString())
+        return handler
+
+    # ---- routes and liveness ----------------------------------------------------------
+
+    def _topic(self, name: str) -> TopicConfig | None:
+        cfg = self.topics.get(name)
+        if cfg is None and self.config.auto_create_topic_enable:
+            try:
+                cfg = self.topics.create_topic_in_send_message_method(
+                    name, "TBW102", self.config.default_topic_queue_nums)
+            except InvalidNameError:
+                return None
+            if cfg is not None:
+                self.on_topics_changed()
+        return cfg
+
+    async def query_route(self, request: spb.QueryRouteRequest, call: Call
+                          ) -> spb.QueryRouteResponse:
+        name = request.topic.name
+        namespace = request.topic.resource_namespace
+        reason = check_user_topic(name) if name else "the request names no topic"
+        if reason is not None:
+            return spb.QueryRouteResponse(status=status(Code.ILLEGAL_TOPIC, reason))
+        cfg = self._topic(name)
+        queues: list[pb.MessageQueue] = []
+        if cfg is not None:
+            host, port = self.endpoint()
+            queues += message_queues(cfg, self.config.broker_name, self.config.broker_id,
+                                     host, port, namespace)
+        route = await self._route(name)
+        if route is not None:
+            queues += others_queues(route, name, self.config.broker_name, namespace)
+        if not queues:
+            return spb.QueryRouteResponse(
+                status=status(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist"))
+        return spb.QueryRouteResponse(status=status(Code.OK), message_queues=queues)
+
+    async def _route(self, topic: str) -> TopicRouteData | None:
+        if self.routes is None:
+            return None
+        try:
+            with trio.move_on_after(ROUTE_LOOKUP_S):
+                return await self.routes(topic)
+        except Exception as exc:  # the name servers are down: this broker's queues only
+            log.warning("route look-up failed: answering this broker's queues only",
+                        topic=topic, error=str(exc))
+        return None
+
+    def heartbeat(self, request: spb.HeartbeatRequest, call: Call) -> spb.HeartbeatResponse:
+        return spb.HeartbeatResponse(status=status(Code.OK))
+
+    def notify_termination(self, request: spb.NotifyClientTerminationRequest, call: Call
+                           ) -> spb.NotifyClientTerminationResponse:
+        log.debug("gRPC client terminated", client_id=call.client_id[:128], peer=call.peer)
+        return spb.NotifyClientTerminationResponse(status=status(Code.OK))
+
+    # ---- send -------------------------------------------------------------------------
+
+    async def send_message(self, call: Call) -> None:
+        request = _parse(spb.SendMessageRequest, await call.recv_one())
+        if not request.messages:
+            answer = spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
+        elif len(request.messages) > MAX_MESSAGES_PER_SEND:
+            answer = spb.SendMessageResponse(status=status(
+                Code.BAD_REQUEST, f"more than {MAX_MESSAGES_PER_SEND} messages in one send"))
+        else:
+            entries = [await self._send_one(msg, call) for msg in request.messages]
+            codes = {e.status.code for e in entries}
+            if len(entries) == 1:
+                top = entries[0].status
+            elif codes == {Code.OK}:
+                top = status(Code.OK)
+            else:
+                top = status(Code.MULTIPLE_RESULTS, "the messages had different results")
+            answer = spb.SendMessageResponse(status=top, entries=entries)
+        await call.send(answer.SerializeToString())
+        self.send_service.after_answer()
+
+    async def _send_one(self, msg: pb.Message, call: Call) -> spb.SendResultEntry:
+        cfg = self.topics.get(msg.topic.name) if msg.topic.name else None
+        try:
+            item = to_send_item(msg, producer_group=GRPC_PRODUCER_GROUP,
+                                max_size=self.config.max_message_size, now_ms=self.now_ms(),
+                                delay_levels=self.delay_levels)
+        except Refusal as refusal:
+            return spb.SendResultEntry(status=status(refusal.code, refusal.message))
+        if item.message_group is not None and cfg is not None:
+            item.header.queue_id = queue_for_group(item.message_group, cfg.write_queue_nums)
+        outcome = self.send_service.send_single(item.header, item.body, call.peer or "0.0.0.0:0")
+        if outcome.waiters:
+            outcome = await _stored(outcome)
+        code = SEND_CODES.get(outcome.status, Code.INTERNAL_SERVER_ERROR)
+        if code != Code.OK:
+            return spb.SendResultEntry(status=status(code, outcome.remark or outcome.status.value))
+        return spb.SendResultEntry(status=status(Code.OK), message_id=item.message_id,
+                                   transaction_id=outcome.transaction_id or "",
+                                   offset=outcome.queue_offset)
+
+    # ---- telemetry --------------------------------------------------------------------
+
+    async def telemetry(self, call: Call) -> None:
+        while True:
+            payload = await call.recv()
+            if payload is None:
+                return
+            command = _parse(spb.TelemetryCommand, payload)
+            if command.WhichOneof("command") == "settings":
+                reply = spb.TelemetryCommand(status=status(Code.OK),
+                                             settings=self.settings_for(command.settings))
+                await call.send(reply.SerializeToString())
+            # thread stack traces and verify results are not asked for: nothing to do
+
+    def settings_for(self, given: pb.Settings) -> pb.Settings:
+        """A complete Settings for a client's: its own fields echoed, ours filled in."""
+        out = pb.Settings()
+        out.CopyFrom(given)
+        attempts = given.backoff_policy.max_attempts if given.HasField("backoff_policy") \
+            and given.backoff_policy.max_attempts > 0 else BACKOFF_MAX_ATTEMPTS
+        policy = pb.RetryPolicy(max_attempts=attempts)
+        policy.exponential_backoff.initial.FromMilliseconds(BACKOFF_INITIAL_MS)
+        policy.exponential_backoff.max.FromMilliseconds(BACKOFF_MAX_MS)
+        policy.exponential_backoff.multiplier = 2.0
+        out.backoff_policy.CopyFrom(policy)
+        if not given.HasField("request_timeout"):
+            out.request_timeout.FromSeconds(REQUEST_TIMEOUT_S)
+        if given.WhichOneof("pub_sub") == "subscription":
+            out.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
+            out.subscription.long_polling_timeout.FromSeconds(LONG_POLLING_TIMEOUT_S)
+            if not given.subscription.HasField("fifo"):
+                out.subscription.fifo = False
+        else:
+            out.publishing.max_body_size = self.config.max_message_size
+            out.publishing.validate_message_type = True
+        out.metric.CopyFrom(pb.Metric(on=False))
+        return out
+
+
+def others_queues(route: TopicRouteData, topic: str, own_broker: str,
+                  namespace: str) -> list[pb.MessageQueue]:
+    """The queues of the brokers in ``route`` but ``own_broker`` that serve gRPC: each
+    broker name's master when it serves gRPC, else its lowest-id member that does."""
+    members = {bd.broker_name: bd for bd in route.broker_datas}
+    out: list[pb.MessageQueue] = []
+    for qd in route.queue_datas:
+        bd = members.get(qd.broker_name)
+        if qd.broker_name == own_broker or bd is None or not bd.grpc_ports:
+            continue
+        ids = sorted(bid for bid in bd.grpc_ports if bid in bd.broker_addrs)
+        if not ids:
+            continue
+        bid = MASTER_ID if MASTER_ID in ids else ids[0]
+        host = bd.broker_addrs[bid].rsplit(":", 1)[0].strip("[]")
+        perm = qd.perm if bid == MASTER_ID else qd.perm & ~PERM_WRITE  # a slave takes no sends
+        cfg = TopicConfig(topic, qd.read_queue_nums, qd.write_queue_nums, perm)
+        out += message_queues(cfg, qd.broker_name, bid, host, bd.grpc_ports[bid], namespace)
+    return out
+
+
+async def _stored(outcome: SendOutcome) -> SendOutcome:
+    """The outcome once its flush and slave waits are done; the worst decides."""
+    done = trio.Event()
+    all_done = AllDone(outcome.waiters or [])
+    all_done.on_done(lambda _d: done.set())
+    await done.wait()
+    if all_done.status is not None:
+        st, remark = STORE_STATUS.get(all_done.status, UNKNOWN_STORE_STATUS)
+        if remark is not None:
+            outcome.status, outcome.remark = st, remark
+    return outcome
+
+
+def _parse(message_type: type[M], payload: bytes) -> M:
+    message = message_type()
+    try:
+        message.ParseFromString(payload)
+    except Exception as exc:  # DecodeError and friends: a bad request, not our failure
+        raise GrpcError(StatusCode.INVALID_ARGUMENT,
+                        f"the request is no {message_type.__name__}: {exc}") from None
+    return message
+
+
+def _unimplemented(why: str) -> Handler:
+    async def handler(call: Call) -> None:
+        raise GrpcError(StatusCode.UNIMPLEMENTED, why)
+    return handler
+
+
+__all__ = ["GRPC_PRODUCER_GROUP", "NOT_YET", "SERVICE", "GrpcTopics", "MessagingService"]

@@ -1,0 +1,1 @@
+"""apache.rocketmq.v2 message classes generated from proto/ (deploy/gen_proto.py)."""

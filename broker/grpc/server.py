@@ -1,0 +1,301 @@
+"""gRPC's server side on trio: an ASGI app behind hypercorn's HTTP/2.
+
+``GrpcApp`` routes ``POST /<service>/<Method>`` to a handler from its table
+(``Method``: the handler and whether it streams). A call always answers with
+the response headers, then its messages (none is fine), then the trailers
+holding ``grpc-status`` and ``grpc-message`` (never the trailers-only form,
+which some clients misread). Around every handler:
+
+- the request body is decoded as it arrives (broker/grpc/framing.py): a bad
+  flag or an oversized message ends the call with that status;
+- ``grpc-timeout`` is enforced: past it the handler is cancelled and the call
+  ends DEADLINE_EXCEEDED;
+- a client that goes away (``http.disconnect``) cancels the handler at once;
+- a handler's ``GrpcError`` becomes its status; any other exception is logged
+  and the call ends INTERNAL with no detail leaked.
+
+``GrpcServer`` is the edge: it serves the app with hypercorn's trio server as a
+task of the broker's nursery (``await nursery.start(server.run)`` reports the
+bound port; port 0 takes a free one). hypercorn's defaults are set for
+long-lived gRPC connections: no cap on the requests (streams) of a connection
+(keep_alive_max_requests would close it after 1,000), and an idle connection
+is kept for ``idle_timeout_s`` (a stream in progress, Telemetry's, is never idle).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import trio
+
+from broker.grpc.framing import (
+    MAX_MESSAGE_BYTES,
+    GrpcError,
+    MessageDecoder,
+    StatusCode,
+    encode_message,
+    parse_timeout,
+    status_trailers,
+)
+
+if TYPE_CHECKING:
+    from hypercorn.config import Config
+
+log = structlog.get_logger("broker.grpc")
+
+# requests a call may have queued before its handler reads them
+REQUEST_QUEUE = 2
+# HTTP/2 streams (calls) open at once on one connection
+MAX_CONCURRENT_CALLS = 100
+
+
+class Call:
+    """One call as its handler sees it: ``recv`` the next request message (None
+    when the client has sent its last), ``send`` a response message. ``peer``
+    is the client's "host:port", ``metadata`` the request headers (lower-case
+    names; the ``x-mq-*`` ones carry the client's id and language)."""
+
+    def __init__(self, method: str, peer: str, metadata: dict[str, str],
+                 requests: trio.MemoryReceiveChannel[bytes],
+                 send: Callable[[bytes], Awaitable[None]]) -> None:
+        self.method = method
+        self.peer = peer
+        self.metadata = metadata
+        self._requests = requests
+        self._send = send
+        self.sent = 0
+
+    async def recv(self) -> bytes | None:
+        try:
+            return await self._requests.receive()
+        except trio.EndOfChannel:
+            return None
+
+    async def send(self, payload: bytes) -> None:
+        self.sent += 1
+        await self._send(encode_message(payload))
+
+    async def recv_one(self) -> bytes:
+        """The single request of a unary call (INTERNAL when there is none or more)."""
+        first = await self.recv()
+        if first is None:
+            raise GrpcError(StatusCode.INTERNAL, "a unary call sent no request message")
+        if await self.recv() is not None:
+            raise GrpcError(StatusCode.INTERNAL, "a unary call sent more than one request message")
+        return first
+
+    @property
+    def client_id(self) -> str:
+        return self.metadata.get("x-mq-client-id", "")
+
+
+Handler = Callable[[Call], Awaitable[None]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Method:
+    handler: Handler
+    streaming: bool = False  # the client streams requests (Telemetry)
+
+
+def _peer(scope: dict[str, Any]) -> str:
+    client = scope.get("client")
+    if not client:
+        return ""
+    host, port = client[0], client[1]
+    return f"{host}:{port}"
+
+
+class GrpcApp:
+    """The ASGI app: ``methods`` by path ("/apache.rocketmq.v2.MessagingService/SendMessage")."""
+
+    def __init__(self, methods: dict[str, Method], *,
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
+        self.methods = methods
+        self.max_message_bytes = max_message_bytes
+        self.calls = 0
+        self.active = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        if scope.get("http_version") != "2" or scope.get("method") != "POST":
+            body = b"gRPC only: HTTP/2 POST with content-type application/grpc\n"
+            await send({"type": "http.response.start", "status": 415,
+                        "headers": [(b"content-type", b"text/plain"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        self.calls += 1
+        self.active += 1
+        try:
+            await self._call(scope, receive, send)
+        finally:
+            self.active -= 1
+
+    async def _call(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        metadata: dict[str, str] = {}
+        for name, value in scope.get("headers", ()):
+            metadata[name.decode("latin-1").lower()] = value.decode("latin-1")
+        path = scope.get("path", "")
+        peer = _peer(scope)
+        bound = log.bind(method=path, peer=peer)
+        await send({"type": "http.response.start", "status": 200, "trailers": True,
+                    "headers": [(b"content-type", b"application/grpc")]})
+        code, message = StatusCode.OK, ""
+        disconnected = False
+        try:
+            if not metadata.get("content-type", "").startswith("application/grpc"):
+                raise GrpcError(StatusCode.INTERNAL,
+                                f"content-type {metadata.get('content-type', '')[:40]!r} is not "
+                                "application/grpc")
+            method = self.methods.get(path)
+            if method is None:
+                raise GrpcError(StatusCode.UNIMPLEMENTED, f"unknown method {path[:200]!r}")
+            timeout = math.inf
+            if "grpc-timeout" in metadata:
+                timeout = parse_timeout(metadata["grpc-timeout"])
+            decoder = MessageDecoder(self.max_message_bytes, metadata.get("grpc-encoding"))
+            disconnected = await self._run(method, path, peer, metadata, decoder, timeout,
+                                           receive, send)
+        except GrpcError as exc:
+            code, message = exc.code, exc.message
+            if code is StatusCode.INTERNAL and method_known(self, path):
+                bound.info("call refused", code=code.name, reason=message)
+        except Exception:
+            bound.exception("gRPC handler failed")
+            code, message = StatusCode.INTERNAL, "internal error: see the broker's log"
+        if disconnected:
+            return
+        try:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send({"type": "http.response.trailers",
+                        "headers": status_trailers(code, message), "more_trailers": False})
+        except Exception:  # the stream closed meanwhile: nobody to tell
+            bound.debug("call ended after its stream closed", code=code.name)
+
+    async def _run(self, method: Method, path: str, peer: str, metadata: dict[str, str],
+                   decoder: MessageDecoder, timeout: float, receive: Any, send: Any) -> bool:
+        """Run the handler; True when the client went away first (nothing more to send)."""
+        to_handler, requests = trio.open_memory_channel[bytes](REQUEST_QUEUE)
+        gone = False
+        failure: list[GrpcError] = []
+
+        async def send_body(data: bytes) -> None:
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+
+        async def read(cancel: trio.CancelScope) -> None:
+            nonlocal gone
+            async with to_handler:
+                while True:
+                    event = await receive()
+                    if event["type"] == "http.disconnect":
+                        gone = True
+                        cancel.cancel()
+                        return
+                    try:
+                        for message in decoder.feed(event.get("body", b"")):
+                            await to_handler.send(message)
+                        if not event.get("more_body", False):
+                            decoder.finish()
+                            break
+                    except GrpcError as exc:
+                        failure.append(exc)
+                        cancel.cancel()
+                        return
+            while True:  # the request is whole: only a disconnect may follow
+                event = await receive()
+                if event["type"] == "http.disconnect":
+                    gone = True
+                    cancel.cancel()
+                    return
+
+        call = Call(path, peer, metadata, requests, send_body)
+        raised: Exception | None = None
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read, scope)
+                with trio.move_on_after(timeout) as deadline:
+                    try:
+                        await method.handler(call)
+                    except Exception as exc:  # raised below, outside the nursery's group
+                        raised = exc
+                nursery.cancel_scope.cancel()
+        if gone:
+            return True
+        if failure:
+            raise failure[0]
+        if raised is not None:
+            raise raised
+        if deadline.cancelled_caught:
+            raise GrpcError(StatusCode.DEADLINE_EXCEEDED,
+                            f"deadline of {timeout:.3f}s exceeded")
+        return False
+
+
+def method_known(app: GrpcApp, path: str) -> bool:
+    return path in app.methods
+
+
+class GrpcServer:
+    """``app`` on ``host:port`` with hypercorn's trio server (the ``web`` extra)."""
+
+    def __init__(self, app: GrpcApp, host: str, port: int, *,
+                 idle_timeout_s: float = 120.0) -> None:
+        self.app = app
+        self.host = host
+        self.port = port
+        self.idle_timeout_s = idle_timeout_s
+        self._stop = trio.Event()
+
+    def _config(self) -> Config:
+        from hypercorn.config import Config
+
+        config = Config()
+        config.bind = [f"{self.host}:{self.port}"]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.graceful_timeout = 2.0
+        # a connection carries every call of a client for its whole life
+        config.keep_alive_max_requests = 2**62
+        config.keep_alive_timeout = self.idle_timeout_s
+        # calls at once on a connection: a client holds its Telemetry stream and a few
+        # sends; each call may buffer up to a message's bound, so this bounds a
+        # connection's memory (hypercorn's own default)
+        config.h2_max_concurrent_streams = MAX_CONCURRENT_CALLS
+        config.read_timeout = None
+        return config
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until ``stop()`` or cancelled; reports the bound port."""
+        from hypercorn.trio import serve
+
+        async def started_at(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            await serve(self.app, self._config(),  # type: ignore[arg-type]
+                        shutdown_trigger=self._stop.wait, task_status=task_status)
+
+        async with trio.open_nursery() as nursery:
+            binds = await nursery.start(started_at)
+            if binds:
+                self.port = int(str(binds[0]).rsplit(":", 1)[1])
+            log.info("gRPC served", address=f"{self.host}:{self.port}")
+            task_status.started(self.port)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+__all__ = ["Call", "GrpcApp", "GrpcServer", "Handler", "Method"]

@@ -1,0 +1,28 @@
+"""The broker's gRPC keys as mqbroker loads them."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.config_load import load_broker_config
+from protocol.config import ConfigError
+
+
+def test_defaults_and_keys() -> None:
+    config = load_broker_config(options={}, env={}).config
+    assert (config.enable_grpc, config.grpc_listen_port) == (False, 8081)
+    config = load_broker_config(options={"enableGrpc": "true", "grpcListenPort": "0"},
+                                env={}).config
+    assert (config.enable_grpc, config.grpc_listen_port) == (True, 0)
+
+
+@pytest.mark.parametrize("options,match", [
+    ({"grpcListenPort": "70000"}, "grpcListenPort"),
+    ({"enableGrpc": "true", "grpcListenPort": "10911", "listenPort": "10911"},
+     "is the listenPort"),
+    ({"grpcMaxInboundMessageSize": "1024"}, "grpcMaxInboundMessageSize"),
+    ({"enableGrpc": "true", "aclEnable": "true"}, "does not check ACL"),
+])
+def test_bad_settings_refused(options: dict[str, str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load_broker_config(options=options, env={})

@@ -1,0 +1,65 @@
+"""Run by RocketMQ's official Python client 5.x in its own venv (.venv-rmq5, make rmq5),
+never imported by the tests: sends over gRPC to the endpoint given and prints one JSON
+object: each SEND_OK message's id, body, tag, keys, group and offset, the failures, and the
+seconds the normal sends took.
+
+    .venv-rmq5/bin/python tests/integration/rmq5_producer.py 127.0.0.1:8081 TopicA 100 \\
+        --fifo-group g1 --fifo-count 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def main() -> int:
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("endpoint")
+    parser.add_argument("topic")
+    parser.add_argument("count", type=int)
+    parser.add_argument("--fifo-group", default="")
+    parser.add_argument("--fifo-count", type=int, default=0)
+    parser.add_argument("--body-size", type=int, default=0)
+    args = parser.parse_args()
+    producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,))
+    producer.startup()
+    sent: list[dict[str, object]] = []
+    failed: list[str] = []
+    try:
+        def one(i: int, group: str | None) -> None:
+            msg = Message()
+            msg.topic = args.topic
+            body = f"rmq5-{group or 'n'}-{i}".encode()
+            msg.body = body + b"x" * max(0, args.body_size - len(body))
+            msg.tag = "TagA"
+            msg.keys = f"key-{i}"
+            msg.add_property("seq", str(i))
+            if group:
+                msg.message_group = group
+            try:
+                receipt = producer.send(msg)
+            except Exception as exc:  # the test reports what failed
+                failed.append(f"{i}: {exc!r}")
+                return
+            sent.append({"id": receipt.message_id, "body": msg.body.decode()[:64],
+                         "offset": receipt.offset, "group": group or ""})
+
+        started = time.perf_counter()
+        for i in range(args.count):
+            one(i, None)
+        seconds = time.perf_counter() - started
+        for i in range(args.fifo_count):
+            one(i, args.fifo_group)
+    finally:
+        producer.shutdown()
+    json.dump({"sent": sent, "failed": failed, "seconds": seconds}, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
