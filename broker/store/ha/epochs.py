@@ -92,6 +92,35 @@ def epochs_from_wire(raw: Any, max_entries: int = MAX_EPOCHS) -> list[Epoch]:
     return out
 
 
+def extended(known: list[Epoch], entry: Epoch, max_entries: int = MAX_EPOCHS) -> list[Epoch]:
+    """``known`` (a master's history as a slave knows it) with ``entry``, an
+    epoch the master began since, appended; ValueError unless it follows the
+    last entry (numbered above it, starting at or past its start) within
+    ``max_entries``."""
+    if known and (entry.epoch <= known[-1].epoch or entry.start < known[-1].start):
+        raise ValueError(f"{entry} does not follow {known[-1]}")
+    if len(known) >= max_entries:
+        raise ValueError(f"more than {max_entries} epochs")
+    return [*known, entry]
+
+
+def begun_since(current: list[Epoch], known: list[Epoch]) -> list[Epoch] | None:
+    """A master's side: the entries of its history ``current`` that a slave
+    told of ``known`` (the master's history as its answer sent it, maybe
+    without the oldest entries) lacks; None when ``current`` no longer
+    continues ``known`` (the slave must say hello again)."""
+    if not known:
+        return list(current)
+    try:
+        at = current.index(known[-1])
+    except ValueError:
+        return None
+    n = min(len(known), at + 1)  # the entries both still list, up to the last known
+    if current[at + 1 - n:at + 1] != known[len(known) - n:]:
+        return None
+    return current[at + 1:]
+
+
 def covering(epochs: list[Epoch], end: int) -> list[Epoch]:
     """The entries that describe bytes below ``end``."""
     return [e for e in epochs if e.start < end]
