@@ -93,32 +93,35 @@ def epochs_from_wire(raw: Any, max_entries: int = MAX_EPOCHS) -> list[Epoch]:
 
 
 def extended(known: list[Epoch], entry: Epoch, max_entries: int = MAX_EPOCHS) -> list[Epoch]:
-    """``known`` (a master's history as a slave knows it) with ``entry``, an
-    epoch the master began since, appended; ValueError unless it follows the
-    last entry (numbered above it, starting at or past its start) within
-    ``max_entries``."""
-    if known and (entry.epoch <= known[-1].epoch or entry.start < known[-1].start):
-        raise ValueError(f"{entry} does not follow {known[-1]}")
-    if len(known) >= max_entries:
+    """``known`` (a master's history as a slave knows it) after the master
+    began ``entry`` at its log's end: as ``EpochHistory.begin`` does, entries
+    from its start on (they describe no bytes) give way to it. ValueError
+    unless it is numbered above every epoch known, or past ``max_entries``."""
+    if known and entry.epoch <= known[-1].epoch:
+        raise ValueError(f"{entry} is not numbered above {known[-1]}")
+    kept = covering(known, entry.start)
+    if len(kept) >= max_entries:
         raise ValueError(f"more than {max_entries} epochs")
-    return [*known, entry]
+    return [*kept, entry]
 
 
 def begun_since(current: list[Epoch], known: list[Epoch]) -> list[Epoch] | None:
-    """A master's side: the entries of its history ``current`` that a slave
-    told of ``known`` (the master's history as its answer sent it, maybe
-    without the oldest entries) lacks; None when ``current`` no longer
-    continues ``known`` (the slave must say hello again)."""
+    """A master's side: the epochs of its history ``current`` begun since a
+    slave was told ``known`` (the master's history as its answer sent it,
+    maybe without the oldest entries): sent in order, ``extended`` makes the
+    slave's ``known`` end as ``current`` does. None when no such epochs do
+    (the slave must say hello again)."""
     if not known:
         return list(current)
+    new = [e for e in current if e.epoch > known[-1].epoch]
+    told = known
     try:
-        at = current.index(known[-1])
+        for e in new:
+            told = extended(told, e, MAX_FILE_EPOCHS)
     except ValueError:
         return None
-    n = min(len(known), at + 1)  # the entries both still list, up to the last known
-    if current[at + 1 - n:at + 1] != known[len(known) - n:]:
-        return None
-    return current[at + 1:]
+    n = min(len(told), len(current))
+    return new if told[len(told) - n:] == current[len(current) - n:] else None
 
 
 def covering(epochs: list[Epoch], end: int) -> list[Epoch]:

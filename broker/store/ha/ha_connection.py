@@ -154,7 +154,7 @@ class HAConnection:
             raise HAProtocolError(
                 f"the master began {new[-1]} and this slave takes no epoch frames (an "
                 "older slave): it says hello again to learn it")
-        self.epochs_known = [*known, *new]
+        self.epochs_known = list(current)  # what the slave knows once it took them
         return new
 
     def next_transfer(self, now: float) -> tuple[int, bytes] | None:

@@ -100,15 +100,19 @@ def test_a_slave_says_it_takes_epoch_frames() -> None:
 # ---- what the master sends, what the slave takes ----------------------------------------
 
 
-def test_extended_takes_only_an_epoch_that_follows() -> None:
+def test_extended_is_begin_on_the_history_a_slave_knows() -> None:
     assert extended([], E2) == [E2]
     assert extended([E1], E2) == [E1, E2]
-    with pytest.raises(ValueError, match="does not follow"):
-        extended([E1, E2], Epoch(2, 900, "t9", W))  # not numbered above
-    with pytest.raises(ValueError, match="does not follow"):
-        extended([E1, E2], Epoch(3, 600, "t9", W))  # starts before the last
+    # entries from its start on held no bytes: they give way (as EpochHistory.begin)
+    assert extended([E1, E2], Epoch(3, 700, "t9", W)) == [E1, Epoch(3, 700, "t9", W)]
+    assert extended([E1, E3], Epoch(4, 700, "t9", W)) == [E1, Epoch(4, 700, "t9", W)]
+    with pytest.raises(ValueError, match="not numbered above"):
+        extended([E1, E2], Epoch(2, 900, "t9", W))
     with pytest.raises(ValueError, match="more than 2"):
         extended([E1, E2], E3, max_entries=2)
+
+
+E3_AT_700 = Epoch(3, 700, "t3", W)
 
 
 @pytest.mark.parametrize(("current", "known", "new"), [
@@ -118,12 +122,21 @@ def test_extended_takes_only_an_epoch_that_follows() -> None:
     ([E2, E3], [E1, E2], [E3]),  # the master's history dropped them since
     ([E1, E2], [E1, E2], []),
     ([E1], [], [E1]),
-    ([E1, E3], [E1, E2], None),  # E2 is gone (an epoch that held no bytes)
+    ([E2], [Epoch(1, 700, "t1", W)], [E2]),  # epoch 1 held no bytes: epoch 2 replaces it
+    ([E1, E3_AT_700], [E1, E2], [E3_AT_700]),  # so did epoch 2
+    ([E1, E3], [E1, E2], None),  # epoch 2 held bytes, yet it is gone
     ([E1, Epoch(2, 700, "other", W)], [E1, E2], None),
+    ([E1, Epoch(2, 700, "other", W), E3], [E1, E2], None),
 ])
 def test_begun_since(current: list[Epoch], known: list[Epoch],
                      new: list[Epoch] | None) -> None:
     assert begun_since(current, known) == new
+    if new is not None:  # sent in order, the slave ends as the master
+        told = known
+        for e in new:
+            told = extended(told, e)
+        n = min(len(told), len(current))
+        assert told[len(told) - n:] == current[len(current) - n:]
 
 
 class _NoStore:
@@ -164,6 +177,7 @@ def test_the_slave_refuses_an_epoch_that_does_not_follow() -> None:
     client = HAClient(_NoStore(), master_epochs=[E1, E2])  # type: ignore[arg-type]
     with pytest.raises(HAProtocolError, match="epoch frame refused"):
         client.on_epoch(Epoch(2, 800, "t9", W))
+    assert client.master_epochs == [E1, E2]
     client.on_epoch(E3)
     assert client.master_epochs == [E1, E2, E3]
 
@@ -237,5 +251,25 @@ def test_a_slave_connected_before_the_masters_new_epoch_is_accepted_at_its_next_
     for start in range(0, end, 4096):  # file by file
         stop = min(start + 4096, end)
         assert slave.crc_range(start, stop) == master.crc_range(start, stop)
+    master.shutdown()
+    slave.shutdown()
+
+
+def test_an_epoch_that_held_no_bytes_gives_way_on_the_slave_too(tmp_path: Path) -> None:
+    """The master's epoch 1 held no bytes when it restarted: its epoch 2
+    replaces it (same start) on the master, and on the slave told of epoch 1."""
+    rng = random.Random(8)
+    master = open_store(make_config(tmp_path / "m", cl_size=4096))
+    slave = open_store(make_config(tmp_path / "s", cl_size=4096))
+    master.epochs.begin(0)
+    link = EpochLink(master, slave, 512, rng)  # answered [epoch 1]
+    link.sync()
+    master.epochs.begin(0)
+    assert [e.epoch for e in master.epochs.entries] == [2]
+    put_some(master, rng, 30)
+    link.sync()
+    assert slave.epochs.entries == master.epochs.entries
+    assert judge(master.log_view(), slave.log_view(), master.crc_range).verdict \
+        is Verdict.ACCEPT
     master.shutdown()
     slave.shutdown()
