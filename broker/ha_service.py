@@ -88,6 +88,7 @@ from broker.store.ha.sync_state import (
 )
 from broker.store.ha.transfer import (
     CONTROLLER_MODE_FIELD,
+    EPOCH_FRAMES_FIELD,
     GREETING,
     RECOVER,
     Answer,
@@ -109,6 +110,7 @@ from broker.store.ha.transfer import (
     encode_answer,
     encode_challenge,
     encode_confirm,
+    encode_epoch,
     encode_hello,
     encode_report,
     encode_transfer,
@@ -660,15 +662,16 @@ class HAService:
                 self.log.warning("slave connection closed before streaming", slave=peer,
                                  error=describe(leaf))
                 return
-            if admitted:
+            if admitted is not None:
                 await self._stream_to_slave(
                     stream, peer, rest, broker_id,
-                    hello.fields.get(CONTROLLER_MODE_FIELD) == "true" and self.controller_mode)
+                    hello.fields.get(CONTROLLER_MODE_FIELD) == "true" and self.controller_mode,
+                    list(admitted.epochs), hello.fields.get(EPOCH_FRAMES_FIELD) == "true")
 
     async def _admit(self, stream: trio.abc.Stream, peer: str, hello: Hello, view: LogView,
-                     broker_id: int, rest: bytes, key: AnswerKey | None) -> bool:
-        """Judge the slave's log and answer (signed with ``key``); True when
-        transfers follow."""
+                     broker_id: int, rest: bytes, key: AnswerKey | None) -> Answer | None:
+        """Judge the slave's log and answer (signed with ``key``); the
+        accepting answer sent when transfers follow, else None."""
         store = self.store
         mine = store.log_view()
         j = judge(mine, view, store.crc_range)
@@ -695,7 +698,7 @@ class HAService:
                                recover_from_slave=self.config.recover_from_slave)
             if self.config.recover_from_slave and self.recovering is None:
                 await self._recover_from(stream, peer, hello, view, broker_id, rest, key)
-                return False
+                return None
         if j.verdict is not Verdict.ACCEPT:
             self.refused[j.verdict.value] += 1
             self.refusals.append({"slave": peer, "verdict": j.verdict.value,
@@ -705,14 +708,15 @@ class HAService:
             with trio.move_on_after(3):
                 await stream.send_all(encode_answer(self._answer(j.verdict.value, j.reason),
                                                     key))
-            return False
+            return None
         if self.behind.pop(broker_id, None) is not None:  # it discarded its longer log
             self.log.info("the slave that held more of the log now follows this one",
                           slave=peer)
             await self._maybe_open()
+        answer = self._answer(Verdict.ACCEPT.value)  # its epochs are what the slave knows
         with trio.fail_after(3):
-            await stream.send_all(encode_answer(self._answer(Verdict.ACCEPT.value), key))
-        return True
+            await stream.send_all(encode_answer(answer, key))
+        return answer
 
     def _answer(self, verdict: str, reason: str = "") -> Answer:
         v = self.store.log_view()
@@ -761,11 +765,18 @@ class HAService:
         await self._maybe_open()
 
     async def _stream_to_slave(self, stream: trio.abc.Stream, peer: str, rest: bytes,
-                               broker_id: int | None = None, confirm: bool = False) -> None:
+                               broker_id: int | None = None, confirm: bool = False,
+                               epochs: list[Epoch] | None = None,
+                               epoch_frames: bool = False) -> None:
+        """Stream to an accepted slave; ``epochs``: the master's history as the
+        answer told it (epochs begun since follow in the stream, as epoch
+        frames when ``epoch_frames``)."""
         conn = HAConnection(self.store, self.config.ha_transfer_batch_size,
                             self.heartbeat, self.housekeeping)
         conn.broker_id = broker_id
         conn.wants_confirm = confirm
+        conn.epochs_known = epochs
+        conn.wants_epochs = epoch_frames
         conn.connected(trio.current_time())
         self.connections.add(conn)
         if self.controller_mode and broker_id is not None:
@@ -877,6 +888,14 @@ class HAService:
             size = 0
             limit = min(SEND_COALESCE, self._send_budget)
             try:
+                # an epoch begun since the slave's answer goes before any byte it covers
+                for epoch in conn.epochs_due(self.store.epochs.entries):
+                    frame = encode_epoch(epoch)
+                    frames.append(frame)
+                    size += len(frame)
+                    self._send_budget -= len(frame)
+                    self.log.info("epoch sent to the slave", epoch=epoch.epoch,
+                                  from_offset=epoch.start, slave_id=conn.broker_id)
                 while size < limit or not frames:
                     t = conn.next_transfer(now)
                     if t is None:
@@ -1030,9 +1049,10 @@ class HAService:
         store = self.store
         client = HAClient(store, self.heartbeat, self.housekeeping,
                           self.config.maped_file_size_commit_log,
-                          before_append=lambda end: store.epochs.follow(
-                              epochs, end, store.get_min_phy_offset()),
-                          first_offset=first_offset)
+                          first_offset=first_offset, master_epochs=epochs)
+        # epoch frames extend client.master_epochs while the connection lasts
+        client.before_append = lambda end: store.epochs.follow(
+            client.master_epochs, end, store.get_min_phy_offset())
         client.connected(trio.current_time())
         return client
 
@@ -1140,7 +1160,8 @@ class HAService:
         """Apply transfers; with ``until``, stop (cancel ``scope``) once the
         log reaches that offset (a master restoring itself from a slave)."""
         decoder = TransferDecoder(max(self.config.ha_transfer_batch_size * 2, 4 << 20),
-                                  confirm=self.controller_mode and until is None)
+                                  confirm=self.controller_mode and until is None,
+                                  epochs=until is None)
         pending = first
         data: bytes | bytearray
         while True:
@@ -1152,7 +1173,12 @@ class HAService:
                 if not data:
                     raise ConnectionError("the master closed the HA connection")
                 now = trio.current_time()
-                for offset, body in decoder.feed_joined(data):
+                frames = decoder.feed_joined(data)
+                for epoch in decoder.take_epochs():  # each came before the bytes it covers
+                    client.on_epoch(epoch)
+                    self.log.info("the master began an epoch", epoch=epoch.epoch,
+                                  from_offset=epoch.start)
+                for offset, body in frames:
                     client.on_transfer(offset, body, now)
                 if decoder.confirm_offset is not None and self.store.dispatch_limit is not None:
                     # what the master's SyncStateSet holds: consumers may see it here

@@ -92,6 +92,38 @@ def epochs_from_wire(raw: Any, max_entries: int = MAX_EPOCHS) -> list[Epoch]:
     return out
 
 
+def extended(known: list[Epoch], entry: Epoch, max_entries: int = MAX_EPOCHS) -> list[Epoch]:
+    """``known`` (a master's history as a slave knows it) after the master
+    began ``entry`` at its log's end: as ``EpochHistory.begin`` does, entries
+    from its start on (they describe no bytes) give way to it. ValueError
+    unless it is numbered above every epoch known, or past ``max_entries``."""
+    if known and entry.epoch <= known[-1].epoch:
+        raise ValueError(f"{entry} is not numbered above {known[-1]}")
+    kept = covering(known, entry.start)
+    if len(kept) >= max_entries:
+        raise ValueError(f"more than {max_entries} epochs")
+    return [*kept, entry]
+
+
+def begun_since(current: list[Epoch], known: list[Epoch]) -> list[Epoch] | None:
+    """A master's side: the epochs of its history ``current`` begun since a
+    slave was told ``known`` (the master's history as its answer sent it,
+    maybe without the oldest entries): sent in order, ``extended`` makes the
+    slave's ``known`` end as ``current`` does. None when no such epochs do
+    (the slave must say hello again)."""
+    if not known:
+        return list(current)
+    new = [e for e in current if e.epoch > known[-1].epoch]
+    told = known
+    try:
+        for e in new:
+            told = extended(told, e, MAX_FILE_EPOCHS)
+    except ValueError:
+        return None
+    n = min(len(told), len(current))
+    return new if told[len(told) - n:] == current[len(current) - n:] else None
+
+
 def covering(epochs: list[Epoch], end: int) -> list[Epoch]:
     """The entries that describe bytes below ``end``."""
     return [e for e in epochs if e.start < end]

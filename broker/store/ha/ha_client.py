@@ -25,6 +25,11 @@ body): a slave killed with such a record at its end would recover past bytes
 it never received, report that offset, and never be byte-identical again.
 The held bytes die with the connection; the next one resumes from the
 store's end, a record boundary.
+
+``master_epochs`` is the master's epoch history as this connection knows it:
+its answer's, extended by every epoch frame (``on_epoch``) the master sends
+when it begins an epoch. ``before_append`` reads it, so the slave's own
+history takes an epoch before the bytes it covers are written.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import struct
 from collections.abc import Callable
 from typing import Protocol
 
+from broker.store.ha.epochs import Epoch, extended
 from broker.store.ha.ha_connection import DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_HOUSEKEEPING_INTERVAL
 from broker.store.ha.transfer import HAProtocolError
 from broker.store.status import PutMessageResult, PutMessageStatus, StoreError
@@ -67,8 +73,12 @@ class HAClient:
                  housekeeping_interval: float = DEFAULT_HOUSEKEEPING_INTERVAL,
                  max_record_size: int | None = None,
                  before_append: Callable[[int], object] | None = None,
-                 first_offset: int | None = None) -> None:
+                 first_offset: int | None = None,
+                 master_epochs: list[Epoch] | None = None) -> None:
         self.store = store
+        # the master's epochs as this connection knows them (its answer's, then
+        # its epoch frames'): what ``before_append`` makes the slave's history follow
+        self.master_epochs: list[Epoch] = list(master_epochs or ())
         # the only offset past its end an empty log takes (the master's min offset)
         self.first_offset = first_offset
         # called with the end of the bytes about to be appended, before they are
@@ -139,6 +149,15 @@ class HAClient:
             raise ReplicaAppendError(
                 f"replica append at offset {offset} stopped at {reached} of "
                 f"{offset + len(data)}: {status.value} {result.detail}".rstrip(), status)
+
+    def on_epoch(self, epoch: Epoch) -> None:
+        """The master began ``epoch`` (an epoch frame, before any byte it
+        covers): the bytes from its start on are appended under it. Raises
+        HAProtocolError when it does not follow the epochs known."""
+        try:
+            self.master_epochs = extended(self.master_epochs, epoch)
+        except ValueError as exc:
+            raise HAProtocolError(f"master epoch frame refused: {exc}") from None
 
     def report_due(self, now: float) -> int | None:
         """The offset to report now (and counted as reported): at once on a

@@ -16,6 +16,14 @@ the socket: it feeds the slave's reports (``ReportDecoder``) to
   SlaveInvalidError and the connection must close. (The handshake before it,
   epochs.judge, has already checked that the slave's log is a prefix of the
   master's.)
+- Epochs the master begins while the slave is connected (epochs.py: a
+  restarted master begins its epoch when it takes writes, often after its
+  slaves said hello) reach the slave before any byte they cover
+  (``epochs_due``, before every ``next_transfer``): a slave that takes epoch
+  frames gets them in the stream; one that does not is closed, and its next
+  hello's answer holds them. Without this the slave would store the new
+  epoch's bytes under the old history, and at its next hello the master
+  would find the histories apart and refuse it for good.
 - A slave that has bytes sent to it and does not acknowledge any of them for
   ``haSlaveSilentMs`` is silent (``silent``): SYNC_MASTER sends stop waiting
   for it (SLAVE_NOT_AVAILABLE) until it acknowledges again.
@@ -26,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from broker.store.ha.epochs import Epoch, begun_since
 from broker.store.ha.transfer import HAProtocolError
 
 DEFAULT_HEARTBEAT_INTERVAL = 5.0  # haSendHeartbeatInterval, 5 s
@@ -72,6 +81,10 @@ class HAConnection:
         # controller mode: the slave takes confirm offsets; the last one sent it
         self.wants_confirm = False
         self.confirm_sent = -1
+        # the master's epochs as the slave knows them (its answer's, then every
+        # epoch frame sent); None: not tracked (a connection no slave's)
+        self.epochs_known: list[Epoch] | None = None
+        self.wants_epochs = False  # the slave takes epoch frames (its hello said so)
 
     # ---- reports in ------------------------------------------------------------------
 
@@ -122,6 +135,27 @@ class HAConnection:
         return SlaveInvalidError(reason)
 
     # ---- transfers out ---------------------------------------------------------------
+
+    def epochs_due(self, current: list[Epoch]) -> list[Epoch]:
+        """The epochs of the master's history ``current`` the slave does not
+        know yet, counted as known: send them (epoch frames) before the next
+        transfer. Raises HAProtocolError when the slave must say hello again
+        instead: it takes no epoch frames, or ``current`` no longer continues
+        what it knows."""
+        known = self.epochs_known
+        if known is None or (known and current[-1:] == known[-1:]):
+            return []
+        new = begun_since(current, known)
+        if new is None:
+            raise HAProtocolError(
+                "the master's epoch history no longer continues the one this slave was "
+                "told: the slave says hello again")
+        if new and not self.wants_epochs:
+            raise HAProtocolError(
+                f"the master began {new[-1]} and this slave takes no epoch frames (an "
+                "older slave): it says hello again to learn it")
+        self.epochs_known = list(current)  # what the slave knows once it took them
+        return new
 
     def next_transfer(self, now: float) -> tuple[int, bytes] | None:
         """What to send now: (offset, up to batch_size bytes within one

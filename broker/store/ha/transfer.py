@@ -18,6 +18,19 @@ In controller mode (a slave says so in its hello: ``controllerMode``) the
 master also sends its confirm offset (broker/store/ha/confirm.py) as a header
 of size -1 and no data; only a decoder built with ``confirm=True`` takes it.
 
+An epoch the master begins while a slave is connected (broker/store/ha/epochs.py:
+a master starts its epoch when it starts taking writes, often after its slaves
+said hello) goes to a slave that says so in its hello (``epochFrames``) as a
+header of size -2 whose offset is the epoch's start, followed by the entry:
+
+    +---------------------+------------------+---------------------+----------------------+
+    | start (8, BE, i64)  | -2 (4, BE, i32)  | length (2, BE, u16) | JSON [epoch, start,  |
+    |                     |                  |                     |  token, writer]      |
+    +---------------------+------------------+---------------------+----------------------+
+
+always before any byte at or past that start. Only a decoder built with
+``epochs=True`` takes it (``TransferDecoder.take_epochs``).
+
 ``TransferDecoder.feed`` and ``ReportDecoder.feed`` take any split of the
 stream and return every complete item they now hold. A negative offset, a
 negative size or a size above the decoder's maximum raises a
@@ -34,7 +47,7 @@ import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from broker.store.ha.epochs import Epoch, LogView, Verdict, epochs_from_wire
+from broker.store.ha.epochs import MAX_EPOCHS, Epoch, LogView, Verdict, epochs_from_wire
 from protocol.acl import ACCESS_KEY, SIGNATURE, sign_fields, verify
 from protocol.errors import LocalProtocolError, RemoteProtocolError
 
@@ -42,6 +55,10 @@ REPORT = struct.Struct(">q")  # the slave's max commit-log offset
 TRANSFER_HEADER = struct.Struct(">qi")  # master physical offset, data size (0 = heartbeat)
 CONFIRM_SIZE = -1  # a transfer header of this size carries the confirm offset (controller mode)
 CONTROLLER_MODE_FIELD = "controllerMode"  # a slave's hello: "true" to take confirm offsets
+EPOCH_SIZE = -2  # a transfer header of this size is followed by an epoch entry
+EPOCH_LENGTH = struct.Struct(">H")  # the entry's JSON length
+EPOCH_FRAME_MAX = 512  # bytes of an entry's JSON (two 64-character ids and two numbers fit)
+EPOCH_FRAMES_FIELD = "epochFrames"  # a slave's hello: "true" to take epoch frames
 
 # RocketMQ's slave reads into a 4 MiB buffer; a master sends haTransferBatchSize
 # (32 KiB by default) at most, so a larger frame is a broken or hostile peer.
@@ -74,6 +91,24 @@ def encode_confirm(offset: int) -> bytes:
     if offset < 0:
         raise LocalProtocolError(f"cannot send a negative confirm offset {offset}")
     return TRANSFER_HEADER.pack(offset, CONFIRM_SIZE)
+
+
+def encode_epoch(epoch: Epoch) -> bytes:
+    """An epoch frame: ``epoch`` begins at its start (sent before any byte there)."""
+    body = json.dumps(epoch.to_wire(), separators=(",", ":")).encode()
+    if len(body) > EPOCH_FRAME_MAX:
+        raise LocalProtocolError(f"epoch entry of {len(body)} bytes exceeds {EPOCH_FRAME_MAX}")
+    return TRANSFER_HEADER.pack(epoch.start, EPOCH_SIZE) + EPOCH_LENGTH.pack(len(body)) + body
+
+
+def _decode_epoch(offset: int, body: bytes) -> Epoch:
+    try:
+        (epoch,) = epochs_from_wire([json.loads(body)])
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise ValueError(f"bad epoch frame: {exc}") from None
+    if epoch.start != offset:
+        raise ValueError(f"epoch frame at offset {offset} names start {epoch.start}")
+    return epoch
 
 
 class _Decoder:
@@ -111,15 +146,26 @@ class _Decoder:
 class TransferDecoder(_Decoder):
     """Master-to-slave frames -> [(offset, data)], data b"" for a heartbeat.
     With ``confirm``, confirm-offset frames are taken too: the latest is
-    ``confirm_offset`` (they never go back)."""
+    ``confirm_offset`` (they never go back). With ``epochs``, epoch frames are
+    taken too: ``take_epochs`` hands over those decoded so far, in order (an
+    entry comes before every byte it covers, so taking them before applying
+    the frames ``feed`` returned keeps that order)."""
 
-    __slots__ = ("max_size", "confirm", "confirm_offset")
+    __slots__ = ("max_size", "confirm", "confirm_offset", "epochs", "_epochs")
 
-    def __init__(self, max_size: int = DEFAULT_MAX_TRANSFER_SIZE, confirm: bool = False) -> None:
+    def __init__(self, max_size: int = DEFAULT_MAX_TRANSFER_SIZE, confirm: bool = False,
+                 epochs: bool = False) -> None:
         super().__init__()
         self.max_size = max_size
         self.confirm = confirm
         self.confirm_offset: int | None = None
+        self.epochs = epochs
+        self._epochs: list[Epoch] = []
+
+    def take_epochs(self) -> list[Epoch]:
+        """The epoch frames decoded since the last call, in order."""
+        out, self._epochs = self._epochs, []
+        return out
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[tuple[int, bytes]]:
         """Every complete frame now held, in order, as (offset, data)."""
@@ -150,6 +196,24 @@ class TransferDecoder(_Decoder):
                                      f"to {offset}")
                 self.confirm_offset = offset
                 pos += head
+                continue
+            if size == EPOCH_SIZE and self.epochs:
+                if end - pos < head + EPOCH_LENGTH.size:
+                    break
+                (length,) = EPOCH_LENGTH.unpack_from(buf, pos + head)
+                if length > EPOCH_FRAME_MAX:
+                    raise self._fail(f"epoch frame of {length} bytes exceeds {EPOCH_FRAME_MAX}")
+                stop = pos + head + EPOCH_LENGTH.size + length
+                if stop > end:
+                    break
+                try:
+                    epoch = _decode_epoch(offset, bytes(buf[stop - length:stop]))
+                except ValueError as exc:
+                    raise self._fail(str(exc)) from None
+                if len(self._epochs) >= MAX_EPOCHS:
+                    raise self._fail(f"more than {MAX_EPOCHS} epoch frames not taken")
+                self._epochs.append(epoch)
+                pos = stop
                 continue
             if size < 0:
                 raise self._fail(f"transfer of a negative size {size}")
@@ -236,7 +300,9 @@ class ReportDecoder(_Decoder):
 # greeting and the challenge. Version 4 added slaveChallenge: the slave's own
 # challenge (16 random bytes in hex, fresh for each connection), which the
 # master's answer signs (below). The master answers with one ANSWER frame
-# before any transfer.
+# before any transfer. A slave that takes epoch frames (see the top of this
+# module) says epochFrames "true"; a master closes the connection of one that
+# does not when it begins an epoch (its next hello's answer holds it).
 #
 # A side meeting another handshake version says so in its log and closes; a
 # master also sends its own greeting bytes back (magic "RMQC", its version), so
@@ -373,10 +439,11 @@ def make_hello(broker_name: str, cluster_name: str, now_ms: int, nonce: str,
                access_key: str | None = None, secret_key: str | None = None,
                log: LogView | None = None, broker_id: int = 1,
                broker_addr: str = "", challenge: str = "",
-               slave_challenge: str | None = None, controller_mode: bool = False) -> Hello:
+               slave_challenge: str | None = None, controller_mode: bool = False,
+               epoch_frames: bool = True) -> Hello:
     """A slave's hello answering ``challenge`` (the master's, in hex) and
     challenging the master's answer with ``slave_challenge`` (None: a fresh one,
-    ``Hello.slave_challenge``)."""
+    ``Hello.slave_challenge``); ``epoch_frames``: it takes epoch frames."""
     fields: dict[str, str] = {"brokerName": broker_name, "clusterName": cluster_name,
                               "timestamp": str(now_ms), "nonce": nonce,
                               "brokerId": str(broker_id), "brokerAddr": broker_addr,
@@ -387,6 +454,8 @@ def make_hello(broker_name: str, cluster_name: str, now_ms: int, nonce: str,
         fields.update(log_view_fields(log))
     if controller_mode:
         fields[CONTROLLER_MODE_FIELD] = "true"
+    if epoch_frames:
+        fields[EPOCH_FRAMES_FIELD] = "true"
     if access_key:
         signed = sign_fields(fields, None, access_key, secret_key or "")
         fields = {k: str(v) for k, v in signed.items()}
