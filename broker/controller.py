@@ -906,7 +906,7 @@ class BrokerController:
 
         messaging = MessagingService(self.config, self.send_service, self.topic_config_manager,
                                      endpoint=endpoint, on_topics_changed=self.trigger_register,
-                                     routes=routes)
+                                     routes=routes, pop=self.pop_processor)
         app = GrpcApp(messaging.methods(),
                       max_message_bytes=self.config.grpc_max_inbound)
         return GrpcServer(app, self.listen_host, self.config.grpc_listen_port)

@@ -181,24 +181,37 @@ class PopMessageProcessor:
         h = PopMessageRequestHeader.from_fields(cmd.ext_fields)
         req = PopRequest(h.consumer_group, h.topic, h.queue_id, h.max_msg_nums,
                          h.invisible_time, h.exp or "*", h.exp_type or "TAG", h.init_mode)
+        outcome = await self.receive(req, h.poll_time)
+        if outcome is None:
+            return cmd.response(ResponseCode.POLLING_FULL, self.polling_full_remark())
+        return encode_pop(cmd, outcome)
+
+    def polling_full_remark(self) -> str:
+        return f"too many pops held (maxPopPollingSize {self.max_polling})"
+
+    async def receive(self, req: PopRequest, poll_ms: int) -> PopOutcome | None:
+        """Pop; when nothing is found, wait up to ``poll_ms`` (at most
+        ``longPollingMaxSuspendMillis``) for messages of the topic or the group's
+        retry topic and pop again. Answers once the changes are on disk; None when
+        ``maxPopPollingSize`` pops are held already (POLLING_FULL). Every transport
+        pops through here."""
         runner = self.runner
         outcome = self.service.pop(req, runner.now_ms())
-        poll_ms = min(max(h.poll_time, 0), self.max_suspend_ms())
+        poll_ms = min(max(poll_ms, 0), self.max_suspend_ms())
         if outcome.status is PopStatus.NO_MESSAGE and poll_ms > 0:
             if runner.held >= self.max_polling:
                 await runner.durable()
-                return cmd.response(ResponseCode.POLLING_FULL,
-                                    f"too many pops held (maxPopPollingSize {self.max_polling})")
+                return None
             deadline = trio.current_time() + poll_ms / 1000
             runner.held += 1
             try:
                 while outcome.status is PopStatus.NO_MESSAGE and trio.current_time() < deadline:
-                    await runner.wait_arrival((h.topic, retry_topic(h.consumer_group)), deadline)
+                    await runner.wait_arrival((req.topic, retry_topic(req.group)), deadline)
                     outcome = self.service.pop(req, runner.now_ms())
             finally:
                 runner.held -= 1
         await runner.durable()
-        return encode_pop(cmd, outcome)
+        return outcome
 
     async def ack_message(self, conn: RemotingConnection, cmd: RemotingCommand
                           ) -> RemotingCommand:

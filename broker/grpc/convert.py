@@ -18,6 +18,15 @@ body, as RocketMQ 5's proxy maps it:
 
 A refused message is a ``Refusal``: a v2 ``Code`` and the reason, answered in
 the response body's status as RocketMQ does.
+
+A popped message (ReceiveMessage) goes the other way (``to_pb_message``): the
+stored record's body (inflated if stored compressed, ``body_encoding``
+IDENTITY) with its CRC32 ``body_digest``, ``message_id`` (the producer's
+``UNIQ_KEY``, else the offset id), ``tag``, ``keys``, ``message_group``, born
+time and host, store time and host, queue and offset, the ``receipt_handle``,
+``invisible_duration`` and ``delivery_attempt`` of this pop; its topic the one
+the consumer asked for (a retried message's ``RETRY_TOPIC``, not ``%RETRY%``);
+the broker's own properties are left out of ``user_properties``.
 """
 
 from __future__ import annotations
@@ -26,8 +35,10 @@ import dataclasses
 import hashlib
 import zlib
 from collections.abc import Mapping
+from typing import Any
 
 from broker.grpc.pb import definition_pb2 as pb
+from broker.service.pop import PoppedMessage, PopStatus
 from broker.service.send import SendStatus
 from protocol.headers import SendMessageRequestHeader
 from protocol.message import (
@@ -39,6 +50,7 @@ from protocol.message import (
     MessageConst,
     properties_to_string,
 )
+from protocol.record import FLAG_COMPRESSED, decode_record
 from protocol.route import PERM_READ, PERM_WRITE, TopicConfig
 
 Code = pb.Code
@@ -303,13 +315,89 @@ SEND_CODES: dict[SendStatus, int] = {
 }
 
 
+# ---- receive ------------------------------------------------------------------------------
+
+# a PopService status in a v2 answer (FOUND and NO_MESSAGE are ReceiveMessage's own)
+POP_CODES: dict[PopStatus, int] = {
+    PopStatus.FOUND: Code.OK,
+    PopStatus.OK: Code.OK,
+    PopStatus.NO_MESSAGE: Code.MESSAGE_NOT_FOUND,
+    PopStatus.INVALID_RECEIPT_HANDLE: Code.INVALID_RECEIPT_HANDLE,
+    PopStatus.BUSY: Code.TOO_MANY_REQUESTS,
+    PopStatus.NO_PERMISSION: Code.FORBIDDEN,
+    PopStatus.GROUP_NOT_EXIST: Code.CONSUMER_GROUP_NOT_FOUND,
+    PopStatus.TOPIC_NOT_EXIST: Code.TOPIC_NOT_FOUND,
+    PopStatus.ILLEGAL_REQUEST: Code.BAD_REQUEST,
+    PopStatus.SUBSCRIPTION_PARSE_FAILED: Code.ILLEGAL_FILTER_EXPRESSION,
+    PopStatus.FILTER_UNSUPPORTED: Code.UNSUPPORTED,
+    PopStatus.SLAVE: Code.FORBIDDEN,
+}
+
+# the filter types a ReceiveMessage may name, as PopService (protocol/filter_sql) spells them
+FILTER_TYPES: dict[int, str] = {pb.FILTER_TYPE_UNSPECIFIED: "TAG", pb.TAG: "TAG", pb.SQL: "SQL92"}
+
+
+def duration_ms(d: Any) -> int:
+    """A protobuf Duration in whole milliseconds (negative stays negative)."""
+    return int(d.seconds) * 1000 + int(d.nanos) // 1_000_000
+
+
+def _split_host(host: str) -> str:
+    return host.rsplit(":", 1)[0].strip("[]") if host else ""
+
+
+def to_pb_message(popped: PoppedMessage, invisible_ms: int, namespace: str = "") -> pb.Message:
+    """A popped message as ReceiveMessage answers it."""
+    ext = decode_record(popped.record)
+    body = ext.body if isinstance(ext.body, bytes) else bytes(ext.body)
+    if ext.sys_flag & FLAG_COMPRESSED:
+        try:
+            body = zlib.decompress(body)
+        except zlib.error:
+            pass  # served as stored, as a pull serves it
+    props = dict(ext.properties)
+    topic = props.get(MessageConst.PROPERTY_RETRY_TOPIC) or ext.topic
+    sp = pb.SystemProperties(
+        message_id=props.get(PROPERTY_UNIQ_KEY) or ext.msg_id,
+        body_digest=pb.Digest(type=pb.CRC32, checksum=f"{zlib.crc32(body):08X}"),
+        body_encoding=pb.IDENTITY,
+        born_host=_split_host(ext.born_host),
+        store_host=ext.store_host,
+        receipt_handle=popped.handle,
+        queue_id=popped.queue_id,
+        queue_offset=popped.queue_offset,
+        delivery_attempt=popped.attempt,
+    )
+    sp.born_timestamp.FromMilliseconds(ext.born_timestamp)
+    sp.store_timestamp.FromMilliseconds(ext.store_timestamp)
+    sp.invisible_duration.FromMilliseconds(invisible_ms)
+    tag = props.get(PROPERTY_TAGS)
+    if tag:
+        sp.tag = tag
+    keys = props.get(PROPERTY_KEYS)
+    if keys:
+        sp.keys.extend(k for k in keys.split(MessageConst.KEY_SEPARATOR) if k)
+    group = props.get(PROPERTY_MESSAGE_GROUP)
+    if group:
+        sp.message_group = group
+        sp.message_type = pb.FIFO
+    elif MessageConst.PROPERTY_DELAY_TIME_LEVEL in props or \
+            MessageConst.PROPERTY_REAL_TOPIC in props:
+        sp.message_type = pb.DELAY
+    else:
+        sp.message_type = pb.NORMAL
+    user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES}
+    return pb.Message(topic=pb.Resource(resource_namespace=namespace, name=topic),
+                      user_properties=user, system_properties=sp, body=body)
+
+
 def status(code: int, message: str = "OK") -> pb.Status:
     return pb.Status(code=code, message=message)  # type: ignore[arg-type]
 
 
 __all__ = [
-    "ALL_TYPES", "MESSAGE_TYPE_ATTRIBUTE", "PROPERTY_MESSAGE_GROUP", "RESERVED_PROPERTIES",
-    "SEND_CODES", "Refusal", "SendItem", "accept_message_types", "address_scheme",
+    "ALL_TYPES", "FILTER_TYPES", "MESSAGE_TYPE_ATTRIBUTE", "POP_CODES", "PROPERTY_MESSAGE_GROUP",
+    "RESERVED_PROPERTIES", "SEND_CODES", "duration_ms", "to_pb_message", "Refusal", "SendItem", "accept_message_types", "address_scheme",
     "check_digest", "decode_body", "delay_level", "message_queues", "permission",
     "queue_for_group", "status", "to_send_item",
 ]

@@ -13,6 +13,17 @@ The handlers only map (broker/grpc/convert.py) and call the broker's services:
 - SendMessage: each message through ``SendService.send_single``, on a queue the
   server picks (a message group's always the same one; others at random), its
   answer once stored (and flushed or replicated where the role asks for it).
+- ReceiveMessage, AckMessage, ChangeInvisibleDuration: POP consumption through
+  PopService (broker/service/pop.py) and its edge (``PopMessageProcessor.receive``,
+  the long poll and the wait for the in-flight log's fsync). ReceiveMessage
+  streams a status, then (when found) the messages and a ``delivery_timestamp``;
+  its long poll is the request's ``long_polling_timeout`` (at most
+  ``longPollingMaxSuspendMillis``) cut to end LONG_POLL_RESERVE_MS before the
+  call's deadline, never refused for it. It pops from any of the topic's queues on
+  this broker (as RocketMQ's proxy: the queue named only picks the broker).
+  AckMessage answers each entry's status; ChangeInvisibleDuration a new handle
+  (the old one is then INVALID_RECEIPT_HANDLE). TAG filters only: SQL is
+  UNSUPPORTED as PopService answers it.
 - Heartbeat, NotifyClientTermination: answered OK (the clients' liveness is not
   tracked over gRPC yet).
 - Telemetry: every ``Settings`` the client sends is answered at once with a
@@ -37,17 +48,23 @@ from google.protobuf.message import Message
 
 from broker.config import BrokerConfig
 from broker.grpc.convert import (
+    FILTER_TYPES,
+    POP_CODES,
     SEND_CODES,
     Refusal,
+    duration_ms,
     message_queues,
     queue_for_group,
     status,
+    to_pb_message,
     to_send_item,
 )
 from broker.grpc.framing import GrpcError, StatusCode
 from broker.grpc.pb import definition_pb2 as pb
 from broker.grpc.pb import service_pb2 as spb
 from broker.grpc.server import Call, Handler, Method
+from broker.pop_processor import PopMessageProcessor
+from broker.service.pop import MAX_INVISIBLE_MS, MIN_INVISIBLE_MS, PopRequest, PopStatus
 from broker.service.send import STORE_STATUS, UNKNOWN_STORE_STATUS, SendOutcome, SendService
 from broker.store.offset_waiters import AllDone
 from broker.topic_validator import check_user_topic
@@ -71,12 +88,13 @@ BACKOFF_INITIAL_MS = 10
 BACKOFF_MAX_MS = 1000
 REQUEST_TIMEOUT_S = 3
 ROUTE_LOOKUP_S = 3.0
+# a long poll ends this long before the call's deadline (RocketMQ proxy's
+# longPollingReserveTimeInMillis), half the time left when less remains
+LONG_POLL_RESERVE_MS = 1000
+DEFAULT_INVISIBLE_MS = 30_000  # a ReceiveMessage that names no invisible duration
+MAX_ACK_ENTRIES = 1024
 # RPCs served by someone else's work later; they answer UNIMPLEMENTED until then
 NOT_YET = {
-    "ReceiveMessage": "POP consumption (ReceiveMessage) is not served over gRPC yet",
-    "AckMessage": "POP consumption (AckMessage) is not served over gRPC yet",
-    "ChangeInvisibleDuration": "POP consumption (ChangeInvisibleDuration) is not served "
-                               "over gRPC yet",
     "QueryAssignment": "QueryAssignment (push consumers) is not served over gRPC yet",
     "ForwardMessageToDeadLetterQueue": "ForwardMessageToDeadLetterQueue is not served "
                                        "over gRPC yet",
@@ -112,9 +130,11 @@ class MessagingService:
                  endpoint: Callable[[], tuple[str, int]],
                  on_topics_changed: Callable[[], None],
                  routes: RouteLookup | None = None,
+                 pop: PopMessageProcessor | None = None,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.config = config
         self.routes = routes
+        self.pop = pop
         self.send_service = send
         self.topics = topics
         self.endpoint = endpoint
@@ -131,6 +151,15 @@ class MessagingService:
                 self._unary(spb.NotifyClientTerminationRequest, self.notify_termination)),
             "Telemetry": Method(self.telemetry, streaming=True),
         }
+        if self.pop is not None:
+            table["ReceiveMessage"] = Method(self.receive_message)
+            table["AckMessage"] = Method(self._unary(spb.AckMessageRequest, self.ack_message))
+            table["ChangeInvisibleDuration"] = Method(
+                self._unary(spb.ChangeInvisibleDurationRequest, self.change_invisible))
+        else:
+            for name in ("ReceiveMessage", "AckMessage", "ChangeInvisibleDuration"):
+                table[name] = Method(_unimplemented(
+                    f"POP consumption ({name}) is not served by this broker"))
         for name, why in NOT_YET.items():
             table[name] = Method(_unimplemented(why))
         return {f"/{SERVICE}/{name}": m for name, m in table.items()}
@@ -241,6 +270,116 @@ class MessagingService:
                                    transaction_id=outcome.transaction_id or "",
                                    offset=outcome.queue_offset)
 
+    # ---- POP consumption --------------------------------------------------------------
+
+    def poll_ms(self, request: spb.ReceiveMessageRequest, deadline: float) -> int:
+        """The long poll: the request's, cut to end before the call's ``deadline``
+        (trio time); 0 when too little time is left, never an error."""
+        wanted = duration_ms(request.long_polling_timeout) \
+            if request.HasField("long_polling_timeout") else 0
+        left = (deadline - trio.current_time()) * 1000
+        if left == float("inf"):
+            return max(0, wanted)
+        reserve = min(LONG_POLL_RESERVE_MS, left / 2)
+        return max(0, min(wanted, int(left - reserve)))
+
+    async def receive_message(self, call: Call) -> None:
+        assert self.pop is not None
+        request = _parse(spb.ReceiveMessageRequest, await call.recv_one())
+        group = request.group.name
+        queue = request.message_queue
+        topic = queue.topic.name
+        invisible = duration_ms(request.invisible_duration) \
+            if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS
+        filter_type = FILTER_TYPES.get(request.filter_expression.type)
+        refused: pb.Status | None = None
+        if not group:
+            refused = status(Code.ILLEGAL_CONSUMER_GROUP, "the request names no group")
+        elif not topic:
+            refused = status(Code.ILLEGAL_TOPIC, "the request names no topic")
+        elif queue.broker.name and queue.broker.name != self.config.broker_name:
+            refused = status(Code.BAD_REQUEST, f"queue of broker {queue.broker.name[:64]!r}, "
+                                               f"not of {self.config.broker_name}")
+        elif filter_type is None:
+            refused = status(Code.ILLEGAL_FILTER_EXPRESSION, "unknown filter type "
+                                                             f"{request.filter_expression.type}")
+        elif not MIN_INVISIBLE_MS <= invisible <= MAX_INVISIBLE_MS:
+            refused = status(Code.ILLEGAL_INVISIBLE_TIME, "the invisible duration must be within "
+                                                          f"{MIN_INVISIBLE_MS}..{MAX_INVISIBLE_MS} ms")
+        if refused is not None:
+            await call.send(spb.ReceiveMessageResponse(status=refused).SerializeToString())
+            return
+        assert filter_type is not None
+        req = PopRequest(group, topic, -1, request.batch_size or RECEIVE_BATCH_SIZE, invisible,
+                         request.filter_expression.expression or "*", filter_type)
+        outcome = await self.pop.receive(req, self.poll_ms(request, call.deadline))
+        if outcome is None:
+            top = status(Code.TOO_MANY_REQUESTS, self.pop.polling_full_remark())
+        elif outcome.status is PopStatus.FOUND:
+            top = status(Code.OK)
+        elif outcome.status is PopStatus.NO_MESSAGE:
+            top = status(Code.MESSAGE_NOT_FOUND, "no new message")
+        else:
+            top = status(POP_CODES[outcome.status], outcome.remark or outcome.status.value)
+        await call.send(spb.ReceiveMessageResponse(status=top).SerializeToString())
+        if outcome is None or outcome.status is not PopStatus.FOUND:
+            return
+        namespace = queue.topic.resource_namespace
+        for popped in outcome.messages:
+            message = to_pb_message(popped, outcome.invisible_time_ms, namespace)
+            await call.send(spb.ReceiveMessageResponse(message=message).SerializeToString())
+        done = spb.ReceiveMessageResponse()
+        done.delivery_timestamp.FromMilliseconds(self.now_ms())
+        await call.send(done.SerializeToString())
+
+    async def ack_message(self, request: spb.AckMessageRequest, call: Call
+                          ) -> spb.AckMessageResponse:
+        assert self.pop is not None
+        group, topic = request.group.name, request.topic.name
+        if not group:
+            return spb.AckMessageResponse(
+                status=status(Code.ILLEGAL_CONSUMER_GROUP, "the request names no group"))
+        if not request.entries:
+            return spb.AckMessageResponse(status=status(Code.BAD_REQUEST, "no entry to ack"))
+        if len(request.entries) > MAX_ACK_ENTRIES:
+            return spb.AckMessageResponse(status=status(
+                Code.BAD_REQUEST, f"more than {MAX_ACK_ENTRIES} entries in one ack"))
+        entries: list[spb.AckMessageResultEntry] = []
+        for entry in request.entries:
+            outcome = self.pop.service.ack(group, topic, entry.receipt_handle)
+            entries.append(spb.AckMessageResultEntry(
+                message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                status=_handle_status(outcome.status, outcome.remark)))
+        await self.pop.runner.durable()
+        codes = {e.status.code for e in entries}
+        if len(entries) == 1:
+            top = entries[0].status
+        elif codes == {Code.OK}:
+            top = status(Code.OK)
+        else:
+            top = status(Code.MULTIPLE_RESULTS, "the entries had different results")
+        return spb.AckMessageResponse(status=top, entries=entries)
+
+    async def change_invisible(self, request: spb.ChangeInvisibleDurationRequest, call: Call
+                               ) -> spb.ChangeInvisibleDurationResponse:
+        assert self.pop is not None
+        group, topic = request.group.name, request.topic.name
+        if not group:
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(Code.ILLEGAL_CONSUMER_GROUP, "the request names no group"))
+        invisible = duration_ms(request.invisible_duration)
+        outcome = self.pop.service.change_invisible(group, topic, request.receipt_handle,
+                                                    invisible, self.pop.runner.now_ms())
+        await self.pop.runner.durable()
+        if outcome.status is PopStatus.ILLEGAL_REQUEST:
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(Code.ILLEGAL_INVISIBLE_TIME, outcome.remark or "bad duration"))
+        answer = spb.ChangeInvisibleDurationResponse(
+            status=_handle_status(outcome.status, outcome.remark))
+        if outcome.status is PopStatus.OK:
+            answer.receipt_handle = outcome.handle
+        return answer
+
     # ---- telemetry --------------------------------------------------------------------
 
     async def telemetry(self, call: Call) -> None:
@@ -322,6 +461,13 @@ def _parse(message_type: type[M], payload: bytes) -> M:
         raise GrpcError(StatusCode.INVALID_ARGUMENT,
                         f"the request is no {message_type.__name__}: {exc}") from None
     return message
+
+
+def _handle_status(st: PopStatus, remark: str | None) -> pb.Status:
+    """An ack's or change-invisible's outcome as a v2 status."""
+    if st is PopStatus.OK:
+        return status(Code.OK)
+    return status(POP_CODES[st], remark or st.value)
 
 
 def _unimplemented(why: str) -> Handler:

@@ -58,7 +58,8 @@ class Call:
     """One call as its handler sees it: ``recv`` the next request message (None
     when the client has sent its last), ``send`` a response message. ``peer``
     is the client's "host:port", ``metadata`` the request headers (lower-case
-    names; the ``x-mq-*`` ones carry the client's id and language)."""
+    names; the ``x-mq-*`` ones carry the client's id and language); ``deadline``
+    the trio time its ``grpc-timeout`` ends the call at (inf: none given)."""
 
     def __init__(self, method: str, peer: str, metadata: dict[str, str],
                  requests: trio.MemoryReceiveChannel[bytes],
@@ -69,6 +70,7 @@ class Call:
         self._requests = requests
         self._send = send
         self.sent = 0
+        self.deadline = math.inf
 
     async def recv(self) -> bytes | None:
         try:
@@ -224,6 +226,7 @@ class GrpcApp:
                     return
 
         call = Call(path, peer, metadata, requests, send_body)
+        call.deadline = trio.current_time() + timeout
         raised: Exception | None = None
         with trio.CancelScope() as scope:
             async with trio.open_nursery() as nursery:

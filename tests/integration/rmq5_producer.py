@@ -1,7 +1,8 @@
 """Run by RocketMQ's official Python client 5.x in its own venv (.venv-rmq5, make rmq5),
 never imported by the tests: sends over gRPC to the endpoint given and prints one JSON
 object: each SEND_OK message's id, body, tag, keys, group and offset, the failures, and the
-seconds the normal sends took.
+seconds the normal sends took. With ``--retry-for S`` a failed send is tried again (a new
+message id each time) for up to S seconds, each failed try counted in ``retried``.
 
     .venv-rmq5/bin/python tests/integration/rmq5_producer.py 127.0.0.1:8081 TopicA 100 \\
         --fifo-group g1 --fifo-count 10
@@ -25,13 +26,16 @@ def main() -> int:
     parser.add_argument("--fifo-group", default="")
     parser.add_argument("--fifo-count", type=int, default=0)
     parser.add_argument("--body-size", type=int, default=0)
+    parser.add_argument("--retry-for", type=float, default=0.0)
     args = parser.parse_args()
     producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,))
     producer.startup()
     sent: list[dict[str, object]] = []
     failed: list[str] = []
+    retried = 0
     try:
         def one(i: int, group: str | None) -> None:
+            nonlocal retried
             msg = Message()
             msg.topic = args.topic
             body = f"rmq5-{group or 'n'}-{i}".encode()
@@ -41,11 +45,18 @@ def main() -> int:
             msg.add_property("seq", str(i))
             if group:
                 msg.message_group = group
-            try:
-                receipt = producer.send(msg)
-            except Exception as exc:  # the test reports what failed
-                failed.append(f"{i}: {exc!r}")
-                return
+            give_up = time.monotonic() + args.retry_for
+            while True:
+                try:
+                    receipt = producer.send(msg)
+                    break
+                except Exception as exc:  # the test reports what failed
+                    if time.monotonic() < give_up:
+                        retried += 1
+                        time.sleep(0.1)
+                        continue
+                    failed.append(f"{i}: {exc!r}")
+                    return
             sent.append({"id": receipt.message_id, "body": msg.body.decode()[:64],
                          "offset": receipt.offset, "group": group or ""})
 
@@ -57,7 +68,7 @@ def main() -> int:
             one(i, args.fifo_group)
     finally:
         producer.shutdown()
-    json.dump({"sent": sent, "failed": failed, "seconds": seconds}, sys.stdout)
+    json.dump({"sent": sent, "failed": failed, "retried": retried, "seconds": seconds}, sys.stdout)
     return 0
 
 
