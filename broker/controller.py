@@ -259,7 +259,9 @@ class BrokerController:
                               is not None))
         self.pop_runner = PopRunner(self.pop_service, self.pop_log,
                                     checkpoint_bytes=config.pop_log_checkpoint_bytes,
-                                    revive_interval_ms=config.revive_interval)
+                                    revive_interval_ms=config.revive_interval,
+                                    sync_flush=config.flush_disk_type is FlushDiskType.SYNC_FLUSH,
+                                    flush_interval_ms=config.flush_interval_commit_log)
         self.pop_processor = PopMessageProcessor(
             self.pop_service, self.pop_runner, max_polling=config.max_pop_polling_size,
             max_suspend_ms=lambda: config.long_polling_max_suspend_millis)

@@ -9,9 +9,20 @@ messages of its topic or its group's retry topic to arrive (at most
 ``longPollingMaxSuspendMillis``; ``maxPopPollingSize`` pops held at once, past
 it POLLING_FULL).
 
-``PopRunner``: the in-flight log's writer (group commit: one fsync in a worker
-thread for all changes made meanwhile, a checkpoint past
-``popLogCheckpointBytes``) and the revive loop (every ``reviveInterval`` ms).
+``PopRunner``: the in-flight log's writer and the revive loop (every
+``reviveInterval`` ms). The log follows the broker's ``flushDiskType``, as
+RocketMQ 5's pop check points and acks follow the commit log's:
+
+- ``SYNC_FLUSH``: a request is answered once its changes are fsynced (group
+  commit: one fsync in a worker thread for all changes made meanwhile).
+- ``ASYNC_FLUSH``: a request is answered once its changes are written to the
+  log file (the page cache: a killed broker loses nothing); a flush task fsyncs
+  what was written every ``flushIntervalCommitLog`` ms. A power loss can take
+  the changes of the last interval: a forgotten ack, pop or change means a
+  message is delivered again, never lost nor invisible for good.
+
+Either way the log is rewritten as the table past ``popLogCheckpointBytes``
+(appends wait for the rewrite).
 """
 
 from __future__ import annotations
@@ -103,25 +114,40 @@ class PopRunner:
     """Writes the service's journal to the log and ticks the revive loop."""
 
     def __init__(self, service: PopService, pop_log: PopLog, *, checkpoint_bytes: int,
-                 revive_interval_ms: int, now_ms: Callable[[], int] = wall_ms) -> None:
+                 revive_interval_ms: int, now_ms: Callable[[], int] = wall_ms,
+                 sync_flush: bool = True, flush_interval_ms: int = 500) -> None:
         self.service = service
         self.pop_log = pop_log
         self.checkpoint_bytes = checkpoint_bytes
         self.revive_interval_ms = revive_interval_ms
         self.now_ms = now_ms
-        self.synced = 0
-        self._writing: trio.Event | None = None
+        self.sync_flush = sync_flush
+        self.flush_interval_ms = flush_interval_ms
+        self.written = 0  # journal entries written to the log file
+        self.synced = 0  # journal entries fsynced
+        self._writing: trio.Event | None = None  # set while an fsync-and-answer or a rewrite runs
+        self._flush_wake = trio.Event()
         self.arrived: dict[str, trio.Event] = {}  # topic -> set when messages arrive
         self.held = 0
         self.log = log.bind(service="pop")
 
     async def durable(self) -> None:
-        """Return once every change made so far is on disk."""
+        """Return once every change made so far is as durable as the flush
+        policy asks before an answer: fsynced (SYNC_FLUSH) or written to the
+        log file (ASYNC_FLUSH)."""
         journal = self.service.journal
         target = journal.seq
-        while self.synced < target:
+        done = (lambda: self.synced) if self.sync_flush else (lambda: self.written)
+        while done() < target:
             if self._writing is not None:
                 await self._writing.wait()
+                continue
+            if not self.sync_flush:
+                frames, seq = journal.take()
+                self.pop_log.append(frames)  # the page cache: no fsync, no thread
+                self.written = seq
+                if self.pop_log.size > self.checkpoint_bytes:
+                    self._flush_wake.set()
                 continue
             writing = self._writing = trio.Event()
             try:
@@ -130,10 +156,41 @@ class PopRunner:
                 if self.pop_log.size + len(frames) > self.checkpoint_bytes:
                     checkpoint = self.service.table.snapshot()
                 await trio.to_thread.run_sync(self.pop_log.write, frames, checkpoint)
-                self.synced = seq
+                self.written = self.synced = seq
             finally:
                 self._writing = None
                 writing.set()
+
+    async def flush(self) -> None:
+        """ASYNC_FLUSH's background step: rewrite the log as the table when it
+        is past ``checkpoint_bytes`` (appends wait), else fsync what was
+        written (appends go on meanwhile)."""
+        if self.pop_log.size > self.checkpoint_bytes:
+            writing = self._writing = trio.Event()
+            try:
+                frames, seq = self.service.journal.take()
+                # the snapshot holds every change made, written or not
+                checkpoint = self.service.table.snapshot()
+                await trio.to_thread.run_sync(self.pop_log.write, frames, checkpoint)
+                self.written = self.synced = seq
+            finally:
+                self._writing = None
+                writing.set()
+            return
+        seq = self.written
+        if self.synced < seq:
+            await trio.to_thread.run_sync(self.pop_log.sync)
+            self.synced = seq
+
+    async def _flush_loop(self) -> None:
+        while True:
+            with trio.move_on_after(self.flush_interval_ms / 1000):
+                await self._flush_wake.wait()
+            self._flush_wake = trio.Event()
+            try:
+                await self.flush()
+            except Exception as exc:  # the next interval tries again
+                self.log.error("pop log flush failed", error=repr(exc), exc_info=exc)
 
     def notify_message_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
         event = self.arrived.pop(topic, None)
@@ -159,7 +216,13 @@ class PopRunner:
         return done
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            if not self.sync_flush:
+                nursery.start_soon(self._flush_loop)
+            task_status.started()
+            await self._revive_loop()
+
+    async def _revive_loop(self) -> None:
         while True:
             await trio.sleep(self.revive_interval_ms / 1000)
             try:

@@ -401,6 +401,22 @@ def decode_record(buf: Buffer, pos: int = 0, verify_crc: bool = False) -> Messag
         raise CorruptRecordError(f"undecodable record at {pos}: {exc}") from exc
 
 
+# MAGICCODE, QUEUEOFFSET, PHYSICALOFFSET and RECONSUMETIMES, the rest skipped
+_POSITION_HEAD = struct.Struct(">4xI12xqq36xi")
+
+
+def record_position(buf: Buffer, pos: int = 0) -> tuple[int, int, int]:
+    """(queue offset, commit-log offset, reconsume times) of the record at
+    ``pos``, read from its head without decoding the rest. Raises
+    CorruptRecordError."""
+    if pos < 0 or len(buf) - pos < RECORD_HEAD_SIZE:
+        raise CorruptRecordError(f"no whole record head at {pos}")
+    magic, queue_offset, physical_offset, reconsume = _POSITION_HEAD.unpack_from(buf, pos)
+    if magic != MESSAGE_MAGIC_CODE:
+        raise CorruptRecordError(f"bad magic code {magic:#x} at {pos}")
+    return queue_offset, physical_offset, reconsume
+
+
 # records_kernel.decode_records compiled (deploy/speedups.py), when built from the
 # source beside this file and not turned off; else None (the loop below runs)
 RECORDS_KERNEL_MODULE = "protocol._records_kernel_c"

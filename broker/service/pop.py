@@ -42,9 +42,8 @@ from broker.store.pop_log import encode_frame
 from broker.store.status import GetMessageResult
 from protocol.filter import parse_sub_expression, tag_codes
 from protocol.filter_sql import is_tag_type, unsupported_remark
-from protocol.message import MessageExt
 from protocol.names import retry_topic
-from protocol.record import decode_record
+from protocol.record import record_position
 from protocol.route import TopicConfig, is_readable
 from protocol.subscription_group import SubscriptionGroupConfig
 
@@ -313,14 +312,13 @@ class PopService:
         records: list[Inflight] = []
         buffers: list[bytes] = []
         if got is GetMessageStatus.FOUND:
+            visible_at = now_ms + req.invisible_time_ms
             for view in result.buffers:
-                data = bytes(view)
-                msg: MessageExt = decode_record(data)
-                records.append(Inflight(group, topic, queue_id, msg.queue_offset,
-                                        msg.commit_log_offset,
-                                        now_ms + req.invisible_time_ms,
-                                        msg.reconsume_times + 1, now_ms))
-                buffers.append(data)
+                # the record's head says all an in-flight record needs
+                queue_offset, commit_log_offset, reconsume = record_position(view)
+                records.append(Inflight(group, topic, queue_id, queue_offset,
+                                        commit_log_offset, visible_at, reconsume + 1, now_ms))
+                buffers.append(bytes(view))
             next_offset = result.next_begin_offset
         elif got in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_TOO_SMALL,
                      GetMessageStatus.OFFSET_OVERFLOW_BADLY):

@@ -6,7 +6,9 @@ Layout under ``<storePathRootDir>/pop/``: ``inflight.log`` holds frames of
 ``[length u32][crc32 u32][JSON entry]``; ``secret`` holds the 32 random bytes
 receipt handles are signed with. ``load`` replays frames until the first torn
 or corrupt one and truncates the file there (what a crash mid-append leaves).
-``write`` appends frames and fsyncs; given a checkpoint (the table's
+``append`` writes frames into the page cache (they outlive a killed process,
+not a power loss) and ``sync`` fsyncs them (``synced_size``: how much of the
+file an fsync covered); ``write`` appends frames and fsyncs; given a checkpoint (the table's
 ``snapshot()`` entries, taken with the frames' changes applied) it writes it
 to ``inflight.log.tmp``, fsyncs, renames it over the log and fsyncs the
 directory, so the log is always either the old one plus whole frames or the
@@ -67,6 +69,8 @@ class PopLog:
         self.directory = directory
         self.path = directory / "inflight.log"
         self.size = 0
+        self.synced_size = 0  # the file's length at the last fsync's start
+        self._unsynced = False
         self._fd: int | None = None
 
     def secret(self) -> bytes:
@@ -102,7 +106,8 @@ class PopLog:
             os.ftruncate(self._fd, good)
             os.fsync(self._fd)
         os.lseek(self._fd, good, os.SEEK_SET)
-        self.size = good
+        self.size = self.synced_size = good
+        self._unsynced = False
         return entries
 
     def append(self, frames: bytes) -> None:
@@ -114,9 +119,16 @@ class PopLog:
             n = os.write(fd, view)
             view = view[n:]
         self.size += len(frames)
+        self._unsynced = True
 
     def sync(self) -> None:
-        os.fsync(self._require())
+        """fsync what was appended (safe in a worker thread while the owner
+        appends: what it appends meanwhile stays marked unsynced)."""
+        fd = self._require()
+        size = self.size
+        self._unsynced = False
+        os.fsync(fd)
+        self.synced_size = max(self.synced_size, size)
 
     def write(self, frames: bytes, checkpoint: list[dict[str, Any]] | None = None) -> None:
         """Make ``frames`` durable, or replace the log by ``checkpoint`` (which
@@ -137,10 +149,17 @@ class PopLog:
         self._fd = os.open(self.path, os.O_WRONLY, 0o644)
         os.lseek(self._fd, len(data), os.SEEK_SET)
         os.close(old)
-        self.size = len(data)
+        self.size = self.synced_size = len(data)
+        self._unsynced = False
 
     def close(self) -> None:
+        """Close the file, fsyncing first what was appended since the last
+        ``sync`` (a clean stop loses nothing even to a later power loss)."""
         if self._fd is not None:
+            if self._unsynced:
+                os.fsync(self._fd)
+                self._unsynced = False
+                self.synced_size = self.size
             os.close(self._fd)
             self._fd = None
 
