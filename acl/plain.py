@@ -265,6 +265,7 @@ HEADER_RESOURCES: Mapping[int, _Spec] = {
     RequestCode.PULL_MESSAGE: ((("topic",), SUB_TOPIC), (("consumerGroup",), SUB_GROUP)),
     RequestCode.POP_MESSAGE: _GROUP_AND_TOPIC,
     RequestCode.ACK_MESSAGE: _GROUP_AND_TOPIC,
+    RequestCode.BATCH_ACK_MESSAGE: _GROUP_AND_TOPIC,
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _GROUP_AND_TOPIC,
     RequestCode.QUERY_MESSAGE: _TOPIC_READ,
     RequestCode.UNREGISTER_CLIENT: _GROUP_READ,

@@ -95,6 +95,9 @@ BROKER_RULES: dict[int, Rule] = {
                         why="the receipt handle is signed for the group: no other topic"),
     C.CHANGE_MESSAGE_INVISIBLETIME: _res(topic("topic"), group("consumerGroup"),
                                          why="as ACK_MESSAGE"),
+    C.BATCH_ACK_MESSAGE: _res(topic("topic"), group("consumerGroup"),
+                              why="as ACK_MESSAGE: every handle of the body is checked "
+                                  "against the header's group and topic"),
     C.QUERY_CONSUMER_OFFSET: _res(group("consumerGroup"), topic("topic")),
     C.UPDATE_CONSUMER_OFFSET: _res(group("consumerGroup"), topic("topic")),
     C.GET_MAX_OFFSET: _res(topic("topic")),

@@ -12,6 +12,8 @@ messages go to a topic of ``--queues`` queues. Then:
 - ``pop``: ``--tasks`` SimpleConsumer tasks receive 32 at a time (invisible
   30 s) and ack every message (the acks of one receive concurrently), until
   every message was acked.
+- ``pop-batch``: the same with one ``ack_batch`` per receive
+  (BATCH_ACK_MESSAGE) instead of one ack per message (another group).
 
 For each: messages per second and per second of the broker's CPU time. The
 last line is the figures as JSON.
@@ -86,18 +88,23 @@ async def pull_all(namesrv: str) -> int:
     return done
 
 
-async def pop_all(namesrv: str, messages: int, tasks: int) -> int:
+async def pop_all(namesrv: str, messages: int, tasks: int, batch: bool = False) -> int:
     acked: set[bytes] = set()
-    async with SimpleConsumer("bench-pop", namesrv, init_mode="MIN",
-                              await_duration=1) as consumer:
+    async with SimpleConsumer("bench-pop-batch" if batch else "bench-pop", namesrv,
+                              init_mode="MIN", await_duration=1) as consumer:
         consumer.subscribe(TOPIC)
 
         async def one() -> None:
             while len(acked) < messages:
                 got = await consumer.receive(32, 30)
-                async with trio.open_nursery() as nursery:
-                    for m in got:
-                        nursery.start_soon(consumer.ack, m)
+                if batch and got:
+                    refused = await consumer.ack_batch(got)
+                    if refused:
+                        raise RuntimeError(f"batch ack refused: {refused[0][1]}")
+                else:
+                    async with trio.open_nursery() as nursery:
+                        for m in got:
+                            nursery.start_soon(consumer.ack, m)
                 acked.update(m.body[:9] for m in got)
 
         async with trio.open_nursery() as nursery:
@@ -120,13 +127,13 @@ async def bench(messages: int, queues: int, tasks: int) -> list[Figure]:
             assert broker.proc is not None
             pid = broker.proc.pid
             figures = []
-            for mode in ("pull", "pop"):
+            for mode in ("pull", "pop", "pop-batch"):
                 cpu0 = cpu_seconds(pid) or 0.0
                 t0 = time.perf_counter()
                 if mode == "pull":
                     n = await pull_all(ns.addr)
                 else:
-                    n = await pop_all(ns.addr, messages, tasks)
+                    n = await pop_all(ns.addr, messages, tasks, batch=mode == "pop-batch")
                 elapsed = time.perf_counter() - t0
                 figures.append(Figure(mode, n, elapsed, (cpu_seconds(pid) or 0.0) - cpu0))
             return figures
@@ -140,9 +147,9 @@ async def bench(messages: int, queues: int, tasks: int) -> list[Figure]:
 @click.option("--tasks", default=4, show_default=True)
 def main(messages: int, queues: int, tasks: int) -> None:
     figures = trio.run(bench, messages, queues, tasks)
-    click.echo(f"{'mode':<5} {'messages':>9} {'seconds':>8} {'msgs/s':>9} {'msgs/broker-cpu-s':>18}")
+    click.echo(f"{'mode':<9} {'messages':>9} {'seconds':>8} {'msgs/s':>9} {'msgs/broker-cpu-s':>18}")
     for f in figures:
-        click.echo(f"{f.mode:<5} {f.messages:>9} {f.seconds:>8.2f} {f.per_s:>9.0f} "
+        click.echo(f"{f.mode:<9} {f.messages:>9} {f.seconds:>8.2f} {f.per_s:>9.0f} "
                    f"{f.per_cpu_s:>18.0f}")
     click.echo(json.dumps({"pop": [{**asdict(f), "per_s": f.per_s, "per_broker_cpu_s": f.per_cpu_s}
                                    for f in figures]}))

@@ -122,7 +122,7 @@ def request_lanes(config: BrokerConfig) -> Lanes:
                RequestCode.SEND_BATCH_MESSAGE, RequestCode.CONSUMER_SEND_MSG_BACK])
     lanes.add(Lane("pull", max_wait_ms=config.wait_time_mills_in_pull_queue),
               [RequestCode.PULL_MESSAGE, RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE,
-               RequestCode.CHANGE_MESSAGE_INVISIBLETIME])
+               RequestCode.BATCH_ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME])
     lanes.add(Lane("heartbeat", share=config.heartbeat_lane_percent / 100,
                    max_wait_ms=config.wait_time_mills_in_heartbeat_queue),
               [RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT])
@@ -389,6 +389,7 @@ class BrokerController:
         t.register(RequestCode.PULL_MESSAGE, self.pull_processor.pull_message)
         t.register(RequestCode.POP_MESSAGE, self.pop_processor.pop_message)
         t.register(RequestCode.ACK_MESSAGE, self.pop_processor.ack_message)
+        t.register(RequestCode.BATCH_ACK_MESSAGE, self.pop_processor.batch_ack_message)
         t.register(RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
                    self.pop_processor.change_invisible_time)
         cm = self.consumer_manage_processor

@@ -1,6 +1,7 @@
 """POP on the remoting wire and POP's trio edge.
 
-``PopMessageProcessor``: POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME
+``PopMessageProcessor``: POP_MESSAGE, ACK_MESSAGE, BATCH_ACK_MESSAGE and
+CHANGE_MESSAGE_INVISIBLETIME
 (RocketMQ 5's codes and header names) as thin adapters over ``PopService``
 (broker/service/pop.py): decode the header, call the service, wait until its
 changes are on disk (``PopRunner.durable``), encode the answer with one table
@@ -45,10 +46,12 @@ from broker.service.pop import (
 )
 from broker.service.send import STORED, SendOutcome, SendStatus
 from broker.store.pop_log import PopLog
+from protocol.batch_ack import BatchAckError, decode_handles, encode_results
 from protocol.codes import ResponseCode
 from protocol.command import RemotingCommand
 from protocol.headers import (
     AckMessageRequestHeader,
+    BatchAckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
     ConsumerSendMsgBackRequestHeader,
@@ -282,6 +285,23 @@ class PopMessageProcessor:
         outcome = self.service.ack(h.consumer_group, h.topic, h.extra_info)
         await self.runner.durable()
         return encode_handle(cmd, outcome)
+
+    async def batch_ack_message(self, conn: RemotingConnection, cmd: RemotingCommand
+                                ) -> RemotingCommand:
+        """BATCH_ACK_MESSAGE: the body's handles acked with one log write; the
+        answer's body says, per handle, acked or why not."""
+        h = BatchAckMessageRequestHeader.from_fields(cmd.ext_fields)
+        try:
+            handles = decode_handles(cmd.body)
+        except BatchAckError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, f"bad batch ack body: {exc}")
+        outcomes = self.service.ack_batch(h.consumer_group, h.topic, handles)
+        await self.runner.durable()
+        if isinstance(outcomes, HandleOutcome):
+            return encode_handle(cmd, outcomes)
+        remarks = [None if o.status is PopStatus.OK
+                   else f"{o.status.value}: {o.remark}" for o in outcomes]
+        return cmd.response(ResponseCode.SUCCESS, None, body=encode_results(remarks))
 
     async def change_invisible_time(self, conn: RemotingConnection, cmd: RemotingCommand
                                     ) -> RemotingCommand:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -36,12 +37,14 @@ from client.instance import (
     client_namesrv_addr,
 )
 from client.validators import check_group
+from protocol.batch_ack import MAX_BATCH_ACK, BatchAckError, decode_results, encode_handles
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
 from protocol.filter import parse_sub_expression
 from protocol.headers import (
     AckMessageRequestHeader,
+    BatchAckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
     PopMessageRequestHeader,
@@ -271,6 +274,41 @@ class SimpleConsumer:
             consumer_group=self.group, topic=msg.topic, queue_id=msg.message.queue_id,
             extra_info=msg.receipt_handle, offset=msg.message.queue_offset)
         await self._handle_request(RequestCode.ACK_MESSAGE, header.to_fields(), msg, "ack")
+
+    async def ack_batch(self, msgs: Sequence[ReceivedMessage]
+                        ) -> list[tuple[ReceivedMessage, str]]:
+        """Ack many messages with one request per broker and topic (RocketMQ's
+        BATCH_ACK_MESSAGE, up to 1024 handles each). Answers the messages the
+        broker no longer takes, each with the broker's remark (as ``ack``'s
+        InvalidReceiptHandle); raises MQBrokerError or MQClientError when a
+        whole request fails (the acks of the requests before it stand)."""
+        groups: dict[tuple[str, str], list[ReceivedMessage]] = {}
+        for m in msgs:
+            groups.setdefault((m.broker_name, m.topic), []).append(m)
+        refused: list[tuple[ReceivedMessage, str]] = []
+        instance = self._running()
+        for (broker_name, topic), batch in groups.items():
+            addr, _ = await instance.require_broker_addr(broker_name, topic)
+            for start in range(0, len(batch), MAX_BATCH_ACK):
+                part = batch[start:start + MAX_BATCH_ACK]
+                header = BatchAckMessageRequestHeader(consumer_group=self.group, topic=topic)
+                cmd = RemotingCommand.request(RequestCode.BATCH_ACK_MESSAGE, header.to_fields(),
+                                              body=encode_handles([m.receipt_handle
+                                                                   for m in part]))
+                try:
+                    response = await instance.invoke(addr, cmd)
+                except RemotingError as exc:
+                    raise MQClientError(f"batch ack at {broker_name} failed: {exc}") from exc
+                if response.code != ResponseCode.SUCCESS:
+                    raise MQBrokerError(response.code, response.remark, addr,
+                                        context="batch ack")
+                try:
+                    remarks = decode_results(response.body, len(part))
+                except (BatchAckError, UnicodeDecodeError) as exc:
+                    raise MQClientError(f"bad batch ack answer: {exc}") from exc
+                refused.extend((m, r) for m, r in zip(part, remarks, strict=True)
+                               if r is not None)
+        return refused
 
     async def change_invisible_duration(self, msg: ReceivedMessage, duration: float) -> None:
         """``msg`` stays invisible ``duration`` seconds from now; its receipt

@@ -95,6 +95,7 @@ class RequestCode(IntEnum):
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     CHANGE_MESSAGE_INVISIBLETIME = 200053
+    BATCH_ACK_MESSAGE = 200151  # our body: protocol/batch_ack.py
 
 
 class ResponseCode(IntEnum):

@@ -406,6 +406,15 @@ class AckMessageRequestHeader(Header):
 
 
 @dataclass(slots=True)
+class BatchAckMessageRequestHeader(Header):
+    """BATCH_ACK_MESSAGE: the receipt handles of ``topic`` (or of the group's
+    retry topic) are in the body (protocol/batch_ack.py)."""
+
+    consumer_group: Group
+    topic: Topic
+
+
+@dataclass(slots=True)
 class ChangeInvisibleTimeRequestHeader(Header):
     """CHANGE_MESSAGE_INVISIBLETIME: the message of ``extra_info`` (its
     receipt handle) is invisible for ``invisible_time`` ms from now."""

@@ -367,6 +367,15 @@ class PopService:
         self.acked += 1
         return HandleOutcome(PopStatus.OK)
 
+    def ack_batch(self, group: str, topic: str, handles: Sequence[str]
+                  ) -> HandleOutcome | list[HandleOutcome]:
+        """Ack each handle (RocketMQ's BATCH_ACK_MESSAGE): one outcome per
+        handle, or one refusal for them all (slave, permission, group)."""
+        checked = self._check(group, topic)
+        if isinstance(checked, PopOutcome):
+            return HandleOutcome(checked.status, checked.remark)
+        return [self.ack(group, topic, h) for h in handles]
+
     def change_invisible(self, group: str, topic: str, handle: str, invisible_time_ms: int,
                          now_ms: int) -> HandleOutcome:
         if not MIN_INVISIBLE_MS <= invisible_time_ms <= MAX_INVISIBLE_MS:
