@@ -18,6 +18,7 @@ from broker.pop_processor import PopMessageProcessor, PopRunner
 from broker.service.pop import PopService, ReviveResult
 from broker.store import DefaultMessageStore
 from broker.store.pop_log import PopLog
+from protocol.batch_ack import decode_results
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import RemoteProtocolError
@@ -194,3 +195,149 @@ async def test_past_the_checkpoint_size_the_log_is_rewritten_as_the_table(edge: 
         table.apply(e)
     assert table.records == edge.svc.table.records and table.offsets == edge.svc.table.offsets
     assert sorted(k[3] for k in table.records) == [4, 5]
+
+
+def async_runner(edge: Edge, syncs: list[int]) -> PopRunner:
+    """The edge's service behind an ASYNC_FLUSH runner; ``syncs`` counts fsyncs."""
+    real_sync = edge.pop_log.sync
+
+    def counted() -> None:
+        syncs.append(edge.pop_log.size)
+        real_sync()
+
+    edge.pop_log.sync = counted  # type: ignore[method-assign]
+    runner = PopRunner(edge.svc, edge.pop_log, checkpoint_bytes=1 << 20,
+                       revive_interval_ms=86_400_000, sync_flush=False, flush_interval_ms=500,
+                       now_ms=lambda: int(trio.current_time() * 1000))
+    edge.proc.runner = runner
+    return runner
+
+
+def handles_of(resp: RemotingCommand) -> list[str]:
+    return PopMessageResponseHeader.from_fields(resp.ext_fields).receipt_handles.split()
+
+
+async def test_async_flush_answers_once_written_and_the_flush_task_fsyncs(
+        edge: Edge, autojump_clock: trio.testing.MockClock) -> None:
+    syncs: list[int] = []
+    runner = async_runner(edge, syncs)
+    edge.put(3)
+    conn = FakeConn()
+    handles = handles_of(await edge.proc.pop_message(conn, pop_cmd()))  # type: ignore[arg-type]
+    for h in handles:
+        ack = await edge.proc.ack_message(conn, handle_cmd(RequestCode.ACK_MESSAGE, h))  # type: ignore[arg-type]
+        assert ack.code == ResponseCode.SUCCESS
+    # answered with no fsync (and no thread): the entries are in the file already
+    assert syncs == [] and edge.writes == [] and runner.synced == 0
+    assert [e["k"] for e in PopLog(edge.pop_log.directory).load()] == ["pop", "ack", "ack", "ack"]
+    assert runner.written == edge.svc.journal.seq
+    async with trio.open_nursery() as nursery:
+        start = trio.current_time()
+        await nursery.start(runner.run)
+        await trio.sleep(0.4)
+        assert syncs == []  # not before flushIntervalCommitLog
+        while runner.synced < runner.written:  # the fsync runs in a worker thread
+            await trio.sleep(0.01)
+        assert trio.current_time() - start >= 0.5
+        assert syncs == [edge.pop_log.size]
+        assert edge.pop_log.synced_size == edge.pop_log.size
+        await trio.sleep(2)
+        assert len(syncs) == 1  # nothing new written: no fsync
+        nursery.cancel_scope.cancel()
+
+
+async def test_async_flush_power_loss_redelivers_unsynced_acks_and_loses_nothing(
+        edge: Edge, tmp_path: Path) -> None:
+    """A power loss keeps the log up to its last fsync: the acks after it are
+    forgotten, so those messages are delivered again; every message is either
+    acked before the fsync or in flight (none lost, none hidden for good)."""
+    runner = async_runner(edge, [])
+    edge.put(6)
+    conn = FakeConn()
+    handles = handles_of(await edge.proc.pop_message(conn, pop_cmd(invisible=10_000)))  # type: ignore[arg-type]
+    for h in handles[:2]:
+        await edge.proc.ack_message(conn, handle_cmd(RequestCode.ACK_MESSAGE, h))  # type: ignore[arg-type]
+    await runner.flush()  # the background fsync: the pop and two acks are durable
+    for h in handles[2:5]:
+        ack = await edge.proc.ack_message(conn, handle_cmd(RequestCode.ACK_MESSAGE, h))  # type: ignore[arg-type]
+        assert ack.code == ResponseCode.SUCCESS
+    kept = edge.pop_log.synced_size
+    assert kept < edge.pop_log.size
+    with open(edge.pop_log.path, "r+b") as f:  # what the disk held at the power loss
+        f.truncate(kept)
+    table = PopTable(100, 100)
+    for e in PopLog(edge.pop_log.directory).load():
+        table.apply(e)
+    assert table.offset(GROUP, TOPIC, 0) == 6  # the pop survived: no message popped twice now
+    in_flight = sorted(k[3] for k in table.records)
+    assert in_flight == [2, 3, 4, 5]  # the three forgotten acks and the un-acked one
+    assert [r.queue_offset for r in table.due(10**15, 100)] == [2, 3, 4, 5]  # redelivered
+
+
+async def test_async_flush_checkpoint_holds_appends_until_the_new_log_is_in_place(
+        edge: Edge) -> None:
+    # real time: the rewrite is a worker thread, which an autojump clock would
+    # jump past (to the revive loop's next tick)
+    runner = async_runner(edge, [])
+    edge.put(6)
+    conn = FakeConn()
+    handles = handles_of(await edge.proc.pop_message(  # type: ignore[arg-type]
+        conn, pop_cmd(invisible=12 * 3600 * 1000)))
+    runner.checkpoint_bytes = edge.pop_log.size + 100
+    for h in handles[:4]:
+        await edge.proc.ack_message(conn, handle_cmd(RequestCode.ACK_MESSAGE, h))  # type: ignore[arg-type]
+    assert edge.pop_log.size > runner.checkpoint_bytes and edge.writes == []
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runner.run)
+        # the acks woke the flush task: the rewrite runs at once (appends wait on it)
+        with trio.fail_after(5):
+            while not edge.writes:
+                await trio.sleep(0.001)
+        await edge.proc.ack_message(conn, handle_cmd(RequestCode.ACK_MESSAGE, handles[4]))  # type: ignore[arg-type]
+        nursery.cancel_scope.cancel()
+    table = PopTable(100, 100)
+    for e in PopLog(edge.pop_log.directory).load():
+        table.apply(e)
+    assert sorted(k[3] for k in table.records) == [5]
+    assert table.records == edge.svc.table.records
+
+
+def batch_cmd(handles: list[str], body: bytes | None = None) -> RemotingCommand:
+    return RemotingCommand.request(
+        RequestCode.BATCH_ACK_MESSAGE, {"consumerGroup": GROUP, "topic": TOPIC},
+        body=body if body is not None else "\n".join(handles).encode())
+
+
+async def test_batch_ack_acks_with_one_write_and_says_which_handles_it_refused(
+        edge: Edge) -> None:
+    edge.put(4)
+    conn = FakeConn()
+    handles = handles_of(await edge.proc.pop_message(conn, pop_cmd()))  # type: ignore[arg-type]
+    await edge.proc.ack_message(conn, handle_cmd(RequestCode.ACK_MESSAGE, handles[0]))  # type: ignore[arg-type]
+    before = len(edge.writes)
+    resp = await edge.proc.batch_ack_message(conn, batch_cmd(handles + ["1.AAAA.AAAA"]))  # type: ignore[arg-type]
+    assert resp.code == ResponseCode.SUCCESS
+    results = decode_results(resp.body, 5)
+    assert results[1:4] == [None, None, None]
+    assert results[0] is not None and results[0].startswith("INVALID_RECEIPT_HANDLE: ")
+    assert "no longer in flight" in results[0]
+    assert results[4] is not None and "not issued" in results[4]
+    assert len(edge.writes) - before == 1
+    assert len(edge.svc.table) == 0
+    assert [e["k"] for e in PopLog(edge.pop_log.directory).load()].count("ack") == 4
+
+
+@pytest.mark.parametrize("body", [b"", b"\xff\xfe", b"a\n\nb", b"h\n" * 1100,
+                                  b"x" * 600])
+async def test_hostile_batch_ack_bodies_are_refused_with_a_reason(edge: Edge, body: bytes
+                                                                  ) -> None:
+    resp = await edge.proc.batch_ack_message(FakeConn(), batch_cmd([], body))  # type: ignore[arg-type]
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.remark is not None and resp.remark.startswith("bad batch ack body")
+
+
+async def test_batch_ack_of_an_unknown_group_is_refused_whole(edge: Edge) -> None:
+    cmd = batch_cmd(["h"])
+    cmd.ext_fields["consumerGroup"] = "no-such-group"
+    resp = await edge.proc.batch_ack_message(FakeConn(), cmd)  # type: ignore[arg-type]
+    assert resp.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
