@@ -1,7 +1,8 @@
 """POP against a real broker: SimpleConsumer receives, acks, changes
 invisibility, gets an un-acked message again with attempt + 1 and finally
-sees it dead-lettered; kill -9 of the broker during a receive/ack loop loses
-no ack and hides no message for good."""
+sees it dead-lettered; batch acks; kill -9 of the broker (ASYNC_FLUSH, the
+default: answered acks are in the page cache, not yet fsynced) during a
+receive/ack loop loses no ack and hides no message for good."""
 
 from __future__ import annotations
 
@@ -105,13 +106,22 @@ async def test_kill_9_during_pops_and_acks(cluster: Cluster) -> None:
     seen: dict[bytes, int] = {}
     async with SimpleConsumer(GROUP, ns, init_mode="MIN", await_duration=0.5) as c:
         c.subscribe(TOPIC)
+        rounds = 0
         with trio.fail_after(60):
             while len(acked) < 150:
+                rounds += 1
+                to_ack = []
                 for m in await c.receive(16, 2):
                     seen[m.body] = seen.get(m.body, 0) + 1
                     if int(m.body[1:]) % 3:  # one in three is left un-acked
+                        to_ack.append(m)
+                if rounds % 2:  # one ack per message, or one batch ack per receive
+                    for m in to_ack:
                         await c.ack(m)
                         acked.add(m.body)
+                else:
+                    refused = {id(m) for m, _ in await c.ack_batch(to_ack)}
+                    acked.update(m.body for m in to_ack if id(m) not in refused)
         broker.kill()  # between acks, with un-acked messages in flight
     broker.start()
     async with MQAdmin(ns) as admin:
@@ -127,3 +137,19 @@ async def test_kill_9_during_pops_and_acks(cluster: Cluster) -> None:
                     after.add(m.body)
     assert acked | after == set(bodies)
     assert after  # the un-acked ones (and those never received) came after the restart
+
+
+async def test_batch_ack_acks_many_and_names_the_refused(cluster: Cluster) -> None:
+    ns, _ = await setup(cluster)
+    await send(ns, [b"b%d" % i for i in range(6)])
+    async with SimpleConsumer(GROUP, ns, init_mode="MIN", await_duration=1) as c:
+        c.subscribe(TOPIC)
+        got = await receive_until(c, 6, 30, 20)
+        await c.ack(got[0])
+        refused = await c.ack_batch(got)
+        assert [(m.body, "INVALID_RECEIPT_HANDLE" in remark) for m, remark in refused] == [
+            (got[0].body, True)]
+        again = await c.ack_batch(got[1:])  # all spent now
+        assert [m.body for m, _ in again] == [m.body for m in got[1:]]
+        assert all(r.startswith("INVALID_RECEIPT_HANDLE") for _, r in again)
+        assert await c.receive(16, 1) == []  # acked: nothing comes back
