@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import heapq
 import hmac
 from collections.abc import Iterable
@@ -95,7 +94,7 @@ class HandleCodec:
 
     def _mac(self, group: str, payload: bytes) -> bytes:
         msg = group.encode("utf-8") + b"\x00" + payload
-        return hmac.new(self._secret, msg, hashlib.sha256).digest()[:MAC_BYTES]
+        return hmac.digest(self._secret, msg, "sha256")[:MAC_BYTES]  # one-shot: C fast path
 
     def encode(self, rec: Inflight) -> str:
         payload = SEP.join((self.broker_name, rec.topic, str(rec.queue_id),
