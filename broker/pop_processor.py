@@ -4,7 +4,7 @@
 CHANGE_MESSAGE_INVISIBLETIME
 (RocketMQ 5's codes and header names) as thin adapters over ``PopService``
 (broker/service/pop.py): decode the header, call the service, wait until its
-changes are on disk (``PopRunner.durable``), encode the answer with one table
+changes are durable as the flush policy asks (``PopRunner.durable``), encode the answer with one table
 (``STATUS_TO_CODE``). A pop that finds nothing and has a ``pollTime`` waits for
 messages of its topic or its group's retry topic to arrive (at most
 ``longPollingMaxSuspendMillis``; ``maxPopPollingSize`` pops held at once, past
@@ -258,7 +258,8 @@ class PopMessageProcessor:
     async def receive(self, req: PopRequest, poll_ms: int) -> PopOutcome | None:
         """Pop; when nothing is found, wait up to ``poll_ms`` (at most
         ``longPollingMaxSuspendMillis``) for messages of the topic or the group's
-        retry topic and pop again. Answers once the changes are on disk; None when
+        retry topic and pop again. Answers once the changes are durable
+        (``PopRunner.durable``); None when
         ``maxPopPollingSize`` pops are held already (POLLING_FULL). Every transport
         pops through here."""
         runner = self.runner

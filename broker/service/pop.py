@@ -14,8 +14,8 @@ messages whose visible time has come, through the ``Reviver`` the broker gives
 
 Every change is an entry the service applies to its ``PopTable`` and queues in
 ``journal``; the trio edge (broker/pop_processor.py) writes the queued frames
-(broker/store/pop_log.py) and answers each request once its changes are on
-disk. Bounds: ``popInflightMessageThreshold`` records per group and
+(broker/store/pop_log.py) and answers each request once its changes are as
+durable as ``flushDiskType`` asks (written, or fsynced). Bounds: ``popInflightMessageThreshold`` records per group and
 ``popInflightTotalThreshold`` in all; a pop past them is ``BUSY``.
 """
 
