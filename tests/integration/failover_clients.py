@@ -4,7 +4,8 @@ clustering push consumer and an orderly push consumer running while the master i
 killed with kill -9. Used by test_failover_clients.py and by
 ``python -m tests.integration.failover_clients --poll 30 --runs 3`` (figures: kill -9
 to the first SEND_OK, and to the first message each consumer gets from the new
-master; ``--poll`` is the clients' pollNameServerInterval in seconds)."""
+master; ``--poll`` is the clients' pollNameServerInterval in seconds; ``--cpp``: the
+official C++ client's producer and push consumer instead)."""
 
 from __future__ import annotations
 
@@ -191,6 +192,111 @@ async def _traffic(ctl: ControllerAdmin, group: Group, producer: Producer,
             resumed, 120, f"{name} gets a message sent after the kill ({first_after!r})")
 
 
+# ---- the official C++ client (PyPI rocketmq 0.4.4) --------------------------------------
+
+CPP_GROUP = "follow-cpp"
+
+
+@dataclass
+class CppFigures:
+    first_send_s: float = 0.0  # kill -9 -> the first send answered OK after it
+    elected_s: float = 0.0
+    resumed_s: float = 0.0  # kill -9 -> the consumer gets a message sent after it
+    failed_sends: int = 0
+    errors: Counter[str] = field(default_factory=Counter)  # failed sends by C++ message
+    acked: int = 0
+    duplicates: int = 0
+
+
+def _error_kind(error: str) -> str:
+    """A C++ error message without its addresses and numbers."""
+    return " ".join(w for w in error.split()[:8] if not any(ch.isdigit() for ch in w))
+
+
+async def cpp_clients_follow(cluster: Cluster, home: Path, heartbeat_ms: int = 1500,
+                             before: int = 40, after: int = 40) -> CppFigures:
+    """The C++ client's producer and push consumer (child processes, default
+    settings: routes refreshed every 30 s) across a kill -9 of the master. Asserts
+    that every message the C++ producer had answered OK reaches the C++ consumer and
+    that its group's offsets end on the new master."""
+    from tests.integration.official_client import OfficialClient, message
+
+    figures = CppFigures()
+    acked: set[str] = set()
+    async with ControllerAdmin() as ctl:
+        group = await start_group(cluster, ctl, heartbeat_ms, TOPIC, QUEUES)
+        ns = group.ns.addr
+        with OfficialClient(["consume", "-n", ns, "-g", CPP_GROUP, "-t", TOPIC],
+                            home / "consumer", timeout=400) as consumer, \
+                OfficialClient(["produce", "-n", ns, "-g", "follow-cpp-producer"],
+                               home / "producer", timeout=400) as producer:
+            await trio.to_thread.run_sync(lambda: consumer.wait_event("started", 60))
+            await trio.to_thread.run_sync(lambda: producer.wait_event("started", 60))
+            i = 0
+
+            async def send_one() -> bool:
+                nonlocal i
+                body = f"cpp-{i}"
+                want = len(producer.records()) + 1
+                producer.write({"op": "sync", "message": message(TOPIC, body)})
+                i += 1
+                await trio.to_thread.run_sync(lambda: producer.wait(
+                    lambda: len(producer.records()) >= want, 60, f"an answer to {body}"))
+                answer = producer.records()[-1]
+                if "error" in answer:
+                    figures.errors[_error_kind(answer["error"])] += 1
+                    return False
+                assert answer["status"] == "OK", answer
+                acked.add(body)
+                return True
+
+            def bodies() -> Counter[str]:
+                return Counter(r["body"] for r in consumer.records())
+
+            async def consumed_all() -> bool:
+                return acked <= set(bodies())
+
+            for _ in range(before):
+                assert await send_one(), producer.diagnostics()
+            await wait_until(consumed_all, 60, "the C++ consumer got what was sent before")
+
+            group.master.kill()
+            killed_at = time.monotonic()
+
+            async def watch_election() -> None:
+                await wait_until(lambda: new_master(ctl, group), 120, "a new master elected",
+                                 interval=0.05)
+                figures.elected_s = time.monotonic() - killed_at
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch_election)
+                with trio.fail_after(240):
+                    while not await send_one():
+                        figures.failed_sends += 1
+                        await trio.sleep(0.05)
+                figures.first_send_s = time.monotonic() - killed_at
+            first_after = f"cpp-{i - 1}"
+            for _ in range(after):
+                assert await send_one(), producer.diagnostics()
+
+            async def got_first_after() -> bool:
+                return first_after in bodies()
+            try:
+                await wait_until(got_first_after, 120, "the C++ consumer resumes")
+                figures.resumed_s = time.monotonic() - killed_at
+                await wait_until(consumed_all, 60, "every acknowledged message at the C++ "
+                                 "consumer")
+                await wait_lag_zero(ns, CPP_GROUP, TOPIC, timeout=60)
+            except AssertionError as e:
+                raise AssertionError(f"{e}: {len(acked - set(bodies()))} missing\n"
+                                     f"{consumer.diagnostics()}") from None
+            consumer.write("stop")
+            assert producer.finish() == 0 and consumer.finish() == 0
+            figures.acked = len(acked)
+            figures.duplicates = sum(bodies().values()) - len(bodies())
+    return figures
+
+
 async def _measure(poll_s: float, heartbeat_ms: int, runs: int) -> None:
     for run in range(runs):
         with tempfile.TemporaryDirectory() as root:
@@ -207,13 +313,32 @@ async def _measure(poll_s: float, heartbeat_ms: int, runs: int) -> None:
               + f"; duplicates {f.duplicates}", flush=True)
 
 
+async def _measure_cpp(heartbeat_ms: int, runs: int) -> None:
+    for run in range(runs):
+        with tempfile.TemporaryDirectory() as root:
+            cluster = Cluster(Path(root) / "cluster")
+            try:
+                f = await cpp_clients_follow(cluster, Path(root) / "cpp", heartbeat_ms)
+            finally:
+                cluster.close()
+        print(f"C++ client, heartbeat timeout {heartbeat_ms} ms, run {run + 1}: first send OK "
+              f"{f.first_send_s:.2f} s after the kill (new master named after "
+              f"{f.elected_s:.2f} s, {f.failed_sends} failed sends: {dict(f.errors)}); "
+              f"consumer resumed {f.resumed_s:.2f} s; duplicates {f.duplicates}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--poll", type=float, default=30.0)
     parser.add_argument("--heartbeat-ms", type=int, default=1500)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--cpp", action="store_true",
+                        help="the official C++ client's producer and consumer instead")
     args = parser.parse_args()
-    trio.run(_measure, args.poll, args.heartbeat_ms, args.runs)
+    if args.cpp:
+        trio.run(_measure_cpp, args.heartbeat_ms, args.runs)
+    else:
+        trio.run(_measure, args.poll, args.heartbeat_ms, args.runs)
 
 
 if __name__ == "__main__":
