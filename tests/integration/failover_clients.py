@@ -316,6 +316,7 @@ async def _measure(poll_s: float, heartbeat_ms: int, runs: int) -> None:
 async def _measure_cpp(heartbeat_ms: int, runs: int) -> None:
     for run in range(runs):
         with tempfile.TemporaryDirectory() as root:
+            (Path(root) / "cluster").mkdir()
             cluster = Cluster(Path(root) / "cluster")
             try:
                 f = await cpp_clients_follow(cluster, Path(root) / "cpp", heartbeat_ms)
