@@ -23,11 +23,14 @@ _why = load_error()
 
 async def test_sdk_producer_and_push_consumers_follow_the_new_master(cluster: Cluster
                                                                      ) -> None:
-    figures = await sdk_clients_follow(cluster, poll_s=0.5)
+    # the clients' periodic route refresh at its default (30 s): what finds the new
+    # master is the refresh a failed send or pull makes at once
+    figures = await sdk_clients_follow(cluster, poll_s=30.0)
     assert figures.acked >= 200
     assert set(figures.resumed_s) == {CONCURRENT, ORDERLY}
-    # bounded by the heart-beat timeout, an election and the clients' route refresh
-    assert figures.first_send_s < 60, figures
+    # the heart-beat timeout (1.5 s), an election, a registration (measured 2.4-3.3 s)
+    assert figures.first_send_s < 20, figures
+    assert max(figures.resumed_s.values()) < 25, figures
 
 
 @pytest.mark.skipif(_why is not None,
