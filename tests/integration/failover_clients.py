@@ -5,7 +5,8 @@ killed with kill -9. Used by test_failover_clients.py and by
 ``python -m tests.integration.failover_clients --poll 30 --runs 3`` (figures: kill -9
 to the first SEND_OK, and to the first message each consumer gets from the new
 master; ``--poll`` is the clients' pollNameServerInterval in seconds; ``--cpp``: the
-official C++ client's producer and push consumer instead)."""
+official C++ client's producer and push consumer instead, ``--settle S`` killing the
+master S seconds after the first traffic)."""
 
 from __future__ import annotations
 
@@ -214,11 +215,14 @@ def _error_kind(error: str) -> str:
 
 
 async def cpp_clients_follow(cluster: Cluster, home: Path, heartbeat_ms: int = 1500,
-                             before: int = 40, after: int = 40) -> CppFigures:
+                             before: int = 40, after: int = 40, settle: float = 0.0
+                             ) -> CppFigures:
     """The C++ client's producer and push consumer (child processes, default
-    settings: routes refreshed every 30 s) across a kill -9 of the master. Asserts
-    that every message the C++ producer had answered OK reaches the C++ consumer and
-    that its group's offsets end on the new master."""
+    settings: routes refreshed 3 s after the start, then every 30 s) across a kill -9
+    of the master, ``settle`` s after the messages sent before it were consumed (where
+    the kill falls in the C++ client's 30 s refresh period). Asserts that every message
+    the C++ producer had answered OK reaches the C++ consumer and that its group's
+    offsets end on the new master."""
     from tests.integration.official_client import OfficialClient, message
 
     figures = CppFigures()
@@ -259,6 +263,8 @@ async def cpp_clients_follow(cluster: Cluster, home: Path, heartbeat_ms: int = 1
             for _ in range(before):
                 assert await send_one(), producer.diagnostics()
             await wait_until(consumed_all, 60, "the C++ consumer got what was sent before")
+            if settle > 0:
+                await trio.sleep(settle)  # places the kill in the C++ client's refresh period
 
             group.master.kill()
             killed_at = time.monotonic()
@@ -313,16 +319,18 @@ async def _measure(poll_s: float, heartbeat_ms: int, runs: int) -> None:
               + f"; duplicates {f.duplicates}", flush=True)
 
 
-async def _measure_cpp(heartbeat_ms: int, runs: int) -> None:
+async def _measure_cpp(heartbeat_ms: int, runs: int, settle: float) -> None:
     for run in range(runs):
         with tempfile.TemporaryDirectory() as root:
             (Path(root) / "cluster").mkdir()
             cluster = Cluster(Path(root) / "cluster")
             try:
-                f = await cpp_clients_follow(cluster, Path(root) / "cpp", heartbeat_ms)
+                f = await cpp_clients_follow(cluster, Path(root) / "cpp", heartbeat_ms,
+                                             settle=settle)
             finally:
                 cluster.close()
-        print(f"C++ client, heartbeat timeout {heartbeat_ms} ms, run {run + 1}: first send OK "
+        print(f"C++ client, heartbeat timeout {heartbeat_ms} ms, kill {settle} s after the "
+              f"traffic settled, run {run + 1}: first send OK "
               f"{f.first_send_s:.2f} s after the kill (new master named after "
               f"{f.elected_s:.2f} s, {f.failed_sends} failed sends: {dict(f.errors)}); "
               f"consumer resumed {f.resumed_s:.2f} s; duplicates {f.duplicates}", flush=True)
@@ -335,9 +343,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--cpp", action="store_true",
                         help="the official C++ client's producer and consumer instead")
+    parser.add_argument("--settle", type=float, default=0.0,
+                        help="--cpp: seconds between the first traffic and the kill (0-60)")
     args = parser.parse_args()
     if args.cpp:
-        trio.run(_measure_cpp, args.heartbeat_ms, args.runs)
+        if not 0 <= args.settle <= 60:
+            parser.error("--settle takes 0 to 60 seconds")
+        trio.run(_measure_cpp, args.heartbeat_ms, args.runs, args.settle)
     else:
         trio.run(_measure, args.poll, args.heartbeat_ms, args.runs)
 
