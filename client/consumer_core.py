@@ -636,6 +636,11 @@ class ConsumerCore:
             except (MQClientError, MQBrokerError) as exc:
                 if not pq.dropped:
                     self._log.warning("pull failed", mq=str(mq), offset=offset, error=str(exc))
+                    instance = self._instance
+                    if instance is not None and not isinstance(exc, MQBrokerError):
+                        # the broker is unreachable: a failover may have named a new master
+                        await instance.refresh_route_after_failure(
+                            mq.topic, trio.current_time() + instance.request_timeout)
                     await trio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION)
                 continue
             if pq.dropped:

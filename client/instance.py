@@ -55,7 +55,12 @@ import trio
 from client.credentials import AclCredentials
 from client.errors import MQBrokerError, MQClientError
 from client.publish_info import TopicPublishInfo
-from client.route_info import default_topic_route, publish_queues, subscribe_queues
+from client.route_info import (
+    FailureRefreshes,
+    default_topic_route,
+    publish_queues,
+    subscribe_queues,
+)
 from client.service import ServiceNursery
 from client.uniq_id import local_ip
 from client.validators import AUTO_CREATE_TOPIC_KEY
@@ -264,6 +269,7 @@ class MQClientInstance:
         self._subscribe: dict[str, list[MessageQueue]] = {}
         self._broker_addrs: dict[str, dict[int, str]] = {}
         self._flights: dict[tuple[str, int | None], _Flight] = {}
+        self._failure_refreshes = FailureRefreshes()
         self._log = log.bind(namesrv=self.namesrv_addr, client_id=self.client_id)
         self._refresh_guard = Guard(self._log, "route refresh")
         self._heartbeat_guard = Guard(self._log, "heartbeat")
@@ -586,6 +592,21 @@ class MQClientInstance:
             topic=topic,
             publish_queues=len(self._publish[topic].queues),
         )
+
+    async def refresh_route_after_failure(self, topic: str, deadline: float) -> None:
+        """A request to one of ``topic``'s brokers failed (unreachable, connection
+        lost, timed out): fetch the topic's route now, at most once a second per
+        topic (``FailureRefreshes``) and not past ``deadline``, so that a producer
+        or consumer finds a new master without waiting up to
+        ``poll_name_server_interval``. Failures are logged, not raised."""
+        if not self._failure_refreshes.due(topic, trio.current_time()):
+            return
+        with trio.move_on_at(deadline):
+            try:
+                await self.update_topic_route(topic)
+            except MQClientError as exc:
+                self._log.info("route refresh after a failure failed", topic=topic,
+                               error=str(exc))
 
     async def refresh_routes(self) -> None:
         """Refresh every cached or subscribed topic's route once (what the

@@ -618,6 +618,9 @@ class Producer:
                 error=str(last_exc),
             )
             instance = self._sending_instance()
+            if not isinstance(last_exc, MQBrokerError):
+                # the broker is unreachable: a failover may have named a new master
+                await instance.refresh_route_after_failure(prepared.topic, deadline)
             fresh = instance.publish_info(prepared.topic)
             if fresh is not None and fresh.ok:
                 # a route with no writable queue (no master registered: a failover

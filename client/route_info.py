@@ -79,3 +79,34 @@ def default_topic_route(default_route: TopicRouteData, queue_nums: int) -> Topic
         order_topic_conf=default_route.order_topic_conf,
         filter_server_table=dict(default_route.filter_server_table),
     )
+
+
+class FailureRefreshes:
+    """When a failed request to a topic's broker may fetch the topic's route at
+    once, instead of waiting for the periodic refresh (``pollNameServerInterval``,
+    30 s): a broker that died (a master after a failover) leaves the route at the
+    name servers within moments, and its successor enters it once elected.
+
+    At most one such refresh per topic every ``interval`` seconds; time is passed
+    in. At most ``max_topics`` topics are remembered: past that, the ones whose
+    interval passed are forgotten, and if every one is recent the refresh is
+    refused (the periodic refresh still runs)."""
+
+    def __init__(self, interval: float = 1.0, max_topics: int = 4096) -> None:
+        if interval <= 0 or max_topics <= 0:
+            raise ValueError("interval and max_topics must be positive")
+        self.interval = interval
+        self.max_topics = max_topics
+        self._last: dict[str, float] = {}
+
+    def due(self, topic: str, now: float) -> bool:
+        """Whether a refresh of ``topic`` may run now; if so, it counts as run."""
+        last = self._last.get(topic)
+        if last is not None and now - last < self.interval:
+            return False
+        if last is None and len(self._last) >= self.max_topics:
+            self._last = {t: at for t, at in self._last.items() if now - at < self.interval}
+            if len(self._last) >= self.max_topics:
+                return False
+        self._last[topic] = now
+        return True

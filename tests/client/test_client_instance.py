@@ -10,7 +10,12 @@ import trio
 from client.errors import MQBrokerError, MQClientError
 from client.instance import MQClientInstance, parse_namesrv_addr
 from client.publish_info import TopicPublishInfo
-from client.route_info import default_topic_route, publish_queues, subscribe_queues
+from client.route_info import (
+    FailureRefreshes,
+    default_topic_route,
+    publish_queues,
+    subscribe_queues,
+)
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.message import MessageQueue
@@ -256,3 +261,42 @@ def test_busy_poll_window(monkeypatch: pytest.MonkeyPatch) -> None:
         MQClientInstance("127.0.0.1:9876")
     with pytest.raises(MQClientError, match="busy_poll_us"):
         MQClientInstance("127.0.0.1:9876", busy_poll_us=-3)
+
+
+def test_failure_refreshes_once_per_interval_per_topic() -> None:
+    r = FailureRefreshes(interval=1.0)
+    assert r.due("a", 10.0)
+    assert not r.due("a", 10.5)  # within the interval
+    assert r.due("b", 10.5)  # another topic has its own
+    assert not r.due("a", 10.999)
+    assert r.due("a", 11.0)  # the interval passed
+    assert not r.due("a", 11.2)
+
+
+def test_failure_refreshes_bounds_the_topics_it_remembers() -> None:
+    r = FailureRefreshes(interval=1.0, max_topics=2)
+    assert r.due("a", 0.0) and r.due("b", 0.5)
+    assert not r.due("c", 0.9)  # both recent: refused, nothing forgotten
+    assert not r.due("a", 0.9)
+    assert r.due("c", 1.2)  # "a" is forgotten (its interval passed), "b" is kept
+    assert not r.due("b", 1.2)
+    with pytest.raises(ValueError):
+        FailureRefreshes(interval=0)
+    with pytest.raises(ValueError):
+        FailureRefreshes(max_topics=0)
+
+
+async def test_refresh_route_after_failure_is_rate_limited(cluster: FakeCluster) -> None:
+    instance = MQClientInstance(cluster.namesrv_addr)
+    await instance.start()
+    try:
+        await instance.update_topic_route(FakeCluster.TOPIC)
+        before = len(cluster.namesrv.route_requests)
+        deadline = trio.current_time() + 3
+        await instance.refresh_route_after_failure(FakeCluster.TOPIC, deadline)
+        await instance.refresh_route_after_failure(FakeCluster.TOPIC, deadline)
+        assert len(cluster.namesrv.route_requests) == before + 1
+        # a topic the name server does not know: logged, not raised
+        await instance.refresh_route_after_failure("NoSuchTopic", deadline)
+    finally:
+        await instance.shutdown()

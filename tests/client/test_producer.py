@@ -189,6 +189,36 @@ async def test_retry_on_another_broker_when_port_closed(cluster: FakeCluster) ->
     assert len(sends(good)) == 8
 
 
+async def test_an_unreachable_master_makes_the_route_refresh_before_the_retry(
+        cluster: FakeCluster) -> None:
+    """A failover: the route names a dead master; the name server already routes the
+    broker name to its successor. With the periodic refresh 30 s away, the failed
+    attempt fetches the route, and the retry (same send) reaches the new master."""
+    new = cluster.broker("broker-b")
+    cluster.namesrv.set_route(TOPIC, [("broker-a", closed_port_addr())])
+    async with make_producer(cluster, poll_name_server_interval=30.0) as producer:
+        await producer.fetch_publish_message_queues(TOPIC)
+        cluster.namesrv.set_route(TOPIC, [("broker-a", new.addr)])
+        r = await producer.send(Message(TOPIC, b"x"))
+    assert r.send_status == SendStatus.SEND_OK
+    assert r.message_queue.broker_name == "broker-a"
+    assert len(sends(new)) == 1
+
+
+async def test_a_broker_error_does_not_refresh_the_route(cluster: FakeCluster) -> None:
+    """Only an unreachable broker makes a send fetch the route; a broker's answer
+    (busy, refused) is retried on the route in hand."""
+    busy = cluster.broker("broker-a")
+    busy.send_code = ResponseCode.SYSTEM_BUSY
+    cluster.namesrv.set_route(TOPIC, [busy])
+    async with make_producer(cluster, poll_name_server_interval=30.0) as producer:
+        await producer.fetch_publish_message_queues(TOPIC)
+        before = len(cluster.namesrv.route_requests)
+        with pytest.raises(MQBrokerError):
+            await producer.send(Message(TOPIC, b"x"))
+        assert len(cluster.namesrv.route_requests) == before
+
+
 async def test_all_attempts_fail_raises_broker_error(cluster: FakeCluster) -> None:
     for b in cluster.brokers:
         b.send_code = ResponseCode.SYSTEM_BUSY

@@ -18,13 +18,14 @@ import trio.testing
 
 from client.consumer_core import ConsumerState
 from client.consumer_types import ConsumeConcurrentlyStatus, ConsumeFromWhere
-from client.errors import MQClientError
+from client.errors import MQBrokerError, MQClientError
 from client.lite_pull_consumer import LitePullConsumer
 from client.offset_store import RemoteBrokerOffsetStore
 from client.process_queue import PULL_MAX_IDLE_TIME, ProcessQueue
 from client.pull_result import PullResult, PullStatus
 from client.push_consumer import PushConsumer
 from client.service import ServiceNursery
+from protocol.codes import ResponseCode
 from protocol.message import MessageExt, MessageQueue
 
 GROUP = "expiry-group"
@@ -39,9 +40,14 @@ class FakeInstance:
     """The client instance as a consumer sees it: one route, nothing else."""
 
     client_id = "127.0.0.1@expiry"
+    request_timeout = 3.0
 
     def __init__(self, queues: list[MessageQueue]) -> None:
         self.queues = queues
+        self.failure_refreshes: list[tuple[float, str, float]] = []  # (now, topic, deadline)
+
+    async def refresh_route_after_failure(self, topic: str, deadline: float) -> None:
+        self.failure_refreshes.append((trio.current_time(), topic, deadline))
 
     def subscribe_queues(self, topic: str) -> list[MessageQueue] | None:
         return list(self.queues) if topic == TOPIC else None
@@ -77,6 +83,7 @@ class FakeBrokerApi:
         self.in_flight: Counter[MessageQueue] = Counter()
         self.most_in_flight: Counter[MessageQueue] = Counter()
         self.cancelled: list[tuple[float, MessageQueue]] = []
+        self.fail_with: dict[MessageQueue, list[Exception]] = {}  # next pulls raise these
 
     def admin_addr(self, mq: MessageQueue) -> str:
         return "127.0.0.1:10911"
@@ -100,6 +107,9 @@ class FakeBrokerApi:
                    timeout: float, sys_flag: int = 0, commit_offset: int = 0,
                    suspend_timeout_millis: int = 0) -> PullResult:
         self.events.append((trio.current_time(), "pull", mq, offset))
+        failures = self.fail_with.get(mq)
+        if failures:
+            raise failures.pop(0)
         self.in_flight[mq] += 1
         self.most_in_flight[mq] = max(self.most_in_flight[mq], self.in_flight[mq])
         try:
@@ -295,3 +305,26 @@ def test_only_push_consumers_drop_expired_queues() -> None:
 def test_pull_max_idle_must_be_a_positive_number(bad: Any) -> None:
     with pytest.raises(MQClientError, match="pull_max_idle_s"):
         PushConsumer(GROUP, "127.0.0.1:9876", pull_max_idle_s=bad)
+
+
+async def test_a_pull_that_cannot_reach_its_broker_refreshes_the_route(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A failover: the master a queue was pulled from is gone. The failed pull asks
+    the client instance for the topic's route at once (the instance limits it to
+    once a second), not at the next periodic refresh; a broker's answer does not."""
+    h = Harness(consumer(), [LIVE])
+    api = h.api
+    api.stored = {LIVE: 3}
+    api.fail_with[LIVE] = [MQClientError("connection lost"), MQClientError("refused"),
+                           MQBrokerError(ResponseCode.SYSTEM_BUSY, "busy")]
+    async with trio.open_nursery() as nursery:
+        t0 = trio.current_time()
+        await h.consumer.start()
+        await trio.sleep(30)
+        # two unreachable-broker failures, 3 s apart (the pull's back-off), each with
+        # the instance's request timeout as its bound; the busy answer none
+        assert [(t - t0, topic, d - t) for t, topic, d in h.instance.failure_refreshes] == [
+            (0.0, TOPIC, 3.0), (3.0, TOPIC, 3.0)]
+        assert sorted(o for q, o in h.consumed if q == LIVE.queue_id) == [0, 1, 2]
+        await h.consumer.shutdown()
+        nursery.cancel_scope.cancel()

@@ -8,6 +8,7 @@ master)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -85,41 +86,78 @@ async def pulled_bodies(ns: str, group: str) -> set[bytes]:
     return out
 
 
-async def failover(cluster: Cluster, heartbeat_ms: int = 1500, count: int = 50,
-                   check_rejoin: bool = True) -> Figures:
-    figures = Figures()
+@dataclass
+class Group:
+    """The replica group of one broker name, up with all three in the SyncStateSet."""
+    ns: Daemon
+    controller: str
+    replicas: list[Daemon]
+    master: Daemon
+    epoch: int  # the master's epoch
+
+    @property
+    def by_addr(self) -> dict[str, Daemon]:
+        return {d.addr: d for d in self.replicas}
+
+
+async def start_group(cluster: Cluster, ctl: ControllerAdmin, heartbeat_ms: int,
+                      topic: str = TOPIC, queues: int = 2) -> Group:
+    """A name server, an ``mqcontroller`` and three replicas; waits for a master with
+    all three in its SyncStateSet, then creates ``topic`` on the master and waits for
+    its route and its copy on every replica."""
     ns = cluster.namesrv()
     ctl_daemon = cluster.controller(brokerHeartbeatTimeout=heartbeat_ms,
                                     scanNotActiveBrokerInterval=200)
     controller = ctl_daemon.addr
     replicas = start_replicas(cluster, ns.addr, controller, heartbeat_ms)
-    by_addr = {d.addr: d for d in replicas}
-    everyone = set(by_addr)
-    acked: set[bytes] = set()
-    async with ControllerAdmin() as ctl, MQAdmin(ns.addr) as admin:
-        async def all_in_sync() -> ReplicasInfo | None:
-            info = await replicas_info(ctl, controller)
-            if info is not None and info.master_address in everyone \
-                    and in_sync(info) == everyone:
-                return info
-            return None
+    everyone = {d.addr for d in replicas}
 
-        info = await wait_until(all_in_sync, 60, "a master, and all three in its SyncStateSet")
-        old_master = by_addr[info.master_address]
-        old_epoch = info.master_epoch
-        await admin.create_topic(TOPIC, broker_addr=old_master.addr, read_queue_nums=2,
-                                 write_queue_nums=2)
-        await wait_until(routed(admin, TOPIC), 20, "topic routed")
+    async def all_in_sync() -> ReplicasInfo | None:
+        info = await replicas_info(ctl, controller)
+        if info is not None and info.master_address in everyone \
+                and in_sync(info) == everyone:
+            return info
+        return None
+
+    info = await wait_until(all_in_sync, 60, "a master, and all three in its SyncStateSet")
+    master = next(d for d in replicas if d.addr == info.master_address)
+    async with MQAdmin(ns.addr) as admin:
+        await admin.create_topic(topic, broker_addr=master.addr, read_queue_nums=queues,
+                                 write_queue_nums=queues)
+        await wait_until(routed(admin, topic), 20, "topic routed")
 
         async def everywhere() -> bool:  # the slaves copied the topic from the master
             for d in replicas:
                 try:
-                    await admin.topic_config(d.addr, TOPIC)
+                    await admin.topic_config(d.addr, topic)
                 except MQAdminError:
                     return False
             return True
 
         await wait_until(everywhere, 30, "the topic on every replica")
+    return Group(ns, controller, replicas, master, info.master_epoch)
+
+
+async def new_master(ctl: ControllerAdmin, group: Group) -> ReplicasInfo | None:
+    """The controller's view once it named a master other than ``group.master``."""
+    i = await replicas_info(ctl, group.controller)
+    if i is not None and i.master_address not in (None, group.master.addr) \
+            and i.master_epoch > group.epoch:
+        return i
+    return None
+
+
+async def failover(cluster: Cluster, heartbeat_ms: int = 1500, count: int = 50,
+                   check_rejoin: bool = True) -> Figures:
+    figures = Figures()
+    acked: set[bytes] = set()
+    async with contextlib.AsyncExitStack() as stack:
+        ctl = await stack.enter_async_context(ControllerAdmin())
+        group = await start_group(cluster, ctl, heartbeat_ms)
+        ns, controller, by_addr = group.ns, group.controller, group.by_addr
+        everyone = set(by_addr)
+        old_master = group.master
+        admin = await stack.enter_async_context(MQAdmin(ns.addr))
         async with Producer("failover-producer", ns.addr, retry_times_when_send_failed=2,
                             send_msg_timeout=3.0, poll_name_server_interval=0.5) as producer:
             await send_all(producer, count, "before", acked)
@@ -129,17 +167,11 @@ async def failover(cluster: Cluster, heartbeat_ms: int = 1500, count: int = 50,
             old_master.kill()
             killed_at = time.monotonic()
 
-            async def new_master() -> ReplicasInfo | None:
-                i = await replicas_info(ctl, controller)
-                if i is not None and i.master_address not in (None, old_master.addr) \
-                        and i.master_epoch > old_epoch:
-                    return i
-                return None
-
             elected: list[float] = []
 
             async def watch_election() -> None:
-                await wait_until(new_master, 120, "a new master elected", interval=0.05)
+                await wait_until(lambda: new_master(ctl, group), 120, "a new master elected",
+                                 interval=0.05)
                 elected.append(time.monotonic() - killed_at)
 
             async with trio.open_nursery() as nursery:
@@ -160,7 +192,7 @@ async def failover(cluster: Cluster, heartbeat_ms: int = 1500, count: int = 50,
                         figures.unavailable_s = time.monotonic() - killed_at
                         break
             figures.elected_s = elected[0]
-            info = await new_master()
+            info = await new_master(ctl, group)
             assert info is not None
             new = by_addr[info.master_address]
             # the name servers route to it as the master (brokerId 0)
