@@ -495,3 +495,59 @@ async def test_issue_6662_isolated_confirm_offset_moves_no_consumer_offset(
 
         await wait_until(copied, 60, "the group's offset copied to the old master")
         assert await g.max_offset(old) == new_max
+
+
+# ---- #7689 -------------------------------------------------------------------------------
+
+
+async def test_issue_7689_controller_and_master_killed_together_reuse_no_queue_offset(
+        cluster: Cluster) -> None:
+    async with replica_group(cluster, haMaxTimeSlaveNotCatchup=120_000,
+                             syncFlushTimeout=2000) as g:
+        master, s1, s2 = g.replicas
+        acked = await g.acked_sends(master, "before", 10)
+        seen = await g.pull_all(master)  # a consumer saw queue offsets 0..9
+        assert [b for _, b in seen] == acked
+        # writes past the confirm offset: no slave acknowledges, the master appends them
+        # (queue offsets 10.. handed out) and cannot confirm them
+        s1.freeze()
+        s2.freeze()
+        try:
+            for i in range(3):
+                r = await g.send(master, f"unconfirmed-{i}".encode())
+                assert r.code != ResponseCode.SUCCESS, "acknowledged with every slave frozen"
+            assert await g.max_offset(master) == len(acked)
+            # the controller and the master die together
+            g.controller.kill()
+            master.kill()
+        finally:
+            s1.thaw()
+            s2.thaw()
+        # both restarted at once; writes go to whichever master is named, at once
+        await trio.to_thread.run_sync(g.controller.start)
+        await trio.to_thread.run_sync(master.start)
+
+        async def named() -> Daemon | None:
+            info = await g.info()
+            return g.by_addr(info.master_address) if info is not None else None
+
+        m = await wait_until(named, 90, "a master named after the restart")
+        after = await send_ok(g, m, "after", 5)
+        info = await wait_until(g.all_in_sync, 90, "all three in sync again")
+        m = g.by_addr(info.master_address)
+        assert m is not None
+        after += await send_ok(g, m, "later", 5)
+
+        # every replica serves the same queue: offsets 0.. once each, the first ten
+        # those the consumer saw, every acknowledged message once
+        async def agreed() -> list[tuple[int, bytes]] | None:
+            served = [await g.pull_all(d) for d in g.replicas]
+            ok = all(s == served[0] for s in served) and \
+                set(acked + after) <= {b for _, b in served[0]}
+            return served[0] if ok else None
+
+        served = await wait_until(agreed, 60, "every replica serving every acknowledged message")
+        assert [o for o, _ in served] == list(range(len(served))), served
+        assert served[:len(seen)] == seen
+        bodies = [b for _, b in served]
+        assert len(bodies) == len(set(bodies)), bodies
