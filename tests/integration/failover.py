@@ -38,9 +38,9 @@ class Figures:
     notes: list[str] = field(default_factory=list)
 
 
-def start_replicas(cluster: Cluster, ns: str, controller: str, heartbeat_ms: int
-                   ) -> list[Daemon]:
-    props: dict[str, object] = {
+def replica_props(controller: str, heartbeat_ms: int) -> dict[str, object]:
+    """The keys of a replica of BROKER_NAME in controller mode."""
+    return {
         "brokerName": BROKER_NAME, "enableControllerMode": "true",
         "controllerAddr": controller, "brokerRole": "SYNC_MASTER",
         "minInSyncReplicas": 2, "allAckInSyncStateSet": "true",
@@ -49,6 +49,11 @@ def start_replicas(cluster: Cluster, ns: str, controller: str, heartbeat_ms: int
         "syncBrokerMetadataPeriod": 1000, "haMaxTimeSlaveNotCatchup": 15000,
         "brokerIP1": "127.0.0.1", "slaveSyncInterval": 1000,
     }
+
+
+def start_replicas(cluster: Cluster, ns: str, controller: str, heartbeat_ms: int
+                   ) -> list[Daemon]:
+    props = replica_props(controller, heartbeat_ms)
     return [cluster.broker(f"replica-{i}", ns, **props) for i in range(3)]
 
 
