@@ -500,6 +500,7 @@ class BrokerController:
         servers) with a new write epoch above masterEpoch - 1 and its SyncStateSet."""
         assert view.master_id is not None
         self.ha_service.epoch_floor = max(0, view.master_epoch - 1)
+        self._registration_epochs(view)
         members = view.sync_state_set or frozenset({view.master_id})
         self._next_sync_state = HASyncStateSet(view.master_id, members,
                                                view.sync_state_set_epoch)
@@ -517,11 +518,19 @@ class BrokerController:
         servers' answer for that very master)."""
         assert self.replicas is not None and self.replicas.core.broker_id is not None
         broker_id = self.replicas.core.broker_id
+        self._registration_epochs(view)
         role = self.role.next(BrokerRole.SLAVE, broker_id, view.master_address)
         if not self.role_runner.running:
             await self._first_role(role or self.role.current)
         else:
             await self.change_role(BrokerRole.SLAVE, broker_id, view.master_address)
+
+    def _registration_epochs(self, view: ControllerView) -> None:
+        """Registrations from now on carry the epochs of the role ``view`` gives:
+        the name servers keep, of two brokerId 0 registrations, the newer master."""
+        if self.outer_api is not None:
+            self.outer_api.master_epoch = view.master_epoch
+            self.outer_api.sync_state_set_epoch = view.sync_state_set_epoch
 
     async def _first_role(self, role: Role) -> None:
         """Controller mode: the first role the controller gave; the role's

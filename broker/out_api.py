@@ -161,6 +161,10 @@ class BrokerOuterAPI:
         self._full: RegisterBody | None = None
         # the bound gRPC port once served (enableGrpc), carried by every registration
         self.grpc_port: int | None = None
+        # controller mode: the masterEpoch and SyncStateSet epoch of the role taken,
+        # carried by every registration (the name server keeps the newer master)
+        self.master_epoch: int | None = None
+        self.sync_state_set_epoch: int | None = None
         self._full_lock = trio.Lock()
         self._registering = 0
 
@@ -175,6 +179,8 @@ class BrokerOuterAPI:
             incremental=incremental,
             incremental_capable=True,
             grpc_port=self.grpc_port,
+            master_epoch=self.master_epoch,
+            sync_state_set_epoch=self.sync_state_set_epoch,
         )
         if body.compressed:
             header.compressed = True

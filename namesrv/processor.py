@@ -339,7 +339,7 @@ class NamesrvProcessor:
         h = RegisterBrokerRequestHeader.from_fields(cmd.ext_fields)
         refused = self.routes.registration_conflict(h.cluster_name, h.broker_addr,
                                                     h.broker_name, h.broker_id, conn,
-                                                    self.clock())
+                                                    self.clock(), h.master_epoch)
         if refused is not None:  # before reading the body: a forger costs nothing
             return self._refuse(conn, cmd, "REGISTER_BROKER", h, refused)
         live = self.routes.broker_live_table.get(h.broker_addr)
@@ -420,7 +420,7 @@ class NamesrvProcessor:
                                             cmd.codec)
         reg = Registration(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id,
                            h.ha_server_addr, body.topics, body.version, h.incremental,
-                           body.base_version, body.deleted, h.grpc_port)
+                           body.base_version, body.deleted, h.grpc_port, h.master_epoch)
         result = yield from self.routes.register_steps(reg, conn, self.clock(), self.chunk)
         if len(body.topics) > self.chunk:
             yield from release_steps(body.topics, self.chunk * 8)

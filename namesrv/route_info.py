@@ -17,6 +17,14 @@ another address, nor the broker name in another cluster, nor unregister it
 (``registration_conflict``): a forged REGISTER_BROKER cannot replace a live
 broker's topics. The real broker registers again once its old connection
 closed (the registration went with it) or its registration expired.
+
+One exception, controller mode (RocketMQ's #6316): registrations carry the
+masterEpoch of the role the broker holds. A brokerId 0 registration with a
+higher masterEpoch than the live master's of that broker name replaces it (the
+old master's registration is dropped from the route: it was cut off from the
+controller, which elected another); the stale master's next registrations are
+refused while the higher epoch holds the name. A registration without an epoch
+(not in controller mode), or a master held without one, conflicts as before.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ class BrokerLiveInfo:
     connection: object | None
     ha_server_addr: str | None  # None: the broker listens on no HA port (yet)
     grpc_port: int | None = None  # its gRPC port (enableGrpc), None: none
+    master_epoch: int | None = None  # controller mode: the epoch of its role, else None
 
 
 @dataclass(slots=True)
@@ -85,6 +94,7 @@ class Registration:
     base_version: DataVersion | None = None
     deleted: list[str] = field(default_factory=list)
     grpc_port: int | None = None
+    master_epoch: int | None = None  # controller mode (RegisterBrokerRequestHeader)
 
 
 def same_connection(a: object | None, b: object | None) -> bool:
@@ -96,6 +106,12 @@ def same_connection(a: object | None, b: object | None) -> bool:
     peer = getattr(a, "remote_addr", None)
     return isinstance(peer, str) and peer not in ("", "?") and peer == getattr(
         b, "remote_addr", None)
+
+
+def supersedes(epoch: int | None, held: int | None) -> bool:
+    """Whether a master registering with masterEpoch ``epoch`` replaces a live
+    master registered with ``held``: both in controller mode, and newer."""
+    return epoch is not None and held is not None and epoch > held
 
 
 def drain(steps: Generator[None, None, Any]) -> Any:
@@ -137,10 +153,12 @@ class RouteInfoManager:
         connection: object | None,
         now: float,
         grpc_port: int | None = None,
+        master_epoch: int | None = None,
     ) -> RegisterBrokerResult:
         """A whole-table registration, applied at once."""
         reg = Registration(cluster, broker_addr, broker_name, broker_id, ha_server_addr,
-                           topic_configs, data_version, grpc_port=grpc_port)
+                           topic_configs, data_version, grpc_port=grpc_port,
+                           master_epoch=master_epoch)
         result: RegisterBrokerResult = drain(self.register_steps(reg, connection, now))
         return result
 
@@ -159,8 +177,9 @@ class RouteInfoManager:
 
     def registration_conflict(self, cluster: str, broker_addr: str, broker_name: str,
                               broker_id: int, connection: object | None,
-                              now: float) -> str | None:
-        """Why ``connection`` may not register this broker now, or None."""
+                              now: float, master_epoch: int | None = None) -> str | None:
+        """Why ``connection`` may not register this broker now, or None.
+        ``master_epoch``: controller mode, see ``supersedes``."""
         if self._live_elsewhere(broker_addr, connection, now) is not None:
             return (f"the address {broker_addr} is registered by another live connection "
                     f"(broker {self._name_at(broker_addr)})")
@@ -168,10 +187,19 @@ class RouteInfoManager:
         if data is None:
             return None
         held = data.broker_addrs.get(broker_id)
-        if held is not None and held != broker_addr and \
-                self._live_elsewhere(held, connection, now) is not None:
-            return (f"broker {broker_name} id {broker_id} is registered at {held} by another "
-                    "live connection")
+        held_live = (self._live_elsewhere(held, connection, now)
+                     if held is not None and held != broker_addr else None)
+        if held_live is not None:
+            if broker_id == MASTER_ID and supersedes(master_epoch, held_live.master_epoch):
+                pass  # a newer master: it replaces the held one (register_steps)
+            elif broker_id == MASTER_ID and master_epoch is not None \
+                    and held_live.master_epoch is not None:
+                return (f"broker {broker_name} id 0 is held at {held} with masterEpoch "
+                        f"{held_live.master_epoch}: a master of masterEpoch {master_epoch} "
+                        "is stale")
+            else:
+                return (f"broker {broker_name} id {broker_id} is registered at {held} by "
+                        "another live connection")
         if data.cluster != cluster:
             for addr in data.broker_addrs.values():
                 if self._live_elsewhere(addr, connection, now) is not None:
@@ -199,7 +227,7 @@ class RouteInfoManager:
                        ) -> Generator[None, None, RegisterBrokerResult]:
         """Apply ``reg``, yielding between chunks of ``chunk`` topics."""
         refused = self.registration_conflict(reg.cluster, reg.broker_addr, reg.broker_name,
-                                             reg.broker_id, connection, now)
+                                             reg.broker_id, connection, now, reg.master_epoch)
         if refused is not None:
             return RegisterBrokerResult(refused=refused)
         if reg.incremental and not self.takes_incremental(reg.broker_addr, reg.base_version,
@@ -215,13 +243,16 @@ class RouteInfoManager:
         for bid, addr in list(broker_data.broker_addrs.items()):
             if addr == broker_addr and bid != broker_id:
                 del broker_data.broker_addrs[bid]
-        first = broker_data.broker_addrs.get(broker_id) != broker_addr
+        held = broker_data.broker_addrs.get(broker_id)
+        first = held != broker_addr
         broker_data.broker_addrs[broker_id] = broker_addr
+        if broker_id == MASTER_ID and held is not None and first:
+            self._demote(broker_name, held, reg)
 
         prev = self.broker_live_table.get(broker_addr)
         changed = prev is None or prev.data_version != reg.data_version
         live = BrokerLiveInfo(now, reg.data_version, connection, reg.ha_server_addr,
-                              reg.grpc_port)
+                              reg.grpc_port, reg.master_epoch)
         self.broker_live_table[broker_addr] = live
         if prev is None:
             log.info("new broker registered", broker=broker_name, addr=broker_addr, id=broker_id)
@@ -242,6 +273,22 @@ class RouteInfoManager:
                 result.master_addr = master
                 result.ha_server_addr = master_live.ha_server_addr if master_live else None
         return result
+
+    def _demote(self, broker_name: str, old: str, reg: Registration) -> None:
+        """The master at ``old`` was replaced by ``reg``'s: drop its registration
+        (its next one is refused while ``reg``'s epoch holds the name, unless it
+        comes back as a slave)."""
+        old_live = self.broker_live_table.get(old)
+        if old_live is None:
+            return
+        if supersedes(reg.master_epoch, old_live.master_epoch):
+            log.warning("master replaced by a higher masterEpoch", broker=broker_name,
+                        old_addr=old, old_epoch=old_live.master_epoch,
+                        addr=reg.broker_addr, epoch=reg.master_epoch)
+        else:  # its registration had expired or its connection closed: as before
+            return
+        self.broker_live_table.pop(old, None)
+        self.filter_server_table.pop(old, None)
 
     def _apply_topics(self, reg: Registration, live: BrokerLiveInfo,
                       chunk: int) -> Generator[None, None, None]:

@@ -563,6 +563,12 @@ class RegisterBrokerRequestHeader(Header):
     # the broker serves apache.rocketmq.v2 gRPC on this port of its address's host
     # (enableGrpc; docs/grpc.md): routes carry it for RocketMQ 5's clients
     grpc_port: Port | None = None
+    # controller mode (RocketMQ 5's stateVersion, #6316): the masterEpoch of the role the
+    # broker holds and its SyncStateSet epoch; of two live brokerId 0 registrations of a
+    # broker name the name server keeps the higher masterEpoch. None: not in controller
+    # mode (or an older broker): registrations conflict as before
+    master_epoch: NonNegInt64 | None = None
+    sync_state_set_epoch: NonNegInt64 | None = None
 
 
 @dataclass(slots=True)
