@@ -7,7 +7,9 @@ failover.py). A partition is made with the chaos checker's loopback proxies
 it reaches the controller through one more; the test itself reaches it directly.
 
 - #7017: an isolated old master never answers SEND_OK for what it cannot get
-  acknowledged; healed, it steps down and truncates what was never acknowledged.
+  acknowledged, while the new master does (the name server keeps the higher
+  masterEpoch, #6316, so the other slave finds the new master); healed, the old
+  master steps down and truncates what was never acknowledged.
 - #6662: the isolated master's confirm offset does not move: its consumers never
   see, nor commit offsets past, what does not survive.
 - #7689: the controller and the master killed together: after the new election,
@@ -357,12 +359,13 @@ async def test_issue_1464_restart_with_controller_down_never_registers_master(
 # ---- #7017 and #6662: the old master isolated ----------------------------------------
 
 
-# Found by these tests, left open: the isolated old master still reaches the name
-# server and keeps brokerId 0 there (REGISTER_BROKER of the new master is refused:
-# "id 0 is registered at ... by another live connection"). A slave learns its master's
-# HA address from its registration's answer, so the other slave never connects to the
-# new master, and with minInSyncReplicas=2 the new master refuses writes until the
-# partition heals. RocketMQ prefers the registration of the higher epoch (#6316).
+# Found by these tests: the isolated old master still reaches the name server and kept
+# brokerId 0 there (REGISTER_BROKER of the new master was refused: "id 0 is registered
+# at ... by another live connection"). A slave learns its master's HA address from its
+# registration's answer, so the other slave never connected to the new master, and with
+# minInSyncReplicas=2 the new master refused writes until the partition healed. Fixed as
+# RocketMQ did (#6316): registrations carry the masterEpoch and the name server keeps the
+# higher one, so the new master takes writes during the partition.
 
 
 @dataclass
@@ -433,8 +436,21 @@ async def test_issue_7017_isolated_old_master_never_answers_send_ok(cluster: Clu
         assert iso.answers and not [b for b, c in iso.answers if c == ResponseCode.SUCCESS], \
             iso.answers
 
+        # still partitioned: the name server routes to the new master (the higher
+        # masterEpoch), the other slave follows it, and it answers SEND_OK
+        new_addr = g.addr(iso.new_master)
+
+        async def new_master_routed() -> bool:
+            route = await g.admin.topic_route(TOPIC)
+            return any(bd.broker_addrs.get(0) == new_addr for bd in route.broker_datas)
+
+        await wait_until(new_master_routed, 60, "the new master routed as brokerId 0")
+        acked += await send_ok(g, iso.new_master, "during", 10)
+        # and the isolated one, refused by the name server, still acknowledges nothing
+        r = await g.send(old, b"isolated-late")
+        assert r.code != ResponseCode.SUCCESS, "the isolated old master took a write"
+
         # healed: the old master steps down, a slave of the new one, in its SyncStateSet
-        # (not before: see "Found by these tests" above)
         g.partition(Mode.PASS)
         await wait_until(lambda: g.all_in_sync(iso.new_master), 90,
                          "the old master back in the new master's SyncStateSet")
