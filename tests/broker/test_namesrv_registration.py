@@ -17,11 +17,13 @@ from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.out_api import BrokerOuterAPI
 from broker.topic_config_manager import TopicConfigManager
+from namesrv.processor import NamesrvProcessor
+from namesrv.route_info import RouteInfoManager
 from protocol.codes import RequestCode
 from protocol.command import RemotingCommand
 from protocol.route import TopicConfig
 from protocol.trio.errors import RemotingTimeoutError
-from tests.broker.test_topic_scale_register import NamesrvClient
+from tests.broker.test_topic_scale_register import NS, Conn, NamesrvClient
 
 SILENT = "127.0.0.1:3"
 
@@ -143,3 +145,54 @@ async def test_loops_needing_the_whole_table_at_once_encode_it_once(tmp_path: Pa
     assert api._full is None  # not kept once no registration is under way
     for addr in client.routes:
         assert set(client.routes[addr].topic_queue_table) == set(topics.table)
+
+
+class OwnConnection:
+    """One broker's connection to a shared in-process name server."""
+
+    def __init__(self, table: Any, peer: str) -> None:
+        self.table = table
+        self.conn = Conn(peer)
+        self.sent: list[RemotingCommand] = []
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float) -> RemotingCommand:
+        self.sent.append(cmd)
+        handler, _ = self.table.lookup(cmd.code)
+        assert handler is not None
+        response = handler(self.conn, cmd)
+        assert response is not None
+        return response  # type: ignore[no-any-return]
+
+
+async def test_registrations_carry_the_epochs_and_the_newer_master_is_kept(
+        tmp_path: Path) -> None:
+    """Controller mode: the master epoch of the role taken goes with every
+    registration; a master elected later replaces the isolated one at the name
+    server, and the slave's answer names it (RocketMQ's #6316)."""
+    routes = RouteInfoManager()
+    table = NamesrvProcessor(routes, lambda: 0.0).handler_table()
+    apis = {}
+    for port, bid in ((10911, 0), (10921, 0), (10931, 3)):
+        config = BrokerConfig(store_path_root_dir=str(tmp_path / str(port)), namesrv_addr=NS[0],
+                              broker_ip1="127.0.0.1", listen_port=port, broker_id=bid)
+        apis[port] = BrokerOuterAPI(config, OwnConnection(table, f"127.0.0.1:{port + 30000}"))
+    topics = TopicConfigManager(apis[10911].config)
+    topics.put(TopicConfig("T", 4, 4))
+    apis[10911].master_epoch, apis[10911].sync_state_set_epoch = 1, 2
+    assert await apis[10911].register_broker_all(topics, "127.0.0.1:10912") == 1
+    sent = apis[10911].client.sent[-1].ext_fields  # type: ignore[attr-defined]
+    assert (str(sent["masterEpoch"]), str(sent["syncStateSetEpoch"])) == ("1", "2")
+    # a broker outside controller mode sends no epoch
+    plain = BrokerOuterAPI(BrokerConfig(store_path_root_dir=str(tmp_path / "plain")),
+                           OwnConnection(table, "127.0.0.1:40999"))
+    assert "masterEpoch" not in plain._header(await plain._encode({}, 0), None, False)
+
+    apis[10921].master_epoch = 2  # elected while 10911 was cut off from the controller
+    assert await apis[10921].register_broker_all(topics, "127.0.0.1:10922") == 1
+    assert routes.broker_addr_table[apis[10911].config.broker_name].broker_addrs[0] \
+        == "127.0.0.1:10921"
+    assert await apis[10911].register_broker_all(topics, "127.0.0.1:10912") == 0  # stale
+    apis[10931].master_epoch = 2
+    assert await apis[10931].register_broker_all(topics) == 1
+    assert apis[10931].master_addr == "127.0.0.1:10921"
+    assert apis[10931].master_ha_addr == "127.0.0.1:10922"
