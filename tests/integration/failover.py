@@ -37,9 +37,9 @@ class Figures:
     notes: list[str] = field(default_factory=list)
 
 
-def start_replicas(cluster: Cluster, ns: str, controller: str, heartbeat_ms: int
-                   ) -> list[Daemon]:
-    props: dict[str, object] = {
+def replica_props(controller: str, heartbeat_ms: int) -> dict[str, object]:
+    """The broker keys of a replica in controller mode (also bench/chaos's)."""
+    return {
         "brokerName": BROKER_NAME, "enableControllerMode": "true",
         "controllerAddr": controller, "brokerRole": "SYNC_MASTER",
         "minInSyncReplicas": 2, "allAckInSyncStateSet": "true",
@@ -48,7 +48,12 @@ def start_replicas(cluster: Cluster, ns: str, controller: str, heartbeat_ms: int
         "syncBrokerMetadataPeriod": 1000, "haMaxTimeSlaveNotCatchup": 15000,
         "brokerIP1": "127.0.0.1", "slaveSyncInterval": 1000,
     }
-    return [cluster.broker(f"replica-{i}", ns, **props) for i in range(3)]
+
+
+def start_replicas(cluster: Cluster, ns: str, controller: str, heartbeat_ms: int
+                   ) -> list[Daemon]:
+    props = replica_props(controller, heartbeat_ms)
+    return [cluster.broker(f"replica-{i}", ns, True, **props) for i in range(3)]
 
 
 async def replicas_info(ctl: ControllerAdmin, controller: str) -> ReplicasInfo | None:
@@ -161,7 +166,7 @@ async def failover(cluster: Cluster, heartbeat_ms: int = 1500, count: int = 50,
                         break
             figures.elected_s = elected[0]
             info = await new_master()
-            assert info is not None
+            assert info is not None and info.master_address is not None
             new = by_addr[info.master_address]
             # the name servers route to it as the master (brokerId 0)
             route = await admin.topic_route(TOPIC)
