@@ -67,6 +67,8 @@ class ControllerGroup:
         self.etcd: EtcdCluster | None = None
         self.proxies: dict[str, list[TcpProxy]] = {}  # a broker's name -> its proxies
         self._first_master: Daemon | None = None
+        # one prefix for every controller of the group: one state, one leader
+        self.etcd_prefix = f"/chaos/{os.getpid()}/{time.time_ns()}"
         self.masters: list[str] = []  # each master the group settled with, in order
         self.log = structlog.get_logger("chaos.controller_group")
 
@@ -129,7 +131,7 @@ class ControllerGroup:
         if cfg.etcd:
             assert self.etcd is not None
             props.update(controllerType="etcd", etcdEndpoints=self.etcd.endpoints,
-                         etcdKeyPrefix=f"/chaos/{os.getpid()}/{time.time_ns()}",
+                         etcdKeyPrefix=self.etcd_prefix,
                          etcdLeaseTtlSeconds=2, etcdRequestTimeoutMs=1000)
             return self.cluster.controller(None, "controller started", **props)
         return self.cluster.controller(None, "controller leads", **props)  # alone: it leads
