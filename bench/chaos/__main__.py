@@ -12,7 +12,8 @@ import click
 import trio
 
 from bench.chaos.accounting import ScheduleError, format_report, parse_schedule
-from bench.chaos.group import FAULTS, GroupConfig
+from bench.chaos.controller_group import ControllerGroupError
+from bench.chaos.group import CONTROLLER, CONTROLLER_ONLY, FAULTS, MASTER_SLAVE, GroupConfig
 from bench.chaos.proxy import Mode
 from bench.chaos.runner import Checker, RunConfig
 from protocol.trio.logs import configure_logging
@@ -29,6 +30,22 @@ DEFAULT_SCHEDULE = "kill-slave,kill-master,stop-master:20,partition-master"
               help="How long a fault without :SECONDS is held.")
 @click.option("--calm", default=5.0, show_default=True, type=click.FloatRange(0, 600),
               help="Seconds without a fault before each fault and after the last.")
+@click.option("--mode", default=MASTER_SLAVE, show_default=True,
+              type=click.Choice([MASTER_SLAVE, CONTROLLER]),
+              help="master-slave: a fixed master and its slaves; controller: three replicas "
+                   "of one broker name whose master a controller elects (it moves).")
+@click.option("--controllers", default=0, show_default=True, type=click.IntRange(0, 5),
+              help="Controller mode: 0 runs the controller inside the name server; N runs "
+                   "N mqcontroller processes (more than one needs --etcd).")
+@click.option("--etcd", is_flag=True,
+              help="Controller mode: the mqcontrollers keep their state on a real etcd.")
+@click.option("--heartbeat-ms", default=10_000, show_default=True,
+              type=click.IntRange(100, 600_000),
+              help="Controller mode: brokerHeartbeatTimeout of the controller "
+                   "(controllerHeartBeatTimeoutMills of the brokers).")
+@click.option("--poll-interval", default=None, type=click.FloatRange(0.1, 600),
+              help="Clients' route refresh (pollNameServerInterval), seconds "
+                   "[default: 0.5 in controller mode, the SDK's 30 otherwise].")
 @click.option("--slaves", default=1, type=click.IntRange(1, 2), show_default=True)
 @click.option("--role", "broker_role", default="SYNC_MASTER", show_default=True,
               type=click.Choice(["SYNC_MASTER", "ASYNC_MASTER"]))
@@ -53,7 +70,8 @@ DEFAULT_SCHEDULE = "kill-slave,kill-master,stop-master:20,partition-master"
                    "directory, removed).")
 @click.option("--json", "as_json", is_flag=True, help="The report as one JSON line.")
 @click.option("--log-level", default="WARNING", show_default=True)
-def main(schedule: str, fault_seconds: float, calm: float, slaves: int, broker_role: str,
+def main(schedule: str, fault_seconds: float, calm: float, mode: str, controllers: int,
+         etcd: bool, heartbeat_ms: int, poll_interval: float | None, slaves: int, broker_role: str,
          flush_disk_type: str, options: tuple[str, ...], producers: int, consumers: int,
          rate: float, max_messages: int, send_timeout: float, drain: float, partition_mode: str,
          directory: Path | None, as_json: bool, log_level: str) -> None:
@@ -62,6 +80,12 @@ def main(schedule: str, fault_seconds: float, calm: float, slaves: int, broker_r
         steps = parse_schedule(schedule, FAULTS, fault_seconds)
     except ScheduleError as e:
         raise click.BadParameter(str(e), param_hint="--schedule") from None
+    wrong = sorted({s.fault for s in steps} & CONTROLLER_ONLY) if mode != CONTROLLER else []
+    if wrong:
+        raise click.BadParameter(f"{', '.join(wrong)} needs --mode controller",
+                                 param_hint="--schedule")
+    if mode == CONTROLLER and poll_interval is None:
+        poll_interval = 0.5
     props: dict[str, object] = {}
     for opt in options:
         key, sep, value = opt.partition("=")
@@ -72,13 +96,19 @@ def main(schedule: str, fault_seconds: float, calm: float, slaves: int, broker_r
     config = RunConfig(steps=steps, calm=calm, producers=producers, rate=rate,
                        max_messages=max_messages, send_timeout=send_timeout,
                        consumers=consumers, drain=drain, partition_mode=Mode(partition_mode),
-                       group=GroupConfig(slaves, broker_role, flush_disk_type, props))
-    if directory is not None:
-        directory.mkdir(parents=True, exist_ok=True)
-        report = trio.run(Checker(directory, config).run)
-    else:
-        with tempfile.TemporaryDirectory(prefix="chaos-") as d:
-            report = trio.run(Checker(Path(d), config).run)
+                       poll_interval=poll_interval,
+                       group=GroupConfig(slaves, broker_role, flush_disk_type, props, mode=mode,
+                                         controllers=controllers, etcd=etcd,
+                                         heartbeat_ms=heartbeat_ms))
+    try:
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+            report = trio.run(Checker(directory, config).run)
+        else:
+            with tempfile.TemporaryDirectory(prefix="chaos-") as d:
+                report = trio.run(Checker(Path(d), config).run)
+    except ControllerGroupError as e:
+        raise click.UsageError(str(e)) from None
     if as_json:
         click.echo(json.dumps(asdict(report)))
     else:

@@ -26,6 +26,9 @@ BIND_HOST = "127.0.0.1"  # what the master binds
 START_TIMEOUT = 60.0  # a daemon (re)starting on a loaded machine
 
 
+MASTER_SLAVE, CONTROLLER = "master-slave", "controller"
+
+
 @dataclass
 class GroupConfig:
     slaves: int = 1
@@ -33,6 +36,42 @@ class GroupConfig:
     flush_disk_type: str = "SYNC_FLUSH"
     # any other broker keys, for every broker of the group
     broker_props: dict[str, object] = field(default_factory=dict)
+    # controller mode (bench/chaos/controller_group.py): three replicas, a master elected
+    mode: str = MASTER_SLAVE
+    controllers: int = 0  # 0: the controller inside the name server; else mqcontroller processes
+    etcd: bool = False  # the mqcontrollers keep their state on a real etcd (else a file)
+    heartbeat_ms: int = 10_000  # brokerHeartbeatTimeout (controller) and the brokers' own
+
+
+class Group(Protocol):
+    """What the faults and the runner need of a group (ReplicaGroup, ControllerGroup)."""
+
+    @property
+    def namesrv_addr(self) -> str: ...
+
+    @property
+    def master_addr(self) -> str: ...
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None: ...
+
+    async def topic_ready(self, topic: str) -> None:
+        """Until ``topic`` (created on the master) is where sends and pulls need it."""
+
+    async def current_master(self) -> Daemon: ...
+
+    async def current_slaves(self) -> list[Daemon]: ...
+
+    def store_of(self, d: Daemon) -> Path: ...
+
+    def partition(self, d: Daemon, mode: Mode) -> None:
+        """Every proxy in front of ``d`` and of its own connections to ``mode``."""
+
+    async def controller_leader(self) -> Daemon: ...
+
+    async def settle(self) -> None:
+        """After a heal: until the group is whole again (a no-op where nothing waits)."""
+
+    def close(self) -> None: ...
 
 
 class ReplicaGroup:
@@ -64,6 +103,32 @@ class ReplicaGroup:
 
     def master_store(self) -> Path:
         return self.root / "store-broker-a"
+
+    # ---- what the faults ask (the master never moves here) ----
+
+    async def topic_ready(self, topic: str) -> None:
+        return None
+
+    async def current_master(self) -> Daemon:
+        assert self.master is not None
+        return self.master
+
+    async def current_slaves(self) -> list[Daemon]:
+        return list(self.slaves)
+
+    def store_of(self, d: Daemon) -> Path:
+        return self.master_store() if d is self.master else self.root / f"store-{d.name}"
+
+    def partition(self, d: Daemon, mode: Mode) -> None:
+        if d is not self.master:
+            raise ValueError("only the master has proxies in front of it here")
+        self.set_proxies(mode)
+
+    async def controller_leader(self) -> Daemon:
+        raise ValueError("a master/slave group has no controller (--mode controller)")
+
+    async def settle(self) -> None:
+        return None
 
     def _props(self) -> dict[str, object]:
         return {"brokerClusterName": "ChaosCluster", "flushDiskType": self.config.flush_disk_type,
@@ -116,7 +181,8 @@ class ReplicaGroup:
 
 class Fault(Protocol):
     """One fault: ``inject`` makes it happen, ``heal`` undoes it (both return
-    once done; they raise when they could not)."""
+    once done; they raise when they could not). Each finds its target when
+    injected (in controller mode the master moves) and heals that one."""
 
     name: str
 
@@ -125,99 +191,119 @@ class Fault(Protocol):
     async def heal(self) -> None: ...
 
 
-class KillMaster:
-    """kill -9 of the master; heal: restart it on its store."""
+class _OnTarget:
+    def __init__(self, group: Group) -> None:
+        self.group = group
+        self.target: Daemon | None = None
+
+    def _target(self) -> Daemon:
+        assert self.target is not None, "healed before injected"
+        return self.target
+
+
+class KillMaster(_OnTarget):
+    """kill -9 of the current master; heal: restart it on its store."""
 
     name = "kill-master"
 
-    def __init__(self, group: ReplicaGroup) -> None:
-        self.group = group
-
     async def inject(self) -> None:
-        assert self.group.master is not None
-        await self.group.kill(self.group.master)
+        self.target = await self.group.current_master()
+        await ReplicaGroup.kill(self.target)
 
     async def heal(self) -> None:
-        assert self.group.master is not None
-        await self.group.start(self.group.master)
+        await ReplicaGroup.start(self._target())
+        await self.group.settle()
 
 
-class KillSlave:
-    """kill -9 of the first slave; heal: restart it on its store."""
+class KillSlave(_OnTarget):
+    """kill -9 of the first slave of the current master; heal: restart it on its store."""
 
     name = "kill-slave"
 
-    def __init__(self, group: ReplicaGroup) -> None:
-        self.group = group
-
     async def inject(self) -> None:
-        await self.group.kill(self.group.slaves[0])
+        self.target = (await self.group.current_slaves())[0]
+        await ReplicaGroup.kill(self.target)
 
     async def heal(self) -> None:
-        await self.group.start(self.group.slaves[0])
+        await ReplicaGroup.start(self._target())
+        await self.group.settle()
 
 
-class StopMaster:
-    """SIGSTOP of the master; heal: SIGCONT."""
+class StopMaster(_OnTarget):
+    """SIGSTOP of the current master; heal: SIGCONT."""
 
     name = "stop-master"
 
-    def __init__(self, group: ReplicaGroup) -> None:
-        self.group = group
-
     async def inject(self) -> None:
-        assert self.group.master is not None
-        self.group.master.freeze()
+        self.target = await self.group.current_master()
+        self.target.freeze()
 
     async def heal(self) -> None:
-        assert self.group.master is not None
-        self.group.master.thaw()
+        self._target().thaw()
+        await self.group.settle()
 
 
-class PartitionMaster:
-    """The master cut off from clients, slaves and the name server: every
-    proxy in front of it (and its own to the name server) blackholes (or
-    drops) connections; heal: they pass again."""
+class PartitionMaster(_OnTarget):
+    """The current master cut off from clients, slaves, the name server (and the
+    controllers): every proxy in front of it (and its own to the name server and
+    controllers) blackholes (or drops) connections; heal: they pass again."""
 
     name = "partition-master"
 
-    def __init__(self, group: ReplicaGroup, mode: Mode = Mode.BLACKHOLE) -> None:
-        self.group, self.mode = group, mode
+    def __init__(self, group: Group, mode: Mode = Mode.BLACKHOLE) -> None:
+        super().__init__(group)
+        self.mode = mode
 
     async def inject(self) -> None:
-        self.group.set_proxies(self.mode)
+        self.target = await self.group.current_master()
+        self.group.partition(self.target, self.mode)
 
     async def heal(self) -> None:
-        self.group.set_proxies(Mode.PASS)
+        self.group.partition(self._target(), Mode.PASS)
+        await self.group.settle()
 
 
-class WipeMaster:
-    """kill -9 of the master and its store deleted while it is down; heal:
+class WipeMaster(_OnTarget):
+    """kill -9 of the current master and its store deleted while it is down; heal:
     restart it on an empty store (what a replaced disk looks like)."""
 
     name = "wipe-master"
 
-    def __init__(self, group: ReplicaGroup) -> None:
-        self.group = group
-
     async def inject(self) -> None:
-        assert self.group.master is not None
-        await self.group.kill(self.group.master)
-        await trio.to_thread.run_sync(shutil.rmtree, self.group.master_store())
+        self.target = await self.group.current_master()
+        await ReplicaGroup.kill(self.target)
+        await trio.to_thread.run_sync(shutil.rmtree, self.group.store_of(self.target))
 
     async def heal(self) -> None:
-        assert self.group.master is not None
-        await self.group.start(self.group.master)
+        await ReplicaGroup.start(self._target())
+        await self.group.settle()
 
 
-# 'kill-controller-leader' comes with controller mode (issue 51): a group whose
-# master is elected by controllers. Not listed until such a group can be started
-# here; a fault that only pretends would make a run look better than it is.
-FAULTS: dict[str, type[KillMaster | KillSlave | StopMaster | PartitionMaster | WipeMaster]] = {
-    f.name: f for f in (KillMaster, KillSlave, StopMaster, PartitionMaster, WipeMaster)}
+class KillControllerLeader(_OnTarget):
+    """kill -9 of the leading controller (an mqcontroller, or the name server the
+    controller runs in); heal: restart it on its store. Controller mode only."""
+
+    name = "kill-controller-leader"
+
+    async def inject(self) -> None:
+        self.target = await self.group.controller_leader()
+        await ReplicaGroup.kill(self.target)
+
+    async def heal(self) -> None:
+        await ReplicaGroup.start(self._target())
+        await self.group.settle()
 
 
-def make_fault(name: str, group: ReplicaGroup, partition_mode: Mode = Mode.BLACKHOLE) -> Fault:
+FaultType = type[KillMaster | KillSlave | StopMaster | PartitionMaster | WipeMaster
+                 | KillControllerLeader]
+FAULTS: dict[str, FaultType] = {
+    f.name: f for f in (KillMaster, KillSlave, StopMaster, PartitionMaster, WipeMaster,
+                        KillControllerLeader)}
+# faults a master/slave group (no controller) cannot take
+CONTROLLER_ONLY = frozenset({KillControllerLeader.name})
+
+
+def make_fault(name: str, group: Group, partition_mode: Mode = Mode.BLACKHOLE) -> Fault:
     if name == PartitionMaster.name:
         return PartitionMaster(group, partition_mode)
     return FAULTS[name](group)

@@ -27,7 +27,8 @@ from bench.chaos.accounting import (
     read_records,
     schedule_seconds,
 )
-from bench.chaos.group import GroupConfig, ReplicaGroup, make_fault
+from bench.chaos.controller_group import ControllerGroup
+from bench.chaos.group import CONTROLLER, Group, GroupConfig, ReplicaGroup, make_fault
 from bench.chaos.proxy import Mode
 from client import (
     ConsumeConcurrentlyContext,
@@ -41,6 +42,7 @@ from client import (
     SendStatus,
 )
 from client.admin import MQAdmin
+from client.instance import DEFAULT_POLL_NAME_SERVER_INTERVAL
 from tests.integration.cluster import Cluster
 from tests.waits import routed, wait_until
 
@@ -62,6 +64,9 @@ class RunConfig:
     drain: float = 60.0  # most seconds to wait, after the load, for every SEND_OK to be delivered
     partition_mode: Mode = Mode.BLACKHOLE
     group: GroupConfig = field(default_factory=GroupConfig)
+    # clients' route refresh (pollNameServerInterval), seconds; None: the SDK's default.
+    # In controller mode the master moves: producers find it on the next refresh
+    poll_interval: float | None = None
 
 
 def body(mid: str, begun: float) -> str:
@@ -100,7 +105,9 @@ class Checker:
 
     def __init__(self, root: Path, config: RunConfig, cluster: Cluster | None = None) -> None:
         self.root, self.config = root, config
-        self.group = ReplicaGroup(root, config.group, cluster)
+        self.group: Group = (ControllerGroup(root, config.group, cluster)
+                             if config.group.mode == CONTROLLER
+                             else ReplicaGroup(root, config.group, cluster))
         self.t0 = time.monotonic()
         self.acked = Recorder(root / "acked.jsonl")
         self.delivered = Recorder(root / "delivered.jsonl")
@@ -121,7 +128,7 @@ class Checker:
         cfg = self.config
         step = cfg.producers / cfg.rate  # each producer's share of the rate
         p = Producer(f"chaos-producer-{k}", self.group.namesrv_addr,
-                     send_msg_timeout=cfg.send_timeout)
+                     send_msg_timeout=cfg.send_timeout, poll_name_server_interval=self._poll())
         await p.start()
         try:
             nxt = trio.current_time()
@@ -155,9 +162,14 @@ class Checker:
         finally:
             await p.shutdown()
 
+    def _poll(self) -> float:
+        p = self.config.poll_interval
+        return DEFAULT_POLL_NAME_SERVER_INTERVAL if p is None else p
+
     def _consumer(self, k: int) -> PushConsumer:
         c = PushConsumer(GROUP, self.group.namesrv_addr, instance_name=f"chaos-c{k}",
-                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+                         consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                         poll_name_server_interval=self._poll())
         c.subscribe(TOPIC, "*")
 
         def listener(msgs: list[MessageExt],
@@ -228,6 +240,7 @@ class Checker:
                 await admin.create_topic(TOPIC, broker_addr=self.group.master_addr,
                                          read_queue_nums=cfg.queues, write_queue_nums=cfg.queues)
                 await wait_until(routed(admin, TOPIC), SETUP_TIMEOUT, "the topic routed")
+            await self.group.topic_ready(TOPIC)
         consumers = [self._consumer(k) for k in range(cfg.consumers)]
         for c in consumers:
             await c.start()

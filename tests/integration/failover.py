@@ -54,7 +54,7 @@ def replica_props(controller: str, heartbeat_ms: int) -> dict[str, object]:
 def start_replicas(cluster: Cluster, ns: str, controller: str, heartbeat_ms: int
                    ) -> list[Daemon]:
     props = replica_props(controller, heartbeat_ms)
-    return [cluster.broker(f"replica-{i}", ns, **props) for i in range(3)]
+    return [cluster.broker(f"replica-{i}", ns, True, **props) for i in range(3)]
 
 
 async def replicas_info(ctl: ControllerAdmin, controller: str) -> ReplicasInfo | None:
@@ -198,7 +198,7 @@ async def failover(cluster: Cluster, heartbeat_ms: int = 1500, count: int = 50,
                         break
             figures.elected_s = elected[0]
             info = await new_master(ctl, group)
-            assert info is not None
+            assert info is not None and info.master_address is not None
             new = by_addr[info.master_address]
             # the name servers route to it as the master (brokerId 0)
             route = await admin.topic_route(TOPIC)

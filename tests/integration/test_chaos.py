@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from bench.chaos.accounting import Step, read_faults
-from bench.chaos.group import PROXY_HOST
+from bench.chaos.group import PROXY_HOST, ReplicaGroup
 from bench.chaos.runner import Checker, RunConfig
 from tests.integration.cluster import Cluster
 
@@ -34,6 +34,7 @@ async def test_short_schedule_loses_nothing_acknowledged(cluster: Cluster,
     assert all(f.write_unavailable is not None for f in report.faults), report.faults
     # the master advertised its proxies: the producers' SEND_OKs name its queues, the
     # remoting and HA proxies (and the master's own to the name server) carried connections
+    assert isinstance(checker.group, ReplicaGroup)
     assert checker.group.master_addr.startswith(f"{PROXY_HOST}:")
     assert all(p.accepted > 0 for p in checker.group.proxies), [
         (p.name, p.accepted) for p in checker.group.proxies]
