@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+import pytest
 import trio
 
 from bench.chaos.proxy import Mode, TcpProxy
@@ -469,6 +470,56 @@ async def test_issue_7017_isolated_old_master_never_answers_send_ok(cluster: Clu
         assert set(acked) <= set(bodies)
         assert not [b for b in bodies if b.startswith(b"isolated-")], bodies
         assert [o for o, _ in served] == list(range(len(served)))
+
+
+@pytest.mark.parametrize("fault", ["partition", "stop"])
+async def test_issue_51_new_master_takes_writes_soon_after_the_election(
+        cluster: Cluster, fault: str) -> None:
+    """The master cut off (``partition``: from the controller, its slaves and the
+    name server's view of it stays live) or frozen (``stop``: SIGSTOP): the other
+    replica learns the new master's HA address from its name-server registration
+    answer soon after the election (a slave without its master's HA address asks
+    every second; the new master registers as soon as it takes the role), not at
+    the next periodic registration (30 s), so the new master has its second
+    in-sync replica and answers SEND_OK (minInSyncReplicas=2) well within 15 s."""
+    async with replica_group(cluster, isolate_first=True, syncFlushTimeout=2000) as g:
+        old = g.replicas[0]
+        await g.acked_sends(old, "before", 5)
+        info = await g.all_in_sync(old)
+        assert info is not None
+        slaves = {g.addr(d) for d in g.replicas[1:]}
+
+        async def named() -> ReplicasInfo | None:
+            i = await g.info()
+            if i is not None and i.master_address in slaves \
+                    and i.master_epoch > info.master_epoch:
+                return i
+            return None
+
+        if fault == "partition":
+            g.partition(Mode.DROP)
+        else:
+            old.freeze()
+        try:
+            elected = await wait_until(named, 60, "a new master named", interval=0.05)
+            named_at = time.monotonic()
+            new = g.by_addr(elected.master_address)
+            assert new is not None
+            sent = 0
+
+            async def took_one() -> bool:
+                nonlocal sent
+                sent += 1
+                r = await g.send(new, f"during-{sent}".encode())
+                return r.code == ResponseCode.SUCCESS
+
+            await wait_until(took_one, 15, f"SEND_OK from the new master ({fault})",
+                             interval=0.1)
+            print(f"{fault}: new master named -> first SEND_OK "
+                  f"{time.monotonic() - named_at:.1f} s ({sent} sends)")
+        finally:
+            if fault == "stop":
+                old.thaw()
 
 
 async def test_issue_6662_isolated_confirm_offset_moves_no_consumer_offset(
