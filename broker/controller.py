@@ -59,7 +59,7 @@ from broker.pop_processor import PopMessageProcessor, PopRunner, send_back_reviv
 from broker.pull_processor import PullMessageProcessor
 from broker.query_processor import QueryMessageProcessor
 from broker.queue_admin_processor import QueueAdminProcessor
-from broker.replicas import ControllerView
+from broker.replicas import ControllerView, RegisterRetry
 from broker.replicas_manager import ReplicaHooks, ReplicasManager
 from broker.role import Role, RoleRunner, RoleState, services_key
 from broker.schedule_service import ScheduleMessageService
@@ -361,6 +361,8 @@ class BrokerController:
         self._register_events = {a: trio.Event() for a in config.namesrv_addr_list}
         self._register_guards = {a: Guard(self.log.bind(namesrv=a), "register")
                                  for a in config.namesrv_addr_list}
+        # controller mode: short retries until a registration settles the role
+        self._register_retries = {a: RegisterRetry() for a in config.namesrv_addr_list}
         self._persist_guard = Guard(self.log, "persist")
 
     def _runtime_sources(self) -> RuntimeSources:
@@ -665,6 +667,8 @@ class BrokerController:
         """Register now; after a change (not at start: the loops start after
         this), the registration loops wake too: their period depends on the
         role (a slave without a master asks every SLAVE_FIND_MASTER_S)."""
+        for retry in self._register_retries.values():
+            retry.restart()
         await self.register_broker_all()
         if self.started:
             self.trigger_register()
@@ -934,28 +938,38 @@ class BrokerController:
         on an ephemeral port (tests) knows its port only once bound."""
         self.message_store.reconfigure(StoreConfig.from_broker(self.config))
 
-    async def register_broker_all(self, addr: str | None = None) -> None:
+    async def register_broker_all(self, addr: str | None = None) -> bool:
         """Register with every name server at once (or with ``addr`` only): the
         whole table with one that does not know this broker's topics yet, else
         only what changed since it last took a registration (broker/out_api.py).
         Never raises (but Cancelled): a failure is logged and the next period
-        (or topic change) tries again."""
+        (or topic change) tries again. Returns whether it settled the role: every
+        name server asked took it and, a slave of the master the controller chose,
+        the answer named that master with its HA address (outside controller mode:
+        always True)."""
         assert self.outer_api is not None
         guard = self._register_guard if addr is None else self._register_guards[addr]
+        settled = False
         try:
-            await self.outer_api.register_broker_all(
+            taken = await self.outer_api.register_broker_all(
                 self.topic_config_manager, self.ha_server_addr,
                 None if addr is None else [addr])
+            asked = 1 if addr is not None else len(self.config.namesrv_addr_list)
+            settled = taken >= asked
             if self.role.is_slave:
                 # controller mode: only the HA address of the master the controller named
                 wanted = self.role.current.master_addr
-                if wanted is None or self.outer_api.master_addr == wanted:
+                named = self.outer_api.master_addr == wanted
+                if wanted is None or named:
                     self.ha_service.set_master_ha_addr(self.outer_api.master_ha_addr)
+                settled = settled and (wanted is None or
+                                       (named and self.ha_service.master_ha_addr is not None))
         except Exception as exc:
             guard.failed(exc, "register with name servers failed",
                          topics=len(self.topic_config_manager.table))
         else:
             guard.ok()
+        return settled or self.replicas is None
 
     async def _register_loop(self) -> None:
         """One loop per name server: one that hangs delays no other's registrations."""
@@ -971,10 +985,14 @@ class BrokerController:
             wait = interval
             if self.role.is_slave and self.ha_service.master_ha_addr is None:
                 wait = min(interval, SLAVE_FIND_MASTER_S)
+            retry = self._register_retries[addr].wait()  # controller mode, not settled
+            if retry is not None:
+                wait = min(wait, retry)
             with trio.move_on_after(wait):
                 await self._register_events[addr].wait()
             self._register_events[addr] = trio.Event()
-            await self.register_broker_all(addr)
+            settled = await self.register_broker_all(addr)
+            self._register_retries[addr].settled(settled)
             # after failures, topic changes do not re-register back to back
             await self._register_guards[addr].pause()
 

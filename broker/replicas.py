@@ -243,3 +243,38 @@ class BrokerIdentity:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+REGISTER_RETRY_FIRST_S = 0.5
+REGISTER_RETRY_MAX_S = 5.0
+
+
+class RegisterRetry:
+    """Controller mode, one name server: how soon to register again while the last
+    registration did not settle the role (RocketMQ 5 registers again on a role
+    change). A master's registration not taken, or a slave's answer not naming the
+    master the controller chose: again after 0.5 s, doubling up to 5 s; settled:
+    the periodic interval (``None``)."""
+
+    def __init__(self, first: float = REGISTER_RETRY_FIRST_S,
+                 most: float = REGISTER_RETRY_MAX_S) -> None:
+        self.first = first
+        self.most = most
+        self._next: float | None = None
+
+    def settled(self, done: bool) -> None:
+        """The outcome of a registration: settled or not."""
+        if done:
+            self._next = None
+        elif self._next is None:
+            self._next = self.first
+        else:
+            self._next = min(self.most, self._next * 2)
+
+    def restart(self) -> None:
+        """A role change: the next unsettled registration retries after ``first``."""
+        self._next = None
+
+    def wait(self) -> float | None:
+        """Seconds until the next try, or None (the periodic interval)."""
+        return self._next

@@ -20,6 +20,7 @@ from broker.replicas import (
     ControllerView,
     IdentityError,
     Phase,
+    RegisterRetry,
     ReplicasCore,
 )
 from broker.replicas_manager import (
@@ -433,3 +434,31 @@ def test_broker_epoch_cache_is_its_epoch_history(plain_broker: BrokerController)
     assert [(e.epoch, e.start_offset, e.end_offset) for e in cache.epoch_list] == \
         [(5, 0, store.get_max_phy_offset())]
     assert cache.max_offset == store.get_max_phy_offset()
+
+
+# ---- RegisterRetry (controller mode: registering again until the role is settled) ----
+
+
+def test_register_retry_doubles_to_its_bound_while_unsettled() -> None:
+    r = RegisterRetry(first=0.5, most=5.0)
+    assert r.wait() is None  # settled so far: the periodic interval
+    waits = []
+    for _ in range(7):
+        r.settled(False)
+        waits.append(r.wait())
+    assert waits == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
+
+
+def test_register_retry_settled_or_role_change_starts_over() -> None:
+    r = RegisterRetry(first=0.5, most=5.0)
+    for _ in range(4):
+        r.settled(False)
+    r.settled(True)
+    assert r.wait() is None
+    r.settled(False)
+    assert r.wait() == 0.5
+    r.settled(False)
+    r.restart()  # a role change: the next miss retries soon again
+    assert r.wait() is None
+    r.settled(False)
+    assert r.wait() == 0.5
