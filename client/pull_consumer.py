@@ -15,7 +15,6 @@ to the slave too (``client.consumer_api``).
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import NamedTuple
 
 import structlog
@@ -31,6 +30,7 @@ from client.instance import (
     MQClientInstance,
     client_namesrv_addr,
 )
+from client.instance_user import InstanceUser, LifecycleState
 from client.pull_result import PullResult
 from client.range_reader import (
     DEFAULT_IN_FLIGHT,
@@ -61,13 +61,7 @@ class ReadSetup(NamedTuple):
 DEFAULT_CONSUMER_GROUP = "DEFAULT_CONSUMER"
 
 
-class _State(Enum):
-    CREATED = "created"
-    RUNNING = "running"
-    SHUTDOWN = "shutdown"
-
-
-class PullConsumer:
+class PullConsumer(InstanceUser):
     """A pull consumer on trio.
 
     Use ``async with PullConsumer("group", "ns1:9876") as c:`` or
@@ -88,6 +82,8 @@ class PullConsumer:
 
     Raises MQClientError for an invalid group name or setting.
     """
+
+    KIND = "pull consumer"
 
     def __init__(
         self,
@@ -123,55 +119,17 @@ class PullConsumer:
         self.request_timeout = self.config.timeout_or(DEFAULT_REQUEST_TIMEOUT)
         self.poll_name_server_interval = poll_name_server_interval
         self.instance_name = self.config.instance_name
-        self._state = _State.CREATED
-        self._instance: MQClientInstance | None = None
+        super().__init__()
         self._api: ConsumerAPI | None = None
         self._log = log.bind(group=group, namesrv=self.namesrv_addr)
 
-    # ---- lifecycle --------------------------------------------------------------
+    # ---- lifecycle (start, shutdown, async with: InstanceUser) --------------------
 
-    async def start(self) -> None:
-        """Connect to the shared client instance. Raises MQClientError if already
-        started or the name-server address is invalid."""
-        if self._state is not _State.CREATED:
-            raise MQClientError(f"the consumer is {self._state.value}; it can be started once")
-        self._instance = await MQClientInstance.acquire(
-            self.namesrv_addr,
-            request_timeout=self.request_timeout,
-            poll_name_server_interval=self.poll_name_server_interval,
-            credentials=self.credentials,
-            tls=self.tls,
-            instance_name=self.instance_name,
-        )
-        self._api = ConsumerAPI(self._instance, self.group)
-        self._state = _State.RUNNING
-        self._log.info("pull consumer started")
-
-    async def shutdown(self) -> None:
-        """Release the client instance. Idempotent; safe from a cancelled task."""
-        if self._state is not _State.RUNNING:
-            self._state = _State.SHUTDOWN
-            return
-        self._state = _State.SHUTDOWN
-        if self._instance is not None:
-            with trio.CancelScope(shield=True):
-                await self._instance.release()
-        self._log.info("pull consumer shut down")
-
-    async def __aenter__(self) -> PullConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.shutdown()
-
-    def _running_instance(self) -> MQClientInstance:
-        if self._state is not _State.RUNNING or self._instance is None:
-            raise MQClientError(f"the consumer is not running ({self._state.value})")
-        return self._instance
+    def _on_started(self, instance: MQClientInstance) -> None:
+        self._api = ConsumerAPI(instance, self.group)
 
     def _running_api(self) -> ConsumerAPI:
-        if self._state is not _State.RUNNING or self._api is None:
+        if self._state is not LifecycleState.RUNNING or self._api is None:
             raise MQClientError(f"the consumer is not running ({self._state.value})")
         return self._api
 

@@ -22,7 +22,6 @@ import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 import structlog
 import trio
@@ -33,9 +32,9 @@ from client.errors import MQBrokerError, MQClientError
 from client.instance import (
     DEFAULT_POLL_NAME_SERVER_INTERVAL,
     DEFAULT_REQUEST_TIMEOUT,
-    MQClientInstance,
     client_namesrv_addr,
 )
+from client.instance_user import InstanceUser
 from client.validators import check_group
 from protocol.batch_ack import MAX_BATCH_ACK, BatchAckError, decode_results, encode_handles
 from protocol.codes import RequestCode, ResponseCode
@@ -95,13 +94,7 @@ class ReceivedMessage:
         return self.message.msg_id
 
 
-class _State(Enum):
-    CREATED = "created"
-    RUNNING = "running"
-    SHUTDOWN = "shutdown"
-
-
-class SimpleConsumer:
+class SimpleConsumer(InstanceUser):
     """Receive, ack and change invisible duration (RocketMQ 5's SimpleConsumer).
 
     Use ``async with SimpleConsumer("group", "ns:9876") as c: c.subscribe("T")``.
@@ -113,6 +106,8 @@ class SimpleConsumer:
         init_mode: where a group that never consumed a queue starts: ``"MAX"``
             (new messages only, RocketMQ's default) or ``"MIN"`` (all kept).
     """
+
+    KIND = "simple consumer"
 
     def __init__(self, group: str, namesrv_addr: str | None = None, *,
                  await_duration: float = DEFAULT_AWAIT_DURATION, init_mode: str = "MAX",
@@ -141,44 +136,10 @@ class SimpleConsumer:
         self._tags: dict[str, frozenset[str] | None] = {}
         self._brokers: dict[str, tuple[float, list[str]]] = {}  # topic -> (fetched, names)
         self._turn = 0
-        self._state = _State.CREATED
-        self._instance: MQClientInstance | None = None
+        super().__init__()
         self._log = log.bind(group=group, namesrv=self.namesrv_addr)
 
-    # ---- lifecycle --------------------------------------------------------------
-
-    async def start(self) -> None:
-        if self._state is not _State.CREATED:
-            raise MQClientError(f"the consumer is {self._state.value}; it can be started once")
-        self._instance = await MQClientInstance.acquire(
-            self.namesrv_addr, request_timeout=self.request_timeout,
-            poll_name_server_interval=self.poll_name_server_interval,
-            credentials=self.config.credentials, tls=self.config.client_tls(),
-            instance_name=self.config.instance_name)
-        self._state = _State.RUNNING
-        self._log.info("simple consumer started")
-
-    async def shutdown(self) -> None:
-        if self._state is not _State.RUNNING:
-            self._state = _State.SHUTDOWN
-            return
-        self._state = _State.SHUTDOWN
-        if self._instance is not None:
-            with trio.CancelScope(shield=True):
-                await self._instance.release()
-        self._log.info("simple consumer shut down")
-
-    async def __aenter__(self) -> SimpleConsumer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.shutdown()
-
-    def _running(self) -> MQClientInstance:
-        if self._state is not _State.RUNNING or self._instance is None:
-            raise MQClientError(f"the consumer is not running ({self._state.value})")
-        return self._instance
+    # ---- lifecycle: start, shutdown, async with (InstanceUser) ---------------------
 
     # ---- subscriptions ----------------------------------------------------------
 
@@ -203,7 +164,7 @@ class SimpleConsumer:
         cached = self._brokers.get(topic)
         if cached is not None and now - cached[0] < self.poll_name_server_interval:
             return cached[1]
-        queues = await self._running().fetch_subscribe_queues(topic)
+        queues = await self._running_instance().fetch_subscribe_queues(topic)
         names = sorted({q.broker_name for q in queues})
         self._brokers[topic] = (now, names)
         return names
@@ -216,7 +177,7 @@ class SimpleConsumer:
         """Up to ``max_messages`` (1..32) messages, each invisible to the group
         for ``invisible_duration`` seconds (1 s .. 12 h) unless acked; waits up
         to ``await_duration`` when there are none, then answers []."""
-        instance = self._running()
+        instance = self._running_instance()
         if not 1 <= max_messages <= MAX_RECEIVE:
             raise MQClientError(f"max_messages must be within 1..{MAX_RECEIVE}")
         invisible_ms = round(invisible_duration * 1000)
@@ -286,7 +247,7 @@ class SimpleConsumer:
         for m in msgs:
             groups.setdefault((m.broker_name, m.topic), []).append(m)
         refused: list[tuple[ReceivedMessage, str]] = []
-        instance = self._running()
+        instance = self._running_instance()
         for (broker_name, topic), batch in groups.items():
             addr, _ = await instance.require_broker_addr(broker_name, topic)
             for start in range(0, len(batch), MAX_BATCH_ACK):
@@ -331,7 +292,7 @@ class SimpleConsumer:
 
     async def _handle_request(self, code: int, fields: dict[str, object], msg: ReceivedMessage,
                               what: str) -> RemotingCommand:
-        instance = self._running()
+        instance = self._running_instance()
         addr, _ = await instance.require_broker_addr(msg.broker_name, msg.topic)
         cmd = RemotingCommand.request(code, fields)
         try:
