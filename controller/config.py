@@ -11,6 +11,8 @@ from typing import Any
 from protocol.config import ConfigError, PropertiesConfig, not_a_key
 from protocol.controller import MAX_REPLICAS
 from protocol.trio.limits import ConnectionLimits, limits_of
+from protocol.trio.preauth import DEFAULT_PRE_AUTH_BUDGET, pre_auth_problem
+from protocol.trio.tls import ServerTls, TlsConfigError, normalize_server_tls, server_tls_of
 
 CONTROLLER_TYPES = ("file", "etcd")
 
@@ -68,6 +70,30 @@ class ControllerConfig(PropertiesConfig):
     write_buffer_low_water_mark: int = 1024 * 1024
     max_in_flight_requests_per_connection: int = 1024
     max_connections_per_address: int = 1024
+    # plain ACL on mqcontroller's port (controller/acl.py), the name server's keys and
+    # plain_acl.yml format; inside a name server its own keys apply instead
+    acl_enable: bool = False
+    # the accounts file; empty: plain_acl.yml beside the config file (-c), else in the
+    # working directory
+    acl_plain_file: str = ""
+    acl_reload_interval: int = 5000  # ms between checks of the accounts file's mtime
+    # signatures bound to their request code and time (docs/security/signature-binding.md)
+    acl_signature_window: int = 60_000
+    acl_strict_signature: bool = False
+    acl_replay_cache_size: int = 100_000
+    # before a connection is authenticated (docs/security/decoding-limits.md): its
+    # largest frame (0: the header limit + CONTROLLER_PRE_AUTH_BODY + 64 KiB), and the
+    # bytes of partial frames all such connections may hold together
+    acl_pre_auth_max_frame_bytes: int = 0
+    acl_pre_auth_read_budget_bytes: int = DEFAULT_PRE_AUTH_BUDGET
+    # TLS on mqcontroller's port (protocol/trio/tls.py; the name server's tls.server.*
+    # keys): disabled | permissive (TLS and plain on one port; plain only without a
+    # certificate) | enforcing
+    tls_mode: str = "permissive"
+    tls_server_cert_path: str = ""
+    tls_server_key_path: str = ""
+    tls_server_trust_cert_path: str = ""  # the CA of client certificates
+    tls_server_need_client_auth: str = "none"  # none | optional | require (true/false)
     # the etcd* keys as given (controllerType=etcd reads them with EtcdConfig, which
     # needs the controller extra: not imported here)
     etcd_properties: dict[str, str] = not_a_key(dict)
@@ -87,6 +113,9 @@ class ControllerConfig(PropertiesConfig):
 
     def connection_limits(self) -> ConnectionLimits:
         return limits_of(self)
+
+    def server_tls(self) -> ServerTls:
+        return server_tls_of(self)
 
     def validate(self) -> None:
         if self.controller_type not in CONTROLLER_TYPES:
@@ -108,3 +137,16 @@ class ControllerConfig(PropertiesConfig):
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")
+        if self.acl_reload_interval <= 0:
+            raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
+        for key, value in (("aclSignatureWindow", self.acl_signature_window),
+                           ("aclReplayCacheSize", self.acl_replay_cache_size)):
+            if value <= 0:
+                raise ConfigError(f"{key} must be positive, not {value}")
+        problem = pre_auth_problem(self)
+        if problem is not None:
+            raise ConfigError(problem)
+        try:
+            normalize_server_tls(self)
+        except TlsConfigError as exc:
+            raise ConfigError(str(exc)) from exc
