@@ -65,6 +65,9 @@ def main(config_file: str | None, print_config: bool, listen_ip: str | None,
         if not config_file:
             load_overlay(config)
         config.server_tls().context()  # a missing or bad certificate: one line, no start
+        client_tls = config.client_tls()
+        if client_tls is not None:
+            client_tls.context()
     except (ConfigError, TlsConfigError) as exc:
         raise click.UsageError(str(exc)) from exc
     if print_config:

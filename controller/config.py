@@ -12,7 +12,13 @@ from protocol.config import ConfigError, PropertiesConfig, not_a_key
 from protocol.controller import MAX_REPLICAS
 from protocol.trio.limits import ConnectionLimits, limits_of
 from protocol.trio.preauth import DEFAULT_PRE_AUTH_BUDGET, pre_auth_problem
-from protocol.trio.tls import ServerTls, TlsConfigError, normalize_server_tls, server_tls_of
+from protocol.trio.tls import (
+    ClientTls,
+    ServerTls,
+    TlsConfigError,
+    normalize_server_tls,
+    server_tls_of,
+)
 
 CONTROLLER_TYPES = ("file", "etcd")
 
@@ -29,6 +35,18 @@ RUNTIME_KEYS = {
     "brokerHeartbeatTimeout": "ms of silence after which a replica is dead",
     "scanNotActiveBrokerInterval": "ms between scans for silent masters",
 }
+
+
+@dataclass(frozen=True)
+class ControllerCredentials:
+    """The controller's own account (controllerAccessKey/controllerSecretKey)."""
+
+    access_key: str
+    secret_key: str
+    security_token: str | None = None
+
+    def __repr__(self) -> str:  # never show the secret
+        return f"ControllerCredentials(access_key={self.access_key!r}, secret_key='***')"
 
 
 @dataclass(slots=True)
@@ -94,6 +112,15 @@ class ControllerConfig(PropertiesConfig):
     tls_server_key_path: str = ""
     tls_server_trust_cert_path: str = ""  # the CA of client certificates
     tls_server_need_client_auth: str = "none"  # none | optional | require (true/false)
+    # the controller's own calls to brokers (NOTIFY_BROKER_ROLE_CHANGED): over TLS with
+    # tls.enable (the broker's keys), signed with this account when set (brokers with
+    # aclEnable refuse unsigned ones; they learn their role from their next poll then)
+    tls_enable: bool = False
+    tls_client_trust_cert_path: str = ""  # empty: the system's CAs
+    tls_client_cert_path: str = ""  # for brokers with tls.server.need.client.auth
+    tls_client_key_path: str = ""
+    controller_access_key: str = ""
+    controller_secret_key: str = ""
     # the etcd* keys as given (controllerType=etcd reads them with EtcdConfig, which
     # needs the controller extra: not imported here)
     etcd_properties: dict[str, str] = not_a_key(dict)
@@ -116,6 +143,20 @@ class ControllerConfig(PropertiesConfig):
 
     def server_tls(self) -> ServerTls:
         return server_tls_of(self)
+
+    def client_tls(self) -> ClientTls | None:
+        """TLS for the controller's calls to brokers (None: plain, tls.enable=false)."""
+        if not self.tls_enable:
+            return None
+        return ClientTls(ca_path=self.tls_client_trust_cert_path,
+                         cert_path=self.tls_client_cert_path, key_path=self.tls_client_key_path)
+
+    def credentials(self) -> ControllerCredentials | None:
+        """controllerAccessKey/controllerSecretKey as RemotingClient(credentials=...)
+        takes them (None: unsigned)."""
+        if not self.controller_access_key:
+            return None
+        return ControllerCredentials(self.controller_access_key, self.controller_secret_key)
 
     def validate(self) -> None:
         if self.controller_type not in CONTROLLER_TYPES:
@@ -150,3 +191,8 @@ class ControllerConfig(PropertiesConfig):
             normalize_server_tls(self)
         except TlsConfigError as exc:
             raise ConfigError(str(exc)) from exc
+        if bool(self.tls_client_cert_path) != bool(self.tls_client_key_path):
+            raise ConfigError("tls.client.certPath and tls.client.keyPath must be given together")
+        if bool(self.controller_access_key) != bool(self.controller_secret_key):
+            raise ConfigError("controllerAccessKey and controllerSecretKey go together: set "
+                              "both or neither")

@@ -262,7 +262,8 @@ class ControllerService:
         log.info("controller state loaded", version=self.version,
                  broker_names=len(self.state.broker_sets))
         timeout = self.config.notify_broker_role_changed_timeout / 1000
-        async with RemotingClient(connect_timeout=timeout) as client, \
+        async with RemotingClient(connect_timeout=timeout, tls=self.config.client_tls(),
+                                  credentials=self.config.credentials()) as client, \
                 trio.open_nursery() as nursery:
             self.notifier = Notifier(client, nursery, timeout)
             nursery.start_soon(self.leadership.run, self._on_elected, self._on_lost)
