@@ -147,6 +147,17 @@ async def test_tls_enforcing_serves_tls_and_refuses_plain(cluster: Cluster,
     async with ControllerAdmin(secure) as admin:
         meta = await admin.metadata(ctrl.addr)
         assert meta["controllerLeaderAddress"] == ctrl.addr
+        # a broker with tls.enable reaches it: registered, elected master
+        ns = cluster.namesrv()
+        broker = cluster.broker("replica-tls", ns.addr, True, **{
+            **replica_props(ctrl.addr, 3000), "minInSyncReplicas": 1, "tls.enable": "true",
+            "tls.client.trustCertPath": tls_certs.ca})
+
+        async def elected() -> bool:
+            info = await replicas_info(admin, ctrl.addr)
+            return info is not None and info.master_address == broker.addr
+
+        await wait_until(elected, 30, "the TLS broker elected master")
     async with ControllerAdmin() as plain:
         with pytest.raises(MQAdminError, match="requires TLS"):
             await plain.metadata(ctrl.addr)
