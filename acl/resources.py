@@ -5,7 +5,8 @@ resource"). With ``aclEnable=true`` every request first needs a known access
 key with a valid signature (or a white address); then its row says what more:
 
 - ``admin``: an ``admin: true`` account (plain.ADMIN_CODES; the name server's
-  namesrv.acl.NAMESRV_ADMIN_CODES too);
+  namesrv.acl.NAMESRV_ADMIN_CODES too, and the controller's codes whose
+  controller.acl.CONTROLLER_PERMISSIONS row is not LOOKUP);
 - ``resources``: the permission on each resource named, in the header (checked
   by the guard before the handler runs: plain.required_resources) and/or in
   the body or the stored data (checked by the handler: broker/acl/stored.py);
@@ -178,10 +179,12 @@ NAMESRV_RULES: dict[int, Rule] = {
     C.GET_KVLIST_BY_NAMESPACE: _account("as GET_KV_CONFIG"),
     C.UPDATE_NAMESRV_CONFIG: _admin("secrets are refused: set in the config file"),
     C.GET_NAMESRV_CONFIG: _admin("the name server's settings, secrets masked"),
-    # the controller inside the name server (enableControllerInNamesrv)
-    C.BROKER_HEARTBEAT: _account(
-        "a replica's liveness; not admin: bound signatures of every heart-beat would fill "
-        "the admin replay cache, and a refused heart-beat would fail a live master over"),
+    # the controller inside the name server (enableControllerInNamesrv), and
+    # mqcontroller alike (controller/acl.py CONTROLLER_PERMISSIONS)
+    C.BROKER_HEARTBEAT: _admin(
+        "a broker's account: a forged heart-beat (epoch, max offset) would sway an election "
+        "or keep a dead master alive; RocketMQ's plain signature is enough (one a second "
+        "from every replica: bound ones would fill the admin replay cache)"),
     C.CONTROLLER_ALTER_SYNC_STATE_SET: _admin("a master changes its SyncStateSet"),
     C.CONTROLLER_ELECT_MASTER: _admin("a replica, or an operator, asks for an election"),
     C.CONTROLLER_REGISTER_BROKER: _admin("brokers register with an admin account"),

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import structlog
 import trio
 
-from controller.config import RUNTIME_KEYS
 from controller.replicas import (
     ControllerState,
     MasterView,
@@ -30,10 +29,11 @@ from controller.replicas import (
     register_broker,
     replica_info,
 )
+from controller.runtime_config import check_changes
 from controller.state_store import StateStoreError
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.config import ConfigError, properties_body, runtime_changes
+from protocol.config import ConfigError, properties_body
 from protocol.controller import (
     AlterSyncStateSetRequestHeader,
     AlterSyncStateSetResponseHeader,
@@ -76,6 +76,10 @@ STATUS_CODES: dict[Status, int] = {
 ANSWERED_BY_FOLLOWERS = frozenset({RequestCode.BROKER_HEARTBEAT,
                                    RequestCode.CONTROLLER_GET_METADATA_INFO,
                                    RequestCode.GET_CONTROLLER_CONFIG})
+
+
+NOT_PERSISTED = ("applied, but not persisted: this controller has no file to write its "
+                 "settings to, so the change holds until it stops")
 
 
 class NotLeader(Exception):
@@ -313,14 +317,20 @@ class ControllerProcessor:
         text = self.service.config.render() + "\n"
         return cmd.response(ResponseCode.SUCCESS, body=text.encode())
 
-    def update_controller_config(self, conn: RemotingConnection, cmd: RemotingCommand
-                                 ) -> RemotingCommand:
+    async def update_controller_config(self, conn: RemotingConnection, cmd: RemotingCommand
+                                       ) -> RemotingCommand:
+        """Checked (nothing applied on a bad key or value), written to the
+        controller's config file or overlay, then applied and answered."""
         try:
-            changes, _ = runtime_changes(self.service.config, properties_body(cmd.body),
-                                         RUNTIME_KEYS, "controller")
+            changes = check_changes(self.service.config, properties_body(cmd.body))
         except ConfigError as exc:
             return cmd.response(ResponseCode.SYSTEM_ERROR, f"UPDATE_CONTROLLER_CONFIG: {exc}")
-        self.service.apply_runtime_config(changes)
-        log.info("controller config changed at run time", **changes)
-        return cmd.response(ResponseCode.SUCCESS, "applied in memory only (not written to "
-                                                  "the config file)")
+        try:
+            written = await self.service.apply_runtime_config(changes)
+        except OSError as exc:
+            log.error("controller config change not written", path=str(
+                self.service.settings_file), error=str(exc))
+            return cmd.response(ResponseCode.SYSTEM_ERROR,
+                                f"UPDATE_CONTROLLER_CONFIG: not applied, cannot write "
+                                f"{self.service.settings_file}: {exc}")
+        return cmd.response(ResponseCode.SUCCESS, None if written else NOT_PERSISTED)

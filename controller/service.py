@@ -11,7 +11,14 @@ table (controller/heartbeat.py), and runs:
   are taken out of the liveness table, and a broker name whose master is among them
   (or was never heard from since this controller began to lead, for longer than
   ``brokerHeartbeatTimeout``) gets an election;
-- the notifications of a new master (NOTIFY_BROKER_ROLE_CHANGED) to every replica.
+- the notifications of a new master (NOTIFY_BROKER_ROLE_CHANGED) to every replica;
+- on its own port: the ACL (``aclEnable``, controller/acl.py) around the handlers and
+  in front of connections not yet authenticated, the accounts file watched, and TLS
+  (``tlsMode``, the name server's keys).
+
+UPDATE_CONTROLLER_CONFIG's changes are written to ``settings_file`` (the config
+file, else the overlay: controller/runtime_config.py) before they are applied and
+answered.
 
 Every change goes through ``change``: one at a time, computed on the current state,
 saved (compare-and-swap on the stored version), and only then applied, answered and
@@ -21,11 +28,15 @@ notified. A save that fails changes nothing in memory: the requester gets an err
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
 import trio
 
+from acl.binding import signature_binding
+from acl.guard import AclFile
+from controller.acl import CONTROLLER_PRE_AUTH_BODY, guard_table, header_gate
 from controller.config import ControllerConfig
 from controller.file_store import FileStateStore
 from controller.heartbeat import HeartbeatTable, LivenessAt
@@ -40,6 +51,7 @@ from controller.replicas import (
     elect_master,
     encode_state,
 )
+from controller.runtime_config import write_changes
 from controller.state_store import (
     AlwaysLeader,
     Leadership,
@@ -54,6 +66,7 @@ from protocol.controller import NotifyBrokerRoleChangedRequestHeader, SyncStateS
 from protocol.extras import MissingExtraError, require_etcd
 from protocol.trio.client import RemotingClient
 from protocol.trio.errors import RemotingError
+from protocol.trio.preauth import PreAuth, pre_auth_of
 from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard
 
@@ -137,9 +150,23 @@ class Notifier:
                  master=view.master_id, master_epoch=view.master_epoch, code=response.code)
 
 
+def acl_path(config: ControllerConfig, config_file: Path | None) -> Path:
+    """aclPlainFile, or plain_acl.yml beside the config file (else in the working dir)."""
+    if config.acl_plain_file:
+        return Path(config.acl_plain_file)
+    if config_file is not None:
+        return config_file.parent / "plain_acl.yml"
+    return Path("plain_acl.yml")
+
+
 class ControllerService:
+    """``config_file``: the file the config came from (where plain_acl.yml is looked
+    for); ``settings_file``: where UPDATE_CONTROLLER_CONFIG's changes are written
+    (None: kept in memory only)."""
+
     def __init__(self, config: ControllerConfig, store: StateStore, leadership: Leadership,
-                 *, serve: bool = True, advertised_addr: str | None = None) -> None:
+                 *, serve: bool = True, advertised_addr: str | None = None,
+                 config_file: Path | None = None, settings_file: Path | None = None) -> None:
         self.config = config
         self.store = store
         self.leadership = leadership
@@ -155,12 +182,32 @@ class ControllerService:
         self._lock = trio.Lock()
         self._stop = trio.Event()
         self._scan_guard = Guard(log, "scan not active broker")
+        self.settings_file = settings_file
+        self._config_lock = trio.Lock()
         self.processor = ControllerProcessor(self)
         self.server: RemotingServer | None = None
+        # requests refused by the ACL (aclEnable), by (request code, reason)
+        self.acl_refusals: dict[tuple[int, str], int] = {}
+        self.acl_file: AclFile | None = None
         if serve:
-            self.server = RemotingServer(self.processor.handler_table(), config.listen_ip,
-                                         config.listen_port, max_frame_size=config.max_frame_size,
-                                         limits=config.connection_limits())
+            handlers = self.processor.handler_table()
+            preauth: PreAuth | None = None
+            if config.acl_enable:
+                acl_file = self.acl_file = AclFile(acl_path(config, config_file))
+                handlers = guard_table(handlers, lambda: acl_file.config,
+                                       self.record_acl_refusal,
+                                       binding=signature_binding(config))
+                preauth = pre_auth_of(config, header_gate(lambda: acl_file.config,
+                                                          self.record_acl_refusal),
+                                      CONTROLLER_PRE_AUTH_BODY)
+            self.server = RemotingServer(handlers, config.listen_ip, config.listen_port,
+                                         max_frame_size=config.max_frame_size,
+                                         limits=config.connection_limits(),
+                                         tls=config.server_tls(), preauth=preauth)
+
+    def record_acl_refusal(self, code: int, reason: str) -> None:
+        key = (code, reason)
+        self.acl_refusals[key] = self.acl_refusals.get(key, 0) + 1
 
     # ---- settings read at each use (UPDATE_CONTROLLER_CONFIG changes them) ----
 
@@ -189,20 +236,34 @@ class ControllerService:
     def liveness(self) -> LivenessAt:
         return self.heartbeats.at(trio.current_time())
 
-    def apply_runtime_config(self, changes: dict[str, str]) -> None:
-        self.config.update(changes)
-        self.heartbeats.timeout_s = self.config.broker_heartbeat_timeout / 1000
+    async def apply_runtime_config(self, changes: dict[str, str]) -> bool:
+        """UPDATE_CONTROLLER_CONFIG's checked changes (controller/runtime_config.py):
+        written to ``settings_file`` (in a worker thread), then applied. Returns
+        whether they were written (False: no settings file). OSError when the file
+        cannot be written: nothing applied."""
+        async with self._config_lock:
+            path = self.settings_file
+            if path is not None:
+                await trio.to_thread.run_sync(write_changes, path, changes)
+            self.config.update(changes)
+            self.heartbeats.timeout_s = self.config.broker_heartbeat_timeout / 1000
+        log.info("controller config changed at run time",
+                 path=str(path) if path is not None else None, **changes)
+        return path is not None
 
     # ---- running ----
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled or ``request_shutdown``. The stored state is read
         first: a damaged store stops the start (StateStoreError, StateFormatError)."""
+        if self.acl_file is not None:
+            await trio.to_thread.run_sync(self.acl_file.load_at_start)
         await self._reload()
         log.info("controller state loaded", version=self.version,
                  broker_names=len(self.state.broker_sets))
         timeout = self.config.notify_broker_role_changed_timeout / 1000
-        async with RemotingClient(connect_timeout=timeout) as client, \
+        async with RemotingClient(connect_timeout=timeout, tls=self.config.client_tls(),
+                                  credentials=self.config.credentials()) as client, \
                 trio.open_nursery() as nursery:
             self.notifier = Notifier(client, nursery, timeout)
             nursery.start_soon(self.leadership.run, self._on_elected, self._on_lost)
@@ -210,8 +271,12 @@ class ControllerService:
             if self.server is not None:
                 port = await nursery.start(self.server.serve)
             nursery.start_soon(self._scan_loop)
+            if self.acl_file is not None:
+                nursery.start_soon(self.acl_file.watch, self.config.acl_reload_interval / 1000)
             log.info("controller started", port=port, address=self.address,
-                     controller_type=self.config.controller_type)
+                     controller_type=self.config.controller_type,
+                     acl=self.acl_file is not None,
+                     tls=self.server.tls.mode if self.server is not None else None)
             task_status.started(port)
             await self._stop.wait()
             nursery.cancel_scope.cancel()

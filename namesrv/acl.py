@@ -14,6 +14,11 @@ A verified signature's binding to the request code and time is checked as on the
 broker (acl/binding.py): a route look-up's signature cannot delete the topic's
 routes, nor serve twice.
 
+The requests of the controller inside (enableControllerInNamesrv) are checked as
+mqcontroller checks them (controller/acl.py ``CONTROLLER_PERMISSIONS``): look-ups
+need a known account, replicas' requests (heart-beats among them) a broker's
+(admin) account, elections, the config and cleaning an admin account.
+
 ``guard_table`` wraps a HandlerTable's handlers: a refusal answers
 NO_PERMISSION with a remark naming what is missing (a oneway request is
 dropped), is logged, and the connection stays usable once a request on it was
@@ -34,6 +39,7 @@ from acl.binding import NAMESRV_ADMIN_CODES, SignatureBinding, code_name
 from acl.guard import NOT_LOADED, OnRefusal, bound_decision, remote_host
 from acl.plain import NOT_ADMIN, AclConfig, Decision
 from acl.plain import NOT_LOADED as NOT_LOADED_REASON
+from controller.acl import CONTROLLER_PERMISSIONS, check_need
 from protocol.command import RemotingCommand
 from protocol.trio.connection import HandlerTable
 
@@ -46,7 +52,12 @@ def decide(config: AclConfig | None, code: int, fields: Mapping[str, object], ho
     if config is None:
         return Decision(False, NOT_LOADED, reason=NOT_LOADED_REASON)
     decision = config.decide(code, fields, None, host, signature_ok)
-    if not decision.allowed or code not in NAMESRV_ADMIN_CODES:
+    if not decision.allowed:
+        return decision
+    need = CONTROLLER_PERMISSIONS.get(code)
+    if need is not None:  # the controller inside (enableControllerInNamesrv): its table
+        return check_need(config, code, decision, need)
+    if code not in NAMESRV_ADMIN_CODES:
         return decision
     if decision.access_key is None:  # a global white address
         return decision

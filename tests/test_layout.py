@@ -38,8 +38,9 @@ ALLOWED = {
     "protocol": set(),
     "acl": {"protocol"},
     "broker": {"acl", "protocol"},
-    # the controller runs alone (mqcontroller) or inside the name server
-    "controller": {"protocol"},
+    # the controller runs alone (mqcontroller: the shared ACL on its port) or inside
+    # the name server
+    "controller": {"acl", "protocol"},
     "namesrv": {"acl", "controller", "protocol"},
     "client": {"protocol"},
     "dashboard": {"client", "protocol"},

@@ -33,6 +33,7 @@ from broker.message_rewrite import PGROUP, TRAN_MSG, EndState, build_inner
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
 from broker.transaction_book import Verdict
 from broker.transaction_service import Asked, CheckRequest, PassReport
+from controller.acl import CONTROLLER_PERMISSIONS
 from namesrv.acl import NAMESRV_ADMIN_CODES
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
@@ -82,7 +83,9 @@ def test_admin_rows_are_the_admin_codes() -> None:
     for code, rule in BROKER_RULES.items():
         assert (rule.access is Access.ADMIN) == (code in ADMIN_CODES), RequestCode(code).name
     for code, rule in NAMESRV_RULES.items():
-        admin = code in NAMESRV_ADMIN_CODES or code in ADMIN_CODES
+        controller_need = CONTROLLER_PERMISSIONS.get(code)
+        admin = code in NAMESRV_ADMIN_CODES or code in ADMIN_CODES or (
+            controller_need is not None and controller_need.admin)
         assert (rule.access is Access.ADMIN) == admin, RequestCode(code).name
 
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 import trio
 import trio.testing
 
+from acl.guard import guard_table
+from acl.plain import parse_plain_acl
+from controller.config import ControllerConfig
 from controller.replicas import MasterView
-from controller.service import Notifier
-from protocol.codes import ResponseCode
+from controller.service import ControllerService, Notifier
+from controller.state_store import AlwaysLeader
+from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.controller import NotifyBrokerRoleChangedRequestHeader
+from protocol.trio.connection import HandlerTable
 from protocol.trio.errors import RemotingConnectError
+from protocol.trio.server import RemotingServer
+from tests.controller.fakes import MemoryStore
 
 A1, A2 = "127.0.0.1:10911", "127.0.0.1:10921"
 
@@ -59,3 +66,42 @@ async def test_a_silent_broker_costs_one_timeout(autojump_clock: trio.testing.Mo
         notifier.notify(view(1))
     assert trio.current_time() - start == 3.0  # bounded; the other was refused at once
     assert (notifier.sent, notifier.failed) == (0, 2)
+
+
+async def _notify_acl_broker(credentials: dict[str, str]) -> tuple[int, list[int]]:
+    """A broker-like server with ACL on (the broker's guard) and a controller with
+    ``credentials``: what the broker's handler saw, and the ACL refusals."""
+    config = parse_plain_acl("accounts:\n"
+                             "  - {accessKey: ctrl0001, secretKey: ctrlsecret, admin: true}\n")
+    seen: list[int] = []
+    refused: list[int] = []
+
+    def notified(conn: object, cmd: RemotingCommand) -> RemotingCommand:
+        seen.append(NotifyBrokerRoleChangedRequestHeader.from_fields(cmd.ext_fields).master_epoch)
+        return cmd.response(ResponseCode.SUCCESS)
+
+    table = HandlerTable()
+    table.register(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, notified)
+    server = RemotingServer(guard_table(table, lambda: config,
+                                        lambda code, reason: refused.append(code)),
+                            "127.0.0.1", 0)
+    cfg = ControllerConfig()
+    cfg.update(credentials)
+    svc = ControllerService(cfg, MemoryStore(), AlwaysLeader(), serve=False)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.serve)
+        await nursery.start(svc.run)
+        assert svc.notifier is not None
+        addr = f"127.0.0.1:{port}"
+        svc.notifier.notify(MasterView("c", "b", 1, addr, 7, frozenset({1}), 1, {1: addr}))
+        with trio.fail_after(10):
+            while svc.notifier.sent + svc.notifier.failed == 0:
+                await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+    return len(refused), seen
+
+
+async def test_notifications_are_signed_with_the_controllers_account() -> None:
+    signed = {"controllerAccessKey": "ctrl0001", "controllerSecretKey": "ctrlsecret"}
+    assert await _notify_acl_broker(signed) == (0, [7])
+    assert await _notify_acl_broker({}) == (1, [])  # unsigned: a broker with ACL refuses it

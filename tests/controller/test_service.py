@@ -299,12 +299,12 @@ async def test_runtime_config(autojump_clock: trio.testing.MockClock) -> None:
         svc, _ = await started(nursery)
         cmd = RemotingCommand.request(RequestCode.UPDATE_CONTROLLER_CONFIG,
                                       body=b"brokerHeartbeatTimeout=3000\n")
-        r = svc.processor.update_controller_config(Conn(), cmd)  # type: ignore[arg-type]
+        r = await svc.processor.update_controller_config(Conn(), cmd)  # type: ignore[arg-type]
         assert r.code == ResponseCode.SUCCESS
         assert svc.heartbeats.timeout_s == 3.0
         cmd = RemotingCommand.request(RequestCode.UPDATE_CONTROLLER_CONFIG,
                                       body=b"controllerStorePath=/tmp/x\n")
-        r = svc.processor.update_controller_config(Conn(), cmd)  # type: ignore[arg-type]
+        r = await svc.processor.update_controller_config(Conn(), cmd)  # type: ignore[arg-type]
         assert r.code == ResponseCode.SYSTEM_ERROR and "cannot change" in (r.remark or "")
         r = await call(svc, RequestCode.GET_CONTROLLER_CONFIG)
         assert b"brokerHeartbeatTimeout=3000" in (r.body or b"")

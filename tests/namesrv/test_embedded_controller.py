@@ -8,12 +8,18 @@ from pathlib import Path
 import pytest
 import trio
 
+from client import AclCredentials
 from namesrv.config import NamesrvConfig
 from namesrv.controller import NamesrvController
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError
-from protocol.controller import ApplyBrokerIdRequestHeader, GetReplicaInfoRequestHeader
+from protocol.controller import (
+    ApplyBrokerIdRequestHeader,
+    BrokerHeartbeatRequestHeader,
+    ElectMasterRequestHeader,
+    GetReplicaInfoRequestHeader,
+)
 from protocol.trio.client import RemotingClient
 
 
@@ -80,4 +86,42 @@ async def test_controller_answers_on_the_name_servers_port(tmp_path: Path) -> No
                 RequestCode.GET_BROKER_CLUSTER_INFO), 5)
             assert r.code == ResponseCode.SUCCESS
         assert (tmp_path / "controller.state").exists()  # saved before it answered
+        namesrv.request_shutdown()
+
+
+async def test_the_name_servers_acl_covers_the_controller_codes(tmp_path: Path) -> None:
+    acl = tmp_path / "plain_acl.yml"
+    acl.write_text("accounts:\n"
+                   "  - {accessKey: broker01, secretKey: brokersecret, admin: true}\n"
+                   "  - {accessKey: reader01, secretKey: readersecret}\n")
+    cfg = NamesrvConfig()
+    cfg.update({"enableControllerInNamesrv": "true", "controllerStorePath": str(tmp_path),
+                "listenPort": "0", "aclEnable": "true", "aclPlainFile": str(acl)})
+    namesrv = NamesrvController(cfg)
+    beat = BrokerHeartbeatRequestHeader(cluster_name="c", broker_addr="127.0.0.1:10911",
+                                        broker_name="b", broker_id=1).to_fields()
+    elect = ElectMasterRequestHeader(broker_name="b", cluster_name="c", broker_id=1,
+                                     designate_elect=True).to_fields()
+    async with trio.open_nursery() as nursery:
+        addr = f"127.0.0.1:{await nursery.start(namesrv.run)}"
+        async with RemotingClient() as anonymous:
+            r = await anonymous.invoke(addr, RemotingCommand.request(
+                RequestCode.CONTROLLER_ELECT_MASTER, elect), 5)
+            assert r.code == ResponseCode.NO_PERMISSION and "No accessKey" in (r.remark or "")
+        async with RemotingClient(credentials=AclCredentials("reader01", "readersecret")) as c:
+            r = await c.invoke(addr, RemotingCommand.request(
+                RequestCode.CONTROLLER_GET_METADATA_INFO), 5)
+            assert r.code == ResponseCode.SUCCESS
+            for code, fields in ((RequestCode.BROKER_HEARTBEAT, beat),
+                                 (RequestCode.CONTROLLER_ELECT_MASTER, elect),
+                                 (RequestCode.CLEAN_BROKER_DATA, {"brokerName": "b"})):
+                r = await c.invoke(addr, RemotingCommand.request(code, fields), 5)
+                assert r.code == ResponseCode.NO_PERMISSION, code
+                assert "on the controller" in (r.remark or ""), r.remark
+        async with RemotingClient(credentials=AclCredentials("broker01", "brokersecret")) as b:
+            r = await b.invoke(addr, RemotingCommand.request(RequestCode.BROKER_HEARTBEAT,
+                                                             beat), 5)
+            assert r.code == ResponseCode.SUCCESS, r.remark
+        assert namesrv.controller is not None
+        assert namesrv.controller.heartbeats.get("b", 1) is not None  # the broker's beat went in
         namesrv.request_shutdown()
