@@ -11,12 +11,18 @@ more than the controller's ``brokerHeartbeatTimeout``: a broker may ask to be ju
 dead sooner, not to hold off a failover. The table holds at most ``max_entries``
 replicas: a heart-beat of a new replica past that is refused (the network is
 hostile; a real deployment has a few hundred).
+
+Each entry also keeps the connection its last heart-beat came over. When that
+connection closes (``drop_channel``), the replica is taken out at once, as RocketMQ's
+``onBrokerChannelClose``: a killed broker's sockets are closed by its kernel, so the
+controller need not wait out the timeout. A replica that has already heart-beaten over
+a newer connection (it restarted, or reconnected) is not touched by the old one closing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from controller.replicas import LiveInfo
 from protocol.controller import DEFAULT_ELECTION_PRIORITY
@@ -37,6 +43,8 @@ class BrokerLive:
     max_offset: int = 0
     confirm_offset: int = 0
     election_priority: int = DEFAULT_ELECTION_PRIORITY
+    # the connection of the last heart-beat (identity only; None when not known)
+    channel: object | None = field(default=None, compare=False)
 
     def alive_at(self, now: float) -> bool:
         return now - self.last_seen <= self.timeout
@@ -61,8 +69,9 @@ class HeartbeatTable:
     def beat(self, now: float, cluster: str, broker_name: str, broker_id: int, address: str,
              *, epoch: int | None = None, max_offset: int | None = None,
              confirm_offset: int | None = None, timeout_ms: int | None = None,
-             election_priority: int | None = None) -> bool:
-        """Record a heart-beat; False when the table is full and this replica new."""
+             election_priority: int | None = None, channel: object | None = None) -> bool:
+        """Record a heart-beat (that came over ``channel``); False when the table is
+        full and this replica new."""
         key = (broker_name, broker_id)
         timeout = self.timeout_s
         if timeout_ms:
@@ -76,6 +85,8 @@ class HeartbeatTable:
                                                  timeout)
         entry.cluster, entry.address, entry.last_seen, entry.timeout = (
             cluster, address, now, timeout)
+        if channel is not None:
+            entry.channel = channel
         if epoch is not None:
             entry.epoch = epoch
         if max_offset is not None:
@@ -96,6 +107,14 @@ class HeartbeatTable:
     def expire(self, now: float) -> list[BrokerLive]:
         """Take out and return every replica silent past its timeout."""
         gone = [e for e in self._live.values() if not e.alive_at(now)]
+        for e in gone:
+            del self._live[(e.broker_name, e.broker_id)]
+        return gone
+
+    def drop_channel(self, channel: object) -> list[BrokerLive]:
+        """Take out and return the replicas whose last heart-beat came over ``channel``
+        (it closed)."""
+        gone = [e for e in self._live.values() if e.channel is channel]
         for e in gone:
             del self._live[(e.broker_name, e.broker_id)]
         return gone

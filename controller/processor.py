@@ -155,7 +155,8 @@ class ControllerProcessor:
         ok = self.service.heartbeats.beat(
             trio.current_time(), h.cluster_name, h.broker_name, h.broker_id, h.broker_addr,
             epoch=h.epoch, max_offset=h.max_offset, confirm_offset=h.confirm_offset,
-            timeout_ms=h.heartbeat_timeout_mills, election_priority=h.election_priority)
+            timeout_ms=h.heartbeat_timeout_mills, election_priority=h.election_priority,
+            channel=conn)
         if not ok:
             return cmd.response(ResponseCode.SYSTEM_BUSY,
                                 "the controller's liveness table is full "

@@ -184,6 +184,10 @@ class ControllerService:
         self._scan_guard = Guard(log, "scan not active broker")
         self.settings_file = settings_file
         self._config_lock = trio.Lock()
+        # broker names whose master's heart-beat connection closed: the next scan,
+        # woken at once, elects for them
+        self._closed_masters: set[str] = set()
+        self._wake = trio.Event()
         self.processor = ControllerProcessor(self)
         self.server: RemotingServer | None = None
         # requests refused by the ACL (aclEnable), by (request code, reason)
@@ -204,6 +208,7 @@ class ControllerService:
                                          max_frame_size=config.max_frame_size,
                                          limits=config.connection_limits(),
                                          tls=config.server_tls(), preauth=preauth)
+            self.server.on_connection_closed(self.on_connection_closed)
 
     def record_acl_refusal(self, code: int, reason: str) -> None:
         key = (code, reason)
@@ -353,17 +358,32 @@ class ControllerService:
 
     # ---- the scan ----
 
+    def on_connection_closed(self, conn: object) -> None:
+        """A connection closed: the replicas whose last heart-beat came over it are
+        gone (RocketMQ's onBrokerChannelClose). When one was a master, wake the scan
+        to elect now rather than after ``brokerHeartbeatTimeout``."""
+        for entry in self.heartbeats.drop_channel(conn):
+            bs = self.state.get(entry.broker_name)
+            master = bs is not None and bs.master_id == entry.broker_id
+            log.info("replica's connection closed", broker=entry.broker_name,
+                     broker_id=entry.broker_id, addr=entry.address, master=master)
+            if master:
+                self._closed_masters.add(entry.broker_name)
+                self._wake.set()
+
     async def _scan_loop(self) -> None:
         while True:
-            await trio.sleep(self.config.scan_not_active_broker_interval / 1000)
+            with trio.move_on_after(self.config.scan_not_active_broker_interval / 1000):
+                await self._wake.wait()
+            self._wake = trio.Event()
             await self._scan_guard.run(self.scan_once)
 
     def to_elect(self, now: float) -> list[str]:
         """Take silent replicas out of the liveness table; the broker names that
-        need an election: their master went silent, was never heard from in a whole
+        need an election: their master went silent or its connection closed, was never heard from in a whole
         timeout since this controller leads, or is gone with a replica back."""
         gone = self.heartbeats.expire(now)
-        names: set[str] = set()
+        names, self._closed_masters = self._closed_masters, set()
         for entry in gone:
             bs = self.state.get(entry.broker_name)
             log.info("replica silent", broker=entry.broker_name, broker_id=entry.broker_id,
@@ -386,6 +406,7 @@ class ControllerService:
         self.scans += 1
         if not self.is_leader:
             self.heartbeats.expire(trio.current_time())
+            self._closed_masters.clear()  # the leader elects; its own table saw the close
             return
         for name in self.to_elect(trio.current_time()):
             unclean = self.config.enable_elect_unclean_master

@@ -111,6 +111,8 @@ class NamesrvController:
 
     def _on_connection_closed(self, conn: RemotingConnection) -> None:
         self.routes.on_connection_destroyed(conn)
+        if self.controller is not None:
+            self.controller.on_connection_closed(conn)
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled. Reports the bound port once listening."""

@@ -97,3 +97,19 @@ async def test_silent_master_expires_on_the_mock_clock(
         assert trio.current_time() - last <= 1.0
         await trio.sleep(0.1)
     assert 1.0 < trio.current_time() - last <= 1.1 + 1e-9
+
+
+def test_a_closed_connection_takes_out_the_replicas_last_heard_over_it() -> None:
+    t = HeartbeatTable(10.0)
+    old, new, other = object(), object(), object()
+    t.beat(0.0, "c", "b", 1, "a1", channel=old)
+    t.beat(0.0, "c", "b", 2, "a2", channel=other)
+    t.beat(0.0, "c", "x", 1, "x1", channel=old)
+    t.beat(0.5, "c", "x", 1, "x1", channel=new)  # reconnected: heard over ``new`` since
+    t.beat(0.6, "c", "b", 3, "a3")  # no channel known: never taken out by a close
+    gone = t.drop_channel(old)
+    assert [(e.broker_name, e.broker_id) for e in gone] == [("b", 1)]
+    assert t.get("b", 1) is None
+    assert t.get("x", 1) is not None and t.get("b", 2) is not None and t.get("b", 3) is not None
+    assert t.drop_channel(old) == []
+    assert [(e.broker_name, e.broker_id) for e in t.drop_channel(new)] == [("x", 1)]

@@ -327,3 +327,53 @@ async def test_elected_while_the_store_is_unreadable_leads_once_it_reads(
         store.fail_load = None
         await wait_until(lambda: svc.is_leader, 6, "leading once the state reads")
         nursery.cancel_scope.cancel()
+
+
+def beat_over(svc: ControllerService, conn: Conn, broker_id: int, epoch: int = 1,
+              offset: int = 100) -> None:
+    h = BrokerHeartbeatRequestHeader(cluster_name="c", broker_addr=A[broker_id], broker_name="b",
+                                     broker_id=broker_id, epoch=epoch, max_offset=offset)
+    cmd = RemotingCommand.request(RequestCode.BROKER_HEARTBEAT, h.to_fields(), oneway=True)
+    assert svc.processor.broker_heartbeat(conn, cmd).code == ResponseCode.SUCCESS  # type: ignore[arg-type]
+
+
+async def test_master_whose_connection_closes_is_replaced_at_once(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """RocketMQ's onBrokerChannelClose: a killed master's socket closes, and the
+    controller elects without waiting out brokerHeartbeatTimeout."""
+    async with trio.open_nursery() as nursery:
+        svc, notes = await started(nursery, brokerHeartbeatTimeout="10000",
+                                   scanNotActiveBrokerInterval="1000")
+        await two_in_sync(svc)
+        c1, c2 = Conn(), Conn()
+        beat_over(svc, c1, 1)
+        beat_over(svc, c2, 2)
+        await trio.sleep(0.3)
+        closed_at = trio.current_time()
+        svc.on_connection_closed(c1)
+        while len(notes.views) < 2:
+            await trio.sleep(0.01)
+        assert trio.current_time() - closed_at < 0.05  # not the 10 s timeout, not a scan tick
+        assert (notes.views[-1].master_id, notes.views[-1].master_epoch) == (2, 2)
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_old_connection_closing_after_a_reconnect_changes_nothing(
+        autojump_clock: trio.testing.MockClock) -> None:
+    async with trio.open_nursery() as nursery:
+        svc, notes = await started(nursery, brokerHeartbeatTimeout="10000",
+                                   scanNotActiveBrokerInterval="1000")
+        await two_in_sync(svc)
+        old, new, c2 = Conn(), Conn(), Conn()
+        beat_over(svc, old, 1)
+        beat_over(svc, c2, 2)
+        beat_over(svc, new, 1)  # the master reconnected and beat over its new connection
+        svc.on_connection_closed(old)
+        svc.on_connection_closed(Conn())  # nobody's connection
+        await trio.sleep(2.5)  # two scans and more
+        assert len(notes.views) == 1 and svc.state.broker_sets["b"].master_id == 1
+        # a slave's connection closing elects nobody either
+        svc.on_connection_closed(c2)
+        await trio.sleep(2.5)
+        assert len(notes.views) == 1 and svc.state.broker_sets["b"].master_id == 1
+        nursery.cancel_scope.cancel()
