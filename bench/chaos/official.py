@@ -265,9 +265,13 @@ class OfficialProducer:
                         await self._load(proc, stop)
                     nursery.cancel_scope.cancel()  # the event reader
                 if not started:
-                    raise OfficialClientError(
-                        f"official producer {self.name} did not start within "
-                        f"{START_TIMEOUT:g} s (exit status {proc.poll()})\n{self.diagnostics()}")
+                    if self._eof:  # its stdout closed: it is exiting
+                        with trio.move_on_after(5):
+                            await proc.wait()
+                    why = (f"did not start within {START_TIMEOUT:g} s" if proc.poll() is None
+                           else f"exited with status {proc.returncode} before it started")
+                    raise OfficialClientError(f"official producer {self.name} {why}\n"
+                                              f"{self.diagnostics()}")
             finally:
                 with trio.CancelScope(shield=True):
                     if proc is not None:

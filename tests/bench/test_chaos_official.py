@@ -7,16 +7,24 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
+import click
 import pytest
 import trio
 from click.testing import CliRunner
 
 import bench.chaos.__main__ as chaos_cli
 from bench.chaos.accounting import OFFICIAL, OURS, Record, account, format_report, read_records
-from bench.chaos.official import LineTail, OfficialProducer, OfficialSend, parse_send
+from bench.chaos.official import (
+    LineTail,
+    OfficialClientError,
+    OfficialProducer,
+    OfficialSend,
+    parse_send,
+)
 from bench.chaos.summary import format_summary, summarize
 from tests.integration.official_client import load_error
 from tests.waits import wait_until
@@ -170,3 +178,44 @@ async def test_child_killed_when_its_run_is_cancelled(tmp_path: Path) -> None:
     assert not cs.cancelled_caught
     assert p.pid is not None and gone(p.pid) and p.returncode == -9
     assert len(got) == len(p.sends_path.read_text().splitlines())
+
+
+# ---- children that go wrong (plain Python stand-ins: no wheel needed) ----------------
+
+class StandIn(OfficialProducer):
+    def __init__(self, tmp_path: Path, code: str) -> None:
+        super().__init__(0, "127.0.0.1:1", "ChaosTopic", tmp_path, interval=0.05,
+                         t0=time.monotonic(), max_messages=10, send_timeout=0.5, timeout=60,
+                         on_send=lambda s: None)
+        self.code = code
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-c", self.code]
+
+
+async def test_a_child_that_does_not_start_is_an_error_with_its_stderr(tmp_path: Path) -> None:
+    p = StandIn(tmp_path, "import sys; sys.exit('librocketmq.so: cannot open shared object')")
+    with pytest.raises(OfficialClientError, match="exited with status 1 before it started") as e:
+        await p.run(trio.Event())
+    assert "cannot open shared object" in str(e.value) and p.returncode == 1
+
+
+async def test_a_child_that_dies_during_the_load_is_a_failure(tmp_path: Path) -> None:
+    started = json.dumps({"event": "started"})
+    p = StandIn(tmp_path, f"print({started!r}, flush=True); import sys; sys.exit(3)")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(p.run, trio.Event())  # returns: the child is gone
+    assert p.returncode == 3
+    assert p.failure == "exited with status 3 during the load, after 0 sends"
+
+
+def test_the_command_names_a_child_that_did_not_start(tmp_path: Path) -> None:
+    class Failing:
+        official_failures: list[str] = []
+
+        async def run(self) -> None:
+            async with trio.open_nursery():
+                raise OfficialClientError("official producer o0 did not start within 60 s")
+
+    with pytest.raises(click.ClickException, match="o0 did not start"):
+        chaos_cli._run(Failing())  # type: ignore[arg-type]
