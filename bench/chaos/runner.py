@@ -1,10 +1,10 @@
 """The chaos checker's run: a replica group, producers and push consumers,
 the faults of a schedule one at a time, a drain, then the accounting.
 
-Producers (of our SDK, and with ``official_producers`` of the official C++ client
-in child processes, bench/chaos/official.py) record every SEND_OK to ``acked.jsonl``, consumers every delivery
-to ``delivered.jsonl``, the schedule every fault to ``faults.jsonl`` (all in
-the run's directory); the report is computed from those files
+Producers (of our SDK, and with ``official_producers`` of the official C++
+client in child processes, bench/chaos/official.py) record every SEND_OK to
+``acked.jsonl``, consumers every delivery to ``delivered.jsonl``, the schedule
+every fault to ``faults.jsonl`` (all in the run's directory); the report is computed from those files
 (bench/chaos/accounting.py).
 """
 
