@@ -11,12 +11,14 @@ from pathlib import Path
 import click
 import trio
 
-from bench.chaos.accounting import ScheduleError, format_report, parse_schedule
+from bench.chaos.accounting import Report, ScheduleError, format_report, parse_schedule
 from bench.chaos.controller_group import ControllerGroupError
 from bench.chaos.group import CONTROLLER, CONTROLLER_ONLY, FAULTS, MASTER_SLAVE, GroupConfig
+from bench.chaos.official import OfficialClientError
 from bench.chaos.proxy import Mode
 from bench.chaos.runner import Checker, RunConfig
 from protocol.trio.logs import configure_logging
+from tests.integration.official_client import load_error
 
 DEFAULT_SCHEDULE = "kill-slave,kill-master,stop-master:20,partition-master"
 
@@ -53,10 +55,15 @@ DEFAULT_SCHEDULE = "kill-slave,kill-master,stop-master:20,partition-master"
               type=click.Choice(["SYNC_FLUSH", "ASYNC_FLUSH"]))
 @click.option("-o", "--broker-option", "options", multiple=True, metavar="KEY=VALUE",
               help="One more broker config key for every broker of the group (repeatable).")
-@click.option("--producers", default=4, type=click.IntRange(1, 64), show_default=True)
+@click.option("--producers", default=4, type=click.IntRange(1, 64), show_default=True,
+              help="Producers of our SDK.")
+@click.option("--official-producers", default=0, type=click.IntRange(0, 16),
+              show_default=True,
+              help="Producers of the official RocketMQ 4.x client (the C++ one, PyPI "
+                   "rocketmq), each in a child process, at the same rate each as ours.")
 @click.option("--consumers", default=2, type=click.IntRange(1, 16), show_default=True)
 @click.option("--rate", default=200.0, type=click.FloatRange(1, 20_000), show_default=True,
-              help="Messages per second, all producers together.")
+              help="Messages per second, all producers (both kinds) together.")
 @click.option("--max-messages", default=1_000_000, type=click.IntRange(1, 100_000_000),
               show_default=True, help="Most sends in the whole run.")
 @click.option("--send-timeout", default=3.0, show_default=True,
@@ -72,8 +79,8 @@ DEFAULT_SCHEDULE = "kill-slave,kill-master,stop-master:20,partition-master"
 @click.option("--log-level", default="WARNING", show_default=True)
 def main(schedule: str, fault_seconds: float, calm: float, mode: str, controllers: int,
          etcd: bool, heartbeat_ms: int, poll_interval: float | None, slaves: int, broker_role: str,
-         flush_disk_type: str, options: tuple[str, ...], producers: int, consumers: int,
-         rate: float, max_messages: int, send_timeout: float, drain: float, partition_mode: str,
+         flush_disk_type: str, options: tuple[str, ...], producers: int,
+         official_producers: int, consumers: int, rate: float, max_messages: int, send_timeout: float, drain: float, partition_mode: str,
          directory: Path | None, as_json: bool, log_level: str) -> None:
     """Run the schedule against a replica group on loopback and print what was lost."""
     try:
@@ -92,8 +99,15 @@ def main(schedule: str, fault_seconds: float, calm: float, mode: str, controller
         if not sep or not key:
             raise click.BadParameter(f"{opt!r} is not KEY=VALUE", param_hint="-o")
         props[key] = value
+    if official_producers:
+        why = load_error()
+        if why is not None:
+            raise click.BadParameter(f"the official client (PyPI rocketmq) does not load with "
+                                     f"{sys.executable}: {why}",
+                                     param_hint="--official-producers")
     configure_logging(log_level)
-    config = RunConfig(steps=steps, calm=calm, producers=producers, rate=rate,
+    config = RunConfig(steps=steps, calm=calm, producers=producers,
+                       official_producers=official_producers, rate=rate,
                        max_messages=max_messages, send_timeout=send_timeout,
                        consumers=consumers, drain=drain, partition_mode=Mode(partition_mode),
                        poll_interval=poll_interval,
@@ -103,17 +117,35 @@ def main(schedule: str, fault_seconds: float, calm: float, mode: str, controller
     try:
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
-            report = trio.run(Checker(directory, config).run)
+            report, failures = _run(Checker(directory, config))
         else:
             with tempfile.TemporaryDirectory(prefix="chaos-") as d:
-                report = trio.run(Checker(Path(d), config).run)
+                report, failures = _run(Checker(Path(d), config))
     except ControllerGroupError as e:
         raise click.UsageError(str(e)) from None
     if as_json:
         click.echo(json.dumps(asdict(report)))
     else:
         click.echo(format_report(report))
-    sys.exit(0 if not report.lost and report.all_faults_healed else 1)
+    for f in failures:
+        click.echo(f"official producer {f}", err=True)
+    sys.exit(0 if not report.lost and report.all_faults_healed and not failures else 1)
+
+
+def _run(checker: Checker) -> tuple[Report, list[str]]:
+    """The run's report and its official producers' failures; an official producer
+    that did not start ends the command with its reason."""
+    try:
+        report = trio.run(checker.run)
+    except BaseExceptionGroup as eg:
+        match, _ = eg.split(OfficialClientError)
+        if match is None:
+            raise
+        first = match.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise click.ClickException(str(first)) from None
+    return report, checker.official_failures
 
 
 if __name__ == "__main__":

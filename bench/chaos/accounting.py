@@ -7,8 +7,10 @@ monotonic clock (the checker's, from the start of the run).
 Record files hold one JSON object a line:
 
 - acknowledged: ``{"t": 1.25, "id": "p0-17", "queue": "broker-a:2", "offset": 40,
-  "begun": 1.2}``, one per SEND_OK (``t``: when the answer arrived, ``begun``:
-  when the send began);
+  "begun": 1.2, "sdk": "ours"}``, one per SEND_OK (``t``: when the answer arrived,
+  ``begun``: when the send began, ``sdk``: which client's producer sent it, OURS or
+  OFFICIAL; a record without it counts as ours). The official client's send
+  result names no queue: its records have ``"queue": ""``;
 - delivered: the same fields, one per message handed to a consumer's listener
   (``t``: when the listener saw it; ``begun``: when its send began, carried in
   the body, so known for a message whose send failed at the client too);
@@ -27,6 +29,25 @@ from typing import Any
 
 MAX_SCHEDULE_ITEMS = 100
 MAX_FAULT_SECONDS = 3600.0
+
+# which client produced an acknowledged message
+OURS = "ours"  # this project's SDK (client/)
+OFFICIAL = "official"  # the official RocketMQ 4.x client (the C++ one, PyPI rocketmq)
+
+
+def body(mid: str, begun: float) -> str:
+    """A message's body: its id and when its send began (the checker's clock)."""
+    return f"{mid}|{begun:.6f}"
+
+
+def parse_body(data: bytes) -> tuple[str, float | None]:
+    """``body``'s id and start; a body that is not one: its text, None."""
+    text = data.decode(errors="replace")
+    mid, sep, begun = text.partition("|")
+    try:
+        return mid, float(begun) if sep else None
+    except ValueError:
+        return text, None
 
 
 class ScheduleError(ValueError):
@@ -87,9 +108,13 @@ class Record:
     queue: str
     offset: int
     begun: float | None = None  # when the message's send began (None: not known)
+    sdk: str | None = None  # an acknowledged send: OURS or OFFICIAL (None: a delivery)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
+        d = asdict(self)
+        if self.sdk is None:
+            del d["sdk"]
+        return json.dumps(d, separators=(",", ":"))
 
 
 @dataclass(slots=True)
@@ -125,9 +150,10 @@ def _lines(path: Path) -> Iterable[dict[str, Any]]:
 def read_records(path: Path) -> list[Record]:
     out = []
     for obj in _lines(path):
-        begun = obj.get("begun")
+        begun, sdk = obj.get("begun"), obj.get("sdk")
         out.append(Record(float(obj["t"]), str(obj["id"]), str(obj["queue"]), int(obj["offset"]),
-                          None if begun is None else float(begun)))
+                          None if begun is None else float(begun),
+                          None if sdk is None else str(sdk)))
     return out
 
 
@@ -168,6 +194,8 @@ class Report:
     redeliveries: int  # deliveries past each id's first
     unacknowledged_delivered: int  # delivered, never acknowledged (fine: counted)
     faults: list[FaultWindow] = field(default_factory=list)
+    # distinct acknowledged ids per producing client (OURS, OFFICIAL)
+    acknowledged_by_sdk: dict[str, int] = field(default_factory=dict)
 
     @property
     def all_faults_healed(self) -> bool:
@@ -232,8 +260,18 @@ def account(acked: Sequence[Record], delivered: Sequence[Record],
             f.injected, f.healed,
             _first_begun_after(begun, f.start, end), longest_gap(ack_times, f.start, end),
             _first_after(fresh, f.start, end), longest_gap(all_reads, f.start, end)))
+    sdk_of = {r.id: r.sdk or OURS for r in acked}
+    by_sdk = dict(sorted(Counter(sdk_of.values()).items()))
     return Report(len(acked_ids), len(counts), lost, len(dup), sum(n - 1 for n in dup),
-                  len(counts.keys() - acked_ids), windows)
+                  len(counts.keys() - acked_ids), windows, by_sdk)
+
+
+def by_sdk_text(by_sdk: dict[str, int]) -> str:
+    """``" (ours 120, official 40)"``; empty for no acknowledged message."""
+    if not by_sdk:
+        return ""
+    return " (" + ", ".join(f"{k} {v}" for k, v in sorted(by_sdk.items(),
+                                                          key=lambda kv: kv[0] != OURS)) + ")"
 
 
 def _s(v: float | None) -> str:
@@ -243,7 +281,7 @@ def _s(v: float | None) -> str:
 def format_report(report: Report) -> str:
     """The summary lines and the per-fault table (markdown, as docs/chaos.md shows it)."""
     lines = [
-        f"acknowledged: {report.acknowledged}",
+        f"acknowledged: {report.acknowledged}{by_sdk_text(report.acknowledged_by_sdk)}",
         f"delivered: {report.delivered}",
         f"lost (acknowledged, never delivered): {len(report.lost)}",
         f"duplicated (delivered more than once): {report.duplicated} "

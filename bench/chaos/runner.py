@@ -1,9 +1,10 @@
 """The chaos checker's run: a replica group, producers and push consumers,
 the faults of a schedule one at a time, a drain, then the accounting.
 
-Producers record every SEND_OK to ``acked.jsonl``, consumers every delivery
-to ``delivered.jsonl``, the schedule every fault to ``faults.jsonl`` (all in
-the run's directory); the report is computed from those files
+Producers (of our SDK, and with ``official_producers`` of the official C++
+client in child processes, bench/chaos/official.py) record every SEND_OK to
+``acked.jsonl``, consumers every delivery to ``delivered.jsonl``, the schedule
+every fault to ``faults.jsonl`` (all in the run's directory); the report is computed from those files
 (bench/chaos/accounting.py).
 """
 
@@ -18,17 +19,21 @@ import structlog
 import trio
 
 from bench.chaos.accounting import (
+    OURS,
     FaultRecord,
     Record,
     Report,
     Step,
     account,
+    body,
+    parse_body,
     read_faults,
     read_records,
     schedule_seconds,
 )
 from bench.chaos.controller_group import ControllerGroup
 from bench.chaos.group import CONTROLLER, Group, GroupConfig, ReplicaGroup, make_fault
+from bench.chaos.official import OfficialProducer, OfficialSend
 from bench.chaos.proxy import Mode
 from client import (
     ConsumeConcurrentlyContext,
@@ -55,8 +60,11 @@ SETUP_TIMEOUT = 120.0  # the group up, the topic routed
 class RunConfig:
     steps: list[Step]
     calm: float = 5.0  # seconds of no fault before each fault and after the last
-    producers: int = 4
-    rate: float = 200.0  # messages per second, all producers together
+    producers: int = 4  # of our SDK
+    # of the official RocketMQ 4.x client (C++), each in a child process, at the same
+    # per-producer rate as ours
+    official_producers: int = 0
+    rate: float = 200.0  # messages per second, all producers (both kinds) together
     max_messages: int = 1_000_000  # most sends in the whole run
     send_timeout: float = 3.0
     consumers: int = 2
@@ -67,21 +75,6 @@ class RunConfig:
     # clients' route refresh (pollNameServerInterval), seconds; None: the SDK's default.
     # In controller mode the master moves: producers find it on the next refresh
     poll_interval: float | None = None
-
-
-def body(mid: str, begun: float) -> str:
-    """A message's body: its id and when its send began (the checker's clock)."""
-    return f"{mid}|{begun:.6f}"
-
-
-def parse_body(data: bytes) -> tuple[str, float | None]:
-    """``body``'s id and start; a body that is not one: its text, None."""
-    text = data.decode(errors="replace")
-    mid, sep, begun = text.partition("|")
-    try:
-        return mid, float(begun) if sep else None
-    except ValueError:
-        return text, None
 
 
 class Recorder:
@@ -115,8 +108,16 @@ class Checker:
         self.acked_ids: set[str] = set()
         self.delivered_ids: set[str] = set()
         self.send_errors: dict[str, int] = {}
-        self.sent = 0
+        self.sent = 0  # sends of our producers
+        total = config.producers + config.official_producers
+        # max_messages split: each official producer its share, ours the rest together
+        self.official_max = max(1, config.max_messages // total)
+        self.ours_max = max(0, config.max_messages - config.official_producers
+                            * self.official_max)
+        self.official: list[OfficialProducer] = []
         self.load_end = 0.0
+        self.bound = SETUP_TIMEOUT + schedule_seconds(config.steps, config.calm) \
+            + 60 * len(config.steps) + config.drain + 60
         self.log = structlog.get_logger("chaos")
 
     def now(self) -> float:
@@ -126,14 +127,14 @@ class Checker:
 
     async def _produce(self, k: int, stop: trio.Event) -> None:
         cfg = self.config
-        step = cfg.producers / cfg.rate  # each producer's share of the rate
+        step = self._interval()
         p = Producer(f"chaos-producer-{k}", self.group.namesrv_addr,
                      send_msg_timeout=cfg.send_timeout, poll_name_server_interval=self._poll())
         await p.start()
         try:
             nxt = trio.current_time()
             seq = 0
-            while not stop.is_set() and self.sent < cfg.max_messages:
+            while not stop.is_set() and self.sent < self.ours_max:
                 self.sent += 1
                 mid = f"p{k}-{seq}"
                 seq += 1
@@ -147,7 +148,7 @@ class Checker:
                     if r.send_status is SendStatus.SEND_OK:
                         mq = r.message_queue
                         self.acked.write(Record(self.now(), mid, f"{mq.broker_name}:{mq.queue_id}",
-                                                r.queue_offset, begun).to_json())
+                                                r.queue_offset, begun, OURS).to_json())
                         self.acked_ids.add(mid)
                     else:
                         name = r.send_status.value
@@ -161,6 +162,31 @@ class Checker:
                     nxt = now  # behind (a fault): no burst to catch up
         finally:
             await p.shutdown()
+
+    def _interval(self) -> float:
+        """Seconds between one producer's sends: its share of the rate."""
+        cfg = self.config
+        return (cfg.producers + cfg.official_producers) / cfg.rate
+
+    def _official_send(self, send: OfficialSend) -> None:
+        if send.acknowledged:
+            self.acked.write(send.record().to_json())
+            self.acked_ids.add(send.id)
+        else:
+            name = f"official {send.outcome()}"
+            self.send_errors[name] = self.send_errors.get(name, 0) + 1
+
+    def _official_producer(self, k: int) -> OfficialProducer:
+        cfg = self.config
+        return OfficialProducer(k, self.group.namesrv_addr, TOPIC, self.root,
+                                interval=self._interval(), t0=self.t0,
+                                max_messages=self.official_max, send_timeout=cfg.send_timeout,
+                                timeout=self.bound + 60, on_send=self._official_send)
+
+    @property
+    def official_failures(self) -> list[str]:
+        """Official producers that ended badly: ``"o0: exited with status 1 ..."``."""
+        return [f"{p.name}: {p.failure}" for p in self.official if p.failure]
 
     def _poll(self) -> float:
         p = self.config.poll_interval
@@ -212,11 +238,8 @@ class Checker:
             await trio.sleep(cfg.calm)
 
     async def run(self) -> Report:
-        cfg = self.config
-        bound = SETUP_TIMEOUT + schedule_seconds(cfg.steps, cfg.calm) + 60 * len(cfg.steps) \
-            + cfg.drain + 60
         try:
-            with trio.fail_after(bound):
+            with trio.fail_after(self.bound):
                 async with trio.open_nursery() as nursery:
                     try:
                         await self._run(nursery)
@@ -247,13 +270,17 @@ class Checker:
         stop = trio.Event()
         try:
             async with trio.open_nursery() as load:
+                self.official = [self._official_producer(k)
+                                 for k in range(cfg.official_producers)]
+                for op in self.official:  # each returns once its child's producer started
+                    await load.start(op.run, stop)
                 for k in range(cfg.producers):
                     load.start_soon(self._produce, k, stop)
                 await self._schedule()
                 stop.set()
             self.load_end = self.now()
-            self.log.info("load stopped", sent=self.sent, acked=len(self.acked_ids),
-                          errors=self.send_errors)
+            self.log.info("load stopped", sent=self.sent + sum(p.sends for p in self.official),
+                          acked=len(self.acked_ids), errors=self.send_errors)
             try:
                 await wait_until(lambda: self.acked_ids <= self.delivered_ids, cfg.drain,
                                  "every acknowledged message delivered")

@@ -1,7 +1,8 @@
 """Many chaos runs in one table: ``python -m bench.chaos.summary RUN.json ...``.
 
 Each file holds the report of one ``python -m bench.chaos --json`` run. Prints the
-runs' totals (acknowledged, lost, duplicated; a lost id is listed) and, per fault
+runs' totals (acknowledged, in all and per producing client; lost, duplicated; a
+lost id is listed) and, per fault
 kind, how many were injected and healed, write unavailability (from the fault's
 start to the first SEND_OK of a send begun after it) and the longest stretch
 without a SEND_OK in its window, as p50 / max over every fault of that kind.
@@ -19,6 +20,8 @@ from typing import Any
 
 import click
 
+from bench.chaos.accounting import OURS, by_sdk_text
+
 
 @dataclass
 class KindFigures:
@@ -33,6 +36,7 @@ class KindFigures:
 class Summary:
     runs: int = 0
     acknowledged: int = 0
+    acknowledged_by_sdk: dict[str, int] = field(default_factory=dict)
     lost: list[str] = field(default_factory=list)
     duplicated: int = 0
     redeliveries: int = 0
@@ -45,6 +49,10 @@ def summarize(reports: Iterable[Mapping[str, Any]]) -> Summary:
     for r in reports:
         s.runs += 1
         s.acknowledged += int(r["acknowledged"])
+        # a report from before the per-client count: all ours
+        by_sdk = r.get("acknowledged_by_sdk") or {OURS: int(r["acknowledged"])}
+        for sdk, n in by_sdk.items():
+            s.acknowledged_by_sdk[str(sdk)] = s.acknowledged_by_sdk.get(str(sdk), 0) + int(n)
         s.lost.extend(str(m) for m in r["lost"])
         s.duplicated += int(r["duplicated"])
         s.redeliveries += int(r["redeliveries"])
@@ -68,7 +76,7 @@ def format_summary(s: Summary) -> str:
     faults = sum(k.count for k in s.kinds.values())
     lines = [
         f"runs: {s.runs}, faults: {faults}, healed: {sum(k.healed for k in s.kinds.values())}",
-        f"acknowledged: {s.acknowledged}",
+        f"acknowledged: {s.acknowledged}{by_sdk_text(s.acknowledged_by_sdk)}",
         f"lost (acknowledged, never delivered): {len(s.lost)}"
         + (f" {sorted(s.lost)[:20]}" if s.lost else ""),
         f"duplicated: {s.duplicated} ({s.redeliveries} extra deliveries)",

@@ -24,7 +24,21 @@ ends this process only, and its threads never outlive it.
         EOF or "stop" on stdin: shuts down (offsets persisted), prints
         {"event": "stopped"}.
 
-Both take ``--access-key KEY --secret-key SECRET [--channel CHANNEL]``: the C++
+    python -m tests.integration.official_client_proc chaos -n NAMESRV -g GROUP -t TOPIC
+            --prefix ID --interval S --t0 T0 --max N --send-timeout-ms MS --out FILE
+        A producer for the chaos checker (bench/chaos/official.py): sync sends of
+        ``bench.chaos.accounting.body(ID-SEQ, begun)`` with keys ID-SEQ, one every S
+        seconds (a send that ends late starts the next at once: no burst to catch up),
+        until EOF or "stop" on stdin or N sends. Appends one JSON line per send to
+        FILE, flushed at once: {"id", "begun", "t", "status": "SEND_OK"|
+        "FLUSH_DISK_TIMEOUT"|"FLUSH_SLAVE_TIMEOUT"|"SLAVE_NOT_AVAILABLE", "msg_id",
+        "offset"} or {"id", "begun", "t", "error": "..."}; ``begun`` and ``t`` are
+        seconds of time.monotonic() since T0 (the checker's clock: CLOCK_MONOTONIC
+        is one clock for every process of the host). A send is never retried here.
+        Prints {"event": "started"}, and {"event": "stopped", "sent": N} after the
+        producer's shutdown.
+
+Each takes ``--access-key KEY --secret-key SECRET [--channel CHANNEL]``: the C++
 client then signs every request (set_session_credentials, RocketMQ's plain ACL).
 
 Every command exits after ``--timeout`` seconds (default 120) whatever happens,
@@ -168,6 +182,55 @@ def cmd_produce(args: argparse.Namespace) -> None:
     _exit(0)
 
 
+# the wheel's SendStatus names -> the names of RocketMQ's SendStatus
+_STATUS = {"OK": "SEND_OK"}
+MAX_ERROR_CHARS = 500
+
+
+def cmd_chaos(args: argparse.Namespace) -> None:
+    from bench.chaos.accounting import body
+
+    p = _producer(args.namesrv, args.group, timeout_ms=args.send_timeout_ms, args=args)
+    stop = threading.Event()
+
+    def watch_stdin() -> None:  # EOF also when the checker is gone
+        for line in sys.stdin:
+            if line.strip() == "stop":
+                break
+        stop.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    emit({"event": "started"})
+    seq = 0
+    with open(args.out, "a", encoding="utf-8") as out:
+        nxt = time.monotonic()
+        while not stop.is_set() and seq < args.max:
+            mid = f"{args.prefix}-{seq}"
+            seq += 1
+            begun = time.monotonic() - args.t0
+            rec: dict[str, Any] = {"id": mid, "begun": round(begun, 6)}
+            try:
+                r = p.send_sync(make_message({"topic": args.topic, "body": body(mid, begun),
+                                              "keys": mid}))
+            except Exception as e:  # the C++ client's message, counted by the checker
+                rec["error"] = f"{type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+            else:
+                rec.update(status=_STATUS.get(r.status.name, r.status.name), msg_id=r.msg_id,
+                           offset=r.offset)
+            rec["t"] = round(time.monotonic() - args.t0, 6)
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            nxt += args.interval
+            now = time.monotonic()
+            if nxt > now:
+                stop.wait(nxt - now)
+            else:
+                nxt = now  # behind (a fault): no burst to catch up
+    p.shutdown()
+    emit({"event": "stopped", "sent": seq})
+    _exit(0)
+
+
 def _push_consumer(namesrv: str, group: str, instance: str | None) -> Any:
     from rocketmq.client import PushConsumer
 
@@ -229,6 +292,16 @@ def main(argv: list[str] | None = None) -> None:
     sp.add_argument("-i", "--instance", default=None)
     sp.add_argument("-p", "--prop", action="append")
     sp.set_defaults(fn=cmd_consume)
+    sp = common("chaos")
+    sp.add_argument("-g", "--group", required=True)
+    sp.add_argument("-t", "--topic", required=True)
+    sp.add_argument("--prefix", required=True)
+    sp.add_argument("--interval", type=float, required=True)
+    sp.add_argument("--t0", type=float, required=True)
+    sp.add_argument("--max", type=int, required=True)
+    sp.add_argument("--send-timeout-ms", type=int, default=3000)
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_chaos)
     args = ap.parse_args(argv)
     _watchdog(args.timeout)
     args.fn(args)
