@@ -24,8 +24,11 @@ The handlers only map (broker/grpc/convert.py) and call the broker's services:
   AckMessage answers each entry's status; ChangeInvisibleDuration a new handle
   (the old one is then INVALID_RECEIPT_HANDLE). TAG filters only: SQL is
   UNSUPPORTED as PopService answers it.
-- Heartbeat, NotifyClientTermination: answered OK (the clients' liveness is not
-  tracked over gRPC yet).
+- Heartbeat, NotifyClientTermination, Telemetry ``Settings``: the client joins
+  (and leaves) the broker's producer and consumer tables through ClientService,
+  as a remoting heart-beat does (broker/grpc/clients.py): consumerConnection,
+  producerConnection and consumerProgress show it; it expires when its
+  heart-beats stop. Without a client table (``clients`` None) they answer OK.
 - Telemetry: every ``Settings`` the client sends is answered at once with a
   complete one (publishing: max body size; backoff policy; subscription: receive
   batch size and long-polling timeout; metrics off).
@@ -47,6 +50,7 @@ import trio
 from google.protobuf.message import Message
 
 from broker.config import BrokerConfig
+from broker.grpc.clients import GrpcClients
 from broker.grpc.convert import (
     FILTER_TYPES,
     POP_CODES,
@@ -131,10 +135,12 @@ class MessagingService:
                  on_topics_changed: Callable[[], None],
                  routes: RouteLookup | None = None,
                  pop: PopMessageProcessor | None = None,
+                 clients: GrpcClients | None = None,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.config = config
         self.routes = routes
         self.pop = pop
+        self.clients = clients
         self.send_service = send
         self.topics = topics
         self.endpoint = endpoint
@@ -221,11 +227,18 @@ class MessagingService:
         return None
 
     def heartbeat(self, request: spb.HeartbeatRequest, call: Call) -> spb.HeartbeatResponse:
-        return spb.HeartbeatResponse(status=status(Code.OK))
+        if self.clients is None:
+            return spb.HeartbeatResponse(status=status(Code.OK))
+        group = request.group.name if request.HasField("group") else None
+        code, remark = self.clients.heartbeat(call.client_id, call.peer, group or None,
+                                              request.client_type, trio.current_time())
+        return spb.HeartbeatResponse(status=status(code, remark))
 
     def notify_termination(self, request: spb.NotifyClientTerminationRequest, call: Call
                            ) -> spb.NotifyClientTerminationResponse:
         log.debug("gRPC client terminated", client_id=call.client_id[:128], peer=call.peer)
+        if self.clients is not None:
+            self.clients.terminate(call.client_id)
         return spb.NotifyClientTerminationResponse(status=status(Code.OK))
 
     # ---- send -------------------------------------------------------------------------
@@ -389,7 +402,12 @@ class MessagingService:
                 return
             command = _parse(spb.TelemetryCommand, payload)
             if command.WhichOneof("command") == "settings":
-                reply = spb.TelemetryCommand(status=status(Code.OK),
+                code: int = Code.OK
+                remark = "OK"
+                if self.clients is not None:
+                    code, remark = self.clients.settings(call.client_id, call.peer,
+                                                         command.settings, trio.current_time())
+                reply = spb.TelemetryCommand(status=status(code, remark),
                                              settings=self.settings_for(command.settings))
                 await call.send(reply.SerializeToString())
             # thread stack traces and verify results are not asked for: nothing to do

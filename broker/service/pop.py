@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from broker.new_group_offset import pop_init_offset
 from broker.pop.core import (
     HandleCodec,
     HandleRef,
@@ -40,7 +41,6 @@ from broker.pop.core import (
     pop_entry,
     revive_entry,
 )
-from broker.new_group_offset import pop_init_offset
 from broker.service.types import LiveRole
 from broker.store import GetMessageStatus
 from broker.store.pop_log import encode_frame
