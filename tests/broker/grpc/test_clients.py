@@ -6,13 +6,16 @@ driven in process. No sockets; times are numbers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from broker.client_manage_processor import RemotingNotifier
 from broker.client_manager import ClientGroups, RebalanceLockManager
 from broker.config import BrokerConfig
+from broker.controller import BrokerController
 from broker.grpc.clients import GrpcClients, heartbeat_body
 from broker.grpc.messaging import MessagingService
 from broker.grpc.pb import definition_pb2 as pb
@@ -20,6 +23,7 @@ from broker.grpc.pb import service_pb2 as spb
 from broker.service.clients import ClientService
 from broker.service.ops import OpsService
 from broker.service.types import SessionChannel
+from broker.transaction_service import Asked
 from protocol.client_data import MAX_SUBSCRIPTIONS_PER_CONSUMER
 from protocol.route import TopicConfig
 from protocol.subscription_group import SubscriptionGroupConfig
@@ -196,3 +200,32 @@ async def test_handlers_register_and_terminate(w: World) -> None:
         group=pb.Resource(name=G)))
     assert spb.NotifyClientTerminationResponse.FromString(raw).status.code == pb.OK
     assert G not in w.consumers.groups and w.clients.sessions == {}
+
+
+# ---- in the broker: its housekeeping and transaction checks -----------------------------
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[BrokerController]:
+    c = BrokerController(BrokerConfig(store_path_root_dir=str(tmp_path), listen_port=0,
+                                      maped_file_size_commit_log=4096,
+                                      maped_file_size_consume_queue=200, max_hash_slot_num=64,
+                                      max_index_num=256))
+    c._load()
+    yield c
+    c._persist_and_close()
+
+
+def test_the_brokers_housekeeping_expires_grpc_clients(broker: BrokerController) -> None:
+    clients = broker.grpc_clients = GrpcClients(broker.client_service)
+    assert clients.settings("c1", "h:1", consumer_settings(), 0.0)[0] == pb.OK
+    assert clients.settings("p1", "h:2", producer_settings("T"), 0.0)[0] == pb.OK
+    assert broker.consumer_manager.client_ids(G) == ["c1"]
+    # a gRPC producer is never asked for a transaction's state (no channel to ask over)
+    assert broker.ask_producer("T", lambda: pytest.fail("nothing to build")) \
+        is Asked.NO_PRODUCER
+    expired_after = broker.config.channel_expired_timeout / 1000
+    broker.housekeeping(expired_after)  # not silent long enough yet
+    assert len(clients.sessions) == 2 and broker.consumer_manager.client_ids(G) == ["c1"]
+    broker.housekeeping(expired_after + 1)
+    assert clients.sessions == {} and broker.consumer_manager.client_ids(G) == []
+    assert broker.producer_manager.groups == {}
