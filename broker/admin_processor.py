@@ -18,6 +18,7 @@ from protocol.headers import (
 from protocol.names import group_problem, topic_problem
 from protocol.route import TopicConfig
 from protocol.subscription_group import SubscriptionGroupConfig
+from protocol.topic_attributes import AttributeProblem, parse_changes
 from protocol.trio.connection import RemotingConnection
 
 # the one table from the service's outcomes to this transport's codes
@@ -71,7 +72,12 @@ class AdminBrokerProcessor:
                                 ) -> RemotingCommand | None:
         """Answered once the change is in the topic journal (durable), not before."""
         h = CreateTopicRequestHeader.from_fields(cmd.ext_fields)
-        result = self.service.update_and_create_topic(topic_config_of(h), self._answer(conn, cmd))
+        try:
+            changes = parse_changes(h.attributes)
+        except AttributeProblem as exc:
+            return _response(cmd, AdminResult(AdminStatus.INVALID, str(exc)))
+        result = self.service.update_and_create_topic(topic_config_of(h), self._answer(conn, cmd),
+                                                      changes)
         return self._later(cmd, result)
 
     def delete_topic(self, conn: RemotingConnection, cmd: RemotingCommand

@@ -64,6 +64,7 @@ RELAY_STATUS_TO_CODE = {
     RelayStatus.TOO_LARGE: ResponseCode.SYSTEM_ERROR,
     RelayStatus.FAILED: ResponseCode.SYSTEM_ERROR,
     RelayStatus.TIMEOUT: ResponseCode.CONSUME_MSG_TIMEOUT,
+    RelayStatus.UNSUPPORTED: ResponseCode.SYSTEM_ERROR,
 }
 
 

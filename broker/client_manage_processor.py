@@ -35,6 +35,7 @@ from broker.service.clients import (
     QueueLockRequest,
     Unregister,
 )
+from broker.service.types import SessionChannel
 from protocol.acl import ACCESS_KEY
 from protocol.client_data import (
     CLIENT_ID_MAX_LENGTH,
@@ -90,16 +91,22 @@ def respond(cmd: RemotingCommand, outcome: ClientOutcome, body: bytes | None = N
 
 
 class RemotingNotifier:
-    """Group change notices as oneway NOTIFY_CONSUMER_IDS_CHANGED requests."""
+    """Group change notices as oneway NOTIFY_CONSUMER_IDS_CHANGED requests; a
+    gRPC client's session is told nothing (RocketMQ 5 clients are not called
+    back: a simple consumer pops from every queue, a push consumer asks for
+    its assignment)."""
 
-    def consumer_ids_changed(self, channel: RemotingConnection, group: str) -> bool:
+    def consumer_ids_changed(self, channel: RemotingConnection | SessionChannel,
+                             group: str) -> bool:
+        if isinstance(channel, SessionChannel):
+            return True
         # offer: False past the connection's write high-water mark (nothing queued)
         return channel.offer(RemotingCommand.request(
             RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}, oneway=True))
 
 
 class ClientManageProcessor:
-    def __init__(self, service: ClientService[RemotingConnection],
+    def __init__(self, service: ClientService[RemotingConnection | SessionChannel],
                  acl_check: Callable[[], ResourceCheck]) -> None:
         self.service = service
         self.acl_check = acl_check  # the controller's, set once ACL is loaded

@@ -252,6 +252,9 @@ class BrokerConfig(PropertiesConfig):
     grpc_listen_port: int = 8081
     # the largest gRPC request message (0: maxMessageSize + 1 MiB, at least 16 MiB)
     grpc_max_inbound_message_size: int = 0
+    # a gRPC send whose message type is not its topic's message.type attribute is
+    # refused (RocketMQ 5 proxy's enableTopicMessageTypeCheck; docs/grpc.md)
+    enable_topic_message_type_check: bool = True
     ha_send_heartbeat_interval: int = 5000  # ms: a slave reports its offset at least this often
     ha_housekeeping_interval: int = 20_000  # ms of silence after which an HA connection closes
     ha_transfer_batch_size: int = 32 * KiB  # most commit-log bytes in one transfer

@@ -75,6 +75,7 @@ from broker.service.pull import PullService
 from broker.service.queries import QueryService
 from broker.service.send import SendService
 from broker.service.transactions import TransactionService
+from broker.service.types import SessionChannel
 from broker.slave_synchronize import SlaveSynchronize
 from broker.stats import TICK_INTERVAL_S, BrokerStats, LatencyHistogram
 from broker.store import DefaultMessageStore, StoreConfig
@@ -102,6 +103,7 @@ from protocol.trio.server import RemotingServer
 from protocol.trio.service import Guard, describe
 
 if TYPE_CHECKING:
+    from broker.grpc.clients import GrpcClients
     from broker.grpc.server import GrpcServer
 
 HOUSEKEEPING_INTERVAL_S = 10.0
@@ -220,13 +222,16 @@ class BrokerController:
         self.consumer_filter_manager = ConsumerFilterManager()  # compiled SQL92 subscriptions
         self.producer_manager = ClientGroups("producer")
         self.lock_manager = RebalanceLockManager()
-        self.client_service: ClientService[RemotingConnection] = ClientService(
+        self.client_service: ClientService[RemotingConnection | SessionChannel] = ClientService(
             producers=self.producer_manager, consumers=self.consumer_manager,
             groups=self.subscription_group_manager, topics=self.topic_config_manager,
             locks=self.lock_manager, settings=config, notifier=RemotingNotifier(),
             on_topics_changed=self.trigger_register, log=self.log.bind(service="clients"))
         self.client_manage_processor = ClientManageProcessor(self.client_service,
                                                              lambda: self.acl_check)
+        # RocketMQ 5 clients (gRPC) in the same tables, by their client id's
+        # session: made with the gRPC server (enableGrpc)
+        self.grpc_clients: GrpcClients | None = None
         self.ops_service = OpsService(
             stats=self.stats, offsets=self.consumer_offset_manager,
             topics=self.topic_config_manager, consumers=self.consumer_manager,
@@ -908,6 +913,7 @@ class BrokerController:
         """apache.rocketmq.v2.MessagingService over the broker's services (broker/grpc/);
         its endpoint is brokerIP1 and the port it is bound to."""
         require_grpc()
+        from broker.grpc.clients import GrpcClients
         from broker.grpc.messaging import MessagingService
         from broker.grpc.server import GrpcApp, GrpcServer
 
@@ -920,9 +926,11 @@ class BrokerController:
                 return None
             return await self.outer_api.topic_route(topic)
 
+        self.grpc_clients = GrpcClients(self.client_service)
         messaging = MessagingService(self.config, self.send_service, self.topic_config_manager,
                                      endpoint=endpoint, on_topics_changed=self.trigger_register,
-                                     routes=routes, pop=self.pop_processor)
+                                     routes=routes, pop=self.pop_processor,
+                                     clients=self.grpc_clients)
         app = GrpcApp(messaging.methods(),
                       max_message_bytes=self.config.grpc_max_inbound)
         return GrpcServer(app, self.listen_host, self.config.grpc_listen_port)
@@ -1051,7 +1059,8 @@ class BrokerController:
         on the half message's topic is asked: joining a producer group takes
         no right, hearing its checks (the message's body) and answering them
         does."""
-        conns = [c for c in self.producer_manager.connections(group) if not c.closed]
+        conns = [c for c in self.producer_manager.connections(group)
+                 if not c.closed and not isinstance(c, SessionChannel)]  # gRPC: not called
         if not conns:
             return Asked.NO_PRODUCER
         ready = [c for c in conns if c.takes_requests]
@@ -1075,7 +1084,10 @@ class BrokerController:
 
     def housekeeping(self, now: float) -> None:
         """Drop producers and consumers silent for channelExpiredTimeout ms."""
-        self.client_service.expire(now, self.config.channel_expired_timeout / 1000)
+        expired_after = self.config.channel_expired_timeout / 1000
+        self.client_service.expire(now, expired_after)
+        if self.grpc_clients is not None:
+            self.grpc_clients.expire(now, expired_after)
 
     async def _housekeeping_loop(self) -> None:
         guard = Guard(self.log, "housekeeping")

@@ -44,3 +44,25 @@ def query_offset_answer(stored: int, min_offset: int, first_in_disk: Callable[[]
     if zero_if_not_found and min_offset <= 0 and not first_in_disk():
         return 0
     return None
+
+
+def pop_init_offset(init_mode_min: bool, retry_topic: bool, min_offset: int, max_offset: int,
+                    first_in_disk: Callable[[], bool]) -> int:
+    """Where a POP group with no offset on a queue starts (RocketMQ 5's
+    PopMessageProcessor.getInitOffset with ``initPopOffsetByCheckMsgInMem``).
+
+    - ConsumeInitMode MIN (``init_mode_min``), or a retry topic: the queue's
+      min offset;
+    - MAX: 0 when the queue's min offset is <= 0 and its first message (queue
+      offset 0) is not in disk (``first_in_disk``: the store's
+      accessMessageInMemoryMaxRatio estimate, as QUERY_CONSUMER_OFFSET above;
+      asked only when the min offset allows it), so that a new group of a young
+      queue sees what was sent before its first pop; else the queue's max
+      offset (RocketMQ starts one before it, re-serving the last message; here
+      a group starts past everything already stored).
+    """
+    if init_mode_min or retry_topic:
+        return max(0, min_offset)
+    if min_offset <= 0 and not first_in_disk():
+        return 0
+    return max(0, max_offset)

@@ -11,6 +11,7 @@ others, and the error names it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -61,6 +62,7 @@ from protocol.namesrv_addr import (
 )
 from protocol.record import decode_msg_id, decode_records
 from protocol.route import MASTER_ID, PERM_MAX, PERM_RW, BrokerData, TopicConfig, TopicRouteData
+from protocol.topic_attributes import format_changes
 from protocol.trace_data import TraceContext, TraceView, decode, trace_views
 from protocol.trio.client import RemotingClient, split_addr
 from protocol.trio.errors import RemotingError
@@ -382,8 +384,11 @@ class MQAdmin:
         write_queue_nums: int = 8,
         perm: int = PERM_RW,
         order: bool = False,
+        attributes: Mapping[str, str | None] | None = None,
     ) -> list[str]:
         """Create or update ``topic`` on one broker or every master of a cluster.
+        ``attributes``: changes of its attributes (a value sets a key, None
+        removes it; protocol/topic_attributes.py), the others kept.
 
         Returns the broker addresses updated. Raises MQAdminError.
         """
@@ -396,6 +401,7 @@ class MQAdmin:
         fields = CreateTopicRequestHeader(
             topic=topic, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums,
             perm=perm, order=order,
+            attributes=format_changes(attributes) if attributes else None,
         ).to_fields()
         for addr in addrs:
             cmd = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, dict(fields))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
@@ -20,6 +20,7 @@ from protocol.names import RMQ_SYS_TRACE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC
 from protocol.namesrv_addr import NAMESRV_ADDR_ENV
 from protocol.record import TRANSACTION_COMMIT_TYPE, transaction_type
 from protocol.route import TopicConfig, perm_to_string
+from protocol.topic_attributes import AttributeProblem, parse_changes
 from protocol.trace_data import TraceView
 from protocol.trio import tls
 from protocol.trio.daemon import first_leaf
@@ -226,27 +227,41 @@ register_help(cli)
 @click.option("-w", "--writeQueueNums", "write", type=int, default=8, show_default=True)
 @click.option("-p", "--perm", type=int, default=6, show_default=True, help="2 write, 4 read, 6 both.")
 @click.option("-o", "--order", type=bool, default=False, show_default=True)
+@click.option("-a", "--attributes", default=None,
+              help="Attribute changes: +key=value sets, -key removes, comma-separated "
+                   "(e.g. +message.type=FIFO; message.type: NORMAL, FIFO, DELAY, "
+                   "TRANSACTION or MIXED).")
 def update_topic(namesrv: str, cluster: str | None, broker_addr: str | None, topic: str,
-                 read: int, write: int, perm: int, order: bool) -> None:
+                 read: int, write: int, perm: int, order: bool, attributes: str | None) -> None:
     """Create or update a topic."""
+    try:
+        changes = parse_changes(attributes)
+    except AttributeProblem as exc:
+        raise click.UsageError(str(exc)) from None
 
     async def go() -> list[str]:
         async with MQAdmin(namesrv, config=tool_config()) as admin:
             return await admin.create_topic(topic, cluster=cluster, broker_addr=broker_addr,
                                             read_queue_nums=read, write_queue_nums=write,
-                                            perm=perm, order=order)
+                                            perm=perm, order=order, attributes=changes)
 
     for addr in _run(go):
         click.echo(f"create topic to {addr} success.")
-    click.echo(topic_config_text(TopicConfig(topic, read, write, perm, order=order)))
+    click.echo(topic_config_text(TopicConfig(topic, read, write, perm, order=order), changes))
 
 
-def topic_config_text(cfg: TopicConfig) -> str:
-    """RocketMQ's ``TopicConfig.toString``, as updateTopic and updateTopicPerm print it."""
-    return (f"TopicConfig [topicName={cfg.topic_name}, readQueueNums={cfg.read_queue_nums}, "
+def topic_config_text(cfg: TopicConfig, changes: Mapping[str, str | None] | None = None
+                      ) -> str:
+    """RocketMQ's ``TopicConfig.toString``, as updateTopic and updateTopicPerm print it
+    (RocketMQ 5's ``attributes=`` part when an update names attribute changes)."""
+    text = (f"TopicConfig [topicName={cfg.topic_name}, readQueueNums={cfg.read_queue_nums}, "
             f"writeQueueNums={cfg.write_queue_nums}, perm={perm_to_string(cfg.perm)}, "
             f"topicFilterType={cfg.topic_filter_type}, topicSysFlag={cfg.topic_sys_flag}, "
-            f"order={str(cfg.order).lower()}]")
+            f"order={str(cfg.order).lower()}")
+    if changes:
+        shown = ", ".join(f"+{k}={v}" if v is not None else f"-{k}=" for k, v in changes.items())
+        text += f", attributes={{{shown}}}"
+    return text + "]"
 
 
 @cli.command("deleteTopic")

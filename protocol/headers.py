@@ -16,6 +16,7 @@ from typing import Annotated, Any, ClassVar, Self
 
 from protocol import names
 from protocol.errors import RemoteProtocolError
+from protocol.topic_attributes import MAX_UPDATE_TEXT
 
 
 def _camel(name: str) -> str:
@@ -501,6 +502,9 @@ class CreateTopicRequestHeader(Header):
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: Int32 = 0
     order: bool = False
+    # RocketMQ 5: "+key=value,-key" changes of the topic's attributes
+    # (protocol/topic_attributes.py); None: none
+    attributes: Annotated[str, MaxLen(MAX_UPDATE_TEXT)] | None = None
 
 
 @dataclass(slots=True)

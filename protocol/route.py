@@ -11,6 +11,7 @@ from typing import Any
 
 from protocol.errors import RemoteProtocolError
 from protocol.names import topic_problem
+from protocol.topic_attributes import checked_attributes
 
 # Permission bits, as RocketMQ's PermName.
 PERM_PRIORITY = 0x8
@@ -61,9 +62,11 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    # RocketMQ 5's topic attributes (protocol/topic_attributes.py): message.type
+    attributes: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "topicName": self.topic_name,
             "readQueueNums": self.read_queue_nums,
             "writeQueueNums": self.write_queue_nums,
@@ -72,6 +75,9 @@ class TopicConfig:
             "topicSysFlag": self.topic_sys_flag,
             "order": self.order,
         }
+        if self.attributes:  # written only when set: older readers see what they knew
+            d["attributes"] = dict(self.attributes)
+        return d
 
     @classmethod
     def from_dict(cls, d: Any) -> TopicConfig:
@@ -83,7 +89,16 @@ class TopicConfig:
             topic_filter_type=_get(d, "topicFilterType", str, "SINGLE_TAG"),
             topic_sys_flag=_get(d, "topicSysFlag", int, 0),
             order=_get(d, "order", bool, False),
+            attributes=_attributes(d),
         )
+
+
+def _attributes(d: Any) -> dict[str, str]:
+    try:
+        return checked_attributes(d.get("attributes") if isinstance(d, dict) else None,
+                                  "topic config: attributes")
+    except ValueError as exc:
+        raise RemoteProtocolError(str(exc)) from None
 
 
 def topic_config_problem(cfg: TopicConfig, max_queue_nums: int = DEFAULT_MAX_QUEUE_NUMS) -> str | None:

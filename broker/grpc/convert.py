@@ -219,6 +219,20 @@ def _text(value: str, what: str, code: int) -> str:
     return value
 
 
+def sent_type(msg: pb.Message) -> str:
+    """What a message is, by its properties (RocketMQ's
+    TopicMessageType.parseFromMessageProperty): FIFO with a message group,
+    DELAY with a delivery time, else NORMAL (transactions are refused before)."""
+    sp = msg.system_properties
+    if sp.message_type == pb.TRANSACTION:
+        return "TRANSACTION"
+    if sp.HasField("message_group"):
+        return "FIFO"
+    if sp.HasField("delivery_timestamp"):
+        return "DELAY"
+    return "NORMAL"
+
+
 def delay_level(deliver_at_ms: int, now_ms: int, levels: Mapping[int, int]) -> int:
     """The smallest delay level not earlier than ``deliver_at_ms`` (0: due already;
     the last level when later than all)."""
@@ -399,5 +413,5 @@ __all__ = [
     "ALL_TYPES", "FILTER_TYPES", "MESSAGE_TYPE_ATTRIBUTE", "POP_CODES", "PROPERTY_MESSAGE_GROUP",
     "RESERVED_PROPERTIES", "SEND_CODES", "duration_ms", "to_pb_message", "Refusal", "SendItem", "accept_message_types", "address_scheme",
     "check_digest", "decode_body", "delay_level", "message_queues", "permission",
-    "queue_for_group", "status", "to_send_item",
+    "queue_for_group", "sent_type", "status", "to_send_item",
 ]

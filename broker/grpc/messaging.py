@@ -6,13 +6,19 @@ The handlers only map (broker/grpc/convert.py) and call the broker's services:
   this broker's from its own table, the others' from the name servers' route,
   where each broker's registration carried its gRPC port (``grpcPorts``); a
   broker's endpoint is its address's host and that port. Each queue has its
-  permission and explicit ``accept_message_types``. An unknown topic is created
+  permission and explicit ``accept_message_types`` (this broker's: its topic's
+  ``message.type``; the others': all, their attributes are not in the route). An unknown topic is created
   here as a send would create it when ``autoCreateTopicEnable`` (5.x clients look
   a topic up before sending), else TOPIC_NOT_FOUND. Name servers that do not
   answer within ROUTE_LOOKUP_S leave the answer to this broker's queues.
-- SendMessage: each message through ``SendService.send_single``, on a queue the
-  server picks (a message group's always the same one; others at random), its
-  answer once stored (and flushed or replicated where the role asks for it).
+- SendMessage: a message whose type (``sent_type``: FIFO with a message group,
+  DELAY with a delivery time, else NORMAL) is not its topic's ``message.type``
+  (protocol/topic_attributes.py; unset or MIXED: any) is refused
+  MESSAGE_PROPERTY_CONFLICT_WITH_TYPE while ``enableTopicMessageTypeCheck``
+  (RocketMQ 5's proxy check); the others each through
+  ``SendService.send_single``, on a queue the server picks (a message group's
+  always the same one; others at random), its answer once stored (and flushed
+  or replicated where the role asks for it).
 - ReceiveMessage, AckMessage, ChangeInvisibleDuration: POP consumption through
   PopService (broker/service/pop.py) and its edge (``PopMessageProcessor.receive``,
   the long poll and the wait for the in-flight log's fsync). ReceiveMessage
@@ -24,8 +30,11 @@ The handlers only map (broker/grpc/convert.py) and call the broker's services:
   AckMessage answers each entry's status; ChangeInvisibleDuration a new handle
   (the old one is then INVALID_RECEIPT_HANDLE). TAG filters only: SQL is
   UNSUPPORTED as PopService answers it.
-- Heartbeat, NotifyClientTermination: answered OK (the clients' liveness is not
-  tracked over gRPC yet).
+- Heartbeat, NotifyClientTermination, Telemetry ``Settings``: the client joins
+  (and leaves) the broker's producer and consumer tables through ClientService,
+  as a remoting heart-beat does (broker/grpc/clients.py): consumerConnection,
+  producerConnection and consumerProgress show it; it expires when its
+  heart-beats stop. Without a client table (``clients`` None) they answer OK.
 - Telemetry: every ``Settings`` the client sends is answered at once with a
   complete one (publishing: max body size; backoff policy; subscription: receive
   batch size and long-polling timeout; metrics off).
@@ -47,6 +56,7 @@ import trio
 from google.protobuf.message import Message
 
 from broker.config import BrokerConfig
+from broker.grpc.clients import GrpcClients
 from broker.grpc.convert import (
     FILTER_TYPES,
     POP_CODES,
@@ -55,6 +65,7 @@ from broker.grpc.convert import (
     duration_ms,
     message_queues,
     queue_for_group,
+    sent_type,
     status,
     to_pb_message,
     to_send_item,
@@ -70,6 +81,7 @@ from broker.store.offset_waiters import AllDone
 from broker.topic_validator import check_user_topic
 from protocol.names import InvalidNameError
 from protocol.route import MASTER_ID, PERM_WRITE, TopicConfig, TopicRouteData
+from protocol.topic_attributes import topic_message_type, type_conflict
 
 log = structlog.get_logger("broker.grpc")
 
@@ -131,10 +143,12 @@ class MessagingService:
                  on_topics_changed: Callable[[], None],
                  routes: RouteLookup | None = None,
                  pop: PopMessageProcessor | None = None,
+                 clients: GrpcClients | None = None,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.config = config
         self.routes = routes
         self.pop = pop
+        self.clients = clients
         self.send_service = send
         self.topics = topics
         self.endpoint = endpoint
@@ -200,7 +214,7 @@ class MessagingService:
         if cfg is not None:
             host, port = self.endpoint()
             queues += message_queues(cfg, self.config.broker_name, self.config.broker_id,
-                                     host, port, namespace)
+                                     host, port, namespace, cfg.attributes)
         route = await self._route(name)
         if route is not None:
             queues += others_queues(route, name, self.config.broker_name, namespace)
@@ -221,11 +235,18 @@ class MessagingService:
         return None
 
     def heartbeat(self, request: spb.HeartbeatRequest, call: Call) -> spb.HeartbeatResponse:
-        return spb.HeartbeatResponse(status=status(Code.OK))
+        if self.clients is None:
+            return spb.HeartbeatResponse(status=status(Code.OK))
+        group = request.group.name if request.HasField("group") else None
+        code, remark = self.clients.heartbeat(call.client_id, call.peer, group or None,
+                                              request.client_type, trio.current_time())
+        return spb.HeartbeatResponse(status=status(code, remark))
 
     def notify_termination(self, request: spb.NotifyClientTerminationRequest, call: Call
                            ) -> spb.NotifyClientTerminationResponse:
         log.debug("gRPC client terminated", client_id=call.client_id[:128], peer=call.peer)
+        if self.clients is not None:
+            self.clients.terminate(call.client_id)
         return spb.NotifyClientTerminationResponse(status=status(Code.OK))
 
     # ---- send -------------------------------------------------------------------------
@@ -258,6 +279,11 @@ class MessagingService:
                                 delay_levels=self.delay_levels)
         except Refusal as refusal:
             return spb.SendResultEntry(status=status(refusal.code, refusal.message))
+        if cfg is not None and self.config.enable_topic_message_type_check:
+            conflict = type_conflict(topic_message_type(cfg.attributes), sent_type(msg))
+            if conflict is not None:
+                return spb.SendResultEntry(status=status(
+                    Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict))
         if item.message_group is not None and cfg is not None:
             item.header.queue_id = queue_for_group(item.message_group, cfg.write_queue_nums)
         outcome = self.send_service.send_single(item.header, item.body, call.peer or "0.0.0.0:0")
@@ -389,7 +415,12 @@ class MessagingService:
                 return
             command = _parse(spb.TelemetryCommand, payload)
             if command.WhichOneof("command") == "settings":
-                reply = spb.TelemetryCommand(status=status(Code.OK),
+                code: int = Code.OK
+                remark = "OK"
+                if self.clients is not None:
+                    code, remark = self.clients.settings(call.client_id, call.peer,
+                                                         command.settings, trio.current_time())
+                reply = spb.TelemetryCommand(status=status(code, remark),
                                              settings=self.settings_for(command.settings))
                 await call.send(reply.SerializeToString())
             # thread stack traces and verify results are not asked for: nothing to do

@@ -36,6 +36,7 @@ from broker.topic_validator import is_system_topic, validate_topic
 from protocol.names import group_problem
 from protocol.route import PERM_MAX, TopicConfig
 from protocol.subscription_group import SubscriptionGroupConfig
+from protocol.topic_attributes import AttributeProblem, alter
 
 try:
     from importlib.metadata import version as _dist_version
@@ -285,8 +286,12 @@ class AdminService:
 
     # ---- topics ------------------------------------------------------------------
 
-    def update_and_create_topic(self, cfg: TopicConfig, answer: Answer) -> AdminResult | None:
-        """Create or change a topic; answered once the change is journaled."""
+    def update_and_create_topic(self, cfg: TopicConfig, answer: Answer,
+                                attribute_changes: Mapping[str, str | None] | None = None
+                                ) -> AdminResult | None:
+        """Create or change a topic; answered once the change is journaled. The
+        topic keeps its attributes but those ``attribute_changes`` sets (a
+        value) or removes (None), checked by protocol/topic_attributes.py."""
         reason = validate_topic(cfg.topic_name)
         if reason is None and is_system_topic(cfg.topic_name):
             reason = f"the topic {cfg.topic_name!r} is a reserved system topic"
@@ -298,6 +303,12 @@ class AdminService:
                                f"queue numbers must be within 1..{limit} (maxQueueNums)")
         if not 0 <= cfg.perm <= PERM_MAX:
             return AdminResult(AdminStatus.INVALID, f"perm must be within 0..{PERM_MAX}")
+        old = self.tables.topics.get(cfg.topic_name)
+        try:
+            cfg.attributes = alter(old.attributes if old is not None else {},
+                                   attribute_changes or {}, create=old is None)
+        except AttributeProblem as exc:
+            return AdminResult(AdminStatus.INVALID, str(exc))
         seq = self.tables.topics.put(cfg)
         self.on_topics_changed()
         return self._when_durable(self.tables.topics_durable, seq, answer, TOPIC_NOT_DURABLE)

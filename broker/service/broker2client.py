@@ -29,6 +29,9 @@ asked (``NOT_READING``), ``RELAY_TIMEOUT_S`` for it to answer (``TIMEOUT``;
 the wait for room to send counts), an answer of more than
 ``MAX_RELAYED_BODY`` bytes is refused (``TOO_LARGE``), one the member
 refused is handed back as it is (``REFUSED``: the transport keeps its code).
+A gRPC client (its channel a ``SessionChannel``) is never asked:
+``UNSUPPORTED``, "not supported for gRPC clients"; an offset reset commits its
+group's offsets all the same (POP reads them) and tells only remoting members.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import structlog
 import trio
 
-from broker.service.types import GroupMembers, LiveRole
+from broker.service.types import GroupMembers, LiveRole, SessionChannel
 from protocol.message import MessageQueue
 from protocol.names import shown
 from protocol.route import TopicConfig
@@ -124,6 +127,7 @@ class RelayStatus(enum.Enum):
     REFUSED = "REFUSED"  # the member answered an error: handed back as it is
     TOO_LARGE = "TOO_LARGE"  # an answer over MAX_RELAYED_BODY
     FAILED = "FAILED"  # the channel failed
+    UNSUPPORTED = "UNSUPPORTED"  # a gRPC client: the broker has no channel to ask it over
     TIMEOUT = "TIMEOUT"  # no answer within RELAY_TIMEOUT_S
 
 
@@ -242,6 +246,12 @@ class Broker2ClientService(Generic[ReplyT]):
         info = self.consumers.groups.get(group)
         told = 0
         for ch in list(info.clients.values()) if info is not None else []:
+            if isinstance(ch.conn, SessionChannel):
+                # not called back: a gRPC consumer pops from the offsets just committed
+                self.log.info("gRPC consumer not told of the offset reset (not supported "
+                              "for gRPC clients; its pops start at the new offsets)",
+                              group=shown(group), client_id=shown(ch.client_id))
+                continue
             if self.link.tell_reset(ch.conn, notice):
                 told += 1
             else:
@@ -258,6 +268,10 @@ class Broker2ClientService(Generic[ReplyT]):
         who = f"<{ask.group}> <{ask.client_id}>"
         if ch is None:
             return RelayOutcome(RelayStatus.NOT_ONLINE, f"The Consumer {who} not online")
+        if isinstance(ch.conn, SessionChannel):
+            return RelayOutcome(RelayStatus.UNSUPPORTED,
+                                f"consumer {who} is a gRPC client: consumer running info is "
+                                "not supported for gRPC clients")
         if self.relays >= MAX_RELAYS:
             return RelayOutcome(RelayStatus.BUSY,
                                 f"{self.relays} running-info requests in flight; try again")

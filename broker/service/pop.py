@@ -6,8 +6,12 @@ the group's retry topic ``%RETRY%<group>`` first, then the topic's queues from
 a rotating start), moves the group's pop offset of each queue read past them
 at once and leaves one in-flight record per message (broker/pop/core.py),
 visible again at ``now + invisible_time``. Each message comes back with a
-receipt handle. ``ack`` deletes a record, ``change_invisible`` moves it and
-answers a new handle (the old one is then refused); ``revive_due`` re-puts the
+receipt handle. A group with no offset on a queue starts where RocketMQ 5's
+getInitOffset puts it (broker/new_group_offset.py ``pop_init_offset``): with
+ConsumeInitMode MAX, at 0 while the queue starts at 0 and its first message is
+still in memory (a young queue is read from its start), else at its max.
+``ack`` deletes a record, ``change_invisible`` moves it and answers a new
+handle (the old one is then refused); ``revive_due`` re-puts the
 messages whose visible time has come, through the ``Reviver`` the broker gives
 (SendService.send_back: ``%RETRY%<group>`` with one more reconsume time, or
 ``%DLQ%<group>`` past the group's ``retryMaxTimes``), then drops their records.
@@ -26,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from broker.new_group_offset import pop_init_offset
 from broker.pop.core import (
     HandleCodec,
     HandleRef,
@@ -42,7 +47,7 @@ from broker.store.pop_log import encode_frame
 from broker.store.status import GetMessageResult
 from protocol.filter import parse_sub_expression, tag_codes
 from protocol.filter_sql import is_tag_type, unsupported_remark
-from protocol.names import retry_topic
+from protocol.names import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from protocol.record import record_position
 from protocol.route import TopicConfig, is_readable
 from protocol.subscription_group import SubscriptionGroupConfig
@@ -51,7 +56,7 @@ MAX_POP_NUMS = 32  # RocketMQ's limit on one pop
 MIN_INVISIBLE_MS = 1_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000  # RocketMQ 5's longest invisible duration
 INIT_MODE_MIN = 0  # RocketMQ's ConsumeInitMode: a new group starts at the queue's min ...
-INIT_MODE_MAX = 1  # ... or at its max offset
+INIT_MODE_MAX = 1  # ... or at its max offset, at 0 while the queue's first message is in memory
 
 
 class PopStatus(enum.Enum):
@@ -138,6 +143,8 @@ class PopStore(Protocol):
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
+
+    def check_in_disk_by_consume_offset(self, topic: str, queue_id: int, offset: int) -> bool: ...
 
 
 class Offsets(Protocol):
@@ -296,9 +303,12 @@ class PopService:
         committed = self.offsets.query_offset(group, topic, queue_id)
         if committed >= 0:
             return committed
-        if init_mode == INIT_MODE_MIN:
-            return self.store.get_min_offset_in_queue(topic, queue_id)
-        return self.store.get_max_offset_in_queue(topic, queue_id)
+        store = self.store
+        return pop_init_offset(
+            init_mode == INIT_MODE_MIN, topic.startswith(RETRY_GROUP_TOPIC_PREFIX),
+            store.get_min_offset_in_queue(topic, queue_id),
+            store.get_max_offset_in_queue(topic, queue_id),
+            lambda: store.check_in_disk_by_consume_offset(topic, queue_id, 0))
 
     def _pop_queue(self, req: PopRequest, topic: str, queue_id: int, init_mode: int,
                    codes: set[int] | None, want: int, now_ms: int,

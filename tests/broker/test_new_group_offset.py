@@ -17,7 +17,7 @@ import trio
 
 from broker.config import BrokerConfig, BrokerRole
 from broker.controller import BrokerController
-from broker.new_group_offset import query_offset_answer
+from broker.new_group_offset import pop_init_offset, query_offset_answer
 from broker.store import memory_ratio
 from broker.store.memory_ratio import DEFAULT_PHYSICAL_MEMORY, in_disk, memory_budget
 from protocol.codes import RequestCode, ResponseCode
@@ -178,3 +178,21 @@ def test_a_queue_whose_history_was_cleaned_up_is_not_found(
         pass
     assert store.get_min_offset_in_queue("T", 0) > 0
     assert query(c) is None
+
+
+# ---- a new POP group's start (RocketMQ 5's getInitOffset) -----------------------------
+
+@pytest.mark.parametrize(("init_min", "retry", "min_offset", "max_offset", "first_in_disk",
+                          "want"), [
+    (True, False, 3, 9, None, 3),  # MIN: the queue's min, the memory never asked
+    (True, False, -1, 0, None, 0),  # MIN of a queue not created yet
+    (False, True, 2, 9, None, 2),  # a retry topic: its min whatever the mode
+    (False, False, 0, 9, False, 0),  # MAX, first message in memory: from the start
+    (False, False, 0, 9, True, 9),  # MAX, first message in disk: the max
+    (False, False, 4, 9, None, 9),  # MAX, the start cleaned up: the max, memory not asked
+    (False, False, 0, 0, False, 0),  # an empty queue
+])
+def test_pop_init_offset(init_min: bool, retry: bool, min_offset: int, max_offset: int,
+                         first_in_disk: bool | None, want: int) -> None:
+    asked = never_asked if first_in_disk is None else (lambda: first_in_disk)
+    assert pop_init_offset(init_min, retry, min_offset, max_offset, asked) == want

@@ -268,3 +268,13 @@ def test_changes_since_lists_what_changed_after_a_registration(tmp_path: Path) -
     assert deleted == ["B"]
     assert mgr.changes_since(mgr.seq) == ({}, [])
     assert mgr.changes_since(mgr.changes_floor - 1) is None if mgr.changes_floor else True
+
+
+def test_a_topics_attributes_are_journaled_and_replayed(tmp_path: Path) -> None:
+    """A crash (no snapshot, only the journal's records) keeps message.type."""
+    mgr = manager(tmp_path)
+    mgr.put(TopicConfig("F", 4, 4, attributes={"message.type": "FIFO"}))
+    write_all(mgr)
+    assert not mgr.path.exists()  # only the journal holds it
+    assert reloaded(tmp_path).get("F") == TopicConfig("F", 4, 4,
+                                                      attributes={"message.type": "FIFO"})

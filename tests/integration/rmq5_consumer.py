@@ -2,7 +2,7 @@
 never imported by the tests: a SimpleConsumer over gRPC at the endpoint given. Every
 line it prints is one JSON object.
 
-``scenario``: a first receive (the group starts at the queues' ends), then the official
+``scenario``: a first receive (on empty queues: the group's start is fixed), then the official
 Producer sends ``--count`` messages (tag TagA, key key-<i>, property seq=<i>); the consumer
 receives them all and prints each message's fields; acks all but two: ``change`` (its
 invisibility changed to 1 s; the old handle's ack printed; received again and acked) and
@@ -55,7 +55,7 @@ def scenario(args: argparse.Namespace) -> None:
     producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,))
     producer.startup()
     try:
-        consumer.receive(16, 30)  # the group's first pop: it starts at the queues' ends
+        consumer.receive(16, 30)  # the group's first pop, on empty queues: it starts at 0
         sent: list[str] = []
         for i in range(args.count):
             msg = Message()

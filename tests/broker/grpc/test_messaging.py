@@ -200,3 +200,27 @@ async def test_everything_else_unimplemented_with_a_message() -> None:
         trailers = ex.trailers()
         assert trailers[b"grpc-status"] == b"12", method
         assert b"not" in trailers[b"grpc-message"]
+
+
+async def test_a_send_conflicting_with_the_topics_message_type_is_refused() -> None:
+    svc, send, topics, _ = service()
+    topics.table["F"] = TopicConfig("F", 4, 4, attributes={"message.type": "FIFO"})
+    _, (raw,) = await call(svc, "QueryRoute", spb.QueryRouteRequest(topic=pb.Resource(name="F")))
+    routed = spb.QueryRouteResponse.FromString(raw).message_queues
+    assert {tuple(q.accept_message_types) for q in routed} == {(pb.FIFO,)}
+    _, (raw,) = await call(svc, "SendMessage", send_request(None, topic="F"))
+    answer = spb.SendMessageResponse.FromString(raw)
+    assert answer.status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert "expected type is FIFO, but actual type is NORMAL" in answer.status.message
+    assert send.sent == []
+    _, (raw,) = await call(svc, "SendMessage", send_request("g1", topic="F"))
+    assert spb.SendMessageResponse.FromString(raw).status.code == pb.OK
+    assert len(send.sent) == 1
+    # MIXED takes every type; enableTopicMessageTypeCheck=false checks none
+    topics.table["F"].attributes["message.type"] = "MIXED"
+    _, (raw,) = await call(svc, "SendMessage", send_request(None, topic="F"))
+    assert spb.SendMessageResponse.FromString(raw).status.code == pb.OK
+    svc, send, topics, _ = service(enable_topic_message_type_check=False)
+    topics.table["F"] = TopicConfig("F", 4, 4, attributes={"message.type": "DELAY"})
+    _, (raw,) = await call(svc, "SendMessage", send_request(None, topic="F"))
+    assert spb.SendMessageResponse.FromString(raw).status.code == pb.OK

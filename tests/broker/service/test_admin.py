@@ -319,3 +319,23 @@ def test_every_status_has_a_wire_code() -> None:
     assert set(RESPONSE_CODES) == set(AdminStatus)
     assert RESPONSE_CODES[AdminStatus.GROUP_NOT_EXIST] == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
     assert RESPONSE_CODES[AdminStatus.NOT_DURABLE] == ResponseCode.SYSTEM_ERROR
+
+
+def test_topic_attributes_are_altered_kept_and_validated(env: Env) -> None:
+    typed = {"message.type": "FIFO"}
+    assert env.service.update_and_create_topic(TopicConfig("T", 4, 4), env.answer,
+                                               {"message.type": "FIFO"}) is None
+    assert env.topics.get("T") == TopicConfig("T", 4, 4, attributes=typed)
+    # an update naming no attribute (updateTopicPerm, a plain updateTopic) keeps them
+    env.service.update_and_create_topic(TopicConfig("T", 8, 8), env.answer)
+    assert env.topics.get("T") == TopicConfig("T", 8, 8, attributes=typed)
+    seq = env.topics.seq
+    refused = env.service.update_and_create_topic(TopicConfig("T", 8, 8), env.answer,
+                                                  {"message.type": "ORDERED"})
+    assert refused is not None and refused.status is AdminStatus.INVALID
+    assert "not one of NORMAL, FIFO, DELAY, TRANSACTION, MIXED" in (refused.remark or "")
+    assert env.topics.seq == seq and env.topics.get("T") == TopicConfig("T", 8, 8,
+                                                                       attributes=typed)
+    env.service.update_and_create_topic(TopicConfig("T", 8, 8), env.answer,
+                                        {"message.type": None})
+    assert env.topics.get("T") == TopicConfig("T", 8, 8)

@@ -30,6 +30,7 @@ from broker.service.broker2client import (
     new_offset,
     reset_plan,
 )
+from broker.service.types import SessionChannel
 from protocol.message import MessageQueue
 from protocol.route import TopicConfig
 
@@ -263,3 +264,21 @@ async def test_a_silent_member_times_out_and_relays_are_bounded(
     assert trio.current_time() - started == pytest.approx(RELAY_TIMEOUT_S)
     assert [a.status for a in answers] == [RelayStatus.TIMEOUT] * MAX_RELAYS
     assert w.service.relays == 0
+
+
+# ---- gRPC clients: never called back ---------------------------------------------------
+
+async def test_a_grpc_member_is_not_asked_for_running_info(w: World) -> None:
+    w.consumers.register("g", "grpc-1", SessionChannel("grpc-1", "10.0.0.2:5000"), 0.0, {})
+    out = await w.service.running_info(RunningInfoAsk("g", "grpc-1"))
+    assert out.status is RelayStatus.UNSUPPORTED
+    assert "not supported for gRPC clients" in (out.remark or "")
+    assert w.service.relays == 0
+
+
+def test_a_reset_commits_for_grpc_members_and_tells_only_remoting_ones(w: World) -> None:
+    w.consumers.register("g", "grpc-1", SessionChannel("grpc-1", "10.0.0.2:5000"), 0.0, {})
+    remoting = w.member(Channel(), "c1")
+    out = w.service.reset_offset(ResetRequest(T, "g", SKIP_ALL))
+    assert out.status is ResetStatus.OK and out.told == 1 and len(remoting.told) == 1
+    assert w.offsets.resets == [("g", T, 0, 5), ("g", T, 1, 5)]

@@ -241,8 +241,18 @@ def test_a_slave_refuses(world: World) -> None:
     assert world.svc.revive_due(10**12) == 0
 
 
-def test_new_group_at_max_misses_older_messages_but_not_newer(world: World) -> None:
+def test_new_group_at_max_starts_at_0_while_the_first_message_is_in_memory(
+        world: World) -> None:
+    """RocketMQ 5's getInitOffset: a young queue is read from its start, so a
+    new group sees what was sent before its first pop."""
     world.put(2)
+    first = world.svc.pop(req(init_mode=1, queue_id=0), 0)
+    assert [m.queue_offset for m in first.messages] == [0, 1]
+
+
+def test_new_group_at_max_misses_older_messages_once_they_are_in_disk(world: World) -> None:
+    world.put(2)
+    world.store.total_physical_memory = 0  # no memory budget: offset 0 is "in disk"
     first = world.svc.pop(req(init_mode=1, queue_id=0), 0)
     assert first.status is PopStatus.NO_MESSAGE
     world.put(1)
