@@ -419,3 +419,9 @@ class ControllerService:
                 await self.change(op)
             except NotLeader:
                 return
+            except StateStoreError as exc:
+                # the store cannot save now (etcd down or cut off): nothing changed;
+                # the next scan tries again
+                log.warning("election not saved, tried again at the next scan",
+                            broker=name, error=str(exc))
+                self._closed_masters.add(name)

@@ -377,3 +377,29 @@ async def test_an_old_connection_closing_after_a_reconnect_changes_nothing(
         await trio.sleep(2.5)
         assert len(notes.views) == 1 and svc.state.broker_sets["b"].master_id == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_an_election_the_store_cannot_save_is_tried_again(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The store failing during a scan's election (etcd killed) is no crash of the scan
+    and no traceback: nothing changes, and the next scan elects once the store is back."""
+    store = MemoryStore()
+    async with trio.open_nursery() as nursery:
+        svc, notes = await started(nursery, store, brokerHeartbeatTimeout="10000",
+                                   scanNotActiveBrokerInterval="1000")
+        await two_in_sync(svc)
+        c1, c2 = Conn(), Conn()
+        beat_over(svc, c1, 1)
+        beat_over(svc, c2, 2)
+        store.fail = "etcd: no endpoint answered"
+        svc.on_connection_closed(c1)
+        await trio.sleep(2.5)
+        assert svc.state.broker_sets["b"].master_id == 1 and len(notes.views) == 1
+        store.fail = None
+        back = trio.current_time()
+        while len(notes.views) < 2:
+            beat_over(svc, c2, 2)
+            await trio.sleep(0.1)
+        assert trio.current_time() - back <= 1.2  # the next scan, not the 10 s timeout
+        assert notes.views[-1].master_id == 2
+        nursery.cancel_scope.cancel()
