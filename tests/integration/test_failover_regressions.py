@@ -353,6 +353,14 @@ async def test_issue_1464_restart_with_controller_down_never_registers_master(
         m = await wait_until(role_taken, 90, "the controller's master listed, all in sync")
         new_master = g.by_addr(m)
         assert new_master is not None
+
+        # listed and all in sync (the SyncStateSet may be the stored one) can come
+        # before the new master's start wait for its slaves' hellos has ended
+        async def writable() -> bool:
+            ha = (await g.admin.broker_runtime_info(new_master.addr)).get("ha")
+            return isinstance(ha, dict) and ha.get("writable") is True
+
+        await wait_until(writable, 30, "the new master takes writes")
         await g.acked_sends(new_master, "after", 3)
 
 
