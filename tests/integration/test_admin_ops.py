@@ -11,7 +11,7 @@ from client import ConsumeConcurrentlyStatus, Message, Producer, PushConsumer
 from client.admin import MQAdmin
 from protocol.route import PERM_WRITE
 from tests.integration.cluster import BIN, Cluster
-from tests.integration.test_cli import mqadmin
+from tests.integration.test_cli import mqadmin_process as mqadmin
 from tests.waits import routed, wait_until
 
 TOPIC = "OpsTopic"

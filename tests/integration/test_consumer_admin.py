@@ -12,7 +12,7 @@ from protocol.command import RemotingCommand
 from protocol.message import MessageQueue
 from protocol.trio import RemotingClient
 from tests.integration.cluster import Cluster
-from tests.integration.test_cli import mqadmin
+from tests.integration.test_cli import mqadmin_process as mqadmin
 from tests.waits import routed, wait_until
 
 TOPIC = "ProgressTopic"

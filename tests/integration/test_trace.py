@@ -26,7 +26,7 @@ from protocol.names import RMQ_SYS_TRACE_TOPIC
 from protocol.trace_data import TraceView
 from tests.dashboard.web import dashboard
 from tests.integration.cluster import BIN, Cluster, Daemon
-from tests.integration.test_cli import mqadmin
+from tests.integration.test_cli import mqadmin_process as mqadmin
 from tests.waits import routed, wait_until
 
 TOPIC = "TraceTopic"
