@@ -35,12 +35,14 @@ from client.instance import (
     client_namesrv_addr,
 )
 from client.instance_user import InstanceUser
+from client.subscription import MessageSelector
 from client.validators import check_group
 from protocol.batch_ack import MAX_BATCH_ACK, BatchAckError, decode_results, encode_handles
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
 from protocol.filter import parse_sub_expression
+from protocol.filter_sql import SQL92, TAG, SqlParseError, compile_sql, is_tag_type
 from protocol.headers import (
     AckMessageRequestHeader,
     BatchAckMessageRequestHeader,
@@ -134,6 +136,7 @@ class SimpleConsumer(InstanceUser):
         self.poll_name_server_interval = poll_name_server_interval
         self.subscriptions: dict[str, str] = {}
         self._tags: dict[str, frozenset[str] | None] = {}
+        self._types: dict[str, str] = {}  # topic -> TAG or SQL92
         self._brokers: dict[str, tuple[float, list[str]]] = {}  # topic -> (fetched, names)
         self._turn = 0
         super().__init__()
@@ -143,21 +146,37 @@ class SimpleConsumer(InstanceUser):
 
     # ---- subscriptions ----------------------------------------------------------
 
-    def subscribe(self, topic: str, expression: str = "*") -> None:
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> None:
         """Receive ``topic``'s messages whose tag ``expression`` selects
-        (``"*"``, ``"TagA || TagB"``)."""
+        (``"*"``, ``"TagA || TagB"``), or those a ``MessageSelector`` selects
+        (``MessageSelector.by_sql("a > 5")``: the broker evaluates it on each
+        message's properties, with ``enablePropertyFilter=true``)."""
         problem = topic_problem(topic)
         if problem is not None:
             raise MQClientError(problem)
-        try:
-            self._tags[topic] = parse_sub_expression(expression)
-        except ValueError as exc:
-            raise MQClientError(str(exc)) from None
-        self.subscriptions[topic] = expression.strip() or "*"
+        selector = expression if isinstance(expression, MessageSelector) \
+            else MessageSelector.by_tag(expression)
+        if is_tag_type(selector.expression_type):
+            try:
+                self._tags[topic] = parse_sub_expression(selector.expression)
+            except ValueError as exc:
+                raise MQClientError(str(exc)) from None
+            self.subscriptions[topic] = selector.expression.strip() or "*"
+        elif selector.expression_type == SQL92:
+            try:
+                compile_sql(selector.expression)
+            except SqlParseError as exc:
+                raise MQClientError(f"bad SQL92 expression: {exc}") from None
+            self._tags[topic] = None  # the broker looks at each message itself
+            self.subscriptions[topic] = selector.expression
+        else:
+            raise MQClientError(f"unknown expression type {selector.expression_type!r}")
+        self._types[topic] = selector.expression_type or TAG
 
     def unsubscribe(self, topic: str) -> None:
         self.subscriptions.pop(topic, None)
         self._tags.pop(topic, None)
+        self._types.pop(topic, None)
 
     async def _broker_names(self, topic: str) -> list[str]:
         now = trio.current_time()
@@ -193,7 +212,7 @@ class SimpleConsumer(InstanceUser):
             consumer_group=self.group, topic=topic, queue_id=-1, max_msg_nums=max_messages,
             invisible_time=invisible_ms, poll_time=round(self.await_duration * 1000),
             born_time=int(time.time() * 1000), init_mode=self.init_mode,
-            exp_type="TAG", exp=self.subscriptions[topic])
+            exp_type=self._types.get(topic, TAG), exp=self.subscriptions[topic])
         cmd = RemotingCommand.request(RequestCode.POP_MESSAGE, header.to_fields())
         try:
             response = await instance.invoke(addr, cmd,

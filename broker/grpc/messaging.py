@@ -28,8 +28,8 @@ The handlers only map (broker/grpc/convert.py) and call the broker's services:
   call's deadline, never refused for it. It pops from any of the topic's queues on
   this broker (as RocketMQ's proxy: the queue named only picks the broker).
   AckMessage answers each entry's status; ChangeInvisibleDuration a new handle
-  (the old one is then INVALID_RECEIPT_HANDLE). TAG filters only: SQL is
-  UNSUPPORTED as PopService answers it.
+  (the old one is then INVALID_RECEIPT_HANDLE). TAG filters, and SQL92 with
+  enablePropertyFilter (else UNSUPPORTED), as PopService filters.
 - Heartbeat, NotifyClientTermination, Telemetry ``Settings``: the client joins
   (and leaves) the broker's producer and consumer tables through ClientService,
   as a remoting heart-beat does (broker/grpc/clients.py): consumerConnection,

@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from broker.consumer_filter_manager import MessageFilter, sql_filter, tag_filter
 from broker.new_group_offset import pop_init_offset
 from broker.pop.core import (
     HandleCodec,
@@ -43,10 +44,11 @@ from broker.pop.core import (
 )
 from broker.service.types import LiveRole
 from broker.store import GetMessageStatus
+from broker.store.message_store import MAX_FILTER_SCAN, RecordFilter
 from broker.store.pop_log import encode_frame
 from broker.store.status import GetMessageResult
-from protocol.filter import parse_sub_expression, tag_codes
-from protocol.filter_sql import is_tag_type, unsupported_remark
+from protocol.filter import parse_sub_expression
+from protocol.filter_sql import SQL92, SqlFilter, SqlParseError, is_tag_type, unsupported_remark
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from protocol.record import record_position
 from protocol.route import TopicConfig, is_readable
@@ -126,6 +128,14 @@ class PopSettings(Protocol):
     def broker_name(self) -> str: ...
     @property
     def broker_permission(self) -> int: ...
+    @property
+    def enable_property_filter(self) -> bool: ...
+
+
+class SqlFilters(Protocol):
+    """Compiled SQL92 expressions (ConsumerFilterManager); raises SqlParseError."""
+
+    def get(self, group: str, topic: str, text: str, version: int) -> SqlFilter: ...
 
 
 class Groups(Protocol):
@@ -138,7 +148,8 @@ class Topics(Protocol):
 
 class PopStore(Protocol):
     def get_message(self, group: str, topic: str, queue_id: int, offset: int, max_nums: int,
-                    tag_codes: set[int] | None) -> GetMessageResult: ...
+                    tag_codes: set[int] | None, record_filter: RecordFilter | None = None,
+                    max_scan: int = MAX_FILTER_SCAN) -> GetMessageResult: ...
 
     def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int: ...
 
@@ -184,8 +195,9 @@ def refusal(status: PopStatus, remark: str) -> PopOutcome:
 class PopService:
     def __init__(self, settings: PopSettings, role: LiveRole, groups: Groups, topics: Topics,
                  store: PopStore, offsets: Offsets, table: PopTable, codec: HandleCodec,
-                 reviver: Reviver) -> None:
+                 reviver: Reviver, filters: SqlFilters | None = None) -> None:
         self.settings = settings
+        self.filters = filters  # SQL92 expressions, compiled once per (group, topic, text)
         self.role = role
         self.groups = groups
         self.topics = topics
@@ -256,12 +268,9 @@ class PopService:
                            f"{MAX_INVISIBLE_MS} ms")
         if req.init_mode not in (INIT_MODE_MIN, INIT_MODE_MAX):
             return refusal(PopStatus.ILLEGAL_REQUEST, "initMode must be 0 (MIN) or 1 (MAX)")
-        if not is_tag_type(req.expression_type):
-            return refusal(PopStatus.FILTER_UNSUPPORTED, unsupported_remark(req.expression_type))
-        try:
-            codes = tag_codes(parse_sub_expression(req.expression))
-        except ValueError as exc:
-            return refusal(PopStatus.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        how = self._filter(req)
+        if isinstance(how, PopOutcome):
+            return how
         room = self.table.room(req.group)
         if room <= 0:
             return refusal(PopStatus.BUSY,
@@ -273,12 +282,28 @@ class PopService:
         for topic, queue_id, init_mode in self._queues(req, cfg):
             if len(out) >= want:
                 break
-            self._pop_queue(req, topic, queue_id, init_mode, codes, want - len(out),
-                            now_ms, out)
+            self._pop_queue(req, topic, queue_id, init_mode, how, want - len(out), now_ms, out)
         if not out:
             return PopOutcome(PopStatus.NO_MESSAGE, "no new message",
                               pop_time_ms=now_ms, invisible_time_ms=req.invisible_time_ms)
         return PopOutcome(PopStatus.FOUND, None, out, now_ms, req.invisible_time_ms)
+
+    def _filter(self, req: PopRequest) -> MessageFilter | PopOutcome:
+        """How the pop filters: by tags hash (TAG), or by each record's properties
+        (SQL92, with ``enablePropertyFilter``, as a pull does); a refusal else."""
+        if is_tag_type(req.expression_type):
+            try:
+                return tag_filter(parse_sub_expression(req.expression))
+            except ValueError as exc:
+                return refusal(PopStatus.SUBSCRIPTION_PARSE_FAILED, str(exc))
+        if (req.expression_type != SQL92 or not self.settings.enable_property_filter
+                or self.filters is None):
+            return refusal(PopStatus.FILTER_UNSUPPORTED, unsupported_remark(req.expression_type))
+        try:
+            return sql_filter(self.filters.get(req.group, req.topic, req.expression, 0))
+        except SqlParseError as exc:
+            return refusal(PopStatus.SUBSCRIPTION_PARSE_FAILED,
+                           f"parse the SQL92 expression failed: {exc}")
 
     def _queues(self, req: PopRequest, cfg: TopicConfig) -> list[tuple[str, int, int]]:
         """(topic, queue, init mode) to read, in order: the group's retry
@@ -311,12 +336,13 @@ class PopService:
             lambda: store.check_in_disk_by_consume_offset(topic, queue_id, 0))
 
     def _pop_queue(self, req: PopRequest, topic: str, queue_id: int, init_mode: int,
-                   codes: set[int] | None, want: int, now_ms: int,
+                   how: MessageFilter, want: int, now_ms: int,
                    out: list[PoppedMessage]) -> None:
         group = req.group
         known = self.table.offset(group, topic, queue_id)
         offset = self._start_offset(group, topic, queue_id, init_mode)
-        result = self.store.get_message(group, topic, queue_id, offset, want, codes)
+        result = self.store.get_message(group, topic, queue_id, offset, want, how.tag_codes,
+                                        how.record_filter, how.max_scan)
         got = result.status
         next_offset = offset
         records: list[Inflight] = []

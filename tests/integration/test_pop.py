@@ -11,8 +11,9 @@ import trio
 
 from client import Message, Producer, SendStatus
 from client.admin import MQAdmin, MQAdminError
-from client.errors import MQBrokerError
+from client.errors import MQBrokerError, MQClientError
 from client.simple_consumer import InvalidReceiptHandle, ReceivedMessage, SimpleConsumer
+from client.subscription import MessageSelector
 from protocol.names import dlq_topic
 from tests.integration.cluster import Cluster
 from tests.waits import routed, wait_until
@@ -153,3 +154,31 @@ async def test_batch_ack_acks_many_and_names_the_refused(cluster: Cluster) -> No
         assert [m.body for m, _ in again] == [m.body for m in got[1:]]
         assert all(r.startswith("INVALID_RECEIPT_HANDLE") for _, r in again)
         assert await c.receive(16, 1) == []  # acked: nothing comes back
+
+
+async def test_sql92_selector_over_pop(cluster: Cluster) -> None:
+    """SimpleConsumer with MessageSelector.by_sql: the broker (enablePropertyFilter)
+    delivers only the messages whose properties match; without the key it refuses."""
+    ns, _ = await setup(cluster, enablePropertyFilter="true")
+    async with Producer("pop-producer", ns) as p:
+        for i in range(10):
+            m = Message(TOPIC, b"n%d" % i, tags="A" if i % 2 else "B")
+            m.put_user_property("n", str(i))
+            assert (await p.send(m)).send_status == SendStatus.SEND_OK
+    async with SimpleConsumer(GROUP, ns, init_mode="MIN", await_duration=1) as c:
+        c.subscribe(TOPIC, MessageSelector.by_sql("n >= 4 AND TAGS = 'A'"))
+        got = await receive_until(c, 3, 30, 20)
+        assert sorted(m.body for m in got) == [b"n5", b"n7", b"n9"]
+        for m in got:
+            await c.ack(m)
+        assert await c.receive(16, 30) == []  # the rest never come
+        with pytest.raises(MQClientError, match="SQL92"):
+            c.subscribe(TOPIC, MessageSelector.by_sql("n >="))
+
+
+async def test_sql92_over_pop_needs_enable_property_filter(cluster: Cluster) -> None:
+    ns, _ = await setup(cluster)
+    async with SimpleConsumer(GROUP, ns, init_mode="MIN", await_duration=1) as c:
+        c.subscribe(TOPIC, MessageSelector.by_sql("n >= 4"))
+        with pytest.raises(MQBrokerError, match="SQL92"):
+            await c.receive(16, 30)

@@ -11,6 +11,7 @@ import trio
 import trio.testing
 
 from broker.config import BrokerConfig
+from broker.consumer_filter_manager import ConsumerFilterManager
 from broker.grpc.convert import to_pb_message
 from broker.grpc.framing import encode_message
 from broker.grpc.messaging import SERVICE, MessagingService
@@ -201,3 +202,19 @@ def test_a_retried_message_shows_its_own_topic_and_a_stored_compressed_body_infl
     assert out.system_properties.message_type == pb.FIFO
     assert out.system_properties.delivery_attempt == 3
     assert dict(out.user_properties) == {"k": "v"}
+
+
+async def test_an_sql92_filter_selects_by_properties(edge: Edge) -> None:
+    """With enablePropertyFilter, a receive's SQL filter expression is evaluated on each
+    message's properties; a bad expression is ILLEGAL_FILTER_EXPRESSION."""
+    svc = await messaging(edge)
+    edge.svc.filters = ConsumerFilterManager()
+    edge.svc.settings.enable_property_filter = True  # type: ignore[misc]
+    for i in range(4):
+        assert edge.store.put_message(inner(TOPIC, 0, b"n%d" % i, tags="A",
+                                            properties={"n": str(i)})).ok
+    frames = await receive(svc, receive_request(filter_type=pb.SQL, expression="n >= 2"))
+    assert [f.message.body for f in frames if f.WhichOneof("content") == "message"] == \
+        [b"n2", b"n3"]
+    bad = await receive(svc, receive_request(filter_type=pb.SQL, expression="n >="))
+    assert [f.status.code for f in bad] == [pb.ILLEGAL_FILTER_EXPRESSION]

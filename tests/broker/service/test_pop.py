@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.consumer_filter_manager import ConsumerFilterManager
 from broker.message_rewrite import send_back_message
 from broker.pop.core import HandleCodec, Inflight, PopTable
 from broker.service.pop import (
@@ -37,6 +38,7 @@ RETRY, DLQ = retry_topic(GROUP), dlq_topic(GROUP)
 class Settings:
     broker_name: str = "b"
     broker_permission: int = PERM_READ | PERM_WRITE
+    enable_property_filter: bool = False
 
 
 @dataclass
@@ -320,3 +322,56 @@ def test_consumer_offset_table_is_told_the_lowest_unacked(world: World) -> None:
     assert offsets.query_offset(GROUP, TOPIC, 0) == 2
     world.svc.ack(GROUP, TOPIC, out.messages[2].handle)
     assert offsets.query_offset(GROUP, TOPIC, 0) == 3
+
+
+def sql_world(world: World, enabled: bool = True) -> ConsumerFilterManager:
+    filters = ConsumerFilterManager()
+    world.svc.filters = filters
+    world.svc.settings.enable_property_filter = enabled  # type: ignore[misc]
+    return filters
+
+
+def put_props(world: World, values: list[int], tags: str = "A") -> None:
+    for i, a in enumerate(values):
+        assert world.store.put_message(inner(TOPIC, 0, f"a{i}".encode(), tags=tags,
+                                             properties={"a": str(a)})).ok
+
+
+def test_sql92_selects_by_properties_and_moves_past_the_rest(world: World) -> None:
+    filters = sql_world(world)
+    put_props(world, [1, 7, 3, 9, 2])
+    out = world.svc.pop(req(expression="a > 5", expression_type="SQL92"), 0)
+    assert out.status is PopStatus.FOUND
+    assert [m.queue_offset for m in out.messages] == [1, 3]
+    # the entries that did not match are behind the group for good
+    again = world.svc.pop(req(expression="a > 5", expression_type="SQL92"), 0)
+    assert again.status is PopStatus.NO_MESSAGE
+    put_props(world, [6])
+    later = world.svc.pop(req(expression="a > 5", expression_type="SQL92"), 0)
+    assert [m.queue_offset for m in later.messages] == [5]
+    assert filters.compiled == 1  # compiled once for the (group, topic, text)
+    # acked, the queue's consumer offset passes the skipped entries too
+    for m in out.messages + later.messages:
+        assert world.svc.ack(GROUP, TOPIC, m.handle).status is PopStatus.OK
+
+
+def test_sql92_with_tags_in_the_expression(world: World) -> None:
+    sql_world(world)
+    put_props(world, [9], tags="A")
+    put_props(world, [9, 1], tags="B")
+    out = world.svc.pop(req(expression="TAGS = 'B' AND a > 5", expression_type="SQL92"), 0)
+    assert [m.queue_offset for m in out.messages] == [1]
+
+
+@pytest.mark.parametrize("enabled, expression, status", [
+    (False, "a > 5", PopStatus.FILTER_UNSUPPORTED),  # enablePropertyFilter=false
+    (True, "a >", PopStatus.SUBSCRIPTION_PARSE_FAILED),
+    (True, "a > 'x' AND", PopStatus.SUBSCRIPTION_PARSE_FAILED),
+])
+def test_sql92_refusals(world: World, enabled: bool, expression: str, status: PopStatus) -> None:
+    sql_world(world, enabled)
+    put_props(world, [9])
+    out = world.svc.pop(req(expression=expression, expression_type="SQL92"), 0)
+    assert out.status is status and out.remark
+    # nothing moved: a TAG pop still sees the message
+    assert [m.queue_offset for m in world.svc.pop(req(), 0).messages] == [0]
