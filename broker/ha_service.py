@@ -782,7 +782,7 @@ class HAService:
         if self.controller_mode and broker_id is not None:
             # a slave back keeps the date it last caught up (its grace does not restart)
             joined = self.catch_up.setdefault(broker_id, CatchUp(trio.current_time()))
-            joined.connected, joined.acked = True, 0
+            joined.connected, joined.dropped, joined.acked = True, False, 0
             joined.samples.clear()
         self.log.info("slave connected", slave=peer)
         try:
@@ -797,7 +797,10 @@ class HAService:
             self.connections.discard(conn)
             gone = self.catch_up.get(broker_id) if broker_id is not None else None
             if gone is not None and not any(o.broker_id == broker_id for o in self.connections):
-                gone.connected = False
+                gone.connected, gone.dropped = False, True
+                # a member gone is proposed out now, not after haMaxTimeSlaveNotCatchup:
+                # sends waiting for every member's acknowledgement go on without it
+                self.check_sync_state(trio.current_time())
             self.log.info("slave disconnected", slave=peer, acked_offset=conn.acked_offset)
 
     def _admin_secret(self) -> Callable[[str], str | None] | None:

@@ -270,9 +270,15 @@ async def test_consumers_see_only_what_the_sync_state_set_holds(tmp_path: Path) 
         await wait_until(lambda: slave_store.get_max_offset_in_queue("T", 0) == 1, 10,
                          "the slave's consumers see it")
         assert slave_store.dispatch_limit == end
-        # the slave stops: a new message is stored on the master, not shown
+        # the slave stops: a new message is stored on the master, not shown; the
+        # master proposes it out when its connection closes (no periodic check runs
+        # here: RocketMQ's removeConnection), not haMaxTimeSlaveNotCatchup later
+        from broker.store.ha.sync_state import Proposal
+        proposals: list[Proposal] = []
+        ha.on_sync_state_proposal = proposals.append
         slave_scope.cancel()
         await wait_until(lambda: not ha.connections, 10, "the slave gone")
+        assert proposals == [Proposal(0, frozenset({0}), 1, removed=frozenset({1}))]
         second = put(store)
         await trio.testing.wait_all_tasks_blocked()
         assert store.get_max_offset_in_queue("T", 0) == 1 and store.reput_offset == end

@@ -13,7 +13,8 @@ accepted change has a higher epoch.
   highest offset enough members hold.
 - ``CatchUp`` / ``SyncStateDecider``: the master's shrink and expand
   proposals. A member whose log has not caught up with the master's for
-  haMaxTimeSlaveNotCatchup is proposed out; a slave outside whose log
+  haMaxTimeSlaveNotCatchup is proposed out, and a member whose HA connection
+  closed at once (RocketMQ's AutoSwitchHAService.removeConnection); a slave outside whose log
   reached the confirm offset in the current epoch is proposed back in. One
   proposal is in flight at a time.
 
@@ -169,6 +170,9 @@ class CatchUp:
     def __init__(self, now: float, connected: bool = True) -> None:
         self.last_caught_up = now  # a new connection starts its grace period now
         self.connected = connected  # a slave gone keeps its date: it leaves once it is old
+        # its connection closed (not merely never seen since this master began): a
+        # member leaves at once, as RocketMQ's removeConnection proposes
+        self.dropped = False
         self.acked = 0
         self.samples: deque[tuple[float, int]] = deque()
 
@@ -222,12 +226,12 @@ class SyncStateDecider:
     def decide(self, now: float, sss: SyncStateSet, slaves: Mapping[int, CatchUp],
                confirm_offset: int, epoch_start: int) -> Proposal | None:
         """The change due now (pure: nothing remembered). Members unknown to
-        ``slaves`` or not caught up for max_not_catchup_s (connected or not)
-        leave; a connected slave outside the set whose acknowledged offset
+        ``slaves``, whose connection closed (``dropped``), or not caught up for
+        max_not_catchup_s (connected or not) leave; a connected slave outside the set whose acknowledged offset
         reached the confirm offset and the current epoch's start
         (``epoch_start``) joins."""
         removed = frozenset(m for m in sss.slaves
-                            if m not in slaves
+                            if m not in slaves or slaves[m].dropped
                             or now - slaves[m].last_caught_up > self.max_not_catchup_s)
         added = frozenset(b for b, c in slaves.items()
                           if b not in sss.members and b != sss.master_id and c.connected

@@ -181,3 +181,18 @@ def test_a_slave_caught_up_to_the_confirm_offset_in_this_epoch_is_proposed_back(
     # both at once: one leaves, one joins, in one proposal
     p = d.decide(30.0, current, {1: caught(900, 5.0), 2: caught(960, 29.0)}, 900, 0)
     assert p is not None and p.members == {0, 2} and p.removed == {1} and p.added == {2}
+
+
+def test_a_member_whose_connection_closed_is_proposed_out_at_once() -> None:
+    """RocketMQ's AutoSwitchHAService.removeConnection: a member gone is proposed out
+    when its connection closes, not haMaxTimeSlaveNotCatchup later; one never heard
+    since this master began keeps its grace."""
+    d = SyncStateDecider(lambda _p: None, max_not_catchup_s=15.0)
+    current = sss(0, 1, 2, epoch=4)
+    gone, never = caught(1000, 10.0), CatchUp(now=10.0, connected=False)
+    gone.connected, gone.dropped = False, True
+    p = d.decide(10.1, current, {1: gone, 2: never}, 1000, 0)
+    assert p == Proposal(0, frozenset({0, 2}), 4, removed=frozenset({1}))
+    # back (reconnected): not out for that, and in again once caught up
+    gone.connected, gone.dropped = True, False
+    assert d.decide(10.2, current, {1: gone, 2: never}, 1000, 0) is None
