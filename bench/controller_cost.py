@@ -1,20 +1,25 @@
 """What controller mode costs in produce throughput, against plain SYNC_MASTER.
 
-    .venv/bin/python -m bench.controller_cost [--seconds S] [--rounds R] [--json]
+    .venv/bin/python -m bench.controller_cost [--seconds S] [--rounds R]
+        [--controller min|all|both] [--json]
 
-Two groups of three brokers side by side on 127.0.0.1 (free ports, temporary
+Groups of three brokers side by side on 127.0.0.1 (free ports, temporary
 stores, ASYNC_FLUSH), each with its own name server:
 
     plain       a SYNC_MASTER and two SLAVEs (brokerId 0, 1, 2): a send is answered
-                as SYNC_MASTER answers (docs/replication.md)
-    controller  three replicas in controller mode, the controller inside the name
-                server, minInSyncReplicas=2, allAckInSyncStateSet=true: a send is
-                answered once every SyncStateSet member (all three) holds it
+                once one slave holds it (docs/replication.md)
+    ctrl-min    three replicas in controller mode, the controller inside the name
+                server, minInSyncReplicas=2, allAckInSyncStateSet=false: a send is
+                answered once two members (the master and one slave) hold it, the
+                same durability as plain (``--controller min``)
+    ctrl-all    the same with allAckInSyncStateSet=true: a send is answered once
+                every SyncStateSet member (all three) holds it (``--controller all``)
 
-Then R rounds, each running the same batched load against plain, then controller
-(alternating, so both see the same machine): one producer, batches of 32 messages
-of 1 KiB, 16 batches in flight, for S seconds. Prints each round's messages per
-second, the medians and controller/plain. Short by default (3 rounds of 5 s).
+``--controller both`` (the default) starts all three groups. Then R rounds, each
+running the same batched load against every group in turn (alternating, so all see
+the same machine): one producer, batches of 32 messages of 1 KiB, 16 batches in
+flight, for S seconds. Prints each round's messages per second, the medians and
+each controller group's median over plain's. Short by default (3 rounds of 5 s).
 """
 
 from __future__ import annotations
@@ -54,12 +59,14 @@ def start_plain(cluster: Cluster) -> tuple[str, str]:
     return ns.addr, master.addr
 
 
-async def start_controller(cluster: Cluster) -> tuple[str, str]:
-    """(name server, elected master) of three replicas in controller mode, once all
-    three are in the SyncStateSet."""
+async def start_controller(cluster: Cluster, all_ack: bool) -> tuple[str, str]:
+    """(name server, elected master) of three replicas in controller mode
+    (minInSyncReplicas=2, allAckInSyncStateSet ``all_ack``), once all three are in
+    the SyncStateSet."""
     ns = cluster.namesrv(enableControllerInNamesrv="true",
                          controllerStorePath=cluster.root / "controller-store")
-    props = {**replica_props(ns.addr, 10_000), **COMMON, "brokerName": "ctrl"}
+    props = {**replica_props(ns.addr, 10_000), **COMMON, "brokerName": "ctrl",
+             "allAckInSyncStateSet": "true" if all_ack else "false"}
     brokers = {d.addr for d in (cluster.broker(f"ctrl-{i}", ns.addr, True, **props)
                                 for i in range(3))}
     async with ControllerAdmin() as ctl:
@@ -106,47 +113,75 @@ async def load(ns: str, seconds: float) -> float:
     return acked / elapsed
 
 
-async def measure(root: Path, seconds: float, rounds: int) -> dict[str, list[float]]:
-    plain_cluster, ctrl_cluster = Cluster(root / "plain"), Cluster(root / "controller")
-    for c in (plain_cluster, ctrl_cluster):
+# the groups a run starts, by --controller: (name, allAckInSyncStateSet or None: plain)
+SETUPS: dict[str, list[tuple[str, bool | None]]] = {
+    "min": [("plain", None), ("ctrl-min", False)],
+    "all": [("plain", None), ("ctrl-all", True)],
+    "both": [("plain", None), ("ctrl-min", False), ("ctrl-all", True)],
+}
+ROWS = {
+    "plain": "plain SYNC_MASTER + 2 slaves (one slave acks)",
+    "ctrl-min": "controller, minInSyncReplicas=2, allAck=false",
+    "ctrl-all": "controller, allAckInSyncStateSet=true (all 3)",
+}
+
+
+async def measure(root: Path, seconds: float, rounds: int,
+                  setups: list[tuple[str, bool | None]]) -> dict[str, list[float]]:
+    clusters = {name: Cluster(root / name) for name, _ in setups}
+    for c in clusters.values():
         c.root.mkdir()
     try:
-        plain_ns, plain_master = await trio.to_thread.run_sync(start_plain, plain_cluster)
-        ctrl_ns, ctrl_master = await start_controller(ctrl_cluster)
-        await make_topic(plain_ns, plain_master)
-        await make_topic(ctrl_ns, ctrl_master)
-        out: dict[str, list[float]] = {"plain": [], "controller": []}
+        name_servers: dict[str, str] = {}
+        for name, all_ack in setups:
+            cluster = clusters[name]
+            if all_ack is None:
+                ns, master = await trio.to_thread.run_sync(start_plain, cluster)
+            else:
+                ns, master = await start_controller(cluster, all_ack)
+            await make_topic(ns, master)
+            name_servers[name] = ns
+        out: dict[str, list[float]] = {name: [] for name, _ in setups}
         for r in range(rounds):
-            for name, ns in (("plain", plain_ns), ("controller", ctrl_ns)):
-                rate = await load(ns, seconds)
+            for name, _ in setups:
+                rate = await load(name_servers[name], seconds)
                 out[name].append(rate)
                 click.echo(f"round {r + 1} {name:<10} {rate:9.0f} msg/s", err=True)
         return out
     finally:
-        await trio.to_thread.run_sync(plain_cluster.close)
-        await trio.to_thread.run_sync(ctrl_cluster.close)
+        for c in clusters.values():
+            await trio.to_thread.run_sync(c.close)
 
 
 @click.command()
 @click.option("--seconds", default=5.0, show_default=True, type=click.FloatRange(1, 600),
               help="Load per round and setup.")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(1, 100))
+@click.option("--controller", "which", default="both", show_default=True,
+              type=click.Choice(sorted(SETUPS)),
+              help="Controller groups against plain: min (allAckInSyncStateSet=false, "
+                   "minInSyncReplicas=2: plain's durability), all (allAckInSyncStateSet"
+                   "=true), both.")
 @click.option("--json", "as_json", is_flag=True, help="The figures as one JSON line.")
-def main(seconds: float, rounds: int, as_json: bool) -> None:
+def main(seconds: float, rounds: int, which: str, as_json: bool) -> None:
     """Batched produce on plain SYNC_MASTER and on controller mode, alternating."""
+    setups = SETUPS[which]
     with tempfile.TemporaryDirectory(prefix="controller-cost-") as d:
-        runs = trio.run(measure, Path(d), seconds, rounds)
-    plain, ctrl = statistics.median(runs["plain"]), statistics.median(runs["controller"])
+        runs = trio.run(measure, Path(d), seconds, rounds, setups)
+    medians = {name: statistics.median(rates) for name, rates in runs.items()}
+    plain = medians["plain"]
+    ratios = {name: m / plain for name, m in medians.items() if name != "plain"}
     load1 = os.getloadavg()[0]
     if as_json:
-        click.echo(json.dumps({"runs": runs, "plain": plain, "controller": ctrl,
-                               "ratio": ctrl / plain, "load1": load1}))
+        click.echo(json.dumps({"runs": runs, "medians": medians, "ratios": ratios,
+                               "load1": load1}))
         return
     click.echo(f"batched produce ({BATCH} x {SIZE} B, {IN_FLIGHT} in flight, {seconds:g} s x "
                f"{rounds} rounds, median)")
-    click.echo(f"plain SYNC_MASTER + 2 slaves        {plain:9.0f} msg/s")
-    click.echo(f"controller mode, 3 replicas, all-ack {ctrl:9.0f} msg/s")
-    click.echo(f"controller / plain                  {ctrl / plain:9.2f}")
+    for name, m in medians.items():
+        click.echo(f"{ROWS[name]:<48} {m:9.0f} msg/s")
+    for name, ratio in ratios.items():
+        click.echo(f"{name + ' / plain':<48} {ratio:9.2f}")
     click.echo(f"(load average after: {load1:.2f})")
 
 
