@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,6 +107,7 @@ def test_a_damaged_confirm_file_holds_everything_past_the_queues(tmp_path: Path)
 CHILD = """
 import sys, time
 from pathlib import Path
+from typing import Any
 from broker.store import DefaultMessageStore, StoreConfig
 from tests.broker.store.test_confirm_dispatch import controller_config, put
 store = DefaultMessageStore(StoreConfig.from_broker(controller_config(Path(sys.argv[1]))))
@@ -144,4 +146,26 @@ def test_kill_9_leaves_no_unconfirmed_record_dispatched(tmp_path: Path) -> None:
     store.set_dispatch_limit(end)
     assert visible(store) == 20
     assert pulled(store) == [f"m{i}".encode() * 10 for i in range(20)]
+    store.shutdown()
+
+
+def test_the_scan_reads_no_record_past_the_confirm_offset(tmp_path: Path) -> None:
+    """Records waiting past the limit are not read at each move of it: the
+    scan is bounded by the limit (a record it cuts is the walk's last step)."""
+    store = open_store(controller_config(tmp_path))
+    scanned: list[int] = []
+    real = store._scan_records
+
+    def counting(buf: Any, pos: int, limit: int, *rest: Any) -> Any:
+        groups, stop = real(buf, pos, limit, *rest)
+        scanned.append(sum(len(g) for g, _after in groups))
+        return groups, stop
+    store._scan_records = counting
+    ends = [put(store, i) for i in range(50)]
+    for k in range(10):  # the limit moves one record at a time, inside the next one
+        assert store.set_dispatch_limit(ends[k] + 3) == 1
+        assert store.reput_offset == ends[k]
+    assert sum(scanned) == 10 and visible(store) == 10
+    assert store.set_dispatch_limit(ends[-1]) == 40 and visible(store) == 50
+    assert sum(scanned) == 50
     store.shutdown()
