@@ -19,7 +19,9 @@ stores, ASYNC_FLUSH), each with its own name server:
 running the same batched load against every group in turn (alternating, so all see
 the same machine): one producer, batches of 32 messages of 1 KiB, 16 batches in
 flight, for S seconds. Prints each round's messages per second, the medians and
-each controller group's median over plain's. Short by default (3 rounds of 5 s).
+each controller group's median over plain's, and the CPU time the group's three
+brokers used per message acknowledged (from /proc; it moves less with the
+machine's other load than the rates do). Short by default (3 rounds of 5 s).
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ async def make_topic(ns: str, master: str) -> None:
         await wait_until(routed(admin, TOPIC), 30, "topic routed")
 
 
-async def load(ns: str, seconds: float) -> float:
-    """Messages per second acknowledged (SEND_OK) over ``seconds`` of batched sends."""
+async def load(ns: str, seconds: float) -> tuple[int, float]:
+    """Messages acknowledged (SEND_OK) over ``seconds`` of batched sends, and the
+    seconds they took."""
     body = os.urandom(SIZE // 2).hex().encode()
     acked = 0
     async with Producer(f"cost-{time.monotonic_ns()}", ns) as p:
@@ -110,7 +113,24 @@ async def load(ns: str, seconds: float) -> float:
             for _ in range(IN_FLIGHT):
                 nursery.start_soon(worker)
         elapsed = time.monotonic() - begun
-    return acked / elapsed
+    return acked, elapsed
+
+
+def cpu_seconds(cluster: Cluster) -> float | None:
+    """CPU time (user + system) the group's brokers used so far; None where
+    /proc does not tell it."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for d in cluster.daemons:
+        if d.proc is None or d.name.startswith(("namesrv", "controller")):
+            continue
+        try:
+            stat = Path(f"/proc/{d.proc.pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = stat.rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / tick
 
 
 # the groups a run starts, by --controller: (name, allAckInSyncStateSet or None: plain)
@@ -127,7 +147,10 @@ ROWS = {
 
 
 async def measure(root: Path, seconds: float, rounds: int,
-                  setups: list[tuple[str, bool | None]]) -> dict[str, list[float]]:
+                  setups: list[tuple[str, bool | None]]
+                  ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each group's messages per second by round, and the CPU its three brokers
+    used per message (microseconds; rounds /proc could not measure left out)."""
     clusters = {name: Cluster(root / name) for name, _ in setups}
     for c in clusters.values():
         c.root.mkdir()
@@ -142,12 +165,20 @@ async def measure(root: Path, seconds: float, rounds: int,
             await make_topic(ns, master)
             name_servers[name] = ns
         out: dict[str, list[float]] = {name: [] for name, _ in setups}
+        cpu: dict[str, list[float]] = {name: [] for name, _ in setups}
         for r in range(rounds):
             for name, _ in setups:
-                rate = await load(name_servers[name], seconds)
-                out[name].append(rate)
-                click.echo(f"round {r + 1} {name:<10} {rate:9.0f} msg/s", err=True)
-        return out
+                before = cpu_seconds(clusters[name])
+                acked, elapsed = await load(name_servers[name], seconds)
+                after = cpu_seconds(clusters[name])
+                out[name].append(acked / elapsed)
+                per_msg = ""
+                if before is not None and after is not None and acked:
+                    cpu[name].append((after - before) * 1e6 / acked)
+                    per_msg = f", brokers' CPU {cpu[name][-1]:5.1f} us/msg"
+                click.echo(f"round {r + 1} {name:<10} {acked / elapsed:9.0f} msg/s{per_msg} "
+                           f"(load {os.getloadavg()[0]:.1f})", err=True)
+        return out, cpu
     finally:
         for c in clusters.values():
             await trio.to_thread.run_sync(c.close)
@@ -167,19 +198,22 @@ def main(seconds: float, rounds: int, which: str, as_json: bool) -> None:
     """Batched produce on plain SYNC_MASTER and on controller mode, alternating."""
     setups = SETUPS[which]
     with tempfile.TemporaryDirectory(prefix="controller-cost-") as d:
-        runs = trio.run(measure, Path(d), seconds, rounds, setups)
+        runs, cpu = trio.run(measure, Path(d), seconds, rounds, setups)
     medians = {name: statistics.median(rates) for name, rates in runs.items()}
+    cpu_medians = {name: statistics.median(us) for name, us in cpu.items() if us}
     plain = medians["plain"]
     ratios = {name: m / plain for name, m in medians.items() if name != "plain"}
     load1 = os.getloadavg()[0]
     if as_json:
         click.echo(json.dumps({"runs": runs, "medians": medians, "ratios": ratios,
+                               "cpu_us_per_msg": cpu, "cpu_medians": cpu_medians,
                                "load1": load1}))
         return
     click.echo(f"batched produce ({BATCH} x {SIZE} B, {IN_FLIGHT} in flight, {seconds:g} s x "
                f"{rounds} rounds, median)")
     for name, m in medians.items():
-        click.echo(f"{ROWS[name]:<48} {m:9.0f} msg/s")
+        us = f"   brokers' CPU {cpu_medians[name]:5.1f} us/msg" if name in cpu_medians else ""
+        click.echo(f"{ROWS[name]:<48} {m:9.0f} msg/s{us}")
     for name, ratio in ratios.items():
         click.echo(f"{name + ' / plain':<48} {ratio:9.2f}")
     click.echo(f"(load average after: {load1:.2f})")
