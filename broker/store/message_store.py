@@ -806,7 +806,7 @@ class DefaultMessageStore:
         self.reput_offset = max(self.reput_offset, self.commit_log.min_offset)
         limit = self.dispatch_limit
         try:
-            for nxt, group, buf, pos in self._steps(self.reput_offset):
+            for nxt, group, buf, pos in self._steps(self.reput_offset, limit):
                 if limit is not None and nxt > limit:
                     # controller mode: records past the confirm offset wait
                     if group is not None:
@@ -877,7 +877,7 @@ class DefaultMessageStore:
         self.reput_offset = end
         return len(group)
 
-    def _steps(self, offset: int
+    def _steps(self, offset: int, limit: int | None = None
                ) -> Iterator[tuple[int, list[DispatchRequest] | None, Buffer | None, int]]:
         """``_walk`` with the message records read by the scan
         (broker/store/scan_kernel.py) where it can: each step from ``offset``
@@ -885,9 +885,16 @@ class DefaultMessageStore:
         requests or None, and, without a group, ``_walk``'s buffer and
         position of one message record, or None for padding). Records the
         scan stops at (padding, a record cut by the end, anything it cannot
-        read) take ``_walk``'s step."""
+        read) take ``_walk``'s step.
+
+        ``limit`` (controller mode: the dispatch limit) ends the walk there
+        instead: the scan reads no record past it, and the one step that
+        crosses it (a record or padding running past the limit) is the last.
+        Without the bound every call read all the records waiting past the
+        confirm offset, again at each move of it."""
         mfq = self.commit_log.mapped_file_queue
-        end = mfq.max_offset
+        log_end = mfq.max_offset
+        end = log_end if limit is None else min(log_end, limit)
         scan = self._scan_records
         topics, tag_codes = self._scan_topics, self._scan_tag_codes
         delay_levels = self.commit_log.delay_levels
@@ -898,10 +905,11 @@ class DefaultMessageStore:
                 raise StoreError(f"no commit-log file holds offset {offset}")
             base = mf.file_from_offset
             pos = offset - base
-            if pos < mf.wrote_position:
+            scan_end = min(mf.wrote_position, end - base)
+            if pos < scan_end:
                 if len(topics) > MAX_RECORDS:
                     topics.clear()
-                groups, stop = scan(mf.mm, pos, mf.wrote_position, MAX_RECORDS, topics,
+                groups, stop = scan(mf.mm, pos, scan_end, MAX_RECORDS, topics,
                                     tag_codes, tags_hash_code, SCHEDULE_TOPIC, delay_levels,
                                     new_tuple, DispatchRequest)
                 if stop > pos:
@@ -909,7 +917,8 @@ class DefaultMessageStore:
                         yield base + after, group, None, 0
                     offset = base + stop
                     continue
-            step = self._walk_step(mf, offset, end)
+            # the log's own end: a record or padding the limit cuts is whole here
+            step = self._walk_step(mf, offset, log_end)
             if step is None:
                 return
             offset = step[0]

@@ -13,11 +13,12 @@ import trio
 import trio.testing
 
 from broker.config import BrokerConfig, BrokerRole
-from broker.ha_service import HAService
+from broker.ha_service import CONFIRM_LINGER, HAService
 from broker.send_processor import PUT_STATUS_TO_CODE
 from broker.store import DefaultMessageStore
 from broker.store.ha.ha_connection import HAConnection
 from broker.store.ha.sync_state import SyncStateError, SyncStateSet
+from broker.store.ha.transfer import TransferDecoder
 from broker.store.status import PutMessageStatus
 from protocol.batch import encode_batch
 from protocol.codes import ResponseCode
@@ -290,3 +291,63 @@ async def test_consumers_see_only_what_the_sync_state_set_holds(tmp_path: Path) 
         nursery.cancel_scope.cancel()
     store.shutdown()
     slave_store.shutdown()
+
+
+# ---- the confirm offset rides transfers (CONFIRM_LINGER) -------------------------------------
+
+
+async def test_a_confirm_offset_rides_the_next_transfer_or_goes_alone_after_the_linger(
+        tmp_path: Path, mock_clock: trio.testing.MockClock) -> None:
+    """A slave's report moves the confirm offset; it is not sent alone at once
+    but with the next transfer, or alone once CONFIRM_LINGER passed."""
+    clock = mock_clock
+    store, ha, conns = master(tmp_path, min_in_sync=2, slaves=(1,))
+    ha.set_sync_state_set(sss(1))
+    conn = conns[1]
+    conn.wants_confirm = True
+    here, there = trio.testing.memory_stream_pair()
+    decoder = TransferDecoder(1 << 20, confirm=True)
+    got: list[tuple[int, bytes]] = []
+
+    async def slave() -> None:
+        while data := await there.receive_some(1 << 20):
+            got.extend(decoder.feed_joined(data))
+
+    async def receive() -> None:
+        """Until the writer and the slave's side wait (what was sent is read)."""
+        await trio.testing.wait_all_tasks_blocked()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(slave)
+        nursery.start_soon(ha._write_transfers, conn, here)
+        first = put(store)
+        ha.notify_new_data()
+        await receive()
+        assert got and got[-1][0] + len(got[-1][1]) == first
+        assert decoder.confirm_offset == 0  # nothing acknowledged yet: rides the transfer
+        # the slave acknowledges: the confirm offset moves, nothing goes out alone yet
+        conn.on_report(first, trio.current_time())
+        ha.reported(conn, trio.current_time())
+        ha.notify_new_data()
+        await receive()
+        assert decoder.confirm_offset == 0
+        # a new put within the linger: its transfer carries the confirm offset
+        clock.jump(CONFIRM_LINGER / 2)
+        second = put(store)
+        ha.notify_new_data()
+        await receive()
+        assert got[-1][0] + len(got[-1][1]) == second and decoder.confirm_offset == first
+        # acknowledged, and no transfer follows: it goes alone once the linger passed
+        conn.on_report(second, trio.current_time())
+        ha.reported(conn, trio.current_time())
+        ha.notify_new_data()
+        await receive()
+        assert decoder.confirm_offset == first
+        clock.jump(CONFIRM_LINGER * 0.9)
+        await receive()
+        assert decoder.confirm_offset == first
+        clock.jump(CONFIRM_LINGER * 0.2)
+        await receive()
+        assert decoder.confirm_offset == second
+        nursery.cancel_scope.cancel()
+    store.shutdown()

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -106,6 +107,7 @@ def test_a_damaged_confirm_file_holds_everything_past_the_queues(tmp_path: Path)
 CHILD = """
 import sys, time
 from pathlib import Path
+from typing import Any
 from broker.store import DefaultMessageStore, StoreConfig
 from tests.broker.store.test_confirm_dispatch import controller_config, put
 store = DefaultMessageStore(StoreConfig.from_broker(controller_config(Path(sys.argv[1]))))
@@ -144,4 +146,67 @@ def test_kill_9_leaves_no_unconfirmed_record_dispatched(tmp_path: Path) -> None:
     store.set_dispatch_limit(end)
     assert visible(store) == 20
     assert pulled(store) == [f"m{i}".encode() * 10 for i in range(20)]
+    store.shutdown()
+
+
+def test_the_scan_reads_no_record_past_the_confirm_offset(tmp_path: Path) -> None:
+    """Records waiting past the limit are not read at each move of it: the
+    scan is bounded by the limit (a record it cuts is the walk's last step)."""
+    store = open_store(controller_config(tmp_path))
+    scanned: list[int] = []
+    real = store._scan_records
+
+    def counting(buf: Any, pos: int, limit: int, *rest: Any) -> Any:
+        groups, stop = real(buf, pos, limit, *rest)
+        scanned.append(sum(len(g) for g, _after in groups))
+        return groups, stop
+    store._scan_records = counting
+    ends = [put(store, i) for i in range(50)]
+    for k in range(10):  # the limit moves one record at a time, inside the next one
+        assert store.set_dispatch_limit(ends[k] + 3) == 1
+        assert store.reput_offset == ends[k]
+    assert sum(scanned) == 10 and visible(store) == 10
+    assert store.set_dispatch_limit(ends[-1]) == 40 and visible(store) == 50
+    assert sum(scanned) == 50
+    store.shutdown()
+
+
+def test_a_limit_inside_a_record_the_slaves_log_cuts(tmp_path: Path) -> None:
+    """A slave's confirm offset may fall inside the record its log's end cuts
+    (the master sends bytes in batches that split records): the records
+    before it are dispatched, that one once it is whole and covered."""
+    master = open_store(controller_config(tmp_path / "m"))
+    ends = [put(master, i) for i in range(4)]
+    data = master.get_raw(0, ends[-1])
+    assert data is not None and len(data) == ends[-1]
+    slave = open_store(controller_config(tmp_path / "s"))
+    cut = ends[2] + 7  # record 3 cut by the slave's end
+    assert slave.append_replica(0, data[:cut]).ok
+    assert visible(slave) == 0
+    assert slave.set_dispatch_limit(ends[2] + 3) == 3  # inside record 3, which is cut
+    assert slave.reput_offset == ends[2] and visible(slave) == 3
+    assert slave.append_replica(cut, data[cut:]).ok
+    assert visible(slave) == 3  # whole now, not yet covered
+    assert slave.set_dispatch_limit(ends[3]) == 1 and visible(slave) == 4
+    master.shutdown()
+    slave.shutdown()
+
+
+def test_a_limit_inside_the_padding_at_a_files_end(tmp_path: Path) -> None:
+    """The confirm offset inside the padding that ends a commit-log file: the
+    records before it are dispatched, the padding and the next file's records
+    once the offset passes them."""
+    store = open_store(controller_config(tmp_path))  # 64 KiB commit-log files
+    ends: list[int] = []
+    while not ends or ends[-1] < 1 << 16:
+        ends.append(put(store, len(ends)))
+    first_next = next(i for i, e in enumerate(ends) if e > 1 << 16)
+    last_in_file = ends[first_next - 1]
+    assert last_in_file < 1 << 16  # padding from there to the file's end
+    assert store.set_dispatch_limit(last_in_file + 5) == first_next
+    assert store.reput_offset == last_in_file
+    assert store.set_dispatch_limit((1 << 16) - 1) == 0
+    assert store.reput_offset == last_in_file
+    assert store.set_dispatch_limit(ends[-1]) == len(ends) - first_next
+    assert visible(store) == len(ends) and store.reput_offset == ends[-1]
     store.shutdown()
