@@ -8,9 +8,16 @@ which some clients misread). Around every handler:
 
 - the request body is decoded as it arrives (broker/grpc/framing.py): a bad
   flag or an oversized message ends the call with that status;
+- a unary call (``Method.streaming`` False: the client sends one message) is
+  read whole and handled in the one task hypercorn gives the call: no second
+  task, nursery or channel per call (they were a quarter of the broker's CPU
+  per SendMessage); a streaming call has a task reading its requests into a
+  small queue while its handler runs;
 - ``grpc-timeout`` is enforced: past it the handler is cancelled and the call
   ends DEADLINE_EXCEEDED;
-- a client that goes away (``http.disconnect``) cancels the handler at once;
+- a client that goes away (``http.disconnect``) cancels a streaming call's
+  handler or a waiting one's (``Method.waits``: ReceiveMessage's long poll) at
+  once; a quick unary handler runs to its end, its answer then dropped;
 - a handler's ``GrpcError`` becomes its status; any other exception is logged
   and the call ends INTERNAL with no detail leaked.
 
@@ -28,7 +35,7 @@ import dataclasses
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 import trio
@@ -54,6 +61,40 @@ REQUEST_QUEUE = 2
 MAX_CONCURRENT_CALLS = 100
 
 
+class Requests(Protocol):
+    """Where a call's request messages come from."""
+
+    async def next(self) -> bytes | None:
+        """The next request message; None once the client has sent its last."""
+
+
+class _Preread:
+    """A unary call's request, read whole before its handler runs."""
+
+    def __init__(self, messages: list[bytes]) -> None:
+        self._messages = messages
+        self._at = 0
+
+    async def next(self) -> bytes | None:
+        if self._at == len(self._messages):
+            return None
+        self._at += 1
+        return self._messages[self._at - 1]
+
+
+class _Streamed:
+    """A streaming call's requests, from the task reading them as they arrive."""
+
+    def __init__(self, channel: trio.MemoryReceiveChannel[bytes]) -> None:
+        self._channel = channel
+
+    async def next(self) -> bytes | None:
+        try:
+            return await self._channel.receive()
+        except trio.EndOfChannel:
+            return None
+
+
 class Call:
     """One call as its handler sees it: ``recv`` the next request message (None
     when the client has sent its last), ``send`` a response message. ``peer``
@@ -62,8 +103,7 @@ class Call:
     the trio time its ``grpc-timeout`` ends the call at (inf: none given)."""
 
     def __init__(self, method: str, peer: str, metadata: dict[str, str],
-                 requests: trio.MemoryReceiveChannel[bytes],
-                 send: Callable[[bytes], Awaitable[None]]) -> None:
+                 requests: Requests, send: Callable[[bytes], Awaitable[None]]) -> None:
         self.method = method
         self.peer = peer
         self.metadata = metadata
@@ -73,10 +113,7 @@ class Call:
         self.deadline = math.inf
 
     async def recv(self) -> bytes | None:
-        try:
-            return await self._requests.receive()
-        except trio.EndOfChannel:
-            return None
+        return await self._requests.next()
 
     async def send(self, payload: bytes) -> None:
         self.sent += 1
@@ -103,6 +140,9 @@ Handler = Callable[[Call], Awaitable[None]]
 class Method:
     handler: Handler
     streaming: bool = False  # the client streams requests (Telemetry)
+    # the handler may wait long (a long poll): a second task watches for the client going
+    # away and cancels it; a quick unary handler just runs to its end
+    waits: bool = False
 
 
 def _peer(scope: dict[str, Any]) -> str:
@@ -192,12 +232,75 @@ class GrpcApp:
     async def _run(self, method: Method, path: str, peer: str, metadata: dict[str, str],
                    decoder: MessageDecoder, timeout: float, receive: Any, send: Any) -> bool:
         """Run the handler; True when the client went away first (nothing more to send)."""
+        if method.streaming:
+            return await self._run_streaming(method, path, peer, metadata, decoder, timeout,
+                                             receive, send)
+        return await self._run_unary(method, path, peer, metadata, decoder, timeout,
+                                     receive, send)
+
+    async def _run_unary(self, method: Method, path: str, peer: str, metadata: dict[str, str],
+                         decoder: MessageDecoder, timeout: float, receive: Any,
+                         send: Any) -> bool:
+        """A call whose client sends one message: its request is read whole in this task,
+        then the handler runs here too; only a handler that waits (``Method.waits``)
+        has a second task watching for the client going away."""
+        started = trio.current_time()
+        messages: list[bytes] = []
+        with trio.move_on_after(timeout) as reading:
+            while True:
+                event = await receive()
+                if event["type"] == "http.disconnect":
+                    return True
+                messages += decoder.feed(event.get("body", b""))
+                if not event.get("more_body", False):
+                    decoder.finish()
+                    break
+        if reading.cancelled_caught:
+            raise GrpcError(StatusCode.DEADLINE_EXCEEDED, f"deadline of {timeout:.3f}s exceeded")
+        call = Call(path, peer, metadata, _Preread(messages), send_body(send))
+        call.deadline = started + timeout
+        if not method.waits:
+            with trio.move_on_at(call.deadline) as deadline:
+                await method.handler(call)
+            if deadline.cancelled_caught:
+                raise GrpcError(StatusCode.DEADLINE_EXCEEDED,
+                                f"deadline of {timeout:.3f}s exceeded")
+            return False
+        gone = False
+
+        async def watch(cancel: trio.CancelScope) -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass  # nothing else may follow a whole request
+            gone = True
+            cancel.cancel()
+
+        raised: Exception | None = None
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, scope)
+                with trio.move_on_at(call.deadline) as deadline:
+                    try:
+                        await method.handler(call)
+                    except Exception as exc:  # raised below, outside the nursery's group
+                        raised = exc
+                nursery.cancel_scope.cancel()
+        if gone:
+            return True
+        if raised is not None:
+            raise raised
+        if deadline.cancelled_caught:
+            raise GrpcError(StatusCode.DEADLINE_EXCEEDED, f"deadline of {timeout:.3f}s exceeded")
+        return False
+
+    async def _run_streaming(self, method: Method, path: str, peer: str,
+                             metadata: dict[str, str], decoder: MessageDecoder, timeout: float,
+                             receive: Any, send: Any) -> bool:
+        """A call whose client streams: a task reads the request messages into a small
+        queue as they come and watches for the client going away."""
         to_handler, requests = trio.open_memory_channel[bytes](REQUEST_QUEUE)
         gone = False
         failure: list[GrpcError] = []
-
-        async def send_body(data: bytes) -> None:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
 
         async def read(cancel: trio.CancelScope) -> None:
             nonlocal gone
@@ -225,7 +328,7 @@ class GrpcApp:
                     cancel.cancel()
                     return
 
-        call = Call(path, peer, metadata, requests, send_body)
+        call = Call(path, peer, metadata, _Streamed(requests), send_body(send))
         call.deadline = trio.current_time() + timeout
         raised: Exception | None = None
         with trio.CancelScope() as scope:
@@ -247,6 +350,13 @@ class GrpcApp:
             raise GrpcError(StatusCode.DEADLINE_EXCEEDED,
                             f"deadline of {timeout:.3f}s exceeded")
         return False
+
+
+def send_body(send: Any) -> Callable[[bytes], Awaitable[None]]:
+    """A call's ``send``: one framed message as a piece of the response body."""
+    async def send_message(data: bytes) -> None:
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+    return send_message
 
 
 def method_known(app: GrpcApp, path: str) -> bool:
