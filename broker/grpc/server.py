@@ -194,7 +194,6 @@ class GrpcApp:
             metadata[name.decode("latin-1").lower()] = value.decode("latin-1")
         path = scope.get("path", "")
         peer = _peer(scope)
-        bound = log.bind(method=path, peer=peer)
         await send({"type": "http.response.start", "status": 200, "trailers": True,
                     "headers": [(b"content-type", b"application/grpc")]})
         code, message = StatusCode.OK, ""
@@ -216,9 +215,11 @@ class GrpcApp:
         except GrpcError as exc:
             code, message = exc.code, exc.message
             if code is StatusCode.INTERNAL and method_known(self, path):
-                bound.info("call refused", code=code.name, reason=message)
+                log.bind(method=path, peer=peer).info("call refused", code=code.name,
+                                                      reason=message)
         except Exception:
-            bound.exception("gRPC handler failed")
+            # bound here, not once per call: binding takes about 20 us
+            log.bind(method=path, peer=peer).exception("gRPC handler failed")
             code, message = StatusCode.INTERNAL, "internal error: see the broker's log"
         if disconnected:
             return
@@ -227,7 +228,8 @@ class GrpcApp:
             await send({"type": "http.response.trailers",
                         "headers": status_trailers(code, message), "more_trailers": False})
         except Exception:  # the stream closed meanwhile: nobody to tell
-            bound.debug("call ended after its stream closed", code=code.name)
+            log.bind(method=path, peer=peer).debug("call ended after its stream closed",
+                                                   code=code.name)
 
     async def _run(self, method: Method, path: str, peer: str, metadata: dict[str, str],
                    decoder: MessageDecoder, timeout: float, receive: Any, send: Any) -> bool:
