@@ -1,4 +1,4 @@
-"""gRPC's server side on trio: an ASGI app behind hypercorn's HTTP/2.
+"""gRPC's server side on trio: an ASGI app behind our HTTP/2 edge.
 
 ``GrpcApp`` routes ``POST /<service>/<Method>`` to a handler from its table
 (``Method``: the handler and whether it streams). A call always answers with
@@ -9,9 +9,8 @@ which some clients misread). Around every handler:
 - the request body is decoded as it arrives (broker/grpc/framing.py): a bad
   flag or an oversized message ends the call with that status;
 - a unary call (``Method.streaming`` False: the client sends one message) is
-  read whole and handled in the one task hypercorn gives the call: no second
-  task, nursery or channel per call (they were a quarter of the broker's CPU
-  per SendMessage); a streaming call has a task reading its requests into a
+  read whole and handled in the call's one task: no second task, nursery or
+  channel per call; a streaming call has a task reading its requests into a
   small queue while its handler runs;
 - ``grpc-timeout`` is enforced: past it the handler is cancelled and the call
   ends DEADLINE_EXCEEDED;
@@ -21,21 +20,22 @@ which some clients misread). Around every handler:
 - a handler's ``GrpcError`` becomes its status; any other exception is logged
   and the call ends INTERNAL with no detail leaked.
 
-``GrpcServer`` is the edge: it serves the app with hypercorn's trio server as a
-task of the broker's nursery (``await nursery.start(server.run)`` reports the
-bound port; port 0 takes a free one). hypercorn's defaults are set for
-long-lived gRPC connections: no cap on the requests (streams) of a connection
-(keep_alive_max_requests would close it after 1,000), and an idle connection
-is kept for ``idle_timeout_s`` (a stream in progress, Telemetry's, is never idle).
+``GrpcServer`` is the edge: HTTP/2 with h2 on trio sockets
+(broker/grpc/h2_server.py: why not hypercorn, the limits, the one write per
+answer), a task of the broker's nursery (``await nursery.start(server.run)``
+reports the bound port; port 0 takes a free one). A connection carries any
+number of calls over its life, at most MAX_CONCURRENT_CALLS at once, and is
+closed after ``idle_timeout_s`` with none (a stream in progress, Telemetry's,
+is never idle).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from functools import partial
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -49,9 +49,7 @@ from broker.grpc.framing import (
     parse_timeout,
     status_trailers,
 )
-
-if TYPE_CHECKING:
-    from hypercorn.config import Config
+from broker.grpc.h2_server import H2GrpcConnection
 
 log = structlog.get_logger("broker.grpc")
 
@@ -59,6 +57,11 @@ log = structlog.get_logger("broker.grpc")
 REQUEST_QUEUE = 2
 # HTTP/2 streams (calls) open at once on one connection
 MAX_CONCURRENT_CALLS = 100
+# a request's header block, decoded (h2's default bound, hypercorn's too)
+MAX_HEADER_LIST_BYTES = 65536
+# request bytes a call (stream) or a connection may have sent that the app has not read
+STREAM_WINDOW = 1024 * 1024
+CONNECTION_WINDOW = 4 * 1024 * 1024
 
 
 class Requests(Protocol):
@@ -162,6 +165,8 @@ class GrpcApp:
         self.max_message_bytes = max_message_bytes
         self.calls = 0
         self.active = 0
+        self._idle = trio.Event()
+        self._idle.set()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -183,10 +188,18 @@ class GrpcApp:
             return
         self.calls += 1
         self.active += 1
+        if self.active == 1:
+            self._idle = trio.Event()
         try:
             await self._call(scope, receive, send)
         finally:
             self.active -= 1
+            if self.active == 0:
+                self._idle.set()
+
+    async def idle(self) -> None:
+        """Until no call is in progress."""
+        await self._idle.wait()
 
     async def _call(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         metadata: dict[str, str] = {}
@@ -366,48 +379,52 @@ def method_known(app: GrpcApp, path: str) -> bool:
 
 
 class GrpcServer:
-    """``app`` on ``host:port`` with hypercorn's trio server (the ``web`` extra)."""
+    """``app`` on ``host:port`` over HTTP/2 (broker/grpc/h2_server.py), in the caller's
+    nursery. ``stop()`` closes the listener; calls in progress then have ``grace_s`` to
+    end before their connections are closed."""
 
     def __init__(self, app: GrpcApp, host: str, port: int, *,
-                 idle_timeout_s: float = 120.0) -> None:
+                 idle_timeout_s: float = 120.0, grace_s: float = 2.0) -> None:
         self.app = app
         self.host = host
         self.port = port
         self.idle_timeout_s = idle_timeout_s
+        self.grace_s = grace_s
+        self.connections = 0
         self._stop = trio.Event()
-
-    def _config(self) -> Config:
-        from hypercorn.config import Config
-
-        config = Config()
-        config.bind = [f"{self.host}:{self.port}"]
-        config.accesslog = None
-        config.errorlog = logging.getLogger("hypercorn.error")
-        config.graceful_timeout = 2.0
-        # a connection carries every call of a client for its whole life
-        config.keep_alive_max_requests = 2**62
-        config.keep_alive_timeout = self.idle_timeout_s
-        # calls at once on a connection: a client holds its Telemetry stream and a few
-        # sends; each call may buffer up to a message's bound, so this bounds a
-        # connection's memory (hypercorn's own default)
-        config.h2_max_concurrent_streams = MAX_CONCURRENT_CALLS
-        config.read_timeout = None
-        return config
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``stop()`` or cancelled; reports the bound port."""
-        from hypercorn.trio import serve
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as accepting:
+                accepting.start_soon(partial(trio.serve_listeners, self._serve, listeners,
+                                             handler_nursery=connections))
+                log.info("gRPC served", address=f"{self.host}:{self.port}")
+                task_status.started(self.port)
+                await self._stop.wait()
+                accepting.cancel_scope.cancel()
+            with trio.move_on_after(self.grace_s):
+                await self.app.idle()
+            connections.cancel_scope.cancel()
 
-        async def started_at(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-            await serve(self.app, self._config(),  # type: ignore[arg-type]
-                        shutdown_trigger=self._stop.wait, task_status=task_status)
-
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(started_at)
-            if binds:
-                self.port = int(str(binds[0]).rsplit(":", 1)[1])
-            log.info("gRPC served", address=f"{self.host}:{self.port}")
-            task_status.started(self.port)
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        try:
+            client = stream.socket.getpeername()[:2]
+            server = stream.socket.getsockname()[:2]
+        except OSError:
+            return
+        conn = H2GrpcConnection(
+            self.app, stream, max_streams=MAX_CONCURRENT_CALLS,
+            max_header_list_size=MAX_HEADER_LIST_BYTES, stream_window=STREAM_WINDOW,
+            connection_window=CONNECTION_WINDOW, idle_timeout_s=self.idle_timeout_s,
+            client=(client[0], client[1]), server=(server[0], server[1]))
+        self.connections += 1
+        try:
+            await conn.run()
+        finally:
+            self.connections -= 1
 
     def stop(self) -> None:
         self._stop.set()
