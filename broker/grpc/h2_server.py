@@ -54,6 +54,7 @@ App = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]],
                 Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]]
 
 READ_BYTES = 65536
+LAST_WRITE_S = 1.0  # a closing connection's last frames (GOAWAY) get this long to leave
 MAX_FRAME_SIZE = 16384
 
 
@@ -75,7 +76,7 @@ class _Stream:
 class H2GrpcConnection:
     """One client connection: h2's state, its calls, its writer."""
 
-    def __init__(self, app: App, stream: trio.SocketStream, *, max_streams: int,
+    def __init__(self, app: App, stream: trio.abc.HalfCloseableStream, *, max_streams: int,
                  max_header_list_size: int, stream_window: int, connection_window: int,
                  idle_timeout_s: float, client: tuple[str, int] | None,
                  server: tuple[str, int] | None) -> None:
@@ -111,9 +112,10 @@ class H2GrpcConnection:
         grow = self.connection_window - self.conn.inbound_flow_control_window
         if grow > 0:
             self.conn.increment_flow_control_window(grow)
+        written = trio.Event()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._write_loop, written)
                 self._dirty.set()
                 self._idle()
                 try:
@@ -122,7 +124,9 @@ class H2GrpcConnection:
                     self._closed = True
                     for st in list(self.streams.values()):
                         self._gone(st)
-                    await self._flush_last()
+                    self._dirty.set()  # the writer sends what is left (a GOAWAY) and ends
+                    with trio.move_on_after(LAST_WRITE_S):
+                        await written.wait()
                     nursery.cancel_scope.cancel()
         finally:
             await self.socket.aclose()
@@ -139,7 +143,7 @@ class H2GrpcConnection:
                 try:
                     events = self.conn.receive_data(data)
                 except h2.exceptions.ProtocolError as exc:
-                    # h2 has queued a GOAWAY: send it, then close
+                    # h2 has queued a GOAWAY: the writer sends it, then the connection closes
                     log.info("gRPC connection refused", peer=_addr(self.client),
                              reason=str(exc)[:200])
                     return
@@ -151,27 +155,22 @@ class H2GrpcConnection:
         if self._read_scope.cancelled_caught:  # no call for idle_timeout_s
             self.conn.close_connection()
 
-    async def _write_loop(self) -> None:
-        while True:
-            await self._dirty.wait()
-            self._dirty = trio.Event()
-            data = self.conn.data_to_send()
-            if data:
-                try:
+    async def _write_loop(self, written: trio.Event) -> None:
+        """The only task writing to the socket: whatever h2 has queued, in one write each
+        time it runs; ends once the connection is closed and all is sent."""
+        try:
+            while True:
+                await self._dirty.wait()
+                self._dirty = trio.Event()
+                data = self.conn.data_to_send()
+                if data:
                     await self.socket.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    self._read_scope.cancel()
+                if self._closed and not self._dirty.is_set():
                     return
-
-    async def _flush_last(self) -> None:
-        data = self.conn.data_to_send()
-        if data:
-            with trio.move_on_after(1.0) as scope:
-                scope.shield = True
-                try:
-                    await self.socket.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError):
-                    pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._read_scope.cancel()
+        finally:
+            written.set()
 
     def _idle(self) -> None:
         """The read loop ends idle_timeout_s after the last call ended (none running)."""
