@@ -1,12 +1,14 @@
 """HTTP/2 for the gRPC endpoint: h2's sans-IO connection on a trio socket, each call
 handed to an ASGI app (``GrpcApp``) as hypercorn would hand it.
 
-Why not hypercorn: with the call's own work cut to one task, a SendMessage still cost
-about 1.2 ms of broker CPU in hypercorn's HTTP/2 path (a task and a queue per
-request, an idle-timer task restarted per request, a sender task woken through an
-event and a priority tree, a lock and three socket writes per answer) against about
-0.5 ms for the same calls on h2 alone. This edge keeps what hypercorn enforced and
-does less:
+Why not hypercorn: with the call's own work cut to one task, a trivial unary call from
+grpcio still cost about 1.2 ms of server CPU in hypercorn's HTTP/2 path (a task and a
+queue per request, an idle-timer task restarted per request, a sender task woken
+through an event and a priority tree, a lock and a write each for the headers, the
+message and the trailers: 15 turns of trio's scheduler a call) against about 0.7 ms
+here (3 turns, one write); a SendMessage of the official client went from 2.3-3.3 ms
+of broker CPU to 1.0-1.7 ms (docs/grpc.md). This edge keeps what hypercorn enforced
+and does less:
 
 - one task per connection reads and feeds h2; each request runs the app in a task of
   its own; the app's ``send`` only queues frames in h2, and one writer task per
