@@ -186,9 +186,10 @@ class H2GrpcConnection:
             self._request(event, nursery)
         elif isinstance(event, h2.events.DataReceived):
             st = self.streams.get(event.stream_id) if event.stream_id is not None else None
-            if st is None or st.gone:
+            if st is None or st.gone:  # nobody reads it: its room goes back at once
                 self.conn.acknowledge_received_data(event.flow_controlled_length,
                                                     event.stream_id or 0)
+                self._dirty.set()
                 return
             st.events.append(({"type": "http.request", "body": event.data or b"",
                                "more_body": True}, event.flow_controlled_length))
@@ -234,10 +235,19 @@ class H2GrpcConnection:
 
     def _gone(self, st: _Stream) -> None:
         st.gone = True
-        st.events.clear()
+        self._drop(st)
         st.events.append(({"type": "http.disconnect"}, 0))
         st.more.set()
         self._window_opened()
+
+    def _drop(self, st: _Stream) -> None:
+        """Forget the request data the app has not read, giving its room in the
+        connection's window back (else resets would shrink it for good)."""
+        unread = sum(size for _event, size in st.events)
+        st.events.clear()
+        if unread and not self._closed:
+            self.conn.acknowledge_received_data(unread, st.id)
+            self._dirty.set()
 
     def _window_opened(self) -> None:
         self._window.set()
@@ -270,6 +280,7 @@ class H2GrpcConnection:
                 except h2.exceptions.ProtocolError:
                     pass
                 self._dirty.set()
+            self._drop(st)
             del self.streams[st.id]
             self._idle()
 

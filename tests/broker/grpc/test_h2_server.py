@@ -150,12 +150,13 @@ class CountingStream(trio.abc.HalfCloseableStream):
 
 @asynccontextmanager
 async def served(window: int | None = None, idle_s: float = 120.0, max_streams: int = 100,
-                 asgi: Any = None) -> AsyncIterator[tuple[Peer, CountingStream]]:
+                 asgi: Any = None, connection_window: int = 1 << 20,
+                 ) -> AsyncIterator[tuple[Peer, CountingStream]]:
     client_end, server_end = trio.testing.memory_stream_pair()
     counted = CountingStream(server_end)
     conn = H2GrpcConnection(asgi or app(), counted, max_streams=max_streams,
                             max_header_list_size=4096, stream_window=65535,
-                            connection_window=1 << 20, idle_timeout_s=idle_s,
+                            connection_window=connection_window, idle_timeout_s=idle_s,
                             client=("127.0.0.1", 5555), server=("127.0.0.1", 1))
     peer = Peer(client_end, window)
     async with trio.open_nursery() as nursery:
@@ -242,6 +243,22 @@ async def test_request_data_is_acknowledged_only_as_the_app_reads_it() -> None:
         assert peer.body(sid) == [b"r" * 40000]
         assert any(isinstance(e, h2.events.WindowUpdated) and e.stream_id == sid
                    for e in peer.events)
+
+
+async def test_unread_data_of_a_reset_call_gives_its_connection_window_back() -> None:
+    global release
+    release = trio.Event()
+    started.clear()
+    async with served(asgi=hold_then_read, connection_window=65535) as (peer, _server):
+        sid = peer.open("Hold", encode_message(b"r" * 40000))
+        await peer.flush()
+        with trio.fail_after(5):
+            await peer.pump(lambda: bool(started))
+            await trio.testing.wait_all_tasks_blocked()
+            assert peer.conn.outbound_flow_control_window == 65535 - 40005
+            peer.conn.reset_stream(sid, h2.errors.ErrorCodes.CANCEL)
+            await peer.flush()
+            await peer.pump(lambda: peer.conn.outbound_flow_control_window == 65535)
 
 
 async def test_client_reset_cancels_a_waiting_handler() -> None:
