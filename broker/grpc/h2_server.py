@@ -154,8 +154,11 @@ class H2GrpcConnection:
                         return  # the client's GOAWAY
                     self._on_event(event, nursery)
                 self._dirty.set()
-        if self._read_scope.cancelled_caught:  # no call for idle_timeout_s
-            self.conn.close_connection()
+        if self._read_scope.cancelled_caught:  # no call for idle_timeout_s, or the writer failed
+            try:
+                self.conn.close_connection()
+            except h2.exceptions.ProtocolError:
+                pass
 
     async def _write_loop(self, written: trio.Event) -> None:
         """The only task writing to the socket: whatever h2 has queued, in one write each
@@ -185,11 +188,11 @@ class H2GrpcConnection:
         if isinstance(event, h2.events.RequestReceived):
             self._request(event, nursery)
         elif isinstance(event, h2.events.DataReceived):
-            st = self.streams.get(event.stream_id) if event.stream_id is not None else None
+            if not event.stream_id:  # h2 gives DATA on stream 0 as a connection error
+                return
+            st = self.streams.get(event.stream_id)
             if st is None or st.gone:  # nobody reads it: its room goes back at once
-                self.conn.acknowledge_received_data(event.flow_controlled_length,
-                                                    event.stream_id or 0)
-                self._dirty.set()
+                self._acknowledge(event.flow_controlled_length or 0, event.stream_id)
                 return
             st.events.append(({"type": "http.request", "body": event.data or b"",
                                "more_body": True}, event.flow_controlled_length))
@@ -246,8 +249,15 @@ class H2GrpcConnection:
         unread = sum(size for _event, size in st.events)
         st.events.clear()
         if unread and not self._closed:
-            self.conn.acknowledge_received_data(unread, st.id)
-            self._dirty.set()
+            self._acknowledge(unread, st.id)
+
+    def _acknowledge(self, size: int, stream_id: int) -> None:
+        """``size`` bytes of ``stream_id`` read: their room goes back to the client."""
+        try:
+            self.conn.acknowledge_received_data(size, stream_id)
+        except h2.exceptions.ProtocolError:
+            return  # the connection is closing
+        self._dirty.set()
 
     def _window_opened(self) -> None:
         self._window.set()
@@ -261,9 +271,8 @@ class H2GrpcConnection:
                 await st.more.wait()
                 st.more = trio.Event()
             event, size = st.events.popleft()
-            if size and not st.gone:
-                self.conn.acknowledge_received_data(size, st.id)
-                self._dirty.set()
+            if size and not st.gone and not self._closed:
+                self._acknowledge(size, st.id)
             return event
 
         async def send(message: dict[str, Any]) -> None:

@@ -267,6 +267,9 @@ class GrpcApp:
                 if event["type"] == "http.disconnect":
                     return True
                 messages += decoder.feed(event.get("body", b""))
+                if len(messages) > 1:  # refused before a hostile client sends a million
+                    raise GrpcError(StatusCode.INTERNAL,
+                                    "a unary call sent more than one request message")
                 if not event.get("more_body", False):
                     decoder.finish()
                     break
@@ -423,6 +426,8 @@ class GrpcServer:
         self.connections += 1
         try:
             await conn.run()
+        except Exception:  # one connection's failure is not the server's
+            log.exception("gRPC connection failed", peer=f"{client[0]}:{client[1]}")
         finally:
             self.connections -= 1
 

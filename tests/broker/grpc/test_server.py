@@ -240,6 +240,19 @@ async def test_unary_request_in_pieces_is_read_whole_before_the_handler() -> Non
     assert ex.trailers() == {b"grpc-status": b"0"}
 
 
+async def test_unary_call_refused_at_its_second_message_not_at_its_end() -> None:
+    calls.clear()
+    more = {"type": "http.request", "body": encode_message(b"c"), "more_body": True}
+    ex = Exchange([{"type": "http.request", "body": encode_message(b"a") + encode_message(b"b"),
+                    "more_body": True}, more])
+    await app()(scope("Quick"), ex.receive, ex.send)
+    assert calls == []  # the handler never ran
+    assert ex.events == [more]  # nothing more was read
+    assert_never_trailers_only(ex)
+    assert ex.trailers()[b"grpc-status"] == b"13"
+    assert b"more than one" in ex.trailers()[b"grpc-message"]
+
+
 async def test_unary_body_cut_short_is_internal() -> None:
     ex = Exchange([{"type": "http.request", "body": encode_message(b"whole")[:-1],
                     "more_body": False}])
