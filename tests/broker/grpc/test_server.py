@@ -320,7 +320,7 @@ async def test_deadline_counts_from_the_call_start_not_the_handler_start(
 
 async def test_quick_unary_handler_is_not_watched_for_the_client_going_away() -> None:
     """Only a streaming or waiting call has a second task: the disconnect stays queued
-    for a quick unary call, which ends as usual (hypercorn drops what follows)."""
+    for a quick unary call, which ends as usual (the HTTP/2 edge drops what follows)."""
     ex = Exchange(body(b"x") + [{"type": "http.disconnect"}])
     await app()(scope("Echo"), ex.receive, ex.send)
     assert ex.events == [{"type": "http.disconnect"}]  # never read
