@@ -25,8 +25,8 @@ METRICS_HTTP_MODULES = ("hypercorn.config", "hypercorn.trio")
 DASHBOARD_MODULES = ("hypercorn.config", "hypercorn.trio", "starlette", "jinja2")
 CONTROLLER = "controller"
 GRPC = "grpc"
-# the broker's gRPC endpoint (enableGrpc): HTTP/2 from the web extra, protobuf from grpc
-GRPC_MODULES = ("google.protobuf", "hypercorn.config", "hypercorn.trio")
+# the broker's gRPC endpoint (enableGrpc): protobuf and h2 (HTTP/2), both from grpc
+GRPC_MODULES = ("google.protobuf", "h2.connection")
 ETCD_MODULES = ("h11",)
 
 
@@ -72,10 +72,9 @@ def require_metrics_http() -> None:
 def require_grpc() -> None:
     """What a broker with ``enableGrpc=true`` checks before it starts."""
     missing = missing_modules(GRPC_MODULES)
-    if "google" in missing:  # google.protobuf: the protobuf distribution
-        raise MissingExtraError("the broker's gRPC endpoint (enableGrpc)", GRPC, ["protobuf"])
-    if missing:
-        raise MissingExtraError("the broker's gRPC endpoint (enableGrpc)", WEB, missing)
+    if missing:  # google.protobuf: the protobuf distribution
+        raise MissingExtraError("the broker's gRPC endpoint (enableGrpc)", GRPC,
+                                ["protobuf" if name == "google" else name for name in missing])
 
 
 def require_etcd() -> None:

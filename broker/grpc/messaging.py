@@ -166,7 +166,7 @@ class MessagingService:
             "Telemetry": Method(self.telemetry, streaming=True),
         }
         if self.pop is not None:
-            table["ReceiveMessage"] = Method(self.receive_message)
+            table["ReceiveMessage"] = Method(self.receive_message, waits=True)
             table["AckMessage"] = Method(self._unary(spb.AckMessageRequest, self.ack_message))
             table["ChangeInvisibleDuration"] = Method(
                 self._unary(spb.ChangeInvisibleDurationRequest, self.change_invisible))

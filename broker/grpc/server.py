@@ -1,4 +1,4 @@
-"""gRPC's server side on trio: an ASGI app behind hypercorn's HTTP/2.
+"""gRPC's server side on trio: an ASGI app behind our HTTP/2 edge.
 
 ``GrpcApp`` routes ``POST /<service>/<Method>`` to a handler from its table
 (``Method``: the handler and whether it streams). A call always answers with
@@ -8,27 +8,34 @@ which some clients misread). Around every handler:
 
 - the request body is decoded as it arrives (broker/grpc/framing.py): a bad
   flag or an oversized message ends the call with that status;
+- a unary call (``Method.streaming`` False: the client sends one message) is
+  read whole and handled in the call's one task: no second task, nursery or
+  channel per call; a streaming call has a task reading its requests into a
+  small queue while its handler runs;
 - ``grpc-timeout`` is enforced: past it the handler is cancelled and the call
   ends DEADLINE_EXCEEDED;
-- a client that goes away (``http.disconnect``) cancels the handler at once;
+- a client that goes away (``http.disconnect``) cancels a streaming call's
+  handler or a waiting one's (``Method.waits``: ReceiveMessage's long poll) at
+  once; a quick unary handler runs to its end, its answer then dropped;
 - a handler's ``GrpcError`` becomes its status; any other exception is logged
   and the call ends INTERNAL with no detail leaked.
 
-``GrpcServer`` is the edge: it serves the app with hypercorn's trio server as a
-task of the broker's nursery (``await nursery.start(server.run)`` reports the
-bound port; port 0 takes a free one). hypercorn's defaults are set for
-long-lived gRPC connections: no cap on the requests (streams) of a connection
-(keep_alive_max_requests would close it after 1,000), and an idle connection
-is kept for ``idle_timeout_s`` (a stream in progress, Telemetry's, is never idle).
+``GrpcServer`` is the edge: HTTP/2 with h2 on trio sockets
+(broker/grpc/h2_server.py: why not hypercorn, the limits, the one write per
+answer), a task of the broker's nursery (``await nursery.start(server.run)``
+reports the bound port; port 0 takes a free one). A connection carries any
+number of calls over its life, at most MAX_CONCURRENT_CALLS at once, and is
+closed after ``idle_timeout_s`` with none (a stream in progress, Telemetry's,
+is never idle).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any, Protocol
 
 import structlog
 import trio
@@ -42,9 +49,7 @@ from broker.grpc.framing import (
     parse_timeout,
     status_trailers,
 )
-
-if TYPE_CHECKING:
-    from hypercorn.config import Config
+from broker.grpc.h2_server import H2GrpcConnection
 
 log = structlog.get_logger("broker.grpc")
 
@@ -52,6 +57,45 @@ log = structlog.get_logger("broker.grpc")
 REQUEST_QUEUE = 2
 # HTTP/2 streams (calls) open at once on one connection
 MAX_CONCURRENT_CALLS = 100
+# a request's header block, decoded (h2's default bound, hypercorn's too)
+MAX_HEADER_LIST_BYTES = 65536
+# request bytes a call (stream) or a connection may have sent that the app has not read
+STREAM_WINDOW = 1024 * 1024
+CONNECTION_WINDOW = 4 * 1024 * 1024
+
+
+class Requests(Protocol):
+    """Where a call's request messages come from."""
+
+    async def next(self) -> bytes | None:
+        """The next request message; None once the client has sent its last."""
+
+
+class _Preread:
+    """A unary call's request, read whole before its handler runs."""
+
+    def __init__(self, messages: list[bytes]) -> None:
+        self._messages = messages
+        self._at = 0
+
+    async def next(self) -> bytes | None:
+        if self._at == len(self._messages):
+            return None
+        self._at += 1
+        return self._messages[self._at - 1]
+
+
+class _Streamed:
+    """A streaming call's requests, from the task reading them as they arrive."""
+
+    def __init__(self, channel: trio.MemoryReceiveChannel[bytes]) -> None:
+        self._channel = channel
+
+    async def next(self) -> bytes | None:
+        try:
+            return await self._channel.receive()
+        except trio.EndOfChannel:
+            return None
 
 
 class Call:
@@ -62,8 +106,7 @@ class Call:
     the trio time its ``grpc-timeout`` ends the call at (inf: none given)."""
 
     def __init__(self, method: str, peer: str, metadata: dict[str, str],
-                 requests: trio.MemoryReceiveChannel[bytes],
-                 send: Callable[[bytes], Awaitable[None]]) -> None:
+                 requests: Requests, send: Callable[[bytes], Awaitable[None]]) -> None:
         self.method = method
         self.peer = peer
         self.metadata = metadata
@@ -73,10 +116,7 @@ class Call:
         self.deadline = math.inf
 
     async def recv(self) -> bytes | None:
-        try:
-            return await self._requests.receive()
-        except trio.EndOfChannel:
-            return None
+        return await self._requests.next()
 
     async def send(self, payload: bytes) -> None:
         self.sent += 1
@@ -103,6 +143,9 @@ Handler = Callable[[Call], Awaitable[None]]
 class Method:
     handler: Handler
     streaming: bool = False  # the client streams requests (Telemetry)
+    # the handler may wait long (a long poll): a second task watches for the client going
+    # away and cancels it; a quick unary handler just runs to its end
+    waits: bool = False
 
 
 def _peer(scope: dict[str, Any]) -> str:
@@ -122,6 +165,8 @@ class GrpcApp:
         self.max_message_bytes = max_message_bytes
         self.calls = 0
         self.active = 0
+        self._idle = trio.Event()
+        self._idle.set()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -143,10 +188,18 @@ class GrpcApp:
             return
         self.calls += 1
         self.active += 1
+        if self.active == 1:
+            self._idle = trio.Event()
         try:
             await self._call(scope, receive, send)
         finally:
             self.active -= 1
+            if self.active == 0:
+                self._idle.set()
+
+    async def idle(self) -> None:
+        """Until no call is in progress."""
+        await self._idle.wait()
 
     async def _call(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         metadata: dict[str, str] = {}
@@ -154,7 +207,6 @@ class GrpcApp:
             metadata[name.decode("latin-1").lower()] = value.decode("latin-1")
         path = scope.get("path", "")
         peer = _peer(scope)
-        bound = log.bind(method=path, peer=peer)
         await send({"type": "http.response.start", "status": 200, "trailers": True,
                     "headers": [(b"content-type", b"application/grpc")]})
         code, message = StatusCode.OK, ""
@@ -176,9 +228,11 @@ class GrpcApp:
         except GrpcError as exc:
             code, message = exc.code, exc.message
             if code is StatusCode.INTERNAL and method_known(self, path):
-                bound.info("call refused", code=code.name, reason=message)
+                log.bind(method=path, peer=peer).info("call refused", code=code.name,
+                                                      reason=message)
         except Exception:
-            bound.exception("gRPC handler failed")
+            # bound here, not once per call: binding takes about 20 us
+            log.bind(method=path, peer=peer).exception("gRPC handler failed")
             code, message = StatusCode.INTERNAL, "internal error: see the broker's log"
         if disconnected:
             return
@@ -187,17 +241,84 @@ class GrpcApp:
             await send({"type": "http.response.trailers",
                         "headers": status_trailers(code, message), "more_trailers": False})
         except Exception:  # the stream closed meanwhile: nobody to tell
-            bound.debug("call ended after its stream closed", code=code.name)
+            log.bind(method=path, peer=peer).debug("call ended after its stream closed",
+                                                   code=code.name)
 
     async def _run(self, method: Method, path: str, peer: str, metadata: dict[str, str],
                    decoder: MessageDecoder, timeout: float, receive: Any, send: Any) -> bool:
         """Run the handler; True when the client went away first (nothing more to send)."""
+        if method.streaming:
+            return await self._run_streaming(method, path, peer, metadata, decoder, timeout,
+                                             receive, send)
+        return await self._run_unary(method, path, peer, metadata, decoder, timeout,
+                                     receive, send)
+
+    async def _run_unary(self, method: Method, path: str, peer: str, metadata: dict[str, str],
+                         decoder: MessageDecoder, timeout: float, receive: Any,
+                         send: Any) -> bool:
+        """A call whose client sends one message: its request is read whole in this task,
+        then the handler runs here too; only a handler that waits (``Method.waits``)
+        has a second task watching for the client going away."""
+        started = trio.current_time()
+        messages: list[bytes] = []
+        with trio.move_on_after(timeout) as reading:
+            while True:
+                event = await receive()
+                if event["type"] == "http.disconnect":
+                    return True
+                messages += decoder.feed(event.get("body", b""))
+                if len(messages) > 1:  # refused before a hostile client sends a million
+                    raise GrpcError(StatusCode.INTERNAL,
+                                    "a unary call sent more than one request message")
+                if not event.get("more_body", False):
+                    decoder.finish()
+                    break
+        if reading.cancelled_caught:
+            raise GrpcError(StatusCode.DEADLINE_EXCEEDED, f"deadline of {timeout:.3f}s exceeded")
+        call = Call(path, peer, metadata, _Preread(messages), send_body(send))
+        call.deadline = started + timeout
+        if not method.waits:
+            with trio.move_on_at(call.deadline) as deadline:
+                await method.handler(call)
+            if deadline.cancelled_caught:
+                raise GrpcError(StatusCode.DEADLINE_EXCEEDED,
+                                f"deadline of {timeout:.3f}s exceeded")
+            return False
+        gone = False
+
+        async def watch(cancel: trio.CancelScope) -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass  # nothing else may follow a whole request
+            gone = True
+            cancel.cancel()
+
+        raised: Exception | None = None
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watch, scope)
+                with trio.move_on_at(call.deadline) as deadline:
+                    try:
+                        await method.handler(call)
+                    except Exception as exc:  # raised below, outside the nursery's group
+                        raised = exc
+                nursery.cancel_scope.cancel()
+        if gone:
+            return True
+        if raised is not None:
+            raise raised
+        if deadline.cancelled_caught:
+            raise GrpcError(StatusCode.DEADLINE_EXCEEDED, f"deadline of {timeout:.3f}s exceeded")
+        return False
+
+    async def _run_streaming(self, method: Method, path: str, peer: str,
+                             metadata: dict[str, str], decoder: MessageDecoder, timeout: float,
+                             receive: Any, send: Any) -> bool:
+        """A call whose client streams: a task reads the request messages into a small
+        queue as they come and watches for the client going away."""
         to_handler, requests = trio.open_memory_channel[bytes](REQUEST_QUEUE)
         gone = False
         failure: list[GrpcError] = []
-
-        async def send_body(data: bytes) -> None:
-            await send({"type": "http.response.body", "body": data, "more_body": True})
 
         async def read(cancel: trio.CancelScope) -> None:
             nonlocal gone
@@ -225,7 +346,7 @@ class GrpcApp:
                     cancel.cancel()
                     return
 
-        call = Call(path, peer, metadata, requests, send_body)
+        call = Call(path, peer, metadata, _Streamed(requests), send_body(send))
         call.deadline = trio.current_time() + timeout
         raised: Exception | None = None
         with trio.CancelScope() as scope:
@@ -249,53 +370,66 @@ class GrpcApp:
         return False
 
 
+def send_body(send: Any) -> Callable[[bytes], Awaitable[None]]:
+    """A call's ``send``: one framed message as a piece of the response body."""
+    async def send_message(data: bytes) -> None:
+        await send({"type": "http.response.body", "body": data, "more_body": True})
+    return send_message
+
+
 def method_known(app: GrpcApp, path: str) -> bool:
     return path in app.methods
 
 
 class GrpcServer:
-    """``app`` on ``host:port`` with hypercorn's trio server (the ``web`` extra)."""
+    """``app`` on ``host:port`` over HTTP/2 (broker/grpc/h2_server.py), in the caller's
+    nursery. ``stop()`` closes the listener; calls in progress then have ``grace_s`` to
+    end before their connections are closed."""
 
     def __init__(self, app: GrpcApp, host: str, port: int, *,
-                 idle_timeout_s: float = 120.0) -> None:
+                 idle_timeout_s: float = 120.0, grace_s: float = 2.0) -> None:
         self.app = app
         self.host = host
         self.port = port
         self.idle_timeout_s = idle_timeout_s
+        self.grace_s = grace_s
+        self.connections = 0
         self._stop = trio.Event()
-
-    def _config(self) -> Config:
-        from hypercorn.config import Config
-
-        config = Config()
-        config.bind = [f"{self.host}:{self.port}"]
-        config.accesslog = None
-        config.errorlog = logging.getLogger("hypercorn.error")
-        config.graceful_timeout = 2.0
-        # a connection carries every call of a client for its whole life
-        config.keep_alive_max_requests = 2**62
-        config.keep_alive_timeout = self.idle_timeout_s
-        # calls at once on a connection: a client holds its Telemetry stream and a few
-        # sends; each call may buffer up to a message's bound, so this bounds a
-        # connection's memory (hypercorn's own default)
-        config.h2_max_concurrent_streams = MAX_CONCURRENT_CALLS
-        config.read_timeout = None
-        return config
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until ``stop()`` or cancelled; reports the bound port."""
-        from hypercorn.trio import serve
+        listeners = await trio.open_tcp_listeners(self.port, host=self.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as accepting:
+                accepting.start_soon(partial(trio.serve_listeners, self._serve, listeners,
+                                             handler_nursery=connections))
+                log.info("gRPC served", address=f"{self.host}:{self.port}")
+                task_status.started(self.port)
+                await self._stop.wait()
+                accepting.cancel_scope.cancel()
+            with trio.move_on_after(self.grace_s):
+                await self.app.idle()
+            connections.cancel_scope.cancel()
 
-        async def started_at(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-            await serve(self.app, self._config(),  # type: ignore[arg-type]
-                        shutdown_trigger=self._stop.wait, task_status=task_status)
-
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(started_at)
-            if binds:
-                self.port = int(str(binds[0]).rsplit(":", 1)[1])
-            log.info("gRPC served", address=f"{self.host}:{self.port}")
-            task_status.started(self.port)
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        try:
+            client = stream.socket.getpeername()[:2]
+            server = stream.socket.getsockname()[:2]
+        except OSError:
+            return
+        conn = H2GrpcConnection(
+            self.app, stream, max_streams=MAX_CONCURRENT_CALLS,
+            max_header_list_size=MAX_HEADER_LIST_BYTES, stream_window=STREAM_WINDOW,
+            connection_window=CONNECTION_WINDOW, idle_timeout_s=self.idle_timeout_s,
+            client=(client[0], client[1]), server=(server[0], server[1]))
+        self.connections += 1
+        try:
+            await conn.run()
+        except Exception:  # one connection's failure is not the server's
+            log.exception("gRPC connection failed", peer=f"{client[0]}:{client[1]}")
+        finally:
+            self.connections -= 1
 
     def stop(self) -> None:
         self._stop.set()

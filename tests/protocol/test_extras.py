@@ -126,7 +126,7 @@ def test_grpc_endpoint_without_its_extras_says_what_to_install(
         assert info.value.extra == "grpc" and info.value.missing == ("protobuf",)
         assert "enableGrpc" in str(info.value)
         assert "pip install 'trio-rocketmq[grpc]'" in str(info.value)
-    without(monkeypatch, "hypercorn")
+    without(monkeypatch, "h2")
     with pytest.raises(MissingExtraError) as info:
         require_grpc()
-    assert info.value.extra == "web" and info.value.missing == ("hypercorn",)
+    assert info.value.extra == "grpc" and info.value.missing == ("h2",)

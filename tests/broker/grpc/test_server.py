@@ -79,6 +79,21 @@ async def forever(call: Call) -> None:
         cancelled.append(call.method)
 
 
+async def quick_then_forever(call: Call) -> None:
+    """A unary handler that does not declare it waits, yet waits."""
+    calls.append(call.peer)
+    try:
+        await trio.sleep_forever()
+    finally:
+        cancelled.append(call.method)
+
+
+async def two_answers(call: Call) -> None:
+    request = await call.recv_one()
+    await call.send(b"first:" + request)
+    await call.send(b"second")
+
+
 async def broken(call: Call) -> None:
     raise RuntimeError("secret detail")
 
@@ -93,8 +108,9 @@ cancelled: list[str] = []
 
 def app(**kw: Any) -> GrpcApp:
     return GrpcApp({PATH + "Echo": Method(echo), PATH + "Stream": Method(echo_stream, True),
-                    PATH + "Forever": Method(forever), PATH + "Broken": Method(broken),
-                    PATH + "Refuses": Method(refuses)}, **kw)
+                    PATH + "Forever": Method(forever, waits=True), PATH + "Broken": Method(broken),
+                    PATH + "Refuses": Method(refuses), PATH + "Quick": Method(quick_then_forever),
+                    PATH + "Two": Method(two_answers)}, **kw)
 
 
 def assert_never_trailers_only(ex: Exchange) -> None:
@@ -210,3 +226,103 @@ async def test_not_grpc_refused() -> None:
     ex = Exchange(body(b"x"))
     await app()(scope("Echo", {"content-type": "text/plain"}), ex.receive, ex.send)
     assert ex.trailers()[b"grpc-status"] == b"13"
+
+
+async def test_unary_request_in_pieces_is_read_whole_before_the_handler() -> None:
+    wire = encode_message(b"piecewise")
+    events = [{"type": "http.request", "body": wire[i:i + 2], "more_body": True}
+              for i in range(0, len(wire), 2)] + [{"type": "http.request", "body": b"",
+                                                   "more_body": False}]
+    ex = Exchange(events)
+    await app()(scope("Two"), ex.receive, ex.send)
+    assert_never_trailers_only(ex)
+    assert ex.messages() == [b"first:piecewise", b"second"]
+    assert ex.trailers() == {b"grpc-status": b"0"}
+
+
+async def test_unary_call_refused_at_its_second_message_not_at_its_end() -> None:
+    calls.clear()
+    more = {"type": "http.request", "body": encode_message(b"c"), "more_body": True}
+    ex = Exchange([{"type": "http.request", "body": encode_message(b"a") + encode_message(b"b"),
+                    "more_body": True}, more])
+    await app()(scope("Quick"), ex.receive, ex.send)
+    assert calls == []  # the handler never ran
+    assert ex.events == [more]  # nothing more was read
+    assert_never_trailers_only(ex)
+    assert ex.trailers()[b"grpc-status"] == b"13"
+    assert b"more than one" in ex.trailers()[b"grpc-message"]
+
+
+async def test_unary_body_cut_short_is_internal() -> None:
+    ex = Exchange([{"type": "http.request", "body": encode_message(b"whole")[:-1],
+                    "more_body": False}])
+    await app()(scope("Echo"), ex.receive, ex.send)
+    assert_never_trailers_only(ex)
+    assert ex.trailers()[b"grpc-status"] == b"13"
+    assert b"ended inside a message" in ex.trailers()[b"grpc-message"]
+
+
+async def test_unary_client_gone_before_its_request_is_whole() -> None:
+    calls.clear()
+    ex = Exchange([{"type": "http.request", "body": encode_message(b"x")[:3],
+                    "more_body": True}], hang=False)
+    a = app()
+    await a(scope("Quick"), ex.receive, ex.send)
+    assert calls == []  # the handler never ran
+    assert ex.kinds() == ["http.response.start"] and a.active == 0
+
+
+async def test_deadline_covers_a_slow_unary_request(
+        autojump_clock: trio.testing.MockClock) -> None:
+    calls.clear()
+    ex = Exchange([{"type": "http.request", "body": encode_message(b"x")[:3],
+                    "more_body": True}])  # the rest never comes
+    started = trio.current_time()
+    await app()(scope("Quick", {"grpc-timeout": "2S"}), ex.receive, ex.send)
+    assert trio.current_time() - started == pytest.approx(2.0)
+    assert calls == []
+    assert_never_trailers_only(ex)
+    assert ex.trailers()[b"grpc-status"] == b"4"
+
+
+async def test_deadline_cancels_a_unary_handler_that_does_not_declare_it_waits(
+        autojump_clock: trio.testing.MockClock) -> None:
+    cancelled.clear()
+    ex = Exchange(body(b"x"))
+    started = trio.current_time()
+    await app()(scope("Quick", {"grpc-timeout": "300m"}), ex.receive, ex.send)
+    assert trio.current_time() - started == pytest.approx(0.3)
+    assert cancelled == [PATH + "Quick"]
+    assert ex.trailers()[b"grpc-status"] == b"4"
+
+
+async def test_deadline_counts_from_the_call_start_not_the_handler_start(
+        autojump_clock: trio.testing.MockClock) -> None:
+    cancelled.clear()
+    seen: list[float] = []
+
+    async def request_after_a_second() -> dict[str, Any]:
+        await trio.sleep(1.0)
+        return body(b"x")[0]
+
+    async def deadline_seen(call: Call) -> None:
+        seen.append(call.deadline)
+        await trio.sleep_forever()
+
+    ex = Exchange([])
+    started = trio.current_time()
+    await GrpcApp({PATH + "D": Method(deadline_seen)})(
+        scope("D", {"grpc-timeout": "1500m"}), request_after_a_second, ex.send)
+    assert seen == [pytest.approx(started + 1.5)]
+    assert trio.current_time() - started == pytest.approx(1.5)
+    assert ex.trailers()[b"grpc-status"] == b"4"
+
+
+async def test_quick_unary_handler_is_not_watched_for_the_client_going_away() -> None:
+    """Only a streaming or waiting call has a second task: the disconnect stays queued
+    for a quick unary call, which ends as usual (the HTTP/2 edge drops what follows)."""
+    ex = Exchange(body(b"x") + [{"type": "http.disconnect"}])
+    await app()(scope("Echo"), ex.receive, ex.send)
+    assert ex.events == [{"type": "http.disconnect"}]  # never read
+    assert ex.messages() == [b"echo:x"]
+    assert ex.trailers() == {b"grpc-status": b"0"}

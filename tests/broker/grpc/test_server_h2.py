@@ -9,13 +9,15 @@ from typing import Any
 import h2.config
 import h2.connection
 import h2.events
+import pytest
 import trio
 
 from broker.grpc.framing import MessageDecoder, encode_message
+from broker.grpc.h2_server import H2GrpcConnection
 from broker.grpc.server import Call, GrpcApp, GrpcServer, Method
 from tests.waits import wait_until
 
-CALLS = 1010  # hypercorn closes a connection after keep_alive_max_requests (1,000) by default
+CALLS = 1010  # more than the 1,000 requests hypercorn (the edge before) allowed a connection
 
 
 async def echo(call: Call) -> None:
@@ -90,4 +92,34 @@ async def test_many_calls_on_one_connection_and_a_deadline() -> None:
         # the call's task ends just after its trailers are written
         await wait_until(lambda: server.app.active == 0, 5, "every call's task ended")
         await stream.aclose()
+        server.stop()
+
+
+async def test_a_failing_connection_is_logged_and_the_server_serves_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    original = H2GrpcConnection._request
+    failed: list[int] = []
+
+    def first_request_fails(self: H2GrpcConnection, event: Any, nursery: trio.Nursery) -> None:
+        if not failed:
+            failed.append(event.stream_id)
+            raise RuntimeError("a bug in the edge")
+        original(self, event, nursery)
+
+    monkeypatch.setattr(H2GrpcConnection, "_request", first_request_fails)
+    server = GrpcServer(GrpcApp({"/t.S/Echo": Method(echo)}), "127.0.0.1", 0)
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(server.run)
+        with trio.fail_after(10):
+            broken = Client(await trio.open_tcp_stream("127.0.0.1", port))
+            await broken.flush()
+            with pytest.raises((AssertionError, trio.BrokenResourceError)):  # closed or reset
+                await broken.call("Echo", b"lost")
+            client = Client(await trio.open_tcp_stream("127.0.0.1", port))
+            await client.flush()
+            order, body, trailers = await client.call("Echo", b"served")
+        assert failed == [1]
+        assert MessageDecoder().feed(body) == [b"served"] and trailers[b"grpc-status"] == b"0"
+        await wait_until(lambda: server.connections == 1, 5, "the failed connection gone")
+        await client.stream.aclose()
         server.stop()
