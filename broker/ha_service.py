@@ -792,12 +792,15 @@ class HAService:
             joined.connected, joined.dropped, joined.acked = True, False, 0
             joined.samples.clear()
         self.log.info("slave connected", slave=peer)
+        ended = False  # by the slave or the link, not by this broker stopping
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_reports, conn, stream, nursery.cancel_scope,
                                    rest)
                 nursery.start_soon(self._write_transfers, conn, stream)
+            ended = True
         except Exception as exc:
+            ended = True
             self.log.warning("slave connection closed", slave=peer,
                              error=describe(first_leaf(exc)))
         finally:
@@ -805,9 +808,11 @@ class HAService:
             gone = self.catch_up.get(broker_id) if broker_id is not None else None
             if gone is not None and not any(o.broker_id == broker_id for o in self.connections):
                 gone.connected, gone.dropped = False, True
-                # a member gone is proposed out now, not after haMaxTimeSlaveNotCatchup:
-                # sends waiting for every member's acknowledgement go on without it
-                self.check_sync_state(trio.current_time())
+                if ended:
+                    # a member gone is proposed out now, not after
+                    # haMaxTimeSlaveNotCatchup: sends waiting for every member's
+                    # acknowledgement go on without it
+                    self.check_sync_state(trio.current_time())
             self.log.info("slave disconnected", slave=peer, acked_offset=conn.acked_offset)
 
     def _admin_secret(self) -> Callable[[str], str | None] | None:

@@ -383,7 +383,11 @@ class ReplicasManager:
         """The HA service's SyncStateSet proposal (a master): sent in the background."""
         if self._nursery is None:
             return
-        self._nursery.start_soon(self._alter, proposal)
+        try:
+            self._nursery.start_soon(self._alter, proposal)
+        except RuntimeError:  # the broker is stopping: its nursery takes no more tasks
+            self.log.info("SyncStateSet proposal dropped: the broker is stopping",
+                     members=sorted(proposal.members))
 
     async def _alter(self, proposal: Proposal) -> None:
         core = self.core
