@@ -1,4 +1,5 @@
-"""The ``rocketmq`` PySpark data source (batch and streaming reads).
+"""The ``rocketmq`` PySpark data source (batch and streaming reads; the
+writes, ``df.write`` / ``df.writeStream``, are ``client.spark.sink``).
 
     from client.spark import register
     register(spark)
@@ -46,6 +47,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -364,6 +367,18 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         quiet_client_logs()
         return RocketMQStreamReader(parse_options(dict(self.options), streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from client.spark.sink import batch_writer  # docs: client/spark/sink.py
+
+        quiet_client_logs()
+        return batch_writer(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from client.spark.sink import stream_writer
+
+        quiet_client_logs()
+        return stream_writer(dict(self.options), schema, overwrite)
 
 
 __all__ = ["DataLossError", "RocketMQDataSource", "SCHEMA"]
