@@ -222,6 +222,10 @@ def write_task(batches: Iterator[pa.RecordBatch], opts: SinkOptions, columns: Co
     return SinkCommit(partition_id, index, sender.requests)
 
 
+def _rows(messages: list[WriterCommitMessage | None]) -> int:
+    return sum(m.rows for m in messages if isinstance(m, SinkCommit))
+
+
 def _task_context() -> Any:
     from pyspark import TaskContext
 
@@ -248,12 +252,12 @@ class RocketMQBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
         return write_task(iterator, self.opts, self.columns, self.write_id, 0,
                           ctx.partitionId())
 
-    def commit(self, messages: list[SinkCommit | None]) -> None:
-        rows = sum(m.rows for m in messages if m is not None)
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        rows = _rows(messages)
         log.info("rocketmq sink: write %s sent %d rows", self.write_id, rows)
 
-    def abort(self, messages: list[SinkCommit | None]) -> None:
-        sent = sum(m.rows for m in messages if m is not None)
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        sent = _rows(messages)
         log.warning("rocketmq sink: write %s failed; %d rows of finished tasks were sent "
                     "(messages are not taken back: consumers drop copies by UNIQ_KEY)",
                     self.write_id, sent)
@@ -277,11 +281,11 @@ class RocketMQStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
         return write_task(iterator, self.opts, self.columns, write_id(query), int(batch),
                           ctx.partitionId())
 
-    def commit(self, messages: list[SinkCommit | None], batchId: int) -> None:
-        rows = sum(m.rows for m in messages if m is not None)
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        rows = _rows(messages)
         log.info("rocketmq sink: micro-batch %d sent %d rows", batchId, rows)
 
-    def abort(self, messages: list[SinkCommit | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("rocketmq sink: micro-batch %d failed; it is sent again when the "
                     "query restarts from its checkpoint", batchId)
 
