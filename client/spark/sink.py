@@ -40,11 +40,13 @@ from client.spark.sink_rows import (
     Columns,
     Destination,
     OutRow,
+    PlainRows,
     RowConverter,
     SinkOptions,
     check_columns,
     describe,
     parse_sink_options,
+    plain,
     queue_for_sharding_key,
     sorted_queues,
     write_id,
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from client.blocking import Producer
-    from protocol.message import MessageQueue
+    from protocol.message import Message, MessageQueue
 
 log = logging.getLogger("client.spark")
 
@@ -130,7 +132,7 @@ class _Sender:
         self.producer = producer
         self.opts = opts
         self.partition_id = partition_id
-        self.in_flight: collections.deque[tuple[Future[Any], Destination, list[OutRow]]] = \
+        self.in_flight: collections.deque[tuple[Future[Any], Destination, int, int]] = \
             collections.deque()
         self.requests = 0
         self._queues: dict[str, list[MessageQueue]] = {}
@@ -142,24 +144,29 @@ class _Sender:
                 self.producer.fetch_publish_message_queues(topic))
         return found
 
-    def send(self, dest: Destination, rows: list[OutRow]) -> None:
+    def send(self, dest: Destination, first: int, msgs: list[Message]) -> None:
+        """Send rows ``first``.. as ``msgs`` (one request), waiting first while
+        ``max_in_flight`` are unanswered. Raises SinkSendError."""
         while len(self.in_flight) >= self.opts.max_in_flight:
             self._wait_oldest()
         _, mq = dest
         try:
-            if len(rows) == 1:
-                future = self.producer.send_async(rows[0].message, mq=mq)
+            if len(msgs) == 1:
+                future = self.producer.send_async(msgs[0], mq=mq)
             else:
-                future = self.producer.send_batch_async([r.message for r in rows], mq=mq)
+                future = self.producer.send_batch_async(msgs, mq=mq)
         except Exception as exc:
-            raise SinkSendError(f"sending {describe(dest, rows, self.partition_id)} failed: "
-                                f"{exc}") from exc
+            what = describe(dest, first, len(msgs), self.partition_id)
+            raise SinkSendError(f"sending {what} failed: {exc}") from exc
         self.requests += 1
-        self.in_flight.append((future, dest, rows))
+        self.in_flight.append((future, dest, first, len(msgs)))
+
+    def send_rows(self, dest: Destination, rows: list[OutRow]) -> None:
+        self.send(dest, rows[0].index, [r.message for r in rows])
 
     def _wait_oldest(self) -> None:
-        future, dest, rows = self.in_flight.popleft()
-        what = describe(dest, rows, self.partition_id)
+        future, dest, first, count = self.in_flight.popleft()
+        what = describe(dest, first, count, self.partition_id)
         try:
             result = future.result()
         except Exception as exc:
@@ -189,8 +196,40 @@ def write_task(batches: Iterator[pa.RecordBatch], opts: SinkOptions, columns: Co
     from client.spark.source import quiet_client_logs
 
     quiet_client_logs()
-    converter = RowConverter(columns, opts, write, batch_id, partition_id)
+    converter = RowConverter(columns, opts, write, batch_id, partition_id,
+                             max_body=opts.max_batch_bytes)
     sender = _Sender(cached_producer(opts), opts, partition_id)
+    if plain(columns, opts):
+        rows = _write_plain(batches, columns, converter, sender)
+    else:
+        rows = _write_rows(batches, columns, converter, sender)
+    sender.finish()
+    return SinkCommit(partition_id, rows, sender.requests)
+
+
+def _write_plain(batches: Iterator[pa.RecordBatch], columns: Columns,
+                 converter: RowConverter, sender: _Sender) -> int:
+    """Rows of body/tags/keys to the topic option: no per-row objects but the message."""
+    opts = converter.opts
+    assert opts.topic is not None
+    dest: Destination = (opts.topic, None)
+    plain_rows = PlainRows(converter, opts.batch_size, opts.max_batch_bytes)
+    index = 0
+    for batch in batches:
+        values = _column_values(batch, columns)
+        for first, msgs in plain_rows.add(index, values["body"], values.get("tags"),
+                                          values.get("keys")):
+            sender.send(dest, first, msgs)
+        index += batch.num_rows
+    for first, msgs in plain_rows.drain():
+        sender.send(dest, first, msgs)
+    return index
+
+
+def _write_rows(batches: Iterator[pa.RecordBatch], columns: Columns,
+                converter: RowConverter, sender: _Sender) -> int:
+    """Any columns: one OutRow a row, batched per destination."""
+    opts = converter.opts
     batcher = Batcher(opts.batch_size, opts.max_batch_bytes)
     by_queue = columns.has("queueId")
     by_key = columns.has("shardingKey")
@@ -214,12 +253,11 @@ def write_task(batches: Iterator[pa.RecordBatch], opts: SinkOptions, columns: Co
             elif by_key and out.sharding_key is not None:
                 mq = queue_for_sharding_key(out.sharding_key, sender.queues(topic))
             for dest, rows in batcher.add((topic, mq), out):
-                sender.send(dest, rows)
+                sender.send_rows(dest, rows)
             index += 1
     for dest, rows in batcher.drain():
-        sender.send(dest, rows)
-    sender.finish()
-    return SinkCommit(partition_id, index, sender.requests)
+        sender.send_rows(dest, rows)
+    return index
 
 
 def _rows(messages: list[WriterCommitMessage | None]) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 from client.spark.offsets import OptionError, _positive_int, security_options
 from protocol import names
+from protocol.batch import ENTRY_OVERHEAD as BATCH_ENTRY_OVERHEAD
 from protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, delay_level, parse_delay_levels
 from protocol.hashing import java_string_hash
 from protocol.message import (
@@ -39,8 +40,6 @@ DEFAULT_SEND_TIMEOUT_MS = 3000
 # a batch request's body stays under this (the broker's maxMessageSize default
 # is 4 MiB, and a batch is checked against it as a whole)
 DEFAULT_MAX_BATCH_BYTES = 4 * 1024 * 1024
-# per message of a batch body: the entry head and the properties' length
-BATCH_ENTRY_OVERHEAD = 22
 MAX_DELAY_LEVEL = 64  # well past any table; the broker clamps to its own last level
 
 # property names the sink sets itself or the broker reserves: a row's
@@ -332,12 +331,11 @@ class RowConverter:
             props[DELAY] = str(level)
         key = unique_key(self.write, self.batch_id, self.partition_id, index)
         props[UNIQ_KEY] = key
-        size = sum(len(k) + len(v) + 2 for k, v in props.items())
-        if size > MAX_PROPERTIES_BYTES // 4:
-            size = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in props.items())
-            if size > MAX_PROPERTIES_BYTES:
-                raise ValueError(f"its properties take {size} bytes, over the maximum "
-                                 f"{MAX_PROPERTIES_BYTES}")
+        # the encoded ``key\x01value\x02`` text's bytes (what the batch entry holds)
+        size = len("".join(map("".join, props.items())).encode()) + 2 * len(props)
+        if size > MAX_PROPERTIES_BYTES:
+            raise ValueError(f"its properties take {size} bytes, over the maximum "
+                             f"{MAX_PROPERTIES_BYTES}")
         queue_index = row.get("queueId")
         if queue_index is not None and queue_index < 0:
             raise ValueError(f"queueId {queue_index} is negative")
@@ -405,18 +403,103 @@ class Batcher:
         return sum(len(rows) for rows, _ in self._open.values())
 
 
-def describe(dest: Destination, rows: Sequence[OutRow], partition_id: int) -> str:
+class PlainRows:
+    """The common case without per-row objects: rows of only ``body`` (and
+    ``tags``, ``keys``) to the ``topic`` option, sent where the producer's
+    selector puts them. Rows in, ready batches of messages out (by
+    ``batch_size`` and ``max_bytes``, as ``Batcher``); the same messages and
+    the same checks as ``RowConverter`` gives such rows."""
+
+    def __init__(self, converter: RowConverter, batch_size: int, max_bytes: int) -> None:
+        topic = converter.opts.topic
+        assert topic is not None
+        self.topic = topic
+        self.converter = converter
+        self.prefix = unique_key(converter.write, converter.batch_id, converter.partition_id, 0)[:-1]
+        self.batch_size = batch_size
+        self.max_bytes = max_bytes
+        self._open: list[Message] = []
+        self._open_first = 0
+        self._open_bytes = 0
+
+    def add(self, first: int, bodies: Sequence[Any], tags: Sequence[Any] | None,
+            keys: Sequence[Any] | None) -> list[tuple[int, list[Message]]]:
+        """Rows ``first``, ``first + 1``, ...; the (first row, messages) batches made ready.
+        Raises SinkRowError as RowConverter does."""
+        ready: list[tuple[int, list[Message]]] = []
+        topic, prefix, max_body = self.topic, self.prefix, self.converter.max_body
+        fixed = BATCH_ENTRY_OVERHEAD + len(UNIQ_KEY) + 2 + len(prefix)
+        batch_size, max_bytes = self.batch_size, self.max_bytes
+        msgs, size, start = self._open, self._open_bytes, self._open_first
+        index = first
+        for body in bodies:
+            if not body:
+                what = "its body is null" if body is None else "its body is empty"
+                raise self.converter.error(index, what)
+            if type(body) is str:
+                body = body.encode()
+            n = len(body)
+            if n > max_body:
+                raise self.converter.error(
+                    index, f"its body is {n} bytes, over the maximum {max_body}")
+            key = str(index)
+            msg = Message(topic, body)
+            msg.properties[UNIQ_KEY] = prefix + key
+            n += fixed + len(key)
+            if tags is not None or keys is not None:
+                n += self._extra(msg, index - first, index, tags, keys)
+            if msgs and size + n > max_bytes:
+                ready.append((start, msgs))
+                msgs, size, start = [], 0, index
+            if not msgs:
+                start = index
+            msgs.append(msg)
+            size += n
+            if len(msgs) >= batch_size:
+                ready.append((start, msgs))
+                msgs, size = [], 0
+            index += 1
+        self._open, self._open_bytes, self._open_first = msgs, size, start
+        return ready
+
+    def _extra(self, msg: Message, at: int, index: int, tags: Sequence[Any] | None,
+               keys: Sequence[Any] | None) -> int:
+        """Set the row's TAGS and KEYS; their encoded bytes."""
+        row: dict[str, Any] = {"body": b"-"}
+        if tags is not None:
+            row["tags"] = tags[at]
+        if keys is not None:
+            row["keys"] = keys[at]
+        out = self.converter.convert(index, row, 0)
+        extra = 0
+        for name in (MessageConst.PROPERTY_TAGS, MessageConst.PROPERTY_KEYS):
+            value = out.message.properties.get(name)
+            if value is not None:
+                msg.properties[name] = value
+                extra += len(name) + len(value.encode()) + 2
+        return extra
+
+    def drain(self) -> list[tuple[int, list[Message]]]:
+        msgs, self._open, self._open_bytes = self._open, [], 0
+        return [(self._open_first, msgs)] if msgs else []
+
+
+def plain(columns: Columns, opts: SinkOptions) -> bool:
+    """Whether rows of these columns go through ``PlainRows``."""
+    return opts.topic is not None and set(columns.names) <= {"body", "tags", "keys"}
+
+
+def describe(dest: Destination, first: int, count: int, partition_id: int) -> str:
     """A batch as an error names it."""
     topic, mq = dest
     where = topic if mq is None else f"{topic} {mq.broker_name}:{mq.queue_id}"
-    first, last = rows[0].index, rows[-1].index
-    span = f"row {first}" if first == last else f"rows {first}..{last} ({len(rows)})"
+    span = f"row {first}" if count == 1 else f"rows {first}..{first + count - 1} ({count})"
     return f"{span} of partition {partition_id} to {where}"
 
 
 __all__ = [
     "Batcher", "COLUMN_TYPES", "Columns", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_IN_FLIGHT",
-    "Destination", "OptionError", "OutRow", "RowConverter", "SinkOptions", "SinkRowError",
+    "Destination", "OptionError", "OutRow", "PlainRows", "RowConverter", "SinkOptions", "SinkRowError",
     "SinkSchemaError", "UNIQ_KEY", "check_columns", "describe", "parse_sink_options",
-    "parse_unique_key", "queue_for_sharding_key", "sorted_queues", "unique_key", "write_id",
+    "parse_unique_key", "plain", "queue_for_sharding_key", "sorted_queues", "unique_key", "write_id",
 ]

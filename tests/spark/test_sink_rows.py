@@ -8,6 +8,7 @@ from client.spark.offsets import OptionError
 from client.spark.sink_rows import (
     Batcher,
     OutRow,
+    PlainRows,
     RowConverter,
     SinkRowError,
     SinkSchemaError,
@@ -15,6 +16,7 @@ from client.spark.sink_rows import (
     describe,
     parse_sink_options,
     parse_unique_key,
+    plain,
     queue_for_sharding_key,
     sorted_queues,
     unique_key,
@@ -197,7 +199,66 @@ def test_batcher_by_count_bytes_destination_and_delay() -> None:
 
 
 def test_describe_names_rows_partition_and_queue() -> None:
-    rows = [row(4), row(9)]
-    assert describe(("T", None), rows, 3) == "rows 4..9 (2) of partition 3 to T"
-    assert describe(("T", MessageQueue("T", "b", 1)), rows[:1], 0) == \
+    assert describe(("T", None), 4, 6, 3) == "rows 4..9 (6) of partition 3 to T"
+    assert describe(("T", MessageQueue("T", "b", 1)), 4, 1, 0) == \
         "row 4 of partition 0 to T b:1"
+
+
+def plain_rows(batch_size: int = 3, max_bytes: int = 10_000,
+               cols: tuple[str, ...] = ("body", "tags", "keys")) -> tuple[PlainRows, RowConverter]:
+    opts = parse_sink_options(options())
+    types = {"body": "binary", "tags": "string", "keys": "array<string>"}
+    columns = check_columns([(c, types[c]) for c in cols], opts.topic)
+    assert plain(columns, opts)
+    conv = RowConverter(columns, opts, WRITE, batch_id=1, partition_id=2, max_body=100)
+    return PlainRows(conv, batch_size, max_bytes), conv
+
+
+def test_plain_rows_make_what_the_converter_makes() -> None:
+    fast, conv = plain_rows(batch_size=3)
+    bodies: list[object] = [b"a", "b", b"c", b"d"]
+    tags = ["x", None, "z", None]
+    keys = [["k1", "k2"], None, [], ["k4"]]
+    ready = fast.add(10, bodies, tags, keys)
+    assert [(first, len(msgs)) for first, msgs in ready] == [(10, 3)]
+    ready += fast.add(14, [b"e"], ["t"], [None])
+    ready += fast.drain()
+    assert [(first, len(msgs)) for first, msgs in ready] == [(10, 3), (13, 2)]
+    got = [m for _, msgs in ready for m in msgs]
+    rows = [{"body": b, "tags": t, "keys": k} for b, t, k in
+            zip([*bodies, b"e"], [*tags, "t"], [*keys, None], strict=True)]
+    want = [conv.convert(i, r, 0).message for i, r in enumerate(rows, 10)]
+    assert [(m.topic, m.body, m.properties) for m in got] == \
+        [(m.topic, m.body, m.properties) for m in want]
+    assert got[0].properties["UNIQ_KEY"] == f"{WRITE}-1-2-10"
+    assert fast.drain() == []
+
+
+def test_plain_rows_batches_stay_under_max_bytes() -> None:
+    fast, conv = plain_rows(batch_size=100, max_bytes=300, cols=("body",))
+    one = conv.convert(0, {"body": b"x" * 50}, 0).size  # a row's bytes in a batch entry
+    ready = fast.add(0, [b"x" * 50] * 10, None, None) + fast.drain()
+    per = 300 // one
+    assert [len(msgs) for _, msgs in ready] == [per] * (10 // per) + ([10 % per] if 10 % per else [])
+    assert [first for first, _ in ready] == list(range(0, 10, per))
+
+
+@pytest.mark.parametrize("bodies, match", [
+    ([b"ok", None], "row 6 of partition 2 cannot be sent: its body is null"),
+    ([b"ok", b"ok", ""], "row 7 of partition 2 cannot be sent: its body is empty"),
+    ([b"x" * 101], "row 5 of partition 2 .*101 bytes, over the maximum 100"),
+])
+def test_plain_rows_refuse_bad_bodies(bodies: list[object], match: str) -> None:
+    fast, _ = plain_rows()
+    with pytest.raises(SinkRowError, match=match):
+        fast.add(5, bodies, None, None)
+
+
+def test_plain_rows_check_tags_and_keys() -> None:
+    fast, _ = plain_rows()
+    with pytest.raises(SinkRowError, match="row 1 of partition 2 .*tags may not contain"):
+        fast.add(0, [b"a", b"b"], ["ok", "bad\x01"], None)
+    opts = parse_sink_options(options())
+    assert not plain(check_columns([("body", "binary"), ("queueId", "int")], None), opts)
+    per_row_topic = check_columns([("body", "binary"), ("topic", "string")], None)
+    assert not plain(per_row_topic, parse_sink_options({"namesrv": "h"}))
