@@ -259,6 +259,6 @@ def test_plain_rows_check_tags_and_keys() -> None:
     with pytest.raises(SinkRowError, match="row 1 of partition 2 .*tags may not contain"):
         fast.add(0, [b"a", b"b"], ["ok", "bad\x01"], None)
     opts = parse_sink_options(options())
-    assert not plain(check_columns([("body", "binary"), ("queueId", "int")], None), opts)
+    assert not plain(check_columns([("body", "binary"), ("queueId", "int")], "T"), opts)
     per_row_topic = check_columns([("body", "binary"), ("topic", "string")], None)
     assert not plain(per_row_topic, parse_sink_options({"namesrv": "h"}))
