@@ -183,8 +183,15 @@ class _Sender:
 
 
 def _column_values(batch: pa.RecordBatch, columns: Columns) -> dict[str, list[Any]]:
+    """Each column's values as Python objects; a string body as bytes (the
+    cast only relabels the UTF-8 the column holds: no str made and encoded
+    again a row)."""
     out: dict[str, list[Any]] = {}
     for name, column in zip(columns.names, batch.columns, strict=True):
+        if name == "body" and columns.body_is_string:
+            import pyarrow as pa
+
+            column = column.cast(pa.binary())
         out[name] = column.to_pylist()
     return out
 
