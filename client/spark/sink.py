@@ -94,7 +94,7 @@ def cached_producer(opts: SinkOptions) -> Producer:
         if producer is not None:
             return producer
         from client.blocking import Producer
-        from client.spark.source import client_config
+        from client.spark.clients import client_config
 
         config = client_config(opts.namesrv, opts.access_key, opts.secret_key, opts.use_tls,
                                opts.tls_ca_path, opts.tls_cert_path, opts.tls_key_path)
@@ -200,7 +200,7 @@ def write_task(batches: Iterator[pa.RecordBatch], opts: SinkOptions, columns: Co
                write: str, batch_id: int, partition_id: int) -> SinkCommit:
     """Send one task's rows; the commit message says how many. Raises
     SinkRowError for a bad row, SinkSendError for a failed send."""
-    from client.spark.source import quiet_client_logs
+    from client.spark.clients import quiet_client_logs
 
     quiet_client_logs()
     converter = RowConverter(columns, opts, write, batch_id, partition_id,
