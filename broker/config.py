@@ -22,6 +22,7 @@ from protocol.config import (
     mask_secrets,
     not_a_key,
 )
+from protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from protocol.namesrv_addr import split_namesrv_addr
 from protocol.route import DEFAULT_MAX_QUEUE_NUMS, PERM_MAX
 from protocol.trio.busy_poll import check_window_us
@@ -40,7 +41,6 @@ MiB = 1024 * KiB
 GiB = 1024 * MiB
 MAX_CONTROLLERS = 16  # controllerAddr entries
 
-DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 
 class FlushDiskType(StrEnum):
@@ -542,14 +542,10 @@ class BrokerConfig(PropertiesConfig):
 
         Raises ConfigError for an entry that is not a number with s/m/h/d.
         """
-        units = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-        table = {}
-        for level, item in enumerate(self.message_delay_level.split(), 1):
-            unit = units.get(item[-1:])
-            if unit is None or not item[:-1].isdigit():
-                raise ConfigError(f"bad messageDelayLevel entry {item!r}")
-            table[level] = int(item[:-1]) * unit
-        return table
+        try:
+            return parse_delay_levels(self.message_delay_level)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
 
     @property
     def grpc_max_inbound(self) -> int:

@@ -40,6 +40,7 @@ from typing import Any
 from broker.grpc.pb import definition_pb2 as pb
 from broker.service.pop import PoppedMessage, PopStatus
 from broker.service.send import SendStatus
+from protocol.delay_levels import delay_level
 from protocol.headers import SendMessageRequestHeader
 from protocol.message import (
     NAME_VALUE_SEPARATOR,
@@ -231,18 +232,6 @@ def sent_type(msg: pb.Message) -> str:
     if sp.HasField("delivery_timestamp"):
         return "DELAY"
     return "NORMAL"
-
-
-def delay_level(deliver_at_ms: int, now_ms: int, levels: Mapping[int, int]) -> int:
-    """The smallest delay level not earlier than ``deliver_at_ms`` (0: due already;
-    the last level when later than all)."""
-    wait = deliver_at_ms - now_ms
-    if wait <= 0 or not levels:
-        return 0
-    for level in sorted(levels):
-        if levels[level] >= wait:
-            return level
-    return max(levels)
 
 
 def to_send_item(msg: pb.Message, *, producer_group: str, max_size: int, now_ms: int,

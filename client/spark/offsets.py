@@ -109,6 +109,29 @@ class SourceOptions:
     tls_key_path: str | None = None
 
 
+def security_options(opts: dict[str, str]) -> dict[str, Any]:
+    """The ACL and TLS options (``accessKey``, ``secretKey``, ``useTls``,
+    ``tlsCaPath``, ``tlsCertPath``, ``tlsKeyPath``; ``opts`` with lower-case
+    names) checked, as keyword arguments named as SourceOptions' fields (the
+    sink's options take the same). Raises OptionError."""
+    access_key = opts.get("accesskey") or None
+    secret_key = opts.get("secretkey") or None
+    if (access_key is None) != (secret_key is None):
+        raise OptionError("options 'accessKey' and 'secretKey' go together")
+    use_tls = _bool(opts.get("usetls", "false"), "useTls")
+    tls_ca_path = opts.get("tlscapath", "").strip() or None
+    tls_cert_path = opts.get("tlscertpath", "").strip() or None
+    tls_key_path = opts.get("tlskeypath", "").strip() or None
+    if (tls_cert_path is None) != (tls_key_path is None):
+        raise OptionError("options 'tlsCertPath' and 'tlsKeyPath' go together")
+    if not use_tls and (tls_ca_path or tls_cert_path):
+        raise OptionError("options 'tlsCaPath', 'tlsCertPath' and 'tlsKeyPath' need "
+                          "useTls=true")
+    return {"access_key": access_key, "secret_key": secret_key, "use_tls": use_tls,
+            "tls_ca_path": tls_ca_path, "tls_cert_path": tls_cert_path,
+            "tls_key_path": tls_key_path}
+
+
 def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
     """Validate the source's options (case-insensitive names). Raises OptionError."""
     opts = {k.lower(): v for k, v in options.items()}
@@ -154,26 +177,8 @@ def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
     limit = opts.get("maxoffsetspertrigger")
     if limit is not None and not streaming:
         raise OptionError("maxOffsetsPerTrigger is for streaming queries only")
-    access_key = opts.get("accesskey") or None
-    secret_key = opts.get("secretkey") or None
-    if (access_key is None) != (secret_key is None):
-        raise OptionError("options 'accessKey' and 'secretKey' go together")
-    use_tls = _bool(opts.get("usetls", "false"), "useTls")
-    tls_ca_path = opts.get("tlscapath", "").strip() or None
-    tls_cert_path = opts.get("tlscertpath", "").strip() or None
-    tls_key_path = opts.get("tlskeypath", "").strip() or None
-    if (tls_cert_path is None) != (tls_key_path is None):
-        raise OptionError("options 'tlsCertPath' and 'tlsKeyPath' go together")
-    if not use_tls and (tls_ca_path or tls_cert_path):
-        raise OptionError("options 'tlsCaPath', 'tlsCertPath' and 'tlsKeyPath' need "
-                          "useTls=true")
     return SourceOptions(
-        access_key=access_key,
-        secret_key=secret_key,
-        use_tls=use_tls,
-        tls_ca_path=tls_ca_path,
-        tls_cert_path=tls_cert_path,
-        tls_key_path=tls_key_path,
+        **security_options(opts),
         namesrv=namesrv,
         topics=topics,
         consumer_group=group,

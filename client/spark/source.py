@@ -1,4 +1,5 @@
-"""The ``rocketmq`` PySpark data source (batch and streaming reads).
+"""The ``rocketmq`` PySpark data source (batch and streaming reads; the
+writes, ``df.write`` / ``df.writeStream``, are ``client.spark.sink``).
 
     from client.spark import register
     register(spark)
@@ -37,7 +38,6 @@ docs/filters.md), ``accessKey``, ``secretKey``, ``useTls``, ``tlsCaPath``,
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,6 +46,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -56,6 +58,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from client.spark.clients import client_config, quiet_client_logs
 from client.spark.offsets import (
     DataLossError,
     Offsets,
@@ -105,21 +108,6 @@ class RangePartition(InputPartition):  # type: ignore[misc]
         """The blocking PullConsumer's ClientConfig: name servers, credentials, TLS."""
         return client_config(self.namesrv, self.access_key, self.secret_key, self.use_tls,
                              self.tls_ca_path, self.tls_cert_path, self.tls_key_path)
-
-
-def client_config(namesrv: str, access_key: str | None, secret_key: str | None,
-                  use_tls: bool, tls_ca_path: str | None, tls_cert_path: str | None,
-                  tls_key_path: str | None) -> ClientConfig:
-    """The source's options (already checked by parse_options) as the ClientConfig
-    of its consumers. Raises MQClientError for a bad name-server address."""
-    from client.config import ClientConfig  # the client loads in read(), not at import
-    from client.credentials import AclCredentials
-
-    creds = None if access_key is None or secret_key is None else \
-        AclCredentials(access_key, secret_key)
-    return ClientConfig(namesrv_addr=namesrv, credentials=creds, use_tls=use_tls,
-                        tls_ca_path=tls_ca_path, tls_cert_path=tls_cert_path,
-                        tls_key_path=tls_key_path)
 
 
 def partition(opts: SourceOptions, r: QueueRange) -> RangePartition:
@@ -192,18 +180,6 @@ BATCH_BYTES = 4 << 20
 # buffer go cold in the caches, so more cost more here (warm reads 215k
 # against 200k msg/s with 8, and 212k against 215k with 2).
 PULLS_IN_FLIGHT = 4
-
-
-def quiet_client_logs() -> None:
-    """Unless the process configured structlog itself, log the client at
-    ``$ROCKETMQ_SPARK_LOG_LEVEL`` (WARNING): Spark's Python workers would print
-    every client start and stop of every task otherwise."""
-    import structlog
-
-    if not structlog.is_configured():
-        from protocol.trio.logs import configure_logging
-
-        configure_logging(os.environ.get("ROCKETMQ_SPARK_LOG_LEVEL", "WARNING"))
 
 
 def _batches(part: RangePartition) -> Iterator[Any]:
@@ -364,6 +340,18 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         quiet_client_logs()
         return RocketMQStreamReader(parse_options(dict(self.options), streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from client.spark.sink import batch_writer  # docs: client/spark/sink.py
+
+        quiet_client_logs()
+        return batch_writer(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from client.spark.sink import stream_writer
+
+        quiet_client_logs()
+        return stream_writer(dict(self.options), schema, overwrite)
 
 
 __all__ = ["DataLossError", "RocketMQDataSource", "SCHEMA"]
