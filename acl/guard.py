@@ -14,7 +14,6 @@ or malformed) and re-reads it when its mtime changes, keeping the last good acco
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from protocol.client_data import HeartbeatData
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.config import ConfigError
+from protocol.trio import files
 from protocol.trio.connection import HandlerTable, RemotingConnection
 from protocol.trio.preauth import READ, TRUST, Judgement, Verdict, carries_signature
 
@@ -201,29 +201,9 @@ def _guard_async(handler: Callable[..., Any],
 
 
 def write_atomically(path: Path, text: str) -> float:
-    """Replace ``path`` with ``text``: a temporary file in the same directory,
-    fsync'd, renamed over it, the directory fsync'd; returns the new mtime."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        mode = path.stat().st_mode & 0o777
-    except OSError:
-        mode = 0o600  # the file holds secret keys
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path.stat().st_mtime
+    """Replace the accounts file with ``text`` (protocol.trio.files.write_atomically; a new
+    file is 0o600: it holds secret keys); returns the new mtime."""
+    return files.write_atomically(path, text, new_mode=0o600)
 
 
 class AclFile:

@@ -42,15 +42,9 @@ from typing import Any, Protocol
 
 import structlog
 
+from protocol.trio.files import fsync_dir
+
 log = structlog.get_logger("broker.persist")
-
-
-def fsync_dir(path: Path) -> None:
-    dir_fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

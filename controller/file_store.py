@@ -24,6 +24,7 @@ from pathlib import Path
 import trio
 
 from controller.state_store import StateConflict, StateStoreError, Stored
+from protocol.trio.files import fsync_dir
 
 MAGIC = b"RMQCTRL1"
 _HEAD = struct.Struct(">8sQII")
@@ -52,14 +53,6 @@ def decode_file(raw: bytes, where: str = "state file") -> Stored:
     if version <= 0:
         raise StateStoreError(f"{where}: version {version} is not positive")
     return Stored(data, version)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FileStateStore:

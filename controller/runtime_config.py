@@ -15,12 +15,11 @@ old one, the directory fsync'd: a crash leaves the old file or the new one whole
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from controller.config import RUNTIME_KEYS, ControllerConfig
-from controller.file_store import fsync_dir
 from protocol.config import ConfigError, parse_properties, rewrite_properties, runtime_changes
+from protocol.trio.files import write_atomically
 
 RUNTIME_FILE = "controller.conf.runtime"
 
@@ -36,28 +35,6 @@ def check_changes(config: ControllerConfig, props: dict[str, str]) -> dict[str, 
     changes, trial = runtime_changes(config, props, RUNTIME_KEYS, "controller")
     shown = trial.to_properties()
     return {name: shown[name] for name in changes}
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` (temp file, fsync, rename, directory fsync);
-    the file keeps its mode (a new one: 0o644). Worker thread."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        mode = 0o644
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
 
 
 def write_changes(path: Path, changes: dict[str, str]) -> None:

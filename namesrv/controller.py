@@ -18,7 +18,7 @@ from acl.guard import AclFile
 from controller.service import ControllerService, open_backend
 from namesrv.acl import guard_table, header_gate
 from namesrv.config import NamesrvConfig
-from namesrv.kv_config import KVConfigManager, write_atomically
+from namesrv.kv_config import KVConfigManager
 from namesrv.metrics import namesrv_registry
 from namesrv.processor import NamesrvProcessor
 from namesrv.route_info import RouteInfoManager
@@ -26,6 +26,7 @@ from namesrv.runtime_config import NamesrvConfigProcessor
 from protocol.codes import RequestCode
 from protocol.config import rewrite_properties
 from protocol.trio.connection import RemotingConnection
+from protocol.trio.files import write_atomically
 from protocol.trio.limits import SharedBudget
 from protocol.trio.metrics_http import MetricsServer
 from protocol.trio.preauth import NAMESRV_PRE_AUTH_BODY, PreAuth, pre_auth_of

@@ -24,6 +24,7 @@ import structlog
 
 from protocol.headers import KV_VALUE_MAX_LENGTH, kv_name_problem
 from protocol.names import shown
+from protocol.trio.files import write_atomically
 
 log = structlog.get_logger("namesrv.kv")
 
@@ -181,24 +182,6 @@ class KVConfigManager:
         assert self.path is not None
         write_atomically(self.path, data)
 
-
-def write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def kv_table_body(entries: dict[str, str]) -> dict[str, Any]:
