@@ -14,7 +14,7 @@ or malformed) and re-reads it when its mtime changes, keeping the last good acco
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,23 @@ OnRefusal = Callable[[int, str], None]
 # binding) -> Decision
 DecideFn = Callable[[AclConfig | None, Any, RemotingCommand, SignatureBinding | None], Decision]
 _Decide = Callable[[AclConfig | None, Any, RemotingCommand], Decision]
+# a daemon's pure rule: (accounts in force, request code, header fields, remote host,
+# signature check) -> Decision
+PureDecide = Callable[[AclConfig | None, int, Mapping[str, object], str,
+                       Callable[[str], bool]], Decision]
+
+
+def request_decider(decide: PureDecide) -> DecideFn:
+    """The ``decide_fn`` of a daemon whose rule is the pure ``decide``: the request's
+    fields and host, its signature checked (and its binding, with one) through
+    ``bound_decision``."""
+    def decide_request(config: AclConfig | None, conn: Any, cmd: RemotingCommand,
+                       binding: SignatureBinding | None = None) -> Decision:
+        fields = cmd.ext_fields or {}
+        host = remote_host(getattr(conn, "remote_addr", "?"))
+        return bound_decision(cmd, binding, lambda signature_ok: decide(
+            config, cmd.code, fields, host, signature_ok))
+    return decide_request
 
 
 def _refusal(conn: Any, cmd: RemotingCommand, decision: Decision,

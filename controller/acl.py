@@ -31,17 +31,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import structlog
 
 from acl import guard
 from acl.binding import SignatureBinding, code_name
-from acl.guard import NOT_LOADED, OnRefusal, bound_decision, remote_host
+from acl.guard import NOT_LOADED, OnRefusal
 from acl.plain import NOT_ADMIN, AclConfig, Decision
 from acl.plain import NOT_LOADED as NOT_LOADED_REASON
 from protocol.codes import RequestCode
-from protocol.command import RemotingCommand
 from protocol.trio.connection import HandlerTable
 from protocol.trio.limits import MiB
 
@@ -111,12 +109,7 @@ def decide(config: AclConfig | None, code: int, fields: Mapping[str, object], ho
     return check_need(config, code, decision, need_of(code))
 
 
-def decide_request(config: AclConfig | None, conn: Any, cmd: RemotingCommand,
-                   binding: SignatureBinding | None = None) -> Decision:
-    fields = cmd.ext_fields or {}
-    host = remote_host(getattr(conn, "remote_addr", "?"))
-    return bound_decision(cmd, binding, lambda signature_ok: decide(
-        config, cmd.code, fields, host, signature_ok))
+decide_request = guard.request_decider(decide)
 
 
 def header_gate(config: Callable[[], AclConfig | None],

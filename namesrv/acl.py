@@ -30,17 +30,15 @@ refused before its body is read and its connection closed.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import structlog
 
 from acl import guard
 from acl.binding import NAMESRV_ADMIN_CODES, SignatureBinding, code_name
-from acl.guard import NOT_LOADED, OnRefusal, bound_decision, remote_host
+from acl.guard import NOT_LOADED, OnRefusal
 from acl.plain import NOT_ADMIN, AclConfig, Decision
 from acl.plain import NOT_LOADED as NOT_LOADED_REASON
 from controller.acl import CONTROLLER_PERMISSIONS, check_need
-from protocol.command import RemotingCommand
 from protocol.trio.connection import HandlerTable
 
 log = structlog.get_logger("namesrv.acl")
@@ -69,12 +67,7 @@ def decide(config: AclConfig | None, code: int, fields: Mapping[str, object], ho
     return decision
 
 
-def decide_request(config: AclConfig | None, conn: Any, cmd: RemotingCommand,
-                   binding: SignatureBinding | None = None) -> Decision:
-    fields = cmd.ext_fields or {}
-    host = remote_host(getattr(conn, "remote_addr", "?"))
-    return bound_decision(cmd, binding, lambda signature_ok: decide(
-        config, cmd.code, fields, host, signature_ok))
+decide_request = guard.request_decider(decide)
 
 
 def header_gate(config: Callable[[], AclConfig | None],
