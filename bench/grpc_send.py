@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import tempfile
 import time
@@ -36,13 +37,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def ours(ns_addr: str, count: int, size: int) -> float:
+def p50_us(latencies: list[float]) -> float:
+    return statistics.median(latencies) * 1e6 if latencies else float("nan")
+
+
+async def ours(ns_addr: str, count: int, size: int) -> tuple[float, list[float]]:
+    """(seconds for ``count`` sends, each send's seconds)."""
+    latencies: list[float] = []
     async with Producer("bench-grpc-sdk", ns_addr) as producer:
         await producer.send(Message(TOPIC, b"w" * size))
         started = time.perf_counter()
         for _ in range(count):
+            t0 = time.perf_counter()
             await producer.send(Message(TOPIC, b"x" * size))
-        return time.perf_counter() - started
+            latencies.append(time.perf_counter() - t0)
+        return time.perf_counter() - started, latencies
 
 
 @click.command()
@@ -73,15 +82,18 @@ def main(count: int, size: int) -> None:
             if result["failed"]:
                 raise click.ClickException(f"5.x sends failed: {result['failed'][:3]}")
             official = result["seconds"]
+            official_p50 = p50_us(result.get("latencies", []))
             cpu1 = cpu_seconds(broker.proc.pid)
-            sdk = trio.run(ours, ns.addr, count, size)
+            sdk, sdk_latencies = trio.run(ours, ns.addr, count, size)
             cpu2 = cpu_seconds(broker.proc.pid)
         finally:
             cluster.close()
     click.echo(f"{count} sends of {size} B, one in flight:")
-    click.echo(f"  official Python 5.x over gRPC  {count / official:9.0f} msg/s   broker CPU "
-               f"{(cpu1 - cpu0) / count * 1e6:6.0f} us/msg (start-up and route look-ups too)")
-    click.echo(f"  our SDK over remoting          {count / sdk:9.0f} msg/s   broker CPU "
+    click.echo(f"  official Python 5.x over gRPC  {count / official:9.0f} msg/s   p50 "
+               f"{official_p50:6.0f} us   broker CPU {(cpu1 - cpu0) / count * 1e6:6.0f} us/msg "
+               "(start-up and route look-ups too)")
+    click.echo(f"  our SDK over remoting          {count / sdk:9.0f} msg/s   p50 "
+               f"{p50_us(sdk_latencies):6.0f} us   broker CPU "
                f"{(cpu2 - cpu1) / count * 1e6:6.0f} us/msg")
 
 
