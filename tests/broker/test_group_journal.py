@@ -140,11 +140,13 @@ async def test_a_change_not_written_in_time_is_answered_not_durable(
 ) -> None:
     m = manager(tmp_path)
     stuck = threading.Event()
+    written = threading.Event()
     real_append = broker.persist.TableJournal.append
 
     def slow_append(journal: broker.persist.TableJournal, data: bytes, count: int) -> None:
         stuck.wait(30)  # a disk that does not answer (released below)
         real_append(journal, data, count)
+        written.set()
 
     monkeypatch.setattr(broker.persist.TableJournal, "append", slow_append)
     writer = JournalWriter(m, Guard(m.log, "persist groups"), TOPIC_DURABLE_TIMEOUT_S, "late")
@@ -156,6 +158,9 @@ async def test_a_change_not_written_in_time_is_answered_not_durable(
         await wait_until(lambda: answers, TOPIC_DURABLE_TIMEOUT_S + 5, "the late answer")
         assert answers == [(False, pytest.approx(TOPIC_DURABLE_TIMEOUT_S, abs=1))]
         stuck.set()
+        # the append runs in real time in its thread while the mock clock jumps: wait
+        # for it in real time, then for the writer to take its answer
+        assert await trio.to_thread.run_sync(written.wait, 30), "the append never finished"
         await wait_until(lambda: m.durable_seq >= seq, 60, "the change on disk")
         nursery.cancel_scope.cancel()
     assert "g" in reload(m).table  # written once the disk answered
