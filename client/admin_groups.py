@@ -57,6 +57,7 @@ _GROUP_OPTIONS = {
     "broker_id": "brokerId",
     "which_broker": "whichBrokerWhenConsumeSlowly",
     "notify_ids_changed": "notifyConsumerIdsChangedEnable",
+    "orderly": "consumeMessageOrderly",
 }
 
 
@@ -105,6 +106,8 @@ def merged_group_config(group: str, current: dict[str, Any] | None,
               default=None, help="Which broker id when consuming slowly.")
 @click.option("-a", "--notifyConsumerIdsChanged", "notify_ids_changed", type=bool, default=None,
               help="Notify the group's consumers when members change (true/false).")
+@click.option("-o", "--consumeMessageOrderly", "orderly", type=bool, default=None,
+              help="A FIFO group: POP and gRPC consumers get each queue in order (true/false).")
 @json_option
 def update_sub_group(namesrv: str, broker_addr: str | None, cluster: str | None, group: str,
                      as_json: bool, **options: Any) -> None:

@@ -21,6 +21,7 @@ _WIRE = {
     "broker_id": "brokerId",
     "which_broker_when_consume_slowly": "whichBrokerWhenConsumeSlowly",
     "notify_consumer_ids_changed_enable": "notifyConsumerIdsChangedEnable",
+    "consume_message_orderly": "consumeMessageOrderly",
 }
 
 
@@ -35,6 +36,9 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    # RocketMQ 5's FIFO group: POP (and gRPC) consumers get a queue's messages one
+    # batch at a time, in order
+    consume_message_orderly: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {_WIRE[f.name]: getattr(self, f.name) for f in fields(self)}

@@ -23,7 +23,8 @@ def test_a_new_group_starts_from_rocketmqs_tool_defaults() -> None:
     assert str(cfg) == (
         "SubscriptionGroupConfig [groupName=g, consumeEnable=true, consumeFromMinEnable=false, "
         "consumeBroadcastEnable=false, retryQueueNums=1, retryMaxTimes=3, brokerId=0, "
-        "whichBrokerWhenConsumeSlowly=1, notifyConsumerIdsChangedEnable=true]")
+        "whichBrokerWhenConsumeSlowly=1, notifyConsumerIdsChangedEnable=true, "
+        "consumeMessageOrderly=false]")
     assert new_group_config("g")["consumeEnable"] is True
 
 
