@@ -262,7 +262,10 @@ class BrokerController:
             send_back_reviver(self.send_service.send_back,
                               lambda off: self.message_store.look_message_by_offset(off)
                               is not None),
-            self.consumer_filter_manager)
+            self.consumer_filter_manager,
+            send_back_reviver(self.send_service.send_back,
+                              lambda off: self.message_store.look_message_by_offset(off)
+                              is not None, dead_letter=True))
         self.pop_runner = PopRunner(self.pop_service, self.pop_log,
                                     checkpoint_bytes=config.pop_log_checkpoint_bytes,
                                     revive_interval_ms=config.revive_interval,

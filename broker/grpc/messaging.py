@@ -37,7 +37,8 @@ The handlers only map (broker/grpc/convert.py) and call the broker's services:
   heart-beats stop. Without a client table (``clients`` None) they answer OK.
 - Telemetry: every ``Settings`` the client sends is answered at once with a
   complete one (publishing: max body size; backoff policy; subscription: receive
-  batch size and long-polling timeout; metrics off).
+  batch size, long-polling timeout, ``fifo`` for a FIFO group (consumeMessageOrderly,
+  whose ReceiveMessage pops orderly: a queue's messages one batch at a time); metrics off).
 - Everything else ends UNIMPLEMENTED with a message saying so.
 
 A response's status lives in its body (20000 OK, 4xxxx the client's fault, 5xxxx
@@ -425,6 +426,11 @@ class MessagingService:
                 await call.send(reply.SerializeToString())
             # thread stack traces and verify results are not asked for: nothing to do
 
+    def fifo_group(self, group: str) -> bool:
+        """Whether ``group`` is a FIFO group (consumeMessageOrderly): its Settings say
+        ``fifo`` and its ReceiveMessage pops orderly (PopService decides by the group)."""
+        return bool(group) and self.pop is not None and self.pop.service.is_orderly(group)
+
     def settings_for(self, given: pb.Settings) -> pb.Settings:
         """A complete Settings for a client's: its own fields echoed, ours filled in."""
         out = pb.Settings()
@@ -441,7 +447,9 @@ class MessagingService:
         if given.WhichOneof("pub_sub") == "subscription":
             out.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
             out.subscription.long_polling_timeout.FromSeconds(LONG_POLLING_TIMEOUT_S)
-            if not given.subscription.HasField("fifo"):
+            if self.fifo_group(given.subscription.group.name):
+                out.subscription.fifo = True
+            elif not given.subscription.HasField("fifo"):
                 out.subscription.fifo = False
         else:
             out.publishing.max_body_size = self.config.max_message_size
