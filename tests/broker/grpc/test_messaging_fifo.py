@@ -1,7 +1,7 @@
 """A FIFO group (consumeMessageOrderly) over gRPC, in process: Telemetry's Settings say
 ``fifo``; ReceiveMessage pops orderly (a queue blocked until its batch is acked, a long
-poll woken when the batch is visible again, delivered again with the next attempt).
-The edge of tests/broker/test_pop_processor.py; a MockClock for the long poll."""
+poll woken when the batch is visible again, delivered again with the next attempt);
+a remoting POP_MESSAGE with ``order=true`` the same. The edge of tests/broker/test_pop_processor.py; a MockClock for the long poll."""
 
 from __future__ import annotations
 
@@ -10,11 +10,16 @@ import trio.testing
 
 from broker.grpc.pb import definition_pb2 as pb
 from broker.grpc.pb import service_pb2 as spb
+from protocol.codes import RequestCode, ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import PopMessageResponseHeader
+from protocol.record import decode_records
 from protocol.subscription_group import SubscriptionGroupConfig
+from tests.broker.fakes import FakeConn
 from tests.broker.grpc.test_clients import consumer_settings
 from tests.broker.grpc.test_messaging_pop import ack, call, messaging, receive, receive_request
 from tests.broker.service.test_pop import GROUP
-from tests.broker.test_pop_processor import Edge
+from tests.broker.test_pop_processor import Edge, handle_cmd, pop_cmd
 from tests.broker.test_pop_processor import edge as edge  # noqa: F401  (the fixture)
 
 
@@ -61,3 +66,38 @@ async def test_receive_of_a_fifo_group_is_one_batch_at_a_time(
     assert [m.system_properties.queue_offset for m in rest] == [2]
     assert [m.system_properties.delivery_attempt for m in rest] == [1]
     assert edge.revived == []  # never through %RETRY%
+
+
+async def test_remoting_pop_with_order_blocks_and_an_ack_wakes_a_held_pop(
+        edge: Edge, mock_clock: trio.testing.MockClock) -> None:
+    """POP_MESSAGE ``order=true`` (a plain group): the queue waits for its batch; the ack
+    that ends the batch wakes a pop held on it (the clock stands still: nothing else
+    could end the poll)."""
+    edge.runner.sync_flush = False  # answers once written: no worker thread to wait for
+    edge.put(3)
+    conn = FakeConn()
+
+    def pop(poll: int = 0) -> RemotingCommand:
+        cmd = pop_cmd(poll)
+        cmd.ext_fields["order"] = "true"
+        cmd.ext_fields["maxMsgNums"] = "2"
+        return cmd
+
+    first = await edge.proc.pop_message(conn, pop())  # type: ignore[arg-type]
+    handles = PopMessageResponseHeader.from_fields(first.ext_fields).receipt_handles.split()
+    assert [m.queue_offset for m in decode_records(first.body)] == [0, 1]
+    answers: list[RemotingCommand] = []
+    async with trio.open_nursery() as nursery:
+        async def held() -> None:
+            answers.append(await edge.proc.pop_message(conn, pop(poll=5_000)))  # type: ignore[arg-type]
+        nursery.start_soon(held)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not answers and edge.runner.held == 1
+        for h in handles:
+            acked = await edge.proc.ack_message(conn, handle_cmd(  # type: ignore[arg-type]
+                RequestCode.ACK_MESSAGE, h))
+            assert acked.code == ResponseCode.SUCCESS
+        await trio.testing.wait_all_tasks_blocked()
+        assert answers, "the held pop was not woken by the ack that ended the batch"
+    (rest,) = answers
+    assert [m.queue_offset for m in decode_records(rest.body)] == [2]
