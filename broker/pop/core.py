@@ -7,6 +7,10 @@ attempt and a generation. Ack deletes the record; change-invisible moves its
 visible time and bumps its generation; the revive loop takes the records whose
 visible time has come (``PopTable.due``, a heap by visible time).
 
+An orderly record (``Inflight.orderly``, a FIFO group's batch) is kept off the
+revive heap: its queue's next pop delivers it again (``PopTable.orderly_batch``,
+broker/service/pop_orderly.py), never the revive loop.
+
 Every change is an *entry* (a small dict, ``pop_entry`` ... ``revive_entry``)
 that the service appends to the log (broker/store/pop_log.py) and applies with
 ``PopTable.apply``: recovery is the same ``apply`` over the log, and a

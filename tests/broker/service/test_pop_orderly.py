@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from broker.pop.core import EntryError, HandleCodec, Inflight, PopTable, pop_entry
+from broker.pop_processor import send_back_reviver
 from broker.service.pop import PopOutcome, PopService, PopStatus, ReviveResult
 from broker.service.pop_orderly import plan_batch, redelivered, with_reconsume_times
+from broker.service.send import SendOutcome, SendStatus
 from broker.store import DefaultMessageStore
 from broker.store.pop_log import decode_frames
+from protocol.headers import ConsumerSendMsgBackRequestHeader
 from protocol.record import decode_record
 from protocol.route import TopicConfig
 from protocol.subscription_group import SubscriptionGroupConfig
@@ -317,3 +320,22 @@ def test_table_keeps_orderly_records_off_the_revive_heap_and_checkpoints_them() 
     bad = dict(old, ord=2)
     with pytest.raises(EntryError):
         PopTable(10, 10).apply(bad)
+
+
+def test_the_brokers_dead_letter_reviver_asks_send_back_for_the_dlq() -> None:
+    asked: list[tuple[ConsumerSendMsgBackRequestHeader, bool]] = []
+    answer = [SendOutcome(SendStatus.OK)]
+
+    def send_back(h: ConsumerSendMsgBackRequestHeader, *, immediate: bool) -> SendOutcome:
+        asked.append((h, immediate))
+        return answer[0]
+
+    dead = send_back_reviver(send_back, lambda off: off != 999, dead_letter=True)
+    retry = send_back_reviver(send_back, lambda off: True)
+    assert dead(rec(0, 5)) is ReviveResult.DONE and retry(rec(0, 5)) is ReviveResult.DONE
+    assert [(h.delay_level, h.offset, h.group, now) for h, now in asked] == [
+        (-1, 100, GROUP, True), (0, 100, GROUP, True)]  # a negative level: %DLQ%
+    answer[0] = SendOutcome(SendStatus.BUSY)
+    assert dead(rec(0, 5)) is ReviveResult.LATER
+    gone = Inflight(GROUP, TOPIC, 0, 1, 999, 5, 3, 0, 0, True)
+    assert dead(gone) is ReviveResult.GONE
