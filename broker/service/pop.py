@@ -298,13 +298,10 @@ class PopService:
         how = self._filter(req)
         if isinstance(how, PopOutcome):
             return how
+        # new records need room; an orderly batch delivered again does not (else a group
+        # at its bound would never get its blocked queues back)
         room = self.table.room(req.group)
-        if room <= 0:
-            return refusal(PopStatus.BUSY,
-                           f"too many messages in flight for group [{req.group}] or on this "
-                           "broker (popInflightMessageThreshold / popInflightTotalThreshold): "
-                           "ack or wait for their invisible time")
-        want = min(req.max_msg_nums, room)
+        want = req.max_msg_nums
         out: list[PoppedMessage] = []
         orderly = req.order or checked.consume_message_orderly
         self._wake_ms = None
@@ -313,8 +310,17 @@ class PopService:
                 break
             if self._pop_orderly(req, checked, topic, queue_id, want - len(out), now_ms, out):
                 continue
-            self._pop_queue(req, topic, queue_id, init_mode, how, want - len(out), now_ms, out,
-                            orderly)
+            if room <= 0:
+                continue
+            before = len(out)
+            self._pop_queue(req, topic, queue_id, init_mode, how, min(want - len(out), room),
+                            now_ms, out, orderly)
+            room -= len(out) - before
+        if not out and self.table.room(req.group) <= 0:
+            return refusal(PopStatus.BUSY,
+                           f"too many messages in flight for group [{req.group}] or on this "
+                           "broker (popInflightMessageThreshold / popInflightTotalThreshold): "
+                           "ack or wait for their invisible time")
         if not out:
             return PopOutcome(PopStatus.NO_MESSAGE, "no new message",
                               pop_time_ms=now_ms, invisible_time_ms=req.invisible_time_ms,

@@ -339,3 +339,13 @@ def test_the_brokers_dead_letter_reviver_asks_send_back_for_the_dlq() -> None:
     assert dead(rec(0, 5)) is ReviveResult.LATER
     gone = Inflight(GROUP, TOPIC, 0, 1, 999, 5, 3, 0, 0, True)
     assert dead(gone) is ReviveResult.GONE
+
+
+def test_a_group_at_its_in_flight_bound_still_gets_its_batches_again(fifo: Fifo) -> None:
+    fifo.svc.table.max_per_group = 2
+    fifo.put(3)
+    first = fifo.svc.pop(req(32, INV, queue_id=0), 0)
+    assert offsets_of(first) == [(0, 0), (0, 1)]  # the bound: two in flight
+    assert fifo.svc.pop(req(32, INV), 1).status is PopStatus.BUSY
+    again = fifo.svc.pop(req(32, INV), INV)  # no new record: not refused BUSY
+    assert offsets_of(again) == [(0, 0), (0, 1)] and again.messages[0].attempt == 2
