@@ -190,9 +190,9 @@ class PushConsumers:
         done = 0
         for t in self.tracker.due(now, RENEWS_PER_PASS):
             done += self._renew(t, now)
+        self.renewed += done
         if done:
             await runner.durable()
-        self.renewed += done
         return done
 
     def _renew(self, t: Tracked, now_ms: int) -> int:

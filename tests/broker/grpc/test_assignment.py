@@ -13,8 +13,15 @@ from broker.grpc.assignment import (
 )
 from broker.grpc.pb import definition_pb2 as pb
 from protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
-from protocol.route import PERM_READ, PERM_RW, PERM_WRITE, BrokerData, QueueData, TopicConfig
-from protocol.route import TopicRouteData
+from protocol.route import (
+    PERM_READ,
+    PERM_RW,
+    PERM_WRITE,
+    BrokerData,
+    QueueData,
+    TopicConfig,
+    TopicRouteData,
+)
 from protocol.subscription_group import SubscriptionGroupConfig
 
 TOPIC = pb.Resource(name="T", resource_namespace="ns")
