@@ -25,6 +25,7 @@ consumer's listener runs (the trio edge of broker/grpc/renewals.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
@@ -53,6 +54,7 @@ log = structlog.get_logger("broker.grpc.push")
 Code = pb.Code
 RENEW_RETRY_MS = 1_000  # a renewal refused for a passing reason is tried again after this
 RENEWS_PER_PASS = 4_096
+MESSAGE_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
 
 
 class GroupLookup(Protocol):
@@ -241,9 +243,11 @@ class PushConsumers:
         if not isinstance(found, Inflight):
             return answer(status=status(POP_CODES[found.status], found.remark or
                                         found.status.value))
+        # the id the client names is kept as the dead letter's ORIGIN_MESSAGE_ID when
+        # it looks like one (it goes into the stored properties)
+        origin = request.message_id if MESSAGE_ID.fullmatch(request.message_id) else None
         header = ConsumerSendMsgBackRequestHeader(
-            offset=found.commit_log_offset, group=group, delay_level=-1,
-            origin_msg_id=request.message_id[:128] or None)
+            offset=found.commit_log_offset, group=group, delay_level=-1, origin_msg_id=origin)
         outcome = self.send_back(header)
         if outcome.waiters:
             outcome = await self.stored(outcome)
