@@ -191,7 +191,12 @@ class PushConsumers:
         now = runner.now_ms()
         done = 0
         for t in self.tracker.due(now, RENEWS_PER_PASS):
-            done += self._renew(t, now)
+            try:
+                done += self._renew(t, now)
+            except Exception as exc:  # this one is no longer renewed; the others are
+                self.tracker.drop(t.key)
+                self.log.error("renewal failed", error=repr(exc), group=t.group,
+                               topic=t.topic, exc_info=exc)
         self.renewed += done
         if done:
             await runner.durable()
