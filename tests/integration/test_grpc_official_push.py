@@ -9,7 +9,11 @@ slow part):
   (read back with our admin SDK by key);
 - a message whose listener runs longer than the invisible duration: not redelivered,
   because the broker renews its invisibility, and its ack (with the handle first given)
-  succeeds.
+  succeeds;
+- meanwhile a second consumer, of a FIFO group (consumeMessageOrderly) on another topic, is
+  told fifo (one assignment per queue): its listener fails a message at every local attempt
+  (the client's own 17, 1 s apart, the message kept invisible by renewals), then the client
+  forwards it with ForwardMessageToDeadLetterQueue into that group's %DLQ%.
 
 Quiet is shown by state, not by sleeping: every queue of the topic and of the group's retry
 topic committed to its end (all acked or dead-lettered) and the DLQ holding the failed
@@ -33,6 +37,8 @@ from tests.waits import routed, wait_until
 SCRIPT = __file__.rsplit("/", 1)[0] + "/rmq5_push_consumer.py"
 TOPIC = "GrpcPushTopic"
 GROUP = "grpc-push-group"
+FIFO_TOPIC = "GrpcPushFifoTopic"
+FIFO_GROUP = "grpc-push-fifo-group"
 PLAIN, FAILING = 20, 2
 SLOW_S = 5  # the listener's time on a slow message: more than twice the invisible duration
 
@@ -49,11 +55,54 @@ async def lag(admin: MQAdmin) -> int | None:
     return sum(r["lag"] for r in rows)
 
 
-async def dlq_count(admin: MQAdmin) -> int:
+async def dlq_count(admin: MQAdmin, group: str = GROUP) -> int:
     try:
-        return sum(q.max_offset for q in await admin.topic_status(dlq_topic(GROUP)))
+        return sum(q.max_offset for q in await admin.topic_status(dlq_topic(group)))
     except MQAdminError:
         return 0
+
+
+class PushProcess:
+    """One official PushConsumer process: the listener's calls as they come."""
+
+    def __init__(self, port: int, topic: str, group: str) -> None:
+        self.args = [RMQ5, SCRIPT, f"127.0.0.1:{port}", topic, group, "--slow-s", str(SLOW_S)]
+        self.events: list[dict[str, Any]] = []
+        self.settings: dict[str, Any] = {}
+        self.ready = trio.Event()
+        self.proc: trio.Process | None = None
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        self.proc = await trio.lowlevel.open_process(
+            [str(a) for a in self.args], stdin=-1, stdout=-1, stderr=-1)  # subprocess.PIPE
+        nursery.start_soon(self._read)
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        buf = b""
+        async for chunk in self.proc.stdout:
+            buf += chunk
+            *whole, buf = buf.split(b"\n")
+            for line in whole:
+                event = json.loads(line)
+                if event.get("ready"):
+                    self.ready.set()
+                elif "body" in event:
+                    self.events.append(event)
+                else:
+                    self.settings.update(event)
+
+    async def stop(self) -> int:
+        assert self.proc is not None and self.proc.stdin is not None
+        await self.proc.stdin.aclose()
+        with trio.fail_after(30):
+            return await self.proc.wait()
+
+    def seen(self) -> dict[str, list[tuple[int, str]]]:
+        out: dict[str, list[tuple[int, str]]] = {}
+        for e in self.events:
+            out.setdefault(e["body"], []).append((e["attempt"], e["result"]))
+        return out
 
 
 async def test_official_push_consumer_consumes_retries_dead_letters_and_is_renewed(
@@ -69,56 +118,41 @@ async def test_official_push_consumer_consumes_retries_dead_letters_and_is_renew
                             renewAheadTimeMillis=1000, renewSliceTimeMillis=2000,
                             renewSchedulePeriodMillis=200)
     async with MQAdmin(ns.addr) as admin:
-        await admin.create_topic(TOPIC, broker_addr=broker.addr, read_queue_nums=2,
-                                 write_queue_nums=2)
-        await wait_until(routed(admin, TOPIC), 10, "topic routed")
-        events: list[dict[str, Any]] = []
-        settings: dict[str, Any] = {}
+        for topic in (TOPIC, FIFO_TOPIC):
+            await admin.create_topic(topic, broker_addr=broker.addr, read_queue_nums=2,
+                                     write_queue_nums=2)
+            await wait_until(routed(admin, topic), 10, "topic routed")
+        await admin.update_subscription_group(broker.addr, {
+            "groupName": FIFO_GROUP, "retryMaxTimes": 2, "consumeMessageOrderly": True})
+        normal = PushProcess(port, TOPIC, GROUP)
+        fifo = PushProcess(port, FIFO_TOPIC, FIFO_GROUP)
         async with trio.open_nursery() as nursery:
-            proc = await trio.lowlevel.open_process(
-                [RMQ5, SCRIPT, f"127.0.0.1:{port}", TOPIC, GROUP, "--slow-s", str(SLOW_S)],
-                stdin=-1, stdout=-1, stderr=-1)  # subprocess.PIPE
-            ready = trio.Event()
-
-            async def read_events() -> None:
-                assert proc.stdout is not None
-                buf = b""
-                async for chunk in proc.stdout:
-                    buf += chunk
-                    *whole, buf = buf.split(b"\n")
-                    for line in whole:
-                        event = json.loads(line)
-                        if event.get("ready"):
-                            ready.set()
-                        elif "body" in event:
-                            events.append(event)
-                        else:
-                            settings.update(event)
-            nursery.start_soon(read_events)
+            await normal.run(nursery)
+            await fifo.run(nursery)
             with trio.fail_after(30):
-                await ready.wait()
+                await normal.ready.wait()
+                await fifo.ready.wait()
             async with Producer("grpc-push-producer", ns.addr) as p:
-                bodies = ([f"plain-{i}" for i in range(PLAIN)]
-                          + [f"fail-{i}" for i in range(FAILING)] + ["slow-0"])
-                for body in bodies:
-                    r = await p.send(Message(TOPIC, body.encode(), keys=body))
+                bodies = ([(TOPIC, f"plain-{i}") for i in range(PLAIN)]
+                          + [(TOPIC, f"fail-{i}") for i in range(FAILING)] + [(TOPIC, "slow-0")]
+                          + [(FIFO_TOPIC, "fail-fifo"), (FIFO_TOPIC, "plain-fifo")])
+                for topic, body in bodies:
+                    r = await p.send(Message(topic, body.encode(), keys=body))
                     assert r.send_status == SendStatus.SEND_OK
-            await wait_until(lambda: dlq_count(admin), 40, "the failing messages dead-lettered")
-            await wait_until(lambda: _settled(admin), 30, "every message acked or dead-lettered")
-            assert proc.stdin is not None
-            await proc.stdin.aclose()
-            with trio.fail_after(30):
-                await proc.wait()
+            await wait_until(lambda: _settled(admin), 40, "every message acked or dead-lettered")
+            await wait_until(lambda: dlq_count(admin, FIFO_GROUP), 40,
+                             "the FIFO consumer's failed message forwarded to its DLQ")
+            assert await normal.stop() == 0
+            assert await fifo.stop() == 0
             nursery.cancel_scope.cancel()
         dead = [m.body for m in await admin.query_by_key(dlq_topic(GROUP), "fail-0")
                 + await admin.query_by_key(dlq_topic(GROUP), "fail-1")]
         assert sorted(dead) == [b"fail-0", b"fail-1"]
         assert await dlq_count(admin) == FAILING
-    assert proc.returncode == 0
-    assert settings == {"fifo": False}
-    seen: dict[str, list[tuple[int, str]]] = {}
-    for e in events:
-        seen.setdefault(e["body"], []).append((e["attempt"], e["result"]))
+        (forwarded,) = await admin.query_by_key(dlq_topic(FIFO_GROUP), "fail-fifo")
+        assert forwarded.body == b"fail-fifo" and await dlq_count(admin, FIFO_GROUP) == 1
+    assert normal.settings == {"fifo": False}
+    seen = normal.seen()
     for i in range(PLAIN):  # each once, at the first attempt
         assert seen[f"plain-{i}"] == [(1, "SUCCESS")]
     for i in range(FAILING):  # again and again, then the DLQ: retryMaxTimes 2 + 1 attempts
@@ -127,6 +161,12 @@ async def test_official_push_consumer_consumes_retries_dead_letters_and_is_renew
     assert seen["slow-0"] == [(1, "SUCCESS")]
     assert set(seen) == {f"plain-{i}" for i in range(PLAIN)} | \
         {f"fail-{i}" for i in range(FAILING)} | {"slow-0"}
+    # the FIFO consumer: its local attempts all at delivery attempt 1 (never redelivered),
+    # then forwarded; the other message consumed once
+    assert fifo.settings == {"fifo": True}
+    ordered = fifo.seen()
+    assert ordered["plain-fifo"] == [(1, "SUCCESS")]
+    assert ordered["fail-fifo"] == [(1, "FAILURE")] * 17
 
 
 async def _settled(admin: MQAdmin) -> bool:
