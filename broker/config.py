@@ -255,6 +255,19 @@ class BrokerConfig(PropertiesConfig):
     # a gRPC send whose message type is not its topic's message.type attribute is
     # refused (RocketMQ 5 proxy's enableTopicMessageTypeCheck; docs/grpc.md)
     enable_topic_message_type_check: bool = True
+    # push consumers over gRPC (docs/grpc.md): a receive with auto_renew is
+    # invisible this long, and renewed while the client consumes: within
+    # renewAheadTimeMillis of its end, by renewSliceTimeMillis, for at most
+    # renewMaxTimeMillis in all (RocketMQ 5 proxy's keys); a pass every
+    # renewSchedulePeriodMillis; at most renewMaxHandlesPerClient handles of one
+    # client and renewMaxHandles in all are renewed (past them: the oldest stop)
+    default_invisible_time_mills: int = 60_000
+    renew_ahead_time_millis: int = 10_000
+    renew_slice_time_millis: int = 60_000
+    renew_max_time_millis: int = 3 * 3600 * 1000
+    renew_schedule_period_millis: int = 5_000
+    renew_max_handles_per_client: int = 10_000
+    renew_max_handles: int = 200_000
     ha_send_heartbeat_interval: int = 5000  # ms: a slave reports its offset at least this often
     ha_housekeeping_interval: int = 20_000  # ms of silence after which an HA connection closes
     ha_transfer_batch_size: int = 32 * KiB  # most commit-log bytes in one transfer
@@ -377,9 +390,18 @@ class BrokerConfig(PropertiesConfig):
                            ("popInflightTotalThreshold", self.pop_inflight_total_threshold),
                            ("maxPopPollingSize", self.max_pop_polling_size),
                            ("reviveInterval", self.revive_interval),
-                           ("popLogCheckpointBytes", self.pop_log_checkpoint_bytes)):
+                           ("popLogCheckpointBytes", self.pop_log_checkpoint_bytes),
+                           ("renewAheadTimeMillis", self.renew_ahead_time_millis),
+                           ("renewMaxTimeMillis", self.renew_max_time_millis),
+                           ("renewSchedulePeriodMillis", self.renew_schedule_period_millis),
+                           ("renewMaxHandlesPerClient", self.renew_max_handles_per_client),
+                           ("renewMaxHandles", self.renew_max_handles)):
             if value <= 0:
                 raise ConfigError(f"{key} must be positive, not {value}")
+        if self.renew_slice_time_millis <= self.renew_ahead_time_millis:
+            raise ConfigError("renewSliceTimeMillis must be longer than renewAheadTimeMillis")
+        if not 1_000 <= self.default_invisible_time_mills <= 12 * 3600 * 1000:
+            raise ConfigError("defaultInvisibleTimeMills must be within 1000..43200000 ms")
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")

@@ -104,6 +104,7 @@ from protocol.trio.service import Guard, describe
 
 if TYPE_CHECKING:
     from broker.grpc.clients import GrpcClients
+    from broker.grpc.push import PushConsumers
     from broker.grpc.server import GrpcServer
 
 HOUSEKEEPING_INTERVAL_S = 10.0
@@ -232,6 +233,7 @@ class BrokerController:
         # RocketMQ 5 clients (gRPC) in the same tables, by their client id's
         # session: made with the gRPC server (enableGrpc)
         self.grpc_clients: GrpcClients | None = None
+        self.grpc_push: PushConsumers | None = None  # push consumers' renewals (enableGrpc)
         self.ops_service = OpsService(
             stats=self.stats, offsets=self.consumer_offset_manager,
             topics=self.topic_config_manager, consumers=self.consumer_manager,
@@ -844,6 +846,8 @@ class BrokerController:
                     if self.grpc_server is not None:
                         # bound before the first registration, which carries its port
                         self.outer_api.grpc_port = await nursery.start(self.grpc_server.run)
+                        assert self.grpc_push is not None
+                        await nursery.start(self.grpc_push.run)
                     self._serving = nursery
                     if controlled:
                         # the role's services and the registrations start once the
@@ -931,10 +935,14 @@ class BrokerController:
             return await self.outer_api.topic_route(topic)
 
         self.grpc_clients = GrpcClients(self.client_service)
+        groups = self.subscription_group_manager
         messaging = MessagingService(self.config, self.send_service, self.topic_config_manager,
                                      endpoint=endpoint, on_topics_changed=self.trigger_register,
                                      routes=routes, pop=self.pop_processor,
-                                     clients=self.grpc_clients)
+                                     clients=self.grpc_clients,
+                                     groups=lambda name: groups.table.get(name),
+                                     send_back=self.send_service.send_back)
+        self.grpc_push = messaging.push
         app = GrpcApp(messaging.methods(),
                       max_message_bytes=self.config.grpc_max_inbound)
         return GrpcServer(app, self.listen_host, self.config.grpc_listen_port)

@@ -502,6 +502,11 @@ class PopService:
                                  "the newest handle")
         return rec
 
+    def find(self, group: str, topic: str, handle: str) -> Inflight | HandleOutcome:
+        """The in-flight record a handle names, or why it names none (as an
+        ack would refuse it)."""
+        return self._find(group, topic, handle)
+
     def ack(self, group: str, topic: str, handle: str) -> HandleOutcome:
         found = self._find(group, topic, handle)
         if isinstance(found, HandleOutcome):
