@@ -10,11 +10,15 @@ import pytest
 import trio
 import trio.testing
 
+from broker.config import BrokerConfig
 from broker.controller import BrokerController
 from broker.grpc.clients import GrpcClients
 from broker.grpc.convert import Refusal
+from broker.grpc.framing import encode_message
+from broker.grpc.messaging import SERVICE, MessagingService
 from broker.grpc.pb import definition_pb2 as pb
 from broker.grpc.pb import service_pb2 as spb
+from broker.grpc.server import GrpcApp
 from broker.grpc.telemetry import TelemetryOutbox
 from broker.grpc.transactions import (
     END_CODES,
@@ -33,8 +37,10 @@ from protocol.headers import CheckTransactionStateRequestHeader, SendMessageRequ
 from protocol.message import PROPERTY_UNIQ_KEY, MessageExt, string_to_properties
 from protocol.record import encode_msg_id, pack_host
 from protocol.route import TopicConfig
-from tests.broker.grpc.test_clients import broker, producer_settings  # noqa: F401
-from tests.broker.grpc.test_messaging import FakeSend, call, service
+from tests.broker.grpc.test_clients import World as ClientsWorld
+from tests.broker.grpc.test_clients import broker, producer_settings, w  # noqa: F401
+from tests.broker.grpc.test_messaging import FakeSend, FakeTopics, call, service
+from tests.broker.grpc.test_server import Exchange
 from tests.broker.service.test_transactions import GROUP, World
 
 STORE_HOST = "10.0.0.9:10911"
@@ -91,12 +97,12 @@ def test_end_request_validates_before_the_store_is_read() -> None:
 
 
 def test_end_transaction_through_the_transaction_service() -> None:
-    w = World()
-    qo, clo = w.prepared(0, 500, **{PROPERTY_UNIQ_KEY: "ID1"})
+    world = World()
+    qo, clo = world.prepared(0, 500, **{PROPERTY_UNIQ_KEY: "ID1"})
     token = transaction_token(clo, qo)
 
     def code(req: spb.EndTransactionRequest) -> int:
-        return end_transaction(w.svc, req, "10.0.0.2:5").status.code
+        return end_transaction(world.svc, req, "10.0.0.2:5").status.code
 
     # hostile or mistaken: nothing is written
     assert code(request(transaction_token(clo + 1, qo))) == pb.INVALID_TRANSACTION_ID
@@ -105,16 +111,16 @@ def test_end_transaction_through_the_transaction_service() -> None:
     assert code(request(token, topic="other")) == pb.INVALID_TRANSACTION_ID
     assert code(request(token, resolution=9)) == pb.BAD_REQUEST
     assert code(request(token, resolution=0)) == pb.OK  # unknown: asked later
-    assert w.store.writes == []
+    assert world.store.writes == []
     # a commit: the message and its op record in one write; again: nothing changes
-    answer = end_transaction(w.svc, request(token), "10.0.0.2:5")
-    assert answer.status.code == pb.OK and len(w.store.writes) == 1
-    assert [m.topic for m in w.store.writes[0]] == ["orders", "RMQ_SYS_TRANS_OP_HALF_TOPIC"]
+    answer = end_transaction(world.svc, request(token), "10.0.0.2:5")
+    assert answer.status.code == pb.OK and len(world.store.writes) == 1
+    assert [m.topic for m in world.store.writes[0]] == ["orders", "RMQ_SYS_TRANS_OP_HALF_TOPIC"]
     assert code(request(token, source=pb.SOURCE_SERVER_CHECK)) == pb.OK
-    assert len(w.store.writes) == 1
-    rolled = end_transaction(w.svc, request(token, resolution=pb.ROLLBACK), "h").status
+    assert len(world.store.writes) == 1
+    rolled = end_transaction(world.svc, request(token, resolution=pb.ROLLBACK), "h").status
     assert rolled.code == pb.PRECONDITION_FAILED and "committed" in rolled.message
-    w.role.is_slave = True
+    world.role.is_slave = True
     assert code(request(token)) == pb.FORBIDDEN
 
 
@@ -241,3 +247,29 @@ def test_the_broker_asks_a_grpc_producer_on_its_stream(broker: BrokerController 
     clients.attach("p1", TelemetryOutbox())
     clients.terminate("p1")
     assert broker.ask_producer("Orders", build) is Asked.NO_PRODUCER
+
+
+async def test_a_telemetry_stream_carries_commands_while_it_is_open(w: ClientsWorld  # noqa: F811
+                                                                    ) -> None:
+    svc = MessagingService(BrokerConfig(broker_name="broker-a"), FakeSend(),  # type: ignore[arg-type]
+                           FakeTopics(), endpoint=lambda: ("10.1.2.3", 8081),
+                           on_topics_changed=lambda: None, clients=w.clients)
+    settings = spb.TelemetryCommand(settings=producer_settings("Orders"))
+    ex = Exchange([{"type": "http.request", "more_body": True,
+                    "body": encode_message(settings.SerializeToString())}])
+    scope = {"type": "http", "http_version": "2", "method": "POST",
+             "path": f"/{SERVICE}/Telemetry", "client": ("10.9.9.9", 4000),
+             "headers": [(b"content-type", b"application/grpc"), (b"x-mq-client-id", b"p1")]}
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(GrpcApp(svc.methods()), scope, ex.receive, ex.send)
+        await trio.testing.wait_all_tasks_blocked()
+        outbox = w.clients.sessions["p1"].outbox
+        assert outbox is not None  # the stream is open: the client can be reached
+        assert outbox.offer(recover_command(check_request()))
+        await trio.testing.wait_all_tasks_blocked()
+        answers = [spb.TelemetryCommand.FromString(m) for m in ex.messages()]
+        assert [a.WhichOneof("command") for a in answers] == [
+            "settings", "recover_orphaned_transaction_command"]
+        ex.disconnect.set()  # the client goes away
+    assert w.clients.sessions["p1"].outbox is None and outbox.closed
+    assert not outbox.offer(recover_command(check_request()))
