@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from broker.config import BrokerConfig
 from broker.controller import BrokerController
@@ -67,6 +69,15 @@ def test_the_token_names_both_offsets_and_nothing_else_parses() -> None:
         assert parse_token(bad) is None, bad
     with pytest.raises(ValueError):
         transaction_token(-1, 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1), st.text(max_size=40))
+def test_tokens_round_trip_and_any_text_parses_or_is_refused(clo: int, qo: int, text: str
+                                                             ) -> None:
+    assert parse_token(transaction_token(clo, qo)) == (clo, qo)
+    got = parse_token(text)
+    assert got is None or transaction_token(*got) == text
 
 
 # ---- EndTransaction ---------------------------------------------------------------------
