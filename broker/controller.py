@@ -941,7 +941,8 @@ class BrokerController:
                                      routes=routes, pop=self.pop_processor,
                                      clients=self.grpc_clients,
                                      groups=lambda name: groups.table.get(name),
-                                     send_back=self.send_service.send_back)
+                                     send_back=self.send_service.send_back,
+                                     transactions=self.end_transaction_service)
         self.grpc_push = messaging.push
         app = GrpcApp(messaging.methods(),
                       max_message_bytes=self.config.grpc_max_inbound)
@@ -1062,21 +1063,29 @@ class BrokerController:
         await self.apply_runtime_config({"haDiscardLog": "false"})
 
     def ask_producer(self, group: str, build: Callable[[], CheckRequest]) -> Asked:
-        """Send CHECK_TRANSACTION_STATE (the request ``build`` makes) to one
-        live producer of ``group`` that reads what it is sent. BUSY (nothing
-        sent) when every producer of the group that could be asked is owed
-        more than the write high-water mark: the check is asked again next
+        """Ask one live producer of ``group`` that reads what it is sent about a
+        transaction (the request ``build`` makes): a remoting producer with
+        CHECK_TRANSACTION_STATE, a gRPC producer with a
+        RecoverOrphanedTransactionCommand on its open Telemetry stream
+        (broker/grpc/transactions.py). BUSY (nothing sent) when every producer
+        of the group that could be asked is owed more than the write high-water
+        mark (gRPC: its stream's outbox is full): the check is asked again next
         pass instead of queueing without bound for a producer that reads
-        nothing. With ACL, only a producer whose heart-beat's account may PUB
-        on the half message's topic is asked: joining a producer group takes
-        no right, hearing its checks (the message's body) and answering them
-        does."""
-        conns = [c for c in self.producer_manager.connections(group)
-                 if not c.closed and not isinstance(c, SessionChannel)]  # gRPC: not called
-        if not conns:
+        nothing. With ACL, only a remoting producer whose heart-beat's account
+        may PUB on the half message's topic is asked: joining a producer group
+        takes no right, hearing its checks (the message's body) and answering
+        them does; gRPC producers are then never asked (no account is verified
+        over gRPC)."""
+        members = [c for c in self.producer_manager.connections(group) if not c.closed]
+        conns = [c for c in members if not isinstance(c, SessionChannel)]
+        streams = []
+        if self.grpc_clients is not None and not self.acl_check.enabled:
+            streams = self.grpc_clients.outboxes(members)
+        if not conns and not streams:
             return Asked.NO_PRODUCER
         ready = [c for c in conns if c.takes_requests]
-        if not ready:
+        open_streams = [o for o in streams if o.has_room()]
+        if not ready and not open_streams:
             return Asked.BUSY
         request = build()
         needs = [Need(request.topic or RMQ_SYS_TRANS_HALF_TOPIC, Perm.PUB)]
@@ -1085,11 +1094,16 @@ class BrokerController:
             return self.acl_check.connection_may(c, RequestCode.CHECK_TRANSACTION_STATE, needs)
 
         allowed = [c for c in ready if may(c)]
-        if not allowed:
-            return Asked.BUSY if any(may(c) for c in conns) else Asked.NO_PRODUCER
+        if not allowed and not open_streams:
+            return Asked.BUSY if streams or any(may(c) for c in conns) else Asked.NO_PRODUCER
+        pick = random.randrange(len(allowed) + len(open_streams))
+        if pick >= len(allowed):
+            from broker.grpc.transactions import recover_command
+            outbox = open_streams[pick - len(allowed)]
+            return Asked.SENT if outbox.offer(recover_command(request)) else Asked.BUSY
         cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE,
                                       request.header.to_fields(), request.body, oneway=True)
-        return Asked.SENT if random.choice(allowed).offer(cmd) else Asked.BUSY
+        return Asked.SENT if allowed[pick].offer(cmd) else Asked.BUSY
 
     def _on_connection_closed(self, conn: RemotingConnection) -> None:
         self.client_service.channel_closed(conn)

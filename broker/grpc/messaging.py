@@ -44,6 +44,14 @@ The handlers only map (broker/grpc/convert.py) and call the broker's services:
   consumer's invisibility (a ReceiveMessage with ``auto_renew``; AckMessage and
   ChangeInvisibleDuration act on the newest handle of a renewed message): see
   broker/grpc/push.py.
+- Telemetry streams: while one is open the client's session holds its outbox
+  (broker/grpc/telemetry.py, bounded): a transaction check reaches a gRPC
+  producer there as a ``RecoverOrphanedTransactionCommand``.
+- Transactions (broker/grpc/transactions.py): a TRANSACTION message is stored
+  as a half message of the producer group named after its topic, its answer's
+  ``transaction_id`` saying where it is; EndTransaction commits, rolls back or
+  notes "unknown" through TransactionService, as END_TRANSACTION does (without
+  a ``transactions`` service: UNIMPLEMENTED).
 - Everything else ends UNIMPLEMENTED with a message saying so.
 
 A response's status lives in its body (20000 OK, 4xxxx the client's fault, 5xxxx
@@ -82,12 +90,16 @@ from broker.grpc.pb import definition_pb2 as pb
 from broker.grpc.pb import service_pb2 as spb
 from broker.grpc.push import GroupLookup, PushConsumers, SendBack
 from broker.grpc.server import Call, Handler, Method
+from broker.grpc.telemetry import TelemetryOutbox
+from broker.grpc.transactions import end_transaction, transaction_token
 from broker.pop_processor import PopMessageProcessor
 from broker.service.pop import MAX_INVISIBLE_MS, MIN_INVISIBLE_MS, PopRequest, PopStatus
 from broker.service.send import STORE_STATUS, UNKNOWN_STORE_STATUS, SendOutcome, SendService
+from broker.service.transactions import TransactionService
 from broker.store.offset_waiters import AllDone
 from broker.topic_validator import check_user_topic
 from protocol.names import InvalidNameError
+from protocol.record import decode_msg_id
 from protocol.route import TopicConfig, TopicRouteData
 from protocol.subscription_group import SubscriptionGroupConfig
 from protocol.topic_attributes import topic_message_type, type_conflict
@@ -120,7 +132,6 @@ NOT_YET = {
     "UpdateOffset": "UpdateOffset is not served over gRPC yet",
     "GetOffset": "GetOffset is not served over gRPC yet",
     "QueryOffset": "QueryOffset is not served over gRPC yet",
-    "EndTransaction": "transactions (EndTransaction) are not served over gRPC yet",
     "RecallMessage": "RecallMessage is not supported",
     "SyncLiteSubscription": "lite topics (SyncLiteSubscription) are not supported",
 }
@@ -152,11 +163,13 @@ class MessagingService:
                  clients: GrpcClients | None = None,
                  groups: GroupLookup | None = None,
                  send_back: SendBack | None = None,
+                 transactions: TransactionService | None = None,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.config = config
         self.routes = routes
         self.pop = pop
         self.clients = clients
+        self.transactions = transactions
         self.send_service = send
         self.topics = topics
         self.endpoint = endpoint
@@ -194,6 +207,12 @@ class MessagingService:
                                              self.push.forward_to_dlq))
         else:
             table[name] = Method(_unimplemented(f"{name} is not served by this broker"))
+        if self.transactions is not None:
+            table["EndTransaction"] = Method(
+                self._unary(spb.EndTransactionRequest, self.end_transaction))
+        else:
+            table["EndTransaction"] = Method(_unimplemented(
+                "transactions (EndTransaction) are not served by this broker"))
         for name, why in NOT_YET.items():
             table[name] = Method(_unimplemented(why))
         return {f"/{SERVICE}/{name}": m for name, m in table.items()}
@@ -312,6 +331,8 @@ class MessagingService:
         code = SEND_CODES.get(outcome.status, Code.INTERNAL_SERVER_ERROR)
         if code != Code.OK:
             return spb.SendResultEntry(status=status(code, outcome.remark or outcome.status.value))
+        if item.message_type == pb.TRANSACTION:
+            outcome.transaction_id = half_token(outcome)
         return spb.SendResultEntry(status=status(Code.OK), message_id=item.message_id,
                                    transaction_id=outcome.transaction_id or "",
                                    offset=outcome.queue_offset)
@@ -444,6 +465,34 @@ class MessagingService:
             self.push.stream_closed(call.client_id)
 
     async def _telemetry(self, call: Call) -> None:
+        """Settings answered at once; what the broker sends unasked (a transaction
+        check) written from the stream's outbox, which the client's session holds
+        while the stream is open."""
+        outbox = TelemetryOutbox()
+        lock = trio.Lock()  # the settings answers and the outbox's commands, one at a time
+
+        async def write(payload: bytes) -> None:
+            async with lock:
+                await call.send(payload)
+
+        refused: GrpcError | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(outbox.pump, write)
+                try:
+                    await self._telemetry_commands(call, outbox, write)
+                except GrpcError as exc:
+                    refused = exc
+                nursery.cancel_scope.cancel()
+        finally:
+            outbox.close()
+            if self.clients is not None:
+                self.clients.detach(call.client_id, outbox)
+        if refused is not None:
+            raise refused
+
+    async def _telemetry_commands(self, call: Call, outbox: TelemetryOutbox,
+                                  write: Callable[[bytes], Awaitable[None]]) -> None:
         while True:
             payload = await call.recv()
             if payload is None:
@@ -455,10 +504,19 @@ class MessagingService:
                 if self.clients is not None:
                     code, remark = self.clients.settings(call.client_id, call.peer,
                                                          command.settings, trio.current_time())
+                    if code == Code.OK:
+                        self.clients.attach(call.client_id, outbox)
                 reply = spb.TelemetryCommand(status=status(code, remark),
                                              settings=self.settings_for(command.settings))
-                await call.send(reply.SerializeToString())
+                await write(reply.SerializeToString())
             # thread stack traces and verify results are not asked for: nothing to do
+
+    # ---- transactions -----------------------------------------------------------------
+
+    def end_transaction(self, request: spb.EndTransactionRequest, call: Call
+                        ) -> spb.EndTransactionResponse:
+        assert self.transactions is not None
+        return end_transaction(self.transactions, request, call.peer or "0.0.0.0:0")
 
     def settings_for(self, given: pb.Settings) -> pb.Settings:
         """A complete Settings for a client's: its own fields echoed, ours filled in."""
@@ -498,6 +556,14 @@ def others_queues(route: TopicRouteData, topic: str, own_broker: str,
     for b in route_brokers(route, topic, own_broker):
         out += message_queues(b.config, b.broker_name, b.broker_id, b.host, b.port, namespace)
     return out
+
+
+def half_token(outcome: SendOutcome) -> str:
+    """A stored half message's transaction id for its gRPC producer: where it is
+    (broker/grpc/transactions.py)."""
+    assert outcome.msg_id is not None
+    _store, commit_log_offset = decode_msg_id(outcome.msg_id)
+    return transaction_token(commit_log_offset, outcome.queue_offset)
 
 
 async def _stored(outcome: SendOutcome) -> SendOutcome:
