@@ -44,6 +44,12 @@ class FakeClients:
                  ) -> tuple[int, str]:
         return pb.OK, "OK"
 
+    def attach(self, client_id: str, outbox: object) -> None:
+        pass
+
+    def detach(self, client_id: str, outbox: object) -> None:
+        pass
+
 
 def messaging(e: Edge | None = None, *, groups: dict[str, SubscriptionGroupConfig] | None = None,
               route: TopicRouteData | None = None, clients: FakeClients | None = None,
