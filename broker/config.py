@@ -326,6 +326,9 @@ class BrokerConfig(PropertiesConfig):
     # signatures bound to their request code and time (docs/security/signature-binding.md):
     # a bound signature's time must be within this many ms of the clock, either way
     acl_signature_window: int = 60_000
+    # gRPC (RocketMQ 5 clients, docs/grpc.md): a signed call's x-mq-date-time must be
+    # within this many ms of the broker's clock, either way
+    acl_grpc_date_time_window: int = 900_000
     # true: every signed request needs the binding, not only admin and destructive ones
     # (RocketMQ's own clients, which do not bind, are then refused)
     acl_strict_signature: bool = False
@@ -467,7 +470,8 @@ class BrokerConfig(PropertiesConfig):
         if self.acl_reload_interval <= 0:
             raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
         for key, value in (("aclSignatureWindow", self.acl_signature_window),
-                           ("aclReplayCacheSize", self.acl_replay_cache_size)):
+                           ("aclReplayCacheSize", self.acl_replay_cache_size),
+                           ("aclGrpcDateTimeWindow", self.acl_grpc_date_time_window)):
             if value <= 0:
                 raise ConfigError(f"{key} must be positive, not {value}")
         problem = pre_auth_problem(self)
@@ -485,9 +489,6 @@ class BrokerConfig(PropertiesConfig):
                 self.max_message_size < self.grpc_max_inbound_message_size <= 1024 * MiB):
             raise ConfigError("grpcMaxInboundMessageSize must be 0 (automatic) or larger than "
                               "maxMessageSize and at most 1 GiB")
-        if self.enable_grpc and self.acl_enable:
-            raise ConfigError("enableGrpc with aclEnable: the gRPC endpoint does not check "
-                              "ACL yet, so it would let anyone in; turn one off")
         if not 0 <= self.ha_listen_port <= 65535:
             raise ConfigError("haListenPort must be within 1..65535 (0: listenPort + 1)")
         if self.listen_port and self.ha_port == self.listen_port:

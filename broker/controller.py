@@ -922,6 +922,7 @@ class BrokerController:
         its endpoint is brokerIP1 and the port it is bound to."""
         require_grpc()
         from broker.grpc.clients import GrpcClients
+        from broker.grpc.guard import GrpcGuard
         from broker.grpc.messaging import MessagingService
         from broker.grpc.server import GrpcApp, GrpcServer
 
@@ -944,9 +945,14 @@ class BrokerController:
                                      send_back=self.send_service.send_back,
                                      transactions=self.end_transaction_service)
         self.grpc_push = messaging.push
-        app = GrpcApp(messaging.methods(),
+        acl_file = self.acl_file
+        guard = GrpcGuard(None if acl_file is None else (lambda: acl_file.config),
+                          window_ms=self.config.acl_grpc_date_time_window,
+                          on_refusal=self.stats.record_acl_refusal)
+        app = GrpcApp(guard.guard_methods(messaging.methods()),
                       max_message_bytes=self.config.grpc_max_inbound)
-        return GrpcServer(app, self.listen_host, self.config.grpc_listen_port)
+        return GrpcServer(app, self.listen_host, self.config.grpc_listen_port,
+                          tls=self.config.server_tls())
 
     @property
     def grpc_port(self) -> int | None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Protocol
@@ -50,6 +51,7 @@ from broker.grpc.framing import (
     status_trailers,
 )
 from broker.grpc.h2_server import H2GrpcConnection
+from protocol.trio.tls import DISABLED, ServerTls, accept
 
 log = structlog.get_logger("broker.grpc")
 
@@ -62,6 +64,10 @@ MAX_HEADER_LIST_BYTES = 65536
 # request bytes a call (stream) or a connection may have sent that the app has not read
 STREAM_WINDOW = 1024 * 1024
 CONNECTION_WINDOW = 4 * 1024 * 1024
+# a new connection's first byte (TLS's or HTTP/2's preface) and TLS handshake must come
+# within these (the remoting port's handshake bound); a silent peer is dropped
+FIRST_BYTE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class Requests(Protocol):
@@ -377,6 +383,16 @@ def send_body(send: Any) -> Callable[[bytes], Awaitable[None]]:
     return send_message
 
 
+def tls_context(tls: ServerTls) -> ssl.SSLContext | None:
+    """The gRPC port's SSLContext (None: no TLS offered): the remoting ports' certificate
+    settings, with ALPN offering HTTP/2 (gRPC clients refuse a TLS server that does not
+    select ``h2``). Raises TlsConfigError for settings that cannot work."""
+    ctx = tls.context()
+    if ctx is not None:
+        ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
 def method_known(app: GrpcApp, path: str) -> bool:
     return path in app.methods
 
@@ -387,13 +403,19 @@ class GrpcServer:
     end before their connections are closed."""
 
     def __init__(self, app: GrpcApp, host: str, port: int, *,
-                 idle_timeout_s: float = 120.0, grace_s: float = 2.0) -> None:
+                 idle_timeout_s: float = 120.0, grace_s: float = 2.0,
+                 tls: ServerTls | None = None,
+                 first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S) -> None:
         self.app = app
         self.host = host
         self.port = port
         self.idle_timeout_s = idle_timeout_s
         self.grace_s = grace_s
         self.connections = 0
+        self.refused = 0  # connections closed before HTTP/2: plain on enforcing, bad TLS, silent
+        self.tls = tls if tls is not None else ServerTls(mode=DISABLED)
+        self.first_byte_timeout_s = first_byte_timeout_s
+        self._ssl_context = tls_context(self.tls)
         self._stop = trio.Event()
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -418,8 +440,18 @@ class GrpcServer:
             server = stream.socket.getsockname()[:2]
         except OSError:
             return
+        peer = f"{client[0]}:{client[1]}"
+        served: trio.abc.Stream | None = stream
+        if self._ssl_context is not None:
+            served = await accept(stream, self.tls, self._ssl_context, peer=peer,
+                                  first_byte_timeout=self.first_byte_timeout_s,
+                                  handshake_timeout=HANDSHAKE_TIMEOUT_S, max_frame_size=0,
+                                  answer_plain=False)
+            if served is None:
+                self.refused += 1
+                return
         conn = H2GrpcConnection(
-            self.app, stream, max_streams=MAX_CONCURRENT_CALLS,
+            self.app, served, max_streams=MAX_CONCURRENT_CALLS,
             max_header_list_size=MAX_HEADER_LIST_BYTES, stream_window=STREAM_WINDOW,
             connection_window=CONNECTION_WINDOW, idle_timeout_s=self.idle_timeout_s,
             client=(client[0], client[1]), server=(server[0], server[1]))
