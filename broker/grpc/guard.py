@@ -49,7 +49,7 @@ def resources(message: Message) -> Iterator[pb.Resource]:
     for field, value in message.ListFields():
         if field.message_type is None:
             continue
-        items = value if field.label == field.LABEL_REPEATED else (value,)
+        items = value if field.is_repeated else (value,)
         if field.message_type is _RESOURCE:
             yield from items
         elif field.message_type.GetOptions().map_entry:

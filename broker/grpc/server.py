@@ -441,15 +441,16 @@ class GrpcServer:
         except OSError:
             return
         peer = f"{client[0]}:{client[1]}"
-        served: trio.abc.Stream | None = stream
+        served: trio.abc.Stream = stream
         if self._ssl_context is not None:
-            served = await accept(stream, self.tls, self._ssl_context, peer=peer,
+            accepted = await accept(stream, self.tls, self._ssl_context, peer=peer,
                                   first_byte_timeout=self.first_byte_timeout_s,
                                   handshake_timeout=HANDSHAKE_TIMEOUT_S, max_frame_size=0,
                                   answer_plain=False)
-            if served is None:
+            if accepted is None:
                 self.refused += 1
                 return
+            served = accepted
         conn = H2GrpcConnection(
             self.app, served, max_streams=MAX_CONCURRENT_CALLS,
             max_header_list_size=MAX_HEADER_LIST_BYTES, stream_window=STREAM_WINDOW,
