@@ -20,6 +20,13 @@ which some clients misread). Around every handler:
 - a handler's ``GrpcError`` becomes its status; any other exception is logged
   and the call ends INTERNAL with no detail leaked.
 
+``GrpcServer`` takes TLS as the remoting ports do (protocol/trio/tls.py ``accept``:
+``tlsMode`` disabled/permissive/enforcing, one port for TLS and plaintext told apart
+by the first byte, 0x16 for TLS's handshake record), offering ALPN ``h2``; a connection
+whose first byte does not come within ``first_byte_timeout_s``, or whose handshake
+does not end within HANDSHAKE_TIMEOUT_S, is closed before any HTTP/2 is spoken; a
+plaintext connection to an enforcing port is closed unanswered.
+
 ``GrpcServer`` is the edge: HTTP/2 with h2 on trio sockets
 (broker/grpc/h2_server.py: why not hypercorn, the limits, the one write per
 answer), a task of the broker's nursery (``await nursery.start(server.run)``
@@ -451,6 +458,15 @@ class GrpcServer:
                 self.refused += 1
                 return
             served = accepted
+        else:  # no TLS to sniff for: the HTTP/2 preface must still come in time
+            with trio.move_on_after(self.first_byte_timeout_s) as waiting:
+                await trio.lowlevel.wait_readable(stream.socket)
+            if waiting.cancelled_caught:
+                self.refused += 1
+                log.info("gRPC connection closed: nothing received",
+                         peer=peer, within_s=self.first_byte_timeout_s)
+                await stream.aclose()
+                return
         conn = H2GrpcConnection(
             self.app, served, max_streams=MAX_CONCURRENT_CALLS,
             max_header_list_size=MAX_HEADER_LIST_BYTES, stream_window=STREAM_WINDOW,
