@@ -89,12 +89,12 @@ _USUAL = re.compile(r"MQv2-HMAC-SHA1 Credential=([^,/\s]+), SignedHeaders=x-mq-d
 def parse_authorization(value: str) -> Authorization:
     """``MQv2-HMAC-SHA1 Credential=<AK>, SignedHeaders=<h;h>, Signature=<hex>``.
     Raises AuthorizationError saying what is wrong."""
+    if len(value) > MAX_AUTHORIZATION_CHARS:  # before the cache keeps it
+        raise AuthorizationError(f"the authorization header is longer than "
+                                 f"{MAX_AUTHORIZATION_CHARS} characters")
     usual = _USUAL.fullmatch(value)
     if usual is not None:
         return Authorization(usual[1], (DATE_TIME,), usual[2].lower())
-    if len(value) > MAX_AUTHORIZATION_CHARS:
-        raise AuthorizationError(f"the authorization header is longer than "
-                                 f"{MAX_AUTHORIZATION_CHARS} characters")
     scheme, _, rest = value.strip().partition(" ")
     if scheme != SCHEME:
         raise AuthorizationError(f"the authorization scheme must be {SCHEME}")
@@ -135,10 +135,14 @@ def date_time_text(now_ms: int) -> str:
 _DATE_TIME = re.compile(r"(\d{4})(\d\d)(\d\d)T(\d\d)(\d\d)(\d\d)Z")
 
 
-@lru_cache(maxsize=256)
 def parse_date_time(text: str) -> int | None:
     """``x-mq-date-time`` (``yyyyMMdd'T'HHmmss'Z'``, UTC) in ms; None when malformed."""
-    match = _DATE_TIME.fullmatch(text) if len(text) <= MAX_DATE_TIME_CHARS else None
+    return _parse_date_time(text) if len(text) <= MAX_DATE_TIME_CHARS else None
+
+
+@lru_cache(maxsize=256)  # a client's calls within a second share one
+def _parse_date_time(text: str) -> int | None:
+    match = _DATE_TIME.fullmatch(text)
     if match is None:
         return None
     try:
