@@ -8,7 +8,8 @@ aclEnable, the remoting ports' certificates):
   their own messages, and see the names without the namespace;
 - a QueryRoute whose x-mq-date-time is 20 minutes old is refused UNAUTHORIZED, the same
   call signed now is answered;
-- a plain (non-TLS) connection is closed without an HTTP/2 answer.
+- a plain (non-TLS) connection is closed without an HTTP/2 answer;
+- a new secret in plain_acl.yml is in force for gRPC calls without a restart.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from broker.grpc.access import date_time_text
 from tests.integration.cluster import Cluster, free_port
 from tests.integration.test_grpc_official_client import RMQ5
 from tests.tls_certs import Certs, tls_certs_fixture  # noqa: F401 (the tls_certs fixture)
+from tests.waits import wait_until
 
 SCRIPT = Path(__file__).with_name("rmq5_secure.py")
 pytestmark = pytest.mark.skipif(
@@ -60,7 +62,8 @@ async def test_tls_acl_and_namespaces(cluster: Cluster, tmp_path: Path,
     ns = cluster.namesrv()
     grpc_port = free_port(1)
     broker = cluster.broker("grpc-secure", ns.addr, enableGrpc="true", grpcListenPort=grpc_port,
-                   aclEnable="true", aclPlainFile=acl, tlsMode="enforcing",
+                   aclEnable="true", aclPlainFile=acl, aclReloadInterval=200,
+                   tlsMode="enforcing",
                    **{"tls.server.certPath": tls_certs.server_cert,
                       "tls.server.keyPath": tls_certs.server_key})
     endpoint = f"127.0.0.1:{grpc_port}"
@@ -118,3 +121,13 @@ async def test_tls_acl_and_namespaces(cluster: Cluster, tmp_path: Path,
                 return b""
 
     assert await trio.to_thread.run_sync(plain_attempt) == b""
+
+    # the accounts file changed (a new secret): the gRPC port follows it without a restart
+    acl.write_text(ACL.replace("appSecret1", "appSecret2"))
+
+    async def old_secret_refused() -> bool:
+        answer = await run_client(tls_certs, "raw", endpoint, "SharedTopic", "G", "0", *signed,
+                                  "--date-time", date_time_text(int(time.time() * 1000)))
+        return answer.get("code") == UNAUTHORIZED
+
+    await wait_until(old_secret_refused, 20, "the old secret refused after the reload")
