@@ -1,0 +1,50 @@
+"""ClientConfig.namespace against a real broker: two apps send to and consume the same
+topic and group names, each in its own namespace, and each gets only its own messages,
+named as it named them; the broker holds the namespaced topics."""
+
+from __future__ import annotations
+
+import trio
+
+from client import Message, Producer
+from client.admin import MQAdmin
+from client.config import ClientConfig
+from client.simple_consumer import ReceivedMessage, SimpleConsumer
+from tests.integration.cluster import Cluster
+
+COUNT = 5
+
+
+async def test_two_namespaces_share_names_not_messages(cluster: Cluster) -> None:
+    ns = cluster.namesrv()
+    broker = cluster.broker("ns-broker", ns.addr)
+    async with MQAdmin(ns.addr) as admin:
+        for app in ("app1", "app2"):
+            await admin.create_topic(f"{app}%Shared", broker_addr=broker.addr,
+                                     read_queue_nums=2, write_queue_nums=2)
+    got: dict[str, list[ReceivedMessage]] = {}
+    for app in ("app1", "app2"):
+        config = ClientConfig(namesrv_addr=ns.addr, namespace=app)
+        async with Producer("producer", config=config) as producer:
+            for i in range(COUNT):
+                result = await producer.send(Message("Shared", f"{app}-{i}".encode()))
+                assert result.message_queue.topic == "Shared"
+        received: list[ReceivedMessage] = []
+        async with SimpleConsumer("group", config=config, init_mode="MIN",
+                                  await_duration=1) as consumer:
+            consumer.subscribe("Shared")
+            with trio.fail_after(30):
+                while len(received) < COUNT:
+                    batch = await consumer.receive(16, 30)
+                    for m in batch:
+                        await consumer.ack(m)
+                    received += batch
+        got[app] = received
+    for app, received in got.items():
+        assert sorted(m.body.decode() for m in received) == [f"{app}-{i}" for i in range(COUNT)]
+        assert {m.topic for m in received} == {"Shared"}
+        assert {m.message.topic for m in received} == {"Shared"}
+    async with MQAdmin(ns.addr) as admin:
+        for app in ("app1", "app2"):
+            queues = await admin.topic_status(f"{app}%Shared")
+            assert sum(q.max_offset for q in queues) == COUNT
