@@ -1,15 +1,16 @@
-"""ClientConfig.namespace against a real broker: two apps send to and consume the same
-topic and group names, each in its own namespace, and each gets only its own messages,
-named as it named them; the broker holds the namespaced topics."""
+"""ClientConfig.namespace against a real broker: two apps send to and consume (SimpleConsumer,
+PullConsumer) the same topic and group names, each in its own namespace, and each gets only
+its own messages, named as it named them; the broker holds the namespaced topics."""
 
 from __future__ import annotations
 
 import trio
 
-from client import Message, Producer
+from client import Message, Producer, PullConsumer, PullStatus
 from client.admin import MQAdmin
 from client.config import ClientConfig
 from client.simple_consumer import ReceivedMessage, SimpleConsumer
+from protocol.message import MessageExt
 from tests.integration.cluster import Cluster
 
 COUNT = 5
@@ -40,6 +41,16 @@ async def test_two_namespaces_share_names_not_messages(cluster: Cluster) -> None
                         await consumer.ack(m)
                     received += batch
         got[app] = received
+        async with PullConsumer("reader", config=config) as reader:
+            pulled: list[MessageExt] = []
+            queues = await reader.fetch_subscribe_message_queues("Shared")
+            assert {q.topic for q in queues} == {"Shared"}
+            for mq in queues:
+                found = await reader.pull(mq, "*", 0, 32)
+                if found.pull_status is PullStatus.FOUND:
+                    pulled += found.msg_found_list
+            assert sorted(m.body.decode() for m in pulled) == [f"{app}-{i}" for i in range(COUNT)]
+            assert {m.topic for m in pulled} == {"Shared"}
     for app, received in got.items():
         assert sorted(m.body.decode() for m in received) == [f"{app}-{i}" for i in range(COUNT)]
         assert {m.topic for m in received} == {"Shared"}
