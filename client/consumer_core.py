@@ -685,6 +685,18 @@ class ConsumerCore:
 
     # ---- helpers ---------------------------------------------------------------------
 
+    def _wire(self, mq: MessageQueue) -> MessageQueue:
+        """A queue the user named as the broker knows it (its topic namespaced)."""
+        if not self.namespace:
+            return mq
+        return dataclasses.replace(mq, topic=wrap(self.namespace, mq.topic))
+
+    def _user_queue(self, mq: MessageQueue) -> MessageQueue:
+        """A queue as the user names it (its topic without the namespace)."""
+        if not self.namespace:
+            return mq
+        return dataclasses.replace(mq, topic=unwrap(self.namespace, mq.topic))
+
     def _reset_retry_topic(self, msgs: Sequence[MessageExt]) -> None:
         """Messages from the group's retry topic show their original topic; with a
         namespace, every message shows its topic without it."""

@@ -1,12 +1,12 @@
 """ClientConfig.namespace against a real broker: two apps send to and consume (SimpleConsumer,
-PullConsumer) the same topic and group names, each in its own namespace, and each gets only
+PullConsumer, LitePullConsumer) the same topic and group names, each in its own namespace, and each gets only
 its own messages, named as it named them; the broker holds the namespaced topics."""
 
 from __future__ import annotations
 
 import trio
 
-from client import Message, Producer, PullConsumer, PullStatus
+from client import ConsumeFromWhere, LitePullConsumer, Message, Producer, PullConsumer, PullStatus
 from client.admin import MQAdmin
 from client.config import ClientConfig
 from client.simple_consumer import ReceivedMessage, SimpleConsumer
@@ -51,6 +51,20 @@ async def test_two_namespaces_share_names_not_messages(cluster: Cluster) -> None
                     pulled += found.msg_found_list
             assert sorted(m.body.decode() for m in pulled) == [f"{app}-{i}" for i in range(COUNT)]
             assert {m.topic for m in pulled} == {"Shared"}
+        lite = LitePullConsumer("lite", config=config,
+                                consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        async with lite:
+            queues = await lite.fetch_message_queues("Shared")
+            await lite.assign(queues)
+            polled: list[MessageExt] = []
+            with trio.fail_after(30):
+                while len(polled) < COUNT:
+                    polled += await lite.poll(1.0)
+            assert sorted(m.body.decode() for m in polled) == [f"{app}-{i}" for i in range(COUNT)]
+            assert {m.topic for m in polled} == {"Shared"}
+            await lite.commit_sync()
+            # the user's queues name the stored ones: their committed offsets are there
+            assert sum([await lite.committed(q) for q in queues]) == COUNT
     for app, received in got.items():
         assert sorted(m.body.decode() for m in received) == [f"{app}-{i}" for i in range(COUNT)]
         assert {m.topic for m in received} == {"Shared"}
