@@ -355,7 +355,7 @@ class PushConsumer(ConsumerCore):
     async def _consume_concurrently(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
     ) -> None:
-        ctx = ConsumeConcurrentlyContext(mq)
+        ctx = ConsumeConcurrentlyContext(self._user_queue(mq))  # as the user names it
         status = await self._call_listener(msgs, ctx)
         if not isinstance(status, ConsumeConcurrentlyStatus):
             if status is not None:
@@ -456,7 +456,7 @@ class PushConsumer(ConsumerCore):
                 if not msgs:
                     return
                 self._reset_retry_topic(msgs)
-                ctx = ConsumeOrderlyContext(mq)
+                ctx = ConsumeOrderlyContext(self._user_queue(mq))
                 status = await self._call_listener(msgs, ctx)
                 if not isinstance(status, ConsumeOrderlyStatus):
                     if status is not None:

@@ -1,19 +1,41 @@
 """ClientConfig.namespace against a real broker: two apps send to and consume (SimpleConsumer,
-PullConsumer, LitePullConsumer) the same topic and group names, each in its own namespace, and each gets only
+PullConsumer, LitePullConsumer, PushConsumer) the same topic and group names, each in its own namespace, and each gets only
 its own messages, named as it named them; the broker holds the namespaced topics."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import trio
 
-from client import ConsumeFromWhere, LitePullConsumer, Message, Producer, PullConsumer, PullStatus
+from client import (
+    ConsumeConcurrentlyContext,
+    ConsumeConcurrentlyStatus,
+    ConsumeFromWhere,
+    LitePullConsumer,
+    Message,
+    Producer,
+    PullConsumer,
+    PullStatus,
+    PushConsumer,
+)
 from client.admin import MQAdmin
 from client.config import ClientConfig
 from client.simple_consumer import ReceivedMessage, SimpleConsumer
 from protocol.message import MessageExt
 from tests.integration.cluster import Cluster
+from tests.waits import wait_until
 
 COUNT = 5
+
+
+def recorder(into: list[tuple[str, str, str]]) -> Callable[..., ConsumeConcurrentlyStatus]:
+    """A push listener noting each message's body, topic and its context's queue topic."""
+    def listener(msgs: list[MessageExt],
+                 ctx: ConsumeConcurrentlyContext) -> ConsumeConcurrentlyStatus:
+        into.extend((m.body.decode(), m.topic, ctx.message_queue.topic) for m in msgs)
+        return ConsumeConcurrentlyStatus.CONSUME_SUCCESS
+    return listener
 
 
 async def test_two_namespaces_share_names_not_messages(cluster: Cluster) -> None:
@@ -65,6 +87,16 @@ async def test_two_namespaces_share_names_not_messages(cluster: Cluster) -> None
             await lite.commit_sync()
             # the user's queues name the stored ones: their committed offsets are there
             assert sum([await lite.committed(q) for q in queues]) == COUNT
+        pushed: list[tuple[str, str, str]] = []
+        push = PushConsumer("push", config=config,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+        push.subscribe("Shared", "*")
+        push.register_message_listener(recorder(pushed))
+        async with push:
+            await wait_until(lambda: len(pushed) >= COUNT, 30,  # noqa: B023 - awaited here
+                             f"{app}'s push consumer got its messages")
+        assert sorted(body for body, _t, _q in pushed) == [f"{app}-{i}" for i in range(COUNT)]
+        assert {(t, q) for _b, t, q in pushed} == {("Shared", "Shared")}
     for app, received in got.items():
         assert sorted(m.body.decode() for m in received) == [f"{app}-{i}" for i in range(COUNT)]
         assert {m.topic for m in received} == {"Shared"}
