@@ -38,7 +38,9 @@ docs/filters.md), ``accessKey``, ``secretKey``, ``useTls``, ``tlsCaPath``,
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +60,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from client.range_reader import RangeChunk
 from client.spark.clients import client_config, quiet_client_logs
 from client.spark.offsets import (
     DataLossError,
@@ -73,6 +76,7 @@ from client.spark.offsets import (
     resolve_offsets,
     with_new_queues,
 )
+from client.spark.resume import RetryWindow, read_planned, retry_call
 
 if TYPE_CHECKING:
     from client.config import ClientConfig
@@ -103,6 +107,7 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
     expression_type: str = "TAG"
+    failover_timeout: float = 60.0  # seconds a read keeps trying without progress
 
     def client_config(self) -> ClientConfig:
         """The blocking PullConsumer's ClientConfig: name servers, credentials, TLS."""
@@ -115,7 +120,8 @@ def partition(opts: SourceOptions, r: QueueRange) -> RangePartition:
     return RangePartition(opts.namesrv, opts.consumer_group, opts.sub_expression,
                           opts.pull_batch_size, opts.fail_on_data_loss, r, opts.access_key,
                           opts.secret_key, opts.use_tls, opts.tls_ca_path,
-                          opts.tls_cert_path, opts.tls_key_path, opts.expression_type)
+                          opts.tls_cert_path, opts.tls_key_path, opts.expression_type,
+                          opts.failover_timeout)
 
 
 class _Brokers:
@@ -144,11 +150,23 @@ class _Brokers:
             self._consumer = None
 
     def queues(self, with_group: bool = False) -> dict[str, dict[str, QueueState]]:
+        """Each queue's offsets, from its master, else its slave. A broker that
+        cannot be reached (a master killed, still in the routes for a moment)
+        is asked again with fresh routes for up to ``failover_timeout`` seconds."""
+        def again(error: BaseException, delay: float) -> None:
+            log.warning("asking the brokers for the queues' offsets again in %.1f s: %s",
+                        delay, error)
+
+        return retry_call(lambda: self._queues(with_group), RetryWindow(self.opts.failover_timeout),
+                          clock=time.monotonic, sleep=time.sleep, on_retry=again,
+                          what="asking the brokers for the queues' offsets")
+
+    def _queues(self, with_group: bool) -> dict[str, dict[str, QueueState]]:
         c = self.consumer()
         out: dict[str, dict[str, QueueState]] = {}
         for topic in self.opts.topics:
             out[topic] = {}
-            for mq in c.fetch_subscribe_message_queues(topic):
+            for mq in c.fetch_subscribe_message_queues(topic):  # fresh routes each time
                 out[topic][queue_key(mq.broker_name, mq.queue_id)] = QueueState(
                     c.min_offset(mq), c.max_offset(mq),
                     c.fetch_consume_offset(mq) if with_group else -1)
@@ -183,7 +201,13 @@ PULLS_IN_FLIGHT = 4
 
 
 def _batches(part: RangePartition) -> Iterator[Any]:
-    """Read one queue range as Arrow record batches of ``arrow.SCHEMA``."""
+    """Read one queue range as Arrow record batches of ``arrow.SCHEMA``.
+
+    A read that fails (the queue's master died under it) or ends short of the
+    range's end (a slave still copying) is opened again where it stopped, with
+    fresh routes, for up to ``failover_timeout`` seconds without progress
+    (``client.spark.resume``): the range is read in full, each offset once,
+    from the master or its slave."""
     quiet_client_logs()
     from client.blocking import MessageQueue, PullConsumer
     from client.spark.arrow import RecordScan
@@ -201,29 +225,42 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     def skipped(lo: int, hi: int) -> None:
         log.warning("skipping lost messages of %s %s from %d to %d", r.topic, key, lo, hi)
 
-    with PullConsumer(part.group, config=part.client_config()) as consumer:
-        start = moved(r.start, consumer.min_offset(mq))
-        if start > r.start:
-            skipped(r.start, start)
-        with consumer.read_range_here(mq, selector, start, r.end,
-                                      batch_size=part.batch_size, in_flight=PULLS_IN_FLIGHT,
-                                      on_offset_moved=moved) as reader:
+    @contextmanager
+    def open_read(offset: int, attempt: int) -> Iterator[Iterable[list[RangeChunk]]]:
+        with PullConsumer(part.group, config=part.client_config()) as consumer:
+            if attempt:  # the routes now: a dead master dropped, a slave or a returned master
+                consumer.fetch_subscribe_message_queues(r.topic)
+            start = moved(offset, consumer.min_offset(mq))
+            if start > offset:
+                skipped(offset, start)
+            with consumer.read_range_here(mq, selector, start, r.end,
+                                          batch_size=part.batch_size,
+                                          in_flight=PULLS_IN_FLIGHT,
+                                          on_offset_moved=moved) as reader:
+                yield reader
+
+    def again(offset: int, error: BaseException, delay: float) -> None:
+        log.warning("reading %s %s again from offset %d (to %d) in %.1f s: %s", r.topic, key,
+                    offset, r.end, delay, error)
+
+    window = RetryWindow(part.failover_timeout)
+    scan = RecordScan()
+    for chunks in read_planned(open_read, r.start, r.end, window, clock=time.monotonic,
+                               sleep=time.sleep, on_retry=again, what=f"{r.topic} {key}"):
+        for chunk in chunks:
+            for lo, hi in chunk.skipped:
+                skipped(lo, hi)
+            for body in chunk.bodies:
+                scan.add(body, stop_offset=chunk.end)
+        if len(scan) >= BATCH_ROWS or scan.size >= BATCH_BYTES:
+            batch = scan.to_batch(r.broker_name, tags)
+            if batch.num_rows:
+                yield batch
             scan = RecordScan()
-            for chunks in reader:
-                for chunk in chunks:
-                    for lo, hi in chunk.skipped:
-                        skipped(lo, hi)
-                    for body in chunk.bodies:
-                        scan.add(body, stop_offset=chunk.end)
-                if len(scan) >= BATCH_ROWS or scan.size >= BATCH_BYTES:
-                    batch = scan.to_batch(r.broker_name, tags)
-                    if batch.num_rows:
-                        yield batch
-                    scan = RecordScan()
-            if len(scan):
-                batch = scan.to_batch(r.broker_name, tags)
-                if batch.num_rows:
-                    yield batch
+    if len(scan):
+        batch = scan.to_batch(r.broker_name, tags)
+        if batch.num_rows:
+            yield batch
 
 
 class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
