@@ -122,7 +122,9 @@ def run_job(args: argparse.Namespace) -> None:
         raise SystemExit(f"the query failed: {exc}")
     for progress in query.recentProgress:
         if progress["numInputRows"]:
-            print(f"batch {progress['batchId']}: {progress['numInputRows']} messages", flush=True)
+            took = progress["durationMs"]
+            print(f"batch {progress['batchId']}: {progress['numInputRows']} messages in "
+                  f"{took.get('triggerExecution', 0) / 1000:.1f} s ({took})", flush=True)
     spark.stop()
 
 
