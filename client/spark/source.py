@@ -32,7 +32,12 @@ list, required), ``consumerGroup``, ``startingOffsets``, ``endingOffsets``
 ``pullBatchSize``, ``subExpression``, ``expressionType`` (``TAG``, the default,
 or ``SQL92``: ``subExpression`` is then a property filter the brokers evaluate,
 docs/filters.md), ``accessKey``, ``secretKey``, ``useTls``, ``tlsCaPath``,
-``tlsCertPath``, ``tlsKeyPath``.
+``tlsCertPath``, ``tlsKeyPath``, ``failoverTimeoutMs``.
+
+A queue whose master dies is read from its slave (brokerId 1): the driver's
+offset queries and the executors' range reads that cannot reach a broker are
+tried again with fresh routes, a read from where it stopped, for up to
+``failoverTimeoutMs`` (60000) without progress (``client.spark.resume``).
 """
 
 from __future__ import annotations
