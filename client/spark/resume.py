@@ -99,16 +99,20 @@ OpenRead = Callable[[int, int], AbstractContextManager[Iterable[list[RangeChunk]
 def read_planned(open_read: OpenRead, start: int, end: int, window: RetryWindow, *,
                  clock: Callable[[], float], sleep: Callable[[float], None],
                  on_retry: Callable[[int, BaseException, float], None] | None = None,
+                 must_reach: int | None = None,
                  what: str = "the range") -> Iterator[list[RangeChunk]]:
     """The chunks of ``[start, end)`` in offset order, each offset once.
 
     ``open_read(offset, attempt)`` opens a read of ``[offset, end)`` (attempt
     0 first; a later attempt should fetch fresh routes) whose iteration yields
     lists of RangeChunks. When opening or iterating raises a ``retryable``
-    error, or the read ends before ``end``, it is opened again from the end
+    error, or the read ends before ``must_reach`` (default ``end``: offsets a
+    broker reported; past them, an end the caller asked for beyond the queue's,
+    the read may end where the queue does), it is opened again from the end
     of the last chunk yielded after ``window``'s delay (``on_retry(offset,
     error, delay)`` is told first); when the window gives up, RangeReadError
     says which offsets and why. Other errors propagate as they are."""
+    reach = end if must_reach is None else min(must_reach, end)
     offset = start
     attempt = 0
     while True:
@@ -122,10 +126,10 @@ def read_planned(open_read: OpenRead, start: int, end: int, window: RetryWindow,
                             window.progressed()
                         offset = max(offset, reached)
                     yield chunks
-            if offset >= end:
+            if offset >= reach:
                 return
             error = ShortReadError(f"the read of {what} ended at offset {offset}, "
-                                   f"short of {end}")
+                                   f"short of {reach}")
         except MQClientError as exc:
             if not retryable(exc):
                 raise

@@ -113,6 +113,10 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     tls_key_path: str | None = None
     expression_type: str = "TAG"
     failover_timeout: float = 60.0  # seconds a read keeps trying without progress
+    # the offset the read must reach, waiting for a lagging slave or a returning
+    # master: what a broker reported when the range was planned (None: the read
+    # may end where the queue does, as past a batch read's reported max offsets)
+    must_reach: int | None = None
 
     def client_config(self) -> ClientConfig:
         """The blocking PullConsumer's ClientConfig: name servers, credentials, TLS."""
@@ -120,13 +124,14 @@ class RangePartition(InputPartition):  # type: ignore[misc]
                              self.tls_ca_path, self.tls_cert_path, self.tls_key_path)
 
 
-def partition(opts: SourceOptions, r: QueueRange) -> RangePartition:
+def partition(opts: SourceOptions, r: QueueRange, must_reach: int | None = None
+              ) -> RangePartition:
     """The input partition reading ``r`` with the source's options."""
     return RangePartition(opts.namesrv, opts.consumer_group, opts.sub_expression,
                           opts.pull_batch_size, opts.fail_on_data_loss, r, opts.access_key,
                           opts.secret_key, opts.use_tls, opts.tls_ca_path,
                           opts.tls_cert_path, opts.tls_key_path, opts.expression_type,
-                          opts.failover_timeout)
+                          opts.failover_timeout, must_reach)
 
 
 class _Brokers:
@@ -251,7 +256,9 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     window = RetryWindow(part.failover_timeout)
     scan = RecordScan()
     for chunks in read_planned(open_read, r.start, r.end, window, clock=time.monotonic,
-                               sleep=time.sleep, on_retry=again, what=f"{r.topic} {key}"):
+                               sleep=time.sleep, on_retry=again,
+                               must_reach=r.start if part.must_reach is None else part.must_reach,
+                               what=f"{r.topic} {key}"):
         for chunk in chunks:
             for lo, hi in chunk.skipped:
                 skipped(lo, hi)
@@ -279,6 +286,10 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
         self.start = resolve_offsets(opts.starting, queues)
         ending = opts.ending if opts.ending is not None else "latest"
         self.end = resolve_offsets(ending, queues, default="latest")
+        # what the brokers reported: a read waits for these (an endingOffsets past
+        # them may end where its queue does)
+        self.max_offsets = {t: {k: st.max_offset for k, st in q.items()}
+                            for t, q in queues.items()}
         for topic, table in queues.items():
             for key, st in table.items():
                 begin = self.start[topic][key]
@@ -286,7 +297,9 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
                                                          opts.fail_on_data_loss)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [partition(self.opts, r) for r in plan_ranges(self.start, self.end)]
+        return [partition(self.opts, r, self.max_offsets.get(r.topic, {}).get(
+                    queue_key(r.broker_name, r.queue_id), r.end))
+                for r in plan_ranges(self.start, self.end)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, RangePartition)
@@ -350,7 +363,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     continue
                 r = QueueRange(r.topic, r.broker_name, r.queue_id, first, r.end)
             ranges.append(r)
-        return [partition(self.opts, r) for r in ranges]
+        # each end is at most a max offset a broker reported (latestOffset)
+        return [partition(self.opts, r, r.end) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, RangePartition)

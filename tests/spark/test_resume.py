@@ -119,6 +119,23 @@ def test_a_short_read_waits_for_the_rest() -> None:
     assert q.opened == [(10, 0), (15, 1), (15, 2)]
 
 
+def test_past_what_the_brokers_reported_a_read_may_end_with_the_queue() -> None:
+    """An end asked for beyond the queue's (a batch read's endingOffsets): the read
+    waits only for the offsets a broker reported when the range was planned."""
+    clock = Clock()
+    q = Queue(15, [("ok", 0)])
+    q.end = 40
+    got = [b for chunks in read_planned(q.open, 10, 40, RetryWindow(5), clock=clock,
+                                        sleep=clock.sleep, must_reach=15)
+           for c in chunks for b in c.bodies]
+    assert got == offsets(10, 15) and q.opened == [(10, 0)] and clock.slept == []
+    q = Queue(15, [("ok", 0)])
+    q.end = 40
+    with pytest.raises(RangeReadError, match="ended at offset 15, short of 20"):
+        list(read_planned(q.open, 10, 40, RetryWindow(1), clock=clock, sleep=clock.sleep,
+                          must_reach=20))
+
+
 def test_gives_up_after_the_window_without_progress() -> None:
     clock = Clock()
     q = Queue(12, [("ok", 0)])
