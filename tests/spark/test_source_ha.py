@@ -44,18 +44,18 @@ def ha(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Daemon, Daemo
         cluster.close()
 
 
-def broker_ids(ns: Daemon) -> set[int]:
+def broker_ids(ns: Daemon, topic: str = TOPIC) -> set[int]:
     async def go() -> set[int]:
         async with MQAdmin(ns.addr) as admin:
-            route = await admin.topic_route(TOPIC)
+            route = await admin.topic_route(topic)
         return {bid for bd in route.broker_datas for bid in bd.broker_addrs}
     return trio.run(go)
 
 
-def ends(addr: str) -> list[int]:
+def ends(addr: str, topic: str = TOPIC, queues: int = QUEUES) -> list[int]:
     async def go() -> list[int]:
         async with RemotingClient() as rc:
-            return await max_offsets(rc, addr, TOPIC, QUEUES)
+            return await max_offsets(rc, addr, topic, queues)
     return trio.run(go)
 
 
@@ -73,29 +73,65 @@ def committed(addr: str) -> list[int]:
     return trio.run(go)
 
 
-def produce(ns: Daemon, bodies: list[bytes]) -> None:
+def produce(ns: Daemon, bodies: list[bytes], topic: str = TOPIC) -> None:
     with Producer("spark-ha-producer", ns.addr) as p:
         for i in range(0, len(bodies), 50):
-            r = p.send_batch([Message(TOPIC, b) for b in bodies[i:i + 50]])
+            r = p.send_batch([Message(topic, b) for b in bodies[i:i + 50]])
             assert r.message_queue.broker_name == "broker-a"
 
 
-def create_topic(ns: Daemon, master: Daemon, slave: Daemon) -> None:
+def create_topic(ns: Daemon, master: Daemon, slave: Daemon, topic: str = TOPIC,
+                 queues: int = QUEUES) -> None:
     async def go() -> None:
         async with MQAdmin(ns.addr) as admin:
-            await admin.create_topic(TOPIC, broker_addr=master.addr, read_queue_nums=QUEUES,
-                                     write_queue_nums=QUEUES)
+            await admin.create_topic(topic, broker_addr=master.addr, read_queue_nums=queues,
+                                     write_queue_nums=queues)
 
             async def routed() -> bool:
                 try:
-                    return bool((await admin.topic_route(TOPIC)).queue_datas)
+                    return bool((await admin.topic_route(topic)).queue_datas)
                 except Exception:
                     return False
             await wait_until(routed, 15, "the topic routed")
         async with RemotingClient() as rc:
-            await wait_until(lambda: topic_readable(rc, slave.addr, TOPIC), 30,
+            await wait_until(lambda: topic_readable(rc, slave.addr, topic), 30,
                              "the topic copied to the slave")
     trio.run(go)
+
+
+def test_a_partition_read_goes_on_from_the_slave(ha: tuple[Daemon, Daemon, Daemon],
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """An executor's read of a planned range (no Spark: the source's reading
+    function in this process) whose master is killed after its first Arrow batch:
+    the rest comes from the slave, each offset once."""
+    import client.spark.source as source
+    from client.spark.offsets import QueueRange
+
+    ns, master, slave = ha
+    topic = "SparkHaRange"
+    create_topic(ns, master, slave, topic, 1)
+    bodies = [b"range-%d" % i for i in range(300)]
+    produce(ns, bodies, topic)
+    wait_until_sync(lambda: ends(slave.addr, topic, 1) == [300], 30, "the slave caught up")
+    monkeypatch.setattr(source, "BATCH_ROWS", 50)
+    part = source.RangePartition(ns.addr, "spark-ha-range", "*", 16, True,
+                                 QueueRange(topic, "broker-a", 0, 0, 300),
+                                 failover_timeout=30.0, must_reach=300)
+    batches = source._batches(part)
+    first = next(batches)
+    assert first.num_rows < 300
+    master.kill()
+    try:
+        rest = list(batches)
+    finally:
+        master.start()
+    got = [x for b in [first, *rest] for x in b.column("body").to_pylist()]
+    assert got == bodies
+    assert [x for b in [first, *rest] for x in b.column("queueOffset").to_pylist()] == list(
+        range(300))
+    assert any("again from offset" in r.getMessage() for r in caplog.records)
+    wait_until_sync(lambda: broker_ids(ns, topic) == {0, 1}, 30, "the master routed again")
 
 
 def test_stream_and_batch_reads_survive_a_dead_master(spark: Any, ha: tuple[Daemon, Daemon, Daemon],
