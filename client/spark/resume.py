@@ -20,6 +20,7 @@ reads; the opening of a read, the clock and the sleep are the caller's.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from typing import TypeVar
 
 from client.errors import MQBrokerError, MQClientError
 from client.range_reader import RangeChunk
+from protocol.trio.tls import TlsConfigError
 
 # the first retry's delay, doubled on each failure in a row up to MAX_DELAY
 FIRST_DELAY = 0.1
@@ -86,9 +88,19 @@ class RetryWindow:
 def retryable(exc: BaseException) -> bool:
     """A failure another attempt may get past: the broker could not be reached
     or answered late, or no route names it yet (MQClientError), or a short
-    read. A broker's refusal (MQBrokerError: no permission, no such topic) is
-    final."""
-    return isinstance(exc, MQClientError) and not isinstance(exc, MQBrokerError)
+    read. A broker's refusal (MQBrokerError: no permission, no such topic) and
+    a certificate that fails verification or TLS settings that cannot work
+    are final: trying again changes nothing."""
+    if not isinstance(exc, MQClientError) or isinstance(exc, MQBrokerError):
+        return False
+    seen: BaseException | None = exc
+    for _ in range(16):  # the chain of causes, bounded
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError | TlsConfigError):
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return "certificate verification failed" not in str(exc)
 
 
 T = TypeVar("T")

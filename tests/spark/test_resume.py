@@ -3,6 +3,7 @@ over fake reads: no Spark, no sockets, a fake clock."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -17,6 +18,7 @@ from client.spark.resume import (
     ShortReadError,
     read_planned,
     retry_call,
+    retryable,
 )
 from protocol.codes import ResponseCode
 
@@ -161,6 +163,24 @@ def test_a_refusal_is_final_and_no_window_means_no_retry() -> None:
     with pytest.raises(RangeReadError, match="for 0 s"):
         read_all(q, 0, 10, RetryWindow(0), clock)
     assert q.opened == [(0, 0)]
+
+
+def test_what_is_retried() -> None:
+    assert retryable(MQClientError("connect to 127.0.0.1:1 failed: refused"))
+    assert retryable(ShortReadError("ended at offset 3, short of 9"))
+    assert not retryable(MQBrokerError(ResponseCode.NO_PERMISSION, "no SUB", "127.0.0.1:1"))
+    assert not retryable(ValueError("not the client's"))
+    try:
+        try:
+            raise ssl.SSLCertVerificationError("self-signed certificate")
+        except ssl.SSLError as inner:
+            raise RuntimeError("handshake") from inner
+    except RuntimeError as wrapped:
+        err = MQClientError("TLS handshake with 127.0.0.1:1 failed")
+        err.__cause__ = wrapped
+    assert not retryable(err)
+    assert not retryable(MQClientError("TLS handshake failed: certificate verification "
+                                       "failed: unable to get local issuer certificate"))
 
 
 def test_stopping_early_closes_the_read() -> None:
