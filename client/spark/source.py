@@ -65,7 +65,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from client.range_reader import RangeChunk
 from client.spark.clients import client_config, quiet_client_logs
 from client.spark.offsets import (
     DataLossError,
@@ -81,10 +80,10 @@ from client.spark.offsets import (
     resolve_offsets,
     with_new_queues,
 )
-from client.spark.resume import RetryWindow, read_planned, retry_call
 
 if TYPE_CHECKING:
     from client.config import ClientConfig
+    from client.range_reader import RangeChunk
 
 log = logging.getLogger("client.spark")
 
@@ -134,12 +133,17 @@ def partition(opts: SourceOptions, r: QueueRange, must_reach: int | None = None
                           opts.failover_timeout, must_reach)
 
 
+class UnknownTopicError(RuntimeError):
+    """A subscribed topic the name servers do not know (not retried)."""
+
+
 class _Brokers:
     """Driver-side queries (blocking client), opened on first use."""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._consumer: Any = None
+        self._listed: set[str] = set()  # topics whose queues the name servers listed
 
     def consumer(self) -> Any:
         if self._consumer is None:
@@ -163,6 +167,8 @@ class _Brokers:
         """Each queue's offsets, from its master, else its slave. A broker that
         cannot be reached (a master killed, still in the routes for a moment)
         is asked again with fresh routes for up to ``failover_timeout`` seconds."""
+        from client.spark.resume import RetryWindow, retry_call  # the client loads on use
+
         def again(error: BaseException, delay: float) -> None:
             log.warning("asking the brokers for the queues' offsets again in %.1f s: %s",
                         delay, error)
@@ -172,11 +178,23 @@ class _Brokers:
                           what="asking the brokers for the queues' offsets")
 
     def _queues(self, with_group: bool) -> dict[str, dict[str, QueueState]]:
+        from client.errors import MQBrokerError, MQClientError
+
         c = self.consumer()
         out: dict[str, dict[str, QueueState]] = {}
         for topic in self.opts.topics:
             out[topic] = {}
-            for mq in c.fetch_subscribe_message_queues(topic):  # fresh routes each time
+            try:
+                mqs = c.fetch_subscribe_message_queues(topic)  # fresh routes each time
+            except MQClientError as exc:
+                # a topic never seen fails at once (a typo waits for nothing); one
+                # that was listed may be gone for a while (its only master dead)
+                if topic not in self._listed and not isinstance(exc, MQBrokerError) \
+                        and "does not exist" in str(exc):
+                    raise UnknownTopicError(str(exc)) from exc
+                raise
+            self._listed.add(topic)
+            for mq in mqs:
                 out[topic][queue_key(mq.broker_name, mq.queue_id)] = QueueState(
                     c.min_offset(mq), c.max_offset(mq),
                     c.fetch_consume_offset(mq) if with_group else -1)
@@ -193,7 +211,7 @@ class _Brokers:
                 c.update_consume_offset(MessageQueue(topic, broker, qid), offset)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "_consumer": None}
+        return {"opts": self.opts, "_consumer": None, "_listed": set()}
 
 
 # An Arrow batch goes to Spark once this many rows or body bytes are decoded.
@@ -221,6 +239,7 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     quiet_client_logs()
     from client.blocking import MessageQueue, PullConsumer
     from client.spark.arrow import RecordScan
+    from client.spark.resume import RetryWindow, read_planned
     from client.subscription import MessageSelector, build_subscription
 
     r = part.range
@@ -410,4 +429,4 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
         return stream_writer(dict(self.options), schema, overwrite)
 
 
-__all__ = ["DataLossError", "RocketMQDataSource", "SCHEMA"]
+__all__ = ["DataLossError", "RocketMQDataSource", "SCHEMA", "UnknownTopicError"]

@@ -219,3 +219,48 @@ def test_retry_call_and_the_option() -> None:
             parse_options({**base, "failoverTimeoutMs": bad}, streaming=True)
     with pytest.raises(ValueError):
         RetryWindow(-1)
+
+
+def test_driver_queries_retry_a_dead_broker_but_not_an_unknown_topic(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's offset queries (``_Brokers.queues``) over a fake consumer."""
+    import client.spark.source as source
+    from protocol.message import MessageQueue
+
+    clock = Clock()
+    monkeypatch.setattr(source.time, "monotonic", clock)
+    monkeypatch.setattr(source.time, "sleep", clock.sleep)
+
+    class Consumer:
+        def __init__(self) -> None:
+            self.answers: list[object] = []
+
+        def fetch_subscribe_message_queues(self, topic: str) -> list[MessageQueue]:
+            a = self.answers.pop(0) if self.answers else [MessageQueue(topic, "broker-a", 0)]
+            if isinstance(a, Exception):
+                raise a
+            assert isinstance(a, list)
+            return a
+
+        def min_offset(self, mq: MessageQueue) -> int:
+            return 0
+
+        def max_offset(self, mq: MessageQueue) -> int:
+            return 7
+
+    brokers = source._Brokers(parse_options({"namesrv": "h:1", "topic": "T",
+                                             "failoverTimeoutMs": "5000"}, streaming=True))
+    c = brokers._consumer = Consumer()
+    gone = MQClientError("topic T does not exist on the name servers h:1")
+    c.answers = [gone]
+    with pytest.raises(source.UnknownTopicError, match="does not exist"):
+        brokers.queues()  # never listed: a typo fails at once
+    assert clock.slept == []
+    assert brokers.queues()["T"]["broker-a:0"].max_offset == 7
+    # listed once: gone for a moment (its only master dead), or unreachable, is waited for
+    c.answers = [gone, MQClientError("connect to 127.0.0.1:1 failed")]
+    assert brokers.queues()["T"]["broker-a:0"].max_offset == 7
+    assert clock.slept == [0.1, 0.2]
+    c.answers = [MQClientError("connect to 127.0.0.1:1 failed")] * 100
+    with pytest.raises(RangeReadError, match="for 5 s"):
+        brokers.queues()
