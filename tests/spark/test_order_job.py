@@ -57,12 +57,10 @@ def test_order_job_batch_and_stream(pair: Pair, tmp_path: Path) -> None:
     args = ("--namesrv", pair.ns.addr, "--topic", topic, "--mode", "stream", "--group", "orders-stream",
             "--output", str(stream), "--checkpoint", str(ck), "--max-offsets-per-trigger", "200")
     submit(*args)
-    assert len(table(stream / "orders")) == 500
-    fill_orders.main(["--namesrv", pair.ns.addr, "--topic", topic, "-n", "300", "--users", "7",
-                      "--first-id", "500", "--seed", "8"])
-    submit(*args)
     orders = table(stream / "orders")
     ids = [r["order_id"] for r in orders]
-    assert len(ids) == 800 and len(set(ids)) == 800  # only the new ones, no duplicates
+    assert len(ids) == 500 and len(set(ids)) == 500
     totals = {r["user"]: r["orders"] for r in table(stream / "user_totals")}
-    assert sum(totals.values()) == 800  # type: ignore[arg-type]
+    assert sum(totals.values()) == 500  # type: ignore[arg-type]
+    # a restart from the checkpoint (and a driver killed mid-batch):
+    # tests/spark/test_tag_counts_job.py
