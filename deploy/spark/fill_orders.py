@@ -2,8 +2,9 @@
 
     .venv/bin/python -m deploy.spark.fill_orders --namesrv 127.0.0.1:9876 --topic Orders -n 10000
 
-``--tags new,paid,shipped`` tags the orders in turn with those tags (for
-deploy/spark/tag_counts.py; the default tags every order ``order``).
+``--tags new,paid,shipped`` tags the orders in turn with those tags (the
+default tags every order ``order``). deploy/spark/user_counts.py counts them
+per user and minute.
 """
 
 from __future__ import annotations
@@ -12,6 +13,18 @@ import argparse
 import json
 import random
 import time
+from collections.abc import Iterator
+from typing import Any
+
+
+def orders(count: int, users: int, seed: int, first_id: int = 0,
+           now_ms: int | None = None) -> Iterator[dict[str, Any]]:
+    """The orders the filler sends, in order: the same for the same seed."""
+    rng = random.Random(seed)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    for i in range(first_id, first_id + count):
+        yield {"order_id": f"o{i}", "user": f"u{rng.randrange(users)}",
+               "amount": round(rng.uniform(1, 500), 2), "ts": now - rng.randrange(600_000)}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -29,13 +42,10 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--tags needs at least one tag")
     from client.blocking import Message, Producer
 
-    rng = random.Random(args.seed)
-    now = int(time.time() * 1000)
     with Producer("order-filler", args.namesrv) as producer:
         batch = []
-        for i in range(args.first_id, args.first_id + args.count):
-            order = {"order_id": f"o{i}", "user": f"u{rng.randrange(args.users)}",
-                     "amount": round(rng.uniform(1, 500), 2), "ts": now - rng.randrange(600_000)}
+        for i, order in enumerate(orders(args.count, args.users, args.seed, args.first_id),
+                                  args.first_id):
             batch.append(Message(args.topic, json.dumps(order).encode(), tags=tags[i % len(tags)],
                                  keys=order["order_id"]))
             if len(batch) == 100:

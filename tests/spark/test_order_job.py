@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 from collections import defaultdict
 from pathlib import Path
@@ -19,12 +18,9 @@ JOB = ROOT / "deploy" / "spark" / "order_job.py"
 
 
 def expected(count: int, users: int, seed: int, first_id: int = 0) -> dict[str, tuple[float, int]]:
-    rng = random.Random(seed)  # the filler's sequence of draws
     totals: dict[str, list[float]] = defaultdict(list)
-    for _ in range(first_id, first_id + count):
-        user = f"u{rng.randrange(users)}"
-        totals[user].append(round(rng.uniform(1, 500), 2))
-        rng.randrange(600_000)
+    for order in fill_orders.orders(count, users, seed, first_id):
+        totals[order["user"]].append(order["amount"])
     return {u: (round(sum(a), 2), len(a)) for u, a in totals.items()}
 
 
@@ -63,4 +59,4 @@ def test_order_job_batch_and_stream(pair: Pair, tmp_path: Path) -> None:
     totals = {r["user"]: r["orders"] for r in table(stream / "user_totals")}
     assert sum(totals.values()) == 500  # type: ignore[arg-type]
     # a restart from the checkpoint (and a driver killed mid-batch):
-    # tests/spark/test_tag_counts_job.py
+    # tests/spark/test_user_counts_job.py

@@ -1,21 +1,23 @@
-"""Messages per tag per time window of a topic, counted by a Spark streaming
-job and published to another topic.
+"""Orders per user per time window of a topic, counted by a Spark streaming job
+and published to another topic.
 
 The job (``job``, run with spark-submit) reads ``--topic`` with the rocketmq
-source, counts its messages per tag and per ``--window`` of their born time,
+source, counts its orders per user (the ``user`` field of an order's JSON body,
+as deploy/spark/fill_orders.py writes them) and per ``--window`` of their born
+time,
 and writes each count that changed in a micro-batch (output mode ``update``)
 to ``--output-topic`` with the rocketmq sink (a batch write per micro-batch,
-``foreachBatch``): the body is JSON ``{"tag", "windowStart", "windowEnd",
+``foreachBatch``): the body is JSON ``{"user", "windowStart", "windowEnd",
 "count", "batch"}`` (``batch``: the micro-batch's id), ``keys`` and
-``shardingKey`` are ``<tag>@<windowStart>``, so every update of one count
+``shardingKey`` are ``<user>@<windowStart>``, so every update of one count
 goes to the same queue, in order, and the last message of a key holds its
 count. ``show`` prints those last counts.
 
-    deploy/spark/submit.sh --master 'local[2]' deploy/spark/tag_counts.py job \\
-        --namesrv 127.0.0.1:9876 --topic SparkEvents --output-topic SparkTagCounts \\
-        --checkpoint /tmp/tag-counts-ck
-    .venv/bin/python -m deploy.spark.tag_counts show --namesrv 127.0.0.1:9876 \\
-        --output-topic SparkTagCounts
+    deploy/spark/submit.sh --master 'local[2]' deploy/spark/user_counts.py job \\
+        --namesrv 127.0.0.1:9876 --topic SparkEvents --output-topic SparkUserCounts \\
+        --checkpoint /tmp/user-counts-ck
+    .venv/bin/python -m deploy.spark.user_counts show --namesrv 127.0.0.1:9876 \\
+        --output-topic SparkUserCounts
 
 The checkpoint holds the source's offsets and the counts (Spark's state
 store): a job killed and started again with it goes on from its last
@@ -34,7 +36,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-NO_TAG = "(none)"
+NO_USER = "(none)"  # a message that is not an order with a user
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,8 +46,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     job = sub.add_parser("job", help="the streaming job (spark-submit)")
     job.add_argument("--namesrv", default="127.0.0.1:9876")
     job.add_argument("--topic", default="SparkEvents")
-    job.add_argument("--output-topic", default="SparkTagCounts")
-    job.add_argument("--group", default="tag-counts")
+    job.add_argument("--output-topic", default="SparkUserCounts")
+    job.add_argument("--group", default="user-counts")
     job.add_argument("--checkpoint", required=True, help="the query's checkpoint directory")
     job.add_argument("--window", default="1 minute", help="window length, e.g. '10 seconds'")
     job.add_argument("--watermark", default="10 minutes",
@@ -58,14 +60,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     job.add_argument("--processing-time", default="5 seconds")
     job.add_argument("--timeout", type=float, default=None,
                      help="with processingTime: stop after this many seconds")
-    show = sub.add_parser("show", help="print the last count of each tag and window")
+    show = sub.add_parser("show", help="print the last count of each user and window")
     show.add_argument("--namesrv", default="127.0.0.1:9876")
-    show.add_argument("--output-topic", default="SparkTagCounts")
+    show.add_argument("--output-topic", default="SparkUserCounts")
     return p.parse_args(argv)
 
 
 def counts_query(spark: Any, args: argparse.Namespace) -> Any:
-    """The streaming query's plan: messages per (tag, window)."""
+    """The streaming query's plan: orders per (user, window)."""
     from pyspark.sql import functions as F
 
     source = (spark.readStream.format("rocketmq").option("namesrv", args.namesrv)
@@ -73,9 +75,10 @@ def counts_query(spark: Any, args: argparse.Namespace) -> Any:
               .option("startingOffsets", args.starting_offsets))
     if args.max_offsets_per_trigger is not None:
         source = source.option("maxOffsetsPerTrigger", str(args.max_offsets_per_trigger))
+    user = F.get_json_object(F.col("body").cast("string"), "$.user")
     events = (source.load().withWatermark("bornTimestamp", args.watermark)
-              .select(F.coalesce("tags", F.lit(NO_TAG)).alias("tag"), "bornTimestamp"))
-    return events.groupBy("tag", F.window("bornTimestamp", args.window).alias("w")).count()
+              .select(F.coalesce(user, F.lit(NO_USER)).alias("user"), "bornTimestamp"))
+    return events.groupBy("user", F.window("bornTimestamp", args.window).alias("w")).count()
 
 
 def as_messages(counts: Any, batch_id: int) -> Any:
@@ -85,17 +88,17 @@ def as_messages(counts: Any, batch_id: int) -> Any:
 
     start = F.date_format("w.start", "yyyy-MM-dd'T'HH:mm:ss'Z'")
     end = F.date_format("w.end", "yyyy-MM-dd'T'HH:mm:ss'Z'")
-    key = F.concat("tag", F.lit("@"), start)
-    body = F.to_json(F.struct(F.col("tag"), start.alias("windowStart"), end.alias("windowEnd"),
+    key = F.concat("user", F.lit("@"), start)
+    body = F.to_json(F.struct(F.col("user"), start.alias("windowStart"), end.alias("windowEnd"),
                               F.col("count"), F.lit(batch_id).alias("batch")))
     return counts.select(body.alias("body"), key.alias("keys"), key.alias("shardingKey"),
-                         F.lit("tagCount").alias("tags"))
+                         F.lit("userCount").alias("tags"))
 
 
 def run_job(args: argparse.Namespace) -> None:
     from client.spark import spark_session
 
-    spark = spark_session("tag-counts", **{"spark.sql.session.timeZone": "UTC"})
+    spark = spark_session("user-counts", **{"spark.sql.session.timeZone": "UTC"})
     spark.sparkContext.setLogLevel("WARN")
 
     def publish(counts: Any, batch_id: int) -> None:
@@ -111,7 +114,7 @@ def run_job(args: argparse.Namespace) -> None:
     else:
         writer = writer.trigger(processingTime=args.processing_time)
     query = writer.start()
-    print(f"tag counts of {args.topic} to {args.output_topic}: query {query.id}", flush=True)
+    print(f"user counts of {args.topic} to {args.output_topic}: query {query.id}", flush=True)
     if args.timeout is not None and args.trigger == "processingTime":
         query.awaitTermination(args.timeout)
         query.stop()
@@ -129,12 +132,12 @@ def run_job(args: argparse.Namespace) -> None:
 
 
 def latest_counts(bodies: Iterable[bytes]) -> dict[tuple[str, str], dict[str, Any]]:
-    """The last update of each (tag, windowStart) among ``bodies``, in the order
-    given (one queue's order: every update of a key is in one queue)."""
+    """The last update of each (user, windowStart) among ``bodies``, in the
+    order given (one queue's order: every update of a key is in one queue)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for body in bodies:
         update = json.loads(body)
-        out[(update["tag"], update["windowStart"])] = update
+        out[(update["user"], update["windowStart"])] = update
     return out
 
 
@@ -142,7 +145,7 @@ def read_topic(namesrv: str, topic: str) -> Iterator[tuple[str, bytes, dict[str,
     """Every message of ``topic`` (queue, body, properties), each queue in offset order."""
     from client.blocking import PullConsumer, PullStatus
 
-    with PullConsumer("tag-counts-reader", namesrv) as consumer:
+    with PullConsumer("user-counts-reader", namesrv) as consumer:
         for mq in consumer.fetch_subscribe_message_queues(topic):
             offset, end = consumer.min_offset(mq), consumer.max_offset(mq)
             while offset < end:
@@ -161,8 +164,8 @@ def show(args: argparse.Namespace) -> None:
     latest: dict[tuple[str, str], dict[str, Any]] = {}
     for bodies in by_queue.values():
         latest.update(latest_counts(bodies))
-    for (tag, start), update in sorted(latest.items()):
-        print(f"{start}  {tag:<12} {update['count']}")
+    for (what, start), update in sorted(latest.items()):
+        print(f"{start}  {what:<12} {update['count']}")
     total = sum(u["count"] for u in latest.values())
     print(f"{len(latest)} counts, {total} messages in all", flush=True)
 

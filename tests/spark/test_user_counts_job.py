@@ -1,4 +1,4 @@
-"""deploy/spark/tag_counts.py under spark-submit, its driver killed (-9, the
+"""deploy/spark/user_counts.py under spark-submit, its driver killed (-9, the
 whole process group: JVM, Python driver and workers) while a micro-batch runs,
 then started again with the same checkpoint: every message is counted exactly
 once, and the only messages published twice are updates of the micro-batch(es)
@@ -15,14 +15,14 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from client.blocking import PullConsumer, PullStatus
-from deploy.spark import fill_orders, tag_counts
+from deploy.spark import fill_orders, user_counts
 from tests.spark.conftest import Pair
 from tests.waits import wait_until_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMIT = ROOT / "deploy" / "spark" / "submit.sh"
-JOB = ROOT / "deploy" / "spark" / "tag_counts.py"
-TAGS = ("new", "paid", "shipped")
+JOB = ROOT / "deploy" / "spark" / "user_counts.py"
+USERS, SEED = 5, 3
 COUNT = 600
 
 
@@ -32,7 +32,7 @@ def start_job(pair: Pair, ck: Path, log: Path, *args: str) -> subprocess.Popen[b
         return subprocess.Popen(
             [str(SUBMIT), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
              "--conf", "spark.sql.shuffle.partitions=1", str(JOB), "job",
-             "--namesrv", pair.ns.addr, "--topic", "TagEvents", "--output-topic", "TagCounts",
+             "--namesrv", pair.ns.addr, "--topic", "OrderEvents", "--output-topic", "UserCounts",
              "--checkpoint", str(ck), *args],
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
@@ -54,7 +54,7 @@ def running_batch(ck: Path) -> list[int] | None:
 
 def published(consumer: PullConsumer, batch: int) -> bool:
     """Some update of micro-batch ``batch`` is in the output topic."""
-    for mq in consumer.fetch_subscribe_message_queues("TagCounts"):
+    for mq in consumer.fetch_subscribe_message_queues("UserCounts"):
         r = consumer.pull(mq, "*", 0, 32)
         if r.pull_status is PullStatus.FOUND and any(
                 json.loads(m.body)["batch"] == batch for m in r.msg_found_list):
@@ -64,10 +64,10 @@ def published(consumer: PullConsumer, batch: int) -> bool:
 
 def test_driver_killed_mid_batch_counts_once(pair: Pair, tmp_path: Path) -> None:
     # one queue per broker: few tasks per micro-batch (the test's time is Spark's)
-    pair.create_topic("TagEvents", queues=1)
-    pair.create_topic("TagCounts", queues=1)
-    fill_orders.main(["--namesrv", pair.ns.addr, "--topic", "TagEvents", "-n", str(COUNT),
-                      "--tags", ",".join(TAGS)])
+    pair.create_topic("OrderEvents", queues=1)
+    pair.create_topic("UserCounts", queues=1)
+    fill_orders.main(["--namesrv", pair.ns.addr, "--topic", "OrderEvents", "-n", str(COUNT),
+                      "--users", str(USERS), "--seed", str(SEED)])
     ck, log = tmp_path / "ck", tmp_path / "job.log"
     began = time.monotonic()
 
@@ -81,7 +81,7 @@ def test_driver_killed_mid_batch_counts_once(pair: Pair, tmp_path: Path) -> None
         wait_until_sync(lambda: running_batch(ck), 120, "a micro-batch running after one "
                         "committed", interval=0.02, check=exited)
         # the kill lands best between the second batch's publishing and its commit
-        with PullConsumer("tag-counts-watch", pair.ns.addr) as watch:
+        with PullConsumer("user-counts-watch", pair.ns.addr) as watch:
             wait_until_sync(lambda: published(watch, 1) or batch_ids(ck, "commits")[-1] > 0,
                             120, "the second batch publishing or committing",
                             interval=0.01, check=exited)
@@ -89,7 +89,7 @@ def test_driver_killed_mid_batch_counts_once(pair: Pair, tmp_path: Path) -> None
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     killed_at = time.monotonic() - began
-    before_kill = sum(1 for _, body, _ in tag_counts.read_topic(pair.ns.addr, "TagCounts")
+    before_kill = sum(1 for _, body, _ in user_counts.read_topic(pair.ns.addr, "UserCounts")
                       if json.loads(body)["batch"] == 1)
     committed = batch_ids(ck, "commits")[-1]
     replayed = {b for b in batch_ids(ck, "offsets") if b > committed}
@@ -104,20 +104,21 @@ def test_driver_killed_mid_batch_counts_once(pair: Pair, tmp_path: Path) -> None
     by_queue: dict[str, list[bytes]] = defaultdict(list)
     copies: Counter[tuple[str, int]] = Counter()  # (key, count)
     batch_of: dict[tuple[str, int], set[int]] = defaultdict(set)
-    for queue, body, props in tag_counts.read_topic(pair.ns.addr, "TagCounts"):
+    for queue, body, props in user_counts.read_topic(pair.ns.addr, "UserCounts"):
         by_queue[queue].append(body)
         update = json.loads(body)
-        assert props["KEYS"] == f"{update['tag']}@{update['windowStart']}", props
+        assert props["KEYS"] == f"{update['user']}@{update['windowStart']}", props
         copies[(props["KEYS"], update["count"])] += 1
         batch_of[(props["KEYS"], update["count"])].add(update["batch"])
     latest: dict[tuple[str, str], dict[str, object]] = {}
     for bodies in by_queue.values():
-        latest.update(tag_counts.latest_counts(bodies))
-    per_tag: Counter[str] = Counter()
-    for (tag, _), update in latest.items():
-        per_tag[tag] += int(update["count"])  # type: ignore[call-overload]
+        latest.update(user_counts.latest_counts(bodies))
+    per_user: Counter[str] = Counter()
+    for (user, _), update in latest.items():
+        per_user[user] += int(update["count"])  # type: ignore[call-overload]
     # exactly once: the state restored from the checkpoint, the batch run again
-    assert per_tag == Counter({t: COUNT // len(TAGS) for t in TAGS})
+    want = Counter(o["user"] for o in fill_orders.orders(COUNT, USERS, SEED))
+    assert per_user == want
     # at least once: a count published twice came from a batch run again
     # (a count of a key changes in every batch that publishes the key)
     twice = {kc: batch_of[kc] for kc, n in copies.items() if n > 1}
