@@ -84,6 +84,7 @@ from broker.store.ha.sync_state import SyncStateSet as HASyncStateSet
 from broker.store.index_service import IndexService
 from broker.store.pop_log import PopLog
 from broker.subscription_group_manager import SubscriptionGroupManager
+from broker.timer.service import TimerService
 from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
 from broker.transaction_service import Asked, CheckRequest, TransactionalMessageService
@@ -186,6 +187,7 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
+        self.timer_service = TimerService(config, self.message_store)
         self.transaction_service = TransactionalMessageService(
             config, self.message_store, self.consumer_offset_manager, self.topic_config_manager,
             self.trigger_register,
@@ -667,6 +669,8 @@ class BrokerController:
                                            if self.replicas is not None
                                            else self.listed_slaves)
         await nursery.start(self.schedule_service.run)
+        if self.config.timer_wheel_enable:
+            await nursery.start(self.timer_service.run)
         await nursery.start(self.transaction_service.run, self.ask_producer)
 
     async def _register_for_role(self) -> None:
@@ -756,6 +760,7 @@ class BrokerController:
         if not self.message_store.load():
             raise RuntimeError("message store failed to load")
         self.message_store.start()
+        self.timer_service.load()
         if not self.role.is_slave:
             self.transaction_service.load()
         self.pop_service.codec = HandleCodec(self.pop_log.secret(), self.config.broker_name)
@@ -784,6 +789,7 @@ class BrokerController:
                                                path=str(snap.path))
         finally:
             self.pop_log.close()
+            self.timer_service.close()
             self.message_store.shutdown()
 
     @property

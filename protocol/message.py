@@ -36,6 +36,13 @@ class MessageConst:
     PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
     PROPERTY_SHARDING_KEY = "SHARDING_KEY"
+    # timer messages (RocketMQ 5): an absolute delivery time or a relative delay
+    PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    # set by the broker: the due time it computed; a recall marker's unique key
+    PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+    PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 
     KEY_SEPARATOR = " "
 

@@ -154,7 +154,6 @@ class MessagingService:
         self.endpoint = endpoint
         self.on_topics_changed = on_topics_changed
         self.now_ms = now_ms
-        self.delay_levels = config.delay_level_table()
 
     def methods(self) -> dict[str, Method]:
         table: dict[str, Method] = {
@@ -276,7 +275,7 @@ class MessagingService:
         try:
             item = to_send_item(msg, producer_group=GRPC_PRODUCER_GROUP,
                                 max_size=self.config.max_message_size, now_ms=self.now_ms(),
-                                delay_levels=self.delay_levels)
+                                max_delay_ms=self.config.timer_max_delay_sec * 1000)
         except Refusal as refusal:
             return spb.SendResultEntry(status=status(refusal.code, refusal.message))
         if cfg is not None and self.config.enable_topic_message_type_check:
