@@ -1,0 +1,200 @@
+"""TimerService over a real store in a tmp dir: enqueue, delivery, checkpoint and
+recovery at every crash point; the run loop on trio's MockClock. No sockets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from broker.message_rewrite import build_inner, to_timer
+from broker.store.status import GetMessageStatus
+from broker.timer.service import RecallStatus, TimerService
+from broker.timer.timer_log import TimerCheckpoint
+from protocol.record import decode_record
+from tests.broker.store.helpers import make_config, open_store
+
+NOW = 1_700_000_000_000
+
+
+class Env:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config = make_config(root, cl_size=1 << 20, cq_entries=1000)
+        self.store = open_store(self.config)
+        self.clock_ms = NOW
+        self.service = self.new_service()
+
+    def new_service(self) -> TimerService:
+        svc = TimerService(self.config, self.store, now_ms=lambda: self.clock_ms)
+        svc.load()
+        svc.running = True
+        return svc
+
+    def restart(self) -> TimerService:
+        """A new service on the same files (the old one's memory is gone)."""
+        self.service.close()
+        self.service = self.new_service()
+        return self.service
+
+    def send(self, key: str, due: int, topic: str = "T") -> None:
+        props = {"UNIQ_KEY": key, "TIMER_DELIVER_MS": str(due)}
+        inner = build_inner(topic, 0, key.encode(), props)
+        to_timer(inner, props, due)
+        assert self.store.put_message(inner).put_message_status.name == "PUT_OK"
+
+    def delivered(self, topic: str = "T") -> list[str]:
+        r = self.store.get_message("check", topic, 0, 0, 10_000, None)
+        if r.status is not GetMessageStatus.FOUND:
+            return []
+        out = []
+        for raw in r.buffers:
+            msg = decode_record(raw)
+            assert "REAL_TOPIC" not in msg.properties and "TIMER_DELIVER_MS" not in msg.properties
+            assert msg.properties["UNIQ_KEY"] == msg.body.decode()
+            out.append(msg.body.decode())
+        return out
+
+    def checkpoint_now(self) -> None:
+        svc = self.service
+        cp = svc._snapshot()
+        svc.log_files.write_checkpoint(cp)
+        svc.last_checkpoint = cp
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Env:
+    e = Env(tmp_path)
+    yield e
+    e.service.close()
+    e.store.shutdown()
+
+
+def test_delivered_at_due_time_with_key_and_real_topic(env: Env) -> None:
+    env.send("a", NOW + 1500)
+    env.send("b", NOW + 500)
+    env.send("c", NOW - 10_000)  # past: due at once
+    assert env.service.enqueue() == 3 and env.service.wheel.pending == 3
+    assert env.service.deliver(NOW) == 1 and env.delivered() == ["c"]
+    assert env.service.deliver(NOW + 999) == 0  # b's slot is NOW + 1000: never early
+    assert env.service.deliver(NOW + 1000) == 1 and env.delivered() == ["c", "b"]
+    assert env.service.deliver(NOW + 2000) == 1 and env.delivered() == ["c", "b", "a"]
+    status = env.service.status()
+    assert status["timerDeliveredCount"] == "3" and status["timerPendingCount"] == "0"
+    assert int(status["timerLatenessMaxMs"]) == 10_000  # c was 10 s late when sent
+
+
+@pytest.mark.parametrize("crash_at", ["before-checkpoint", "after-checkpoint",
+                                      "mid-slot", "clean"])
+def test_recovery_loses_nothing_and_repeats_at_most_the_unsaved(env: Env, crash_at: str) -> None:
+    keys = [f"m{i}" for i in range(30)]
+    for i, key in enumerate(keys):
+        env.send(key, NOW + 1000 + (i % 3) * 1000)  # 10 per slot
+    svc = env.service
+    while svc.enqueue(7):
+        pass
+    if crash_at != "before-checkpoint":
+        env.checkpoint_now()
+    svc.deliver(NOW + 1000, limit=4)  # 4 of slot 1
+    if crash_at in ("mid-slot", "clean"):
+        env.checkpoint_now()
+    svc.deliver(NOW + 1000, limit=3)  # 3 more, never checkpointed unless clean
+    if crash_at == "clean":
+        env.checkpoint_now()
+    before = env.delivered()
+    assert len(before) == 7
+    svc = env.restart()
+    while svc.enqueue():
+        pass
+    svc.deliver(NOW + 10_000, limit=1000)
+    after = env.delivered()
+    assert set(after) == set(keys)  # nothing lost
+    repeats = len(after) - len(keys)
+    expected = {"before-checkpoint": 7, "after-checkpoint": 7, "mid-slot": 3, "clean": 0}
+    assert repeats == expected[crash_at]
+
+
+def test_torn_log_tail_past_the_checkpoint_is_rebuilt(env: Env) -> None:
+    for i in range(5):
+        env.send(f"k{i}", NOW + 1000)
+    svc = env.service
+    svc.enqueue(2)
+    env.checkpoint_now()
+    svc.enqueue()  # 3 more records, not counted by any checkpoint
+    svc.log_files.sync()
+    seg = next((env.root / "timer" / "log").iterdir())
+    with seg.open("ab") as f:
+        f.write(b"\x01" * 13)  # a torn record
+    svc = env.restart()
+    assert svc.log_files.records == 2 and svc.wheel.pending == 2
+    while svc.enqueue():
+        pass
+    svc.deliver(NOW + 1000)
+    assert sorted(env.delivered()) == [f"k{i}" for i in range(5)]
+
+
+def test_bad_checkpoint_refuses_to_load(env: Env) -> None:
+    (env.root / "timer" / "checkpoint.json").write_text('{"cqOffset": -1}')
+    with pytest.raises(ValueError, match="not a timer checkpoint"):
+        env.service.log_files.load()
+    assert TimerCheckpoint.decode(TimerCheckpoint(1, 2, 3, 4).encode()) == TimerCheckpoint(1, 2,
+                                                                                          3, 4)
+
+
+def test_recall_by_key_survives_restart(env: Env) -> None:
+    env.send("keep", NOW + 1000)
+    env.send("gone", NOW + 1000)
+    svc = env.service
+    assert svc.recall("gone").status == RecallStatus.OK  # enqueues what was sent first
+    again = svc.recall("gone")
+    assert again.status == RecallStatus.NOT_FOUND and "no pending timer message" in again.remark
+    assert svc.recall("never-sent").status == RecallStatus.NOT_FOUND
+    svc = env.restart()  # no checkpoint: the marker comes back from the timer topic
+    while svc.enqueue():
+        pass
+    svc.deliver(NOW + 1000)
+    assert env.delivered() == ["keep"] and svc.wheel.recalled_skipped == 1
+    assert svc.recall("keep").status == RecallStatus.NOT_FOUND  # delivered already
+
+
+def test_segments_behind_the_cursor_are_deleted(env: Env) -> None:
+    svc = env.service
+    svc.log_files.segment_records = 4
+    for i in range(10):
+        env.send(f"s{i}", NOW + 1000 * (1 + i))
+    while svc.enqueue():
+        pass
+    assert len(list((env.root / "timer" / "log").iterdir())) == 3
+    svc.deliver(NOW + 9000, limit=100)
+    env.checkpoint_now()
+    for path in svc.log_files.deletable(svc.last_checkpoint.done_slot):
+        path.unlink()
+    assert len(list((env.root / "timer" / "log").iterdir())) == 1  # the last: written to
+    svc = env.restart()
+    svc.deliver(NOW + 20_000)
+    assert len(env.delivered()) == 10
+
+
+async def test_run_loop_delivers_on_time_on_a_mock_clock(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock, no_threads: None) -> None:
+    e = Env(tmp_path)
+    try:
+        e.service.now_ms = lambda: NOW + int(trio.current_time() * 1000)
+        for i in range(3):
+            e.send(f"r{i}", NOW + 2500 + i * 1000)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(e.service.run)
+            await trio.sleep(2.9)
+            assert e.delivered() == []  # r0's slot is NOW + 3000
+            await trio.sleep(0.2)
+            assert e.delivered() == ["r0"]
+            await trio.sleep(2.0)
+            assert e.delivered() == ["r0", "r1", "r2"]
+            nursery.cancel_scope.cancel()
+        assert e.service.last_checkpoint.cq_offset == 3  # shutdown checkpoint
+        assert e.service.lateness_max_ms <= 600
+    finally:
+        e.service.close()
+        e.store.shutdown()
