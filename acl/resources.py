@@ -83,6 +83,7 @@ BROKER_RULES: dict[int, Rule] = {
                              "the group instead"),
     C.SEND_MESSAGE_V2: _res(topic("b", Perm.PUB), why="as SEND_MESSAGE"),
     C.SEND_BATCH_MESSAGE: _res(topic("topic", Perm.PUB), why="as SEND_MESSAGE"),
+    C.RECALL_MESSAGE: _res(topic("topic", Perm.PUB), why="cancels a send: as SEND_MESSAGE"),
     C.CONSUMER_SEND_MSG_BACK: _res(
         group("group"),
         handler="SUB on the topic of the message at `offset` (and on its REAL_TOPIC), "

@@ -84,6 +84,7 @@ from broker.store.ha.sync_state import SyncStateSet as HASyncStateSet
 from broker.store.index_service import IndexService
 from broker.store.pop_log import PopLog
 from broker.subscription_group_manager import SubscriptionGroupManager
+from broker.timer.recall_processor import RecallMessageProcessor
 from broker.timer.service import TimerService
 from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
@@ -122,7 +123,8 @@ def request_lanes(config: BrokerConfig) -> Lanes:
     lanes = Lanes()
     lanes.add(Lane("send", max_wait_ms=config.wait_time_mills_in_send_queue),
               [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
-               RequestCode.SEND_BATCH_MESSAGE, RequestCode.CONSUMER_SEND_MSG_BACK])
+               RequestCode.SEND_BATCH_MESSAGE, RequestCode.CONSUMER_SEND_MSG_BACK,
+               RequestCode.RECALL_MESSAGE])
     lanes.add(Lane("pull", max_wait_ms=config.wait_time_mills_in_pull_queue),
               [RequestCode.PULL_MESSAGE, RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE,
                RequestCode.BATCH_ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME])
@@ -387,6 +389,7 @@ class BrokerController:
             schedule_stats=self.schedule_service.running_stats,
             transaction_status=self.transaction_service.status,
             slave_sync_status=lambda: self.slave_synchronize.status(),
+            timer_status=self.timer_service.status,
         )
 
     def _handler_table(self) -> HandlerTable:
@@ -396,6 +399,8 @@ class BrokerController:
         t.register(RequestCode.SEND_BATCH_MESSAGE, self.send_processor.send)
         t.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_processor.consumer_send_msg_back)
         t.register(RequestCode.END_TRANSACTION, self.end_transaction_processor.end_transaction)
+        t.register(RequestCode.RECALL_MESSAGE,
+                   RecallMessageProcessor(self.timer_service).recall_message)
         t.register(RequestCode.PULL_MESSAGE, self.pull_processor.pull_message)
         t.register(RequestCode.POP_MESSAGE, self.pop_processor.pop_message)
         t.register(RequestCode.ACK_MESSAGE, self.pop_processor.ack_message)

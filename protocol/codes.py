@@ -75,6 +75,7 @@ class RequestCode(IntEnum):
     QUERY_CONSUME_QUEUE = 321
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_TOPIC_CONFIG = 351  # RocketMQ 5.x
+    RECALL_MESSAGE = 370  # RocketMQ 5.3: cancel a pending timer message
     # controller mode (RocketMQ 5, RIP-44): broker -> controller heart-beat, then the
     # controller's requests (controller/processor.py)
     BROKER_HEARTBEAT = 904

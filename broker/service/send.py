@@ -66,6 +66,7 @@ from protocol.names import (
     retry_topic,
     shown,
 )
+from protocol.recall_handle import build_handle
 from protocol.record import TRANSACTION_NOT_TYPE, transaction_type
 from protocol.route import PERM_RW, TopicConfig, is_writeable
 from protocol.subscription_group import SubscriptionGroupConfig
@@ -146,6 +147,7 @@ class SendOutcome:
     transaction_id: str | None = None
     waiters: list[Waiter] | None = None
     put: bool = False
+    recall_handle: str | None = None  # a stored timer message's (protocol/recall_handle.py)
 
 
 # ---- what the service needs --------------------------------------------------------------
@@ -441,6 +443,12 @@ class SendService:
             to_schedule(inner, props, self.delays.max_level)
         elif due is not None and due > int(time.time() * 1000):
             to_timer(inner, props, due)
+            started = time.perf_counter()
+            out = self._outcome(self.store.put_message(inner), queue_id, started, h.topic)
+            if out.msg_id is not None and inner.uniq_key:
+                out.recall_handle = build_handle(h.topic, self.config.broker_name, due,
+                                                 inner.uniq_key)
+            return out
         started = time.perf_counter()
         result = self.store.put_message(inner)
         return self._outcome(result, queue_id, started, h.topic)

@@ -52,6 +52,7 @@ from broker.timer.timer_log import TimerCheckpoint, TimerLog
 from broker.timer.wheel import Kind, TimerRecord, TimerWheel, key_hash
 from protocol.message import PROPERTY_UNIQ_KEY
 from protocol.names import RMQ_SYS_WHEEL_TIMER
+from protocol.recall_handle import parse_handle
 from protocol.trio.service import Guard, describe
 
 ENQUEUE_BATCH = 256  # consume-queue entries moved into the wheel per step
@@ -74,6 +75,7 @@ def _wall_ms() -> int:
 class RecallStatus:
     OK = "ok"
     NOT_FOUND = "not found"  # unknown, delivered already, or recalled already
+    ILLEGAL = "illegal"  # a handle that is no handle, of another topic or broker
     OFF = "off"  # not a master's running timer
 
 
@@ -247,6 +249,21 @@ class TimerService:
                                  f"{result.put_message_status.value}")
         self.wheel.recall(key, slot)
         return RecallOutcome(RecallStatus.OK)
+
+    def recall_handle(self, topic: str, handle: str) -> RecallOutcome:
+        """RECALL_MESSAGE / gRPC RecallMessage: a handle (protocol/recall_handle.py)
+        of ``topic`` on this broker."""
+        try:
+            parsed = parse_handle(handle)
+        except ValueError as exc:
+            return RecallOutcome(RecallStatus.ILLEGAL, str(exc))
+        if parsed.topic != topic:
+            return RecallOutcome(RecallStatus.ILLEGAL, f"the recall handle is of topic "
+                                 f"{parsed.topic!r}, not {topic!r}")
+        if parsed.broker_name != self.config.broker_name:
+            return RecallOutcome(RecallStatus.ILLEGAL, f"the recall handle is of broker "
+                                 f"{parsed.broker_name!r}, not {self.config.broker_name!r}")
+        return self.recall(parsed.message_id, parsed.timestamp_ms or None)
 
     # ---- figures -----------------------------------------------------------------------
 

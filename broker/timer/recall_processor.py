@@ -1,0 +1,35 @@
+"""RECALL_MESSAGE (370) on the remoting wire: a thin adapter over
+``TimerService.recall_handle``; the status's code comes from one table."""
+
+from __future__ import annotations
+
+from broker.timer.service import RecallStatus, TimerService
+from protocol.codes import ResponseCode
+from protocol.command import RemotingCommand
+from protocol.headers import RecallMessageRequestHeader, RecallMessageResponseHeader
+from protocol.recall_handle import parse_handle
+from protocol.trio.connection import RemotingConnection
+
+RECALL_STATUS_TO_CODE: dict[str, int] = {
+    RecallStatus.OK: ResponseCode.SUCCESS,
+    RecallStatus.NOT_FOUND: ResponseCode.NO_MESSAGE,
+    RecallStatus.ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    RecallStatus.OFF: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+
+
+class RecallMessageProcessor:
+    def __init__(self, service: TimerService) -> None:
+        self.service = service
+
+    def recall_message(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:
+        h = RecallMessageRequestHeader.from_fields(cmd.ext_fields)
+        out = self.service.recall_handle(h.topic, h.recall_handle)
+        if out.status != RecallStatus.OK:
+            return cmd.response(RECALL_STATUS_TO_CODE[out.status], out.remark)
+        msg_id = parse_handle(h.recall_handle).message_id
+        return cmd.response(ResponseCode.SUCCESS, None,
+                            ext_fields=RecallMessageResponseHeader(msg_id).to_fields())
+
+
+__all__ = ["RECALL_STATUS_TO_CODE", "RecallMessageProcessor"]
