@@ -942,7 +942,8 @@ class BrokerController:
         messaging = MessagingService(self.config, self.send_service, self.topic_config_manager,
                                      endpoint=endpoint, on_topics_changed=self.trigger_register,
                                      routes=routes, pop=self.pop_processor,
-                                     clients=self.grpc_clients)
+                                     clients=self.grpc_clients,
+                                     recall=self.timer_service.recall_handle)
         app = GrpcApp(messaging.methods(),
                       max_message_bytes=self.config.grpc_max_inbound)
         return GrpcServer(app, self.listen_host, self.config.grpc_listen_port)

@@ -73,6 +73,7 @@ from broker.grpc.convert import (
 from broker.grpc.framing import GrpcError, StatusCode
 from broker.grpc.pb import definition_pb2 as pb
 from broker.grpc.pb import service_pb2 as spb
+from broker.grpc.recall import Recall, recall_answer
 from broker.grpc.server import Call, Handler, Method
 from broker.pop_processor import PopMessageProcessor
 from broker.service.pop import MAX_INVISIBLE_MS, MIN_INVISIBLE_MS, PopRequest, PopStatus
@@ -115,7 +116,6 @@ NOT_YET = {
     "GetOffset": "GetOffset is not served over gRPC yet",
     "QueryOffset": "QueryOffset is not served over gRPC yet",
     "EndTransaction": "transactions (EndTransaction) are not served over gRPC yet",
-    "RecallMessage": "RecallMessage is not supported",
     "SyncLiteSubscription": "lite topics (SyncLiteSubscription) are not supported",
 }
 
@@ -144,11 +144,13 @@ class MessagingService:
                  routes: RouteLookup | None = None,
                  pop: PopMessageProcessor | None = None,
                  clients: GrpcClients | None = None,
+                 recall: Recall | None = None,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.config = config
         self.routes = routes
         self.pop = pop
         self.clients = clients
+        self.recall = recall
         self.send_service = send
         self.topics = topics
         self.endpoint = endpoint
@@ -173,6 +175,10 @@ class MessagingService:
             for name in ("ReceiveMessage", "AckMessage", "ChangeInvisibleDuration"):
                 table[name] = Method(_unimplemented(
                     f"POP consumption ({name}) is not served by this broker"))
+        recall = self.recall
+        table["RecallMessage"] = Method(
+            self._unary(spb.RecallMessageRequest, lambda r, _c: recall_answer(recall, r))
+            if recall is not None else _unimplemented("RecallMessage is not served here"))
         for name, why in NOT_YET.items():
             table[name] = Method(_unimplemented(why))
         return {f"/{SERVICE}/{name}": m for name, m in table.items()}
@@ -293,7 +299,8 @@ class MessagingService:
             return spb.SendResultEntry(status=status(code, outcome.remark or outcome.status.value))
         return spb.SendResultEntry(status=status(Code.OK), message_id=item.message_id,
                                    transaction_id=outcome.transaction_id or "",
-                                   offset=outcome.queue_offset)
+                                   offset=outcome.queue_offset,
+                                   recall_handle=outcome.recall_handle or "")
 
     # ---- POP consumption --------------------------------------------------------------
 
