@@ -17,6 +17,7 @@ RECALL_CODES: dict[str, int] = {
     RecallStatus.OK: pb.OK,
     RecallStatus.NOT_FOUND: pb.MESSAGE_NOT_FOUND,
     RecallStatus.ILLEGAL: pb.BAD_REQUEST,
+    RecallStatus.BUSY: pb.TOO_MANY_REQUESTS,
     RecallStatus.OFF: pb.UNSUPPORTED,
 }
 

@@ -14,6 +14,7 @@ RECALL_STATUS_TO_CODE: dict[str, int] = {
     RecallStatus.OK: ResponseCode.SUCCESS,
     RecallStatus.NOT_FOUND: ResponseCode.NO_MESSAGE,
     RecallStatus.ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    RecallStatus.BUSY: ResponseCode.SYSTEM_BUSY,
     RecallStatus.OFF: ResponseCode.SERVICE_NOT_AVAILABLE,
 }
 

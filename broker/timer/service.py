@@ -59,6 +59,7 @@ ENQUEUE_BATCH = 256  # consume-queue entries moved into the wheel per step
 DELIVER_BATCH = 256  # due messages re-put per step; the loop yields between steps
 TICK_S = 0.1  # how often new timer messages are looked for when nothing is due
 CHECKPOINT_EVERY_S = 1.0
+RECALL_ENQUEUE_STEPS = 4  # batches of ENQUEUE_BATCH * 16 a recall moves in before it looks
 # lateness buckets (seconds): delivered time minus due time
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -76,6 +77,7 @@ class RecallStatus:
     OK = "ok"
     NOT_FOUND = "not found"  # unknown, delivered already, or recalled already
     ILLEGAL = "illegal"  # a handle that is no handle, of another topic or broker
+    BUSY = "busy"  # too many stored timer messages not yet in the wheel: try again
     OFF = "off"  # not a master's running timer
 
 
@@ -234,8 +236,15 @@ class TimerService:
         if not self.running:
             return RecallOutcome(RecallStatus.OFF, "the timer service does not run on this "
                                  "broker (a slave, or timerWheelEnable=false)")
-        while self.enqueue(4096):  # what was sent before the recall is in the wheel
-            pass
+        # what was sent before the recall goes into the wheel first (bounded: a
+        # burst's backlog is not moved here on the event loop, the caller retries)
+        for _ in range(RECALL_ENQUEUE_STEPS):
+            if not self.enqueue(ENQUEUE_BATCH * 16):
+                break
+        else:
+            if self.backlog():
+                return RecallOutcome(RecallStatus.BUSY, f"{self.backlog()} stored timer "
+                                     "messages are not in the wheel yet: try again")
         key = key_hash(uniq_key)
         hint = None if slot_hint is None else self.wheel.slot_of(slot_hint)
         slot = self.wheel.find(key, hint)
@@ -270,6 +279,7 @@ class TimerService:
     def status(self) -> dict[str, str]:
         """brokerStatus fields (RocketMQ 5 names where it has them)."""
         return {
+            "timerRunning": str(self.running).lower(),
             "timerPendingCount": str(self.wheel.pending + self.backlog()),
             "timerDeliveredCount": str(self.delivered),
             "timerDroppedCount": str(self.dropped),

@@ -198,3 +198,41 @@ async def test_run_loop_delivers_on_time_on_a_mock_clock(
     finally:
         e.service.close()
         e.store.shutdown()
+
+
+def test_recall_refuses_while_a_burst_is_not_in_the_wheel(env: Env,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import broker.timer.service as service_module
+    monkeypatch.setattr(service_module, "ENQUEUE_BATCH", 1)
+    monkeypatch.setattr(service_module, "RECALL_ENQUEUE_STEPS", 2)
+    for i in range(40):
+        env.send(f"b{i}", NOW + 1000)
+    out = env.service.recall("b39")
+    assert out.status == RecallStatus.BUSY and "try again" in out.remark
+    while env.service.enqueue():
+        pass
+    assert env.service.recall("b39").status == RecallStatus.OK
+
+
+def test_recall_handle_checks_topic_and_broker(env: Env) -> None:
+    from protocol.recall_handle import build_handle, parse_handle
+    env.send("h", NOW + 1000)
+    broker = env.config.broker_name
+    assert env.service.recall_handle("T", "%%%").status == RecallStatus.ILLEGAL
+    assert "topic" in env.service.recall_handle("U", build_handle("T", broker, NOW, "h")).remark
+    assert "broker" in env.service.recall_handle("T", build_handle("T", "other", NOW, "h")).remark
+    assert env.service.recall_handle("T", build_handle("T", broker, NOW + 1000, "h")).status \
+        == RecallStatus.OK
+    import base64
+
+    def raw(text: str) -> str:
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+    assert parse_handle(raw(f"v1 T {broker} 5 h")).timestamp_ms == 5  # padding is optional
+    with pytest.raises(ValueError, match="not a number"):
+        parse_handle(raw(f"v1 T {broker} -5 h"))
+    with pytest.raises(ValueError, match="v1 topic"):
+        parse_handle(raw("v2 T b 5 h"))
+    with pytest.raises(ValueError, match="1..1024"):
+        parse_handle("A" * 2000)
+    env.service.running = False
+    assert env.service.recall("h").status == RecallStatus.OFF
