@@ -11,9 +11,11 @@ due time in ``TIMER_OUT_MS``. This service, on a master only:
   each message, puts it to its real topic (unique key kept, timer properties
   cleaned: ``message_rewrite.from_timer``) and yields to the event loop between
   batches, so sends are not stalled by a burst;
-- *checkpoint*: every second (and at shutdown) the log is fsynced and the
-  checkpoint (consume-queue offset, records, delivery cursor) replaced
-  atomically, in a worker thread; segments behind the cursor are deleted.
+- *checkpoint*: every second the state of a second ago (``stage``: once the
+  commit log is flushed past what it covers) is written: the log fsynced and
+  the checkpoint (consume-queue offset, records, delivery cursor) replaced
+  atomically, in a worker thread; segments behind the cursor are deleted. At a
+  clean stop the present state is written.
 
 After a kill -9 the wheel is rebuilt from the log up to the checkpoint and the
 consume queue past it: nothing stored is lost; what was delivered after the
@@ -105,6 +107,7 @@ class TimerService:
         self.lateness_max_ms = 0
         self.last_checkpoint = TimerCheckpoint()
         self._moved = self._taken = 0
+        self._staged: tuple[TimerCheckpoint, int] | None = None  # and the log offset it needs
         self.log = structlog.get_logger("broker.timer").bind(broker=config.broker_name)
         self.guard = Guard(self.log, "timer")
 
@@ -296,10 +299,31 @@ class TimerService:
         done_slot, done_index = self.wheel.cursor()
         return TimerCheckpoint(self.cq_offset, self.log_files.records, done_slot, done_index)
 
-    async def checkpoint(self) -> None:
-        """Fsync the log and write the checkpoint in a worker thread; then
-        delete the segments wholly behind the cursor."""
-        cp = self._snapshot()
+    def stage(self) -> TimerCheckpoint | None:
+        """The checkpoint to write now: the one staged at the previous call once
+        the commit log is flushed past what it covers (the messages it moved
+        into the wheel and the re-puts it counts as delivered are on disk, so a
+        power loss cannot leave a checkpoint ahead of the log); then the
+        present state is staged for the next call. None: nothing to write."""
+        ready = None
+        if self._staged is not None and self.flushed_offset() >= self._staged[1]:
+            ready, self._staged = self._staged[0], None
+        if self._staged is None:
+            self._staged = (self._snapshot(), self.store.get_max_phy_offset())
+        if ready is None or ready == self.last_checkpoint:
+            return None
+        return ready
+
+    def flushed_offset(self) -> int:
+        return self.store.commit_log.flushed_where
+
+    async def checkpoint(self, cp: TimerCheckpoint | None = None) -> None:
+        """Fsync the log and write a checkpoint (the staged one, or ``cp``) in a
+        worker thread; then delete the segments wholly behind its cursor."""
+        if cp is None:
+            cp = self.stage()
+            if cp is None:
+                return
         if cp == self.last_checkpoint:
             return
         await trio.to_thread.run_sync(self.log_files.write_checkpoint, cp)
@@ -336,7 +360,8 @@ class TimerService:
             self.running = False
             with trio.CancelScope(shield=True):
                 try:
-                    await self.checkpoint()
+                    # a clean stop: the store flushes what it holds as it closes
+                    await self.checkpoint(self._snapshot())
                 except Exception as exc:
                     self.guard.failed(exc, "timer checkpoint not saved at shutdown")
 

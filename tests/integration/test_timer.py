@@ -191,11 +191,10 @@ async def test_restart_with_timers_pending(env: tuple[Daemon, Daemon, int], how:
     got = await pull_all(ns, mq)
     keys = Counter(m.properties["UNIQ_KEY"] for m in got)
     assert set(keys) == set(due), f"lost: {sorted(set(due) - set(keys))[:5]}"
-    twice = sum(n - 1 for n in keys.values())
     if how == "clean":
-        assert twice == 0
+        assert max(keys.values()) == 1  # nothing twice
     else:
-        assert twice <= count // 2
+        assert max(keys.values()) <= 2  # at most once more
     for m in got:
         assert m.store_timestamp >= due[m.properties["UNIQ_KEY"]], "delivered early"
     status = await timer_status(broker)

@@ -236,3 +236,18 @@ def test_recall_handle_checks_topic_and_broker(env: Env) -> None:
         parse_handle("A" * 2000)
     env.service.running = False
     assert env.service.recall("h").status == RecallStatus.OFF
+
+
+def test_a_checkpoint_waits_for_the_commit_log_flush(env: Env) -> None:
+    """A staged checkpoint is written only once the commit log is flushed past
+    the messages it covers: a power loss never leaves it ahead of the log."""
+    svc = env.service
+    flushed = [0]
+    svc.flushed_offset = lambda: flushed[0]  # type: ignore[method-assign]
+    env.send("f", NOW + 1000)
+    svc.enqueue()
+    assert svc.stage() is None  # staged now, for the next round
+    assert svc.stage() is None  # not flushed yet: still waiting
+    flushed[0] = env.store.get_max_phy_offset()
+    ready = svc.stage()
+    assert ready is not None and ready.cq_offset == 1 and ready.records == 1
