@@ -48,10 +48,10 @@ from broker.message_rewrite import (
     timer_recall_marker,
 )
 from broker.stats import LatencyHistogram
-from broker.store import DefaultMessageStore
+from broker.store import DefaultMessageStore, MessageExtBrokerInner, PutMessageStatus
 from broker.timer.rules import DEL_UNIQKEY, OUT_MS
 from broker.timer.timer_log import TimerCheckpoint, TimerLog
-from broker.timer.wheel import Kind, TimerRecord, TimerWheel, key_hash
+from broker.timer.wheel import DueEntry, Kind, TimerRecord, TimerWheel, key_hash
 from protocol.message import PROPERTY_UNIQ_KEY
 from protocol.names import RMQ_SYS_WHEEL_TIMER
 from protocol.recall_handle import parse_handle
@@ -59,11 +59,26 @@ from protocol.trio.service import Guard, describe
 
 ENQUEUE_BATCH = 256  # consume-queue entries moved into the wheel per step
 DELIVER_BATCH = 256  # due messages re-put per step; the loop yields between steps
+PUT_TOGETHER_BYTES = 1 << 20  # due messages re-put in one append, at most
 TICK_S = 0.1  # how often new timer messages are looked for when nothing is due
 CHECKPOINT_EVERY_S = 1.0
 RECALL_ENQUEUE_STEPS = 4  # batches of ENQUEUE_BATCH * 16 a recall moves in before it looks
 # lateness buckets (seconds): delivered time minus due time
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+def _chunks(ready: list[tuple[DueEntry, MessageExtBrokerInner]]
+            ) -> list[list[tuple[DueEntry, MessageExtBrokerInner]]]:
+    """Consecutive groups of at most PUT_TOGETHER_BYTES (one message alone when larger)."""
+    out: list[list[tuple[DueEntry, MessageExtBrokerInner]]] = []
+    size = PUT_TOGETHER_BYTES
+    for item in ready:
+        if size + item[0].size > PUT_TOGETHER_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(item)
+        size += item[0].size
+    return out
 
 
 def _unlink_all(paths: list[Path]) -> None:
@@ -179,50 +194,82 @@ class TimerService:
     # ---- deliver (synchronous, time passed in) -----------------------------------------
 
     def deliver(self, now_ms: int, limit: int = DELIVER_BATCH) -> int:
-        """Re-put up to ``limit`` due messages. Returns how many were taken."""
+        """Re-put up to ``limit`` due messages. Returns how many were taken.
+
+        The due messages are re-put together (``put_together``: one append of
+        up to PUT_TOGETHER_BYTES); when such a put is refused for a reason of
+        one message, they go one by one so only that one is dropped."""
         due = self.wheel.take_due(now_ms, limit)
-        again: list[TimerRecord] = []
+        ready: list[tuple[DueEntry, MessageExtBrokerInner]] = []
         for entry in due:
-            outcome = self._deliver_one(entry.phys)
-            if outcome is PutOutcome.STORED:
-                self.delivered += 1
-                late = max(0, now_ms - entry.due_ms)
-                self.lateness.observe(late / 1000)
-                self.lateness_max_ms = max(self.lateness_max_ms, late)
-            elif outcome is PutOutcome.TRANSIENT:
-                self.retried += 1
-                later = self.wheel.slot_of(now_ms + self.precision_ms)
-                again.append(TimerRecord(later, entry.due_ms, entry.phys, entry.key_hash,
-                                         entry.size))
+            inner = self._inner_of(entry.phys)
+            if inner is not None:
+                ready.append((entry, inner))
+        again: list[TimerRecord] = []
+        for chunk in _chunks(ready):
+            for (entry, _), outcome in zip(chunk, self._put_all(chunk), strict=True):
+                if outcome is PutOutcome.STORED:
+                    self.delivered += 1
+                    late = max(0, now_ms - entry.due_ms)
+                    self.lateness.observe(late / 1000)
+                    self.lateness_max_ms = max(self.lateness_max_ms, late)
+                elif outcome is PutOutcome.TRANSIENT:
+                    self.retried += 1
+                    later = self.wheel.slot_of(now_ms + self.precision_ms)
+                    again.append(TimerRecord(later, entry.due_ms, entry.phys, entry.key_hash,
+                                             entry.size))
         if again:
             self.log_files.append(again)
             for record in again:
                 self.wheel.add(record)
         return len(due)
 
-    def _deliver_one(self, phys: int) -> PutOutcome:
+    def _inner_of(self, phys: int) -> MessageExtBrokerInner | None:
+        """The message to deliver for a due entry, or None (dropped, logged)."""
         try:
             msg = self.store.look_message_by_offset(phys)
         except Exception as exc:
-            return self._drop(phys, f"unreadable: {describe(exc)}")
+            self._drop(phys, f"unreadable: {describe(exc)}")
+            return None
         if msg is None:
-            return self._drop(phys, "unreadable (cleaned away or corrupt)")
+            self._drop(phys, "unreadable (cleaned away or corrupt)")
+            return None
         try:
-            inner = from_timer(msg)
+            return from_timer(msg)
         except RewriteError as exc:
-            return self._drop(phys, str(exc))
+            self._drop(phys, str(exc))
+            return None
+
+    def _put_all(self, chunk: list[tuple[DueEntry, MessageExtBrokerInner]]) -> list[PutOutcome]:
+        if len(chunk) > 1:
+            try:
+                result, _ = self.store.put_together([inner for _, inner in chunk])
+            except Exception:
+                result = None  # one by one says which
+            if result is not None:
+                outcome = classify_put_status(result.put_message_status)
+                if outcome is PutOutcome.STORED:
+                    return [outcome] * len(chunk)
+                if outcome is PutOutcome.TRANSIENT:
+                    self._note_transient(result.put_message_status, chunk[0][1].topic)
+                    return [outcome] * len(chunk)
+        return [self._put_one(entry.phys, inner) for entry, inner in chunk]
+
+    def _put_one(self, phys: int, inner: MessageExtBrokerInner) -> PutOutcome:
         try:
             result = self.store.put_message(inner)
         except Exception as exc:
             return self._drop(phys, f"the store raised {describe(exc)}")
         outcome = classify_put_status(result.put_message_status)
         if outcome is PutOutcome.TRANSIENT:
-            self.guard.note("re-put of a due timer message failed, retrying later",
-                            key=("transient", result.put_message_status),
-                            status=result.put_message_status.value, topic=inner.topic)
+            self._note_transient(result.put_message_status, inner.topic)
         elif outcome is PutOutcome.PERMANENT:
             return self._drop(phys, f"put status {result.put_message_status.value}")
         return outcome
+
+    def _note_transient(self, status: PutMessageStatus, topic: str) -> None:
+        self.guard.note("re-put of due timer messages failed, retrying later",
+                        key=("transient", status), status=status.value, topic=topic)
 
     def _drop(self, phys: int, reason: str) -> PutOutcome:
         self.dropped += 1
@@ -284,6 +331,7 @@ class TimerService:
         return {
             "timerRunning": str(self.running).lower(),
             "timerPendingCount": str(self.wheel.pending + self.backlog()),
+            "timerEnqueueBacklog": str(self.backlog()),  # stored, not yet in the wheel
             "timerDeliveredCount": str(self.delivered),
             "timerDroppedCount": str(self.dropped),
             "timerRecalledCount": str(self.wheel.recalled_skipped),

@@ -4,6 +4,7 @@ recovery at every crash point; the run loop on trio's MockClock. No sockets."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -251,3 +252,35 @@ def test_a_checkpoint_waits_for_the_commit_log_flush(env: Env) -> None:
     flushed[0] = env.store.get_max_phy_offset()
     ready = svc.stage()
     assert ready is not None and ready.cq_offset == 1 and ready.records == 1
+
+
+def test_one_bad_message_among_due_ones_is_dropped_alone(
+        env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Due messages go in one append; when the store refuses it for one message,
+    they go one by one and only that one is dropped."""
+    from broker.store import PutMessageResult
+    from broker.store.status import PutMessageStatus
+    for key in ("a", "bad", "c"):
+        env.send(key, NOW + 1000)
+    real_put, real_together = env.store.put_message, env.store.put_together
+    calls = []
+
+    def put_message(inner: Any) -> Any:
+        if inner.body == b"bad":
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        return real_put(inner)
+
+    def put_together(inners: list[Any]) -> Any:
+        calls.append(len(inners))
+        if any(i.body == b"bad" for i in inners):
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL), []
+        return real_together(inners)
+
+    monkeypatch.setattr(env.store, "put_message", put_message)
+    monkeypatch.setattr(env.store, "put_together", put_together)
+    svc = env.service
+    while svc.enqueue():
+        pass
+    svc.deliver(NOW + 1000)
+    assert calls == [3] and env.delivered() == ["a", "c"] and svc.dropped == 1
+    assert svc.delivered == 2
