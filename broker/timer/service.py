@@ -57,8 +57,8 @@ from protocol.names import RMQ_SYS_WHEEL_TIMER
 from protocol.recall_handle import parse_handle
 from protocol.trio.service import Guard, describe
 
-ENQUEUE_BATCH = 256  # consume-queue entries moved into the wheel per step
-DELIVER_BATCH = 256  # due messages re-put per step; the loop yields between steps
+ENQUEUE_BATCH = 64  # consume-queue entries moved into the wheel per step
+DELIVER_BATCH = 64  # due messages re-put per step; the loop yields between steps
 PUT_TOGETHER_BYTES = 1 << 20  # due messages re-put in one append, at most
 TICK_S = 0.1  # how often new timer messages are looked for when nothing is due
 CHECKPOINT_EVERY_S = 1.0
