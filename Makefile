@@ -3,7 +3,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DATA ?= ./.data
 
-.PHONY: run cluster test lint bench clean browser bytecode redis etcd speedups spark-cds proto rmq5
+.PHONY: run cluster test lint bench clean browser bytecode redis etcd speedups spark-cds proto rmq5 spark-demo
 
 # .venv is made from VENV_PYTHON when given (make VENV_PYTHON=/path/to/python3.11), else from
 # the fastest Python 3.11 on the machine (deploy/pick_python.py: a distribution's
@@ -37,6 +37,20 @@ speedups: $(STAMP)
 # 30 s, 160 MiB in $(VENV)/var/spark-cds); never fails (sessions start without it)
 spark-cds: $(STAMP)
 	@$(PY) -m client.spark.cds build
+
+# the Spark demo (deploy/spark/tag_counts.py, docs/spark.md) against a running `make run` or
+# `make cluster` (NAMESRV=host:port for another): its two topics made, 3,000 tagged orders
+# sent, the job run once (availableNow; its checkpoint in $(DATA)/spark-demo-ck, so a second
+# run counts only new messages) and the counts it published printed
+NAMESRV ?= 127.0.0.1:9876
+spark-demo: $(STAMP) bytecode
+	$(VENV)/bin/mqadmin updateTopic -n $(NAMESRV) -c DefaultCluster -t SparkEvents -r 4 -w 4
+	$(VENV)/bin/mqadmin updateTopic -n $(NAMESRV) -c DefaultCluster -t SparkTagCounts -r 4 -w 4
+	$(PY) -m deploy.spark.fill_orders --namesrv $(NAMESRV) --topic SparkEvents -n 3000 \
+		--tags new,paid,shipped
+	VENV=$(abspath $(VENV)) deploy/spark/submit.sh --master 'local[2]' deploy/spark/tag_counts.py \
+		job --namesrv $(NAMESRV) --checkpoint $(abspath $(DATA))/spark-demo-ck
+	$(PY) -m deploy.spark.tag_counts show --namesrv $(NAMESRV)
 
 # the apache.rocketmq.v2 message classes in broker/grpc/pb/, made again from proto/ after a
 # .proto file changed (committed: make test and make run need only the protobuf runtime);

@@ -332,6 +332,7 @@ CACHED_NAME_MAX = names.GROUP_MAX_LENGTH
 _DecisionKey = tuple[str, int, tuple[str | None, ...]]
 
 ALLOWED = Decision(True)  # a globally white peer
+NO_CODE = -1  # the request code of a request that has none (gRPC): never admin-only
 
 
 @dataclass(frozen=True)
@@ -385,6 +386,27 @@ class AclConfig:
                     self._decisions.clear()
                 self._decisions[key] = decision
         return decision
+
+    def decide_needs(self, access_key: str, remote_host: str,
+                     signature_ok: Callable[[str], bool], needs: list[Need]) -> Decision:
+        """A request of another transport (gRPC: broker/grpc/access.py) whose resources
+        the caller names: ``decide``'s steps with ``needs`` for the header's (no gRPC
+        request is admin-only)."""
+        if self.global_white and self._white(remote_host, self.global_white):
+            return ALLOWED
+        if not access_key:
+            return _refused("No accessKey is configured", reason=NO_ACCESS_KEY)
+        account = self.accounts.get(access_key)
+        if account is None:
+            return _refused(SIGNATURE_REFUSED, reason=UNKNOWN_ACCOUNT,
+                            detail=f"No acl config for accessKey={_shown(access_key)}")
+        if type(account.white_remote_address) is not NoAddress and \
+                self._white(remote_host, (account.white_remote_address,)):
+            return self._allow(access_key)
+        if not signature_ok(account.secret_key):
+            return _refused(SIGNATURE_REFUSED, access_key, BAD_SIGNATURE,
+                            detail=f"Check signature failed for accessKey={access_key}")
+        return self._permission(account, NO_CODE, needs)
 
     def _permission(self, account: Account, code: int, needs: list[Need]) -> Decision:
         """The steps after the signature: the trace topic, the admin check, the

@@ -260,6 +260,19 @@ class BrokerConfig(PropertiesConfig):
     # a gRPC send whose message type is not its topic's message.type attribute is
     # refused (RocketMQ 5 proxy's enableTopicMessageTypeCheck; docs/grpc.md)
     enable_topic_message_type_check: bool = True
+    # push consumers over gRPC (docs/grpc.md): a receive with auto_renew is
+    # invisible this long, and renewed while the client consumes: within
+    # renewAheadTimeMillis of its end, by renewSliceTimeMillis, for at most
+    # renewMaxTimeMillis in all (RocketMQ 5 proxy's keys); a pass every
+    # renewSchedulePeriodMillis; at most renewMaxHandlesPerClient handles of one
+    # client and renewMaxHandles in all are renewed (past them: the oldest stop)
+    default_invisible_time_mills: int = 60_000
+    renew_ahead_time_millis: int = 10_000
+    renew_slice_time_millis: int = 60_000
+    renew_max_time_millis: int = 3 * 3600 * 1000
+    renew_schedule_period_millis: int = 5_000
+    renew_max_handles_per_client: int = 10_000
+    renew_max_handles: int = 200_000
     ha_send_heartbeat_interval: int = 5000  # ms: a slave reports its offset at least this often
     ha_housekeeping_interval: int = 20_000  # ms of silence after which an HA connection closes
     ha_transfer_batch_size: int = 32 * KiB  # most commit-log bytes in one transfer
@@ -318,6 +331,9 @@ class BrokerConfig(PropertiesConfig):
     # signatures bound to their request code and time (docs/security/signature-binding.md):
     # a bound signature's time must be within this many ms of the clock, either way
     acl_signature_window: int = 60_000
+    # gRPC (RocketMQ 5 clients, docs/grpc.md): a signed call's x-mq-date-time must be
+    # within this many ms of the broker's clock, either way
+    acl_grpc_date_time_window: int = 900_000
     # true: every signed request needs the binding, not only admin and destructive ones
     # (RocketMQ's own clients, which do not bind, are then refused)
     acl_strict_signature: bool = False
@@ -384,9 +400,18 @@ class BrokerConfig(PropertiesConfig):
                            ("reviveInterval", self.revive_interval),
                            ("popLogCheckpointBytes", self.pop_log_checkpoint_bytes),
                            ("timerPrecisionMs", self.timer_precision_ms),
-                           ("timerMaxDelaySec", self.timer_max_delay_sec)):
+                           ("timerMaxDelaySec", self.timer_max_delay_sec),
+                           ("renewAheadTimeMillis", self.renew_ahead_time_millis),
+                           ("renewMaxTimeMillis", self.renew_max_time_millis),
+                           ("renewSchedulePeriodMillis", self.renew_schedule_period_millis),
+                           ("renewMaxHandlesPerClient", self.renew_max_handles_per_client),
+                           ("renewMaxHandles", self.renew_max_handles)):
             if value <= 0:
                 raise ConfigError(f"{key} must be positive, not {value}")
+        if self.renew_slice_time_millis <= self.renew_ahead_time_millis:
+            raise ConfigError("renewSliceTimeMillis must be longer than renewAheadTimeMillis")
+        if not 1_000 <= self.default_invisible_time_mills <= 12 * 3600 * 1000:
+            raise ConfigError("defaultInvisibleTimeMills must be within 1000..43200000 ms")
         problem = self.connection_limits().problem()
         if problem is not None:
             raise ConfigError(f"connection limits: {problem}")
@@ -452,7 +477,8 @@ class BrokerConfig(PropertiesConfig):
         if self.acl_reload_interval <= 0:
             raise ConfigError(f"aclReloadInterval must be positive, not {self.acl_reload_interval}")
         for key, value in (("aclSignatureWindow", self.acl_signature_window),
-                           ("aclReplayCacheSize", self.acl_replay_cache_size)):
+                           ("aclReplayCacheSize", self.acl_replay_cache_size),
+                           ("aclGrpcDateTimeWindow", self.acl_grpc_date_time_window)):
             if value <= 0:
                 raise ConfigError(f"{key} must be positive, not {value}")
         problem = pre_auth_problem(self)
@@ -470,9 +496,6 @@ class BrokerConfig(PropertiesConfig):
                 self.max_message_size < self.grpc_max_inbound_message_size <= 1024 * MiB):
             raise ConfigError("grpcMaxInboundMessageSize must be 0 (automatic) or larger than "
                               "maxMessageSize and at most 1 GiB")
-        if self.enable_grpc and self.acl_enable:
-            raise ConfigError("enableGrpc with aclEnable: the gRPC endpoint does not check "
-                              "ACL yet, so it would let anyone in; turn one off")
         if not 0 <= self.ha_listen_port <= 65535:
             raise ConfigError("haListenPort must be within 1..65535 (0: listenPort + 1)")
         if self.listen_port and self.ha_port == self.listen_port:

@@ -106,6 +106,7 @@ from protocol.trio.service import Guard, describe
 
 if TYPE_CHECKING:
     from broker.grpc.clients import GrpcClients
+    from broker.grpc.push import PushConsumers
     from broker.grpc.server import GrpcServer
 
 HOUSEKEEPING_INTERVAL_S = 10.0
@@ -236,6 +237,7 @@ class BrokerController:
         # RocketMQ 5 clients (gRPC) in the same tables, by their client id's
         # session: made with the gRPC server (enableGrpc)
         self.grpc_clients: GrpcClients | None = None
+        self.grpc_push: PushConsumers | None = None  # push consumers' renewals (enableGrpc)
         self.ops_service = OpsService(
             stats=self.stats, offsets=self.consumer_offset_manager,
             topics=self.topic_config_manager, consumers=self.consumer_manager,
@@ -266,7 +268,10 @@ class BrokerController:
             send_back_reviver(self.send_service.send_back,
                               lambda off: self.message_store.look_message_by_offset(off)
                               is not None),
-            self.consumer_filter_manager)
+            self.consumer_filter_manager,
+            send_back_reviver(self.send_service.send_back,
+                              lambda off: self.message_store.look_message_by_offset(off)
+                              is not None, dead_letter=True))
         self.pop_runner = PopRunner(self.pop_service, self.pop_log,
                                     checkpoint_bytes=config.pop_log_checkpoint_bytes,
                                     revive_interval_ms=config.revive_interval,
@@ -852,6 +857,8 @@ class BrokerController:
                     if self.grpc_server is not None:
                         # bound before the first registration, which carries its port
                         self.outer_api.grpc_port = await nursery.start(self.grpc_server.run)
+                        assert self.grpc_push is not None
+                        await nursery.start(self.grpc_push.run)
                     self._serving = nursery
                     if controlled:
                         # the role's services and the registrations start once the
@@ -926,6 +933,7 @@ class BrokerController:
         its endpoint is brokerIP1 and the port it is bound to."""
         require_grpc()
         from broker.grpc.clients import GrpcClients
+        from broker.grpc.guard import GrpcGuard
         from broker.grpc.messaging import MessagingService
         from broker.grpc.server import GrpcApp, GrpcServer
 
@@ -939,14 +947,24 @@ class BrokerController:
             return await self.outer_api.topic_route(topic)
 
         self.grpc_clients = GrpcClients(self.client_service)
+        groups = self.subscription_group_manager
         messaging = MessagingService(self.config, self.send_service, self.topic_config_manager,
                                      endpoint=endpoint, on_topics_changed=self.trigger_register,
                                      routes=routes, pop=self.pop_processor,
                                      clients=self.grpc_clients,
-                                     recall=self.timer_service.recall_handle)
-        app = GrpcApp(messaging.methods(),
+                                     recall=self.timer_service.recall_handle,
+                                     groups=lambda name: groups.table.get(name),
+                                     send_back=self.send_service.send_back,
+                                     transactions=self.end_transaction_service)
+        self.grpc_push = messaging.push
+        acl_file = self.acl_file
+        guard = GrpcGuard(None if acl_file is None else (lambda: acl_file.config),
+                          window_ms=self.config.acl_grpc_date_time_window,
+                          on_refusal=self.stats.record_acl_refusal)
+        app = GrpcApp(guard.guard_methods(messaging.methods()),
                       max_message_bytes=self.config.grpc_max_inbound)
-        return GrpcServer(app, self.listen_host, self.config.grpc_listen_port)
+        return GrpcServer(app, self.listen_host, self.config.grpc_listen_port,
+                          tls=self.config.server_tls())
 
     @property
     def grpc_port(self) -> int | None:
@@ -1063,21 +1081,29 @@ class BrokerController:
         await self.apply_runtime_config({"haDiscardLog": "false"})
 
     def ask_producer(self, group: str, build: Callable[[], CheckRequest]) -> Asked:
-        """Send CHECK_TRANSACTION_STATE (the request ``build`` makes) to one
-        live producer of ``group`` that reads what it is sent. BUSY (nothing
-        sent) when every producer of the group that could be asked is owed
-        more than the write high-water mark: the check is asked again next
+        """Ask one live producer of ``group`` that reads what it is sent about a
+        transaction (the request ``build`` makes): a remoting producer with
+        CHECK_TRANSACTION_STATE, a gRPC producer with a
+        RecoverOrphanedTransactionCommand on its open Telemetry stream
+        (broker/grpc/transactions.py). BUSY (nothing sent) when every producer
+        of the group that could be asked is owed more than the write high-water
+        mark (gRPC: its stream's outbox is full): the check is asked again next
         pass instead of queueing without bound for a producer that reads
-        nothing. With ACL, only a producer whose heart-beat's account may PUB
-        on the half message's topic is asked: joining a producer group takes
-        no right, hearing its checks (the message's body) and answering them
-        does."""
-        conns = [c for c in self.producer_manager.connections(group)
-                 if not c.closed and not isinstance(c, SessionChannel)]  # gRPC: not called
-        if not conns:
+        nothing. With ACL, only a remoting producer whose heart-beat's account
+        may PUB on the half message's topic is asked: joining a producer group
+        takes no right, hearing its checks (the message's body) and answering
+        them does; gRPC producers are then never asked (no account is verified
+        over gRPC)."""
+        members = [c for c in self.producer_manager.connections(group) if not c.closed]
+        conns = [c for c in members if not isinstance(c, SessionChannel)]
+        streams = []
+        if self.grpc_clients is not None and not self.acl_check.enabled:
+            streams = self.grpc_clients.outboxes(members)
+        if not conns and not streams:
             return Asked.NO_PRODUCER
         ready = [c for c in conns if c.takes_requests]
-        if not ready:
+        open_streams = [o for o in streams if o.has_room()]
+        if not ready and not open_streams:
             return Asked.BUSY
         request = build()
         needs = [Need(request.topic or RMQ_SYS_TRANS_HALF_TOPIC, Perm.PUB)]
@@ -1086,11 +1112,16 @@ class BrokerController:
             return self.acl_check.connection_may(c, RequestCode.CHECK_TRANSACTION_STATE, needs)
 
         allowed = [c for c in ready if may(c)]
-        if not allowed:
-            return Asked.BUSY if any(may(c) for c in conns) else Asked.NO_PRODUCER
+        if not allowed and not open_streams:
+            return Asked.BUSY if streams or any(may(c) for c in conns) else Asked.NO_PRODUCER
+        pick = random.randrange(len(allowed) + len(open_streams))
+        if pick >= len(allowed):
+            from broker.grpc.transactions import recover_command
+            outbox = open_streams[pick - len(allowed)]
+            return Asked.SENT if outbox.offer(recover_command(request)) else Asked.BUSY
         cmd = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE,
                                       request.header.to_fields(), request.body, oneway=True)
-        return Asked.SENT if random.choice(allowed).offer(cmd) else Asked.BUSY
+        return Asked.SENT if allowed[pick].offer(cmd) else Asked.BUSY
 
     def _on_connection_closed(self, conn: RemotingConnection) -> None:
         self.client_service.channel_closed(conn)

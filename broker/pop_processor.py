@@ -89,10 +89,12 @@ def wall_ms() -> int:
 
 
 def send_back_reviver(send_back: Callable[..., SendOutcome],
-                      has_message: Callable[[int], bool]) -> Callable[[Inflight], ReviveResult]:
+                      has_message: Callable[[int], bool], *,
+                      dead_letter: bool = False) -> Callable[[Inflight], ReviveResult]:
     """Revive through SendService.send_back: ``%RETRY%<group>`` with one more
     reconsume time and no delay, or ``%DLQ%<group>`` past the group's
-    ``retryMaxTimes``."""
+    ``retryMaxTimes``; ``dead_letter``: always ``%DLQ%<group>`` (an orderly
+    message past its attempts)."""
 
     def revive(rec: Inflight) -> ReviveResult:
         if not has_message(rec.commit_log_offset):
@@ -101,7 +103,8 @@ def send_back_reviver(send_back: Callable[..., SendOutcome],
                         queue_offset=rec.queue_offset)
             return ReviveResult.GONE
         outcome = send_back(ConsumerSendMsgBackRequestHeader(
-            offset=rec.commit_log_offset, group=rec.group, delay_level=0), immediate=True)
+            offset=rec.commit_log_offset, group=rec.group, delay_level=-1 if dead_letter else 0),
+            immediate=True)
         if outcome.status in STORED:
             return ReviveResult.DONE
         if outcome.status in _TRANSIENT:
@@ -133,6 +136,8 @@ class PopRunner:
         self.arrived: dict[str, trio.Event] = {}  # topic -> set when messages arrive
         self.held = 0
         self.log = log.bind(service="pop")
+        # an orderly batch acked to its end frees its queue: held pops look again
+        service.on_unblocked = lambda topic: self.notify_message_arriving(topic, -1, -1)
 
     async def durable(self) -> None:
         """Return once every change made so far is as durable as the flush
@@ -246,7 +251,8 @@ class PopMessageProcessor:
                           ) -> RemotingCommand:
         h = PopMessageRequestHeader.from_fields(cmd.ext_fields)
         req = PopRequest(h.consumer_group, h.topic, h.queue_id, h.max_msg_nums,
-                         h.invisible_time, h.exp or "*", h.exp_type or "TAG", h.init_mode)
+                         h.invisible_time, h.exp or "*", h.exp_type or "TAG", h.init_mode,
+                         h.order)
         outcome = await self.receive(req, h.poll_time)
         if outcome is None:
             return cmd.response(ResponseCode.POLLING_FULL, self.polling_full_remark())
@@ -273,7 +279,11 @@ class PopMessageProcessor:
             runner.held += 1
             try:
                 while outcome.status is PopStatus.NO_MESSAGE and trio.current_time() < deadline:
-                    await runner.wait_arrival((req.topic, retry_topic(req.group)), deadline)
+                    until = deadline
+                    if outcome.wake_ms is not None:  # an orderly batch visible again
+                        wake = max(0, outcome.wake_ms - runner.now_ms()) / 1000
+                        until = min(deadline, trio.current_time() + wake)
+                    await runner.wait_arrival((req.topic, retry_topic(req.group)), until)
                     outcome = self.service.pop(req, runner.now_ms())
             finally:
                 runner.held -= 1

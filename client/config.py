@@ -27,6 +27,7 @@ from typing import Any
 from client.credentials import AclCredentials, resolve_credentials
 from client.errors import MQClientError
 from client.instance import parse_namesrv_addr
+from protocol.namespace import namespace_problem
 from protocol.namesrv_addr import namesrv_addr_from_env
 from protocol.trio.tls import ClientTls, TlsConfigError, client_tls, client_tls_from_env
 
@@ -48,6 +49,10 @@ class ClientConfig:
             starts, as before).
         request_timeout: seconds for one request (None: the class's default).
         instance_name: the client instance to share (None: the process id).
+        namespace: the app's namespace (RocketMQ 4.5+'s ``setNamespace``): producers'
+            and consumers' topics and groups are the namespaced names on the wire
+            (``app1%TopicA``, protocol/namespace.py), and what the user sees (messages'
+            topics, send results' queues) is named without it. None: no namespace.
     """
 
     namesrv_addr: str | None = None
@@ -58,8 +63,14 @@ class ClientConfig:
     tls_key_path: str | None = None
     request_timeout: float | None = None
     instance_name: str | None = None
+    namespace: str | None = None
 
     def __post_init__(self) -> None:
+        if self.namespace is not None:
+            problem = (namespace_problem(self.namespace) if isinstance(self.namespace, str)
+                       else "it must be a string")
+            if problem is not None:
+                raise MQClientError(f"namespace {self.namespace!r}: {problem}")
         if self.namesrv_addr is not None:
             parse_namesrv_addr(self.namesrv_addr)
         if self.credentials is not None and not isinstance(self.credentials, AclCredentials):

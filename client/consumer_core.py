@@ -88,6 +88,7 @@ from client.trace import CONSUME, AsyncTraceDispatcher, ConsumeMessageTraceHook,
 from client.validators import check_group
 from protocol.message import MessageExt, MessageQueue
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
+from protocol.namespace import unwrap, wrap
 
 BROKER_SUSPEND_MAX_TIME_MILLIS = 15_000
 CONSUMER_TIMEOUT_WHEN_SUSPEND = 30.0
@@ -167,7 +168,10 @@ class ConsumerCore:
                 or not 0 < pull_max_idle_s < float("inf")):
             raise MQClientError(f"pull_max_idle_s must be a positive number of seconds, "
                                 f"got {pull_max_idle_s!r}")
-        self.group = group
+        # ClientConfig.namespace: the group and topics on the wire are the namespaced
+        # names; the messages a user sees are named without it (_reset_retry_topic)
+        self.namespace = config.namespace or ""
+        self.group = wrap(self.namespace, group)
         self.namesrv_addr = client_namesrv_addr(config.namesrv_addr)
         self.message_model = message_model
         self.consume_from_where = consume_from_where
@@ -249,6 +253,9 @@ class ConsumerCore:
         except ValueError as exc:
             shown = selector.expression if isinstance(selector, MessageSelector) else selector
             raise MQClientError(f"bad subscription expression {shown!r}: {exc}") from exc
+        if self.namespace:
+            topic = wrap(self.namespace, topic)
+            sub = dataclasses.replace(sub, topic=topic)
         self.subscriptions[topic] = dataclasses.replace(sub, sub_version=int(time.time() * 1000))
 
     @property
@@ -678,14 +685,30 @@ class ConsumerCore:
 
     # ---- helpers ---------------------------------------------------------------------
 
+    def _wire(self, mq: MessageQueue) -> MessageQueue:
+        """A queue the user named as the broker knows it (its topic namespaced)."""
+        if not self.namespace:
+            return mq
+        return dataclasses.replace(mq, topic=wrap(self.namespace, mq.topic))
+
+    def _user_queue(self, mq: MessageQueue) -> MessageQueue:
+        """A queue as the user names it (its topic without the namespace)."""
+        if not self.namespace:
+            return mq
+        return dataclasses.replace(mq, topic=unwrap(self.namespace, mq.topic))
+
     def _reset_retry_topic(self, msgs: Sequence[MessageExt]) -> None:
-        """Messages from the group's retry topic show their original topic."""
+        """Messages from the group's retry topic show their original topic; with a
+        namespace, every message shows its topic without it."""
         retry = self.retry_topic
+        namespace = self.namespace
         for msg in msgs:
             if msg.topic == retry:
                 origin = msg.properties.get("RETRY_TOPIC")
                 if origin:
                     msg.topic = origin
+            if namespace:
+                msg.topic = unwrap(namespace, msg.topic)
 
     def _commit_offset(self, mq: MessageQueue, pq: ProcessQueue, offset: int) -> None:
         if offset >= 0 and not pq.dropped and self._offset_store is not None:

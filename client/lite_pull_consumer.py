@@ -34,6 +34,7 @@ from client.process_queue import ProcessQueue
 from client.rebalance import AllocateStrategy
 from client.subscription import MessageSelector
 from protocol.message import MessageExt, MessageQueue
+from protocol.namespace import wrap
 
 _DEF = ConsumerCore.DEFAULTS
 _Request = tuple[MessageQueue, ProcessQueue, list[MessageExt]]
@@ -125,7 +126,7 @@ class LitePullConsumer(ConsumerCore):
             self._instance.rebalance_immediately()
 
     def unsubscribe(self, topic: str) -> None:
-        self.subscriptions.pop(topic, None)
+        self.subscriptions.pop(wrap(self.namespace, topic), None)
         if self._instance is not None and self.running:
             self._instance.rebalance_immediately()
 
@@ -144,9 +145,9 @@ class LitePullConsumer(ConsumerCore):
             raise MQClientError("subscribe and assign cannot be mixed")
         if not all(isinstance(mq, MessageQueue) for mq in mqs):
             raise MQClientError("assign takes a list of MessageQueue")
-        self._assigned = sorted(set(mqs))
+        self._assigned = sorted({self._wire(mq) for mq in mqs})
         self.subscriptions.clear()
-        for topic in sorted({mq.topic for mq in mqs}):
+        for topic in sorted({mq.topic for mq in self._assigned}):
             self._subscribe(topic, sub_expression)
 
     async def _rebalance_topic(self, topic: str) -> None:
@@ -242,7 +243,8 @@ class LitePullConsumer(ConsumerCore):
         the queue's first message is still in memory."""
         self._running_instance()
         assert self._offset_store is not None
-        return await self._offset_store.read_offset(mq, ReadOffsetType.READ_FROM_STORE)
+        return await self._offset_store.read_offset(self._wire(mq),
+                                                    ReadOffsetType.READ_FROM_STORE)
 
     async def persist_consumer_offset(self) -> None:
         if self.auto_commit:
@@ -266,6 +268,7 @@ class LitePullConsumer(ConsumerCore):
         outside [min offset, max offset]."""
         self._running_instance()
         assert self._api is not None and self._offset_store is not None
+        mq = self._wire(mq)
         pq = self.process_queue_table.get(mq)
         if pq is None or pq.dropped:
             raise MQClientError(f"{mq} is not assigned to this consumer now")
@@ -284,12 +287,14 @@ class LitePullConsumer(ConsumerCore):
 
     async def seek_to_begin(self, mq: MessageQueue) -> None:
         assert self._api is not None
-        await self.seek(mq, await self._api.min_offset(mq))
+        await self.seek(mq, await self._api.min_offset(self._wire(mq)))
 
     async def seek_to_end(self, mq: MessageQueue) -> None:
         assert self._api is not None
-        await self.seek(mq, await self._api.max_offset(mq))
+        await self.seek(mq, await self._api.max_offset(self._wire(mq)))
 
     async def fetch_message_queues(self, topic: str) -> list[MessageQueue]:
         """The readable queues of ``topic`` (from the name servers now)."""
-        return await self._running_instance().fetch_subscribe_queues(topic)
+        queues = await self._running_instance().fetch_subscribe_queues(
+            wrap(self.namespace, topic))
+        return [self._user_queue(q) for q in queues]

@@ -18,6 +18,7 @@ waits when the queue is full).
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import time
 import zlib
@@ -72,6 +73,7 @@ from protocol.headers import (
 )
 from protocol.message import Message, MessageConst, MessageQueue
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
+from protocol.namespace import unwrap, wrap
 from protocol.recall_handle import build_handle, parse_handle
 from protocol.record import FLAG_COMPRESSED
 from protocol.trio import RemotingError
@@ -287,7 +289,8 @@ class Producer:
             raise MQClientError("compress_msg_body_over_howmuch must be >= 0 (0: never)")
         if not -1 <= compress_level <= 9:
             raise MQClientError("compress_level must be a zlib level, -1..9")
-        self.group = group
+        self.namespace = self.config.namespace or ""
+        self.group = wrap(self.namespace, group)
         self.namesrv_addr = client_namesrv_addr(self.config.namesrv_addr)
         self.send_msg_timeout = send_msg_timeout
         self.retry_times_when_send_failed = retry_times_when_send_failed
@@ -450,15 +453,16 @@ class Producer:
             raise MQClientError(f"expected a Message, got {type(msg).__name__}")
         self._topics.check(msg.topic)
         check_body(msg, self.max_message_size)
+        topic = wrap(self.namespace, msg.topic) if self.namespace else msg.topic
         props = msg.properties
         uniq = props.get(_UNIQ_KEY)
         if not uniq:
             uniq = props[_UNIQ_KEY] = create_uniq_id()
-        if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             props, times = retry_header_fields(props)
         else:
             times = {}
-        fields = self._header(msg.topic, msg.flag, encode_properties(props), False)
+        fields = self._header(topic, msg.flag, encode_properties(props), False)
         fields.update(times)
         body = bytes(msg.body)
         over = self.compress_msg_body_over_howmuch
@@ -467,7 +471,7 @@ class Producer:
             if len(packed) < len(body):  # an incompressible body goes as it is
                 body = packed
                 fields["sysFlag"] = FLAG_COMPRESSED
-        return _Prepared(RequestCode.SEND_MESSAGE, msg.topic, fields, body, uniq, (msg,))
+        return _Prepared(RequestCode.SEND_MESSAGE, topic, fields, body, uniq, (msg,))
 
     def _prepare_batch(self, msgs: Iterable[Message]) -> _Prepared:
         batch = list(msgs)
@@ -492,6 +496,7 @@ class Producer:
                 f"the encoded batch of {len(batch)} messages is {len(body)} bytes, "
                 f"over the maximum {max_size}; split it"
             )
+        topic = wrap(self.namespace, topic) if self.namespace else topic
         fields = self._header(topic, 0, "", True)
         return _Prepared(RequestCode.SEND_BATCH_MESSAGE, topic, fields, body, ",".join(ids),
                          batch)
@@ -661,7 +666,9 @@ class Producer:
         prepared = self._prepare_message(msg)
         self._running_instance()
         deadline = self._deadline(timeout)
-        return await self._send(prepared, mq, deadline)
+        if not self.namespace:
+            return await self._send(prepared, mq, deadline)
+        return self._shown(await self._send(prepared, self._wire_queue(mq), deadline))
 
     async def send_batch(
         self,
@@ -680,7 +687,9 @@ class Producer:
         prepared = self._prepare_batch(msgs)
         self._running_instance()
         deadline = self._deadline(timeout)
-        return await self._send(prepared, mq, deadline)
+        if not self.namespace:
+            return await self._send(prepared, mq, deadline)
+        return self._shown(await self._send(prepared, self._wire_queue(mq), deadline))
 
     async def send_oneway(self, msg: Message, mq: MessageQueue | None = None) -> None:
         """Send without waiting for an answer: no result, no retry.
@@ -691,6 +700,7 @@ class Producer:
         prepared = self._prepare_message(msg)
         instance = self._running_instance()
         deadline = trio.current_time() + self.send_msg_timeout
+        mq = self._wire_queue(mq)
         if mq is None:
             mq = (await self._publish_info(prepared.topic, deadline)).select()
         elif mq.topic != prepared.topic:
@@ -754,7 +764,7 @@ class Producer:
         if callback is not None:
             future.add_done_callback(callback)
         deadline = self._deadline(timeout)
-        job = _AsyncJob(prepared, mq, deadline, future)
+        job = _AsyncJob(prepared, self._wire_queue(mq), deadline, future)
         # trio's checkpoint discipline: a cancelled caller's message is not queued.
         await trio.lowlevel.checkpoint_if_cancelled()
         try:
@@ -781,9 +791,26 @@ class Producer:
         """The writable queues of ``topic`` (fetching its route if needed).
         Raises MQClientError when it has none."""
         info = await self._running_instance().find_publish_info(
-            topic, self.default_topic_queue_nums
+            wrap(self.namespace, topic), self.default_topic_queue_nums
         )
-        return list(info.queues)
+        if not self.namespace:
+            return list(info.queues)
+        return [self._user_queue(mq) for mq in info.queues]
+
+    # ---- namespace (ClientConfig.namespace) --------------------------------------------
+
+    def _wire_queue(self, mq: MessageQueue | None) -> MessageQueue | None:
+        """A queue the user named (``TopicA``) as the broker knows it (``ns%TopicA``)."""
+        if mq is None or not self.namespace:
+            return mq
+        return dataclasses.replace(mq, topic=wrap(self.namespace, mq.topic))
+
+    def _user_queue(self, mq: MessageQueue) -> MessageQueue:
+        return dataclasses.replace(mq, topic=unwrap(self.namespace, mq.topic))
+
+    def _shown(self, result: SendResult) -> SendResult:
+        """A send result as the user sees it: its queue's topic without the namespace."""
+        return dataclasses.replace(result, message_queue=self._user_queue(result.message_queue))
 
     async def recall_message(self, topic: str, handle_or_key: str,
                              timeout: float | None = None) -> str:
@@ -794,6 +821,7 @@ class Producer:
         delivered or recalled already."""
         deadline = self._deadline(timeout)
         instance = self._running_instance()
+        topic = wrap(self.namespace, topic) if self.namespace else topic
         try:
             parsed = parse_handle(handle_or_key)
             handles = [(parsed.broker_name, handle_or_key)]
@@ -856,7 +884,7 @@ class Producer:
             future.set_exception(MQClientError("the producer shut down before the send finished"))
             raise
         else:
-            future.set_result(result)
+            future.set_result(self._shown(result) if self.namespace else result)
 
     def _fail_queued_jobs(self, rx: trio.MemoryReceiveChannel[_AsyncJob]) -> None:
         failed = 0

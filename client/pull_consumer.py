@@ -15,6 +15,7 @@ to the slave too (``client.consumer_api``).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import structlog
@@ -42,6 +43,7 @@ from client.range_reader import (
 from client.subscription import MessageSelector, SubscriptionData, subscription_of
 from client.validators import check_group
 from protocol.message import MessageQueue
+from protocol.namespace import unwrap, wrap
 from protocol.route import MASTER_ID
 from protocol.trio.tls import ClientTls
 
@@ -113,7 +115,10 @@ class PullConsumer(InstanceUser):
         self.tls = self.config.client_tls()
         if pull_timeout <= 0:
             raise MQClientError("timeouts must be positive")
-        self.group = group
+        # ClientConfig.namespace: the group and queues on the wire are the namespaced
+        # names; queues answered and pulled messages are named without it
+        self.namespace = self.config.namespace or ""
+        self.group = wrap(self.namespace, group)
         self.namesrv_addr = client_namesrv_addr(self.config.namesrv_addr)
         self.pull_timeout = pull_timeout
         self.request_timeout = self.config.timeout_or(DEFAULT_REQUEST_TIMEOUT)
@@ -140,7 +145,17 @@ class PullConsumer(InstanceUser):
 
         Raises MQClientError when the topic does not exist or has no readable queue.
         """
-        return await self._running_instance().fetch_subscribe_queues(topic)
+        queues = await self._running_instance().fetch_subscribe_queues(
+            wrap(self.namespace, topic))
+        if not self.namespace:
+            return queues
+        return [dataclasses.replace(q, topic=unwrap(self.namespace, q.topic)) for q in queues]
+
+    def _wire(self, mq: MessageQueue) -> MessageQueue:
+        """A queue the user named as the broker knows it (its topic namespaced)."""
+        if not self.namespace:
+            return mq
+        return dataclasses.replace(mq, topic=wrap(self.namespace, mq.topic))
 
     # ---- pull -------------------------------------------------------------------
 
@@ -170,8 +185,13 @@ class PullConsumer(InstanceUser):
             raise MQClientError(f"offset must be >= 0, got {offset}")
         if max_nums <= 0:
             raise MQClientError(f"max_nums must be > 0, got {max_nums}")
+        mq = self._wire(mq)
         sub, timeout = self._pull_args(mq, sub_expression, timeout)
-        return await api.pull(mq, sub, offset, max_nums, timeout=timeout)
+        result = await api.pull(mq, sub, offset, max_nums, timeout=timeout)
+        if self.namespace:
+            for msg in result.msg_found_list:
+                msg.topic = unwrap(self.namespace, msg.topic)
+        return result
 
     def _pull_args(self, mq: MessageQueue, sub_expression: str | MessageSelector | None,
                    timeout: float | None) -> tuple[SubscriptionData, float]:
@@ -209,6 +229,7 @@ class PullConsumer(InstanceUser):
             raise MQClientError(f"bad range [{start}, {end})")
         if batch_size <= 0 or in_flight <= 0:
             raise MQClientError("batch_size and in_flight must be positive")
+        mq = self._wire(mq)  # (its chunks' records keep the namespaced topic)
         sub, timeout = self._pull_args(mq, sub_expression, timeout)
         return await read_range(
             api, mq, sub, start, end, send, timeout=timeout,
@@ -222,6 +243,7 @@ class PullConsumer(InstanceUser):
         slave, fetching the route if needed), the parsed expression, the pull
         timeout, and the client's TLS settings and credentials. Raises MQClientError."""
         api = self._running_api()
+        mq = self._wire(mq)
         sub, timeout = self._pull_args(mq, sub_expression, timeout)
         addr, _ = await api.instance.require_broker_addr(
             mq.broker_name, mq.topic, master_only=False,
@@ -237,25 +259,26 @@ class PullConsumer(InstanceUser):
 
         Raises MQClientError (broker unknown, connection failure, negative
         offset) or MQBrokerError (the broker refused)."""
-        await self._running_api().update_consume_offset(mq, offset, self.request_timeout)
+        await self._running_api().update_consume_offset(self._wire(mq), offset,
+                                                        self.request_timeout)
 
     async def fetch_consume_offset(self, mq: MessageQueue) -> int:
         """The group's offset of ``mq`` as the broker answers it: the stored
         one, 0 for a group with none while the queue's first message is still
         in memory (RocketMQ's rule), or -1 (QUERY_NOT_FOUND). Reads the master,
         or a slave when there is no master. Raises MQClientError / MQBrokerError."""
-        return await self._running_api().fetch_consume_offset(mq)
+        return await self._running_api().fetch_consume_offset(self._wire(mq))
 
     async def max_offset(self, mq: MessageQueue) -> int:
         """The queue's max offset (the next offset to be written), from the
         master, else a slave. Raises MQClientError / MQBrokerError."""
-        return await self._running_api().max_offset(mq)
+        return await self._running_api().max_offset(self._wire(mq))
 
     async def min_offset(self, mq: MessageQueue) -> int:
         """The queue's smallest offset still stored. Raises MQClientError / MQBrokerError."""
-        return await self._running_api().min_offset(mq)
+        return await self._running_api().min_offset(self._wire(mq))
 
     async def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         """The first offset of ``mq`` stored at or after ``timestamp_ms``. Raises
         MQClientError / MQBrokerError."""
-        return await self._running_api().search_offset(mq, timestamp_ms)
+        return await self._running_api().search_offset(self._wire(mq), timestamp_ms)

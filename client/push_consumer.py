@@ -53,6 +53,7 @@ from client.rebalance import AllocateStrategy
 from client.running_info import PROP_THREADPOOL_CORE_SIZE
 from client.subscription import MessageSelector
 from protocol.message import MessageExt, MessageQueue
+from protocol.namespace import wrap
 from protocol.trio.service import Guard
 
 # what a synchronous listener returns (a bad status is warned about after)
@@ -191,7 +192,7 @@ class PushConsumer(ConsumerCore):
             self._instance.rebalance_immediately()
 
     def unsubscribe(self, topic: str) -> None:
-        self.subscriptions.pop(topic, None)
+        self.subscriptions.pop(wrap(self.namespace, topic), None)
         if self._instance is not None and self.running:
             self._instance.rebalance_immediately()
 
@@ -337,7 +338,9 @@ class PushConsumer(ConsumerCore):
             async for mq, pq, msgs in rx:
                 size = self.consume_message_batch_max_size
                 try:
-                    if mq.topic == self.retry_topic:  # only its messages show another topic
+                    # only the retry queue's messages show another topic (or, with a
+                    # namespace, every message: its topic without the namespace)
+                    if mq.topic == self.retry_topic or self.namespace:
                         self._reset_retry_topic(msgs)
                     for i in range(0, len(msgs), size):
                         if pq.dropped:
@@ -352,7 +355,7 @@ class PushConsumer(ConsumerCore):
     async def _consume_concurrently(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
     ) -> None:
-        ctx = ConsumeConcurrentlyContext(mq)
+        ctx = ConsumeConcurrentlyContext(self._user_queue(mq))  # as the user names it
         status = await self._call_listener(msgs, ctx)
         if not isinstance(status, ConsumeConcurrentlyStatus):
             if status is not None:
@@ -390,6 +393,8 @@ class PushConsumer(ConsumerCore):
     async def _send_back(self, msg: MessageExt, mq: MessageQueue, delay_level: int) -> bool:
         assert self._api is not None
         max_times = None if self.max_reconsume_times < 0 else self.max_reconsume_times
+        shown = msg.topic
+        msg.topic = wrap(self.namespace, shown)  # the broker's name (a namespace's)
         try:
             with trio.fail_after(self.request_timeout + 1):
                 await self._api.send_back(msg, mq.broker_name, delay_level, max_times)
@@ -402,6 +407,8 @@ class PushConsumer(ConsumerCore):
             self._log.warning("send back failed, will consume again locally",
                               msg_id=msg.msg_id, mq=str(mq), error=str(exc))
             return False
+        finally:
+            msg.topic = shown
 
     async def _consume_later(
         self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]
@@ -449,7 +456,7 @@ class PushConsumer(ConsumerCore):
                 if not msgs:
                     return
                 self._reset_retry_topic(msgs)
-                ctx = ConsumeOrderlyContext(mq)
+                ctx = ConsumeOrderlyContext(self._user_queue(mq))
                 status = await self._call_listener(msgs, ctx)
                 if not isinstance(status, ConsumeOrderlyStatus):
                     if status is not None:

@@ -53,6 +53,7 @@ from protocol.headers import (
 )
 from protocol.message import MessageConst, MessageExt
 from protocol.names import topic_problem
+from protocol.namespace import unwrap, wrap
 from protocol.record import FLAG_COMPRESSED, decode_records
 from protocol.trio.errors import RemotingError
 
@@ -128,7 +129,10 @@ class SimpleConsumer(InstanceUser):
             config, namesrv_addr=namesrv_addr, credentials=credentials, access_key=access_key,
             secret_key=secret_key, use_tls=use_tls, tls_ca_path=tls_ca_path,
             request_timeout=request_timeout, instance_name=instance_name)
-        self.group = group
+        # ClientConfig.namespace: the group and topics on the wire are the namespaced
+        # names; received messages (and ReceivedMessage.topic) are named without it
+        self.namespace = self.config.namespace or ""
+        self.group = wrap(self.namespace, group)
         self.namesrv_addr = client_namesrv_addr(self.config.namesrv_addr)
         self.await_duration = await_duration
         self.init_mode = INIT_MODES[init_mode]
@@ -154,6 +158,7 @@ class SimpleConsumer(InstanceUser):
         problem = topic_problem(topic)
         if problem is not None:
             raise MQClientError(problem)
+        topic = wrap(self.namespace, topic)
         selector = expression if isinstance(expression, MessageSelector) \
             else MessageSelector.by_tag(expression)
         if is_tag_type(selector.expression_type):
@@ -174,6 +179,7 @@ class SimpleConsumer(InstanceUser):
         self._types[topic] = selector.expression_type or TAG
 
     def unsubscribe(self, topic: str) -> None:
+        topic = wrap(self.namespace, topic)
         self.subscriptions.pop(topic, None)
         self._tags.pop(topic, None)
         self._types.pop(topic, None)
@@ -238,9 +244,12 @@ class SimpleConsumer(InstanceUser):
         for msg, handle in zip(msgs, handles, strict=True):
             if msg.sys_flag & FLAG_COMPRESSED:
                 msg.body = zlib.decompress(msg.body)
-            received = ReceivedMessage(
-                msg, msg.properties.get(MessageConst.PROPERTY_RETRY_TOPIC, msg.topic), handle,
-                msg.reconsume_times + 1, broker_name, addr)
+            origin = msg.properties.get(MessageConst.PROPERTY_RETRY_TOPIC, msg.topic)
+            if self.namespace:
+                origin = unwrap(self.namespace, origin)
+                msg.topic = unwrap(self.namespace, msg.topic)
+            received = ReceivedMessage(msg, origin, handle, msg.reconsume_times + 1,
+                                       broker_name, addr)
             if tags is not None and received.tag not in tags:  # a tag hash collision
                 await self.ack(received)
                 continue
@@ -251,7 +260,8 @@ class SimpleConsumer(InstanceUser):
         """Done with ``msg``: it is not delivered again. Raises
         InvalidReceiptHandle when the broker no longer takes its handle."""
         header = AckMessageRequestHeader(
-            consumer_group=self.group, topic=msg.topic, queue_id=msg.message.queue_id,
+            consumer_group=self.group, topic=wrap(self.namespace, msg.topic),
+            queue_id=msg.message.queue_id,
             extra_info=msg.receipt_handle, offset=msg.message.queue_offset)
         await self._handle_request(RequestCode.ACK_MESSAGE, header.to_fields(), msg, "ack")
 
@@ -264,7 +274,7 @@ class SimpleConsumer(InstanceUser):
         whole request fails (the acks of the requests before it stand)."""
         groups: dict[tuple[str, str], list[ReceivedMessage]] = {}
         for m in msgs:
-            groups.setdefault((m.broker_name, m.topic), []).append(m)
+            groups.setdefault((m.broker_name, wrap(self.namespace, m.topic)), []).append(m)
         refused: list[tuple[ReceivedMessage, str]] = []
         instance = self._running_instance()
         for (broker_name, topic), batch in groups.items():
@@ -297,7 +307,8 @@ class SimpleConsumer(InstanceUser):
         if not 1_000 <= ms <= 12 * 3600 * 1000:
             raise MQClientError("duration must be within 1 s .. 12 h")
         header = ChangeInvisibleTimeRequestHeader(
-            consumer_group=self.group, topic=msg.topic, queue_id=msg.message.queue_id,
+            consumer_group=self.group, topic=wrap(self.namespace, msg.topic),
+            queue_id=msg.message.queue_id,
             extra_info=msg.receipt_handle, offset=msg.message.queue_offset, invisible_time=ms)
         response = await self._handle_request(RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
                                               header.to_fields(), msg, "change invisible")
@@ -312,7 +323,8 @@ class SimpleConsumer(InstanceUser):
     async def _handle_request(self, code: int, fields: dict[str, object], msg: ReceivedMessage,
                               what: str) -> RemotingCommand:
         instance = self._running_instance()
-        addr, _ = await instance.require_broker_addr(msg.broker_name, msg.topic)
+        addr, _ = await instance.require_broker_addr(msg.broker_name,
+                                                     wrap(self.namespace, msg.topic))
         cmd = RemotingCommand.request(code, fields)
         try:
             response = await instance.invoke(addr, cmd)

@@ -46,6 +46,7 @@ from protocol.codes import RequestCode
 from protocol.command import RemotingCommand, cap_remark
 from protocol.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from protocol.message import Message, MessageConst, MessageExt
+from protocol.namespace import unwrap
 from protocol.record import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -322,7 +323,8 @@ class TransactionProducer(Producer):
         return TransactionSendResult(
             send_status=result.send_status,
             msg_id=result.msg_id,
-            message_queue=result.message_queue,
+            message_queue=(self._user_queue(result.message_queue) if self.namespace
+                           else result.message_queue),
             queue_offset=result.queue_offset,
             offset_msg_id=result.offset_msg_id,
             transaction_id=result.msg_id,
@@ -380,6 +382,8 @@ class TransactionProducer(Producer):
 
     async def _answer_check(self, check: _Check) -> None:
         msg = check.msg
+        if self.namespace:  # the listener sees the topic it sent to
+            msg.topic = unwrap(self.namespace, msg.topic)
         uniq = msg.uniq_key or msg.msg_id
         state, error = await acall_listener(
             self.transaction_listener.check_local_transaction, (msg,),

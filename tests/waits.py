@@ -15,6 +15,8 @@ the daemon or client exposes), or run the test under MockClock.
 from __future__ import annotations
 
 import inspect
+import os
+import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -70,6 +72,26 @@ def wait_until_sync(predicate: Callable[[], Any], timeout: float, what: str,
         if time.monotonic() >= deadline:
             raise _failure(what, timeout, last)
         time.sleep(interval)
+
+
+def threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is stopped (state T in /proc): a SIGSTOP is
+    only queued when kill() returns; a multi-threaded process under load can still
+    answer a request until one of its threads has run and started the group stop."""
+    try:
+        tasks = [t for t in os.listdir(f"/proc/{pid}/task")]
+        states = [open(f"/proc/{pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0]
+                  for t in tasks]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return bool(states) and all(state in ("T", "t") for state in states)
+
+
+def freeze(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and return once all its threads have stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_until_sync(lambda: threads_stopped(pid), timeout, f"process {pid} stopped",
+                    interval=0.001)
 
 
 @dataclass(frozen=True)

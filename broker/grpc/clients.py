@@ -24,6 +24,11 @@ client's channel is a ``SessionChannel`` (broker/service/types.py): one per
 client id, kept while the client heart-beats; at most ``max_sessions`` at once
 (a new client past it is refused, a known one is still served).
 
+While a client's Telemetry stream is open, its session holds the stream's
+outbox (broker/grpc/telemetry.py): the broker reaches the client there (a
+transaction check's RecoverOrphanedTransactionCommand); the stream's end
+detaches it.
+
 A client leaves at NotifyClientTermination, or when its heart-beats stop: the
 broker's housekeeping drops table members silent past
 ``channelExpiredTimeout`` and then ``expire`` forgets their sessions.
@@ -33,12 +38,14 @@ Pure: times are passed in (seconds on the clock the housekeeping uses).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from broker.grpc.pb import definition_pb2 as pb
+from broker.grpc.telemetry import TelemetryOutbox
 from broker.service.clients import ClientService, ClientStatus
 from broker.service.types import SessionChannel
 from protocol.client_data import CLIENT_ID_MAX_LENGTH, HeartbeatData
@@ -64,6 +71,9 @@ class Session:
     channel: SessionChannel
     settings: pb.Settings | None = None
     last_seen: float = 0.0
+    # its open Telemetry stream's outbox (None: no stream open): how the broker
+    # reaches it (a transaction check)
+    outbox: TelemetryOutbox | None = None
 
 
 class GrpcClients:
@@ -117,6 +127,32 @@ class GrpcClients:
             return Code.BAD_REQUEST, str(exc)
         outcome = self.service.heart_beat(session.channel, hb, now)
         return CLIENT_CODES.get(outcome.status, Code.INTERNAL_SERVER_ERROR), outcome.remark or "OK"
+
+    def attach(self, client_id: str, outbox: TelemetryOutbox) -> None:
+        """The client's Telemetry stream (it sent Settings): the broker reaches it there."""
+        session = self.sessions.get(client_id)
+        if session is not None and not outbox.closed:
+            session.outbox = outbox
+
+    def detach(self, client_id: str, outbox: TelemetryOutbox) -> None:
+        """That stream closed: the client cannot be reached until it opens another
+        (a newer stream's outbox stays)."""
+        session = self.sessions.get(client_id)
+        if session is not None and session.outbox is outbox:
+            session.outbox = None
+
+    def outboxes(self, channels: Iterable[Any]) -> list[TelemetryOutbox]:
+        """The open Telemetry outboxes of the gRPC clients among ``channels``
+        (a producer group's members): the ones a check can be sent to."""
+        out: list[TelemetryOutbox] = []
+        for ch in channels:
+            if not isinstance(ch, SessionChannel) or ch.closed:
+                continue
+            session = self.sessions.get(ch.client_id)
+            if session is not None and session.channel is ch and session.outbox is not None \
+                    and not session.outbox.closed:
+                out.append(session.outbox)
+        return out
 
     def terminate(self, client_id: str) -> bool:
         """NotifyClientTermination: the client leaves every group it was in."""

@@ -12,6 +12,11 @@ body, as RocketMQ 5's proxy maps it:
 - ``user_properties`` as they are, but a name the broker reserves for itself
   is refused (ILLEGAL_MESSAGE_PROPERTY_KEY) and no name or value may hold the
   two separator characters;
+- ``message_type`` TRANSACTION: a half message, as a remoting producer's
+  prepared send (``TRAN_MSG=true`` and the prepared sysFlag), of the producer
+  group named after its topic (RocketMQ 5's proxy: gRPC producers have no
+  group and are registered under their topics' names); no message group nor
+  delivery time with it;
 - the body: ``body_encoding`` GZIP is inflated (bounded by maxMessageSize);
   a ``body_digest`` (CRC32, MD5 or SHA1, hex as clients write it) must match
   the body, else MESSAGE_CORRUPTED.
@@ -51,7 +56,12 @@ from protocol.message import (
     MessageConst,
     properties_to_string,
 )
-from protocol.record import FLAG_COMPRESSED, decode_record
+from protocol.record import (
+    FLAG_COMPRESSED,
+    TRANSACTION_PREPARED_TYPE,
+    decode_record,
+    with_transaction_type,
+)
 from protocol.route import PERM_READ, PERM_WRITE, TopicConfig
 
 Code = pb.Code
@@ -222,8 +232,8 @@ def _text(value: str, what: str, code: int) -> str:
 
 def sent_type(msg: pb.Message) -> str:
     """What a message is, by its properties (RocketMQ's
-    TopicMessageType.parseFromMessageProperty): FIFO with a message group,
-    DELAY with a delivery time, else NORMAL (transactions are refused before)."""
+    TopicMessageType.parseFromMessageProperty): TRANSACTION when its type says
+    so, FIFO with a message group, DELAY with a delivery time, else NORMAL."""
     sp = msg.system_properties
     if sp.message_type == pb.TRANSACTION:
         return "TRANSACTION"
@@ -245,11 +255,8 @@ def to_send_item(msg: pb.Message, *, producer_group: str, max_size: int, now_ms:
         raise Refusal(Code.ILLEGAL_TOPIC, "the message names no topic")
     sp = msg.system_properties
     message_type = sp.message_type
-    if message_type == pb.TRANSACTION:
-        raise Refusal(Code.NOT_IMPLEMENTED,
-                      "transactional messages are not served over gRPC yet (EndTransaction "
-                      "answers UNIMPLEMENTED): send them with the remoting SDK")
-    if message_type not in (pb.NORMAL, pb.FIFO, pb.DELAY, pb.MESSAGE_TYPE_UNSPECIFIED):
+    if message_type not in (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION,
+                            pb.MESSAGE_TYPE_UNSPECIFIED):
         raise Refusal(Code.UNSUPPORTED,
                       f"message type {pb.MessageType.Name(message_type)} is not supported")
     body = decode_body(msg, max_size)
@@ -290,6 +297,16 @@ def to_send_item(msg: pb.Message, *, producer_group: str, max_size: int, now_ms:
                                               Code.ILLEGAL_MESSAGE_GROUP)
     if message_type == pb.FIFO and group is None:
         raise Refusal(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a FIFO message needs a group")
+    sys_flag = 0
+    if message_type == pb.TRANSACTION:
+        if group is not None or sp.HasField("delivery_timestamp"):
+            raise Refusal(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                          "a transactional message has no message group nor delivery time")
+        # a half message (as a remoting producer's prepared send), of the producer
+        # group named after its topic: the one its producers are registered under
+        props[MessageConst.PROPERTY_TRANSACTION_PREPARED] = "true"
+        producer_group = topic
+        sys_flag = with_transaction_type(0, TRANSACTION_PREPARED_TYPE)
     if sp.HasField("delivery_timestamp"):
         if group is not None:
             raise Refusal(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
@@ -304,7 +321,7 @@ def to_send_item(msg: pb.Message, *, producer_group: str, max_size: int, now_ms:
             props[MessageConst.PROPERTY_TIMER_DELIVER_MS] = str(due)
     born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
     header = SendMessageRequestHeader(
-        producer_group=producer_group, topic=topic, queue_id=queue_id,
+        producer_group=producer_group, topic=topic, queue_id=queue_id, sys_flag=sys_flag,
         born_timestamp=max(0, born) or now_ms, properties=properties_to_string(props))
     return SendItem(header, body, message_id, group, message_type)
 

@@ -78,7 +78,7 @@ class _Stream:
 class H2GrpcConnection:
     """One client connection: h2's state, its calls, its writer."""
 
-    def __init__(self, app: App, stream: trio.abc.HalfCloseableStream, *, max_streams: int,
+    def __init__(self, app: App, stream: trio.abc.Stream, *, max_streams: int,
                  max_header_list_size: int, stream_window: int, connection_window: int,
                  idle_timeout_s: float, client: tuple[str, int] | None,
                  server: tuple[str, int] | None) -> None:

@@ -36,8 +36,22 @@ The handlers only map (broker/grpc/convert.py) and call the broker's services:
   producerConnection and consumerProgress show it; it expires when its
   heart-beats stop. Without a client table (``clients`` None) they answer OK.
 - Telemetry: every ``Settings`` the client sends is answered at once with a
-  complete one (publishing: max body size; backoff policy; subscription: receive
-  batch size and long-polling timeout; metrics off).
+  complete one (publishing: max body size and the producers' backoff policy;
+  subscription: receive batch size, long-polling timeout, the group's fifo flag (a FIFO
+  group's ReceiveMessage pops orderly: a queue's messages one batch at a time)
+  and retry policy (broker/grpc/assignment.py); metrics off).
+- QueryAssignment, ForwardMessageToDeadLetterQueue and the renewal of a push
+  consumer's invisibility (a ReceiveMessage with ``auto_renew``; AckMessage and
+  ChangeInvisibleDuration act on the newest handle of a renewed message): see
+  broker/grpc/push.py.
+- Telemetry streams: while one is open the client's session holds its outbox
+  (broker/grpc/telemetry.py, bounded): a transaction check reaches a gRPC
+  producer there as a ``RecoverOrphanedTransactionCommand``.
+- Transactions (broker/grpc/transactions.py): a TRANSACTION message is stored
+  as a half message of the producer group named after its topic, its answer's
+  ``transaction_id`` saying where it is; EndTransaction commits, rolls back or
+  notes "unknown" through TransactionService, as END_TRANSACTION does (without
+  a ``transactions`` service: UNIMPLEMENTED).
 - Everything else ends UNIMPLEMENTED with a message saying so.
 
 A response's status lives in its body (20000 OK, 4xxxx the client's fault, 5xxxx
@@ -56,6 +70,7 @@ import trio
 from google.protobuf.message import Message
 
 from broker.config import BrokerConfig
+from broker.grpc.assignment import retry_policy, route_brokers
 from broker.grpc.clients import GrpcClients
 from broker.grpc.convert import (
     FILTER_TYPES,
@@ -73,15 +88,21 @@ from broker.grpc.convert import (
 from broker.grpc.framing import GrpcError, StatusCode
 from broker.grpc.pb import definition_pb2 as pb
 from broker.grpc.pb import service_pb2 as spb
+from broker.grpc.push import GroupLookup, PushConsumers, SendBack
 from broker.grpc.recall import Recall, recall_answer
 from broker.grpc.server import Call, Handler, Method
+from broker.grpc.telemetry import TelemetryOutbox
+from broker.grpc.transactions import end_transaction, transaction_token
 from broker.pop_processor import PopMessageProcessor
 from broker.service.pop import MAX_INVISIBLE_MS, MIN_INVISIBLE_MS, PopRequest, PopStatus
 from broker.service.send import STORE_STATUS, UNKNOWN_STORE_STATUS, SendOutcome, SendService
+from broker.service.transactions import TransactionService
 from broker.store.offset_waiters import AllDone
 from broker.topic_validator import check_user_topic
 from protocol.names import InvalidNameError
-from protocol.route import MASTER_ID, PERM_WRITE, TopicConfig, TopicRouteData
+from protocol.record import decode_msg_id
+from protocol.route import TopicConfig, TopicRouteData
+from protocol.subscription_group import SubscriptionGroupConfig
 from protocol.topic_attributes import topic_message_type, type_conflict
 
 log = structlog.get_logger("broker.grpc")
@@ -108,14 +129,10 @@ DEFAULT_INVISIBLE_MS = 30_000  # a ReceiveMessage that names no invisible durati
 MAX_ACK_ENTRIES = 1024
 # RPCs served by someone else's work later; they answer UNIMPLEMENTED until then
 NOT_YET = {
-    "QueryAssignment": "QueryAssignment (push consumers) is not served over gRPC yet",
-    "ForwardMessageToDeadLetterQueue": "ForwardMessageToDeadLetterQueue is not served "
-                                       "over gRPC yet",
     "PullMessage": "PullMessage is not served over gRPC yet: pull with the remoting SDK",
     "UpdateOffset": "UpdateOffset is not served over gRPC yet",
     "GetOffset": "GetOffset is not served over gRPC yet",
     "QueryOffset": "QueryOffset is not served over gRPC yet",
-    "EndTransaction": "transactions (EndTransaction) are not served over gRPC yet",
     "SyncLiteSubscription": "lite topics (SyncLiteSubscription) are not supported",
 }
 
@@ -145,17 +162,26 @@ class MessagingService:
                  pop: PopMessageProcessor | None = None,
                  clients: GrpcClients | None = None,
                  recall: Recall | None = None,
+                 groups: GroupLookup | None = None,
+                 send_back: SendBack | None = None,
+                 transactions: TransactionService | None = None,
                  now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> None:
         self.config = config
         self.routes = routes
         self.pop = pop
         self.clients = clients
         self.recall = recall
+        self.transactions = transactions
         self.send_service = send
         self.topics = topics
         self.endpoint = endpoint
         self.on_topics_changed = on_topics_changed
         self.now_ms = now_ms
+        self.delay_levels = config.delay_level_table()  # retry back-off (push consumers)
+        self.groups: GroupLookup = groups or (lambda _group: None)
+        self.push = PushConsumers(config, topics, self.groups, endpoint=endpoint,
+                                  routes=self._route, pop=pop, clients=clients,
+                                  send_back=send_back, stored=_stored)
 
     def methods(self) -> dict[str, Method]:
         table: dict[str, Method] = {
@@ -165,6 +191,8 @@ class MessagingService:
             "NotifyClientTermination": Method(
                 self._unary(spb.NotifyClientTerminationRequest, self.notify_termination)),
             "Telemetry": Method(self.telemetry, streaming=True),
+            "QueryAssignment": Method(
+                self._unary(spb.QueryAssignmentRequest, self.push.query_assignment)),
         }
         if self.pop is not None:
             table["ReceiveMessage"] = Method(self.receive_message, waits=True)
@@ -179,6 +207,18 @@ class MessagingService:
         table["RecallMessage"] = Method(
             self._unary(spb.RecallMessageRequest, lambda r, _c: recall_answer(recall, r))
             if recall is not None else _unimplemented("RecallMessage is not served here"))
+        name = "ForwardMessageToDeadLetterQueue"
+        if self.pop is not None and self.push.send_back is not None:
+            table[name] = Method(self._unary(spb.ForwardMessageToDeadLetterQueueRequest,
+                                             self.push.forward_to_dlq))
+        else:
+            table[name] = Method(_unimplemented(f"{name} is not served by this broker"))
+        if self.transactions is not None:
+            table["EndTransaction"] = Method(
+                self._unary(spb.EndTransactionRequest, self.end_transaction))
+        else:
+            table["EndTransaction"] = Method(_unimplemented(
+                "transactions (EndTransaction) are not served by this broker"))
         for name, why in NOT_YET.items():
             table[name] = Method(_unimplemented(why))
         return {f"/{SERVICE}/{name}": m for name, m in table.items()}
@@ -297,6 +337,8 @@ class MessagingService:
         code = SEND_CODES.get(outcome.status, Code.INTERNAL_SERVER_ERROR)
         if code != Code.OK:
             return spb.SendResultEntry(status=status(code, outcome.remark or outcome.status.value))
+        if item.message_type == pb.TRANSACTION:
+            outcome.transaction_id = half_token(outcome)
         return spb.SendResultEntry(status=status(Code.OK), message_id=item.message_id,
                                    transaction_id=outcome.transaction_id or "",
                                    offset=outcome.queue_offset,
@@ -323,6 +365,8 @@ class MessagingService:
         topic = queue.topic.name
         invisible = duration_ms(request.invisible_duration) \
             if request.HasField("invisible_duration") else DEFAULT_INVISIBLE_MS
+        if request.auto_renew:  # the server keeps it invisible (RocketMQ 5's proxy)
+            invisible = self.config.default_invisible_time_mills
         filter_type = FILTER_TYPES.get(request.filter_expression.type)
         refused: pb.Status | None = None
         if not group:
@@ -356,6 +400,10 @@ class MessagingService:
         await call.send(spb.ReceiveMessageResponse(status=top).SerializeToString())
         if outcome is None or outcome.status is not PopStatus.FOUND:
             return
+        if self.push.renews_for(call.client_id, request.auto_renew):
+            self.push.track(call.client_id, group, topic, outcome.messages,
+                            outcome.pop_time_ms + outcome.invisible_time_ms,
+                            outcome.pop_time_ms)
         namespace = queue.topic.resource_namespace
         for popped in outcome.messages:
             message = to_pb_message(popped, outcome.invisible_time_ms, namespace)
@@ -378,7 +426,8 @@ class MessagingService:
                 Code.BAD_REQUEST, f"more than {MAX_ACK_ENTRIES} entries in one ack"))
         entries: list[spb.AckMessageResultEntry] = []
         for entry in request.entries:
-            outcome = self.pop.service.ack(group, topic, entry.receipt_handle)
+            handle = self.push.handle_for(group, entry.receipt_handle)
+            outcome = self.pop.service.ack(group, topic, handle)
             entries.append(spb.AckMessageResultEntry(
                 message_id=entry.message_id, receipt_handle=entry.receipt_handle,
                 status=_handle_status(outcome.status, outcome.remark)))
@@ -400,7 +449,8 @@ class MessagingService:
             return spb.ChangeInvisibleDurationResponse(
                 status=status(Code.ILLEGAL_CONSUMER_GROUP, "the request names no group"))
         invisible = duration_ms(request.invisible_duration)
-        outcome = self.pop.service.change_invisible(group, topic, request.receipt_handle,
+        handle = self.push.handle_for(group, request.receipt_handle)
+        outcome = self.pop.service.change_invisible(group, topic, handle,
                                                     invisible, self.pop.runner.now_ms())
         await self.pop.runner.durable()
         if outcome.status is PopStatus.ILLEGAL_REQUEST:
@@ -415,6 +465,41 @@ class MessagingService:
     # ---- telemetry --------------------------------------------------------------------
 
     async def telemetry(self, call: Call) -> None:
+        self.push.stream_opened(call.client_id)
+        try:
+            await self._telemetry(call)
+        finally:  # the stream closed: a push consumer's messages are no longer renewed
+            self.push.stream_closed(call.client_id)
+
+    async def _telemetry(self, call: Call) -> None:
+        """Settings answered at once; what the broker sends unasked (a transaction
+        check) written from the stream's outbox, which the client's session holds
+        while the stream is open."""
+        outbox = TelemetryOutbox()
+        lock = trio.Lock()  # the settings answers and the outbox's commands, one at a time
+
+        async def write(payload: bytes) -> None:
+            async with lock:
+                await call.send(payload)
+
+        refused: GrpcError | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(outbox.pump, write)
+                try:
+                    await self._telemetry_commands(call, outbox, write)
+                except GrpcError as exc:
+                    refused = exc
+                nursery.cancel_scope.cancel()
+        finally:
+            outbox.close()
+            if self.clients is not None:
+                self.clients.detach(call.client_id, outbox)
+        if refused is not None:
+            raise refused
+
+    async def _telemetry_commands(self, call: Call, outbox: TelemetryOutbox,
+                                  write: Callable[[bytes], Awaitable[None]]) -> None:
         while True:
             payload = await call.recv()
             if payload is None:
@@ -426,30 +511,44 @@ class MessagingService:
                 if self.clients is not None:
                     code, remark = self.clients.settings(call.client_id, call.peer,
                                                          command.settings, trio.current_time())
+                    if code == Code.OK:
+                        self.clients.attach(call.client_id, outbox)
                 reply = spb.TelemetryCommand(status=status(code, remark),
                                              settings=self.settings_for(command.settings))
-                await call.send(reply.SerializeToString())
+                await write(reply.SerializeToString())
             # thread stack traces and verify results are not asked for: nothing to do
+
+    # ---- transactions -----------------------------------------------------------------
+
+    def end_transaction(self, request: spb.EndTransactionRequest, call: Call
+                        ) -> spb.EndTransactionResponse:
+        assert self.transactions is not None
+        return end_transaction(self.transactions, request, call.peer or "0.0.0.0:0")
 
     def settings_for(self, given: pb.Settings) -> pb.Settings:
         """A complete Settings for a client's: its own fields echoed, ours filled in."""
         out = pb.Settings()
         out.CopyFrom(given)
-        attempts = given.backoff_policy.max_attempts if given.HasField("backoff_policy") \
-            and given.backoff_policy.max_attempts > 0 else BACKOFF_MAX_ATTEMPTS
-        policy = pb.RetryPolicy(max_attempts=attempts)
-        policy.exponential_backoff.initial.FromMilliseconds(BACKOFF_INITIAL_MS)
-        policy.exponential_backoff.max.FromMilliseconds(BACKOFF_MAX_MS)
-        policy.exponential_backoff.multiplier = 2.0
-        out.backoff_policy.CopyFrom(policy)
         if not given.HasField("request_timeout"):
             out.request_timeout.FromSeconds(REQUEST_TIMEOUT_S)
         if given.WhichOneof("pub_sub") == "subscription":
+            # the group's policy and fifo flag (RocketMQ 5 proxy's mergeSubscriptionData;
+            # a group not known here: a default group's)
+            name = given.subscription.group.name
+            group = (self.groups(name) if name else None) or SubscriptionGroupConfig(
+                name or "-", retry_max_times=self.config.max_reconsume_times)
+            out.backoff_policy.CopyFrom(retry_policy(group, self.delay_levels))
             out.subscription.receive_batch_size = RECEIVE_BATCH_SIZE
             out.subscription.long_polling_timeout.FromSeconds(LONG_POLLING_TIMEOUT_S)
-            if not given.subscription.HasField("fifo"):
-                out.subscription.fifo = False
+            out.subscription.fifo = group.consume_message_orderly
         else:
+            attempts = given.backoff_policy.max_attempts if given.HasField("backoff_policy") \
+                and given.backoff_policy.max_attempts > 0 else BACKOFF_MAX_ATTEMPTS
+            policy = pb.RetryPolicy(max_attempts=attempts)
+            policy.exponential_backoff.initial.FromMilliseconds(BACKOFF_INITIAL_MS)
+            policy.exponential_backoff.max.FromMilliseconds(BACKOFF_MAX_MS)
+            policy.exponential_backoff.multiplier = 2.0
+            out.backoff_policy.CopyFrom(policy)
             out.publishing.max_body_size = self.config.max_message_size
             out.publishing.validate_message_type = True
         out.metric.CopyFrom(pb.Metric(on=False))
@@ -460,21 +559,18 @@ def others_queues(route: TopicRouteData, topic: str, own_broker: str,
                   namespace: str) -> list[pb.MessageQueue]:
     """The queues of the brokers in ``route`` but ``own_broker`` that serve gRPC: each
     broker name's master when it serves gRPC, else its lowest-id member that does."""
-    members = {bd.broker_name: bd for bd in route.broker_datas}
     out: list[pb.MessageQueue] = []
-    for qd in route.queue_datas:
-        bd = members.get(qd.broker_name)
-        if qd.broker_name == own_broker or bd is None or not bd.grpc_ports:
-            continue
-        ids = sorted(bid for bid in bd.grpc_ports if bid in bd.broker_addrs)
-        if not ids:
-            continue
-        bid = MASTER_ID if MASTER_ID in ids else ids[0]
-        host = bd.broker_addrs[bid].rsplit(":", 1)[0].strip("[]")
-        perm = qd.perm if bid == MASTER_ID else qd.perm & ~PERM_WRITE  # a slave takes no sends
-        cfg = TopicConfig(topic, qd.read_queue_nums, qd.write_queue_nums, perm)
-        out += message_queues(cfg, qd.broker_name, bid, host, bd.grpc_ports[bid], namespace)
+    for b in route_brokers(route, topic, own_broker):
+        out += message_queues(b.config, b.broker_name, b.broker_id, b.host, b.port, namespace)
     return out
+
+
+def half_token(outcome: SendOutcome) -> str:
+    """A stored half message's transaction id for its gRPC producer: where it is
+    (broker/grpc/transactions.py)."""
+    assert outcome.msg_id is not None
+    _store, commit_log_offset = decode_msg_id(outcome.msg_id)
+    return transaction_token(commit_log_offset, outcome.queue_offset)
 
 
 async def _stored(outcome: SendOutcome) -> SendOutcome:

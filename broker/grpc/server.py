@@ -20,6 +20,13 @@ which some clients misread). Around every handler:
 - a handler's ``GrpcError`` becomes its status; any other exception is logged
   and the call ends INTERNAL with no detail leaked.
 
+``GrpcServer`` takes TLS as the remoting ports do (protocol/trio/tls.py ``accept``:
+``tlsMode`` disabled/permissive/enforcing, one port for TLS and plaintext told apart
+by the first byte, 0x16 for TLS's handshake record), offering ALPN ``h2``; a connection
+whose first byte does not come within ``first_byte_timeout_s``, or whose handshake
+does not end within HANDSHAKE_TIMEOUT_S, is closed before any HTTP/2 is spoken; a
+plaintext connection to an enforcing port is closed unanswered.
+
 ``GrpcServer`` is the edge: HTTP/2 with h2 on trio sockets
 (broker/grpc/h2_server.py: why not hypercorn, the limits, the one write per
 answer), a task of the broker's nursery (``await nursery.start(server.run)``
@@ -33,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Protocol
@@ -50,6 +58,7 @@ from broker.grpc.framing import (
     status_trailers,
 )
 from broker.grpc.h2_server import H2GrpcConnection
+from protocol.trio.tls import DISABLED, ServerTls, accept
 
 log = structlog.get_logger("broker.grpc")
 
@@ -62,6 +71,10 @@ MAX_HEADER_LIST_BYTES = 65536
 # request bytes a call (stream) or a connection may have sent that the app has not read
 STREAM_WINDOW = 1024 * 1024
 CONNECTION_WINDOW = 4 * 1024 * 1024
+# a new connection's first byte (TLS's or HTTP/2's preface) and TLS handshake must come
+# within these (the remoting port's handshake bound); a silent peer is dropped
+FIRST_BYTE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0
 
 
 class Requests(Protocol):
@@ -377,6 +390,16 @@ def send_body(send: Any) -> Callable[[bytes], Awaitable[None]]:
     return send_message
 
 
+def tls_context(tls: ServerTls) -> ssl.SSLContext | None:
+    """The gRPC port's SSLContext (None: no TLS offered): the remoting ports' certificate
+    settings, with ALPN offering HTTP/2 (gRPC clients refuse a TLS server that does not
+    select ``h2``). Raises TlsConfigError for settings that cannot work."""
+    ctx = tls.context()
+    if ctx is not None:
+        ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
 def method_known(app: GrpcApp, path: str) -> bool:
     return path in app.methods
 
@@ -387,13 +410,19 @@ class GrpcServer:
     end before their connections are closed."""
 
     def __init__(self, app: GrpcApp, host: str, port: int, *,
-                 idle_timeout_s: float = 120.0, grace_s: float = 2.0) -> None:
+                 idle_timeout_s: float = 120.0, grace_s: float = 2.0,
+                 tls: ServerTls | None = None,
+                 first_byte_timeout_s: float = FIRST_BYTE_TIMEOUT_S) -> None:
         self.app = app
         self.host = host
         self.port = port
         self.idle_timeout_s = idle_timeout_s
         self.grace_s = grace_s
         self.connections = 0
+        self.refused = 0  # connections closed before HTTP/2: plain on enforcing, bad TLS, silent
+        self.tls = tls if tls is not None else ServerTls(mode=DISABLED)
+        self.first_byte_timeout_s = first_byte_timeout_s
+        self._ssl_context = tls_context(self.tls)
         self._stop = trio.Event()
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -418,8 +447,28 @@ class GrpcServer:
             server = stream.socket.getsockname()[:2]
         except OSError:
             return
+        peer = f"{client[0]}:{client[1]}"
+        served: trio.abc.Stream = stream
+        if self._ssl_context is not None:
+            accepted = await accept(stream, self.tls, self._ssl_context, peer=peer,
+                                  first_byte_timeout=self.first_byte_timeout_s,
+                                  handshake_timeout=HANDSHAKE_TIMEOUT_S, max_frame_size=0,
+                                  answer_plain=False)
+            if accepted is None:
+                self.refused += 1
+                return
+            served = accepted
+        else:  # no TLS to sniff for: the HTTP/2 preface must still come in time
+            with trio.move_on_after(self.first_byte_timeout_s) as waiting:
+                await trio.lowlevel.wait_readable(stream.socket)
+            if waiting.cancelled_caught:
+                self.refused += 1
+                log.info("gRPC connection closed: nothing received",
+                         peer=peer, within_s=self.first_byte_timeout_s)
+                await stream.aclose()
+                return
         conn = H2GrpcConnection(
-            self.app, stream, max_streams=MAX_CONCURRENT_CALLS,
+            self.app, served, max_streams=MAX_CONCURRENT_CALLS,
             max_header_list_size=MAX_HEADER_LIST_BYTES, stream_window=STREAM_WINDOW,
             connection_window=CONNECTION_WINDOW, idle_timeout_s=self.idle_timeout_s,
             client=(client[0], client[1]), server=(server[0], server[1]))

@@ -7,6 +7,10 @@ attempt and a generation. Ack deletes the record; change-invisible moves its
 visible time and bumps its generation; the revive loop takes the records whose
 visible time has come (``PopTable.due``, a heap by visible time).
 
+An orderly record (``Inflight.orderly``, a FIFO group's batch) is kept off the
+revive heap: its queue's next pop delivers it again (``PopTable.orderly_batch``,
+broker/service/pop_orderly.py), never the revive loop.
+
 Every change is an *entry* (a small dict, ``pop_entry`` ... ``revive_entry``)
 that the service appends to the log (broker/store/pop_log.py) and applies with
 ``PopTable.apply``: recovery is the same ``apply`` over the log, and a
@@ -57,7 +61,8 @@ class Inflight:
     visible_at_ms: int
     attempt: int  # delivery attempt, 1 on the first pop (reconsume times + 1)
     pop_time_ms: int
-    gen: int = 0  # bumped by each change-invisible
+    gen: int = 0  # bumped by each change-invisible (and each orderly re-delivery)
+    orderly: bool = False  # of an orderly batch: blocks its queue, never revived
 
     @property
     def key(self) -> Key:
@@ -128,12 +133,18 @@ class HandleCodec:
 
 
 def pop_entry(group: str, topic: str, queue_id: int, next_offset: int,
-              records: Iterable[Inflight]) -> dict[str, Any]:
+              records: Iterable[Inflight], orderly: bool = False) -> dict[str, Any]:
     """A pop: the queue's pop offset moves to ``next_offset`` and the records
-    are in flight (one entry, so both or neither survive a crash)."""
-    return {"k": "pop", "g": group, "t": topic, "q": queue_id, "n": next_offset,
-            "r": [[r.queue_offset, r.commit_log_offset, r.visible_at_ms, r.attempt,
-                   r.pop_time_ms, r.gen] for r in records]}
+    are in flight (one entry, so both or neither survive a crash). ``orderly``:
+    the records are an orderly batch (``"ord": 1``; absent in older logs). An
+    orderly re-delivery is a pop entry of the same offsets: it replaces them
+    with their new attempt, visible time and generation."""
+    entry = {"k": "pop", "g": group, "t": topic, "q": queue_id, "n": next_offset,
+             "r": [[r.queue_offset, r.commit_log_offset, r.visible_at_ms, r.attempt,
+                    r.pop_time_ms, r.gen] for r in records]}
+    if orderly:
+        entry["ord"] = 1
+    return entry
 
 
 def ack_entry(key: Key) -> dict[str, Any]:
@@ -179,6 +190,8 @@ class PopTable:
         self.per_group: dict[str, int] = {}
         self._heap: list[tuple[int, int, Key]] = []
         self._queue_offsets: dict[QueueKey, list[int]] = {}  # in-flight offsets, a heap
+        # offsets of each queue's orderly batch (records kept off the revive heap)
+        self._orderly: dict[QueueKey, set[int]] = {}
 
     # -- reads --
 
@@ -211,6 +224,13 @@ class PopTable:
             del self._queue_offsets[qk]
         return self.offsets.get(qk)
 
+    def orderly_batch(self, group: str, topic: str, queue_id: int) -> list[Inflight]:
+        """The queue's orderly batch still in flight (un-acked), by offset."""
+        offsets = self._orderly.get((group, topic, queue_id))
+        if not offsets:
+            return []
+        return [self.records[(group, topic, queue_id, o)] for o in sorted(offsets)]
+
     def due(self, now_ms: int, limit: int) -> list[Inflight]:
         """Up to ``limit`` records visible again at ``now_ms``, earliest first
         (they stay until a revive entry is applied)."""
@@ -242,13 +262,19 @@ class PopTable:
     def snapshot(self) -> list[dict[str, Any]]:
         """Entries that rebuild this table from nothing (a checkpoint)."""
         by_queue: dict[QueueKey, list[Inflight]] = {}
+        orderly: dict[QueueKey, list[Inflight]] = {}
         for rec in self.records.values():
-            by_queue.setdefault((rec.group, rec.topic, rec.queue_id), []).append(rec)
+            into = orderly if rec.orderly else by_queue
+            into.setdefault((rec.group, rec.topic, rec.queue_id), []).append(rec)
         out = []
         for qk, next_offset in self.offsets.items():
             out.append(pop_entry(qk[0], qk[1], qk[2], next_offset, by_queue.pop(qk, [])))
+            if qk in orderly:
+                out.append(pop_entry(qk[0], qk[1], qk[2], next_offset, orderly.pop(qk), True))
         for qk, recs in by_queue.items():  # records of a queue with no offset (not expected)
             out.append(pop_entry(qk[0], qk[1], qk[2], 0, recs))
+        for qk, recs in orderly.items():
+            out.append(pop_entry(qk[0], qk[1], qk[2], 0, recs, True))
         return out
 
     # -- the state machine --
@@ -265,12 +291,15 @@ class PopTable:
             rows = entry.get("r")
             if not isinstance(rows, list):
                 raise EntryError("pop log entry without its records")
+            orderly = entry.get("ord", 0)
+            if type(orderly) is not int or orderly not in (0, 1):
+                raise EntryError(f"pop log entry field 'ord' is not 0 or 1: {orderly!r}")
             for row in rows:
                 if not (isinstance(row, list) and len(row) == 6
                         and all(type(v) is int for v in row)):
                     raise EntryError(f"bad in-flight record {row!r}")
                 rec = Inflight(group, topic, queue_id, row[0], row[1], row[2], row[3],
-                               row[4], row[5])
+                               row[4], row[5], orderly == 1)
                 self._put(rec)
         elif kind in ("ack", "rev"):
             self._drop((group, topic, queue_id, _int(entry, "o")))
@@ -290,10 +319,18 @@ class PopTable:
             self.per_group[rec.group] = self.per_group.get(rec.group, 0) + 1
             heapq.heappush(self._queue_offsets.setdefault(key[:3], []), rec.queue_offset)
         self.records[key] = rec
+        if rec.orderly:
+            self._orderly.setdefault(key[:3], set()).add(rec.queue_offset)
         self._push(rec)
 
     def _drop(self, key: Key) -> None:
-        if self.records.pop(key, None) is not None:
+        rec = self.records.pop(key, None)
+        if rec is not None:
+            if rec.orderly:
+                batch = self._orderly[key[:3]]
+                batch.discard(key[3])
+                if not batch:
+                    del self._orderly[key[:3]]
             left = self.per_group[key[0]] - 1
             if left:
                 self.per_group[key[0]] = left
@@ -301,7 +338,10 @@ class PopTable:
                 del self.per_group[key[0]]
 
     def _push(self, rec: Inflight) -> None:
+        if rec.orderly:  # an orderly batch is re-delivered by pops, never revived
+            return
         heapq.heappush(self._heap, (rec.visible_at_ms, rec.gen, rec.key))
         if len(self._heap) > 64 and len(self._heap) > 4 * len(self.records):
-            self._heap = [(r.visible_at_ms, r.gen, r.key) for r in self.records.values()]
+            self._heap = [(r.visible_at_ms, r.gen, r.key) for r in self.records.values()
+                          if not r.orderly]
             heapq.heapify(self._heap)

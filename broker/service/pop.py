@@ -16,6 +16,13 @@ messages whose visible time has come, through the ``Reviver`` the broker gives
 (SendService.send_back: ``%RETRY%<group>`` with one more reconsume time, or
 ``%DLQ%<group>`` past the group's ``retryMaxTimes``), then drops their records.
 
+Orderly groups (``consumeMessageOrderly``, or a request with ``order``): a
+popped queue stays blocked for the group until its batch is acked or visible
+again; then the same offsets are delivered again in order with one more
+attempt, the ones past ``retryMaxTimes`` to ``%DLQ%<group>`` through the
+``dead_letter`` reviver (broker/service/pop_orderly.py has the rules). Their
+records are never revived.
+
 Every change is an entry the service applies to its ``PopTable`` and queues in
 ``journal``; the trio edge (broker/pop_processor.py) writes the queued frames
 (broker/store/pop_log.py) and answers each request once its changes are as
@@ -30,6 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import structlog
+
 from broker.consumer_filter_manager import MessageFilter, sql_filter, tag_filter
 from broker.new_group_offset import pop_init_offset
 from broker.pop.core import (
@@ -42,6 +51,7 @@ from broker.pop.core import (
     pop_entry,
     revive_entry,
 )
+from broker.service.pop_orderly import plan_batch, redelivered, with_reconsume_times
 from broker.service.types import LiveRole
 from broker.store import GetMessageStatus
 from broker.store.message_store import MAX_FILTER_SCAN, RecordFilter
@@ -53,6 +63,8 @@ from protocol.names import RETRY_GROUP_TOPIC_PREFIX, retry_topic
 from protocol.record import record_position
 from protocol.route import TopicConfig, is_readable
 from protocol.subscription_group import SubscriptionGroupConfig
+
+log = structlog.get_logger("broker.pop")
 
 MAX_POP_NUMS = 32  # RocketMQ's limit on one pop
 MIN_INVISIBLE_MS = 1_000
@@ -92,6 +104,7 @@ class PopRequest:
     expression: str = "*"
     expression_type: str = "TAG"
     init_mode: int = INIT_MODE_MAX
+    order: bool = False  # orderly, whatever the group says (PopMessageRequestHeader.order)
 
 
 @dataclass(slots=True)
@@ -111,6 +124,8 @@ class PopOutcome:
     messages: list[PoppedMessage] = field(default_factory=list)
     pop_time_ms: int = 0
     invisible_time_ms: int = 0
+    # NO_MESSAGE with an orderly queue blocked: when its batch is visible again
+    wake_ms: int | None = None
 
 
 @dataclass(slots=True)
@@ -195,7 +210,8 @@ def refusal(status: PopStatus, remark: str) -> PopOutcome:
 class PopService:
     def __init__(self, settings: PopSettings, role: LiveRole, groups: Groups, topics: Topics,
                  store: PopStore, offsets: Offsets, table: PopTable, codec: HandleCodec,
-                 reviver: Reviver, filters: SqlFilters | None = None) -> None:
+                 reviver: Reviver, filters: SqlFilters | None = None,
+                 dead_letter: Reviver | None = None) -> None:
         self.settings = settings
         self.filters = filters  # SQL92 expressions, compiled once per (group, topic, text)
         self.role = role
@@ -206,6 +222,12 @@ class PopService:
         self.table = table
         self.codec = codec
         self.reviver = reviver
+        # puts an orderly message past its attempts to %DLQ%<group> (None: drop it)
+        self.dead_letter = dead_letter
+        # told the topic of an orderly batch that was acked to its end (wakes long polls)
+        self.on_unblocked: Callable[[str], None] | None = None
+        self.dead_lettered = 0
+        self._wake_ms: int | None = None
         self.journal = Journal()
         self._rotate = 0
         self.revived = 0  # messages re-put by revive_due since start
@@ -225,6 +247,11 @@ class PopService:
         """Rebuild the table from the log's entries (at start)."""
         for entry in entries:
             self.table.apply(entry)
+
+    def is_orderly(self, group: str) -> bool:
+        """Whether ``group`` is a FIFO group (``consumeMessageOrderly``)."""
+        cfg = self.groups.find(group)
+        return cfg is not None and cfg.consume_message_orderly
 
     # ---- pop ---------------------------------------------------------------------------
 
@@ -271,21 +298,33 @@ class PopService:
         how = self._filter(req)
         if isinstance(how, PopOutcome):
             return how
+        # new records need room; an orderly batch delivered again does not (else a group
+        # at its bound would never get its blocked queues back)
         room = self.table.room(req.group)
-        if room <= 0:
+        want = req.max_msg_nums
+        out: list[PoppedMessage] = []
+        orderly = req.order or checked.consume_message_orderly
+        self._wake_ms = None
+        for topic, queue_id, init_mode in self._queues(req, cfg):
+            if len(out) >= want:
+                break
+            if self._pop_orderly(req, checked, topic, queue_id, want - len(out), now_ms, out):
+                continue
+            if room <= 0:
+                continue
+            before = len(out)
+            self._pop_queue(req, topic, queue_id, init_mode, how, min(want - len(out), room),
+                            now_ms, out, orderly)
+            room -= len(out) - before
+        if not out and self.table.room(req.group) <= 0:
             return refusal(PopStatus.BUSY,
                            f"too many messages in flight for group [{req.group}] or on this "
                            "broker (popInflightMessageThreshold / popInflightTotalThreshold): "
                            "ack or wait for their invisible time")
-        want = min(req.max_msg_nums, room)
-        out: list[PoppedMessage] = []
-        for topic, queue_id, init_mode in self._queues(req, cfg):
-            if len(out) >= want:
-                break
-            self._pop_queue(req, topic, queue_id, init_mode, how, want - len(out), now_ms, out)
         if not out:
             return PopOutcome(PopStatus.NO_MESSAGE, "no new message",
-                              pop_time_ms=now_ms, invisible_time_ms=req.invisible_time_ms)
+                              pop_time_ms=now_ms, invisible_time_ms=req.invisible_time_ms,
+                              wake_ms=self._wake_ms)
         return PopOutcome(PopStatus.FOUND, None, out, now_ms, req.invisible_time_ms)
 
     def _filter(self, req: PopRequest) -> MessageFilter | PopOutcome:
@@ -337,7 +376,7 @@ class PopService:
 
     def _pop_queue(self, req: PopRequest, topic: str, queue_id: int, init_mode: int,
                    how: MessageFilter, want: int, now_ms: int,
-                   out: list[PoppedMessage]) -> None:
+                   out: list[PoppedMessage], orderly: bool = False) -> None:
         group = req.group
         known = self.table.offset(group, topic, queue_id)
         offset = self._start_offset(group, topic, queue_id, init_mode)
@@ -353,7 +392,8 @@ class PopService:
                 # the record's head says all an in-flight record needs
                 queue_offset, commit_log_offset, reconsume = record_position(view)
                 records.append(Inflight(group, topic, queue_id, queue_offset,
-                                        commit_log_offset, visible_at, reconsume + 1, now_ms))
+                                        commit_log_offset, visible_at, reconsume + 1, now_ms,
+                                        orderly=orderly))
                 buffers.append(bytes(view))
             next_offset = result.next_begin_offset
         elif got in (GetMessageStatus.NO_MATCHED_MESSAGE, GetMessageStatus.OFFSET_TOO_SMALL,
@@ -361,11 +401,79 @@ class PopService:
             next_offset = result.next_begin_offset  # past filtered entries, or corrected
         if known is not None and next_offset <= known and not records:
             return
-        self._record(pop_entry(group, topic, queue_id, next_offset, records))
+        self._record(pop_entry(group, topic, queue_id, next_offset, records, orderly))
         self._commit(group, topic, queue_id)
         for rec, data in zip(records, buffers, strict=True):
             out.append(PoppedMessage(data, self.codec.encode(rec), rec.attempt, topic,
                                      queue_id, rec.queue_offset))
+
+    def _pop_orderly(self, req: PopRequest, group_cfg: SubscriptionGroupConfig, topic: str,
+                     queue_id: int, want: int, now_ms: int, out: list[PoppedMessage]) -> bool:
+        """The queue's orderly batch, if it has one (whatever the request: a
+        group no longer orderly still finishes it): True when it decided this
+        pop of the queue (blocked, or delivered again), False when the queue
+        may serve new messages."""
+        group = req.group
+        batch = self.table.orderly_batch(group, topic, queue_id)
+        if not batch:
+            return False
+        plan = plan_batch(batch, now_ms, group_cfg.retry_max_times, want)
+        if plan.blocked_until_ms is not None:
+            self._wake_at(plan.blocked_until_ms)
+            return True
+        for rec in plan.dead:
+            result = (self.dead_letter(rec) if self.dead_letter is not None
+                      else ReviveResult.GONE)
+            if result is ReviveResult.LATER:  # later ones may not pass it: try again soon
+                self._wake_at(now_ms + MIN_INVISIBLE_MS)
+                self._commit(group, topic, queue_id)
+                return True
+            self._record(revive_entry(rec.key))
+            if result is ReviveResult.DONE:
+                self.dead_lettered += 1
+            log.info("orderly message past its attempts: dead-lettered", group=group,
+                     topic=topic, queue_id=queue_id, queue_offset=rec.queue_offset,
+                     attempts=rec.attempt, result=result.value)
+        records: list[Inflight] = []
+        buffers: list[bytes] = []
+        for rec in plan.again:
+            data = self._stored_record(rec)
+            if data is None:
+                log.warning("orderly message no longer in the store: dropped", group=group,
+                            topic=topic, queue_id=queue_id, queue_offset=rec.queue_offset)
+                self._record(revive_entry(rec.key))
+                continue
+            records.append(redelivered(rec, now_ms, req.invisible_time_ms))
+            buffers.append(with_reconsume_times(data, rec.attempt))
+        if records:
+            next_offset = self.table.offset(group, topic, queue_id)
+            self._record(pop_entry(group, topic, queue_id,
+                                   next_offset if next_offset is not None else 0, records, True))
+        self._commit(group, topic, queue_id)
+        for rec, data in zip(records, buffers, strict=True):
+            out.append(PoppedMessage(data, self.codec.encode(rec), rec.attempt, topic,
+                                     queue_id, rec.queue_offset))
+        if records:
+            return True
+        if self.table.orderly_batch(group, topic, queue_id):
+            self._wake_at(now_ms)  # the rest of the batch, on the next pop
+            return True
+        return False  # the batch is done (dead letters, gone): the queue moves on
+
+    def _wake_at(self, at_ms: int) -> None:
+        if self._wake_ms is None or at_ms < self._wake_ms:
+            self._wake_ms = at_ms
+
+    def _stored_record(self, rec: Inflight) -> bytes | None:
+        """The stored record at ``rec``'s queue offset, or None when it is gone."""
+        result = self.store.get_message(rec.group, rec.topic, rec.queue_id, rec.queue_offset,
+                                        1, None)
+        if result.status is not GetMessageStatus.FOUND or not result.buffers:
+            return None
+        view = result.buffers[0]
+        if record_position(view)[0] != rec.queue_offset:
+            return None
+        return bytes(view)
 
     # ---- ack and change-invisible ------------------------------------------------------
 
@@ -394,6 +502,11 @@ class PopService:
                                  "the newest handle")
         return rec
 
+    def find(self, group: str, topic: str, handle: str) -> Inflight | HandleOutcome:
+        """The in-flight record a handle names, or why it names none (as an
+        ack would refuse it)."""
+        return self._find(group, topic, handle)
+
     def ack(self, group: str, topic: str, handle: str) -> HandleOutcome:
         found = self._find(group, topic, handle)
         if isinstance(found, HandleOutcome):
@@ -401,6 +514,9 @@ class PopService:
         self._record(ack_entry(found.key))
         self._commit(found.group, found.topic, found.queue_id)
         self.acked += 1
+        if (found.orderly and self.on_unblocked is not None
+                and not self.table.orderly_batch(found.group, found.topic, found.queue_id)):
+            self.on_unblocked(found.topic)
         return HandleOutcome(PopStatus.OK)
 
     def ack_batch(self, group: str, topic: str, handles: Sequence[str]

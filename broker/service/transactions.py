@@ -15,7 +15,8 @@ The checks, in order: a slave refuses (ends belong on the master, which
 replicates what they store); an action the broker does not know is refused;
 then the half message must be at both offsets the request gives, the caller
 may end it (ACL, ``MayEnd``, before anything else about it is told) and it
-must be of the request's producer group. ``from_check``: the end answers a
+must be of the request's producer group (and, when the request names one, have
+its message id: ``uniq_key``). ``from_check``: the end answers a
 check (logged, as the producer's remark on an unknown end).
 
 Expected outcomes are an ``EndStatus`` (one table per transport maps it to a
@@ -104,6 +105,8 @@ class EndTransaction:
     msg_id: str | None = None
     transaction_id: str | None = None
     producer_remark: str | None = None
+    # when set, the half message's UNIQ_KEY must be this (gRPC: the request's message id)
+    uniq_key: str | None = None
 
 
 @dataclass(slots=True)
@@ -200,6 +203,9 @@ class TransactionService:
         refused = may_end(msg) if may_end is not None else None
         if refused is not None:
             return EndOutcome(EndStatus.NO_PERMISSION, refused)
+        if req.uniq_key is not None and msg.uniq_key != req.uniq_key:
+            return EndOutcome(EndStatus.NO_HALF_MESSAGE, (
+                f"the {where} is message {shown(msg.uniq_key)}, not {shown(req.uniq_key)}"))
         group = msg.properties.get(PGROUP)
         if group != req.producer_group:
             return EndOutcome(EndStatus.NO_HALF_MESSAGE, (

@@ -77,6 +77,17 @@ def _bool(value: str, name: str) -> bool:
     raise OptionError(f"{name} must be true or false, got {value!r}")
 
 
+def _millis(value: str, name: str) -> float:
+    """A duration option in milliseconds (0 or more), as seconds."""
+    try:
+        n = int(value)
+    except ValueError as exc:
+        raise OptionError(f"{name} must be a whole number of milliseconds, got {value!r}") from exc
+    if n < 0 or n > 24 * 3600 * 1000:
+        raise OptionError(f"{name} must be between 0 and 86400000 ms, got {value!r}")
+    return n / 1000
+
+
 def _positive_int(value: str, name: str) -> int:
     try:
         n = int(value)
@@ -107,6 +118,9 @@ class SourceOptions:
     tls_ca_path: str | None = None
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
+    # failoverTimeoutMs: how long a read or an offset query keeps trying a queue
+    # whose broker cannot be reached (its master dead: the routes name the slave)
+    failover_timeout: float = 60.0
 
 
 def security_options(opts: dict[str, str]) -> dict[str, Any]:
@@ -189,6 +203,7 @@ def parse_options(options: dict[str, str], streaming: bool) -> SourceOptions:
         pull_batch_size=_positive_int(opts.get("pullbatchsize", "256"), "pullBatchSize"),
         sub_expression=sub_expression,
         expression_type=expression_type,
+        failover_timeout=_millis(opts.get("failovertimeoutms", "60000"), "failoverTimeoutMs"),
     )
 
 

@@ -354,7 +354,9 @@ def stream_writer(options: dict[str, str], schema: StructType, overwrite: bool
                   ) -> RocketMQStreamWriter:
     if overwrite:
         raise ValueError("the rocketmq sink appends messages; outputMode('complete') "
-                         "cannot be honoured: use outputMode('append') or 'update'")
+                         "cannot be honoured: use outputMode('append'), or foreachBatch with "
+                         "a batch write for aggregates (Spark refuses 'update' for Python "
+                         "data sources)")
     return RocketMQStreamWriter(*_prepare(options, schema))
 
 

@@ -32,13 +32,20 @@ list, required), ``consumerGroup``, ``startingOffsets``, ``endingOffsets``
 ``pullBatchSize``, ``subExpression``, ``expressionType`` (``TAG``, the default,
 or ``SQL92``: ``subExpression`` is then a property filter the brokers evaluate,
 docs/filters.md), ``accessKey``, ``secretKey``, ``useTls``, ``tlsCaPath``,
-``tlsCertPath``, ``tlsKeyPath``.
+``tlsCertPath``, ``tlsKeyPath``, ``failoverTimeoutMs``.
+
+A queue whose master dies is read from its slave (brokerId 1): the driver's
+offset queries and the executors' range reads that cannot reach a broker are
+tried again with fresh routes, a read from where it stopped, for up to
+``failoverTimeoutMs`` (60000) without progress (``client.spark.resume``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +83,7 @@ from client.spark.offsets import (
 
 if TYPE_CHECKING:
     from client.config import ClientConfig
+    from client.range_reader import RangeChunk
 
 log = logging.getLogger("client.spark")
 
@@ -103,6 +111,11 @@ class RangePartition(InputPartition):  # type: ignore[misc]
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
     expression_type: str = "TAG"
+    failover_timeout: float = 60.0  # seconds a read keeps trying without progress
+    # the offset the read must reach, waiting for a lagging slave or a returning
+    # master: what a broker reported when the range was planned (None: the read
+    # may end where the queue does, as past a batch read's reported max offsets)
+    must_reach: int | None = None
 
     def client_config(self) -> ClientConfig:
         """The blocking PullConsumer's ClientConfig: name servers, credentials, TLS."""
@@ -110,12 +123,18 @@ class RangePartition(InputPartition):  # type: ignore[misc]
                              self.tls_ca_path, self.tls_cert_path, self.tls_key_path)
 
 
-def partition(opts: SourceOptions, r: QueueRange) -> RangePartition:
+def partition(opts: SourceOptions, r: QueueRange, must_reach: int | None = None
+              ) -> RangePartition:
     """The input partition reading ``r`` with the source's options."""
     return RangePartition(opts.namesrv, opts.consumer_group, opts.sub_expression,
                           opts.pull_batch_size, opts.fail_on_data_loss, r, opts.access_key,
                           opts.secret_key, opts.use_tls, opts.tls_ca_path,
-                          opts.tls_cert_path, opts.tls_key_path, opts.expression_type)
+                          opts.tls_cert_path, opts.tls_key_path, opts.expression_type,
+                          opts.failover_timeout, must_reach)
+
+
+class UnknownTopicError(RuntimeError):
+    """A subscribed topic the name servers do not know (not retried)."""
 
 
 class _Brokers:
@@ -124,6 +143,7 @@ class _Brokers:
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
         self._consumer: Any = None
+        self._listed: set[str] = set()  # topics whose queues the name servers listed
 
     def consumer(self) -> Any:
         if self._consumer is None:
@@ -144,11 +164,37 @@ class _Brokers:
             self._consumer = None
 
     def queues(self, with_group: bool = False) -> dict[str, dict[str, QueueState]]:
+        """Each queue's offsets, from its master, else its slave. A broker that
+        cannot be reached (a master killed, still in the routes for a moment)
+        is asked again with fresh routes for up to ``failover_timeout`` seconds."""
+        from client.spark.resume import RetryWindow, retry_call  # the client loads on use
+
+        def again(error: BaseException, delay: float) -> None:
+            log.warning("asking the brokers for the queues' offsets again in %.1f s: %s",
+                        delay, error)
+
+        return retry_call(lambda: self._queues(with_group), RetryWindow(self.opts.failover_timeout),
+                          clock=time.monotonic, sleep=time.sleep, on_retry=again,
+                          what="asking the brokers for the queues' offsets")
+
+    def _queues(self, with_group: bool) -> dict[str, dict[str, QueueState]]:
+        from client.errors import MQBrokerError, MQClientError
+
         c = self.consumer()
         out: dict[str, dict[str, QueueState]] = {}
         for topic in self.opts.topics:
             out[topic] = {}
-            for mq in c.fetch_subscribe_message_queues(topic):
+            try:
+                mqs = c.fetch_subscribe_message_queues(topic)  # fresh routes each time
+            except MQClientError as exc:
+                # a topic never seen fails at once (a typo waits for nothing); one
+                # that was listed may be gone for a while (its only master dead)
+                if topic not in self._listed and not isinstance(exc, MQBrokerError) \
+                        and "does not exist" in str(exc):
+                    raise UnknownTopicError(str(exc)) from exc
+                raise
+            self._listed.add(topic)
+            for mq in mqs:
                 out[topic][queue_key(mq.broker_name, mq.queue_id)] = QueueState(
                     c.min_offset(mq), c.max_offset(mq),
                     c.fetch_consume_offset(mq) if with_group else -1)
@@ -165,7 +211,7 @@ class _Brokers:
                 c.update_consume_offset(MessageQueue(topic, broker, qid), offset)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"opts": self.opts, "_consumer": None}
+        return {"opts": self.opts, "_consumer": None, "_listed": set()}
 
 
 # An Arrow batch goes to Spark once this many rows or body bytes are decoded.
@@ -183,10 +229,17 @@ PULLS_IN_FLIGHT = 4
 
 
 def _batches(part: RangePartition) -> Iterator[Any]:
-    """Read one queue range as Arrow record batches of ``arrow.SCHEMA``."""
+    """Read one queue range as Arrow record batches of ``arrow.SCHEMA``.
+
+    A read that fails (the queue's master died under it) or ends short of the
+    range's end (a slave still copying) is opened again where it stopped, with
+    fresh routes, for up to ``failover_timeout`` seconds without progress
+    (``client.spark.resume``): the range is read in full, each offset once,
+    from the master or its slave."""
     quiet_client_logs()
     from client.blocking import MessageQueue, PullConsumer
     from client.spark.arrow import RecordScan
+    from client.spark.resume import RetryWindow, read_planned
     from client.subscription import MessageSelector, build_subscription
 
     r = part.range
@@ -201,29 +254,44 @@ def _batches(part: RangePartition) -> Iterator[Any]:
     def skipped(lo: int, hi: int) -> None:
         log.warning("skipping lost messages of %s %s from %d to %d", r.topic, key, lo, hi)
 
-    with PullConsumer(part.group, config=part.client_config()) as consumer:
-        start = moved(r.start, consumer.min_offset(mq))
-        if start > r.start:
-            skipped(r.start, start)
-        with consumer.read_range_here(mq, selector, start, r.end,
-                                      batch_size=part.batch_size, in_flight=PULLS_IN_FLIGHT,
-                                      on_offset_moved=moved) as reader:
+    @contextmanager
+    def open_read(offset: int, attempt: int) -> Iterator[Iterable[list[RangeChunk]]]:
+        with PullConsumer(part.group, config=part.client_config()) as consumer:
+            if attempt:  # the routes now: a dead master dropped, a slave or a returned master
+                consumer.fetch_subscribe_message_queues(r.topic)
+            start = moved(offset, consumer.min_offset(mq))
+            if start > offset:
+                skipped(offset, start)
+            with consumer.read_range_here(mq, selector, start, r.end,
+                                          batch_size=part.batch_size,
+                                          in_flight=PULLS_IN_FLIGHT,
+                                          on_offset_moved=moved) as reader:
+                yield reader
+
+    def again(offset: int, error: BaseException, delay: float) -> None:
+        log.warning("reading %s %s again from offset %d (to %d) in %.1f s: %s", r.topic, key,
+                    offset, r.end, delay, error)
+
+    window = RetryWindow(part.failover_timeout)
+    scan = RecordScan()
+    for chunks in read_planned(open_read, r.start, r.end, window, clock=time.monotonic,
+                               sleep=time.sleep, on_retry=again,
+                               must_reach=r.start if part.must_reach is None else part.must_reach,
+                               what=f"{r.topic} {key}"):
+        for chunk in chunks:
+            for lo, hi in chunk.skipped:
+                skipped(lo, hi)
+            for body in chunk.bodies:
+                scan.add(body, stop_offset=chunk.end)
+        if len(scan) >= BATCH_ROWS or scan.size >= BATCH_BYTES:
+            batch = scan.to_batch(r.broker_name, tags)
+            if batch.num_rows:
+                yield batch
             scan = RecordScan()
-            for chunks in reader:
-                for chunk in chunks:
-                    for lo, hi in chunk.skipped:
-                        skipped(lo, hi)
-                    for body in chunk.bodies:
-                        scan.add(body, stop_offset=chunk.end)
-                if len(scan) >= BATCH_ROWS or scan.size >= BATCH_BYTES:
-                    batch = scan.to_batch(r.broker_name, tags)
-                    if batch.num_rows:
-                        yield batch
-                    scan = RecordScan()
-            if len(scan):
-                batch = scan.to_batch(r.broker_name, tags)
-                if batch.num_rows:
-                    yield batch
+    if len(scan):
+        batch = scan.to_batch(r.broker_name, tags)
+        if batch.num_rows:
+            yield batch
 
 
 class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
@@ -237,6 +305,10 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
         self.start = resolve_offsets(opts.starting, queues)
         ending = opts.ending if opts.ending is not None else "latest"
         self.end = resolve_offsets(ending, queues, default="latest")
+        # what the brokers reported: a read waits for these (an endingOffsets past
+        # them may end where its queue does)
+        self.max_offsets = {t: {k: st.max_offset for k, st in q.items()}
+                            for t, q in queues.items()}
         for topic, table in queues.items():
             for key, st in table.items():
                 begin = self.start[topic][key]
@@ -244,7 +316,9 @@ class RocketMQBatchReader(DataSourceReader):  # type: ignore[misc]
                                                          opts.fail_on_data_loss)
 
     def partitions(self) -> Sequence[InputPartition]:
-        return [partition(self.opts, r) for r in plan_ranges(self.start, self.end)]
+        return [partition(self.opts, r, self.max_offsets.get(r.topic, {}).get(
+                    queue_key(r.broker_name, r.queue_id), r.end))
+                for r in plan_ranges(self.start, self.end)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, RangePartition)
@@ -308,7 +382,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     continue
                 r = QueueRange(r.topic, r.broker_name, r.queue_id, first, r.end)
             ranges.append(r)
-        return [partition(self.opts, r) for r in ranges]
+        # each end is at most a max offset a broker reported (latestOffset)
+        return [partition(self.opts, r, r.end) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, RangePartition)
@@ -354,4 +429,4 @@ class RocketMQDataSource(DataSource):  # type: ignore[misc]
         return stream_writer(dict(self.options), schema, overwrite)
 
 
-__all__ = ["DataLossError", "RocketMQDataSource", "SCHEMA"]
+__all__ = ["DataLossError", "RocketMQDataSource", "SCHEMA", "UnknownTopicError"]

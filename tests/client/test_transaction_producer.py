@@ -21,6 +21,7 @@ from client import (
     TransactionProducer,
     TransactionSendResult,
 )
+from client.config import ClientConfig
 from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -564,3 +565,25 @@ def test_bad_settings() -> None:
         TransactionProducer(GROUP, "127.0.0.1:9876", Listener(), check_workers=0)
     with pytest.raises(MQClientError, match="check_backlog"):
         TransactionProducer(GROUP, "127.0.0.1:9876", Listener(), check_backlog=-1)
+
+
+async def test_namespace_half_message_and_check(cluster: FakeCluster) -> None:
+    """ClientConfig.namespace: the half message goes to ``app1%TopicTest`` under group
+    ``app1%<group>``; the result and the check's message name the topic without it."""
+    cluster.namesrv.set_route("app1%" + TOPIC, cluster.brokers)
+    listener = Listener(execute=UNKNOW, check=COMMIT)
+    config = ClientConfig(namesrv_addr=cluster.namesrv_addr, namespace="app1")
+    async with TransactionProducer(GROUP, None, listener, config=config) as producer:
+        result = await producer.send_message_in_transaction(Message(TOPIC, b"pay"))
+        assert result.message_queue.topic == TOPIC
+        broker = tx_broker(cluster, result.message_queue.broker_name)
+        (half,) = [c for c in broker.requests_of(RequestCode.SEND_MESSAGE)
+                   if c.ext_fields["topic"] == "app1%" + TOPIC]
+        assert half.ext_fields["producerGroup"] == "app1%" + GROUP
+        mq = result.message_queue
+        record = broker.record("app1%" + TOPIC, mq.queue_id, result.queue_offset)
+        broker.push_check(check_fields(result), record)
+        await wait_until(lambda: len(broker.ends) == 2, 5, "2 END_TRANSACTION at broker")
+    (checked,) = listener.checked
+    assert checked.topic == TOPIC
+    assert broker.ends[1].ext_fields["producerGroup"] == "app1%" + GROUP

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cluster import free_port
-from tests.waits import wait_until_sync
+from tests.waits import freeze, wait_until_sync
 
 ETCD = shutil.which("etcd")
 needs_etcd = pytest.mark.skipif(
@@ -76,7 +76,7 @@ class EtcdMember:
 
     def pause(self) -> None:
         assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        freeze(self.proc.pid)  # every thread stopped, not only signalled
         self.stopped = True
 
     def resume(self) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.waits import wait_until_sync
+from tests.waits import freeze, wait_until_sync
 
 BIN = Path(sys.executable).parent
 
@@ -108,7 +108,7 @@ class Daemon:
 
     def freeze(self) -> None:
         assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGSTOP)
+        freeze(self.proc.pid)  # every thread stopped, not only signalled
 
     def thaw(self) -> None:
         assert self.proc is not None

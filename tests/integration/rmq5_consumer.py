@@ -10,7 +10,8 @@ invisibility changed to 1 s; the old handle's ack printed; received again and ac
 
 ``consume``: prints ``{"ready": true}`` after its first receive, then receives and acks
 until its stdin closes, one line per message received (``acked``: whether the ack
-succeeded); a failed receive or ack is printed and the loop goes on.
+succeeded; ``batch``: which receive got it, counted from 1); a failed receive or ack is
+printed and the loop goes on.
 
     .venv-rmq5/bin/python tests/integration/rmq5_consumer.py scenario 127.0.0.1:8081 T g \\
         --count 5
@@ -119,6 +120,7 @@ def consume(args: argparse.Namespace) -> None:
                               await_duration=args.await_s)
     consumer.startup()
     first = True
+    batch = 0
     try:
         while not stop.is_set():
             try:
@@ -131,6 +133,7 @@ def consume(args: argparse.Namespace) -> None:
                 if first:
                     out({"ready": True})
                     first = False
+            batch += 1
             for m in got:
                 try:
                     consumer.ack(m)
@@ -139,7 +142,7 @@ def consume(args: argparse.Namespace) -> None:
                     out({"ack_error": str(exc)[:300]})
                     acked = False
                 out({"id": m.message_id, "body": m.body.decode(errors="replace"),
-                     "attempt": m.delivery_attempt, "acked": acked})
+                     "attempt": m.delivery_attempt, "acked": acked, "batch": batch})
     finally:
         consumer.shutdown()
 

@@ -2,7 +2,8 @@
 never imported by the tests: sends over gRPC to the endpoint given and prints one JSON
 object: each SEND_OK message's id, body, tag, keys, group and offset, the failures, and the
 seconds the normal sends took. With ``--retry-for S`` a failed send is tried again (a new
-message id each time) for up to S seconds, each failed try counted in ``retried``.
+message id each time) for up to S seconds, each failed try counted in ``retried``. With
+``--fifo-groups N`` the FIFO messages go round N message groups (``<fifo-group><i % N>``).
 
     .venv-rmq5/bin/python tests/integration/rmq5_producer.py 127.0.0.1:8081 TopicA 100 \\
         --fifo-group g1 --fifo-count 10
@@ -25,6 +26,7 @@ def main() -> int:
     parser.add_argument("count", type=int)
     parser.add_argument("--fifo-group", default="")
     parser.add_argument("--fifo-count", type=int, default=0)
+    parser.add_argument("--fifo-groups", type=int, default=1)
     parser.add_argument("--body-size", type=int, default=0)
     parser.add_argument("--retry-for", type=float, default=0.0)
     # timer messages: delivery_timestamp this many seconds ahead (the client puts
@@ -79,11 +81,13 @@ def main() -> int:
         for i in range(args.count):
             one(i, None)
         seconds = time.perf_counter() - started
+        fifo_started = time.perf_counter()
         for i in range(args.fifo_count):
-            one(i, args.fifo_group)
+            one(i, args.fifo_group + (str(i % args.fifo_groups) if args.fifo_groups > 1 else ""))
     finally:
         producer.shutdown()
     json.dump({"sent": sent, "failed": failed, "retried": retried, "seconds": seconds,
+               "fifo_seconds": time.perf_counter() - fifo_started,
                "latencies": latencies, "recalled": recalled}, sys.stdout)
     return 0
 

@@ -220,7 +220,8 @@ def test_the_brokers_housekeeping_expires_grpc_clients(broker: BrokerController)
     assert clients.settings("c1", "h:1", consumer_settings(), 0.0)[0] == pb.OK
     assert clients.settings("p1", "h:2", producer_settings("T"), 0.0)[0] == pb.OK
     assert broker.consumer_manager.client_ids(G) == ["c1"]
-    # a gRPC producer is never asked for a transaction's state (no channel to ask over)
+    # a gRPC producer with no Telemetry stream open is not asked for a transaction's state
+    # (tests/broker/grpc/test_transactions.py: one with a stream is)
     assert broker.ask_producer("T", lambda: pytest.fail("nothing to build")) \
         is Asked.NO_PRODUCER
     expired_after = broker.config.channel_expired_timeout / 1000

@@ -17,10 +17,12 @@ from broker.grpc.convert import (
     message_queues,
     permission,
     queue_for_group,
+    sent_type,
     to_send_item,
 )
 from broker.grpc.pb import definition_pb2 as pb
 from protocol.message import string_to_properties
+from protocol.record import TRANSACTION_PREPARED_TYPE, transaction_type
 from protocol.route import PERM_READ, PERM_RW, PERM_WRITE, TopicConfig
 
 LEVELS = {1: 1000, 2: 5000, 3: 10_000, 4: 30_000}
@@ -134,9 +136,25 @@ def test_hostile_properties_refused() -> None:
     assert refusal(msg).code == pb.ILLEGAL_TOPIC
 
 
-def test_transactions_not_served_yet() -> None:
-    got = refusal(message(message_type=pb.TRANSACTION))
-    assert got.code == pb.NOT_IMPLEMENTED and "EndTransaction" in got.message
+def test_a_transactional_message_is_a_half_message_of_its_topics_group() -> None:
+    got = item(message(message_type=pb.TRANSACTION, tag="TagA"))
+    props = string_to_properties(got.header.properties)
+    assert props == {"TAGS": "TagA", "UNIQ_KEY": "01ABCDEF", "TRAN_MSG": "true"}
+    assert got.header.producer_group == "T" and got.message_type == pb.TRANSACTION
+    assert transaction_type(got.header.sys_flag) == TRANSACTION_PREPARED_TYPE
+    assert sent_type(message(message_type=pb.TRANSACTION)) == "TRANSACTION"
+    # others keep the group given and no transaction flag
+    plain = item(message())
+    assert plain.header.producer_group == "G" and plain.header.sys_flag == 0
+    # a producer may not mark a message prepared itself, nor make it FIFO or delayed
+    msg = message()
+    msg.user_properties["TRAN_MSG"] = "true"
+    assert refusal(msg).code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY
+    assert refusal(message(message_type=pb.TRANSACTION, message_group="g")).code == \
+        pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    msg = message(message_type=pb.TRANSACTION)
+    msg.system_properties.delivery_timestamp.FromMilliseconds(NOW + 7000)
+    assert refusal(msg).code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
 
 def test_delivery_time_to_delay_level() -> None:

@@ -173,8 +173,13 @@ async def test_telemetry_answers_every_settings_completely() -> None:
     assert [t.name for t in pub.publishing.topics] == ["T"]
     for s in (pub, sub):
         assert s.backoff_policy.max_attempts > 0
-        assert s.backoff_policy.exponential_backoff.initial.ToMilliseconds() > 0
         assert s.HasField("request_timeout") and s.HasField("metric") and not s.metric.on
+    assert pub.backoff_policy.exponential_backoff.initial.ToMilliseconds() > 0
+    # a group not known here: a default group's policy (retryMaxTimes 16 + 1, the
+    # delay levels) and not FIFO
+    assert sub.backoff_policy.max_attempts == 17
+    assert [d.ToSeconds() for d in sub.backoff_policy.customized_backoff.next][:3] == [1, 5, 10]
+    assert sub.subscription.HasField("fifo") and not sub.subscription.fifo
     assert sub.subscription.receive_batch_size > 0
     assert sub.subscription.long_polling_timeout.seconds > 0
     assert sub.subscription.group.name == "G"
@@ -190,8 +195,11 @@ async def test_heartbeat_and_termination_ok() -> None:
 
 async def test_everything_else_unimplemented_with_a_message() -> None:
     svc, _, _, _ = service()
-    served = {"QueryRoute", "Heartbeat", "SendMessage", "NotifyClientTermination", "Telemetry"}
-    pop = {"ReceiveMessage", "AckMessage", "ChangeInvisibleDuration"}  # without a PopService
+    served = {"QueryRoute", "Heartbeat", "SendMessage", "NotifyClientTermination", "Telemetry",
+              "QueryAssignment"}
+    # without a PopService, without a TransactionService
+    pop = {"ReceiveMessage", "AckMessage", "ChangeInvisibleDuration",
+           "ForwardMessageToDeadLetterQueue", "EndTransaction"}
     recall = {"RecallMessage"}  # without a timer service
     declared = set(spb.DESCRIPTOR.services_by_name["MessagingService"].methods_by_name)
     assert declared == served | pop | recall | set(NOT_YET)
