@@ -112,6 +112,7 @@ BROKER_RULES: dict[int, Rule] = {
     C.GET_ALL_CONSUMER_OFFSET: _account(_LISTING),
     C.GET_BROKER_RUNTIME_INFO: _account("broker-wide figures; names no resource"),
     C.GET_ALL_DELAY_OFFSET: _account(_LISTING),
+    C.GET_TIMER_CHECK_POINT: _account(_LISTING),
     C.GET_CONSUME_STATS: _res(group("consumerGroup"), topic("topic")),
     C.GET_CONSUMER_CONNECTION_LIST: _res(group("consumerGroup")),
     C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _admin(),

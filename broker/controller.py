@@ -404,8 +404,9 @@ class BrokerController:
         t.register(RequestCode.SEND_BATCH_MESSAGE, self.send_processor.send)
         t.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_processor.consumer_send_msg_back)
         t.register(RequestCode.END_TRANSACTION, self.end_transaction_processor.end_transaction)
-        t.register(RequestCode.RECALL_MESSAGE,
-                   RecallMessageProcessor(self.timer_service).recall_message)
+        timer = RecallMessageProcessor(self.timer_service)
+        t.register(RequestCode.RECALL_MESSAGE, timer.recall_message)
+        t.register(RequestCode.GET_TIMER_CHECK_POINT, timer.get_timer_check_point)
         t.register(RequestCode.PULL_MESSAGE, self.pull_processor.pull_message)
         t.register(RequestCode.POP_MESSAGE, self.pop_processor.pop_message)
         t.register(RequestCode.ACK_MESSAGE, self.pop_processor.ack_message)

@@ -1,5 +1,6 @@
-"""RECALL_MESSAGE (370) on the remoting wire: a thin adapter over
-``TimerService.recall_handle``; the status's code comes from one table."""
+"""The timer's remoting requests, thin adapters over ``TimerService``:
+RECALL_MESSAGE (370, ``recall_handle``; the status's code from one table) and
+GET_TIMER_CHECK_POINT (60: a slave copies its master's last checkpoint)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,14 @@ class RecallMessageProcessor:
         msg_id = parse_handle(h.recall_handle).message_id
         return cmd.response(ResponseCode.SUCCESS, None,
                             ext_fields=RecallMessageResponseHeader(msg_id).to_fields())
+
+
+    def get_timer_check_point(self, conn: RemotingConnection, cmd: RemotingCommand
+                              ) -> RemotingCommand:
+        cp = self.service.last_checkpoint
+        body = {"cqOffset": cp.cq_offset, "records": cp.records, "doneSlot": cp.done_slot,
+                "doneIndex": cp.done_index}
+        return cmd.response(ResponseCode.SUCCESS, body=cmd.encode_body(body))
 
 
 __all__ = ["RECALL_STATUS_TO_CODE", "RecallMessageProcessor"]

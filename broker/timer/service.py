@@ -55,6 +55,7 @@ from broker.timer.wheel import DueEntry, Kind, TimerRecord, TimerWheel, key_hash
 from protocol.message import PROPERTY_UNIQ_KEY
 from protocol.names import RMQ_SYS_WHEEL_TIMER
 from protocol.recall_handle import parse_handle
+from protocol.trio.files import write_atomically
 from protocol.trio.service import Guard, describe
 
 ENQUEUE_BATCH = 64  # consume-queue entries moved into the wheel per step
@@ -62,6 +63,9 @@ DELIVER_BATCH = 64  # due messages re-put per step; the loop yields between step
 PUT_TOGETHER_BYTES = 1 << 20  # due messages re-put in one append, at most
 TICK_S = 0.1  # how often new timer messages are looked for when nothing is due
 CHECKPOINT_EVERY_S = 1.0
+# a promoted slave delivers again what its old master delivered this long before
+# the last checkpoint it copied (slave sync every 10 s, checkpoint lag ~2 s)
+FOLLOW_MARGIN_MS = 60_000
 RECALL_ENQUEUE_STEPS = 4  # batches of ENQUEUE_BATCH * 16 a recall moves in before it looks
 # lateness buckets (seconds): delivered time minus due time
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
@@ -122,6 +126,13 @@ class TimerService:
         self.lateness_max_ms = 0
         self.last_checkpoint = TimerCheckpoint()
         self._moved = self._taken = 0
+        # a slave: its master's last checkpoint (slave_synchronize), kept in
+        # timer/master_checkpoint.json; a slave that becomes master with no
+        # checkpoint of its own skips what that master had delivered
+        self.master_path = config.store_path("timer", "master_checkpoint.json")
+        self.master_checkpoint: TimerCheckpoint | None = None
+        self._follow: tuple[int, int] | None = None  # (cq offset, due before): delivered
+        self.skipped_as_delivered = 0
         self._staged: tuple[TimerCheckpoint, int] | None = None  # and the log offset it needs
         self.log = structlog.get_logger("broker.timer").bind(broker=config.broker_name)
         self.guard = Guard(self.log, "timer")
@@ -137,6 +148,13 @@ class TimerService:
         self.wheel = wheel
         self.cq_offset = cp.cq_offset
         self.last_checkpoint = cp
+        try:
+            self.master_checkpoint = TimerCheckpoint.decode(self.master_path.read_bytes())
+        except FileNotFoundError:
+            self.master_checkpoint = None
+        except ValueError as exc:
+            self.log.warning("master's timer checkpoint unreadable, ignored", error=str(exc))
+            self.master_checkpoint = None
         self.log.info("timer wheel loaded", pending=wheel.pending, records=self.log_files.records,
                       cq_offset=cp.cq_offset, done_slot=cp.done_slot,
                       seconds=round(time.monotonic() - started, 3))
@@ -159,8 +177,8 @@ class TimerService:
                 self.cq_offset = start
             return 0
         records = []
-        for phys, size, _tag in entries:
-            record = self._record_of(phys, size)
+        for i, (phys, size, _tag) in enumerate(entries):
+            record = self._record_of(phys, size, start + i)
             if record is not None:
                 records.append(record)
         self.log_files.append(records)
@@ -170,7 +188,7 @@ class TimerService:
         self.cq_offset = start + len(entries)
         return len(entries)
 
-    def _record_of(self, phys: int, size: int) -> TimerRecord | None:
+    def _record_of(self, phys: int, size: int, cq_offset: int) -> TimerRecord | None:
         msg = self.store.look_message_by_offset(phys)
         if msg is None:
             self.dropped += 1
@@ -185,6 +203,11 @@ class TimerService:
                             commit_log_offset=phys, msg_id=msg.msg_id)
             return None
         due = int(raw)
+        follow = self._follow
+        if follow is not None and cq_offset < follow[0] and due < follow[1] \
+                and msg.store_timestamp < follow[1]:
+            self.skipped_as_delivered += 1  # the old master delivered it
+            return None
         recall_key = props.get(DEL_UNIQKEY)
         if recall_key is not None:
             return TimerRecord(due, due, phys, key_hash(recall_key), size, Kind.RECALL)
@@ -339,6 +362,7 @@ class TimerService:
             "timerLatenessAvgMs": str(round(self.lateness.sum * 1000 / self.lateness.count, 1)
                                       if self.lateness.count else 0),
             "timerCheckpointCqOffset": str(self.last_checkpoint.cq_offset),
+            "timerSkippedAsDelivered": str(self.skipped_as_delivered),
         }
 
     # ---- trio edge ---------------------------------------------------------------------
@@ -380,11 +404,35 @@ class TimerService:
         if gone:
             await trio.to_thread.run_sync(_unlink_all, gone)
 
+    async def follow_master(self, cp: TimerCheckpoint) -> None:
+        """A slave: its master's checkpoint, kept for a promotion (written in a
+        worker thread when it changed)."""
+        if cp == self.master_checkpoint or cp == TimerCheckpoint():
+            return  # unchanged, or a master whose timer never ran: nothing to keep
+        await trio.to_thread.run_sync(write_atomically, self.master_path, cp.encode())
+        self.master_checkpoint = cp
+
+    def start_following(self, margin_ms: int = FOLLOW_MARGIN_MS) -> None:
+        """At a master's start: with no timer state of its own (a slave
+        promoted) and its old master's checkpoint, the timer topic's entries
+        that master had moved in and that were due (and stored) more than
+        ``margin_ms`` before its cursor are taken as delivered. The margin
+        covers the checkpoint's age (the sync period and the checkpoint's own
+        lag): what the old master delivered within it comes again."""
+        cp = self.master_checkpoint
+        if cp is None or self.cq_offset or self.log_files.records or not cp.done_slot:
+            self._follow = None
+            return
+        self._follow = (cp.cq_offset, cp.done_slot - margin_ms)
+        self.log.info("timer state taken from the old master's checkpoint",
+                      cq_offset=cp.cq_offset, done_slot=cp.done_slot, margin_ms=margin_ms)
+
     def _step(self) -> None:
         self._moved = self.enqueue()
         self._taken = self.deliver(self.now_ms())
 
     async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        self.start_following()
         self.running = True
         last_checkpoint = trio.current_time()
         task_status.started()
