@@ -13,7 +13,7 @@ from protocol.recall_handle import parse_handle
 # (topic, handle) -> outcome
 Recall = Callable[[str, str], RecallOutcome]
 
-RECALL_CODES: dict[str, int] = {
+RECALL_CODES: dict[RecallStatus, int] = {
     RecallStatus.OK: pb.OK,
     RecallStatus.NOT_FOUND: pb.MESSAGE_NOT_FOUND,
     RecallStatus.ILLEGAL: pb.BAD_REQUEST,

@@ -11,7 +11,7 @@ from protocol.headers import RecallMessageRequestHeader, RecallMessageResponseHe
 from protocol.recall_handle import parse_handle
 from protocol.trio.connection import RemotingConnection
 
-RECALL_STATUS_TO_CODE: dict[str, int] = {
+RECALL_STATUS_TO_CODE: dict[RecallStatus, int] = {
     RecallStatus.OK: ResponseCode.SUCCESS,
     RecallStatus.NOT_FOUND: ResponseCode.NO_MESSAGE,
     RecallStatus.ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,

@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,9 @@ def _wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-class RecallStatus:
+class RecallStatus(Enum):
+    """How a recall ended (each transport maps it to its code by one table)."""
+
     OK = "ok"
     NOT_FOUND = "not found"  # unknown, delivered already, or recalled already
     ILLEGAL = "illegal"  # a handle that is no handle, of another topic or broker
@@ -104,7 +107,7 @@ class RecallStatus:
 
 @dataclass(frozen=True, slots=True)
 class RecallOutcome:
-    status: str
+    status: RecallStatus
     remark: str = ""
 
 

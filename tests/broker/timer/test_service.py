@@ -319,3 +319,9 @@ async def test_a_promoted_slave_skips_what_its_old_master_delivered(
     again = [k for k in delivered if delivered.count(k) > 1]
     assert sorted(set(again)) == ["p4"]  # within the margin of the cursor: once more
     assert promoted.skipped_as_delivered == 4
+
+
+def test_every_recall_status_has_a_code_on_each_transport() -> None:
+    from broker.grpc.recall import RECALL_CODES
+    from broker.timer.recall_processor import RECALL_STATUS_TO_CODE
+    assert set(RECALL_STATUS_TO_CODE) == set(RECALL_CODES) == set(RecallStatus)
