@@ -261,6 +261,7 @@ HEADER_RESOURCES: Mapping[int, _Spec] = {
     RequestCode.SEND_MESSAGE: ((("topic", "b"), SEND_TOPIC),),
     RequestCode.SEND_MESSAGE_V2: ((("b",), SEND_TOPIC),),
     RequestCode.SEND_BATCH_MESSAGE: ((("topic", "b"), SEND_TOPIC),),
+    RequestCode.RECALL_MESSAGE: ((("topic",), SEND_TOPIC),),
     RequestCode.CONSUMER_SEND_MSG_BACK: ((("group",), SUB_GROUP),),
     RequestCode.PULL_MESSAGE: ((("topic",), SUB_TOPIC), (("consumerGroup",), SUB_GROUP)),
     RequestCode.POP_MESSAGE: _GROUP_AND_TOPIC,

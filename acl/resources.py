@@ -83,6 +83,7 @@ BROKER_RULES: dict[int, Rule] = {
                              "the group instead"),
     C.SEND_MESSAGE_V2: _res(topic("b", Perm.PUB), why="as SEND_MESSAGE"),
     C.SEND_BATCH_MESSAGE: _res(topic("topic", Perm.PUB), why="as SEND_MESSAGE"),
+    C.RECALL_MESSAGE: _res(topic("topic", Perm.PUB), why="cancels a send: as SEND_MESSAGE"),
     C.CONSUMER_SEND_MSG_BACK: _res(
         group("group"),
         handler="SUB on the topic of the message at `offset` (and on its REAL_TOPIC), "
@@ -111,6 +112,7 @@ BROKER_RULES: dict[int, Rule] = {
     C.GET_ALL_CONSUMER_OFFSET: _account(_LISTING),
     C.GET_BROKER_RUNTIME_INFO: _account("broker-wide figures; names no resource"),
     C.GET_ALL_DELAY_OFFSET: _account(_LISTING),
+    C.GET_TIMER_CHECK_POINT: _account(_LISTING),
     C.GET_CONSUME_STATS: _res(group("consumerGroup"), topic("topic")),
     C.GET_CONSUMER_CONNECTION_LIST: _res(group("consumerGroup")),
     C.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: _admin(),

@@ -198,6 +198,11 @@ class BrokerConfig(PropertiesConfig):
     delete_files_batch_max: int = 10  # files deleted per run at most
     # delay and retry
     schedule_tick_millis: int = 100
+    # timer messages (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS, gRPC
+    # delivery_timestamp): off refuses them; precision: slots of this many ms
+    timer_wheel_enable: bool = True
+    timer_precision_ms: int = 1000
+    timer_max_delay_sec: int = 259_200  # 3 days: a later delivery time is refused
     max_reconsume_times: int = 16
     # transactions
     transaction_check_interval: int = 60_000  # ms between check passes over the half queue
@@ -394,6 +399,8 @@ class BrokerConfig(PropertiesConfig):
                            ("maxPopPollingSize", self.max_pop_polling_size),
                            ("reviveInterval", self.revive_interval),
                            ("popLogCheckpointBytes", self.pop_log_checkpoint_bytes),
+                           ("timerPrecisionMs", self.timer_precision_ms),
+                           ("timerMaxDelaySec", self.timer_max_delay_sec),
                            ("renewAheadTimeMillis", self.renew_ahead_time_millis),
                            ("renewMaxTimeMillis", self.renew_max_time_millis),
                            ("renewSchedulePeriodMillis", self.renew_schedule_period_millis),

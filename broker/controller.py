@@ -84,6 +84,8 @@ from broker.store.ha.sync_state import SyncStateSet as HASyncStateSet
 from broker.store.index_service import IndexService
 from broker.store.pop_log import PopLog
 from broker.subscription_group_manager import SubscriptionGroupManager
+from broker.timer.recall_processor import RecallMessageProcessor
+from broker.timer.service import TimerService
 from broker.topic_config_manager import TopicConfigManager
 from broker.topic_validator import RMQ_SYS_TRANS_HALF_TOPIC
 from broker.transaction_service import Asked, CheckRequest, TransactionalMessageService
@@ -122,7 +124,8 @@ def request_lanes(config: BrokerConfig) -> Lanes:
     lanes = Lanes()
     lanes.add(Lane("send", max_wait_ms=config.wait_time_mills_in_send_queue),
               [RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2,
-               RequestCode.SEND_BATCH_MESSAGE, RequestCode.CONSUMER_SEND_MSG_BACK])
+               RequestCode.SEND_BATCH_MESSAGE, RequestCode.CONSUMER_SEND_MSG_BACK,
+               RequestCode.RECALL_MESSAGE])
     lanes.add(Lane("pull", max_wait_ms=config.wait_time_mills_in_pull_queue),
               [RequestCode.PULL_MESSAGE, RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE,
                RequestCode.BATCH_ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME])
@@ -187,6 +190,7 @@ class BrokerController:
         self.schedule_service = ScheduleMessageService(
             config, self.message_store, self.topic_config_manager, self.trigger_register
         )
+        self.timer_service = TimerService(config, self.message_store)
         self.transaction_service = TransactionalMessageService(
             config, self.message_store, self.consumer_offset_manager, self.topic_config_manager,
             self.trigger_register,
@@ -390,6 +394,7 @@ class BrokerController:
             schedule_stats=self.schedule_service.running_stats,
             transaction_status=self.transaction_service.status,
             slave_sync_status=lambda: self.slave_synchronize.status(),
+            timer_status=self.timer_service.status,
         )
 
     def _handler_table(self) -> HandlerTable:
@@ -399,6 +404,9 @@ class BrokerController:
         t.register(RequestCode.SEND_BATCH_MESSAGE, self.send_processor.send)
         t.register(RequestCode.CONSUMER_SEND_MSG_BACK, self.send_processor.consumer_send_msg_back)
         t.register(RequestCode.END_TRANSACTION, self.end_transaction_processor.end_transaction)
+        timer = RecallMessageProcessor(self.timer_service)
+        t.register(RequestCode.RECALL_MESSAGE, timer.recall_message)
+        t.register(RequestCode.GET_TIMER_CHECK_POINT, timer.get_timer_check_point)
         t.register(RequestCode.PULL_MESSAGE, self.pull_processor.pull_message)
         t.register(RequestCode.POP_MESSAGE, self.pop_processor.pop_message)
         t.register(RequestCode.ACK_MESSAGE, self.pop_processor.ack_message)
@@ -672,6 +680,8 @@ class BrokerController:
                                            if self.replicas is not None
                                            else self.listed_slaves)
         await nursery.start(self.schedule_service.run)
+        if self.config.timer_wheel_enable:
+            await nursery.start(self.timer_service.run)
         await nursery.start(self.transaction_service.run, self.ask_producer)
 
     async def _register_for_role(self) -> None:
@@ -761,6 +771,7 @@ class BrokerController:
         if not self.message_store.load():
             raise RuntimeError("message store failed to load")
         self.message_store.start()
+        self.timer_service.load()
         if not self.role.is_slave:
             self.transaction_service.load()
         self.pop_service.codec = HandleCodec(self.pop_log.secret(), self.config.broker_name)
@@ -789,6 +800,7 @@ class BrokerController:
                                                path=str(snap.path))
         finally:
             self.pop_log.close()
+            self.timer_service.close()
             self.message_store.shutdown()
 
     @property
@@ -941,6 +953,7 @@ class BrokerController:
                                      endpoint=endpoint, on_topics_changed=self.trigger_register,
                                      routes=routes, pop=self.pop_processor,
                                      clients=self.grpc_clients,
+                                     recall=self.timer_service.recall_handle,
                                      groups=lambda name: groups.table.get(name),
                                      send_back=self.send_service.send_back,
                                      transactions=self.end_transaction_service)

@@ -45,7 +45,7 @@ from protocol.message import (
     find_property,
     properties_to_string,
 )
-from protocol.names import shown, topic_problem
+from protocol.names import RMQ_SYS_WHEEL_TIMER, shown, topic_problem
 from protocol.record import (
     TRANSACTION_NOT_TYPE,
     TRANSACTION_PREPARED_TYPE,
@@ -194,6 +194,45 @@ def from_schedule(msg: MessageExt) -> MessageExtBrokerInner:
     topic, queue_id = _real_destination(props, SCHEDULE_TOPIC)
     props.pop(DELAY, None)
     return from_stored(msg, topic, queue_id, props)
+
+
+# ---- timer ------------------------------------------------------------------------------
+
+TIMER_OUT_MS = MessageConst.PROPERTY_TIMER_OUT_MS
+# what a delivered timer message no longer carries (its due time, TIMER_OUT_MS, stays)
+TIMER_CLEANED = (MessageConst.PROPERTY_TIMER_DELIVER_MS, MessageConst.PROPERTY_TIMER_DELAY_SEC,
+                 MessageConst.PROPERTY_TIMER_DELAY_MS, MessageConst.PROPERTY_TIMER_DEL_UNIQKEY)
+
+
+def to_timer(inner: MessageExtBrokerInner, props: dict[str, str], due_ms: int) -> None:
+    """Turn a message with a timer into its ``rmq_sys_wheel_timer`` form (in
+    place): queue 0, the real topic and queue in properties, the due time in
+    ``TIMER_OUT_MS``."""
+    props[REAL_TOPIC] = inner.topic
+    props[REAL_QID] = str(inner.queue_id)
+    props[TIMER_OUT_MS] = str(due_ms)
+    inner.topic = RMQ_SYS_WHEEL_TIMER
+    inner.queue_id = 0
+    inner.properties_string = properties_to_string(props)
+
+
+def from_timer(msg: MessageExt) -> MessageExtBrokerInner:
+    """The message to deliver for a due timer record: its real topic and
+    queue, its unique key, no timer inputs. Raises RewriteError as
+    ``from_schedule``."""
+    props = dict(msg.properties)
+    topic, queue_id = _real_destination(props, RMQ_SYS_WHEEL_TIMER)
+    for name in TIMER_CLEANED:
+        props.pop(name, None)
+    return from_stored(msg, topic, queue_id, props)
+
+
+def timer_recall_marker(uniq_key: str, slot_ms: int) -> MessageExtBrokerInner:
+    """The record of a recall, in the timer topic: the timer service reads it
+    back (after a restart too) and does not deliver ``uniq_key``'s message of
+    slot ``slot_ms``."""
+    props = {MessageConst.PROPERTY_TIMER_DEL_UNIQKEY: uniq_key, TIMER_OUT_MS: str(slot_ms)}
+    return build_inner(RMQ_SYS_WHEEL_TIMER, 0, b"", props)
 
 
 # ---- retry and dead letters ---------------------------------------------------------------

@@ -360,6 +360,27 @@ class BrokerCollector(Collector):
                       "Transaction half messages neither committed nor rolled back",
                       len(tx.book.pending)),
                 *tx_counters))
+        timer = c.timer_service
+        timer_counters = []
+        for name, doc, value in (
+                ("rocketmq_timer_delivered", "Timer messages delivered to their topic",
+                 timer.delivered),
+                ("rocketmq_timer_dropped", "Timer messages that could never be delivered",
+                 timer.dropped),
+                ("rocketmq_timer_recalled", "Timer messages recalled before their time",
+                 timer.wheel.recalled_skipped)):
+            fam = CounterMetricFamily(name, doc, labels=bl)
+            fam.add_metric(base, value)
+            timer_counters.append(fam)
+        lateness = LatencyHistogram(timer.lateness.bounds)
+        lateness.counts, lateness.sum = list(timer.lateness.counts), timer.lateness.sum
+        out.append(_done(
+            gauge("rocketmq_timer_pending", "Timer messages waiting for their time "
+                  "(in the wheel, or stored and not yet in it)",
+                  timer.wheel.pending + timer.backlog()),
+            histogram("rocketmq_timer_lateness_seconds",
+                      "Delivered time minus due time of timer messages", bl, base, lateness),
+            *timer_counters))
         notices = CounterMetricFamily(
             "rocketmq_brokeruntime_notifications_dropped",
             "NOTIFY_CONSUMER_IDS_CHANGED not sent: the consumer read nothing", labels=bl)

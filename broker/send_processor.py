@@ -132,7 +132,7 @@ class SendMessageProcessor:
         if out.msg_id is None:  # nothing stored
             return cmd.response(code, out.remark)
         header = SendMessageResponseHeader(out.msg_id, out.queue_id, out.queue_offset,
-                                           out.transaction_id)
+                                           out.transaction_id, recall_handle=out.recall_handle)
         fields = header.to_fields()
         fields.update(self._trace_fields)  # MSG_REGION, TRACE_ON (as RocketMQ's)
         return cmd.response(code, out.remark, ext_fields=fields)

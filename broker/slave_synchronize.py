@@ -2,8 +2,8 @@
 
 Every ``slaveSyncInterval`` ms (10 s) a slave asks its master for the topic
 configs (GET_ALL_TOPIC_CONFIG), consumer offsets (GET_ALL_CONSUMER_OFFSET),
-delay offsets (GET_ALL_DELAY_OFFSET) and subscription groups
-(GET_ALL_SUBSCRIPTIONGROUP_CONFIG). With aclEnable, the master's plain_acl.yml
+delay offsets (GET_ALL_DELAY_OFFSET), the timer's checkpoint (GET_TIMER_CHECK_POINT,
+kept for a promotion) and subscription groups (GET_ALL_SUBSCRIPTIONGROUP_CONFIG). With aclEnable, the master's plain_acl.yml
 (GET_BROKER_CLUSTER_ACL_CONFIG) too, by its dataVersion. The master is a peer
 like any other: every table it sends is checked as a registration is (names,
 queue counts) before anything is taken from it.
@@ -38,6 +38,7 @@ slave's); a master whose store was lost is not a source of metadata.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -47,6 +48,7 @@ import trio
 
 from acl.admin import AclAdminError, AclDocument, AclVersion
 from broker.subscription_group_manager import SubscriptionGroupConfig
+from broker.timer.timer_log import TimerCheckpoint
 from protocol.body import unpack_body
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
@@ -370,6 +372,7 @@ class SlaveSynchronize:
             snap = ss.snapshot(force=True)
             if snap is not None:
                 await trio.to_thread.run_sync(snap.write)
+        await self.sync_timer(client, addr)
         groups, gversion = parse_groups(
             await self._fetch(client, addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
         sm = c.subscription_group_manager
@@ -382,6 +385,20 @@ class SlaveSynchronize:
         if merge.to_master and self.trusted(addr):  # still: the round took a while
             await self.push_offsets(client, addr, merge)
         self.synced += 1
+
+    async def sync_timer(self, client: RemotingClient, addr: str) -> None:
+        """The master's timer checkpoint (GET_TIMER_CHECK_POINT), kept for a
+        promotion (broker/timer/service.py ``start_following``). A master that
+        does not serve it (an older one) or a bad answer leaves the copy as it
+        was; the rest of the round goes on."""
+        try:
+            body = await self._fetch(client, addr, RequestCode.GET_TIMER_CHECK_POINT)
+            cp = TimerCheckpoint.decode(json.dumps(body).encode())
+        except (RemoteProtocolError, TypeError, ValueError) as exc:
+            self.guard.note("timer checkpoint not copied from the master", "timer",
+                            master=addr, error=describe(exc))
+            return
+        await self.c.timer_service.follow_master(cp)
 
     async def offsets_from_slave(self, client: RemotingClient, addr: str) -> int:
         """A master starting: the consumer offsets of its slave at ``addr``

@@ -237,6 +237,11 @@ class Producer(_BlockingClient):
         """Send messages of one topic in one request. Raises as ``send``."""
         return self._run(self._producer.send_batch, list(msgs), mq, timeout=timeout)
 
+    def recall_message(self, topic: str, handle_or_key: str,
+                       timeout: float | None = None) -> str:
+        """Cancel a pending timer message (``Producer.recall_message``)."""
+        return self._run(self._producer.recall_message, topic, handle_or_key, timeout=timeout)
+
     def send_oneway(self, msg: Message, mq: MessageQueue | None = None) -> None:
         """Send without waiting for an answer. Raises MQClientError."""
         self._run(self._producer.send_oneway, msg, mq)

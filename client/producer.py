@@ -66,10 +66,15 @@ from protocol.batch import (
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
 from protocol.errors import ProtocolError
-from protocol.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from protocol.headers import (
+    RecallMessageRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageResponseHeader,
+)
 from protocol.message import Message, MessageConst, MessageQueue
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from protocol.namespace import unwrap, wrap
+from protocol.recall_handle import build_handle, parse_handle
 from protocol.record import FLAG_COMPRESSED
 from protocol.trio import RemotingError
 
@@ -556,6 +561,7 @@ class Producer:
             transaction_id=header.transaction_id,
             region_id=region_id,
             trace_on=trace_on,
+            recall_handle=header.recall_handle,
         )
         if ctx is not None:
             ctx.send_result = result
@@ -805,6 +811,43 @@ class Producer:
     def _shown(self, result: SendResult) -> SendResult:
         """A send result as the user sees it: its queue's topic without the namespace."""
         return dataclasses.replace(result, message_queue=self._user_queue(result.message_queue))
+
+    async def recall_message(self, topic: str, handle_or_key: str,
+                             timeout: float | None = None) -> str:
+        """Cancel a pending timer message: by the ``recall_handle`` its send
+        answered, or by its unique key (``SendResult.msg_id``; every broker of
+        the topic is asked). Returns the message's unique key. Raises
+        MQBrokerError (``NO_MESSAGE``) for a message not pending: unknown,
+        delivered or recalled already."""
+        deadline = self._deadline(timeout)
+        instance = self._running_instance()
+        topic = wrap(self.namespace, topic) if self.namespace else topic
+        try:
+            parsed = parse_handle(handle_or_key)
+            handles = [(parsed.broker_name, handle_or_key)]
+        except ValueError:
+            if not handle_or_key or " " in handle_or_key:
+                raise MQClientError("give a recall handle or a message's unique key") from None
+            info = await self._publish_info(topic, deadline)
+            brokers = sorted({mq.broker_name for mq in info.queues})
+            handles = [(b, build_handle(topic, b, 0, handle_or_key)) for b in brokers]
+        last: MQBrokerError | None = None
+        for broker_name, handle in handles:
+            addr = await self._broker_addr(instance, MessageQueue(topic, broker_name, 0))
+            fields = RecallMessageRequestHeader(self.group, topic, handle).to_fields()
+            remaining = deadline - trio.current_time()
+            if remaining <= 0:
+                raise MQClientError(f"recall on topic {topic} timed out")
+            response = await instance.invoke(
+                addr, RemotingCommand.request(RequestCode.RECALL_MESSAGE, fields), remaining)
+            if response.code == ResponseCode.SUCCESS:
+                return str(response.ext_fields.get("msgId", ""))
+            last = MQBrokerError(response.code, response.remark, addr,
+                                 context=f"recall on topic {topic}")
+            if response.code != ResponseCode.NO_MESSAGE:
+                raise last
+        assert last is not None
+        raise last
 
     # ---- async workers ----------------------------------------------------------
 

@@ -52,6 +52,7 @@ class SendResult:
     transaction_id: str | None = None
     region_id: str = DEFAULT_REGION
     trace_on: bool = True
+    recall_handle: str | None = None  # a timer message's: Producer.recall_message takes it
 
 
 def region_and_trace_switch(ext_fields: Mapping[str, Any]) -> tuple[str, bool]:

@@ -36,6 +36,7 @@ class RequestCode(IntEnum):
     UNLOCK_BATCH_MQ = 42
     GET_ALL_CONSUMER_OFFSET = 43
     GET_ALL_DELAY_OFFSET = 45
+    GET_TIMER_CHECK_POINT = 60  # RocketMQ 5: a slave copies its master's timer progress
     CHECK_CLIENT_CONFIG = 46
     UPDATE_AND_CREATE_ACL_CONFIG = 50
     DELETE_ACL_CONFIG = 51
@@ -75,6 +76,7 @@ class RequestCode(IntEnum):
     QUERY_CONSUME_QUEUE = 321
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_TOPIC_CONFIG = 351  # RocketMQ 5.x
+    RECALL_MESSAGE = 370  # RocketMQ 5.3: cancel a pending timer message
     # controller mode (RocketMQ 5, RIP-44): broker -> controller heart-beat, then the
     # controller's requests (controller/processor.py)
     BROKER_HEARTBEAT = 904

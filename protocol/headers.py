@@ -336,6 +336,22 @@ class SendMessageResponseHeader(Header):
     queue_offset: int
     transaction_id: str | None = None
     batch_uniq_id: str | None = None
+    recall_handle: str | None = None  # a timer message's (RocketMQ 5.3)
+
+
+@dataclass(slots=True)
+class RecallMessageRequestHeader(Header):
+    """RECALL_MESSAGE (370): cancel a pending timer message
+    (protocol/recall_handle.py); the response's ``msgId`` is its unique key."""
+
+    producer_group: Group
+    topic: Topic
+    recall_handle: Annotated[str, MaxLen(1024)]
+
+
+@dataclass(slots=True)
+class RecallMessageResponseHeader(Header):
+    msg_id: str
 
 
 # ---- consumer -------------------------------------------------------------

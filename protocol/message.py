@@ -36,9 +36,19 @@ class MessageConst:
     PROPERTY_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
     PROPERTY_SHARDING_KEY = "SHARDING_KEY"
+    # timer messages (RocketMQ 5): an absolute delivery time or a relative delay
+    PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+    PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+    # set by the broker: the due time it computed; a recall marker's unique key
+    PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+    PROPERTY_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 
     KEY_SEPARATOR = " "
 
+
+_TIMER_INPUTS = (MessageConst.PROPERTY_TIMER_DELIVER_MS, MessageConst.PROPERTY_TIMER_DELAY_SEC,
+                 MessageConst.PROPERTY_TIMER_DELAY_MS)
 
 # Short aliases used across the code base.
 PROPERTY_KEYS = MessageConst.PROPERTY_KEYS
@@ -133,6 +143,37 @@ class Message:
     @delay_time_level.setter
     def delay_time_level(self, level: int) -> None:
         self.properties[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(level)
+
+    @property
+    def deliver_time_ms(self) -> int | None:
+        """A timer message's delivery time (ms since the epoch), or None.
+        Set it to send a timer message (``TIMER_DELIVER_MS``): the broker
+        delivers it then, to its precision (timerPrecisionMs, 1 s by default)."""
+        raw = self.properties.get(MessageConst.PROPERTY_TIMER_DELIVER_MS)
+        return int(raw) if raw is not None and raw.isdigit() else None
+
+    @deliver_time_ms.setter
+    def deliver_time_ms(self, at_ms: int) -> None:
+        if not isinstance(at_ms, int) or isinstance(at_ms, bool) or not 0 <= at_ms < 2**63:
+            raise ValueError(f"deliver_time_ms must be a non-negative 64-bit integer, not {at_ms!r}")
+        for name in _TIMER_INPUTS:
+            self.properties.pop(name, None)
+        self.properties[MessageConst.PROPERTY_TIMER_DELIVER_MS] = str(at_ms)
+
+    @property
+    def delay_ms(self) -> int | None:
+        """A timer message's delay from its arrival at the broker, or None.
+        Set it to send a timer message (``TIMER_DELAY_MS``)."""
+        raw = self.properties.get(MessageConst.PROPERTY_TIMER_DELAY_MS)
+        return int(raw) if raw is not None and raw.isdigit() else None
+
+    @delay_ms.setter
+    def delay_ms(self, delay: int) -> None:
+        if not isinstance(delay, int) or isinstance(delay, bool) or not 0 <= delay < 2**63:
+            raise ValueError(f"delay_ms must be a non-negative 64-bit integer, not {delay!r}")
+        for name in _TIMER_INPUTS:
+            self.properties.pop(name, None)
+        self.properties[MessageConst.PROPERTY_TIMER_DELAY_MS] = str(delay)
 
     def put_user_property(self, name: str, value: str) -> None:
         self.properties[name] = value

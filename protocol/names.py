@@ -31,11 +31,12 @@ SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
 RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 RMQ_SYS_BENCHMARK_TOPIC = "BenchmarkTest"
 OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+RMQ_SYS_WHEEL_TIMER = "rmq_sys_wheel_timer"  # timer messages wait here (RocketMQ 5)
 # the broker's own topics (TopicValidator): no producer sends to them
 SYSTEM_TOPICS = frozenset({
     AUTO_CREATE_TOPIC_KEY_TOPIC, SELF_TEST_TOPIC, RMQ_SYS_SCHEDULE_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
-    RMQ_SYS_TRACE_TOPIC, OFFSET_MOVED_EVENT,
+    RMQ_SYS_TRACE_TOPIC, OFFSET_MOVED_EVENT, RMQ_SYS_WHEEL_TIMER,
 })
 # the broker's own topics a producer may send to (TopicValidator's system topics
 # outside NOT_ALLOWED_SEND_TOPIC_SET that exist here): trace clients write the trace topic

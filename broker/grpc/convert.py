@@ -245,8 +245,11 @@ def sent_type(msg: pb.Message) -> str:
 
 
 def to_send_item(msg: pb.Message, *, producer_group: str, max_size: int, now_ms: int,
-                 delay_levels: Mapping[int, int], queue_id: int = -1) -> SendItem:
-    """One v2 message as the send service takes it. Raises Refusal."""
+                 max_delay_ms: int, queue_id: int = -1) -> SendItem:
+    """One v2 message as the send service takes it. Raises Refusal. A
+    ``delivery_timestamp`` becomes a timer (``TIMER_DELIVER_MS``, exact to the
+    broker's timerPrecisionMs); one more than ``max_delay_ms`` away is refused
+    with ILLEGAL_DELIVERY_TIME; one already past is delivered at once."""
     topic = msg.topic.name
     if not topic:
         raise Refusal(Code.ILLEGAL_TOPIC, "the message names no topic")
@@ -309,9 +312,13 @@ def to_send_item(msg: pb.Message, *, producer_group: str, max_size: int, now_ms:
             raise Refusal(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                           "a message is FIFO or delayed, not both")
         ts = sp.delivery_timestamp
-        level = delay_level(ts.seconds * 1000 + ts.nanos // 1_000_000, now_ms, delay_levels)
-        if level:
-            props[MessageConst.PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        due = ts.seconds * 1000 + ts.nanos // 1_000_000
+        if due - now_ms > max_delay_ms:
+            raise Refusal(Code.ILLEGAL_DELIVERY_TIME,
+                          f"the delivery time is {due - now_ms} ms away, later than the "
+                          f"broker's timerMaxDelaySec ({max_delay_ms // 1000})")
+        if due > now_ms:
+            props[MessageConst.PROPERTY_TIMER_DELIVER_MS] = str(due)
     born = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000
     header = SendMessageRequestHeader(
         producer_group=producer_group, topic=topic, queue_id=queue_id, sys_flag=sys_flag,

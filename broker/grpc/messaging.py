@@ -89,6 +89,7 @@ from broker.grpc.framing import GrpcError, StatusCode
 from broker.grpc.pb import definition_pb2 as pb
 from broker.grpc.pb import service_pb2 as spb
 from broker.grpc.push import GroupLookup, PushConsumers, SendBack
+from broker.grpc.recall import Recall, recall_answer
 from broker.grpc.server import Call, Handler, Method
 from broker.grpc.telemetry import TelemetryOutbox
 from broker.grpc.transactions import end_transaction, transaction_token
@@ -132,7 +133,6 @@ NOT_YET = {
     "UpdateOffset": "UpdateOffset is not served over gRPC yet",
     "GetOffset": "GetOffset is not served over gRPC yet",
     "QueryOffset": "QueryOffset is not served over gRPC yet",
-    "RecallMessage": "RecallMessage is not supported",
     "SyncLiteSubscription": "lite topics (SyncLiteSubscription) are not supported",
 }
 
@@ -161,6 +161,7 @@ class MessagingService:
                  routes: RouteLookup | None = None,
                  pop: PopMessageProcessor | None = None,
                  clients: GrpcClients | None = None,
+                 recall: Recall | None = None,
                  groups: GroupLookup | None = None,
                  send_back: SendBack | None = None,
                  transactions: TransactionService | None = None,
@@ -169,13 +170,14 @@ class MessagingService:
         self.routes = routes
         self.pop = pop
         self.clients = clients
+        self.recall = recall
         self.transactions = transactions
         self.send_service = send
         self.topics = topics
         self.endpoint = endpoint
         self.on_topics_changed = on_topics_changed
         self.now_ms = now_ms
-        self.delay_levels = config.delay_level_table()
+        self.delay_levels = config.delay_level_table()  # retry back-off (push consumers)
         self.groups: GroupLookup = groups or (lambda _group: None)
         self.push = PushConsumers(config, topics, self.groups, endpoint=endpoint,
                                   routes=self._route, pop=pop, clients=clients,
@@ -201,6 +203,10 @@ class MessagingService:
             for name in ("ReceiveMessage", "AckMessage", "ChangeInvisibleDuration"):
                 table[name] = Method(_unimplemented(
                     f"POP consumption ({name}) is not served by this broker"))
+        recall = self.recall
+        table["RecallMessage"] = Method(
+            self._unary(spb.RecallMessageRequest, lambda r, _c: recall_answer(recall, r))
+            if recall is not None else _unimplemented("RecallMessage is not served here"))
         name = "ForwardMessageToDeadLetterQueue"
         if self.pop is not None and self.push.send_back is not None:
             table[name] = Method(self._unary(spb.ForwardMessageToDeadLetterQueueRequest,
@@ -315,7 +321,7 @@ class MessagingService:
         try:
             item = to_send_item(msg, producer_group=GRPC_PRODUCER_GROUP,
                                 max_size=self.config.max_message_size, now_ms=self.now_ms(),
-                                delay_levels=self.delay_levels)
+                                max_delay_ms=self.config.timer_max_delay_sec * 1000)
         except Refusal as refusal:
             return spb.SendResultEntry(status=status(refusal.code, refusal.message))
         if cfg is not None and self.config.enable_topic_message_type_check:
@@ -335,7 +341,8 @@ class MessagingService:
             outcome.transaction_id = half_token(outcome)
         return spb.SendResultEntry(status=status(Code.OK), message_id=item.message_id,
                                    transaction_id=outcome.transaction_id or "",
-                                   offset=outcome.queue_offset)
+                                   offset=outcome.queue_offset,
+                                   recall_handle=outcome.recall_handle or "")
 
     # ---- POP consumption --------------------------------------------------------------
 

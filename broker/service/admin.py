@@ -207,6 +207,8 @@ class RuntimeSources:
     transaction_status: Callable[[], Mapping[str, Any]]
     slave_sync_status: Callable[[], Mapping[str, Any]]
     now_ms: Callable[[], int] = field(default=lambda: int(time.time() * 1000))
+    # timer messages: pending count, lateness of delivered ones (broker/timer/service.py)
+    timer_status: Callable[[], Mapping[str, Any]] = field(default=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,6 +436,7 @@ class AdminService:
             "ha": src.ha_status(),
             **runtime_figures(self.stats, src),
             **src.schedule_stats(),
+            **src.timer_status(),
         }
         if not role.is_slave:
             tx = src.transaction_status()

@@ -46,10 +46,14 @@ from broker.message_rewrite import (
     is_prepared,
     send_back_message,
     to_schedule,
+    to_timer,
 )
 from broker.service.types import LiveRole
 from broker.store import MessageExtBrokerInner, PutMessageResult, PutMessageStatus
 from broker.store.offset_waiters import Waiter
+from broker.timer.rules import PROBE as TIMER_PROBE
+from broker.timer.rules import TimerRefusal, has_timer
+from broker.timer.rules import due_ms as timer_due_ms
 from broker.topic_validator import check_user_topic
 from protocol.batch import decode_batch
 from protocol.errors import RemoteProtocolError
@@ -62,6 +66,7 @@ from protocol.names import (
     retry_topic,
     shown,
 )
+from protocol.recall_handle import build_handle
 from protocol.record import TRANSACTION_NOT_TYPE, transaction_type
 from protocol.route import PERM_RW, TopicConfig, is_writeable
 from protocol.subscription_group import SubscriptionGroupConfig
@@ -142,6 +147,7 @@ class SendOutcome:
     transaction_id: str | None = None
     waiters: list[Waiter] | None = None
     put: bool = False
+    recall_handle: str | None = None  # a stored timer message's (protocol/recall_handle.py)
 
 
 # ---- what the service needs --------------------------------------------------------------
@@ -391,7 +397,7 @@ class SendService:
         h = routed
         queue_id = self._queue_id(h, cfg)
         text = h.properties
-        if DELAY_PROBE not in text and TRAN_PROBE not in text \
+        if DELAY_PROBE not in text and TRAN_PROBE not in text and TIMER_PROBE not in text \
                 and transaction_type(h.sys_flag) == TRANSACTION_NOT_TYPE:
             # the usual send (no delay, no transaction): as one message of a batch,
             # with no properties dict or message object (CommitLog.put_batch)
@@ -414,7 +420,13 @@ class SendService:
             if not (level.isascii() and level.lstrip("-").isdigit() and len(level) < 10):
                 return SendOutcome(SendStatus.MESSAGE_ILLEGAL, f"bad delay level {shown(level)}")
         delayed = int(level or "0") > 0
+        due = self._timer_due(props)
+        if isinstance(due, SendOutcome):
+            return due
         if is_prepared(h.sys_flag, props):
+            if due is not None:
+                return SendOutcome(SendStatus.MESSAGE_ILLEGAL,
+                                   "a timer message cannot be transactional")
             refused = self._transaction_refusal(delayed)
             if refused is not None:
                 return refused
@@ -429,9 +441,31 @@ class SendService:
                                "a commit or rollback sysFlag is the broker's to set")
         if delayed:
             to_schedule(inner, props, self.delays.max_level)
+        elif due is not None and due > int(time.time() * 1000):
+            to_timer(inner, props, due)
+            started = time.perf_counter()
+            out = self._outcome(self.store.put_message(inner), queue_id, started, h.topic)
+            if out.msg_id is not None and inner.uniq_key:
+                out.recall_handle = build_handle(h.topic, self.config.broker_name, due,
+                                                 inner.uniq_key)
+            return out
         started = time.perf_counter()
         result = self.store.put_message(inner)
         return self._outcome(result, queue_id, started, h.topic)
+
+    def _timer_due(self, props: dict[str, str]) -> int | SendOutcome | None:
+        """A send's due time (broker/timer/rules.py), None without a timer, or
+        the refusal of a bad or too late one, or of any when timers are off."""
+        if not has_timer(props):
+            return None
+        if not self.config.timer_wheel_enable:
+            return SendOutcome(SendStatus.MESSAGE_ILLEGAL,
+                               "timer messages are off on this broker (timerWheelEnable=false)")
+        try:
+            return timer_due_ms(props, int(time.time() * 1000),
+                                self.config.timer_max_delay_sec * 1000)
+        except TimerRefusal as exc:
+            return SendOutcome(SendStatus.MESSAGE_ILLEGAL, str(exc))
 
     def _transaction_refusal(self, delayed: bool) -> SendOutcome | None:
         if self.config.reject_transaction_message:

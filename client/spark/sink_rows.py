@@ -3,8 +3,8 @@ schema's columns, rows -> messages, unique keys, queue choice and batching.
 
 A row becomes a ``Message`` of its ``topic`` (column, else the ``topic``
 option) with its ``body``, ``tags``, ``keys``, user ``properties`` and, where
-set, a delay (``delayLevel``, or ``deliverTimeMs`` rounded up to the delay
-levels). Every message gets a ``UNIQ_KEY`` made from (write id, batch id,
+set, a delay (``delayLevel``) or a delivery time (``deliverTimeMs``: a timer
+message, delivered at that time to the broker's timerPrecisionMs). Every message gets a ``UNIQ_KEY`` made from (write id, batch id,
 partition id, row index): the same row of a retried task or a replayed
 micro-batch gets the same key, so a consumer drops the copies by it.
 """
@@ -19,7 +19,7 @@ from typing import Any
 from client.spark.offsets import OptionError, _positive_int, security_options
 from protocol import names
 from protocol.batch import ENTRY_OVERHEAD as BATCH_ENTRY_OVERHEAD
-from protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, delay_level, parse_delay_levels
+from protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from protocol.hashing import java_string_hash
 from protocol.message import (
     NAME_VALUE_SEPARATOR,
@@ -264,7 +264,6 @@ class RowConverter:
         self.batch_id = batch_id
         self.partition_id = partition_id
         self.max_body = max_body
-        self.levels = dict(opts.delay_levels)
         self._topics_ok: set[str] = set()
 
     def error(self, index: int, what: str) -> SinkRowError:
@@ -326,9 +325,11 @@ class RowConverter:
                 keys = " ".join(_text(k, "a key") for k in keys if k)
             if keys:
                 props[MessageConst.PROPERTY_KEYS] = _text(keys, "keys")
-        level = self._delay(row, now_ms)
+        level, deliver_at = self._delay(row, now_ms)
         if level:
             props[DELAY] = str(level)
+        if deliver_at is not None:
+            props[MessageConst.PROPERTY_TIMER_DELIVER_MS] = str(deliver_at)
         key = unique_key(self.write, self.batch_id, self.partition_id, index)
         props[UNIQ_KEY] = key
         # the encoded ``key\x01value\x02`` text's bytes (what the batch entry holds)
@@ -341,10 +342,12 @@ class RowConverter:
             raise ValueError(f"queueId {queue_index} is negative")
         sharding = row.get("shardingKey")
         msg = Message(topic, body, properties=props)
-        return OutRow(index, msg, queue_index, sharding, bool(level),
+        return OutRow(index, msg, queue_index, sharding, bool(level) or deliver_at is not None,
                       len(body) + size + BATCH_ENTRY_OVERHEAD)
 
-    def _delay(self, row: Mapping[str, Any], now_ms: int) -> int:
+    def _delay(self, row: Mapping[str, Any], now_ms: int) -> tuple[int, int | None]:
+        """(delay level, timer delivery time): a time already past is neither
+        (delivered at once)."""
         level = row.get("delayLevel")
         at = row.get("deliverTimeMs")
         if level is not None and at is not None:
@@ -352,12 +355,12 @@ class RowConverter:
         if level is not None:
             if not 0 <= level <= MAX_DELAY_LEVEL:
                 raise ValueError(f"delayLevel {level} is not from 0 to {MAX_DELAY_LEVEL}")
-            return int(level)
+            return int(level), None
         if at is not None:
-            if at < 0:
-                raise ValueError(f"deliverTimeMs {at} is negative")
-            return delay_level(int(at), now_ms, self.levels)
-        return 0
+            if not 0 <= at < 2**63:
+                raise ValueError(f"deliverTimeMs {at} is not a non-negative 64-bit integer")
+            return 0, (int(at) if at > now_ms else None)
+        return 0, None
 
 
 # ---- batching ----------------------------------------------------------------------

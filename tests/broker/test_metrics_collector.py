@@ -241,3 +241,30 @@ def test_rebalance_notices_to_a_consumer_that_reads_nothing_are_dropped_and_coun
     controller.client_service.notify_consumer_ids_changed("g")
     assert [cmd.code for cmd in reading.sent] == [RequestCode.NOTIFY_CONSUMER_IDS_CHANGED]
     assert controller.client_service.notifications_dropped == 1
+
+
+def test_collector_shows_the_timer_backlog_and_lateness(controller: BrokerController) -> None:
+    from broker.message_rewrite import build_inner, to_timer
+    c = controller
+    now = 1_700_000_000_000
+    for i in range(3):
+        props = {"UNIQ_KEY": f"k{i}"}
+        inner = build_inner("T", 0, b"x", props)
+        to_timer(inner, props, now + 1000 * (i + 1))
+        c.message_store.put_message(inner)
+    timer = c.timer_service
+    labels = (("broker", "broker-a"), ("cluster", "DefaultCluster"))
+    samples = parse(generate_latest(broker_registry(c)))
+    assert samples[("rocketmq_timer_pending", labels)] == 3  # stored, not yet in the wheel
+    timer.enqueue()
+    timer.deliver(now + 1300)  # the first, 300 ms late
+    samples = parse(generate_latest(broker_registry(c)))
+    assert samples[("rocketmq_timer_pending", labels)] == 2
+    assert samples[("rocketmq_timer_delivered_total", labels)] == 1
+    assert samples[("rocketmq_timer_lateness_seconds_count", labels)] == 1
+    assert samples[("rocketmq_timer_lateness_seconds_bucket",
+                    tuple(sorted(labels + (("le", "0.25"),))))] == 0
+    assert samples[("rocketmq_timer_lateness_seconds_bucket",
+                    tuple(sorted(labels + (("le", "0.5"),))))] == 1
+    status = timer.status()
+    assert status["timerPendingCount"] == "2" and status["timerLatenessMaxMs"] == "300"

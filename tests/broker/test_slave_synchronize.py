@@ -416,3 +416,19 @@ async def test_rounds_run_only_while_the_master_is_trusted(
     assert events == ["metadata sync paused: the master's log is not trusted",
                       "metadata sync resumed: the master's log is trusted",
                       "metadata sync paused: the master's log is not trusted"]
+
+
+async def test_the_masters_timer_checkpoint_is_kept_for_a_promotion(
+        pair: tuple[BrokerController, BrokerController]) -> None:
+    from broker.timer.timer_log import TimerCheckpoint
+    master, slave = pair
+    client = InProcessClient(master)
+    sync = SlaveSynchronize(slave, lambda: "master")
+    await sync.sync_all(client, "master")  # type: ignore[arg-type]
+    assert slave.timer_service.master_checkpoint is None  # its timer never ran: nothing
+    cp = TimerCheckpoint(cq_offset=7, records=7, done_slot=1_700_000_000_000, done_index=2)
+    master.timer_service.last_checkpoint = cp
+    await sync.sync_all(client, "master")  # type: ignore[arg-type]
+    assert slave.timer_service.master_checkpoint == cp
+    assert TimerCheckpoint.decode(slave.timer_service.master_path.read_bytes()) == cp
+    assert sync.synced == 2

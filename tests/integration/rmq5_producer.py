@@ -29,12 +29,17 @@ def main() -> int:
     parser.add_argument("--fifo-groups", type=int, default=1)
     parser.add_argument("--body-size", type=int, default=0)
     parser.add_argument("--retry-for", type=float, default=0.0)
+    # timer messages: delivery_timestamp this many seconds ahead (the client puts
+    # the value in the Timestamp's seconds), and recall every Nth one by its handle
+    parser.add_argument("--deliver-in", type=int, default=0)
+    parser.add_argument("--recall-every", type=int, default=0)
     args = parser.parse_args()
     producer = Producer(ClientConfiguration(args.endpoint, Credentials()), (args.topic,))
     producer.startup()
     sent: list[dict[str, object]] = []
     failed: list[str] = []
     retried = 0
+    recalled: list[str] = []
     latencies: list[float] = []  # seconds, each normal send that got SEND_OK
     try:
         def one(i: int, group: str | None) -> None:
@@ -48,6 +53,8 @@ def main() -> int:
             msg.add_property("seq", str(i))
             if group:
                 msg.message_group = group
+            if args.deliver_in:
+                msg.delivery_timestamp = int(time.time()) + args.deliver_in
             give_up = time.monotonic() + args.retry_for
             while True:
                 try:
@@ -64,7 +71,11 @@ def main() -> int:
                     failed.append(f"{i}: {exc!r}")
                     return
             sent.append({"id": receipt.message_id, "body": msg.body.decode()[:64],
-                         "offset": receipt.offset, "group": group or ""})
+                         "offset": receipt.offset, "group": group or "",
+                         "recall_handle": receipt.recall_handle or ""})
+            if args.recall_every and i % args.recall_every == 0 and receipt.recall_handle:
+                producer.recall_message(args.topic, receipt.recall_handle)
+                recalled.append(receipt.message_id)
 
         started = time.perf_counter()
         for i in range(args.count):
@@ -77,7 +88,7 @@ def main() -> int:
         producer.shutdown()
     json.dump({"sent": sent, "failed": failed, "retried": retried, "seconds": seconds,
                "fifo_seconds": time.perf_counter() - fifo_started,
-               "latencies": latencies}, sys.stdout)
+               "latencies": latencies, "recalled": recalled}, sys.stdout)
     return 0
 
 

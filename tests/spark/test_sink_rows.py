@@ -138,11 +138,15 @@ def test_row_to_message() -> None:
 def test_delays() -> None:
     c = converter()
     assert c.convert(0, {"body": b"x", "delayLevel": 3}, 0).message.delay_time_level == 3
-    # deliverTimeMs: the smallest level not earlier (6 s -> level 3, 10 s)
-    at = c.convert(0, {"body": b"x", "deliverTimeMs": 10_000 + 6_000}, now_ms=10_000)
-    assert at.delayed and at.message.delay_time_level == 3
+    # deliverTimeMs: a timer message, due at that very time (not rounded to a level)
+    at = c.convert(0, {"body": b"x", "deliverTimeMs": 10_000 + 6_001}, now_ms=10_000)
+    assert at.delayed and at.message.deliver_time_ms == 16_001
+    assert "DELAY" not in at.message.properties
     due = c.convert(0, {"body": b"x", "deliverTimeMs": 5}, now_ms=10_000)
     assert not due.delayed and "DELAY" not in due.message.properties
+    assert due.message.deliver_time_ms is None
+    with pytest.raises(ValueError, match="64-bit"):
+        c.convert(0, {"body": b"x", "deliverTimeMs": 2**63}, now_ms=10_000)
     levels = parse_delay_levels("1s 1m 1h 2d")
     assert levels == {1: 1000, 2: 60_000, 3: 3_600_000, 4: 172_800_000}
     assert delay_level(10**12, 0, levels) == 4 and delay_level(1, 0, levels) == 1

@@ -27,6 +27,7 @@ from protocol.route import PERM_READ, PERM_RW, PERM_WRITE, TopicConfig
 
 LEVELS = {1: 1000, 2: 5000, 3: 10_000, 4: 30_000}
 NOW = 1_700_000_000_000
+MAX_DELAY_MS = 3 * 86_400_000
 
 
 def message(body: bytes = b"hello", **sp: object) -> pb.Message:
@@ -43,7 +44,7 @@ def message(body: bytes = b"hello", **sp: object) -> pb.Message:
 
 def item(msg: pb.Message, max_size: int = 1024) -> SendItem:
     return to_send_item(msg, producer_group="G", max_size=max_size, now_ms=NOW,
-                        delay_levels=LEVELS)
+                        max_delay_ms=MAX_DELAY_MS)
 
 
 def refusal(msg: pb.Message, max_size: int = 1024) -> Refusal:
@@ -162,9 +163,23 @@ def test_delivery_time_to_delay_level() -> None:
     assert delay_level(NOW + 1000, NOW, LEVELS) == 1
     assert delay_level(NOW + 1001, NOW, LEVELS) == 2
     assert delay_level(NOW + 10 * 60_000, NOW, LEVELS) == 4
+
+
+def test_delivery_time_becomes_a_timer() -> None:
+    """Exact to the millisecond (the broker's timer), not rounded to a level."""
     msg = message(message_type=pb.DELAY)
+    msg.system_properties.delivery_timestamp.FromMilliseconds(NOW + 7001)
+    props = string_to_properties(item(msg).header.properties)
+    assert props["TIMER_DELIVER_MS"] == str(NOW + 7001) and "DELAY" not in props
+    msg.system_properties.delivery_timestamp.FromMilliseconds(NOW - 5)  # past: deliver now
+    props = string_to_properties(item(msg).header.properties)
+    assert "TIMER_DELIVER_MS" not in props and "DELAY" not in props
+    msg.system_properties.delivery_timestamp.FromMilliseconds(NOW + MAX_DELAY_MS + 1)
+    got = refusal(msg)
+    assert got.code == pb.ILLEGAL_DELIVERY_TIME and "timerMaxDelaySec" in got.message
+    msg.system_properties.delivery_timestamp.seconds = 2**62  # far past 64-bit ms
+    assert refusal(msg).code == pb.ILLEGAL_DELIVERY_TIME
     msg.system_properties.delivery_timestamp.FromMilliseconds(NOW + 7000)
-    assert string_to_properties(item(msg).header.properties)["DELAY"] == "3"
     msg.system_properties.message_group = "g"
     assert refusal(msg).code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
