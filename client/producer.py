@@ -71,7 +71,7 @@ from protocol.headers import (
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from protocol.message import Message, MessageConst, MessageQueue
+from protocol.message import TIMER_INPUTS, Message, MessageConst, MessageQueue
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from protocol.namespace import unwrap, wrap
 from protocol.recall_handle import build_handle, parse_handle
@@ -154,6 +154,9 @@ def _encode_messages(batch: list[Message], topic: str, max_size: int, ids: list[
         else:
             if props.get(_DELAY, "0") != "0":
                 raise MQClientError("delay levels are not supported for batching")
+            if any(name in props for name in TIMER_INPUTS):
+                raise MQClientError("timer messages (deliver_time_ms, delay_ms) are not "
+                                    "supported for batching: send each alone")
             own = props.get(_UNIQ_KEY)
             if own:
                 ids[i] = own

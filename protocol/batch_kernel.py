@@ -17,6 +17,8 @@ from typing import Any
 
 import cython
 
+from protocol.message import TIMER_INPUTS
+
 if cython.compiled:  # C's memcpy for the bodies and properties; plain Python copies by slices
     from cython.cimports.libc.string import memcpy
 
@@ -121,7 +123,7 @@ def encode_messages(batch: list, topic: str, max_body: cython.Py_ssize_t, ids: l
     anything is out of the ordinary (a message not exactly ``message_type``,
     another topic, a body that is not ``bytes`` or is empty or over
     ``max_body``, properties not a dict, a ``delay_key`` other than "0", a
-    flag that is not a 32-bit int, properties ``encode_properties`` refuses
+    timer property (``TIMER_INPUTS``), a flag that is not a 32-bit int, properties ``encode_properties`` refuses
     or longer than 32,767 bytes): the caller then runs its loop, which says
     what is wrong. Messages before the one given up on may have their
     ``uniq_key`` set already, which the loop finds and keeps."""
@@ -168,6 +170,9 @@ def encode_messages(batch: list, topic: str, max_body: cython.Py_ssize_t, ids: l
         try:
             if props.get(delay_key, "0") != "0":
                 return None
+            for name in TIMER_INPUTS:
+                if name in props:
+                    return None
             own = props.get(uniq_key)
             if own:
                 ids[i] = own

@@ -47,8 +47,9 @@ class MessageConst:
     KEY_SEPARATOR = " "
 
 
-_TIMER_INPUTS = (MessageConst.PROPERTY_TIMER_DELIVER_MS, MessageConst.PROPERTY_TIMER_DELAY_SEC,
-                 MessageConst.PROPERTY_TIMER_DELAY_MS)
+# the properties that make a send a timer message (RocketMQ 5's)
+TIMER_INPUTS = (MessageConst.PROPERTY_TIMER_DELIVER_MS, MessageConst.PROPERTY_TIMER_DELAY_SEC,
+                MessageConst.PROPERTY_TIMER_DELAY_MS)
 
 # Short aliases used across the code base.
 PROPERTY_KEYS = MessageConst.PROPERTY_KEYS
@@ -156,7 +157,7 @@ class Message:
     def deliver_time_ms(self, at_ms: int) -> None:
         if not isinstance(at_ms, int) or isinstance(at_ms, bool) or not 0 <= at_ms < 2**63:
             raise ValueError(f"deliver_time_ms must be a non-negative 64-bit integer, not {at_ms!r}")
-        for name in _TIMER_INPUTS:
+        for name in TIMER_INPUTS:
             self.properties.pop(name, None)
         self.properties[MessageConst.PROPERTY_TIMER_DELIVER_MS] = str(at_ms)
 
@@ -171,7 +172,7 @@ class Message:
     def delay_ms(self, delay: int) -> None:
         if not isinstance(delay, int) or isinstance(delay, bool) or not 0 <= delay < 2**63:
             raise ValueError(f"delay_ms must be a non-negative 64-bit integer, not {delay!r}")
-        for name in _TIMER_INPUTS:
+        for name in TIMER_INPUTS:
             self.properties.pop(name, None)
         self.properties[MessageConst.PROPERTY_TIMER_DELAY_MS] = str(delay)
 

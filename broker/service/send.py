@@ -150,6 +150,8 @@ class SendOutcome:
     recall_handle: str | None = None  # a stored timer message's (protocol/recall_handle.py)
 
 
+TIMER_PROBE_BYTES = TIMER_PROBE.encode()  # in a batch body exactly where a timer may be
+
 # ---- what the service needs --------------------------------------------------------------
 
 
@@ -492,6 +494,12 @@ class SendService:
                                f"batch request does not support retry group {h.topic}")
         if not body:
             raise RemoteProtocolError("batch body must hold at least one message")
+        if TIMER_PROBE_BYTES in body and any(
+                has_timer(string_to_properties(text)) for _, _, text in decode_batch(body)):
+            # a batch is put as it is: a timer would be ignored (RocketMQ's clients
+            # refuse a delay in a batch; its broker would store it as due at once)
+            return SendOutcome(SendStatus.MESSAGE_ILLEGAL,
+                               "timer messages cannot be batched: send each alone")
         queue_id = self._queue_id(h, cfg)
         store = self.store
         born = h.born_timestamp or int(time.time() * 1000)

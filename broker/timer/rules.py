@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from protocol.message import MessageConst
+from protocol.message import TIMER_INPUTS, MessageConst
 from protocol.names import shown
 
 DELIVER_MS = MessageConst.PROPERTY_TIMER_DELIVER_MS
@@ -22,7 +22,7 @@ DELAY_SEC = MessageConst.PROPERTY_TIMER_DELAY_SEC
 DELAY_MS = MessageConst.PROPERTY_TIMER_DELAY_MS
 OUT_MS = MessageConst.PROPERTY_TIMER_OUT_MS
 DEL_UNIQKEY = MessageConst.PROPERTY_TIMER_DEL_UNIQKEY
-INPUTS = (DELIVER_MS, DELAY_SEC, DELAY_MS)
+INPUTS = TIMER_INPUTS
 # what a delivered message no longer carries (OUT_MS stays: when it was due)
 CLEANED = (*INPUTS, DEL_UNIQKEY)
 # a single send's property text holds one of these exactly when it has a timer input

@@ -599,6 +599,8 @@ def test_prepare_batch_refusals_keep_their_order_and_words(kernel: Any) -> None:
         ([Message(TOPIC, b"a", flag=-(2**31) - 1), Message(TOPIC, b"")], "length is zero"),
         ([Message(TOPIC, b"a"), Message(TOPIC, b"b", properties={"DELAY": "3"})],
          "delay levels are not supported"),
+        ([Message(TOPIC, b"a"), Message(TOPIC, b"b", properties={"TIMER_DELAY_MS": "5000"})],
+         "timer messages .* are not supported for batching"),
         ([Message(TOPIC, b"a"), Message(TOPIC, b"b", properties={"k": "v\x02"})],
          "may not contain"),
     ]

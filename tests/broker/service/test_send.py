@@ -381,6 +381,17 @@ def test_batch_refusals(h: Harness) -> None:
         h.send(body=b"", batch=True)
 
 
+def test_a_batch_with_a_timer_is_refused_not_put_as_due_now(h: Harness) -> None:
+    timer = properties_to_string({"TIMER_DELIVER_MS": "99999999999999"})
+    body = encode_batch([(0, b"a", ""), (0, b"b", timer)])
+    assert "timer messages cannot be batched" in refused(h.send(body=body, batch=True),
+                                                         SendStatus.MESSAGE_ILLEGAL)
+    # the probe's bytes in a body (not a property) decide nothing
+    ok = encode_batch([(0, b"TIMER_DELIVER_MS", ""), (0, b"b", "")])
+    assert h.send(body=ok, batch=True).status is SendStatus.OK
+    assert [way for way, *_ in h.store.puts] == ["body"]
+
+
 # ---- what the store says ---------------------------------------------------------------
 
 
