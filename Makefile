@@ -117,8 +117,12 @@ etcd:
 		echo "could not install etcd-server: the etcd tests will skip"; \
 	else echo "no etcd: the etcd tests will skip"; fi
 
+# the suite in TEST_WORKERS processes (pytest-xdist), each test module whole in one of
+# them (its module-scoped daemons shared as before): most of the suite's time is spent
+# waiting on daemons, so two halve it on 2 cores; TEST_WORKERS=0 runs it in this process
+TEST_WORKERS ?= 2
 test: $(STAMP) browser redis etcd rmq5 bytecode speedups spark-cds
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check protocol acl namesrv broker controller client tests deploy dashboard bench
