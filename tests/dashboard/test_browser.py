@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,22 +49,26 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[WebDriver]:
-    # Chromium's profile, and the directory of its singleton socket (made
-    # under TMPDIR and left behind after quit), in the test's own directory
-    # rather than in /tmp
+    # Chromium's profile in the test's own directory; the directory of its
+    # singleton socket (made under TMPDIR, left behind after quit) in a short
+    # one of its own, removed after: a Unix socket's path holds at most 107
+    # bytes, and a worker's tmp_path (.../pytest-N/popen-gwK/test_...0/) with
+    # Chromium's "org.chromium.Chromium.XXXXXX/SingletonSocket" is longer, so
+    # Chromium exited at start
     options = Options()
     options.binary_location = str(CHROMIUM)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1280,860", "--disable-extensions", "--no-first-run",
                 f"--user-data-dir={tmp_path / 'profile'}"):
         options.add_argument(arg)
-    service = Service(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": str(tmp_path)})
-    driver = webdriver.Chrome(service=service, options=options)
-    driver.set_page_load_timeout(20)
-    try:
-        yield driver
-    finally:
-        driver.quit()
+    with tempfile.TemporaryDirectory(prefix="chr-") as short_tmp:
+        service = Service(str(CHROMEDRIVER), env={**os.environ, "TMPDIR": short_tmp})
+        driver = webdriver.Chrome(service=service, options=options)
+        driver.set_page_load_timeout(20)
+        try:
+            yield driver
+        finally:
+            driver.quit()
 
 
 @pytest.fixture
