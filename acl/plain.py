@@ -359,25 +359,14 @@ class AclConfig:
         access_key = fields.get(ACCESS_KEY)
         if type(access_key) is not str:
             access_key = _field(fields, ACCESS_KEY)
-        if not access_key:
-            return _refused("No accessKey is configured", reason=NO_ACCESS_KEY)
-        account = self.accounts.get(access_key)
-        # an unknown key and a wrong signature get one remark: the answer must not
-        # tell which access keys exist (the log has the precise reason, ``detail``)
-        if account is None:
-            return _refused(SIGNATURE_REFUSED, reason=UNKNOWN_ACCOUNT,
-                            detail=f"No acl config for accessKey={_shown(access_key)}")
-        if type(account.white_remote_address) is not NoAddress and \
-                self._white(remote_host, (account.white_remote_address,)):
-            return self._allow(access_key)
-        if not signature_ok(account.secret_key):
-            return _refused(SIGNATURE_REFUSED, access_key, BAD_SIGNATURE,
-                            detail=f"Check signature failed for accessKey={access_key}")
+        account = self._account(access_key, remote_host, signature_ok)
+        if isinstance(account, Decision):
+            return account
         if code == RequestCode.HEART_BEAT:  # resources in the body: not remembered
             return self._permission(account, code, required_resources(code, fields, heartbeat))
         spec = HEADER_RESOURCES.get(code, ())
         named = _header_names(spec, fields)
-        key = (access_key, code, named)
+        key = (account.access_key, code, named)
         decision = self._decisions.get(key)
         if decision is None:
             decision = self._permission(account, code, _header_needs(spec, named))
@@ -394,9 +383,21 @@ class AclConfig:
         request is admin-only)."""
         if self.global_white and self._white(remote_host, self.global_white):
             return ALLOWED
+        account = self._account(access_key, remote_host, signature_ok)
+        if isinstance(account, Decision):
+            return account
+        return self._permission(account, NO_CODE, needs)
+
+    def _account(self, access_key: str | None, remote_host: str,
+                 signature_ok: Callable[[str], bool]) -> Account | Decision:
+        """The steps every request takes after the global white list: the account
+        whose signature checks, or the final decision (refused; allowed by the
+        account's white address)."""
         if not access_key:
             return _refused("No accessKey is configured", reason=NO_ACCESS_KEY)
         account = self.accounts.get(access_key)
+        # an unknown key and a wrong signature get one remark: the answer must not
+        # tell which access keys exist (the log has the precise reason, ``detail``)
         if account is None:
             return _refused(SIGNATURE_REFUSED, reason=UNKNOWN_ACCOUNT,
                             detail=f"No acl config for accessKey={_shown(access_key)}")
@@ -406,7 +407,7 @@ class AclConfig:
         if not signature_ok(account.secret_key):
             return _refused(SIGNATURE_REFUSED, access_key, BAD_SIGNATURE,
                             detail=f"Check signature failed for accessKey={access_key}")
-        return self._permission(account, NO_CODE, needs)
+        return account
 
     def _permission(self, account: Account, code: int, needs: list[Need]) -> Decision:
         """The steps after the signature: the trace topic, the admin check, the

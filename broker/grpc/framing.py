@@ -18,7 +18,10 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
+from typing import TypeVar
 from urllib.parse import quote, unquote
+
+from google.protobuf.message import Message
 
 HEADER = struct.Struct(">BI")
 # the largest message a call takes by default (the broker's own bound: grpcMaxInboundMessageSize)
@@ -159,7 +162,22 @@ def decode_message_header(value: str) -> str:
     return unquote(value)
 
 
+M = TypeVar("M", bound=Message)
+
+
+def parse_request(message_type: type[M], payload: bytes) -> M:
+    """A request's message; GrpcError INVALID_ARGUMENT when the bytes are not one."""
+    message = message_type()
+    try:
+        message.ParseFromString(payload)
+    except Exception as exc:  # DecodeError and friends: a bad request, not our failure
+        raise GrpcError(StatusCode.INVALID_ARGUMENT,
+                        f"the request is no {message_type.__name__}: {exc}") from None
+    return message
+
+
 __all__ = [
     "ENCODINGS", "HEADER", "MAX_MESSAGE_BYTES", "GrpcError", "MessageDecoder", "StatusCode",
-    "decode_message_header", "encode_message", "parse_timeout", "status_trailers",
+    "decode_message_header", "encode_message", "parse_request", "parse_timeout",
+    "status_trailers",
 ]

@@ -32,7 +32,7 @@ from acl.guard import remote_host
 from acl.plain import NO_CODE, AclConfig, Decision
 from broker.grpc import access
 from broker.grpc.convert import status
-from broker.grpc.framing import GrpcError, StatusCode
+from broker.grpc.framing import GrpcError, StatusCode, parse_request
 from broker.grpc.pb import definition_pb2 as pb
 from broker.grpc.server import Call, Handler, Method
 from protocol.namespace import namespace_problem, unwrap, wrap
@@ -170,7 +170,7 @@ class GrpcGuard:
                 await handler(call)
                 return
             payload = await call.recv_one()
-            request = _parse(request_type, payload)
+            request = parse_request(request_type, payload)
             if namespace:
                 wrap_resources(request, namespace)
                 payload = request.SerializeToString()
@@ -204,7 +204,7 @@ class GrpcGuard:
                 payload = await call.recv()
                 if payload is None:
                     return None
-                request = _parse(request_type, payload)
+                request = parse_request(request_type, payload)
                 if namespace:
                     wrap_resources(request, namespace)
                     payload = request.SerializeToString()
@@ -220,16 +220,6 @@ class GrpcGuard:
 def _grpc_code(decision: Decision) -> StatusCode:
     return (StatusCode.UNAUTHENTICATED if access.refusal_code(decision) == pb.Code.UNAUTHORIZED
             else StatusCode.PERMISSION_DENIED)
-
-
-def _parse(message_type: type[Message], payload: bytes) -> Message:
-    message = message_type()
-    try:
-        message.ParseFromString(payload)
-    except Exception as exc:  # DecodeError and friends: a bad request, not our failure
-        raise GrpcError(StatusCode.INVALID_ARGUMENT,
-                        f"the request is no {message_type.__name__}: {exc}") from None
-    return message
 
 
 __all__ = ["GrpcGuard", "resources", "unwrap_resources", "wrap_resources"]

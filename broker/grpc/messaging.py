@@ -85,7 +85,7 @@ from broker.grpc.convert import (
     to_pb_message,
     to_send_item,
 )
-from broker.grpc.framing import GrpcError, StatusCode
+from broker.grpc.framing import GrpcError, StatusCode, parse_request
 from broker.grpc.pb import definition_pb2 as pb
 from broker.grpc.pb import service_pb2 as spb
 from broker.grpc.push import GroupLookup, PushConsumers, SendBack
@@ -226,7 +226,7 @@ class MessagingService:
     @staticmethod
     def _unary(request_type: type[Message], answer: Callable[[Any, Call], Any]) -> Handler:
         async def handler(call: Call) -> None:
-            request = _parse(request_type, await call.recv_one())
+            request = parse_request(request_type, await call.recv_one())
             response = answer(request, call)
             if inspect.isawaitable(response):
                 response = await response
@@ -297,7 +297,7 @@ class MessagingService:
     # ---- send -------------------------------------------------------------------------
 
     async def send_message(self, call: Call) -> None:
-        request = _parse(spb.SendMessageRequest, await call.recv_one())
+        request = parse_request(spb.SendMessageRequest, await call.recv_one())
         if not request.messages:
             answer = spb.SendMessageResponse(status=status(Code.BAD_REQUEST, "no message to send"))
         elif len(request.messages) > MAX_MESSAGES_PER_SEND:
@@ -359,7 +359,7 @@ class MessagingService:
 
     async def receive_message(self, call: Call) -> None:
         assert self.pop is not None
-        request = _parse(spb.ReceiveMessageRequest, await call.recv_one())
+        request = parse_request(spb.ReceiveMessageRequest, await call.recv_one())
         group = request.group.name
         queue = request.message_queue
         topic = queue.topic.name
@@ -504,7 +504,7 @@ class MessagingService:
             payload = await call.recv()
             if payload is None:
                 return
-            command = _parse(spb.TelemetryCommand, payload)
+            command = parse_request(spb.TelemetryCommand, payload)
             if command.WhichOneof("command") == "settings":
                 code: int = Code.OK
                 remark = "OK"
@@ -584,16 +584,6 @@ async def _stored(outcome: SendOutcome) -> SendOutcome:
         if remark is not None:
             outcome.status, outcome.remark = st, remark
     return outcome
-
-
-def _parse(message_type: type[M], payload: bytes) -> M:
-    message = message_type()
-    try:
-        message.ParseFromString(payload)
-    except Exception as exc:  # DecodeError and friends: a bad request, not our failure
-        raise GrpcError(StatusCode.INVALID_ARGUMENT,
-                        f"the request is no {message_type.__name__}: {exc}") from None
-    return message
 
 
 def _handle_status(st: PopStatus, remark: str | None) -> pb.Status:
