@@ -40,7 +40,7 @@ import trio
 from bench.grpc_pop_goal import CONSUMER, PRODUCER, rmq5_python
 from client.admin import MQAdmin
 from protocol.subscription_group import SubscriptionGroupConfig
-from tests.integration.cluster import Cluster, free_port
+from tests.integration.cluster import Cluster, free_port, json_lines
 from tests.waits import routed, wait_until
 
 TOPIC = "GrpcFifoTopic"
@@ -184,26 +184,20 @@ async def run_fifo(cluster: Cluster, rmq5: str, messages: int, groups: int = 20,
     try:
         async with trio.open_nursery() as nursery:
             async def read_consumer() -> None:
-                assert consumer.stdout is not None
-                buf = b""
-                async for chunk in consumer.stdout:
-                    buf += chunk
-                    *whole, buf = buf.split(b"\n")
-                    for line in whole:
-                        event = json.loads(line)
-                        if event.get("ready"):
-                            ready.set()
-                        elif "id" in event:
-                            group, index = parse_body(event["body"])
-                            got.append(Delivery(group, index, event["attempt"],
-                                                event["acked"], event["batch"]))
-                            distinct.add((group, index))
-                            if len(distinct) >= goal.sent_ok // 2:
-                                half.set()
-                        elif "ack_error" in event:
-                            goal.ack_failed += 1
-                        elif "receive_error" in event:
-                            goal.receive_errors += 1
+                async for event in json_lines(consumer.stdout):
+                    if event.get("ready"):
+                        ready.set()
+                    elif "id" in event:
+                        group, index = parse_body(event["body"])
+                        got.append(Delivery(group, index, event["attempt"],
+                                            event["acked"], event["batch"]))
+                        distinct.add((group, index))
+                        if len(distinct) >= goal.sent_ok // 2:
+                            half.set()
+                    elif "ack_error" in event:
+                        goal.ack_failed += 1
+                    elif "receive_error" in event:
+                        goal.receive_errors += 1
             nursery.start_soon(read_consumer)
             with trio.fail_after(60):
                 await ready.wait()

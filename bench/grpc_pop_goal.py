@@ -36,7 +36,7 @@ import click
 import trio
 
 from client.admin import MQAdmin
-from tests.integration.cluster import Cluster, free_port
+from tests.integration.cluster import Cluster, free_port, json_lines
 from tests.waits import routed, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,23 +97,17 @@ async def run_goal(cluster: Cluster, rmq5: str, messages: int, kill: bool,
     try:
         async with trio.open_nursery() as nursery:
             async def read_consumer() -> None:
-                assert consumer.stdout is not None
-                buf = b""
-                async for chunk in consumer.stdout:
-                    buf += chunk
-                    *whole, buf = buf.split(b"\n")
-                    for line in whole:
-                        event = json.loads(line)
-                        if event.get("ready"):
-                            ready.set()
-                        elif "id" in event:
-                            seen[event["id"]] += 1
-                            if len(seen) >= messages // 2:
-                                half.set()
-                        elif "ack_error" in event:
-                            goal.ack_failed += 1
-                        elif "receive_error" in event:
-                            goal.receive_errors += 1
+                async for event in json_lines(consumer.stdout):
+                    if event.get("ready"):
+                        ready.set()
+                    elif "id" in event:
+                        seen[event["id"]] += 1
+                        if len(seen) >= messages // 2:
+                            half.set()
+                    elif "ack_error" in event:
+                        goal.ack_failed += 1
+                    elif "receive_error" in event:
+                        goal.receive_errors += 1
             nursery.start_soon(read_consumer)
             with trio.fail_after(60):
                 await ready.wait()  # the group's first receive: it starts at the queues' ends

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import trio
 
 from tests.waits import freeze, wait_until_sync
 
@@ -189,3 +193,17 @@ class Cluster:
                     d.stop(10)
                 except subprocess.TimeoutExpired:
                     pass
+
+
+async def json_lines(stream: trio.abc.ReceiveStream | None) -> AsyncIterator[Any]:
+    """The JSON value of each whole line a child process writes (its stdout), as
+    the official clients' driver scripts report; blank lines are skipped."""
+    assert stream is not None
+    buf = b""
+    async for chunk in stream:
+        buf += chunk
+        *whole, buf = buf.split(b"\n")
+        for line in whole:
+            if line.strip():
+                yield json.loads(line)
+

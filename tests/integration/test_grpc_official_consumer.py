@@ -19,7 +19,7 @@ from client import Message, Producer, SendStatus
 from client.admin import MQAdmin, MQAdminError
 from client.simple_consumer import SimpleConsumer
 from protocol.names import dlq_topic
-from tests.integration.cluster import Cluster, Daemon, free_port
+from tests.integration.cluster import Cluster, Daemon, free_port, json_lines
 from tests.integration.test_grpc_official_client import RMQ5, pytestmark  # noqa: F401
 from tests.waits import routed, wait_until
 
@@ -98,18 +98,12 @@ async def test_remoting_and_grpc_simple_consumers_share_a_group(cluster: Cluster
             ready = trio.Event()
 
             async def read_official() -> None:
-                assert proc.stdout is not None
-                buf = b""
-                async for chunk in proc.stdout:
-                    buf += chunk
-                    *whole, buf = buf.split(b"\n")
-                    for line in whole:
-                        event = json.loads(line)
-                        if event.get("ready"):
-                            ready.set()
-                        elif "id" in event:
-                            assert event["acked"], event
-                            official.append(event)
+                async for event in json_lines(proc.stdout):
+                    if event.get("ready"):
+                        ready.set()
+                    elif "id" in event:
+                        assert event["acked"], event
+                        official.append(event)
             nursery.start_soon(read_official)
             with trio.fail_after(30):
                 await ready.wait()

@@ -22,7 +22,6 @@ messages. Same venv mechanism and skip as test_grpc_official_client.py.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import trio
@@ -30,7 +29,7 @@ import trio
 from client import Message, Producer, SendStatus
 from client.admin import MQAdmin, MQAdminError
 from protocol.names import dlq_topic, retry_topic
-from tests.integration.cluster import Cluster, free_port
+from tests.integration.cluster import Cluster, free_port, json_lines
 from tests.integration.test_grpc_official_client import RMQ5, pytestmark  # noqa: F401
 from tests.waits import routed, wait_until
 
@@ -78,19 +77,14 @@ class PushProcess:
         nursery.start_soon(self._read)
 
     async def _read(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        buf = b""
-        async for chunk in self.proc.stdout:
-            buf += chunk
-            *whole, buf = buf.split(b"\n")
-            for line in whole:
-                event = json.loads(line)
-                if event.get("ready"):
-                    self.ready.set()
-                elif "body" in event:
-                    self.events.append(event)
-                else:
-                    self.settings.update(event)
+        assert self.proc is not None
+        async for event in json_lines(self.proc.stdout):
+            if event.get("ready"):
+                self.ready.set()
+            elif "body" in event:
+                self.events.append(event)
+            else:
+                self.settings.update(event)
 
     async def stop(self) -> int:
         assert self.proc is not None and self.proc.stdin is not None

@@ -22,7 +22,7 @@ import trio
 
 from client import Message, Producer, SendStatus
 from client.admin import MQAdmin, MQAdminError
-from tests.integration.cluster import BIN, Cluster
+from tests.integration.cluster import BIN, Cluster, json_lines
 from tests.integration.test_grpc_official_client import RMQ5, pytestmark  # noqa: F401
 from tests.integration.test_grpc_official_consumer import SCRIPT, TOPIC, grpc_broker
 from tests.waits import wait_until
@@ -63,12 +63,9 @@ async def test_official_consumer_is_registered_and_reads_from_the_start(
             stdin=-1, stdout=-1, stderr=-1)  # subprocess.PIPE
 
         async def read_official() -> None:
-            assert proc.stdout is not None
-            buf = b""
-            async for chunk in proc.stdout:
-                buf += chunk
-                *whole, buf = buf.split(b"\n")
-                received.extend(e for e in map(json.loads, whole) if "id" in e)
+            async for event in json_lines(proc.stdout):
+                if "id" in event:
+                    received.append(event)
         nursery.start_soon(read_official)
         await wait_until(lambda: len(received) >= 6, 60, "the early messages received")
         assert sorted(e["body"] for e in received) == [f"early-{i}" for i in range(6)]

@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from client.admin import MQAdmin
-from tests.integration.cluster import Cluster, Daemon, free_port
+from tests.integration.cluster import Cluster, Daemon, free_port, json_lines
 from tests.integration.test_grpc_official_client import RMQ5, pytestmark  # noqa: F401
 from tests.integration.test_transactions import delivered, runtime
 from tests.waits import routed, wait_until
@@ -94,12 +94,8 @@ def test_check_answered_after_the_producer_restarts(tx_broker: tuple[str, Daemon
                 stdin=-1, stdout=-1, stderr=-1)  # subprocess.PIPE
 
             async def read() -> None:
-                assert proc.stdout is not None
-                buf = b""
-                async for chunk in proc.stdout:
-                    buf += chunk
-                    *whole, buf = buf.split(b"\n")
-                    checked.extend(json.loads(line) for line in whole if line.strip())
+                async for event in json_lines(proc.stdout):
+                    checked.append(event)
             nursery.start_soon(read)
 
             async def ended() -> bool:
