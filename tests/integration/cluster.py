@@ -20,24 +20,51 @@ from tests.waits import freeze, wait_until_sync
 BIN = Path(sys.executable).parent
 
 
+def _port_slice() -> range:
+    """The ports this process hands out: below the kernel's ephemeral range, where no
+    outgoing connection can take a port between our check and the daemon's bind, and
+    split between pytest-xdist's workers so two workers never pick the same one."""
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    low, high = 20000, min(ephemeral_low, 65536)
+    if high - low < 1000:  # an unusual range: above it instead
+        low, high = 61000, 65536
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker[:2] == "gw" and worker[2:].isdigit() else 0
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1), index + 1)
+    size = (high - low) // count
+    return range(low + index * size, low + (index + 1) * size)
+
+
+_PORTS = _port_slice()
+# Each process starts at its own place in the slice (a benchmark's children, a second
+# suite) and walks forward, so a port a stopped daemon just left is not handed out again soon.
+_next_port = _PORTS.start + (os.getpid() * 7919) % len(_PORTS)
+
+
 def free_port(span: int = 2) -> int:
     """A port p such that p .. p+span-1 were free a moment ago on 127.0.0.1."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port + span > 65535:
+    global _next_port
+    for _ in range(len(_PORTS)):
+        port = _next_port
+        if port + span > _PORTS.stop:
+            _next_port = _PORTS.start
             continue
-        ok = True
-        for extra in range(1, span):
-            with socket.socket() as s2:
-                try:
-                    s2.bind(("127.0.0.1", port + extra))
-                except OSError:
-                    ok = False
-        if ok:
+        _next_port = port + span
+        if all(_bindable(p) for p in range(port, port + span)):
             return port
-    raise RuntimeError("no free port")
+    raise RuntimeError(f"no {span} free ports in {_PORTS}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_port(port: int, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None) -> None:
@@ -78,7 +105,11 @@ class Daemon:
         self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, preexec_fn=self.preexec)
         log.close()
-        wait_port(self.port, timeout, proc=self.proc)
+        try:
+            wait_port(self.port, timeout, proc=self.proc)
+        except (RuntimeError, AssertionError) as e:  # say why: the log's last lines
+            raise RuntimeError(f"{self.name} did not listen on {self.port}: {e}\n"
+                               f"{self.log_text()[-2000:]}") from None
         if self.ready_marker:
             marker, proc = self.ready_marker, self.proc
 
