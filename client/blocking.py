@@ -277,6 +277,23 @@ class Producer(_BlockingClient):
         self._run(self._producer.send_batch_async, list(msgs), done, mq=mq, timeout=timeout)
         return future
 
+    def send_encoded_batch_async(
+        self,
+        topic: str,
+        body: bytes,
+        callback: SendCallback | None = None,
+        *,
+        msg_id: str = "",
+        mq: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> concurrent.futures.Future[SendResult]:
+        """A batch body the caller encoded; see the async producer's
+        ``send_encoded_batch_async`` and ``send_async``."""
+        future, done = _bridge(callback)
+        self._run(self._producer.send_encoded_batch_async, topic, body, done, msg_id=msg_id,
+                  mq=mq, timeout=timeout)
+        return future
+
     def fetch_publish_message_queues(self, topic: str) -> list[MessageQueue]:
         """The writable queues of ``topic``. Raises MQClientError."""
         return self._run(self._producer.fetch_publish_message_queues, topic)

@@ -61,17 +61,24 @@ from protocol.batch import (
     ENTRY_HEAD,
     ENTRY_OVERHEAD,
     PROPERTIES_LENGTH,
+    decode_batch,
     encode_batch,
 )
 from protocol.codes import RequestCode, ResponseCode
 from protocol.command import RemotingCommand
-from protocol.errors import ProtocolError
+from protocol.errors import ProtocolError, RemoteProtocolError
 from protocol.headers import (
     RecallMessageRequestHeader,
     SendMessageRequestHeader,
     SendMessageResponseHeader,
 )
-from protocol.message import TIMER_INPUTS, Message, MessageConst, MessageQueue
+from protocol.message import (
+    TIMER_INPUTS,
+    Message,
+    MessageConst,
+    MessageQueue,
+    string_to_properties,
+)
 from protocol.names import RETRY_GROUP_TOPIC_PREFIX
 from protocol.namespace import unwrap, wrap
 from protocol.recall_handle import build_handle, parse_handle
@@ -504,6 +511,32 @@ class Producer:
         return _Prepared(RequestCode.SEND_BATCH_MESSAGE, topic, fields, body, ",".join(ids),
                          batch)
 
+    def _prepare_encoded(self, topic: str, body: bytes, msg_id: str) -> _Prepared:
+        """A batch body already encoded (``protocol.batch``'s layout): the topic and
+        size are checked here, the layout by the broker."""
+        if not isinstance(body, bytes):
+            raise MQClientError(f"an encoded batch is bytes, not {type(body).__name__}")
+        self._topics.check(topic)
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise MQClientError("retry group topics are not supported for batching")
+        if not body:
+            raise MQClientError("a batch needs at least one message")
+        if len(body) > self.max_message_size:
+            raise MQClientError(
+                f"the encoded batch is {len(body)} bytes, over the maximum "
+                f"{self.max_message_size}; split it")
+        messages: Sequence[Message] = ()
+        if self._send_hooks.hooks:  # what a hook (a trace) sees: the messages themselves
+            try:
+                entries = decode_batch(body)
+            except RemoteProtocolError as exc:
+                raise MQClientError(f"the encoded batch is malformed: {exc}") from exc
+            messages = [Message(topic, data, properties=string_to_properties(props), flag=flag)
+                        for flag, data, props in entries]
+        topic = wrap(self.namespace, topic) if self.namespace else topic
+        fields = self._header(topic, 0, "", True)
+        return _Prepared(RequestCode.SEND_BATCH_MESSAGE, topic, fields, body, msg_id, messages)
+
     # ---- sending ----------------------------------------------------------------
 
     async def _publish_info(self, topic: str, deadline: float) -> TopicPublishInfo:
@@ -753,6 +786,23 @@ class Producer:
     ) -> SendFuture:
         """``send_batch`` through the async workers; see ``send_async``."""
         return await self._submit(self._prepare_batch(msgs), callback, mq, timeout)
+
+    async def send_encoded_batch_async(
+        self,
+        topic: str,
+        body: bytes,
+        callback: SendCallback | None = None,
+        *,
+        msg_id: str = "",
+        mq: MessageQueue | None = None,
+        timeout: float | None = None,
+    ) -> SendFuture:
+        """A batch whose body the caller encoded (``protocol.batch.encode_batch``'s
+        layout, each message with its own ``UNIQ_KEY``), sent as ``send_batch_async``
+        sends: no ``Message`` per entry is made. ``msg_id`` is what the SendResult
+        names. The broker refuses a malformed body (MQBrokerError)."""
+        return await self._submit(self._prepare_encoded(topic, body, msg_id), callback, mq,
+                                  timeout)
 
     async def _submit(
         self,

@@ -36,11 +36,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from client.spark.sink_rows import (
+    ArrowRows,
     Batcher,
     Columns,
     Destination,
     OutRow,
-    PlainRows,
     RowConverter,
     SinkOptions,
     check_columns,
@@ -161,6 +161,19 @@ class _Sender:
         self.requests += 1
         self.in_flight.append((future, dest, first, len(msgs)))
 
+    def send_encoded(self, dest: Destination, first: int, count: int, body: bytes) -> None:
+        """Send rows ``first``.. (``count``, encoded in ``body``) as one request."""
+        while len(self.in_flight) >= self.opts.max_in_flight:
+            self._wait_oldest()
+        topic, mq = dest
+        try:
+            future = self.producer.send_encoded_batch_async(topic, body, mq=mq)
+        except Exception as exc:
+            what = describe(dest, first, count, self.partition_id)
+            raise SinkSendError(f"sending {what} failed: {exc}") from exc
+        self.requests += 1
+        self.in_flight.append((future, dest, first, count))
+
     def send_rows(self, dest: Destination, rows: list[OutRow]) -> None:
         self.send(dest, rows[0].index, [r.message for r in rows])
 
@@ -216,20 +229,21 @@ def write_task(batches: Iterator[pa.RecordBatch], opts: SinkOptions, columns: Co
 
 def _write_plain(batches: Iterator[pa.RecordBatch], columns: Columns,
                  converter: RowConverter, sender: _Sender) -> int:
-    """Rows of body/tags/keys to the topic option: no per-row objects but the message."""
+    """Rows of body/tags/keys to the topic option: each request's body encoded
+    from the Arrow columns (``ArrowRows``), no Python object per row."""
     opts = converter.opts
     assert opts.topic is not None
     dest: Destination = (opts.topic, None)
-    plain_rows = PlainRows(converter, opts.batch_size, opts.max_batch_bytes)
+    rows = ArrowRows(converter, opts.batch_size, opts.max_batch_bytes)
+    at = {name: i for i, name in enumerate(columns.names)}
     index = 0
     for batch in batches:
-        values = _column_values(batch, columns)
-        for first, msgs in plain_rows.add(index, values["body"], values.get("tags"),
-                                          values.get("keys")):
-            sender.send(dest, first, msgs)
+        tags, keys = (batch.column(at[name]) if name in at else None for name in ("tags", "keys"))
+        for first, count, body in rows.add(index, batch.column(at["body"]), tags, keys):
+            sender.send_encoded(dest, first, count, body)
         index += batch.num_rows
-    for first, msgs in plain_rows.drain():
-        sender.send(dest, first, msgs)
+    for first, count, body in rows.drain():
+        sender.send_encoded(dest, first, count, body)
     return index
 
 

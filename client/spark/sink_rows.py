@@ -14,10 +14,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from client.spark.offsets import OptionError, _positive_int, security_options
 from protocol import names
+from protocol.batch import ENTRY_HEAD, PROPERTIES_LENGTH
 from protocol.batch import ENTRY_OVERHEAD as BATCH_ENTRY_OVERHEAD
 from protocol.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from protocol.hashing import java_string_hash
@@ -29,6 +30,13 @@ from protocol.message import (
     MessageQueue,
 )
 from protocol.record import MAX_PROPERTIES_BYTES
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+ENTRY_HEAD_SIZE = ENTRY_HEAD.size
+PROPERTIES_LENGTH_SIZE = PROPERTIES_LENGTH.size
 
 UNIQ_KEY = MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
 DELAY = MessageConst.PROPERTY_DELAY_TIME_LEVEL
@@ -406,85 +414,208 @@ class Batcher:
         return sum(len(rows) for rows, _ in self._open.values())
 
 
-class PlainRows:
-    """The common case without per-row objects: rows of only ``body`` (and
-    ``tags``, ``keys``) to the ``topic`` option, sent where the producer's
-    selector puts them. Rows in, ready batches of messages out (by
-    ``batch_size`` and ``max_bytes``, as ``Batcher``); the same messages and
-    the same checks as ``RowConverter`` gives such rows."""
+# an entry's fixed head, as numpy writes it for a whole Arrow batch at once
+# (protocol.batch.ENTRY_HEAD: total size, magic code, body CRC, flag, body length)
+_HEAD_FIELDS = ("total", "magic", "crc", "flag", "length")
+
+
+class ArrowRows:
+    """The common case without a Python object per row: rows of only ``body`` (and
+    ``tags``, ``keys``) to the ``topic`` option, sent where the producer's selector
+    puts them. Each request's body is encoded straight from the Arrow columns, in
+    ``protocol.batch``'s layout, with the properties TAGS, KEYS and UNIQ_KEY in that
+    order: the bytes ``RowConverter``'s messages encode to, after the same checks.
+    Arrow batches in, ready ``(first row, rows, body)`` batches out, cut by
+    ``batch_size`` and ``max_bytes`` as ``Batcher`` cuts them; a batch may span
+    two Arrow batches."""
 
     def __init__(self, converter: RowConverter, batch_size: int, max_bytes: int) -> None:
         topic = converter.opts.topic
         assert topic is not None
         self.topic = topic
         self.converter = converter
-        self.prefix = unique_key(converter.write, converter.batch_id, converter.partition_id, 0)[:-1]
+        prefix = unique_key(converter.write, converter.batch_id, converter.partition_id, 0)[:-1]
+        self._uniq_head = f"{UNIQ_KEY}{NAME_VALUE_SEPARATOR}{prefix}".encode()
         self.batch_size = batch_size
         self.max_bytes = max_bytes
-        self._open: list[Message] = []
-        self._open_first = 0
-        self._open_bytes = 0
+        self._parts: list[memoryview] = []
+        self._first = 0
+        self._count = 0
+        self._bytes = 0
 
-    def add(self, first: int, bodies: Sequence[Any], tags: Sequence[Any] | None,
-            keys: Sequence[Any] | None) -> list[tuple[int, list[Message]]]:
-        """Rows ``first``, ``first + 1``, ...; the (first row, messages) batches made ready.
-        Raises SinkRowError as RowConverter does."""
-        ready: list[tuple[int, list[Message]]] = []
-        topic, prefix, max_body = self.topic, self.prefix, self.converter.max_body
-        fixed = BATCH_ENTRY_OVERHEAD + len(UNIQ_KEY) + 2 + len(prefix)
-        batch_size, max_bytes = self.batch_size, self.max_bytes
-        msgs, size, start = self._open, self._open_bytes, self._open_first
-        index = first
-        for body in bodies:
-            if not body:
-                what = "its body is null" if body is None else "its body is empty"
-                raise self.converter.error(index, what)
-            if type(body) is str:
-                body = body.encode()
-            n = len(body)
-            if n > max_body:
-                raise self.converter.error(
-                    index, f"its body is {n} bytes, over the maximum {max_body}")
-            key = str(index)
-            msg = Message(topic, body)
-            msg.properties[UNIQ_KEY] = prefix + key
-            n += fixed + len(key)
-            if tags is not None or keys is not None:
-                n += self._extra(msg, index - first, index, tags, keys)
-            if msgs and size + n > max_bytes:
-                ready.append((start, msgs))
-                msgs, size, start = [], 0, index
-            if not msgs:
-                start = index
-            msgs.append(msg)
-            size += n
-            if len(msgs) >= batch_size:
-                ready.append((start, msgs))
-                msgs, size = [], 0
-            index += 1
-        self._open, self._open_bytes, self._open_first = msgs, size, start
+    def add(self, first: int, body: pa.Array, tags: pa.Array | None = None,
+            keys: pa.Array | None = None) -> list[tuple[int, int, bytes]]:
+        """Rows ``first``, ``first + 1``, ... (one Arrow batch's columns); the
+        batches made ready. Raises SinkRowError as RowConverter does."""
+        if not len(body):
+            return []
+        entries, sizes = self._encode(first, body, tags, keys)
+        return self._cut(first, entries, sizes)
+
+    def drain(self) -> list[tuple[int, int, bytes]]:
+        """The open batch (the input ended)."""
+        return [self._flush()] if self._count else []
+
+    # -- encoding --
+
+    def _error(self, index: int, what: str) -> SinkRowError:
+        return self.converter.error(index, what)
+
+    def _encode(self, first: int, body: pa.Array, tags: pa.Array | None,
+                keys: pa.Array | None) -> tuple[pa.Array, np.ndarray]:
+        """Every row's batch entry (a large_binary array) and their sizes."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        n = len(body)
+        binary = pa.large_binary()
+        body = body.cast(binary)  # a string column's UTF-8 as it is: a relabel
+        if body.null_count:
+            raise self._error(first + _first_set(pc.is_null(body)), "its body is null")
+        lengths = pc.binary_length(body).to_numpy()
+        bad = np.flatnonzero((lengths == 0) | (lengths > self.converter.max_body))
+        if bad.size:
+            at = int(bad[0])
+            size = int(lengths[at])
+            raise self._error(first + at, "its body is empty" if size == 0 else
+                              f"its body is {size} bytes, over the maximum "
+                              f"{self.converter.max_body}")
+        empty = pa.scalar(b"", binary)
+        end = pa.scalar(PROPERTY_SEPARATOR.encode(), binary)
+        parts: list[pa.Array] = []
+        if tags is not None:
+            parts.append(self._property(first, _texts(first, tags, self, "tags"),
+                                        MessageConst.PROPERTY_TAGS, "tags"))
+        if keys is not None:
+            if pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type):
+                keys = self._joined_keys(first, keys)
+            parts.append(self._property(first, _texts(first, keys, self, "keys"),
+                                        MessageConst.PROPERTY_KEYS, "keys"))
+        rows = pa.array(np.arange(first, first + n, dtype=np.int64)).cast(pa.string())
+        parts.append(pc.binary_join_element_wise(
+            pa.scalar(self._uniq_head, binary), rows.cast(binary), end, empty))
+        props = parts[0] if len(parts) == 1 else pc.binary_join_element_wise(*parts, empty)
+        props_lengths = pc.binary_length(props).to_numpy()
+        over = np.flatnonzero(props_lengths > MAX_PROPERTIES_BYTES)
+        if over.size:
+            at = int(over[0])
+            raise self._error(first + at, f"its properties take {int(props_lengths[at])} "
+                                          f"bytes, over the maximum {MAX_PROPERTIES_BYTES}")
+        sizes = BATCH_ENTRY_OVERHEAD + lengths + props_lengths
+        head = np.zeros(n, dtype=[(name, ">i4") for name in _HEAD_FIELDS])
+        head["total"] = sizes
+        head["length"] = lengths
+        heads = _fixed(head, ENTRY_HEAD_SIZE, n)
+        props_length = _fixed(props_lengths.astype(">i2"), PROPERTIES_LENGTH_SIZE, n)
+        entries = pc.binary_join_element_wise(heads, body, props_length, props, empty)
+        return entries, sizes
+
+    def _property(self, first: int, values: pa.Array, name: str, what: str) -> pa.Array:
+        """``name\x01value\x02`` where a row's value is set and not empty, else b''."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        binary = pa.large_binary()
+        empty = pa.scalar(b"", binary)
+        joined = pc.binary_join_element_wise(
+            pa.scalar(f"{name}{NAME_VALUE_SEPARATOR}".encode(), binary), values.cast(binary),
+            pa.scalar(PROPERTY_SEPARATOR.encode(), binary), empty)
+        present = pc.fill_null(pc.greater(pc.binary_length(values), 0), False)
+        return pc.if_else(present, joined, empty)
+
+    def _joined_keys(self, first: int, keys: pa.Array) -> pa.Array:
+        """An array<string> keys column as RowConverter joins it: its set, non-empty
+        keys with a space between (none: no KEYS)."""
+        import numpy as np
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        values = pc.list_flatten(keys)
+        parents = pc.list_parent_indices(keys).to_numpy()
+        bad = _separators(values)
+        if bad.size:
+            raise self._error(first + int(parents[bad[0]]), "a key may not contain \\x01 or \\x02")
+        keep = pc.fill_null(pc.greater(pc.binary_length(values), 0), False)
+        kept_parents = parents[keep.to_numpy(zero_copy_only=False)]
+        counts = np.bincount(kept_parents, minlength=len(keys))
+        offsets = np.zeros(len(keys) + 1, dtype=np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        lists = pa.ListArray.from_arrays(pa.array(offsets), pc.filter(values, keep))
+        return pc.binary_join(lists, " ")
+
+    # -- cutting into batches --
+
+    def _cut(self, first: int, entries: pa.Array, sizes: np.ndarray
+             ) -> list[tuple[int, int, bytes]]:
+        import numpy as np
+
+        n = len(sizes)
+        data = memoryview(entries.buffers()[2])  # a fresh array: entry i at ends[i]..ends[i+1]
+        ends = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(sizes, out=ends[1:])
+        ready: list[tuple[int, int, bytes]] = []
+        at = 0
+        while at < n:
+            stop = min(at + self.batch_size - self._count, n)
+            fits = int(np.searchsorted(ends, ends[at] + self.max_bytes - self._bytes,
+                                       side="right")) - 1
+            stop = min(stop, fits)
+            if stop <= at:
+                if self._count:  # the next row does not fit the open batch
+                    ready.append(self._flush())
+                    continue
+                stop = at + 1  # alone over max_bytes: it goes alone (and is refused by size)
+            if not self._count:
+                self._first = first + at
+            start_byte, end_byte = int(ends[at]), int(ends[stop])
+            self._parts.append(data[start_byte:end_byte])
+            self._count += stop - at
+            self._bytes += end_byte - start_byte
+            at = stop
+            if self._count >= self.batch_size:
+                ready.append(self._flush())
         return ready
 
-    def _extra(self, msg: Message, at: int, index: int, tags: Sequence[Any] | None,
-               keys: Sequence[Any] | None) -> int:
-        """Set the row's TAGS and KEYS; their encoded bytes."""
-        row: dict[str, Any] = {"body": b"-"}
-        if tags is not None:
-            row["tags"] = tags[at]
-        if keys is not None:
-            row["keys"] = keys[at]
-        out = self.converter.convert(index, row, 0)
-        extra = 0
-        for name in (MessageConst.PROPERTY_TAGS, MessageConst.PROPERTY_KEYS):
-            value = out.message.properties.get(name)
-            if value is not None:
-                msg.properties[name] = value
-                extra += len(name) + len(value.encode()) + 2
-        return extra
+    def _flush(self) -> tuple[int, int, bytes]:
+        parts = self._parts
+        body = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        out = (self._first, self._count, body)
+        self._parts, self._count, self._bytes = [], 0, 0
+        return out
 
-    def drain(self) -> list[tuple[int, list[Message]]]:
-        msgs, self._open, self._open_bytes = self._open, [], 0
-        return [(self._open_first, msgs)] if msgs else []
+
+def _first_set(mask: pa.Array) -> int:
+    """The index of the first true value of a boolean array."""
+    import pyarrow.compute as pc
+
+    return int(pc.indices_nonzero(mask)[0].as_py())
+
+
+def _separators(values: pa.Array) -> np.ndarray:
+    """The indices of the strings holding \\x01 or \\x02."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    found = pc.or_(pc.match_substring(values, NAME_VALUE_SEPARATOR),
+                   pc.match_substring(values, PROPERTY_SEPARATOR))
+    return np.flatnonzero(pc.fill_null(found, False).to_numpy(zero_copy_only=False))
+
+
+def _texts(first: int, values: pa.Array, rows: ArrowRows, what: str) -> pa.Array:
+    """A string column, refused by its first row holding a separator."""
+    bad = _separators(values)
+    if bad.size:
+        raise rows._error(first + int(bad[0]), f"{what} may not contain \\x01 or \\x02")
+    return values
+
+
+def _fixed(values: np.ndarray, width: int, n: int) -> pa.Array:
+    """``n`` big-endian records of ``width`` bytes each, as a large_binary array."""
+    import pyarrow as pa
+
+    return pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(width), n, [None, pa.py_buffer(values)]).cast(pa.large_binary())
 
 
 def plain(columns: Columns, opts: SinkOptions) -> bool:
@@ -502,7 +633,7 @@ def describe(dest: Destination, first: int, count: int, partition_id: int) -> st
 
 __all__ = [
     "Batcher", "COLUMN_TYPES", "Columns", "DEFAULT_BATCH_SIZE", "DEFAULT_MAX_IN_FLIGHT",
-    "Destination", "OptionError", "OutRow", "PlainRows", "RowConverter", "SinkOptions", "SinkRowError",
+    "ArrowRows", "Destination", "OptionError", "OutRow", "RowConverter", "SinkOptions", "SinkRowError",
     "SinkSchemaError", "UNIQ_KEY", "check_columns", "describe", "parse_sink_options",
     "parse_unique_key", "plain", "queue_for_sharding_key", "sorted_queues", "unique_key", "write_id",
 ]

@@ -24,6 +24,7 @@ from client import (
     SendStatus,
 )
 from client import producer as producer_module
+from client.hooks import SendMessageContext
 from client.instance import MQClientInstance
 from client.validators import encode_properties
 from protocol import batch_kernel
@@ -401,6 +402,58 @@ async def test_send_batch_rules(cluster: FakeCluster) -> None:
             await producer.send_batch([delayed])
         with pytest.raises(MQClientError, match="encoded batch"):
             await producer.send_batch([Message(TOPIC, b"x" * 600), Message(TOPIC, b"y" * 600)])
+    assert all(b.requests == [] for b in cluster.brokers)
+
+
+class Seeing:
+    """A send hook noting each batch's messages as (flag, body, properties)."""
+
+    def __init__(self, seen: list[list[tuple[int, bytes, dict[str, str]]]]) -> None:
+        self.seen = seen
+
+    def hook_name(self) -> str:
+        return "Seeing"
+
+    def send_message_before(self, ctx: SendMessageContext) -> None:
+        assert ctx.batch
+        self.seen.append([(m.flag, m.body, m.properties) for m in ctx.messages])
+
+    def send_message_after(self, ctx: SendMessageContext) -> None:
+        pass
+
+
+async def test_send_encoded_batch(cluster: FakeCluster) -> None:
+    """A body the caller encoded goes as it is; a hook sees its messages decoded."""
+    entries = [(i, b"body%d" % i, encode_properties({"TAGS": f"T{i}", PROPERTY_UNIQ_KEY: f"k{i}"}))
+               for i in range(3)]
+    body = encode_batch(entries)
+    seen: list[list[tuple[int, bytes, dict[str, str]]]] = []
+    async with make_producer(cluster) as producer:
+        result = await (await producer.send_encoded_batch_async(TOPIC, body, msg_id="k0,k1,k2")).wait()
+        assert result.msg_id == "k0,k1,k2"
+        producer.register_send_message_hook(Seeing(seen))
+        await (await producer.send_encoded_batch_async(TOPIC, body)).wait()
+    reqs = [r for b in cluster.brokers for r in b.requests_of(RequestCode.SEND_BATCH_MESSAGE)]
+    assert [r.body for r in reqs] == [body, body]
+    assert all(r.ext_fields["batch"] is True and r.ext_fields["topic"] == TOPIC for r in reqs)
+    assert seen == [[(f, b, string_to_properties(t)) for f, b, t in entries]]
+
+
+async def test_send_encoded_batch_rules(cluster: FakeCluster) -> None:
+    async with make_producer(cluster, max_message_size=100) as producer:
+        with pytest.raises(MQClientError, match="at least one"):
+            await producer.send_encoded_batch_async(TOPIC, b"")
+        with pytest.raises(MQClientError, match="over the maximum 100"):
+            await producer.send_encoded_batch_async(TOPIC, b"x" * 101)
+        with pytest.raises(MQClientError, match="bytes, not str"):
+            await producer.send_encoded_batch_async(TOPIC, "text")  # type: ignore[arg-type]
+        with pytest.raises(MQClientError, match="retry group"):
+            await producer.send_encoded_batch_async("%RETRY%g", b"x")
+        with pytest.raises(MQClientError):
+            await producer.send_encoded_batch_async("bad topic!", b"x")
+        producer.register_send_message_hook(Seeing([]))
+        with pytest.raises(MQClientError, match="malformed"):
+            await producer.send_encoded_batch_async(TOPIC, b"\0\0\0\x05junk")
     assert all(b.requests == [] for b in cluster.brokers)
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from client.spark.offsets import OptionError
 from client.spark.sink_rows import (
+    ArrowRows,
     Batcher,
     OutRow,
-    PlainRows,
     RowConverter,
     SinkRowError,
     SinkSchemaError,
@@ -22,8 +23,15 @@ from client.spark.sink_rows import (
     unique_key,
     write_id,
 )
+from protocol.batch import decode_batch, encode_batch
 from protocol.delay_levels import delay_level, parse_delay_levels
-from protocol.message import Message, MessageQueue
+from protocol.message import (
+    Message,
+    MessageQueue,
+    properties_to_string,
+    string_to_properties,
+)
+from protocol.record import MAX_PROPERTIES_BYTES
 
 WRITE = "0123456789abcdef0123456789abcdef"
 
@@ -208,60 +216,119 @@ def test_describe_names_rows_partition_and_queue() -> None:
         "row 4 of partition 0 to T b:1"
 
 
-def plain_rows(batch_size: int = 3, max_bytes: int = 10_000,
-               cols: tuple[str, ...] = ("body", "tags", "keys")) -> tuple[PlainRows, RowConverter]:
+def arrow_rows(batch_size: int = 3, max_bytes: int = 10_000,
+               cols: tuple[str, ...] = ("body", "tags", "keys"),
+               keys_type: str = "array<string>") -> tuple[ArrowRows, RowConverter]:
     opts = parse_sink_options(options())
-    types = {"body": "binary", "tags": "string", "keys": "array<string>"}
+    types = {"body": "binary", "tags": "string", "keys": keys_type}
     columns = check_columns([(c, types[c]) for c in cols], opts.topic)
     assert plain(columns, opts)
     conv = RowConverter(columns, opts, WRITE, batch_id=1, partition_id=2, max_body=100)
-    return PlainRows(conv, batch_size, max_bytes), conv
+    return ArrowRows(conv, batch_size, max_bytes), conv
 
 
-def test_plain_rows_make_what_the_converter_makes() -> None:
-    fast, conv = plain_rows(batch_size=3)
-    bodies: list[object] = [b"a", "b", b"c", b"d"]
-    tags = ["x", None, "z", None]
-    keys = [["k1", "k2"], None, [], ["k4"]]
-    ready = fast.add(10, bodies, tags, keys)
-    assert [(first, len(msgs)) for first, msgs in ready] == [(10, 3)]
-    ready += fast.add(14, [b"e"], ["t"], [None])
+def entries(ready: list[tuple[int, int, bytes]]) -> list[tuple[int, bytes, dict[str, str]]]:
+    """The (flag, body, properties) of every message of the ready batches, each
+    batch's row count checked against its body."""
+    out = []
+    for _, count, body in ready:
+        items = decode_batch(body)
+        assert len(items) == count
+        out += [(flag, data, string_to_properties(text)) for flag, data, text in items]
+    return out
+
+
+def as_entry(m: Message) -> tuple[int, bytes, dict[str, str]]:
+    return m.flag, m.body, m.properties
+
+
+def test_arrow_rows_encode_what_the_converter_makes() -> None:
+    fast, conv = arrow_rows(batch_size=3)
+    bodies: list[object] = [b"a", b"b", b"c", b"d"]
+    tags = ["x", None, "z", ""]
+    keys: list[object] = [["k1", "k2"], None, [], ["", None, "k4"]]
+    ready = fast.add(10, pa.array(bodies, pa.binary()), pa.array(tags, pa.string()),
+                     pa.array(keys, pa.list_(pa.string())))
+    assert [(first, count) for first, count, _ in ready] == [(10, 3)]
+    ready += fast.add(14, pa.array([b"e"]), pa.array(["t"]), pa.array([None], pa.list_(pa.string())))
     ready += fast.drain()
-    assert [(first, len(msgs)) for first, msgs in ready] == [(10, 3), (13, 2)]
-    got = [m for _, msgs in ready for m in msgs]
+    assert [(first, count) for first, count, _ in ready] == [(10, 3), (13, 2)]
     rows = [{"body": b, "tags": t, "keys": k} for b, t, k in
             zip([*bodies, b"e"], [*tags, "t"], [*keys, None], strict=True)]
     want = [conv.convert(i, r, 0).message for i, r in enumerate(rows, 10)]
-    assert [(m.topic, m.body, m.properties) for m in got] == \
-        [(m.topic, m.body, m.properties) for m in want]
-    assert got[0].properties["UNIQ_KEY"] == f"{WRITE}-1-2-10"
+    assert entries(ready) == [as_entry(m) for m in want]
+    # the bytes too: the properties in the converter's order (TAGS, KEYS, UNIQ_KEY)
+    assert b"".join(body for _, _, body in ready) == encode_batch(
+        (m.flag, m.body, properties_to_string(m.properties)) for m in want)
+    assert entries(ready)[0][2]["UNIQ_KEY"] == f"{WRITE}-1-2-10"
     assert fast.drain() == []
 
 
-def test_plain_rows_batches_stay_under_max_bytes() -> None:
-    fast, conv = plain_rows(batch_size=100, max_bytes=300, cols=("body",))
+def test_arrow_rows_take_string_bodies_and_string_keys() -> None:
+    fast, conv = arrow_rows(keys_type="string", batch_size=10)
+    ready = fast.add(0, pa.array(["héllo", "b"]), None, pa.array(["a b", None])) + fast.drain()
+    rows: list[dict[str, object]] = [{"body": "héllo", "keys": "a b"}, {"body": "b", "keys": None}]
+    want = [conv.convert(i, r, 0).message for i, r in enumerate(rows)]
+    assert entries(ready) == [as_entry(m) for m in want]
+
+
+def test_arrow_rows_batches_stay_under_max_bytes() -> None:
+    fast, conv = arrow_rows(batch_size=100, max_bytes=300, cols=("body",))
     one = conv.convert(0, {"body": b"x" * 50}, 0).size  # a row's bytes in a batch entry
-    ready = fast.add(0, [b"x" * 50] * 10, None, None) + fast.drain()
+    ready = fast.add(0, pa.array([b"x" * 50] * 10)) + fast.drain()
     per = 300 // one
-    assert [len(msgs) for _, msgs in ready] == [per] * (10 // per) + ([10 % per] if 10 % per else [])
-    assert [first for first, _ in ready] == list(range(0, 10, per))
+    assert [count for _, count, _ in ready] == [per] * (10 // per) + ([10 % per] if 10 % per else [])
+    assert [first for first, _, _ in ready] == list(range(0, 10, per))
+    assert all(len(body) <= 300 for _, _, body in ready)
+
+
+def test_arrow_rows_batches_span_arrow_batches() -> None:
+    fast, _ = arrow_rows(batch_size=4, cols=("body",))
+    ready = []
+    first = 0
+    for size in (3, 3, 1, 5):  # 12 rows in four Arrow batches: three batches of 4
+        ready += fast.add(first, pa.array([b"r%d" % i for i in range(first, first + size)]))
+        first += size
+    ready += fast.drain()
+    assert [(first, count) for first, count, _ in ready] == [(0, 4), (4, 4), (8, 4)]
+    assert [body for _, body, _ in entries(ready)] == [b"r%d" % i for i in range(12)]
+
+
+def test_arrow_rows_send_a_row_over_max_bytes_alone() -> None:
+    fast, conv = arrow_rows(batch_size=10, max_bytes=150, cols=("body",))
+    small, big = (conv.convert(0, {"body": b"x" * n}, 0).size for n in (1, 100))
+    assert 2 * small <= 150 < big
+    ready = fast.add(0, pa.array([b"a", b"b", b"x" * 100, b"c", b"d"])) + fast.drain()
+    assert [(first, count) for first, count, _ in ready] == [(0, 2), (2, 1), (3, 2)]
 
 
 @pytest.mark.parametrize("bodies, match", [
     ([b"ok", None], "row 6 of partition 2 cannot be sent: its body is null"),
-    ([b"ok", b"ok", ""], "row 7 of partition 2 cannot be sent: its body is empty"),
+    ([b"ok", b"ok", b""], "row 7 of partition 2 cannot be sent: its body is empty"),
     ([b"x" * 101], "row 5 of partition 2 .*101 bytes, over the maximum 100"),
 ])
-def test_plain_rows_refuse_bad_bodies(bodies: list[object], match: str) -> None:
-    fast, _ = plain_rows()
+def test_arrow_rows_refuse_bad_bodies(bodies: list[object], match: str) -> None:
+    fast, _ = arrow_rows()
     with pytest.raises(SinkRowError, match=match):
-        fast.add(5, bodies, None, None)
+        fast.add(5, pa.array(bodies, pa.binary()))
 
 
-def test_plain_rows_check_tags_and_keys() -> None:
-    fast, _ = plain_rows()
+def test_arrow_rows_check_tags_and_keys() -> None:
+    fast, _ = arrow_rows()
     with pytest.raises(SinkRowError, match="row 1 of partition 2 .*tags may not contain"):
-        fast.add(0, [b"a", b"b"], ["ok", "bad\x01"], None)
+        fast.add(0, pa.array([b"a", b"b"]), pa.array(["ok", "bad\x01"]))
+    with pytest.raises(SinkRowError, match="row 2 of partition 2 .*a key may not contain"):
+        fast.add(0, pa.array([b"a", b"b", b"c"]), None,
+                 pa.array([["k"], None, ["ok", "x\x02"]], pa.list_(pa.string())))
+    strings, _ = arrow_rows(keys_type="string")
+    with pytest.raises(SinkRowError, match="row 3 of partition 2 .*keys may not contain"):
+        strings.add(2, pa.array([b"a", b"b"]), None, pa.array(["ok", "\x01"]))
+    long_tag = "t" * (MAX_PROPERTIES_BYTES - 10)
+    with pytest.raises(SinkRowError, match="row 0 of partition 2 .*properties take"):
+        strings.add(0, pa.array([b"a"]), pa.array([long_tag]))
+
+
+def test_plain_takes_body_tags_and_keys_to_the_topic_option() -> None:
     opts = parse_sink_options(options())
     assert not plain(check_columns([("body", "binary"), ("queueId", "int")], "T"), opts)
     per_row_topic = check_columns([("body", "binary"), ("topic", "string")], None)
