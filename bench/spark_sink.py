@@ -24,6 +24,9 @@ it measures. The order alternates (producer first in odd runs, the sink first
 in even ones), and before each measurement 256 MiB are written to a file beside
 the store and deleted: that rate is printed beside the figure.
 
+Last, the same DataFrame goes ``--runs`` times to a Python data source that sends
+nothing (``NoopSink``): what Spark alone costs a Python sink, the sink's ceiling.
+
 Before the first round Spark writes 1,000 rows (the JVM and the Python workers
 start, the producer cache fills). Prints rows/s of each and their ratio
 (the issue's goal: the sink at >= 0.6x the producer).
@@ -39,11 +42,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 import trio
+from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 
 from client.admin import MQAdmin
 from tests.integration.cluster import Cluster, Daemon
@@ -75,6 +80,36 @@ def sink_rate(df: Any, namesrv: str, rows: int) -> float:
     t0 = time.perf_counter()
     df.write.format("rocketmq").mode("append").option("namesrv", namesrv) \
         .option("topic", TOPIC).save()
+    return rows / (time.perf_counter() - t0)
+
+
+class _Count(WriterCommitMessage):  # type: ignore[misc]
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class _NoopWriter(DataSourceArrowWriter):  # type: ignore[misc]
+    """Takes the Arrow batches and counts their rows: what Spark costs a Python sink."""
+
+    def write(self, iterator: Iterator[Any]) -> _Count:
+        return _Count(sum(batch.num_rows for batch in iterator))
+
+
+class NoopSink(DataSource):  # type: ignore[misc]
+    """``format("rocketmq-bench-noop")``: a sink that sends nothing."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "rocketmq-bench-noop"
+
+    def writer(self, schema: Any, overwrite: bool) -> _NoopWriter:
+        return _NoopWriter()
+
+
+def noop_rate(df: Any, rows: int) -> float:
+    """rows/s of handing ``df`` to a Python data source that sends nothing."""
+    t0 = time.perf_counter()
+    df.write.format(NoopSink.name()).mode("append").save()
     return rows / (time.perf_counter() - t0)
 
 
@@ -135,6 +170,7 @@ def main(rows: int, size: int, runs: int, cache: bool) -> None:
                                   **{"spark.ui.enabled": "false",
                                      "spark.driver.memory": f"{memory}g"})
             spark.sparkContext.setLogLevel("ERROR")
+            spark.dataSource.register(NoopSink)
             try:
                 fresh_broker(broker, ns.addr, store)
                 sink_rate(frame(spark, 1000, size, False), ns.addr, 1000)  # warm-up
@@ -156,6 +192,9 @@ def main(rows: int, size: int, runs: int, cache: bool) -> None:
                     click.echo(f"run {run + 1} ({order[0]} first): producer {p:,.0f} msg/s "
                                f"(page cache {p_probe:,.0f} MB/s), spark sink {s:,.0f} rows/s "
                                f"(page cache {s_probe:,.0f} MB/s), ratio {s / p:.2f}")
+                noop = statistics.median(noop_rate(df, rows) for _ in range(runs))
+                click.echo(f"the same DataFrame to a Python sink that sends nothing: "
+                           f"{noop:,.0f} rows/s (median of {runs})")
                 if cache:
                     df.unpersist()
             finally:
