@@ -4,7 +4,8 @@
 The writer is made on the driver from the DataFrame's schema (unknown
 columns, a missing body or topic fail there, before any task runs) and
 pickled to the tasks. Each task turns its Arrow batches into messages
-(``client.spark.sink_rows``), sends them in batches of ``batchSize`` with
+(``client.spark.sink_rows``; rows of only a body, tags and keys straight into
+encoded batch bodies), sends them in batches of ``batchSize`` with
 up to ``maxInFlight`` requests outstanding through one blocking producer per
 Python worker process (made on first use for its option set, kept for the
 next tasks, shut down when the process exits), and fails when a send does

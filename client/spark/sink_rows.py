@@ -7,6 +7,10 @@ set, a delay (``delayLevel``) or a delivery time (``deliverTimeMs``: a timer
 message, delivered at that time to the broker's timerPrecisionMs). Every message gets a ``UNIQ_KEY`` made from (write id, batch id,
 partition id, row index): the same row of a retried task or a replayed
 micro-batch gets the same key, so a consumer drops the copies by it.
+
+Rows of only ``body`` (and ``tags``, ``keys``) to the ``topic`` option skip
+the ``Message``: ``ArrowRows`` encodes their batch bodies from the Arrow
+columns, with the same checks and the same bytes.
 """
 
 from __future__ import annotations
@@ -551,9 +555,12 @@ class ArrowRows:
         import numpy as np
 
         n = len(sizes)
-        data = memoryview(entries.buffers()[2])  # a fresh array: entry i at ends[i]..ends[i+1]
-        ends = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(sizes, out=ends[1:])
+        _, offsets, values = entries.buffers()
+        # entry i is data[ends[i]:ends[i + 1]] (large_binary: 64-bit offsets)
+        ends = np.frombuffer(offsets, dtype=np.int64)[entries.offset:entries.offset + n + 1]
+        if entries.null_count or not np.array_equal(np.diff(ends), sizes):
+            raise AssertionError("the encoded entries do not match their sizes")
+        data = memoryview(values)
         ready: list[tuple[int, int, bytes]] = []
         at = 0
         while at < n:
@@ -619,7 +626,7 @@ def _fixed(values: np.ndarray, width: int, n: int) -> pa.Array:
 
 
 def plain(columns: Columns, opts: SinkOptions) -> bool:
-    """Whether rows of these columns go through ``PlainRows``."""
+    """Whether rows of these columns go through ``ArrowRows``."""
     return opts.topic is not None and set(columns.names) <= {"body", "tags", "keys"}
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from client.spark.offsets import OptionError
 from client.spark.sink_rows import (
@@ -333,3 +335,38 @@ def test_plain_takes_body_tags_and_keys_to_the_topic_option() -> None:
     assert not plain(check_columns([("body", "binary"), ("queueId", "int")], "T"), opts)
     per_row_topic = check_columns([("body", "binary"), ("topic", "string")], None)
     assert not plain(per_row_topic, parse_sink_options({"namesrv": "h"}))
+
+
+_TEXT = st.text(st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"]),
+                max_size=8)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.binary(min_size=1, max_size=40), st.none() | _TEXT,
+                               st.none() | st.lists(st.none() | _TEXT, max_size=3)),
+                     min_size=1, max_size=30),
+       cuts=st.lists(st.integers(1, 30), max_size=4),
+       batch_size=st.integers(1, 8), max_bytes=st.integers(60, 600))
+def test_arrow_rows_match_the_converter_for_any_rows(
+        rows: list[tuple[bytes, str | None, list[str | None] | None]], cuts: list[int],
+        batch_size: int, max_bytes: int) -> None:
+    """However the rows are split into Arrow batches and cut into requests, the
+    requests hold the converter's messages, in order, each request within its limits."""
+    fast, conv = arrow_rows(batch_size=batch_size, max_bytes=max_bytes)
+    ready: list[tuple[int, int, bytes]] = []
+    at = 0
+    for size in [*cuts, len(rows)]:
+        part = rows[at:at + size]
+        if part:
+            ready += fast.add(at, pa.array([b for b, _, _ in part], pa.binary()),
+                              pa.array([t for _, t, _ in part], pa.string()),
+                              pa.array([k for _, _, k in part], pa.list_(pa.string())))
+        at += len(part)
+    ready += fast.drain()
+    want = [conv.convert(i, {"body": b, "tags": t, "keys": k}, 0).message
+            for i, (b, t, k) in enumerate(rows)]
+    assert entries(ready) == [as_entry(m) for m in want]
+    assert [first for first, _, _ in ready] == \
+        [sum(count for _, count, _ in ready[:i]) for i in range(len(ready))]
+    for _, count, body in ready:
+        assert count <= batch_size and (count == 1 or len(body) <= max_bytes)
