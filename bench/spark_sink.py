@@ -24,6 +24,10 @@ it measures. The order alternates (producer first in odd runs, the sink first
 in even ones), and before each measurement 256 MiB are written to a file beside
 the store and deleted: that rate is printed beside the figure.
 
+Then (``--check``, the default) the sink writes the DataFrame once more to an
+empty store and the source reads the topic back: as many messages as rows, each
+with its own unique key (``<write id>-<batch>-<partition>-<row>``).
+
 Last, the same DataFrame goes ``--runs`` times to a Python data source that sends
 nothing (``NoopSink``): what Spark alone costs a Python sink, the sink's ceiling.
 
@@ -113,6 +117,24 @@ def noop_rate(df: Any, rows: int) -> float:
     return rows / (time.perf_counter() - t0)
 
 
+def verify(spark: Any, namesrv: str, rows: int) -> str:
+    """Read the topic back (the source): every row once by its unique key.
+    Raises AssertionError otherwise; what it found."""
+    from pyspark.sql import functions as F
+
+    from client.spark.sink_rows import parse_unique_key
+
+    got = spark.read.format("rocketmq").option("namesrv", namesrv).option("topic", TOPIC) \
+        .option("startingOffsets", "earliest").load().select("msgId")
+    counts = got.agg(F.count("*").alias("n"), F.countDistinct("msgId").alias("keys")).first()
+    sample = [r.msgId for r in got.limit(1000).collect()]
+    parsed = [parse_unique_key(k) for k in sample]
+    assert all(p is not None for p in parsed), f"not the sink's keys: {sample[:3]}"
+    assert (counts.n, counts.keys) == (rows, rows), \
+        f"{counts.n} messages with {counts.keys} unique keys, not {rows}"
+    return f"{counts.n:,} messages read back, {counts.keys:,} unique keys"
+
+
 def page_cache_rate(directory: Path) -> float:
     """MB/s of writing PROBE_BYTES to a new file (no fsync: into the page cache), then deleting it."""
     path = directory / "page-cache-probe"
@@ -154,7 +176,9 @@ def fresh_broker(broker: Daemon, namesrv: str, store: Path) -> None:
 @click.option("--runs", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--cache/--no-cache", default=True, show_default=True,
               help="Cache the DataFrame before timing the write.")
-def main(rows: int, size: int, runs: int, cache: bool) -> None:
+@click.option("--check/--no-check", default=True, show_default=True,
+              help="Write once more and read it back: every row once by unique key.")
+def main(rows: int, size: int, runs: int, cache: bool, check: bool) -> None:
     """Spark sink rows/s against our producer's batched msgs/s."""
     from client.spark import spark_session
 
@@ -192,6 +216,10 @@ def main(rows: int, size: int, runs: int, cache: bool) -> None:
                     click.echo(f"run {run + 1} ({order[0]} first): producer {p:,.0f} msg/s "
                                f"(page cache {p_probe:,.0f} MB/s), spark sink {s:,.0f} rows/s "
                                f"(page cache {s_probe:,.0f} MB/s), ratio {s / p:.2f}")
+                if check:
+                    fresh_broker(broker, ns.addr, store)
+                    sink_rate(df, ns.addr, rows)
+                    click.echo(f"one more sink write, read back: {verify(spark, ns.addr, rows)}")
                 noop = statistics.median(noop_rate(df, rows) for _ in range(runs))
                 click.echo(f"the same DataFrame to a Python sink that sends nothing: "
                            f"{noop:,.0f} rows/s (median of {runs})")

@@ -68,6 +68,37 @@ def test_batch_write_every_row_once_with_its_columns(spark: Any, pair: Pair) -> 
     assert [(m["msgId"], m["body"]) for m in shown] == [(key, "body-42")]
 
 
+def test_plain_rows_every_row_once_with_tags_and_keys(spark: Any, pair: Pair) -> None:
+    """Rows of body, tags and keys to the topic option (encoded from the Arrow
+    columns), in Arrow batches of 70 rows cut into requests of 64: each row once,
+    with its tags and keys, its key naming its partition and row."""
+    topic = "SparkSinkPlain"
+    pair.create_topic(topic)
+    rows = [(f"plain-{i}".encode(), None if i % 5 == 0 else f"T{i % 3}",
+             None if i % 7 == 0 else [f"k{i}", "", None, f"id-{i}"]) for i in range(1000)]
+    df = spark.createDataFrame(rows, "body binary, tags string, keys array<string>") \
+        .repartition(2)
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "70")
+    try:
+        (df.write.format("rocketmq").mode("append").option("namesrv", pair.ns.addr)
+         .option("topic", topic).option("batchSize", "64").save())
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    got = read_back(spark, pair, topic)
+    by_body = Counter(r.body.decode() for r in got)
+    assert by_body == Counter(f"plain-{i}" for i in range(1000))
+    keys = [parse_unique_key(r.msgId) for r in got]
+    assert all(k is not None for k in keys)
+    per_partition = Counter(k[2] for k in keys if k)
+    assert set(per_partition) == {0, 1} and sum(per_partition.values()) == 1000
+    for partition, count in per_partition.items():  # rows 0..count-1 of each partition
+        assert sorted(k[3] for k in keys if k and k[2] == partition) == list(range(count))
+    for r in got:
+        i = int(r.body.decode().split("-")[1])
+        assert r.tags == (None if i % 5 == 0 else f"T{i % 3}")
+        assert r.keys == (None if i % 7 == 0 else f"k{i} id-{i}")
+
+
 def test_queue_id_and_sharding_key_pick_queues(spark: Any, pair: Pair) -> None:
     from client.spark.sink_rows import queue_for_sharding_key
     from protocol.message import MessageQueue
