@@ -491,9 +491,7 @@ class Producer:
         if not isinstance(first, Message):
             raise MQClientError(f"expected Messages, got {type(first).__name__}")
         topic = first.topic
-        self._topics.check(topic)
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            raise MQClientError("retry group topics are not supported for batching")
+        self._check_batch_topic(topic)
         max_size = self.max_message_size
         ids = create_uniq_ids(len(batch))  # what messages without a UNIQ_KEY get
         kernel = ENCODE_MESSAGES
@@ -501,41 +499,43 @@ class Producer:
             batch, topic, max_size, ids, Message, _UNIQ_KEY, _DELAY, encode_properties)
         if body is None:
             body = _encode_messages(batch, topic, max_size, ids)
-        if len(body) > max_size:
-            raise MQClientError(
-                f"the encoded batch of {len(batch)} messages is {len(body)} bytes, "
-                f"over the maximum {max_size}; split it"
-            )
+        return self._batch_request(topic, body, ",".join(ids), batch,
+                                   f"the encoded batch of {len(batch)} messages")
+
+    def _check_batch_topic(self, topic: str) -> None:
+        self._topics.check(topic)
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise MQClientError("retry group topics are not supported for batching")
+
+    def _batch_request(self, topic: str, body: bytes, msg_id: str,
+                       messages: Sequence[Message], what: str) -> _Prepared:
+        """The SEND_BATCH_MESSAGE of an encoded ``body`` (``what`` names it in the
+        size refusal)."""
+        if len(body) > self.max_message_size:
+            raise MQClientError(f"{what} is {len(body)} bytes, over the maximum "
+                                f"{self.max_message_size}; split it")
         topic = wrap(self.namespace, topic) if self.namespace else topic
         fields = self._header(topic, 0, "", True)
-        return _Prepared(RequestCode.SEND_BATCH_MESSAGE, topic, fields, body, ",".join(ids),
-                         batch)
+        return _Prepared(RequestCode.SEND_BATCH_MESSAGE, topic, fields, body, msg_id, messages)
 
     def _prepare_encoded(self, topic: str, body: bytes, msg_id: str) -> _Prepared:
         """A batch body already encoded (``protocol.batch``'s layout): the topic and
         size are checked here, the layout by the broker."""
         if not isinstance(body, bytes):
             raise MQClientError(f"an encoded batch is bytes, not {type(body).__name__}")
-        self._topics.check(topic)
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            raise MQClientError("retry group topics are not supported for batching")
+        self._check_batch_topic(topic)
         if not body:
             raise MQClientError("a batch needs at least one message")
-        if len(body) > self.max_message_size:
-            raise MQClientError(
-                f"the encoded batch is {len(body)} bytes, over the maximum "
-                f"{self.max_message_size}; split it")
-        messages: Sequence[Message] = ()
+        prepared = self._batch_request(topic, body, msg_id, (), "the encoded batch")
         if self._send_hooks.hooks:  # what a hook (a trace) sees: the messages themselves
             try:
                 entries = decode_batch(body)
             except RemoteProtocolError as exc:
                 raise MQClientError(f"the encoded batch is malformed: {exc}") from exc
-            messages = [Message(topic, data, properties=string_to_properties(props), flag=flag)
-                        for flag, data, props in entries]
-        topic = wrap(self.namespace, topic) if self.namespace else topic
-        fields = self._header(topic, 0, "", True)
-        return _Prepared(RequestCode.SEND_BATCH_MESSAGE, topic, fields, body, msg_id, messages)
+            prepared.messages = [
+                Message(topic, data, properties=string_to_properties(props), flag=flag)
+                for flag, data, props in entries]
+        return prepared
 
     # ---- sending ----------------------------------------------------------------
 

@@ -24,7 +24,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -148,27 +148,27 @@ class _Sender:
     def send(self, dest: Destination, first: int, msgs: list[Message]) -> None:
         """Send rows ``first``.. as ``msgs`` (one request), waiting first while
         ``max_in_flight`` are unanswered. Raises SinkSendError."""
-        while len(self.in_flight) >= self.opts.max_in_flight:
-            self._wait_oldest()
         _, mq = dest
-        try:
-            if len(msgs) == 1:
-                future = self.producer.send_async(msgs[0], mq=mq)
-            else:
-                future = self.producer.send_batch_async(msgs, mq=mq)
-        except Exception as exc:
-            what = describe(dest, first, len(msgs), self.partition_id)
-            raise SinkSendError(f"sending {what} failed: {exc}") from exc
-        self.requests += 1
-        self.in_flight.append((future, dest, first, len(msgs)))
+        if len(msgs) == 1:
+            self._submit(dest, first, 1, lambda: self.producer.send_async(msgs[0], mq=mq))
+        else:
+            self._submit(dest, first, len(msgs),
+                         lambda: self.producer.send_batch_async(msgs, mq=mq))
 
     def send_encoded(self, dest: Destination, first: int, count: int, body: bytes) -> None:
         """Send rows ``first``.. (``count``, encoded in ``body``) as one request."""
+        topic, mq = dest
+        self._submit(dest, first, count,
+                     lambda: self.producer.send_encoded_batch_async(topic, body, mq=mq))
+
+    def _submit(self, dest: Destination, first: int, count: int,
+                start: Callable[[], Future[Any]]) -> None:
+        """``start`` a request of rows ``first``.. (``count``) once fewer than
+        ``max_in_flight`` are unanswered. Raises SinkSendError."""
         while len(self.in_flight) >= self.opts.max_in_flight:
             self._wait_oldest()
-        topic, mq = dest
         try:
-            future = self.producer.send_encoded_batch_async(topic, body, mq=mq)
+            future = start()
         except Exception as exc:
             what = describe(dest, first, count, self.partition_id)
             raise SinkSendError(f"sending {what} failed: {exc}") from exc

@@ -453,8 +453,7 @@ class ArrowRows:
         batches made ready. Raises SinkRowError as RowConverter does."""
         if not len(body):
             return []
-        entries, sizes = self._encode(first, body, tags, keys)
-        return self._cut(first, entries, sizes)
+        return self._cut(first, self._encode(first, body, tags, keys))
 
     def drain(self) -> list[tuple[int, int, bytes]]:
         """The open batch (the input ended)."""
@@ -466,8 +465,8 @@ class ArrowRows:
         return self.converter.error(index, what)
 
     def _encode(self, first: int, body: pa.Array, tags: pa.Array | None,
-                keys: pa.Array | None) -> tuple[pa.Array, np.ndarray]:
-        """Every row's batch entry (a large_binary array) and their sizes."""
+                keys: pa.Array | None) -> pa.Array:
+        """Every row's batch entry (a large_binary array)."""
         import numpy as np
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -489,13 +488,13 @@ class ArrowRows:
         end = pa.scalar(PROPERTY_SEPARATOR.encode(), binary)
         parts: list[pa.Array] = []
         if tags is not None:
-            parts.append(self._property(first, _texts(first, tags, self, "tags"),
-                                        MessageConst.PROPERTY_TAGS, "tags"))
+            parts.append(self._property(self._checked(first, tags, "tags"),
+                                        MessageConst.PROPERTY_TAGS))
         if keys is not None:
             if pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type):
                 keys = self._joined_keys(first, keys)
-            parts.append(self._property(first, _texts(first, keys, self, "keys"),
-                                        MessageConst.PROPERTY_KEYS, "keys"))
+            parts.append(self._property(self._checked(first, keys, "keys"),
+                                        MessageConst.PROPERTY_KEYS))
         rows = pa.array(np.arange(first, first + n, dtype=np.int64)).cast(pa.string())
         parts.append(pc.binary_join_element_wise(
             pa.scalar(self._uniq_head, binary), rows.cast(binary), end, empty))
@@ -512,10 +511,16 @@ class ArrowRows:
         head["length"] = lengths
         heads = _fixed(head, ENTRY_HEAD_SIZE, n)
         props_length = _fixed(props_lengths.astype(">i2"), PROPERTIES_LENGTH_SIZE, n)
-        entries = pc.binary_join_element_wise(heads, body, props_length, props, empty)
-        return entries, sizes
+        return pc.binary_join_element_wise(heads, body, props_length, props, empty)
 
-    def _property(self, first: int, values: pa.Array, name: str, what: str) -> pa.Array:
+    def _checked(self, first: int, values: pa.Array, what: str) -> pa.Array:
+        """A string column, refused by its first row holding a separator."""
+        bad = _separators(values)
+        if bad.size:
+            raise self._error(first + int(bad[0]), f"{what} may not contain \\x01 or \\x02")
+        return values
+
+    def _property(self, values: pa.Array, name: str) -> pa.Array:
         """``name\x01value\x02`` where a row's value is set and not empty, else b''."""
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -550,16 +555,13 @@ class ArrowRows:
 
     # -- cutting into batches --
 
-    def _cut(self, first: int, entries: pa.Array, sizes: np.ndarray
-             ) -> list[tuple[int, int, bytes]]:
+    def _cut(self, first: int, entries: pa.Array) -> list[tuple[int, int, bytes]]:
         import numpy as np
 
-        n = len(sizes)
+        n = len(entries)
         _, offsets, values = entries.buffers()
         # entry i is data[ends[i]:ends[i + 1]] (large_binary: 64-bit offsets)
         ends = np.frombuffer(offsets, dtype=np.int64)[entries.offset:entries.offset + n + 1]
-        if entries.null_count or not np.array_equal(np.diff(ends), sizes):
-            raise AssertionError("the encoded entries do not match their sizes")
         data = memoryview(values)
         ready: list[tuple[int, int, bytes]] = []
         at = 0
@@ -607,14 +609,6 @@ def _separators(values: pa.Array) -> np.ndarray:
     found = pc.or_(pc.match_substring(values, NAME_VALUE_SEPARATOR),
                    pc.match_substring(values, PROPERTY_SEPARATOR))
     return np.flatnonzero(pc.fill_null(found, False).to_numpy(zero_copy_only=False))
-
-
-def _texts(first: int, values: pa.Array, rows: ArrowRows, what: str) -> pa.Array:
-    """A string column, refused by its first row holding a separator."""
-    bad = _separators(values)
-    if bad.size:
-        raise rows._error(first + int(bad[0]), f"{what} may not contain \\x01 or \\x02")
-    return values
 
 
 def _fixed(values: np.ndarray, width: int, n: int) -> pa.Array:
