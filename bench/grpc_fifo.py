@@ -28,19 +28,19 @@ is the figures as JSON.
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 import trio
 
-from bench.grpc_pop_goal import CONSUMER, PRODUCER, rmq5_python
+from bench.grpc_pop_goal import PRODUCER, official_consumer, rmq5_python
 from client.admin import MQAdmin
 from protocol.subscription_group import SubscriptionGroupConfig
-from tests.integration.cluster import Cluster, free_port, json_lines
+from tests.integration.cluster import Cluster, free_port
 from tests.waits import routed, wait_until
 
 TOPIC = "GrpcFifoTopic"
@@ -175,48 +175,24 @@ async def run_fifo(cluster: Cluster, rmq5: str, messages: int, groups: int = 20,
     got: list[Delivery] = []
     distinct: set[tuple[str, int]] = set()
     half = trio.Event()
-    ready = trio.Event()
+
+    def on_message(event: dict[str, Any]) -> None:
+        group, index = parse_body(event["body"])
+        got.append(Delivery(group, index, event["attempt"], event["acked"], event["batch"]))
+        distinct.add((group, index))
+        if len(distinct) >= goal.sent_ok // 2:
+            half.set()
+
     started = time.perf_counter()
-    consumer = await trio.lowlevel.open_process(
-        [rmq5, str(CONSUMER), "consume", endpoint, TOPIC, GROUP, "--invisible",
-         str(invisible_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL)
-    try:
-        async with trio.open_nursery() as nursery:
-            async def read_consumer() -> None:
-                async for event in json_lines(consumer.stdout):
-                    if event.get("ready"):
-                        ready.set()
-                    elif "id" in event:
-                        group, index = parse_body(event["body"])
-                        got.append(Delivery(group, index, event["attempt"],
-                                            event["acked"], event["batch"]))
-                        distinct.add((group, index))
-                        if len(distinct) >= goal.sent_ok // 2:
-                            half.set()
-                    elif "ack_error" in event:
-                        goal.ack_failed += 1
-                    elif "receive_error" in event:
-                        goal.receive_errors += 1
-            nursery.start_soon(read_consumer)
-            with trio.fail_after(60):
-                await ready.wait()
-            if kill:
-                await half.wait()
-                broker.kill()
-                await trio.to_thread.run_sync(broker.start)
-            with trio.move_on_after(settle_s):
-                await wait_until(lambda: len(distinct) >= goal.sent_ok, settle_s,
-                                 "every sent message received")
-            goal.consume_seconds = round(time.perf_counter() - started, 2)
-            assert consumer.stdin is not None
-            await consumer.stdin.aclose()
-            with trio.move_on_after(30):
-                await consumer.wait()
-            nursery.cancel_scope.cancel()
-    finally:
-        if consumer.returncode is None:
-            consumer.kill()
+    async with official_consumer(rmq5, endpoint, TOPIC, GROUP, invisible_s, goal, on_message):
+        if kill:
+            await half.wait()
+            broker.kill()
+            await trio.to_thread.run_sync(broker.start)
+        with trio.move_on_after(settle_s):
+            await wait_until(lambda: len(distinct) >= goal.sent_ok, settle_s,
+                             "every sent message received")
+        goal.consume_seconds = round(time.perf_counter() - started, 2)
     goal.send_seconds = round(result["fifo_seconds"], 2)
     check_order(goal, sent, got)
     return goal

@@ -29,8 +29,11 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import click
 import trio
@@ -53,6 +56,55 @@ def rmq5_python() -> str | None:
         return None
     probe = subprocess.run([given, "-c", "import rocketmq.v5"], capture_output=True, timeout=60)
     return given if probe.returncode == 0 else None
+
+
+class ConsumerCounts(Protocol):
+    """Where ``official_consumer`` counts the consumer's failed acks and receives."""
+
+    ack_failed: int
+    receive_errors: int
+
+
+@asynccontextmanager
+async def official_consumer(rmq5: str, endpoint: str, topic: str, group: str,
+                            invisible_s: int, counts: ConsumerCounts,
+                            on_message: Callable[[dict[str, Any]], None]
+                            ) -> AsyncIterator[None]:
+    """The official SimpleConsumer (``rmq5_consumer.py consume``, in ``rmq5``) receiving
+    and acking ``topic`` as ``group`` in its own process while the block runs: each
+    message it reports goes to ``on_message``, failed acks and receives are counted into
+    ``counts``. The block starts once its first receive is under way (within 60 s: the
+    group starts at the queues' ends); at its end the consumer's input is closed and it
+    has 30 s to stop before it is killed."""
+    ready = trio.Event()
+    consumer = await trio.lowlevel.open_process(
+        [rmq5, str(CONSUMER), "consume", endpoint, topic, group, "--invisible",
+         str(invisible_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL)
+    try:
+        async with trio.open_nursery() as nursery:
+            async def read_consumer() -> None:
+                async for event in json_lines(consumer.stdout):
+                    if event.get("ready"):
+                        ready.set()
+                    elif "id" in event:
+                        on_message(event)
+                    elif "ack_error" in event:
+                        counts.ack_failed += 1
+                    elif "receive_error" in event:
+                        counts.receive_errors += 1
+            nursery.start_soon(read_consumer)
+            with trio.fail_after(60):
+                await ready.wait()
+            yield
+            assert consumer.stdin is not None
+            await consumer.stdin.aclose()
+            with trio.move_on_after(30):
+                await consumer.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        if consumer.returncode is None:
+            consumer.kill()
 
 
 @dataclass
@@ -87,31 +139,16 @@ async def run_goal(cluster: Cluster, rmq5: str, messages: int, kill: bool,
         await wait_until(routed(admin, TOPIC), 15, "topic routed")
     endpoint = f"127.0.0.1:{port}"
     seen: Counter[str] = Counter()
-    ready = trio.Event()
     half = trio.Event()
-    started = time.perf_counter()
-    consumer = await trio.lowlevel.open_process(
-        [rmq5, str(CONSUMER), "consume", endpoint, TOPIC, GROUP, "--invisible",
-         str(invisible_s)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL)
-    try:
-        async with trio.open_nursery() as nursery:
-            async def read_consumer() -> None:
-                async for event in json_lines(consumer.stdout):
-                    if event.get("ready"):
-                        ready.set()
-                    elif "id" in event:
-                        seen[event["id"]] += 1
-                        if len(seen) >= messages // 2:
-                            half.set()
-                    elif "ack_error" in event:
-                        goal.ack_failed += 1
-                    elif "receive_error" in event:
-                        goal.receive_errors += 1
-            nursery.start_soon(read_consumer)
-            with trio.fail_after(60):
-                await ready.wait()  # the group's first receive: it starts at the queues' ends
 
+    def on_message(event: dict[str, Any]) -> None:
+        seen[event["id"]] += 1
+        if len(seen) >= messages // 2:
+            half.set()
+
+    started = time.perf_counter()
+    async with official_consumer(rmq5, endpoint, TOPIC, GROUP, invisible_s, goal, on_message):
+        async with trio.open_nursery() as nursery:
             async def killer() -> None:
                 await half.wait()
                 broker.kill()
@@ -132,14 +169,7 @@ async def run_goal(cluster: Cluster, rmq5: str, messages: int, kill: bool,
             with trio.move_on_after(settle_s):
                 await wait_until(lambda: sent <= seen.keys(), settle_s,
                                  "every acknowledged message received")
-            assert consumer.stdin is not None
-            await consumer.stdin.aclose()
-            with trio.move_on_after(30):
-                await consumer.wait()
             nursery.cancel_scope.cancel()
-    finally:
-        if consumer.returncode is None:
-            consumer.kill()
     goal.seconds = round(time.perf_counter() - started, 2)
     lost = sorted(sent - seen.keys())
     goal.received = len(seen)
