@@ -136,6 +136,8 @@ def test_msgpack_refusals_name_the_request() -> None:
         (command_with(4, b"\xdf" + struct.pack(">I", MAX_EXT_FIELDS + 1)),
          f"ext_fields holds {MAX_EXT_FIELDS + 1} entries"),
         (command_with(4, b"\x81\xa1k\x90"), "ext_fields value of 'k' must be a scalar"),
+        (command_with(4, b"\x81\x01\xa1v"), "ext_fields keys must be strings, not int"),
+        (command_with(4, b"\x81\x80\xa1v"), "ext_fields keys must be strings, not dict"),
         (command_with(5, b"\x90"), "body must be bytes or nil"),
         (big_remark, f"longer than {MAX_HEADER_BYTES} bytes"),
     ]:
